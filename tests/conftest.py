@@ -1,0 +1,41 @@
+"""Shared fixtures: a real redis-server per session, a unique crawl name per test."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from common.redis_server import RedisServer
+
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One redis-server for the whole session, on a free port, no persistence."""
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    return redis_server.url
+
+
+@pytest.fixture
+async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+def crawl_name(request: pytest.FixtureRequest) -> str:
+    """A crawl name unique to this test, so tests share one server without FLUSHALL."""
+    return f"t{os.getpid()}-{next(_counter)}-{request.node.name[:40]}"
