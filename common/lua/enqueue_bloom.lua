@@ -1,0 +1,111 @@
+-- enqueue_bloom.lua: dedup (scalable bloom filter) and enqueue a batch into one partition.
+--
+-- The filter is a list of layers; layer L holds capacity * 2^L URLs at a false-positive
+-- rate of error / 2^(L+1), so the total rate stays under `error` however many layers
+-- grow. Bit positions use double hashing: (h1 + j * h2) mod m, for j < k.
+-- Membership is tested in every layer; new URLs are added to the newest one.
+-- A bloom crawl has no recrawl window (the filter keeps no timestamps).
+--
+-- KEYS[1]      ready   LIST  pending ids, priority 0
+-- KEYS[2]      prio    ZSET  pending ids, priority > 0
+-- KEYS[3]      tasks   HASH  id -> task JSON
+-- KEYS[4]      prios   HASH  id -> priority
+-- KEYS[5]      stats   HASH  counters (enqueued, duplicates)
+-- KEYS[6]      bloom   HASH  layers -> number of layers; count:<L> -> URLs in layer L
+-- KEYS[7..]    bloom:<L> STRING layer bits, for L = 0 .. #KEYS-7 (the most layers allowed)
+-- ARGV[1]      capacity of layer 0, URLs
+-- ARGV[2]      target false-positive rate (e.g. 1e-6)
+-- ARGV[3+5(i-1)..] per item i: id, h1, h2 (32-bit ints), priority (>= 0), task JSON
+-- Returns {enqueued, duplicates, 0, fullest layer past 80% this call or -1}
+local ready, prio, tasks, prios, stats, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local max_layers = #KEYS - 6
+local capacity0 = int_arg(ARGV[1], 'capacity')
+local err = tonumber(ARGV[2])
+if capacity0 < 1 or not err or err <= 0 or err >= 1 then
+  error('crawlq: bloom needs capacity >= 1 and 0 < error < 1')
+end
+local n = (#ARGV - 2) / 5
+if n ~= math.floor(n) then error('crawlq: enqueue_bloom needs 5 ARGV values per item') end
+
+local LN2SQ = math.log(2) * math.log(2)
+local function layer_params(layer)
+  local cap = capacity0 * 2 ^ layer
+  local p = err / 2 ^ (layer + 1)
+  local m = math.ceil(-cap * math.log(p) / LN2SQ)
+  local k = math.ceil(-math.log(p) / math.log(2))
+  return cap, m, k
+end
+
+local layers = tonumber(redis.call('HGET', meta, 'layers') or '1')
+local count = tonumber(redis.call('HGET', meta, 'count:' .. (layers - 1)) or '0')
+-- Every check before the first write: refuse a batch that could outgrow the layers.
+local room, cap = 0, nil
+for layer = layers - 1, max_layers - 1 do
+  cap = layer_params(layer)
+  room = room + cap
+end
+if room - count < n then
+  error('crawlq: bloom filter full (' .. max_layers .. ' layers); use more partitions')
+end
+
+-- BITFIELD arguments reading (op = 'GET') or setting (op = 'SET') an item's k bits.
+local function bitfield_args(layer, h1, h2, op)
+  local _, m, k = layer_params(layer)
+  local args = {}
+  for j = 0, k - 1 do
+    args[#args + 1] = op
+    args[#args + 1] = 'u1'
+    args[#args + 1] = (h1 + j * h2) % m
+    if op == 'SET' then args[#args + 1] = 1 end
+  end
+  return args
+end
+
+local enqueued, duplicates, warn = 0, 0, -1
+local tail = {}
+for i = 1, n do
+  local base = 3 + 5 * (i - 1)
+  local id, h1, h2 = ARGV[base], tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2])
+  local priority, body = tonumber(ARGV[base + 3]), ARGV[base + 4]
+  local seen = false
+  for layer = 0, layers - 1 do
+    local bits = redis.call('BITFIELD_RO', KEYS[7 + layer], unpack(bitfield_args(layer, h1, h2, 'GET')))
+    local all = true
+    for _, b in ipairs(bits) do
+      if b == 0 then all = false break end
+    end
+    if all then seen = true break end
+  end
+  if seen then
+    duplicates = duplicates + 1
+  else
+    local current = layers - 1
+    cap = layer_params(current)
+    if count >= cap then
+      layers = layers + 1
+      current = layers - 1
+      count = 0
+      cap = layer_params(current)
+      redis.call('HSET', meta, 'layers', layers)
+    end
+    redis.call('BITFIELD', KEYS[7 + current], unpack(bitfield_args(current, h1, h2, 'SET')))
+    count = count + 1
+    redis.call('HSET', meta, 'count:' .. current, count)
+    if count == math.floor(cap * 0.8) then warn = current end
+    redis.call('HSET', tasks, id, body)
+    if priority > 0 then
+      redis.call('HSET', prios, id, priority)
+      redis.call('ZADD', prio, -priority, id)
+    else
+      tail[#tail + 1] = id
+      if #tail == 1000 then
+        redis.call('RPUSH', ready, unpack(tail))
+        tail = {}
+      end
+    end
+    enqueued = enqueued + 1
+  end
+end
+if #tail > 0 then redis.call('RPUSH', ready, unpack(tail)) end
+bump(stats, {enqueued = enqueued, duplicates = duplicates})
+return {enqueued, duplicates, 0, warn}

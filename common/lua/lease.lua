@@ -1,0 +1,76 @@
+-- lease.lua: lease up to n pending tasks of one partition to a worker.
+--
+-- Highest priority first (prio ZSET), then FIFO from the ready LIST. Each task gets a
+-- fresh fencing token and a deadline of Redis TIME + lease_ms; its attempt is counted
+-- now, so a task that crashes its consumer still uses up attempts. An id whose body is
+-- missing (corrupted state) is dropped and counted as `orphans`.
+--
+-- KEYS[1]  ready        LIST
+-- KEYS[2]  prio         ZSET
+-- KEYS[3]  tasks        HASH  id -> task JSON
+-- KEYS[4]  attempts     HASH  id -> attempts
+-- KEYS[5]  leases       ZSET  id -> deadline (ms)
+-- KEYS[6]  owners       HASH  id -> "<token>:<worker>"
+-- KEYS[7]  seq          STRING fencing-token counter
+-- KEYS[8]  stats        HASH  counters (leased, orphans)
+-- KEYS[9]  checkpoints  HASH  id -> checkpoint JSON
+-- KEYS[10] errors       HASH  id -> last error
+-- ARGV[1]  worker id
+-- ARGV[2]  n, the most tasks to lease
+-- ARGV[3]  lease_ms, lease length in milliseconds
+-- Returns {now_ms, deadline_ms, id, token, attempt, body, checkpoint|false, last_error|false, ...}
+local ready, prio, tasks, attempts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local leases, owners, seq, stats = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local checkpoints, errors = KEYS[9], KEYS[10]
+local worker = ARGV[1]
+local n = int_arg(ARGV[2], 'n')
+local lease_ms = int_arg(ARGV[3], 'lease_ms')
+if n < 1 or lease_ms < 1 then error('crawlq: lease needs n >= 1 and lease_ms >= 1') end
+
+local now = now_ms()
+local deadline = now + lease_ms
+local ids = {}
+if redis.call('EXISTS', prio) == 1 then
+  local popped = redis.call('ZPOPMIN', prio, n)
+  for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
+end
+if #ids < n then
+  local popped = redis.call('LPOP', ready, n - #ids)
+  if popped then
+    for _, id in ipairs(popped) do ids[#ids + 1] = id end
+  end
+end
+local result = {now, deadline}
+if #ids == 0 then return result end
+
+local bodies = redis.call('HMGET', tasks, unpack(ids))
+local cps = redis.call('HMGET', checkpoints, unpack(ids))
+local errs = redis.call('HMGET', errors, unpack(ids))
+local first = redis.call('INCRBY', seq, #ids) - #ids + 1
+local zargs, hargs, leased, orphans = {}, {}, 0, 0
+for i, id in ipairs(ids) do
+  if bodies[i] then
+    local token = tostring(first + i - 1)
+    local attempt = redis.call('HINCRBY', attempts, id, 1)
+    zargs[#zargs + 1] = deadline
+    zargs[#zargs + 1] = id
+    hargs[#hargs + 1] = id
+    hargs[#hargs + 1] = token .. ':' .. worker
+    local n_result = #result
+    result[n_result + 1] = id
+    result[n_result + 2] = token
+    result[n_result + 3] = attempt
+    result[n_result + 4] = bodies[i]
+    result[n_result + 5] = cps[i]
+    result[n_result + 6] = errs[i]
+    leased = leased + 1
+  else
+    orphans = orphans + 1
+  end
+end
+if leased > 0 then
+  redis.call('ZADD', leases, unpack(zargs))
+  redis.call('HSET', owners, unpack(hargs))
+end
+bump(stats, {leased = leased, orphans = orphans})
+return result

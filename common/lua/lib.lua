@@ -1,0 +1,78 @@
+-- lib.lua: helpers prepended to every other script by common/scripts.py.
+-- Defines no keys of its own; every key a script touches still comes in KEYS.
+--
+-- Result codes (mirrored by common.queue.Code):
+--   0 OK       the transition happened
+--   1 RETRY    fail: the task waits in `delayed` for another attempt
+--   2 DEAD     fail/reclaim: the task moved to `dead`
+--   3 STALE    the lease is held under another fencing token (someone else owns it now)
+--   4 EXPIRED  the token matches but the lease deadline has passed
+--   5 UNKNOWN  the id holds no lease (already acked, reclaimed, never leased)
+local OK, RETRY, DEAD, STALE, EXPIRED, UNKNOWN = 0, 1, 2, 3, 4, 5
+
+-- Milliseconds of the Redis server clock: deadlines never come from a worker's clock.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Whether `worker` still holds the lease on `id` under `token`, as a result code.
+local function lease_state(leases, owners, id, token, worker, now)
+  local owner = redis.call('HGET', owners, id)
+  if not owner then return UNKNOWN end
+  if owner ~= token .. ':' .. worker then return STALE end
+  local deadline = tonumber(redis.call('ZSCORE', leases, id))
+  if (not deadline) or deadline <= now then return EXPIRED end
+  return OK
+end
+
+-- Ends a lease (the caller already checked it).
+local function drop_lease(leases, owners, id)
+  redis.call('ZREM', leases, id)
+  redis.call('HDEL', owners, id)
+end
+
+-- Puts a pending id back in line: priority tasks into `prio`, the rest into `ready`
+-- at the head (front=true: it already waited its turn) or the tail.
+local function push_ready(ready, prio, prios, id, front)
+  local p = redis.call('HGET', prios, id)
+  if p then
+    redis.call('ZADD', prio, -tonumber(p), id)
+  elseif front then
+    redis.call('LPUSH', ready, id)
+  else
+    redis.call('RPUSH', ready, id)
+  end
+end
+
+-- Moves an id to the dead-letter set with a short reason code and a message.
+local function to_dead(dead, errors, dead_reasons, id, reason, message, now)
+  redis.call('ZADD', dead, now, id)
+  redis.call('HSET', errors, id, reason .. ' ' .. message)
+  redis.call('HINCRBY', dead_reasons, reason, 1)
+end
+
+-- Adds non-zero deltas to the stats hash in one call.
+local function bump(stats, deltas)
+  for name, n in pairs(deltas) do
+    if n ~= 0 then redis.call('HINCRBY', stats, name, n) end
+  end
+end
+
+-- Parses an integer ARGV value or stops the script before any write.
+local function int_arg(value, name)
+  local n = tonumber(value)
+  if not n or n ~= math.floor(n) then
+    error('crawlq: ARGV ' .. name .. ' must be an integer, got ' .. tostring(value))
+  end
+  return n
+end
+
+-- Takes a dead id's reason off the per-reason counts (requeue, purge).
+local function forget_dead_reason(errors, dead_reasons, id)
+  local err = redis.call('HGET', errors, id) or 'unknown '
+  local reason = string.match(err, '^(%S+)') or 'unknown'
+  if redis.call('HINCRBY', dead_reasons, reason, -1) <= 0 then
+    redis.call('HDEL', dead_reasons, reason)
+  end
+end

@@ -1,0 +1,1 @@
+"""crawlq producer: canonicalize, dedup and enqueue URLs."""
