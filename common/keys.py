@@ -48,7 +48,10 @@ lock:reap      STRING  SET NX PX guard: one reaper per interval    reaper (Pytho
 Crawl keys (``crawlq:{<crawl>}:<name>``): ``meta`` HASH (partitions, dedup mode and
 parameters, fixed at creation), ``lock:producer`` STRING (one producer run at a
 time), ``results`` STREAM (the redis-stream sink), ``workers`` ZSET (worker id ->
-last heartbeat, ms) and ``worker:<id>`` HASH (its details, with a TTL).
+last heartbeat, unix ms) and ``worker:<id>`` HASH (id, host, pid, started, heartbeat,
+in_flight, done, failed; expires unless refreshed), ``history`` LIST (newest first, at
+most 240 JSON snapshots ``{"t": unix s, "done": n, ...}`` of the summed counters, one
+per reap interval, for rates over the last minute).
 
 Global: ``crawlq:crawls`` SET of crawl names.
 """
@@ -138,11 +141,13 @@ class CrawlKeys:
     producer_lock: str
     results: str
     workers: str
+    history: str
 
     @classmethod
     def build(cls, crawl: str) -> CrawlKeys:
         return cls(crawl, crawl_key(crawl, "meta"), crawl_key(crawl, "lock:producer"),
-                   crawl_key(crawl, "results"), crawl_key(crawl, "workers"))
+                   crawl_key(crawl, "results"), crawl_key(crawl, "workers"),
+                   crawl_key(crawl, "history"))
 
     def worker(self, worker_id: str) -> str:
         return crawl_key(self.crawl, f"worker:{worker_id}")

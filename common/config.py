@@ -1,0 +1,139 @@
+"""Options shared by every command: each has a CLI flag and a ``CRAWLQ_*`` env variable.
+
+An option is declared once (:class:`Option`); :func:`add_options` turns declarations
+into argparse arguments whose defaults come from the environment, so the precedence
+is flag > environment > default. Settings are built once in ``main()`` and passed down:
+nothing deeper reads ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from common.errors import ConfigError
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$", re.IGNORECASE)
+_DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "ki": 1024, "kib": 1024,
+               "m": 10**6, "mb": 10**6, "mi": 2**20, "mib": 2**20,
+               "g": 10**9, "gb": 10**9, "gi": 2**30, "gib": 2**30}
+
+
+def duration(text: str) -> float:
+    """Seconds from ``1.5``, ``500ms``, ``30s``, ``5m``, ``2h``, ``7d``, ``1w``."""
+    m = _DURATION.match(str(text))
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (try 30s, 5m, 2h, 7d)")
+    return float(m.group(1)) * _DURATION_UNITS[(m.group(2) or "s").lower()]
+
+
+def size(text: str) -> int:
+    """Bytes from ``1048576``, ``10MiB``, ``512k``, ``1GB``."""
+    m = _SIZE.match(str(text))
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 10MiB, 512KiB)")
+    return int(float(m.group(1)) * _SIZE_UNITS[(m.group(2) or "").lower()])
+
+
+def boolean(text: str) -> bool:
+    value = str(text).strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off", ""}:
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {text!r} (use true or false)")
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One setting: ``--flag`` on the command line, ``env`` in the environment."""
+
+    flag: str
+    env: str
+    default: Any
+    help: str
+    type: Callable[[str], Any] = str
+    choices: Sequence[Any] | None = None
+    flag_only_bool: bool = False  # a switch: --flag sets True
+    append: bool = False  # repeatable flag; env holds a comma-separated list
+    secret: bool = False  # never printed in --help defaults
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+def add_options(parser: argparse.ArgumentParser, options: Sequence[Option],
+                env: Mapping[str, str] | None = None) -> None:
+    """Add options to a parser, with defaults read from ``env`` (default os.environ)."""
+    env = os.environ if env is None else env
+    for opt in options:
+        raw = env.get(opt.env)
+        default = opt.default
+        if raw is not None and raw != "":
+            try:
+                if opt.append:
+                    default = [opt.type(x.strip()) for x in raw.split(",") if x.strip()]
+                elif opt.flag_only_bool:
+                    default = boolean(raw)
+                else:
+                    default = opt.type(raw)
+            except (argparse.ArgumentTypeError, ValueError) as exc:
+                raise ConfigError(f"{opt.env}={raw!r} is invalid: {exc}") from None
+            if opt.choices is not None and not opt.append and default not in opt.choices:
+                raise ConfigError(f"{opt.env}={raw!r} is invalid: choose from "
+                                  f"{', '.join(map(str, opt.choices))}")
+        shown = "***" if opt.secret else default
+        help_text = f"{opt.help} (env {opt.env}; default {shown})"
+        if opt.flag_only_bool:
+            parser.add_argument(opt.flag, dest=opt.dest, action=argparse.BooleanOptionalAction,
+                                default=default, help=help_text)
+        elif opt.append:
+            parser.add_argument(opt.flag, dest=opt.dest, action="append", type=opt.type,
+                                default=None, help=help_text)
+            parser.set_defaults(**{f"{opt.dest}": list(default or [])})
+        else:
+            parser.add_argument(opt.flag, dest=opt.dest, type=opt.type, default=default,
+                                choices=opt.choices, help=help_text)
+
+
+def redact_url(url: str) -> str:
+    """A URL with its password replaced by ``***`` (for logs, errors and reprs)."""
+    return re.sub(r"(?<=://)([^:/@\s]*):[^@/\s]*@", r"\1:***@", url)
+
+
+COMMON_OPTIONS = (
+    Option("--redis-url", "REDIS_URL", "redis://localhost:6379/0",
+           "Redis URL: redis://, rediss:// (TLS), with user:password for an ACL user",
+           secret=True),
+    Option("--crawl", "CRAWLQ_CRAWL", "default", "crawl name: the queue to work on"),
+    Option("--log-level", "CRAWLQ_LOG_LEVEL", "INFO", "log level",
+           choices=("DEBUG", "INFO", "WARNING", "ERROR")),
+    Option("--log-format", "CRAWLQ_LOG_FORMAT", "text", "log format",
+           choices=("text", "json")),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CommonSettings:
+    """The settings every command shares."""
+
+    redis_url: str = "redis://localhost:6379/0"
+    crawl: str = "default"
+    log_level: str = "INFO"
+    log_format: str = "text"
+
+    def __repr__(self) -> str:
+        return (f"CommonSettings(redis_url={redact_url(self.redis_url)!r}, "
+                f"crawl={self.crawl!r}, log_level={self.log_level!r}, "
+                f"log_format={self.log_format!r})")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> CommonSettings:
+        return cls(args.redis_url, args.crawl, args.log_level, args.log_format)

@@ -1,0 +1,26 @@
+"""Redis connections: one place that turns a URL into a client with sane timeouts.
+
+redis-py retries a command after a dropped connection with exponential backoff and
+jitter; loops that must survive a long outage (the consumer) add their own backoff
+around whole steps.
+"""
+
+from __future__ import annotations
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+
+def connect(url: str, *, retries: int = 3, socket_timeout: float = 10.0) -> aioredis.Redis:
+    """A client for ``url`` (redis:// or rediss://); connects lazily on first use."""
+    return aioredis.Redis.from_url(
+        url,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=5.0,
+        health_check_interval=15,
+        retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=2.0), retries),
+        retry_on_error=[RedisConnectionError, RedisTimeoutError],
+    )
