@@ -1,0 +1,181 @@
+"""Prometheus metrics of a crawlq process, built on the official `prometheus-client`.
+
+prometheus-client is the standard Python client: it does the exposition format, label
+escaping, histogram buckets and content negotiation, so nothing here writes the text
+format by hand. Every metric lives in a `CollectorRegistry` owned by a `Metrics`
+instance (never the process-global default registry), so tests build fresh ones.
+
+Naming follows the Prometheus conventions: one prefix (``crawlq_``), base units
+(``_seconds``, ``_bytes``), ``_total`` on counters. Labels are bounded: an outcome, a
+status class or a reason code, never a URL or a host. The helper methods (`task`,
+`response`, `error`) fold any value that does not look like a short snake_case code
+into ``other``, so a URL can never become a label value by mistake.
+
+    crawlq_tasks_total{outcome}             tasks finished, by outcome
+    crawlq_fetch_duration_seconds           histogram of fetch wall time
+    crawlq_responses_total{status_class}    responses by 1xx..5xx, or "error" (no response)
+    crawlq_errors_total{kind}               errors by reason code (FetchError.reason ...)
+    crawlq_in_flight                        gauge: tasks being fetched right now
+    crawlq_leases_renewed_total             lease extensions that succeeded
+    crawlq_leases_lost_total                leases found expired or taken by another worker
+    crawlq_reclaimed_total                  expired leases put back in the ready queue
+    crawlq_deferrals_total                  tasks deferred (politeness, Retry-After)
+    crawlq_response_bytes_total             response body bytes received
+    crawlq_redis_errors_total               Redis commands that failed
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+__all__ = ["FETCH_BUCKETS", "OUTCOMES", "STATUS_CLASSES", "Metrics", "status_class"]
+
+NAMESPACE: Final = "crawlq"
+
+# Outcomes of a task, pre-created at 0 so dashboards see every series from the start.
+OUTCOMES: Final = (
+    "ok",
+    "http_3xx",
+    "http_4xx",
+    "http_5xx",
+    "robots_disallowed",
+    "filtered",
+    "retried",
+    "dead",
+    "stale",
+    "released",
+    "deferred",
+    "error",
+)
+STATUS_CLASSES: Final = ("1xx", "2xx", "3xx", "4xx", "5xx", "error")
+# Web fetches: from a cached 10 ms to a 60 s timeout.
+FETCH_BUCKETS: Final = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
+
+_LABEL_RE: Final = re.compile(r"^[a-z0-9][a-z0-9_]{0,39}$")
+OTHER: Final = "other"
+
+
+def _code(value: str) -> str:
+    """A label value: `value` if it is a short snake_case code, otherwise ``other``."""
+    return value if _LABEL_RE.match(value) else OTHER
+
+
+def status_class(status: int | None) -> str:
+    """``2xx`` for 200..299 and so on; ``error`` for no response or a nonsense status."""
+    if status is None or not 100 <= status <= 599:
+        return "error"
+    return f"{status // 100}xx"
+
+
+class Metrics:
+    """Every metric of one process, in its own registry.
+
+    Metric objects are public attributes (``metrics.in_flight.inc()``); the helper
+    methods cover the labelled ones and keep label values bounded.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        reg = self.registry
+        self.tasks_total = Counter(
+            "tasks_total",
+            "Tasks finished, by outcome.",
+            ["outcome"],
+            namespace=NAMESPACE,
+            registry=reg,
+        )
+        self.fetch_duration_seconds = Histogram(
+            "fetch_duration_seconds",
+            "Wall time of one fetch, connect to last body byte.",
+            namespace=NAMESPACE,
+            buckets=FETCH_BUCKETS,
+            registry=reg,
+        )
+        self.responses_total = Counter(
+            "responses_total",
+            "HTTP responses by status class; error when none arrived.",
+            ["status_class"],
+            namespace=NAMESPACE,
+            registry=reg,
+        )
+        self.errors_total = Counter(
+            "errors_total",
+            "Errors by reason code.",
+            ["kind"],
+            namespace=NAMESPACE,
+            registry=reg,
+        )
+        self.in_flight = Gauge(
+            "in_flight",
+            "Tasks being fetched right now.",
+            namespace=NAMESPACE,
+            registry=reg,
+        )
+        self.leases_renewed_total = Counter(
+            "leases_renewed_total",
+            "Lease extensions that succeeded.",
+            namespace=NAMESPACE,
+            registry=reg,
+        )
+        self.leases_lost_total = Counter(
+            "leases_lost_total",
+            "Leases that expired or were taken before the work finished.",
+            namespace=NAMESPACE,
+            registry=reg,
+        )
+        self.reclaimed_total = Counter(
+            "reclaimed_total",
+            "Expired leases put back in the ready queue.",
+            namespace=NAMESPACE,
+            registry=reg,
+        )
+        self.deferrals_total = Counter(
+            "deferrals_total",
+            "Tasks deferred for politeness or Retry-After.",
+            namespace=NAMESPACE,
+            registry=reg,
+        )
+        self.response_bytes_total = Counter(
+            "response_bytes_total",
+            "Response body bytes received.",
+            namespace=NAMESPACE,
+            registry=reg,
+        )
+        self.redis_errors_total = Counter(
+            "redis_errors_total",
+            "Redis commands that failed.",
+            namespace=NAMESPACE,
+            registry=reg,
+        )
+        for outcome in OUTCOMES:
+            self.tasks_total.labels(outcome=outcome)
+        for cls in STATUS_CLASSES:
+            self.responses_total.labels(status_class=cls)
+
+    def task(self, outcome: str, n: int = 1) -> None:
+        """Count `n` tasks finished with `outcome` (an OUTCOMES entry or another code)."""
+        self.tasks_total.labels(outcome=_code(outcome)).inc(n)
+
+    def response(self, status: int | None, nbytes: int = 0) -> None:
+        """Count one response by status class (None: no response) and its body bytes."""
+        self.responses_total.labels(status_class=status_class(status)).inc()
+        if nbytes > 0:
+            self.response_bytes_total.inc(nbytes)
+
+    def error(self, kind: str) -> None:
+        """Count one error by reason code (``timeout``, ``dns``, ``http_500`` ...)."""
+        self.errors_total.labels(kind=_code(kind)).inc()
+
+    def render(self) -> tuple[bytes, str]:
+        """The exposition body and its content type, for a /metrics handler."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

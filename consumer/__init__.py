@@ -1,0 +1,1 @@
+"""crawlq consumer: leases tasks from Redis, fetches them politely, writes results to a sink."""

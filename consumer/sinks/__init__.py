@@ -1,0 +1,78 @@
+"""Result sinks: where a consumer puts what it fetched.
+
+``jsonl`` (default): JSON lines files, size-rotated, optional gzip (`JsonlSink`).
+``warc``: WARC/1.1 gzip files via warcio (`WarcSink`).
+``redis-stream``: XADD to a capped Redis Stream (`StreamSink`).
+
+Every sink follows the `Sink` protocol: `open()`, `write(records)` returning only once
+the records have reached the sink (the consumer acks after it), `close()`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from common.errors import ConfigError
+from consumer.sinks.base import DEFAULT_ROTATE_BYTES, Record, Sink
+from consumer.sinks.jsonl import JsonlSink
+from consumer.sinks.stream import StreamSink
+from consumer.sinks.warc import WarcSink
+
+if TYPE_CHECKING:
+    import redis.asyncio
+
+__all__ = [
+    "DEFAULT_ROTATE_BYTES",
+    "SINK_KINDS",
+    "JsonlSink",
+    "Record",
+    "Sink",
+    "StreamSink",
+    "WarcSink",
+    "make_sink",
+]
+
+SINK_KINDS = ("jsonl", "warc", "redis-stream")
+DEFAULT_STREAM_MAXLEN = 1_000_000
+
+
+def make_sink(
+    kind: str,
+    *,
+    output_dir: Path,
+    worker: str,
+    crawl: str,
+    redis: redis.asyncio.Redis | None = None,
+    rotate_bytes: int = DEFAULT_ROTATE_BYTES,
+    gzip: bool = False,
+    store_body: bool = False,
+    stream_maxlen: int = DEFAULT_STREAM_MAXLEN,
+    stream_key: str = "",
+) -> Sink:
+    """Build the sink named `kind` (one of SINK_KINDS); ConfigError for anything else.
+
+    Options that do not apply to a kind are ignored: `gzip` (WARC files are always
+    gzip, streams never), `store_body` for WARC (always stored), file options for
+    ``redis-stream``.
+    """
+    if kind == "jsonl":
+        return JsonlSink(
+            output_dir=output_dir,
+            crawl=crawl,
+            worker=worker,
+            rotate_bytes=rotate_bytes,
+            gzip=gzip,
+            store_body=store_body,
+        )
+    if kind == "warc":
+        return WarcSink(
+            output_dir=output_dir, crawl=crawl, worker=worker, rotate_bytes=rotate_bytes
+        )
+    if kind == "redis-stream":
+        if redis is None:
+            raise ConfigError("the redis-stream sink needs a Redis client")
+        return StreamSink(
+            redis, stream_key=stream_key, stream_maxlen=stream_maxlen, store_body=store_body
+        )
+    raise ConfigError(f"unknown sink {kind!r}; use one of {', '.join(SINK_KINDS)}")

@@ -1,0 +1,234 @@
+"""The result record, the Sink protocol, and the rotating-file machinery file sinks share.
+
+Contract of every sink: when `write()` returns, the records have reached the sink
+(written and flushed to the OS for files, XADD acknowledged for streams). The consumer
+acks tasks only after that, so delivery is at-least-once: a write that fails or is
+cancelled half-way may leave some of its records behind, and they are written again
+when the tasks are retried.
+
+File sinks (`RotatingFileSink`) do all file work (encoding, compression, write, flush,
+rotation) in one `asyncio.to_thread` call per batch. A `threading.Lock` keeps those
+calls in order even when a caller is cancelled while its thread still runs, so two
+batches never interleave in a file. Files are created lazily on the first batch (no
+empty files), named ``<crawl>-<worker>-<seq>.<ext>`` with ``seq`` counting up from the
+highest one already in the directory, and closed once they pass `rotate_bytes`, so a
+file may exceed it by one batch. If a write fails (disk full), the file is closed and
+the next batch starts a new one rather than appending after a torn write.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import builtins
+import logging
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, Protocol, runtime_checkable
+
+from common.errors import ConfigError
+
+__all__ = ["DEFAULT_ROTATE_BYTES", "Record", "RotatingFileSink", "Sink", "safe_name"]
+
+log = logging.getLogger("consumer.sinks")
+
+DEFAULT_ROTATE_BYTES = 256 * 1024 * 1024
+_UNSAFE_RE = re.compile(r"[^A-Za-z0-9._\-]+")
+
+
+@dataclass(slots=True)
+class Record:
+    """What a consumer learned about one task, handed to a sink."""
+
+    task_id: str
+    url: str
+    final_url: str
+    status: int | None  # None: no HTTP response (robots_disallowed, network error ...)
+    outcome: str
+    headers: dict[str, str]  # bounded subset, lowercase names
+    raw_headers: list[tuple[str, str]]  # full response headers, as received (for WARC)
+    body: builtins.bytes | None  # decoded body (Content-/Transfer-Encoding removed)
+    bytes: int  # body size in bytes
+    elapsed: float  # seconds
+    attempt: int
+    fetched_at: float  # unix seconds
+    worker: str
+    http_version: str = "1.1"
+    items: list[Any] = field(default_factory=list)  # what a user handler returned
+    depth: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """Where results go. `write` returns only once the records have reached the sink."""
+
+    async def open(self) -> None: ...
+
+    async def write(self, records: Sequence[Record]) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+def safe_name(value: str) -> str:
+    """`value` made safe as part of a file name (``host:1/2`` -> ``host_1_2``)."""
+    return _UNSAFE_RE.sub("_", value).strip("._") or "_"
+
+
+class RotatingFileSink(abc.ABC):
+    """A sink writing size-rotated files ``<crawl>-<worker>-<seq><suffix>`` in a directory.
+
+    Subclasses implement the blocking `_start_file`, `_encode_and_write` and
+    `_end_file`; this class runs them in a worker thread, one call per batch.
+    """
+
+    suffix: str = ""
+
+    def __init__(
+        self,
+        *,
+        output_dir: Path,
+        crawl: str,
+        worker: str,
+        rotate_bytes: int = DEFAULT_ROTATE_BYTES,
+    ) -> None:
+        if rotate_bytes <= 0:
+            raise ConfigError(f"rotate_bytes must be positive, got {rotate_bytes}")
+        self.output_dir = Path(output_dir)
+        self.crawl = crawl
+        self.worker = worker
+        self.rotate_bytes = rotate_bytes
+        self._prefix = f"{safe_name(crawl)}-{safe_name(worker)}-"
+        self._next_seq = 0
+        self._fh: BinaryIO | None = None
+        self._path: Path | None = None
+        self._file_records = 0
+        self._opened = False
+        self._closed = False  # close() was called (checked on the loop)
+        self._finished = False  # the last file is closed (checked under the lock)
+        self._lock = threading.Lock()  # taken only in worker threads, never on the loop
+        self.files: list[Path] = []  # every file this sink created, in order
+
+    # -- async API ---------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Create the output directory and find the next free sequence number."""
+        if self._closed:
+            raise RuntimeError("sink is closed")
+        if not self._opened:
+            await asyncio.to_thread(self._open_sync)
+
+    async def write(self, records: Sequence[Record]) -> None:
+        """Encode and append `records`, flushed to the OS when this returns."""
+        if self._closed:
+            raise RuntimeError("sink is closed")
+        if not records:
+            return
+        if not self._opened:
+            await self.open()
+        await asyncio.to_thread(self._write_sync, list(records))
+
+    async def close(self) -> None:
+        """Flush and close the current file. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.to_thread(self._close_sync)
+
+    # -- blocking work, run in a thread --------------------------------------------
+
+    def _open_sync(self) -> None:
+        with self._lock:
+            if self._opened:
+                return
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            pattern = re.compile(re.escape(self._prefix) + r"(\d+)" + re.escape(self.suffix) + "$")
+            seqs = [
+                int(m.group(1)) for p in self.output_dir.iterdir() if (m := pattern.match(p.name))
+            ]
+            self._next_seq = max(seqs, default=-1) + 1
+            self._opened = True
+
+    def _write_sync(self, records: list[Record]) -> None:
+        with self._lock:
+            if self._finished:
+                raise RuntimeError("sink is closed")
+            if self._fh is None:
+                self._new_file()
+            fh = self._fh
+            assert fh is not None
+            try:
+                self._encode_and_write(fh, records)
+                fh.flush()
+            except BaseException:
+                # Don't append after a torn write: start a fresh file next time.
+                self._finish_file(reason="write_failed")
+                raise
+            self._file_records += len(records)
+            if fh.tell() >= self.rotate_bytes:
+                self._finish_file(reason="rotated")
+
+    def _close_sync(self) -> None:
+        with self._lock:
+            self._finished = True
+            self._finish_file(reason="closed")
+
+    def _new_file(self) -> None:
+        while True:
+            path = self.output_dir / f"{self._prefix}{self._next_seq:05d}{self.suffix}"
+            self._next_seq += 1
+            try:
+                fh = path.open("xb")  # exclusive: never clobber another process's file
+            except FileExistsError:
+                continue
+            break
+        self._fh, self._path, self._file_records = fh, path, 0
+        self.files.append(path)
+        try:
+            self._start_file(fh, path)
+            fh.flush()
+        except BaseException:
+            self._finish_file(reason="write_failed")
+            raise
+        log.info("sink_file_opened", extra={"path": str(path)})
+
+    def _finish_file(self, *, reason: str) -> None:
+        fh, path = self._fh, self._path
+        if fh is None:
+            return
+        self._fh = self._path = None
+        size = 0
+        try:
+            try:
+                self._end_file(fh)
+                fh.flush()
+                size = fh.tell()
+            finally:
+                fh.close()
+        except OSError:
+            if reason != "write_failed":
+                raise
+        log.info(
+            "sink_file_closed",
+            extra={
+                "path": str(path),
+                "reason": reason,
+                "records": self._file_records,
+                "size_bytes": size,
+            },
+        )
+
+    # -- format hooks -------------------------------------------------------------
+
+    def _start_file(self, fh: BinaryIO, path: Path) -> None:  # noqa: B027 - optional hook
+        """Write a file header (the WARC warcinfo record). Default: nothing."""
+
+    @abc.abstractmethod
+    def _encode_and_write(self, fh: BinaryIO, records: list[Record]) -> None:
+        """Encode `records` and write them to `fh` (flushed by the caller)."""
+
+    def _end_file(self, fh: BinaryIO) -> None:  # noqa: B027 - optional hook
+        """Write a file trailer. Default: nothing."""

@@ -1,0 +1,116 @@
+"""JSON Lines sink: one JSON object per record, size-rotated files, optional gzip.
+
+Files are ``<crawl>-<worker>-<seq>.jsonl`` (or ``.jsonl.gz``) under `output_dir`, one
+series per consumer. A line holds::
+
+    task_id, url, final_url, status, outcome, headers, bytes, elapsed, attempt,
+    fetched_at, worker, depth, meta, items, body, body_sha1
+
+``body`` is the body decoded as UTF-8 (``errors="replace"``) when `store_body`, else
+null; ``body_sha1`` is the hex SHA-1 of the body bytes whenever there is a body (null
+otherwise), so duplicates can be found without storing bodies.
+
+With gzip on, every batch is written as its own complete gzip member (concatenated
+members are one valid gzip stream, RFC 1952 section 2.2): the file is a readable gzip
+file after every `write()`, not only after `close()`, and a crash loses at most the
+batch being written. Encoding, compression and the write run in one worker thread
+per batch (see `consumer.sinks.base`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import zlib
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import ujson
+
+from consumer.sinks.base import DEFAULT_ROTATE_BYTES, Record, RotatingFileSink
+
+__all__ = ["JsonlSink", "encode_record"]
+
+
+def _sanitize(value: Any, depth: int = 0) -> Any:
+    """A JSON-safe copy: non-finite floats become null, unknown objects their str()."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", errors="replace")
+    if depth < 32 and isinstance(value, list | tuple | set | frozenset):
+        return [_sanitize(v, depth + 1) for v in value]
+    if depth < 32 and isinstance(value, dict):
+        return {str(k): _sanitize(v, depth + 1) for k, v in value.items()}
+    return str(value)
+
+
+def _dumps(doc: dict[str, Any]) -> bytes:
+    try:
+        text = ujson.dumps(
+            doc, ensure_ascii=False, escape_forward_slashes=False, allow_nan=False, default=str
+        )
+        return str(text).encode("utf-8")
+    except (OverflowError, TypeError, ValueError, UnicodeError):
+        # Rare: NaN in meta, lone surrogates or odd objects in items. Slow path.
+        text = ujson.dumps(_sanitize(doc), ensure_ascii=True, escape_forward_slashes=False)
+        return str(text).encode("ascii")
+
+
+def encode_record(record: Record, *, store_body: bool) -> bytes:
+    """One JSON line (with its trailing newline) for `record`."""
+    body = record.body
+    doc: dict[str, Any] = {
+        "task_id": record.task_id,
+        "url": record.url,
+        "final_url": record.final_url,
+        "status": record.status,
+        "outcome": record.outcome,
+        "headers": record.headers,
+        "bytes": record.bytes,
+        "elapsed": record.elapsed,
+        "attempt": record.attempt,
+        "fetched_at": record.fetched_at,
+        "worker": record.worker,
+        "depth": record.depth,
+        "meta": record.meta,
+        "items": record.items,
+        "body": body.decode("utf-8", errors="replace") if store_body and body is not None else None,
+        "body_sha1": hashlib.sha1(body, usedforsecurity=False).hexdigest()
+        if body is not None
+        else None,
+    }
+    return _dumps(doc) + b"\n"
+
+
+class JsonlSink(RotatingFileSink):
+    """Writes records as JSON lines; see the module docstring for the format."""
+
+    def __init__(
+        self,
+        *,
+        output_dir: Path,
+        crawl: str,
+        worker: str,
+        rotate_bytes: int = DEFAULT_ROTATE_BYTES,
+        gzip: bool = False,
+        store_body: bool = False,
+        compresslevel: int = 6,
+    ) -> None:
+        super().__init__(
+            output_dir=output_dir, crawl=crawl, worker=worker, rotate_bytes=rotate_bytes
+        )
+        self.gzip = gzip
+        self.store_body = store_body
+        self.compresslevel = compresslevel
+        self.suffix = ".jsonl.gz" if gzip else ".jsonl"
+
+    def _encode_and_write(self, fh: BinaryIO, records: list[Record]) -> None:
+        data = b"".join(encode_record(r, store_body=self.store_body) for r in records)
+        if self.gzip:
+            # One complete gzip member per batch (wbits 16+: gzip header and trailer).
+            compressor = zlib.compressobj(self.compresslevel, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+            data = compressor.compress(data) + compressor.flush()
+        fh.write(data)
