@@ -1,8 +1,10 @@
 """Redis connections: one place that turns a URL into a client with sane timeouts.
 
-redis-py retries a command after a dropped connection with exponential backoff and
-jitter; loops that must survive a long outage (the consumer) add their own backoff
-around whole steps.
+The pool blocks (up to ``pool_timeout``) when every connection is busy instead of
+failing with "Too many connections": a consumer's many coroutines share a bounded
+number of sockets. redis-py retries a command after a dropped connection with
+exponential backoff and jitter; loops that must survive a long outage (the consumer)
+add their own backoff around whole steps.
 """
 
 from __future__ import annotations
@@ -14,13 +16,17 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 
-def connect(url: str, *, retries: int = 3, socket_timeout: float = 10.0) -> aioredis.Redis:
+def connect(url: str, *, retries: int = 3, socket_timeout: float = 10.0,
+            max_connections: int = 32, pool_timeout: float = 30.0) -> aioredis.Redis:
     """A client for ``url`` (redis:// or rediss://); connects lazily on first use."""
-    return aioredis.Redis.from_url(
+    pool = aioredis.BlockingConnectionPool.from_url(
         url,
+        max_connections=max_connections,
+        timeout=pool_timeout,
         socket_timeout=socket_timeout,
         socket_connect_timeout=5.0,
         health_check_interval=15,
         retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=2.0), retries),
         retry_on_error=[RedisConnectionError, RedisTimeoutError],
     )
+    return aioredis.Redis(connection_pool=pool)

@@ -51,7 +51,14 @@ time), ``results`` STREAM (the redis-stream sink), ``workers`` ZSET (worker id -
 last heartbeat, unix ms) and ``worker:<id>`` HASH (id, host, pid, started, heartbeat,
 in_flight, done, failed; expires unless refreshed), ``history`` LIST (newest first, at
 most 240 JSON snapshots ``{"t": unix s, "done": n, ...}`` of the summed counters, one
-per reap interval, for rates over the last minute).
+per reap interval, for rates over the last minute), ``hosts`` HASH (politeness: host ->
+next allowed request start, ms of Redis TIME; written by host_acquire/host_release) and
+``slots:<host>`` ZSET (a host's live fetch slots: token -> expiry ms).
+
+Robots (``crawlq:{<crawl>}:robots:<origin>``, origin ``scheme://host[:port]``): STRING,
+JSON ``{"status", "body", "fetched_at"}`` of that origin's robots.txt (``"error"`` set
+after a failed fetch), EX the robots TTL (60 s after a failure); ``<key>:lock`` STRING is
+its SET NX PX guard so one consumer of the fleet fetches it (``consumer.robots``).
 
 Global: ``crawlq:crawls`` SET of crawl names.
 """
@@ -149,5 +156,16 @@ class CrawlKeys:
                    crawl_key(crawl, "results"), crawl_key(crawl, "workers"),
                    crawl_key(crawl, "history"))
 
+    def robots(self, origin: str) -> str:
+        """One origin's cached robots.txt; `origin` is ``scheme://host[:port]``."""
+        return crawl_key(self.crawl, f"robots:{origin}")
+
     def worker(self, worker_id: str) -> str:
         return crawl_key(self.crawl, f"worker:{worker_id}")
+
+    @property
+    def hosts(self) -> str:
+        return crawl_key(self.crawl, "hosts")
+
+    def slots(self, host: str) -> str:
+        return crawl_key(self.crawl, f"slots:{host}")

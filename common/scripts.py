@@ -13,7 +13,7 @@ from typing import Any
 
 NAMES = (
     "enqueue", "enqueue_bloom", "lease", "renew", "ack", "fail", "release", "defer",
-    "checkpoint", "reclaim", "promote", "requeue", "purge",
+    "checkpoint", "reclaim", "promote", "requeue", "purge", "host_acquire", "host_release",
 )
 
 
@@ -44,3 +44,5 @@ class Scripts:
     promote: Any
     requeue: Any
     purge: Any
+    host_acquire: Any
+    host_release: Any

@@ -1,0 +1,32 @@
+"""``crawlq-consumer`` / ``python -m consumer``: the long-lived fetching service."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from common.errors import ConfigError
+from common.logs import setup_logging
+from consumer.config import build_parser, settings_from_args
+from consumer.run import run
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse flags and env, then run the consumer until it is stopped."""
+    try:
+        args = build_parser().parse_args(argv)
+        settings = settings_from_args(args)
+    except ConfigError as exc:
+        print(f"crawlq-consumer: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(settings.common.log_level, settings.common.log_format)
+    try:
+        import uvloop  # noqa: PLC0415 - optional: not built for every platform
+    except ImportError:
+        return asyncio.run(run(settings))
+    return uvloop.run(run(settings))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""The consumer's settings: every option a flag and a ``CRAWLQ_*`` environment variable."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from common.config import (
+    COMMON_OPTIONS,
+    CommonSettings,
+    Option,
+    add_options,
+    duration,
+    size,
+)
+from common.errors import ConfigError
+from consumer.fetcher import FetchSettings
+from consumer.sinks import SINK_KINDS
+
+
+def _network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    try:
+        return ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an IP network: {text!r} (try 10.0.0.0/8)"
+                                         ) from None
+
+
+CONSUMER_OPTIONS = (
+    Option("--concurrency", "CRAWLQ_CONCURRENCY", 64, "fetches in flight in this process",
+           type=int),
+    Option("--lease", "CRAWLQ_LEASE", 60.0,
+           "lease length; a dead consumer's tasks come back after this (e.g. 60s)",
+           type=duration),
+    Option("--batch-size", "CRAWLQ_BATCH_SIZE", 0,
+           "tasks per lease/ack round trip (0 = derived from --concurrency)", type=int),
+    Option("--per-host-concurrency", "CRAWLQ_PER_HOST_CONCURRENCY", 2,
+           "most requests in flight to one host across the whole fleet (0 = no limit)",
+           type=int),
+    Option("--per-host-delay", "CRAWLQ_PER_HOST_DELAY", 1.0,
+           "least time between requests to one host across the whole fleet",
+           type=duration),
+    Option("--timeout", "CRAWLQ_TIMEOUT", 30.0, "total time for one fetch, redirects and "
+           "body included", type=duration),
+    Option("--connect-timeout", "CRAWLQ_CONNECT_TIMEOUT", 10.0, "TCP+TLS connect timeout",
+           type=duration),
+    Option("--read-timeout", "CRAWLQ_READ_TIMEOUT", 15.0, "longest silence while reading",
+           type=duration),
+    Option("--max-body-bytes", "CRAWLQ_MAX_BODY_BYTES", 10 * 2**20,
+           "body cap, counted on decompressed bytes (e.g. 10MiB)", type=size),
+    Option("--user-agent", "CRAWLQ_USER_AGENT",
+           "crawlq/0.1 (+https://github.com/crawlq/crawlq)", "User-Agent header"),
+    Option("--proxy", "CRAWLQ_PROXIES", [], "HTTP(S) proxy URL, repeatable (env: comma "
+           "separated); rotated per request", append=True, secret=True),
+    Option("--allow-private", "CRAWLQ_ALLOW_PRIVATE", False,
+           "turn the SSRF guard off: allow loopback/private/link-local targets",
+           flag_only_bool=True),
+    Option("--allow-network", "CRAWLQ_ALLOW_NETWORKS", [],
+           "a network the SSRF guard lets through, repeatable (e.g. 10.1.0.0/16)",
+           type=_network, append=True),
+    Option("--ignore-robots", "CRAWLQ_IGNORE_ROBOTS", False,
+           "do not fetch or obey robots.txt (only for sites you own)", flag_only_bool=True),
+    Option("--robots-ttl", "CRAWLQ_ROBOTS_TTL", 86400.0, "how long robots.txt is cached",
+           type=duration),
+    Option("--sink", "CRAWLQ_SINK", "jsonl", "where results go", choices=SINK_KINDS),
+    Option("--output", "CRAWLQ_OUTPUT", Path("crawlq-output"),
+           "directory for jsonl/warc files", type=Path),
+    Option("--rotate-size", "CRAWLQ_ROTATE_SIZE", 256 * 2**20,
+           "start a new result file past this size", type=size),
+    Option("--gzip", "CRAWLQ_GZIP", False, "gzip jsonl files", flag_only_bool=True),
+    Option("--store-body", "CRAWLQ_STORE_BODY", False, "store response bodies in jsonl "
+           "and stream results (WARC always does)", flag_only_bool=True),
+    Option("--stream-maxlen", "CRAWLQ_STREAM_MAXLEN", 1_000_000,
+           "approximate cap of the redis-stream sink", type=int),
+    Option("--handler", "CRAWLQ_HANDLER", "", "async handler module:function, given each "
+           "response; may return items and new URLs (e.g. consumer.handlers:links)"),
+    Option("--max-depth", "CRAWLQ_MAX_DEPTH", 3, "deepest link depth a handler may enqueue",
+           type=int),
+    Option("--allow-domains", "CRAWLQ_ALLOW_DOMAINS", [], "domain a handler's links may "
+           "go to (and its subdomains), repeatable; none = the parent URL's host",
+           append=True),
+    Option("--http-host", "CRAWLQ_HTTP_HOST", "127.0.0.1",
+           "address of /healthz, /readyz and /metrics"),
+    Option("--http-port", "CRAWLQ_HTTP_PORT", 9410,
+           "port of /healthz, /readyz and /metrics (0 = any free port, -1 = off)", type=int),
+    Option("--grace", "CRAWLQ_GRACE", 20.0, "on SIGTERM, how long in-flight fetches may "
+           "finish before the rest is released", type=duration),
+    Option("--exit-when-empty", "CRAWLQ_EXIT_WHEN_EMPTY", False,
+           "exit 0 once nothing is pending, leased or waiting in the whole crawl",
+           flag_only_bool=True),
+    Option("--empty-grace", "CRAWLQ_EMPTY_GRACE", 5.0, "with --exit-when-empty: keep "
+           "waiting this long after start for a producer", type=duration),
+    Option("--retry-base", "CRAWLQ_RETRY_BASE", 2.0, "backoff before the first retry; "
+           "doubles per attempt, with full jitter", type=duration),
+    Option("--retry-cap", "CRAWLQ_RETRY_CAP", 600.0, "longest backoff between attempts",
+           type=duration),
+    Option("--max-retry-after", "CRAWLQ_MAX_RETRY_AFTER", 3600.0,
+           "longest Retry-After honoured", type=duration),
+    Option("--max-stalls", "CRAWLQ_MAX_STALLS", 2, "lease expiries before a task is dead "
+           "with reason 'stalled'", type=int),
+    Option("--worker-id", "CRAWLQ_WORKER_ID", "", "this consumer's id (default "
+           "host-pid-random)"),
+)
+
+
+def default_worker_id() -> str:
+    """host-pid-random: unique even when replicas share a hostname (host networking)."""
+    return f"{socket.gethostname()[:32]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSettings:
+    """Everything the consumer needs, built once in main()."""
+
+    common: CommonSettings = field(default_factory=CommonSettings)
+    fetch: FetchSettings = field(default_factory=FetchSettings)
+    concurrency: int = 64
+    lease_s: float = 60.0
+    batch_size: int = 0
+    per_host_concurrency: int = 2
+    per_host_delay_s: float = 1.0
+    ignore_robots: bool = False
+    robots_ttl_s: float = 86400.0
+    sink: str = "jsonl"
+    output: Path = Path("crawlq-output")
+    rotate_bytes: int = 256 * 2**20
+    gzip: bool = False
+    store_body: bool = False
+    stream_maxlen: int = 1_000_000
+    handler: str = ""
+    max_depth: int = 3
+    allow_domains: tuple[str, ...] = ()
+    http_host: str = "127.0.0.1"
+    http_port: int = 9410
+    grace_s: float = 20.0
+    exit_when_empty: bool = False
+    empty_grace_s: float = 5.0
+    retry_base_s: float = 2.0
+    retry_cap_s: float = 600.0
+    max_retry_after_s: float = 3600.0
+    max_stalls: int = 2
+    worker_id: str = field(default_factory=default_worker_id)
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ConfigError("--concurrency must be >= 1")
+        if self.lease_s < 1:
+            raise ConfigError("--lease must be at least 1s (heartbeats renew at a third)")
+        if self.per_host_concurrency < 0 or self.per_host_delay_s < 0:
+            raise ConfigError("--per-host-concurrency and --per-host-delay must be >= 0")
+        if self.max_depth < 0 or self.max_stalls < 0 or self.batch_size < 0:
+            raise ConfigError("--max-depth, --max-stalls and --batch-size must be >= 0")
+
+    @property
+    def lease_ms(self) -> int:
+        return int(self.lease_s * 1000)
+
+    @property
+    def retry_base_ms(self) -> int:
+        return int(self.retry_base_s * 1000)
+
+    @property
+    def retry_cap_ms(self) -> int:
+        return int(self.retry_cap_s * 1000)
+
+    @property
+    def max_retry_after_ms(self) -> int:
+        return int(self.max_retry_after_s * 1000)
+
+    @property
+    def lease_batch(self) -> int:
+        """Tasks per lease call: enough to keep every fetch slot busy, no more."""
+        return self.batch_size or max(8, min(500, self.concurrency * 2))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="crawlq-consumer",
+        description="Lease URLs from a crawlq queue, fetch them politely, write results.",
+    )
+    add_options(parser, (*COMMON_OPTIONS, *CONSUMER_OPTIONS))
+    return parser
+
+
+def settings_from_args(args: argparse.Namespace) -> ConsumerSettings:
+    """Build the settings from parsed arguments (ConfigError on a bad combination)."""
+    fetch = FetchSettings(
+        user_agent=args.user_agent,
+        total_timeout=args.timeout,
+        connect_timeout=args.connect_timeout,
+        sock_read_timeout=args.read_timeout,
+        max_body_bytes=args.max_body_bytes,
+        allow_private=args.allow_private,
+        allow_networks=tuple(args.allow_network),
+        proxies=tuple(args.proxy),
+        concurrency=args.concurrency,
+        limit_per_host=max(args.per_host_concurrency, 0),
+    )
+    return ConsumerSettings(
+        common=CommonSettings.from_args(args),
+        fetch=fetch,
+        concurrency=args.concurrency,
+        lease_s=args.lease,
+        batch_size=args.batch_size,
+        per_host_concurrency=args.per_host_concurrency,
+        per_host_delay_s=args.per_host_delay,
+        ignore_robots=args.ignore_robots,
+        robots_ttl_s=args.robots_ttl,
+        sink=args.sink,
+        output=args.output,
+        rotate_bytes=args.rotate_size,
+        gzip=args.gzip,
+        store_body=args.store_body,
+        stream_maxlen=args.stream_maxlen,
+        handler=args.handler,
+        max_depth=args.max_depth,
+        allow_domains=tuple(d.lower().strip(".") for d in args.allow_domains),
+        http_host=args.http_host,
+        http_port=args.http_port,
+        grace_s=args.grace,
+        exit_when_empty=args.exit_when_empty,
+        empty_grace_s=args.empty_grace,
+        retry_base_s=args.retry_base,
+        retry_cap_s=args.retry_cap,
+        max_retry_after_s=args.max_retry_after,
+        max_stalls=args.max_stalls,
+        worker_id=args.worker_id or default_worker_id(),
+    )

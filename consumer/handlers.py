@@ -1,0 +1,101 @@
+"""User handlers: code that sees each response and may return items and new URLs.
+
+A handler is ``async def handler(response: FetchResult, ctx: HandlerContext)`` named on
+the command line as ``module:function``. It may return ``None``, a
+:class:`HandlerResult`, or a dict with ``items`` and/or ``urls``. URLs it returns are
+enqueued through the crawl's dedup with depth + 1 (bounded by ``--max-depth`` and
+``--allow-domains``). ``await ctx.save_checkpoint(value)`` stores progress that a
+reclaimed task resumes from (``ctx.checkpoint``). An exception fails the task with
+reason ``handler_error``; it never stops the consumer.
+
+``consumer.handlers:links`` is a ready-made handler that follows ``<a href>`` links.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from common.errors import ConfigError
+from common.task import Task
+from consumer.fetcher import FetchResult
+
+
+class LeaseLostError(Exception):
+    """The task's lease was lost: its checkpoint can't be saved and its result is dropped."""
+
+
+@dataclass(slots=True)
+class HandlerResult:
+    """What a handler returns: items for the sink and URLs to crawl next."""
+
+    items: list[Any] = field(default_factory=list)
+    urls: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class HandlerContext:
+    """What a handler knows about its task and can do with it."""
+
+    task: Task
+    worker: str
+    _save: Callable[[Any], Awaitable[bool]]
+
+    @property
+    def checkpoint(self) -> Any:
+        """The last checkpoint saved for this task (None on a first attempt)."""
+        return self.task.checkpoint
+
+    async def save_checkpoint(self, value: Any) -> None:
+        """Store progress; raises LeaseLostError if this consumer no longer owns the task."""
+        if not await self._save(value):
+            raise LeaseLostError(f"lease on task {self.task.id} was lost")
+
+
+Handler = Callable[[FetchResult, HandlerContext], Awaitable[HandlerResult | dict[str, Any] | None]]
+
+
+def load_handler(spec: str) -> Handler:
+    """Import ``module:function``; ConfigError saying what is wrong otherwise."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"--handler {spec!r} must look like module:function")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"--handler {spec!r}: cannot import {module_name!r}: {exc}") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ConfigError(f"--handler {spec!r}: {module_name} has no function {attr!r}")
+    return fn  # type: ignore[no-any-return]
+
+
+def as_result(value: HandlerResult | dict[str, Any] | None) -> HandlerResult:
+    """Normalize what a handler returned; TypeError on anything else."""
+    if value is None:
+        return HandlerResult()
+    if isinstance(value, HandlerResult):
+        return value
+    if isinstance(value, dict):
+        return HandlerResult(items=list(value.get("items") or []),
+                             urls=[str(u) for u in value.get("urls") or []])
+    raise TypeError(f"a handler must return None, HandlerResult or dict, not "
+                    f"{type(value).__name__}")
+
+
+async def links(response: FetchResult, ctx: HandlerContext) -> HandlerResult:
+    """Follow every ``<a href>`` of an HTML page (resolved against its final URL)."""
+    ctype = response.headers.get("content-type", "")
+    if "html" not in ctype or not response.body:
+        return HandlerResult()
+    import lxml.html  # noqa: PLC0415 - lxml is only needed by this optional handler
+
+    try:
+        doc = lxml.html.document_fromstring(response.body, base_url=response.final_url)
+    except (ValueError, lxml.etree.ParserError):
+        return HandlerResult()
+    doc.make_links_absolute(response.final_url, handle_failures="discard")
+    urls = [href for el in doc.iter("a") if (href := el.get("href"))]
+    return HandlerResult(urls=urls)

@@ -1,0 +1,110 @@
+"""Wires the consumer together from its settings: Redis, queue, fetcher, sink, server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+
+import redis.asyncio as aioredis
+
+from common.connection import connect
+from common.errors import ConfigError
+from common.keys import CrawlKeys
+from common.metrics import Metrics
+from common.queue import CrawlQueue, RetryPolicy
+from consumer.config import ConsumerSettings
+from consumer.fetcher import Fetcher
+from consumer.handlers import load_handler
+from consumer.http_server import SideServer
+from consumer.robots import RobotsCache
+from consumer.sinks import make_sink
+from consumer.worker import REDIS_ERRORS, Backoff, Consumer
+
+log = logging.getLogger("consumer")
+
+
+async def _wait_for_crawl(settings: ConsumerSettings, client: aioredis.Redis,
+                          stop: asyncio.Event) -> CrawlQueue | None:
+    """Open the crawl, waiting for a producer to create it (None: stopped or gave up)."""
+    policy = RetryPolicy(base_ms=settings.retry_base_ms, cap_ms=settings.retry_cap_ms,
+                         max_retry_after_ms=settings.max_retry_after_ms,
+                         max_stalls=settings.max_stalls)
+    backoff = Backoff(base=0.1, cap=2.0)
+    started = time.monotonic()
+    announced = False
+    while not stop.is_set():
+        try:
+            if await client.exists(CrawlKeys.build(settings.common.crawl).meta):
+                return await CrawlQueue.existing(client, settings.common.crawl,
+                                                 policy=policy)
+        except REDIS_ERRORS as exc:
+            log.warning("redis_unreachable", extra={"error": str(exc)[:200]})
+        if not announced:
+            log.info("waiting_for_crawl", extra={"crawl": settings.common.crawl})
+            announced = True
+        if settings.exit_when_empty and time.monotonic() - started > settings.empty_grace_s:
+            log.warning("no_such_crawl", extra={"crawl": settings.common.crawl})
+            return None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=min(2.0, 0.1 * 2 ** backoff.failures))
+        backoff.failures += 1
+    return None
+
+
+async def run(settings: ConsumerSettings) -> int:
+    """Run one consumer until it is stopped; returns the exit code."""
+    handler = load_handler(settings.handler) if settings.handler else None
+    client = connect(settings.common.redis_url)
+    metrics = Metrics()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    consumer: Consumer | None = None
+
+    def on_signal() -> None:
+        stop.set()
+        if consumer is not None:
+            consumer.request_stop()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+    server: SideServer | None = None
+    try:
+        queue = await _wait_for_crawl(settings, client, stop)
+        if queue is None:
+            return 0
+        sink = make_sink(settings.sink, output_dir=settings.output, worker=settings.worker_id,
+                         crawl=settings.common.crawl, redis=client,
+                         rotate_bytes=settings.rotate_bytes, gzip=settings.gzip,
+                         store_body=settings.store_body, stream_maxlen=settings.stream_maxlen,
+                         stream_key=CrawlKeys.build(settings.common.crawl).results)
+        await sink.open()
+        async with Fetcher(settings.fetch) as fetcher:
+            robots = None if settings.ignore_robots else RobotsCache(
+                client, settings.common.crawl, fetcher, user_agent=settings.fetch.user_agent,
+                ttl_s=settings.robots_ttl_s)
+            consumer = Consumer(settings, queue, fetcher, sink, metrics, robots=robots,
+                                handler=handler)
+            if stop.is_set():
+                consumer.request_stop()
+            if settings.http_port >= 0:
+                server = SideServer(settings.http_host, settings.http_port, metrics,
+                                    consumer.ready_problem)
+                port = await server.start()
+                log.info("http_listening", extra={"host": settings.http_host, "port": port})
+            try:
+                return await consumer.run()
+            finally:
+                if robots is not None:
+                    await robots.close()
+    except ConfigError as exc:
+        log.error("config_error", extra={"error": str(exc)})
+        return 2
+    finally:
+        if server is not None:
+            await server.stop()
+        await client.aclose()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)

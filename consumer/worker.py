@@ -1,0 +1,570 @@
+"""The consumer's work loop: lease, fetch politely, write results, ack — and drain.
+
+Coroutines of one process:
+
+- the leaser keeps up to 2 x ``--concurrency`` leases held, leasing in batches, and
+  starts one task coroutine per lease;
+- a task coroutine checks robots.txt, takes a fetch slot (the local semaphore) and a
+  host slot (Redis, micro-batched), fetches, runs the handler, and queues a completion;
+- the flusher writes completed results to the sink, enqueues discovered URLs, then
+  acks/fails/defers in batches — acks only after the sink has the result;
+- the heartbeat renews every held lease in one script call per partition, cancels work
+  whose lease was lost, and refreshes the worker registry;
+- the reaper reclaims expired leases and promotes due retries (one worker per interval).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.exceptions import RedisError
+from yarl import URL
+
+from common import codec
+from common.errors import FetchError
+from common.metrics import Metrics
+from common.queue import Code, CrawlQueue, Failure, Lease, NewTask
+from common.urls import canonicalize, fingerprint
+from consumer.batching import MicroBatcher
+from consumer.config import ConsumerSettings
+from consumer.fetcher import Fetcher, FetchResult
+from consumer.handlers import Handler, HandlerContext, LeaseLostError, as_result
+from consumer.politeness import HostRequest, Politeness, Slot
+from consumer.registry import WorkerRegistry
+from consumer.robots import RobotsCache
+from consumer.sinks import Record, Sink
+
+log = logging.getLogger("consumer")
+
+#: A host wait up to this long is slept locally; a longer one defers the task in Redis.
+LOCAL_WAIT_MAX_MS = 500
+#: A 429/503 without Retry-After cools its host down this long, fleet-wide.
+DEFAULT_COOLDOWN_MS = 30_000
+MAX_COOLDOWN_MS = 600_000
+FLUSH_INTERVAL_S = 0.02
+HISTORY_EVERY_S = 5.0
+HISTORY_LEN = 240
+REDIS_ERRORS = (RedisError, OSError)
+
+
+@dataclass(slots=True)
+class Completion:
+    """What became of one leased task, waiting for the flusher."""
+
+    lease: Lease
+    kind: str  # "ack" | "fail" | "defer"
+    outcome: str = "ok"
+    record: Record | None = None
+    failure: Failure | None = None
+    delay_ms: int = 0
+    urls: list[str] = field(default_factory=list)
+    slot: Slot | None = None
+    cooldown_ms: int = 0
+
+
+class Backoff:
+    """Exponential backoff with full jitter for loops that must survive Redis outages."""
+
+    def __init__(self, base: float = 0.1, cap: float = 5.0) -> None:
+        self.base, self.cap, self.failures = base, cap, 0
+
+    async def sleep(self) -> None:
+        self.failures += 1
+        await asyncio.sleep(random.uniform(0, min(self.cap, self.base * 2 ** self.failures)))
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+def host_key(url: str) -> str:
+    """The politeness key of a URL: host, plus the port when it is not the default."""
+    u = URL(url, encoded=True)
+    host = u.raw_host or ""
+    return f"{host}:{u.explicit_port}" if u.explicit_port else host
+
+
+class Consumer:
+    """One consumer process's work loop over one crawl."""
+
+    def __init__(
+        self,
+        settings: ConsumerSettings,
+        queue: CrawlQueue,
+        fetcher: Fetcher,
+        sink: Sink,
+        metrics: Metrics,
+        *,
+        robots: RobotsCache | None = None,
+        handler: Handler | None = None,
+    ) -> None:
+        self.s = settings
+        self.worker = settings.worker_id
+        self.queue = queue
+        self.fetcher = fetcher
+        self.sink = sink
+        self.metrics = metrics
+        self.robots = robots
+        self.handler = handler
+        self.politeness = Politeness(
+            queue.client, queue.crawl, self.worker,
+            concurrency=settings.per_host_concurrency, delay_s=settings.per_host_delay_s,
+            slot_ttl_ms=settings.lease_ms, scripts=queue.scripts)
+        self.registry = WorkerRegistry(queue.client, queue.crawl, self.worker,
+                                       ttl_s=settings.lease_s)
+        self._acquirer: MicroBatcher[HostRequest, Slot | int] = MicroBatcher(
+            self.politeness.acquire)
+        self._sem = asyncio.Semaphore(settings.concurrency)
+        self.held: dict[str, Lease] = {}
+        self._deadline: dict[str, float] = {}  # id -> local monotonic lease deadline
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._fetching: set[str] = set()
+        self._completions: list[Completion] = []
+        self._completed = asyncio.Event()
+        self._room = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._hard_stop = False
+        self.draining = False
+        self.stop_reason = ""
+        self.started = time.monotonic()
+        self.done = 0
+        self.failed = 0
+        self._margin_s = min(1.0, settings.lease_s / 10)
+        self._last_history = 0.0
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """First call: drain gracefully. Second call: release everything and exit now."""
+        if self.draining:
+            self._hard_stop = True
+            for task in self._tasks.values():
+                task.cancel()
+        self.draining = True
+        self._stop.set()
+        self._room.set()
+
+    async def ready_problem(self) -> str | None:
+        """Why /readyz should fail, or None."""
+        if self.draining:
+            return "draining"
+        try:
+            await self.queue.client.ping()
+        except REDIS_ERRORS as exc:
+            return f"redis unreachable: {type(exc).__name__}"
+        return None
+
+    async def run(self) -> int:
+        """Work until stopped (signal, or an empty crawl with --exit-when-empty)."""
+        log.info("consumer_started", extra={"worker": self.worker, "crawl": self.queue.crawl,
+                                             "concurrency": self.s.concurrency})
+        helpers = [asyncio.create_task(c) for c in (
+            self._heartbeat(), self._reaper(), self._flusher(), self._acquirer.run())]
+        try:
+            await self._leaser()
+            await self._drain()
+        finally:
+            for task in helpers:
+                task.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            with contextlib.suppress(*REDIS_ERRORS):
+                await self.registry.leave()
+        log.info("consumer_stopped", extra={"worker": self.worker, "reason": self.stop_reason,
+                                            "done": self.done, "failed": self.failed})
+        return 0
+
+    # -- leasing ----------------------------------------------------------------------
+
+    async def _leaser(self) -> None:
+        max_held = 2 * self.s.concurrency
+        idle = Backoff(base=0.02, cap=1.0)
+        errors = Backoff()
+        while not self.draining:
+            room = max_held - len(self.held)
+            if room < max(1, min(self.s.lease_batch, max_held) // 4):
+                self._room.clear()
+                await self._room.wait()
+                continue
+            t0 = time.monotonic()
+            try:
+                leases = await self.queue.lease(self.worker, min(room, self.s.lease_batch),
+                                                self.s.lease_ms)
+            except REDIS_ERRORS as exc:
+                self.metrics.redis_errors_total.inc()
+                log.warning("redis_error", extra={"during": "lease", "error": str(exc)})
+                await self._sleep_unless_stopped(errors)
+                continue
+            errors.reset()
+            for lease in leases:
+                self.held[lease.id] = lease
+                self._deadline[lease.id] = t0 + self.s.lease_s
+                self._tasks[lease.id] = asyncio.create_task(self._work(lease))
+            if leases:
+                idle.reset()
+                continue
+            if self.s.exit_when_empty and await self._crawl_finished():
+                self.stop_reason = "crawl empty"
+                self.draining = True
+                return
+            await self._sleep_unless_stopped(idle)
+        if not self.stop_reason:
+            self.stop_reason = "signal"
+
+    async def _sleep_unless_stopped(self, backoff: Backoff) -> None:
+        with contextlib.suppress(TimeoutError):
+            backoff.failures += 1
+            delay = min(backoff.cap, backoff.base * 2 ** backoff.failures)
+            await asyncio.wait_for(self._stop.wait(), timeout=random.uniform(delay / 2, delay))
+
+    async def _crawl_finished(self) -> bool:
+        if self.held or self._completions:
+            return False
+        if time.monotonic() - self.started < self.s.empty_grace_s:
+            return False
+        try:
+            await self.queue.promote()
+            stats = await self.queue.stats()
+        except REDIS_ERRORS:
+            return False
+        return stats.active == 0
+
+    # -- one task ---------------------------------------------------------------------
+
+    async def _work(self, lease: Lease) -> None:
+        slot: Slot | None = None
+        try:
+            url = lease.task.url
+            crawl_delay = None
+            if self.robots is not None:
+                try:
+                    verdict = await self.robots.check(url)
+                except FetchError as exc:
+                    self._complete_error(lease, exc, None)
+                    return
+                if not verdict.allowed:
+                    self._complete(Completion(lease, "ack", "robots_disallowed",
+                                              record=self._record(lease, None,
+                                                                  "robots_disallowed")))
+                    return
+                crawl_delay = verdict.crawl_delay
+            errors = Backoff()
+            while True:
+                async with self._sem:
+                    if self.politeness.enabled:
+                        try:
+                            got = await self._acquirer.request(HostRequest(
+                                host_key(url), self.politeness.delay_for(crawl_delay)))
+                        except REDIS_ERRORS:
+                            got = -1
+                    else:
+                        got = None
+                    if got is None or isinstance(got, Slot):
+                        slot = got
+                        await self._fetch(lease, slot)
+                        slot = None
+                        return
+                if got < 0:
+                    await errors.sleep()
+                elif got > LOCAL_WAIT_MAX_MS or self.draining:
+                    self.metrics.deferrals_total.inc()
+                    self._complete(Completion(lease, "defer", "deferred", delay_ms=got))
+                    return
+                else:
+                    await asyncio.sleep(got / 1000)
+        except asyncio.CancelledError:
+            if slot is not None:
+                self._complete(Completion(lease, "drop", slot=slot))
+            raise
+        except Exception as exc:
+            log.exception("task_crashed", extra={"id": lease.id})
+            self._complete(Completion(lease, "fail", failure=Failure(
+                lease, "internal_error", f"{type(exc).__name__}: {exc}"), slot=slot))
+        finally:
+            if self._tasks.get(lease.id) is asyncio.current_task():
+                del self._tasks[lease.id]
+
+    async def _fetch(self, lease: Lease, slot: Slot | None) -> None:
+        self._fetching.add(lease.id)
+        self.metrics.in_flight.inc()
+        started = time.monotonic()
+        try:
+            result = await self.fetcher.fetch(lease.task.url)
+        except FetchError as exc:
+            self.metrics.response(exc.status)
+            self._complete_error(lease, exc, slot)
+            return
+        finally:
+            self.metrics.in_flight.dec()
+            self.metrics.fetch_duration_seconds.observe(time.monotonic() - started)
+            self._fetching.discard(lease.id)
+        self.metrics.response(result.status, len(result.body))
+        outcome = "ok" if result.status < 400 else "http_4xx"
+        record = self._record(lease, result, outcome)
+        urls: list[str] = []
+        if self.handler is not None:
+            try:
+                handled = as_result(await self.handler(result, self._context(lease)))
+            except LeaseLostError:
+                self._complete(Completion(lease, "drop", slot=slot))
+                return
+            except Exception as exc:
+                self.metrics.error("handler_error")
+                self._complete(Completion(lease, "fail", failure=Failure(
+                    lease, "handler_error", f"{type(exc).__name__}: {exc}"[:500]), slot=slot))
+                return
+            record.items = handled.items
+            urls = handled.urls
+        self._complete(Completion(lease, "ack", outcome, record=record, urls=urls, slot=slot))
+
+    def _context(self, lease: Lease) -> HandlerContext:
+        async def save(value: Any) -> bool:
+            return await self.queue.checkpoint(self.worker, lease, value) == Code.OK
+        return HandlerContext(task=lease.task, worker=self.worker, _save=save)
+
+    def _complete_error(self, lease: Lease, exc: FetchError, slot: Slot | None) -> None:
+        self.metrics.error(exc.reason)
+        cooldown = 0
+        if exc.status in (429, 503):
+            cooldown = (DEFAULT_COOLDOWN_MS if exc.retry_after is None
+                        else min(MAX_COOLDOWN_MS, max(1000, int(exc.retry_after * 1000))))
+        self._complete(Completion(lease, "fail", failure=Failure(
+            lease, exc.reason, exc.message[:500], retry_after=exc.retry_after,
+            permanent=not exc.retryable), slot=slot, cooldown_ms=cooldown))
+
+    def _record(self, lease: Lease, result: FetchResult | None, outcome: str) -> Record:
+        task = lease.task
+        if result is None:
+            return Record(task_id=task.id, url=task.url, final_url=task.url, status=None,
+                          outcome=outcome, headers={}, raw_headers=[], body=None, bytes=0,
+                          elapsed=0.0, attempt=task.attempt, fetched_at=time.time(),
+                          worker=self.worker, depth=task.depth, meta=task.meta)
+        return Record(task_id=task.id, url=task.url, final_url=result.final_url,
+                      status=result.status, outcome=outcome, headers=result.headers,
+                      raw_headers=result.raw_headers, body=result.body,
+                      bytes=len(result.body), elapsed=result.elapsed, attempt=task.attempt,
+                      fetched_at=time.time(), worker=self.worker,
+                      http_version=result.http_version, depth=task.depth, meta=task.meta)
+
+    def _complete(self, completion: Completion) -> None:
+        self._completions.append(completion)
+        self._completed.set()
+
+    # -- flushing ---------------------------------------------------------------------
+
+    async def _flusher(self) -> None:
+        while True:
+            await self._completed.wait()
+            await asyncio.sleep(FLUSH_INTERVAL_S)
+            self._completed.clear()
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Write completed results, then ack/fail/defer them (retrying through outages)."""
+        while self._completions:
+            batch = self._completions[:1000]
+            del self._completions[:1000]
+            await self._flush_batch(batch)
+
+    async def _flush_batch(self, batch: list[Completion]) -> None:
+        now = time.monotonic()
+        live: list[Completion] = []
+        for c in batch:
+            if c.kind == "drop":
+                continue
+            if self.held.get(c.lease.id) is not c.lease:
+                continue  # lost at a heartbeat: its result is dropped
+            if now > self._deadline.get(c.lease.id, 0) - self._margin_s:
+                self._forget(c.lease, lost=True)  # expired (e.g. the process was stopped)
+                continue
+            live.append(c)
+        records = [c.record for c in live if c.kind == "ack" and c.record is not None]
+        children = self._children(live)
+        acks = [(c.lease, c.outcome) for c in live if c.kind == "ack"]
+        fails = [c.failure for c in live if c.kind == "fail" and c.failure is not None]
+        defers = [(c.lease, c.delay_ms) for c in live if c.kind == "defer"]
+        slots = [(c.slot, c.cooldown_ms) for c in batch if c.slot is not None]
+        if records:
+            await self._retry("sink", lambda: self.sink.write(records))
+        if children:
+            await self._retry("enqueue", lambda: self.queue.enqueue(children))
+        if acks:
+            codes = await self._retry("ack", lambda: self.queue.ack(self.worker, acks))
+            self._account(acks, codes, lambda a: a[0], lambda a: a[1])
+        if fails:
+            results = await self._retry("fail", lambda: self.queue.fail(self.worker, fails))
+            self._account(fails, [c for c, _ in results], lambda f: f.lease, lambda f: "")
+        if defers:
+            codes = await self._retry("defer", lambda: self.queue.defer(self.worker, defers))
+            self._account(defers, codes, lambda d: d[0], lambda d: "deferred")
+        if slots:
+            await self._retry("release_host", lambda: self.politeness.release(slots))
+
+    def _account(self, items: Sequence[Any], codes: Sequence[Code],
+                 lease_of: Callable[[Any], Lease], outcome_of: Callable[[Any], str]) -> None:
+        for item, code in zip(items, codes, strict=True):
+            lease = lease_of(item)
+            self._forget(lease, lost=code in (Code.STALE, Code.EXPIRED, Code.UNKNOWN))
+            if code in (Code.STALE, Code.EXPIRED, Code.UNKNOWN):
+                self.metrics.task("stale")
+            elif code == Code.RETRY:
+                self.failed += 1
+                self.metrics.task("retried")
+            elif code == Code.DEAD:
+                self.failed += 1
+                self.metrics.task("dead")
+                log.debug("task_dead", extra={"id": lease.id})
+            else:
+                outcome = outcome_of(item)
+                if outcome != "deferred":
+                    self.done += 1
+                self.metrics.task(outcome)
+
+    def _forget(self, lease: Lease, *, lost: bool) -> None:
+        if self.held.get(lease.id) is lease:
+            del self.held[lease.id]
+            self._deadline.pop(lease.id, None)
+            self._room.set()
+        if lost:
+            self.metrics.leases_lost_total.inc()
+
+    def _children(self, live: Sequence[Completion]) -> list[NewTask]:
+        """Discovered URLs, canonical, within --max-depth and --allow-domains."""
+        out: list[NewTask] = []
+        for c in live:
+            if not c.urls or c.lease.task.depth + 1 > self.s.max_depth:
+                continue
+            task = c.lease.task
+            parent_host = URL(task.url, encoded=True).raw_host or ""
+            for raw in c.urls:
+                url = canonicalize(raw)
+                if not isinstance(url, str):
+                    continue
+                host = URL(url, encoded=True).raw_host or ""
+                if not self._allowed(host, parent_host):
+                    continue
+                out.append(NewTask(url, fingerprint(url), max_attempts=task.max_attempts,
+                                   meta=task.meta, depth=task.depth + 1))
+        return out
+
+    def _allowed(self, host: str, parent_host: str) -> bool:
+        domains = self.s.allow_domains or (parent_host,)
+        return any(host == d or host.endswith("." + d) for d in domains)
+
+    async def _retry(self, what: str, call: Callable[[], Awaitable[Any]]) -> Any:
+        """Run a flush step until it succeeds: results are never dropped for an outage."""
+        backoff = Backoff()
+        while True:
+            try:
+                return await call()
+            except REDIS_ERRORS as exc:
+                self.metrics.redis_errors_total.inc()
+                log.warning("flush_retry", extra={"step": what, "error": str(exc)[:200]})
+                await backoff.sleep()
+
+    # -- heartbeat and reaping -------------------------------------------------------------
+
+    async def _heartbeat(self) -> None:
+        interval = self.s.lease_s / 3
+        while True:
+            await asyncio.sleep(interval)
+            await self.renew()
+            with contextlib.suppress(*REDIS_ERRORS):
+                await self.registry.beat(in_flight=len(self._fetching), done=self.done,
+                                         failed=self.failed,
+                                         state="draining" if self.draining else "running")
+
+    async def renew(self) -> None:
+        """Renew every held lease; cancel the work of the ones lost."""
+        leases = list(self.held.values())
+        t0 = time.monotonic()
+        try:
+            lost = await self.queue.renew(self.worker, leases, self.s.lease_ms)
+        except REDIS_ERRORS as exc:
+            self.metrics.redis_errors_total.inc()
+            log.warning("redis_error", extra={"during": "renew", "error": str(exc)[:200]})
+            return
+        lost_ids = {lease.id for lease, _ in lost}
+        for lease in leases:
+            if lease.id not in lost_ids and self.held.get(lease.id) is lease:
+                self._deadline[lease.id] = t0 + self.s.lease_s
+        self.metrics.leases_renewed_total.inc(len(leases) - len(lost))
+        for lease, code in lost:
+            log.info("lease_lost", extra={"id": lease.id, "code": code.name})
+            task = self._tasks.get(lease.id)
+            if task is not None:
+                task.cancel()
+            self._forget(lease, lost=True)
+
+    async def _reaper(self) -> None:
+        interval = max(0.2, min(2.0, self.s.lease_s / 4))
+        while True:
+            try:
+                reaped = await self.queue.reap(int(interval * 1000))
+                if reaped is not None:
+                    reclaimed, died, _ = reaped
+                    self.metrics.reclaimed_total.inc(reclaimed)
+                    if reclaimed or died:
+                        log.info("leases_reclaimed", extra={"reclaimed": reclaimed,
+                                                            "dead": died})
+                    await self._snapshot()
+            except REDIS_ERRORS as exc:
+                self.metrics.redis_errors_total.inc()
+                log.warning("redis_error", extra={"during": "reap", "error": str(exc)[:200]})
+            await asyncio.sleep(interval * random.uniform(0.8, 1.2))
+
+    async def _snapshot(self) -> None:
+        """Append the crawl's counters to its history (for rates), every few seconds."""
+        now = time.time()
+        if now - self._last_history < HISTORY_EVERY_S:
+            return
+        self._last_history = now
+        stats = await self.queue.stats()
+        snap = {"t": round(now, 3), "pending": stats.pending, "leased": stats.leased,
+                "waiting": stats.waiting, "dead": stats.dead, **stats.counters}
+        key = self.queue.crawl_keys.history
+        async with self.queue.client.pipeline(transaction=False) as pipe:
+            pipe.lpush(key, codec.dumps(snap))
+            pipe.ltrim(key, 0, HISTORY_LEN - 1)
+            await pipe.execute()
+
+    # -- draining -----------------------------------------------------------------------
+
+    async def _drain(self) -> None:
+        """Release what hasn't started, let fetches finish within --grace, release the rest."""
+        self.draining = True
+        log.info("consumer_draining", extra={"held": len(self.held),
+                                             "in_flight": len(self._fetching)})
+        waiting = [i for i in self._tasks if i not in self._fetching]
+        await self._cancel_and_release(waiting)
+        running = list(self._tasks.values())
+        if running and not self._hard_stop:
+            _, pending = await asyncio.wait(running, timeout=self.s.grace_s)
+            if pending:
+                log.warning("drain_grace_over", extra={"releasing": len(pending)})
+        await self._cancel_and_release(list(self._tasks))
+        await self.flush()
+        await self.sink.close()
+
+    async def _cancel_and_release(self, ids: Sequence[str]) -> None:
+        tasks = [self._tasks[i] for i in ids if i in self._tasks]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        leases = [self.held[i] for i in ids if i in self.held]
+        if not leases:
+            return
+        try:
+            codes = await asyncio.wait_for(self.queue.release(self.worker, leases), 10)
+        except (TimeoutError, *REDIS_ERRORS) as exc:
+            log.warning("release_failed", extra={"n": len(leases), "error": str(exc)[:200]})
+            return
+        for lease, code in zip(leases, codes, strict=True):
+            self._forget(lease, lost=code != Code.OK)
+            if code == Code.OK:
+                self.metrics.task("released")
