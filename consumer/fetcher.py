@@ -1,0 +1,546 @@
+"""The consumer's HTTP fetcher: one pooled aiohttp session, bounded in time, size and reach.
+
+`Fetcher.fetch(url)` returns a `FetchResult` or raises `FetchError` (see `classify_status`
+for the table of outcomes). Redirects are followed by hand so that every hop is checked by
+the SSRF guard (`consumer.ssrf`), counted, loop-checked and stripped of credentials when it
+changes origin. Bodies are streamed and capped on decompressed bytes.
+
+Proxies: with `FetchSettings.proxies`, each fetch goes through the next proxy round-robin.
+An HTTP proxy resolves host names itself, so for names the SSRF guard can only check the
+proxy's own address (keep proxies inside `allow_networks` if they live on a private
+network); IP-literal targets are still checked here before the request is sent. Proxy
+credentials are kept out of every message, log line and repr (`redact_url`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from datetime import UTC
+from email.utils import parsedate_to_datetime
+
+import aiohttp
+from aiohttp import ClientResponse, ClientSession, ClientTimeout, TCPConnector
+from yarl import URL
+
+from common.errors import ConfigError, FetchError
+from consumer.ssrf import GuardedResolver, SsrfGuard, literal_host_ip, ssrf_error_from
+
+__all__ = [
+    "FetchResult",
+    "FetchSettings",
+    "Fetcher",
+    "classify_status",
+    "parse_retry_after",
+    "redact_url",
+]
+
+log = logging.getLogger(__name__)
+
+CHUNK_SIZE = 64 * 1024
+MAX_RAW_HEADERS = 256
+_LITERAL_CACHE_SIZE = 4096
+KEPT_HEADERS = (
+    "content-type",
+    "content-length",
+    "last-modified",
+    "etag",
+    "location",
+    "retry-after",
+    "server",
+    "date",
+)
+_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+_HTTP_SCHEMES = frozenset({"http", "https"})
+_CREDENTIAL_HEADERS = frozenset({"authorization", "cookie"})
+# After these, a proxied fetch is tried again once on the next proxy.
+_PROXY_RETRY_STATUSES = frozenset({403, 407, 429})
+_PROXY_RETRY_REASONS = frozenset({"connect_error", "http_429"})
+
+
+def redact_url(url: str) -> str:
+    """`url` with any userinfo (`user:pass@`) replaced by `***@`; never raises."""
+    sep = url.find("://")
+    start = sep + 3 if sep >= 0 else 0
+    end = len(url)
+    for ch in "/?#":
+        i = url.find(ch, start)
+        if i != -1 and i < end:
+            end = i
+    at = url.rfind("@", start, end)
+    if at == -1:
+        return url
+    return f"{url[:start]}***{url[at:]}"
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class FetchSettings:
+    """How the fetcher behaves: built once from flags/env, passed down; repr redacts proxies."""
+
+    user_agent: str = "crawlq/0.1 (+https://github.com/crawlq/crawlq)"
+    total_timeout: float = 30.0
+    connect_timeout: float = 10.0
+    sock_read_timeout: float = 15.0
+    max_body_bytes: int = 10 * 1024 * 1024
+    max_redirects: int = 5
+    allow_private: bool = False
+    allow_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    proxies: tuple[str, ...] = ()  # http(s) proxy URLs, may contain user:pass
+    concurrency: int = 64  # TCPConnector(limit=...)
+    limit_per_host: int = 8  # TCPConnector(limit_per_host=...)
+
+    def __post_init__(self) -> None:
+        for name in ("total_timeout", "connect_timeout", "sock_read_timeout"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be > 0")
+        if self.max_body_bytes < 1:
+            raise ConfigError("max_body_bytes must be >= 1")
+        if self.max_redirects < 0:
+            raise ConfigError("max_redirects must be >= 0")
+        if self.concurrency < 1 or self.limit_per_host < 0:
+            raise ConfigError("concurrency must be >= 1 and limit_per_host >= 0")
+        for i, proxy in enumerate(self.proxies):
+            if not _is_proxy_url(proxy):  # the URL is not echoed: it may hold a password
+                raise ConfigError(
+                    f"proxies[{i}] is not an http(s)://[user:pass@]host[:port] proxy URL"
+                )
+
+    def __repr__(self) -> str:
+        parts = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "proxies":
+                value = tuple(redact_url(p) for p in value)
+            parts.append(f"{f.name}={value!r}")
+        return f"FetchSettings({', '.join(parts)})"
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """A response that is the final word on a URL (2xx, 3xx without Location, 304, 4xx)."""
+
+    url: str  # as asked for
+    final_url: str  # after redirects, fragment dropped
+    status: int
+    headers: dict[str, str]  # lowercased subset: see KEPT_HEADERS
+    raw_headers: list[tuple[str, str]]  # as received (latin-1), at most MAX_RAW_HEADERS
+    body: bytes  # decompressed
+    elapsed: float  # seconds, whole redirect chain
+    redirects: tuple[str, ...]  # each hop's URL after the first, in order
+    http_version: str  # "HTTP/1.1"
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After value: delay-seconds or an HTTP-date.
+
+    A date is turned into seconds from `now` (default: `time.time()`), clamped at 0.
+    Anything unparseable (or negative, or fractional) gives None.
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    if not value:
+        return None
+    if value.isdigit() and value.isascii():
+        return float(int(value))
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # "-0000" or asctime: RFC 9110 dates are GMT
+        when = when.replace(tzinfo=UTC)
+    try:
+        stamp = when.timestamp()
+    except (OverflowError, OSError, ValueError):
+        return None
+    return max(0.0, stamp - (time.time() if now is None else now))
+
+
+def classify_status(status: int, headers: Mapping[str, str]) -> FetchError | None:
+    """The FetchError a final (non-redirect) status stands for, or None for a result.
+
+    | what | result |
+    | --- | --- |
+    | connection error (DNS, refused, reset), timeout (connect / read / total) | FetchError retryable, reason `connect_error` / `timeout` |
+    | 5xx, 408, 429 | FetchError retryable, reason `http_5xx` / `http_408` / `http_429`, `retry_after` parsed from Retry-After (seconds or HTTP-date), `status` set |
+    | other 4xx | FetchResult (the queue records done with that status; not retried) |
+    | 2xx, 304 etc. | FetchResult |
+    | too many redirects (> max_redirects, default 5) | FetchError permanent `too_many_redirects` |
+    | redirect loop (a URL seen twice in the chain) | FetchError permanent `redirect_loop` |
+    | redirect to non-http(s) (file:, ftp:, javascript:) or a malformed Location | FetchError permanent `bad_redirect` |
+    | the URL asked for is malformed or not http(s) | FetchError permanent `bad_url` |
+    | body over max_body_bytes (decompressed, counted while streaming), or a Content-Length over it (refused before reading) | FetchError permanent `body_too_large` |
+    | address refused by the SSRF guard (first hop or any redirect hop) | FetchError permanent `ssrf_blocked` |
+    | anything else unexpected from aiohttp (e.g. a malformed response) | FetchError retryable `http_error` |
+
+    This function decides the status rows only; `Fetcher.fetch` does the rest.
+    """  # noqa: E501
+    if status >= 500:
+        if status > 599:
+            return None
+        reason = "http_5xx"
+    elif status == 429:
+        reason = "http_429"
+    elif status == 408:
+        reason = "http_408"
+    else:
+        return None
+    value = headers.get("Retry-After")
+    if value is None:
+        value = headers.get("retry-after")
+    return FetchError(
+        reason,
+        f"HTTP {status}",
+        retryable=True,
+        retry_after=parse_retry_after(value),
+        status=status,
+    )
+
+
+class Fetcher:
+    """One pooled aiohttp session with SSRF guard, caps and hand-followed redirects.
+
+    Use as `async with Fetcher(settings) as f: result = await f.fetch(url)`. See
+    `classify_status` for every outcome of `fetch`.
+    """
+
+    def __init__(self, settings: FetchSettings) -> None:
+        self._settings = settings
+        self._guard = SsrfGuard(settings.allow_private, settings.allow_networks)
+        self._session: ClientSession | None = None
+        self._proxies: tuple[URL, ...] = tuple(URL(p) for p in settings.proxies)
+        self._proxy_cursor = 0
+        self._secrets = _proxy_secrets(self._proxies)
+        self._total = settings.total_timeout
+        self._cap = settings.max_body_bytes
+        # raw host -> why the guard refuses it as an IP literal, or None (also for names).
+        self._literal_verdicts: dict[str | None, str | None] = {}
+
+    def __repr__(self) -> str:
+        state = "open" if self._session is not None else "closed"
+        return f"Fetcher({state}, {self._settings!r})"
+
+    async def start(self) -> None:
+        """Create the one session and its connection pool (idempotent)."""
+        if self._session is not None:
+            return
+        s = self._settings
+        connector = TCPConnector(
+            limit=s.concurrency,
+            limit_per_host=s.limit_per_host,
+            resolver=GuardedResolver(self._guard),
+            socket_factory=None if s.allow_private else self._guard.socket_factory,
+            ttl_dns_cache=60,
+        )
+        self._session = ClientSession(
+            connector=connector,
+            timeout=ClientTimeout(
+                total=s.total_timeout,
+                connect=s.connect_timeout,
+                sock_connect=s.connect_timeout,
+                sock_read=s.sock_read_timeout,
+            ),
+            headers={"User-Agent": s.user_agent},
+            cookie_jar=aiohttp.DummyCookieJar(),
+            read_bufsize=CHUNK_SIZE,
+            max_line_size=16 * 1024,
+            max_field_size=16 * 1024,
+            trust_env=False,
+        )
+
+    async def close(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    async def __aenter__(self) -> Fetcher:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def fetch(self, url: str, *, headers: Mapping[str, str] | None = None) -> FetchResult:
+        """GET `url`, following up to `max_redirects` redirects; raise FetchError.
+
+        The whole fetch (every hop, every proxy retry, the body) runs under one
+        `total_timeout` deadline, so a server dripping one byte at a time cannot outlast it.
+        """
+        session = self._session
+        if session is None:
+            raise RuntimeError("Fetcher.start() has not been called")
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(self._total):
+                if not self._proxies:
+                    return await self._fetch_via(session, url, headers, None, started)
+                return await self._fetch_proxied(session, url, headers, started)
+        except TimeoutError:
+            raise FetchError(
+                "timeout", f"no complete response within {self._total:g}s", retryable=True
+            ) from None
+
+    async def _fetch_proxied(
+        self,
+        session: ClientSession,
+        url: str,
+        headers: Mapping[str, str] | None,
+        started: float,
+    ) -> FetchResult:
+        proxies = self._proxies
+        n = len(proxies)
+        first = self._proxy_cursor
+        self._proxy_cursor = (first + 1) % n
+        for attempt in range(n):
+            proxy = proxies[(first + attempt) % n]
+            last = attempt == n - 1
+            try:
+                result = await self._fetch_via(session, url, headers, proxy, started)
+            except FetchError as exc:
+                if last or exc.reason not in _PROXY_RETRY_REASONS:
+                    raise
+                if log.isEnabledFor(logging.DEBUG):
+                    log.debug("fetch_proxy_retry reason=%s proxy=%s", exc.reason, _redact(proxy))
+                continue
+            if last or result.status not in _PROXY_RETRY_STATUSES:
+                return result
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("fetch_proxy_retry status=%d proxy=%s", result.status, _redact(proxy))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _fetch_via(
+        self,
+        session: ClientSession,
+        url: str,
+        headers: Mapping[str, str] | None,
+        proxy: URL | None,
+        started: float,
+    ) -> FetchResult:
+        current = _parse_start_url(url)
+        check_literals = not self._guard.allow_private
+        max_redirects = self._settings.max_redirects
+        redirects: list[str] = []
+        seen: set[str] | None = None
+        try:
+            while True:
+                if check_literals:
+                    self._check_literal(current.raw_host)
+                async with session.get(
+                    current, headers=headers, allow_redirects=False, proxy=proxy
+                ) as resp:
+                    status = resp.status
+                    if status in _REDIRECT_STATUSES:
+                        location = resp.headers.get("Location")
+                        if location is not None:
+                            target = _redirect_target(current, location)
+                            key = str(target)
+                            if seen is None:
+                                seen = {str(current)}
+                            if key in seen:
+                                raise FetchError(
+                                    "redirect_loop",
+                                    f"{key} seen twice in the redirect chain",
+                                    retryable=False,
+                                )
+                            if len(redirects) >= max_redirects:
+                                raise FetchError(
+                                    "too_many_redirects",
+                                    f"more than {max_redirects} redirects",
+                                    retryable=False,
+                                )
+                            if headers and _origin(target) != _origin(current):
+                                headers = _without_credentials(headers)
+                            seen.add(key)
+                            redirects.append(key)
+                            current = target
+                            continue
+                    error = classify_status(status, resp.headers)
+                    if error is not None:
+                        raise error
+                    body = await self._read_body(resp)
+                    return _result(
+                        url, current, resp=resp, body=body, started=started, redirects=redirects
+                    )
+        except FetchError:
+            raise
+        except TimeoutError as exc:  # aiohttp's connect / sock_read / total timeouts
+            raise FetchError("timeout", self._describe(exc), retryable=True) from None
+        except aiohttp.ClientConnectorError as exc:
+            blocked = ssrf_error_from(exc)
+            if blocked is not None:
+                raise FetchError(
+                    "ssrf_blocked", self._scrub(blocked.message), retryable=False
+                ) from None
+            raise FetchError("connect_error", self._describe(exc), retryable=True) from None
+        except aiohttp.InvalidURL as exc:
+            raise FetchError("bad_url", self._describe(exc), retryable=False) from None
+        except aiohttp.ClientHttpProxyError as exc:  # CONNECT refused by the proxy
+            raise FetchError(
+                "connect_error", self._describe(exc), retryable=True, status=exc.status
+            ) from None
+        except (aiohttp.ClientConnectionError, ConnectionError) as exc:
+            raise FetchError("connect_error", self._describe(exc), retryable=True) from None
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
+            raise FetchError("http_error", self._describe(exc), retryable=True) from None
+
+    def _check_literal(self, host: str | None) -> None:
+        """Refuse an IP-literal host before sending (aiohttp never resolves literals)."""
+        verdicts = self._literal_verdicts
+        try:
+            why = verdicts[host]
+        except KeyError:
+            ip = literal_host_ip(host)
+            why = None if ip is None else self._guard.refusal(ip)
+            if len(verdicts) >= _LITERAL_CACHE_SIZE:
+                verdicts.clear()
+            verdicts[host] = why
+        if why is not None:
+            raise FetchError("ssrf_blocked", f"address {host} refused: {why}", retryable=False)
+
+    async def _read_body(self, resp: ClientResponse) -> bytes:
+        cap = self._cap
+        length = resp.content_length
+        if length is not None and length > cap:
+            resp.close()
+            raise FetchError(
+                "body_too_large", f"Content-Length {length} > {cap} bytes", retryable=False
+            )
+        chunks: list[bytes] = []
+        size = 0
+        # aiohttp decompresses transparently and in bounded steps (at most ~read_bufsize
+        # per feed, pausing the socket when the buffer is full), so these are decompressed
+        # bytes and a gzip bomb is stopped here after ~cap bytes of output.
+        async for chunk in resp.content.iter_chunked(CHUNK_SIZE):
+            size += len(chunk)
+            if size > cap:
+                resp.close()
+                raise FetchError("body_too_large", f"body exceeds {cap} bytes", retryable=False)
+            chunks.append(chunk)
+        if len(chunks) == 1:
+            return chunks[0]
+        return b"".join(chunks)
+
+    def _describe(self, exc: BaseException) -> str:
+        text = str(exc) or type(exc).__name__
+        return self._scrub(f"{type(exc).__name__}: {text}")
+
+    def _scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+
+def _parse_start_url(url: str) -> URL:
+    try:
+        parsed = URL(url)
+        scheme = parsed.scheme
+        host = parsed.raw_host
+        _ = parsed.port
+    except (ValueError, TypeError):
+        raise FetchError(
+            "bad_url", f"malformed URL {redact_url(str(url))!r}", retryable=False
+        ) from None
+    if scheme not in _HTTP_SCHEMES or not host:
+        raise FetchError("bad_url", f"not an http(s) URL: {redact_url(url)!r}", retryable=False)
+    if parsed.raw_fragment:
+        parsed = parsed.with_fragment(None)
+    return parsed
+
+
+def _redirect_target(current: URL, location: str) -> URL:
+    """The absolute URL a Location header points to, or FetchError `bad_redirect`."""
+    if not location.strip():
+        raise FetchError("bad_redirect", "empty Location header", retryable=False)
+    try:
+        target = current.join(URL(location))
+        scheme = target.scheme
+        host = target.raw_host
+        _ = target.port
+        if target.raw_fragment:
+            target = target.with_fragment(None)
+    except (ValueError, TypeError):
+        raise FetchError(
+            "bad_redirect", f"malformed Location {redact_url(location)[:200]!r}", retryable=False
+        ) from None
+    if scheme not in _HTTP_SCHEMES or not host:
+        raise FetchError(
+            "bad_redirect",
+            f"redirect to a non-http(s) URL {redact_url(location)[:200]!r}",
+            retryable=False,
+        )
+    return target
+
+
+def _origin(url: URL) -> tuple[str, str | None, int | None]:
+    return (url.scheme, url.raw_host, url.port)
+
+
+def _without_credentials(headers: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k.lower() not in _CREDENTIAL_HEADERS}
+
+
+def _result(
+    url: str,
+    final: URL,
+    *,
+    resp: ClientResponse,
+    body: bytes,
+    started: float,
+    redirects: list[str],
+) -> FetchResult:
+    h = resp.headers
+    kept = {}
+    for name in KEPT_HEADERS:
+        value = h.get(name)
+        if value is not None:
+            kept[name] = value
+    raw = resp.raw_headers
+    if len(raw) > MAX_RAW_HEADERS:
+        raw = raw[:MAX_RAW_HEADERS]
+    version = resp.version
+    return FetchResult(
+        url=url,
+        final_url=str(final),
+        status=resp.status,
+        headers=kept,
+        raw_headers=[(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw],
+        body=body,
+        elapsed=time.monotonic() - started,
+        redirects=tuple(redirects),
+        http_version="HTTP/1.1" if version is None else f"HTTP/{version.major}.{version.minor}",
+    )
+
+
+def _is_proxy_url(proxy: object) -> bool:
+    try:
+        url = URL(proxy)  # type: ignore[arg-type]
+        _ = url.port
+    except (ValueError, TypeError):
+        return False
+    return (
+        url.scheme in _HTTP_SCHEMES
+        and bool(url.raw_host)
+        and url.raw_path in ("", "/")
+        and not url.raw_query_string
+        and not url.raw_fragment
+    )
+
+
+def _redact(url: URL) -> str:
+    return redact_url(str(url))
+
+
+def _proxy_secrets(proxies: tuple[URL, ...]) -> tuple[str, ...]:
+    """Every spelling of every proxy password/userinfo, longest first, to scrub from messages."""
+    found: set[str] = set()
+    for proxy in proxies:
+        for value in (proxy.raw_password, proxy.password):
+            if value:
+                found.add(value)
+        if proxy.raw_password and proxy.raw_user:
+            found.add(f"{proxy.raw_user}:{proxy.raw_password}")
+    return tuple(sorted(found, key=len, reverse=True))

@@ -1,0 +1,822 @@
+"""The consumer's fetcher and SSRF guard, against real aiohttp servers on 127.0.0.1 only.
+
+Every test runs with the event loop's `sock_connect` wrapped (`connect_log`): it records each
+address a socket connects to and refuses anything outside 127.0.0.0/8, so no test can send
+traffic off this machine even if the guard under test were broken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import gc
+import ipaddress
+import logging
+import socket
+import struct
+import time
+import traceback
+import tracemalloc
+import zlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from email.utils import formatdate
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from yarl import URL
+
+import consumer.fetcher as fetcher_mod
+from common.errors import FetchError
+from consumer.fetcher import (
+    Fetcher,
+    FetchResult,
+    FetchSettings,
+    classify_status,
+    parse_retry_after,
+    redact_url,
+)
+from consumer.ssrf import GuardedResolver, SsrfGuard, SsrfSocketError, literal_host_ip
+
+LOOPBACK = (ipaddress.ip_network("127.0.0.1/32"),)
+MIB = 1024 * 1024
+PROXY_USER = "crawler"
+PROXY_PASSWORD = "s3cr3t-Pr0xy-pw"  # planted: must never show up anywhere
+GOOD_PROXY_AUTH = "Basic " + base64.b64encode(f"{PROXY_USER}:{PROXY_PASSWORD}".encode()).decode()
+
+
+def gzip_bomb(mib: int) -> bytes:
+    """A gzip stream of `mib` MiB of zeros, one full-flush block repeated (~1 KiB per MiB)."""
+    zeros = bytes(MIB)
+    comp = zlib.compressobj(9, zlib.DEFLATED, 31)
+    first = comp.compress(zeros) + comp.flush(zlib.Z_FULL_FLUSH)
+    block = comp.compress(zeros) + comp.flush(zlib.Z_FULL_FLUSH)
+    assert first.endswith(block)
+    header = first[: len(first) - len(block)]
+    crc = 0
+    for _ in range(mib):
+        crc = zlib.crc32(zeros, crc)
+    # b"\x03\x00" is an empty final fixed-Huffman block; then CRC32 and ISIZE (mod 2**32).
+    return header + block * mib + b"\x03\x00" + struct.pack("<II", crc, (mib * MIB) & 0xFFFFFFFF)
+
+
+@dataclass
+class Servers:
+    main: str  # http://127.0.0.1:<port>
+    other: str  # a second origin (other port)
+    proxy: str  # forwarding proxy, host:port only
+    proxy407: str  # always answers 407
+    port: int
+    seen: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def record(self, key: str, item: dict[str, Any]) -> None:
+        self.seen.setdefault(key, []).append(item)
+
+
+# --- the local servers ------------------------------------------------------------------------
+
+
+def _main_app(state: Servers, stop: asyncio.Event, bomb: bytes) -> web.Application:
+    routes = web.RouteTableDef()
+
+    @routes.get("/page")
+    async def page(request: web.Request) -> web.Response:
+        return web.Response(
+            text="hello world",
+            content_type="text/html",
+            headers={"ETag": '"abc"', "X-Custom": "1", "Last-Modified": formatdate(0, usegmt=True)},
+        )
+
+    @routes.get("/status/{code}")
+    async def status(request: web.Request) -> web.Response:
+        headers = {}
+        if "ra" in request.query:
+            headers["Retry-After"] = request.query["ra"]
+        code = int(request.match_info["code"])
+        return web.Response(status=code, text=f"status {code}", headers=headers)
+
+    @routes.get("/hang")
+    async def hang(request: web.Request) -> web.Response:
+        await asyncio.wait_for(stop.wait(), 60)
+        return web.Response(text="late")
+
+    @routes.get("/drip")
+    async def drip(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        try:
+            while not stop.is_set():
+                await resp.write(b"x")
+                await asyncio.sleep(0.3)
+        except (ConnectionError, RuntimeError):
+            pass
+        return resp
+
+    @routes.get("/big")
+    async def big(request: web.Request) -> web.StreamResponse:
+        """1 GiB, generated chunk by chunk: never held in memory."""
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        chunk = bytes(64 * 1024)
+        try:
+            for _ in range(16 * 1024):
+                await resp.write(chunk)
+        except (ConnectionError, RuntimeError):
+            pass
+        return resp
+
+    @routes.get("/gz/{which}")
+    async def gz(request: web.Request) -> web.StreamResponse:
+        which = request.match_info["which"]
+        data = bomb if which == "bomb" else gzip_bomb(int(which))
+        resp = web.StreamResponse(headers={"Content-Encoding": "gzip"})
+        await resp.prepare(request)  # chunked: no Content-Length to refuse early
+        try:
+            for i in range(0, len(data), 64 * 1024):
+                await resp.write(data[i : i + 64 * 1024])
+        except (ConnectionError, RuntimeError):
+            pass
+        return resp
+
+    @routes.get("/bigcl")
+    async def bigcl(request: web.Request) -> web.StreamResponse:
+        """Announces 50 MiB, then sends nothing: the client must not wait for the body."""
+        resp = web.StreamResponse()
+        resp.content_length = 50 * MIB
+        await resp.prepare(request)
+        await asyncio.wait_for(stop.wait(), 60)
+        return resp
+
+    @routes.get("/redir/{n}")
+    async def redir(request: web.Request) -> web.Response:
+        n = int(request.match_info["n"])
+        if n == 0:
+            return web.Response(text="done")
+        raise web.HTTPFound(f"/redir/{n - 1}")
+
+    @routes.get("/slowredir/{n}")
+    async def slowredir(request: web.Request) -> web.Response:
+        """Each hop answers quickly enough for a per-request timeout; the chain does not."""
+        await asyncio.sleep(0.6)
+        raise web.HTTPFound(f"/slowredir/{int(request.match_info['n']) + 1}")
+
+    @routes.get("/loop/{name}")
+    async def loop(request: web.Request) -> web.Response:
+        other = "b" if request.match_info["name"] == "a" else "a"
+        raise web.HTTPMovedPermanently(f"/loop/{other}")
+
+    @routes.get("/to")
+    async def to(request: web.Request) -> web.Response:
+        return web.Response(status=302, headers={"Location": request.query["url"]})
+
+    @routes.get("/echo")
+    async def echo(request: web.Request) -> web.Response:
+        state.record("main", dict(request.headers))
+        return web.Response(text="echo")
+
+    app = web.Application()
+    app.add_routes(routes)
+    return app
+
+
+def _other_app(state: Servers) -> web.Application:
+    async def echo(request: web.Request) -> web.Response:
+        state.record("other", dict(request.headers))
+        return web.Response(text="other")
+
+    app = web.Application()
+    app.router.add_get("/echo", echo)
+    return app
+
+
+def _proxy_app(state: Servers, client: Callable[[], aiohttp.ClientSession]) -> web.Application:
+    """A minimal forward proxy: absolute-form GET, checks Proxy-Authorization, loopback only."""
+
+    async def forward(request: web.Request) -> web.Response:
+        state.record(
+            "proxy", {"url": str(request.url), "auth": request.headers.get("Proxy-Authorization")}
+        )
+        if request.headers.get("Proxy-Authorization") != GOOD_PROXY_AUTH:
+            return web.Response(status=407, headers={"Proxy-Authenticate": 'Basic realm="t"'})
+        if request.url.host != "127.0.0.1":
+            return web.Response(status=403, text="this test proxy only forwards to 127.0.0.1")
+        async with client().get(request.url, allow_redirects=False) as upstream:
+            body = await upstream.read()
+            kept = {k: v for k, v in upstream.headers.items() if k in ("Retry-After", "ETag")}
+            return web.Response(status=upstream.status, body=body, headers=kept)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", forward)
+    return app
+
+
+def _proxy407_app(state: Servers) -> web.Application:
+    async def refuse(request: web.Request) -> web.Response:
+        state.record("proxy407", {"url": str(request.url)})
+        return web.Response(status=407, headers={"Proxy-Authenticate": 'Basic realm="t"'})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", refuse)
+    return app
+
+
+async def _serve(app: web.Application, runners: list[web.AppRunner]) -> int:
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0)
+    await runner.setup()
+    runners.append(runner)
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port: int = runner.addresses[0][1]
+    return port
+
+
+@pytest.fixture(scope="module")
+async def servers() -> AsyncIterator[Servers]:
+    stop = asyncio.Event()
+    runners: list[web.AppRunner] = []
+    upstream: list[aiohttp.ClientSession] = []
+    state = Servers(main="", other="", proxy="", proxy407="", port=0)
+    bomb = gzip_bomb(1024)  # ~1 MiB of gzip -> 1 GiB of zeros
+    try:
+        port = await _serve(_main_app(state, stop, bomb), runners)
+        state.port = port
+        state.main = f"http://127.0.0.1:{port}"
+        state.other = f"http://127.0.0.1:{await _serve(_other_app(state), runners)}"
+        upstream.append(aiohttp.ClientSession())
+        state.proxy = f"127.0.0.1:{await _serve(_proxy_app(state, lambda: upstream[0]), runners)}"
+        state.proxy407 = f"127.0.0.1:{await _serve(_proxy407_app(state), runners)}"
+        yield state
+    finally:
+        stop.set()
+        for session in upstream:
+            await session.close()
+        for runner in reversed(runners):
+            await runner.cleanup()
+
+
+@pytest.fixture(autouse=True)
+async def connect_log(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every address a socket connects to during the test; non-loopback ones are refused."""
+    loop = asyncio.get_running_loop()
+    real = loop.sock_connect
+    attempts: list[str] = []
+
+    async def guarded(sock: socket.socket, address: Any) -> None:
+        host = str(address[0]).split("%")[0]
+        attempts.append(host)
+        ip = ipaddress.ip_address(host)
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        if not ip.is_loopback:
+            raise ConnectionRefusedError(f"test harness refused a connection to {host}")
+        await real(sock, address)
+
+    monkeypatch.setattr(loop, "sock_connect", guarded)
+    return attempts
+
+
+def settings(**overrides: Any) -> FetchSettings:
+    base: dict[str, Any] = {"allow_networks": LOOPBACK, "total_timeout": 10.0}
+    base.update(overrides)
+    return FetchSettings(**base)
+
+
+@pytest.fixture
+async def fetcher() -> AsyncIterator[Fetcher]:
+    async with Fetcher(settings()) as f:
+        yield f
+
+
+async def fetch_error(f: Fetcher, url: str, **kwargs: Any) -> FetchError:
+    with pytest.raises(FetchError) as info:
+        await f.fetch(url, **kwargs)
+    return info.value
+
+
+def redirect_via(servers: Servers, location: str) -> str:
+    """A URL on the main server that answers 302 with `location` as the Location header."""
+    return str(URL(f"{servers.main}/to").with_query(url=location))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+# --- plain responses ----------------------------------------------------------------------------
+
+
+async def test_200_page_body_and_headers(servers: Servers, fetcher: Fetcher) -> None:
+    result = await fetcher.fetch(f"{servers.main}/page#frag")
+    assert isinstance(result, FetchResult)
+    assert result.status == 200
+    assert result.body == b"hello world"
+    assert result.url == f"{servers.main}/page#frag"
+    assert result.final_url == f"{servers.main}/page"
+    assert result.redirects == ()
+    assert result.http_version == "HTTP/1.1"
+    assert result.headers["content-type"].startswith("text/html")
+    assert result.headers["etag"] == '"abc"'
+    assert result.headers["content-length"] == "11"
+    assert "last-modified" in result.headers and "date" in result.headers
+    assert "x-custom" not in result.headers  # only the bounded subset
+    assert ("X-Custom", "1") in result.raw_headers  # but all raw headers, as received
+    assert 0 < result.elapsed < 5
+
+
+async def test_404_is_a_result_not_an_error(servers: Servers, fetcher: Fetcher) -> None:
+    result = await fetcher.fetch(f"{servers.main}/status/404")
+    assert result.status == 404
+    assert result.body == b"status 404"
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [(500, "http_5xx"), (503, "http_5xx"), (408, "http_408"), (429, "http_429")],
+)
+async def test_retryable_statuses(
+    servers: Servers, fetcher: Fetcher, code: int, reason: str
+) -> None:
+    err = await fetch_error(fetcher, f"{servers.main}/status/{code}?ra=7")
+    assert err.reason == reason
+    assert err.retryable is True
+    assert err.status == code
+    assert err.retry_after == 7.0
+
+
+async def test_retry_after_http_date(servers: Servers, fetcher: Fetcher) -> None:
+    when = formatdate(time.time() + 120, usegmt=True)
+    err = await fetch_error(fetcher, f"{servers.main}/status/503?ra={when}")
+    assert err.reason == "http_5xx"
+    assert err.retry_after is not None
+    assert 115 <= err.retry_after <= 121
+
+
+async def test_user_agent_sent(servers: Servers, fetcher: Fetcher) -> None:
+    await fetcher.fetch(f"{servers.main}/echo")
+    assert servers.seen["main"][-1]["User-Agent"] == FetchSettings().user_agent
+
+
+async def test_connection_refused_is_retryable(fetcher: Fetcher) -> None:
+    err = await fetch_error(fetcher, f"http://127.0.0.1:{free_port()}/")
+    assert err.reason == "connect_error"
+    assert err.retryable is True
+
+
+async def test_malformed_response_is_http_error(fetcher: Fetcher) -> None:
+    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 2OO KO\r\nContent-Length: banana\r\n\r\nxyz")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(garbage, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        err = await fetch_error(fetcher, f"http://127.0.0.1:{port}/")
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert err.reason == "http_error"
+    assert err.retryable is True
+    assert "\n" not in err.message
+
+
+@pytest.mark.parametrize(
+    "url", ["ftp://example.test/", "not a url", "http:///nohost", "file:///etc/passwd"]
+)
+async def test_bad_url_is_permanent(fetcher: Fetcher, url: str, connect_log: list[str]) -> None:
+    err = await fetch_error(fetcher, url)
+    assert err.reason == "bad_url"
+    assert err.retryable is False
+    assert connect_log == []
+
+
+# --- status and Retry-After, pure functions ------------------------------------------------------
+
+
+def test_parse_retry_after() -> None:
+    now = 1_700_000_000.0
+    assert parse_retry_after("120") == 120.0
+    assert parse_retry_after(" 0 ") == 0.0
+    assert parse_retry_after(formatdate(now + 30, usegmt=True), now=now) == pytest.approx(30, abs=1)
+    assert parse_retry_after(formatdate(now - 30, usegmt=True), now=now) == 0.0  # clamped
+    assert parse_retry_after("Sun Nov  6 08:49:37 1994", now=784111777.0) == 0.0  # asctime
+    for garbage in (None, "", "soon", "-5", "1.5", "\uff11\uff12", "Mon, 99 Foo 2024 99:99:99 GMT"):
+        assert parse_retry_after(garbage) is None, garbage
+
+
+def test_classify_status() -> None:
+    for ok in (200, 204, 301, 304, 400, 403, 404, 410, 451):
+        assert classify_status(ok, {}) is None, ok
+    err = classify_status(502, {"retry-after": "3"})
+    assert err is not None
+    assert (err.reason, err.retryable, err.status, err.retry_after) == ("http_5xx", True, 502, 3.0)
+    err = classify_status(429, {})
+    assert err is not None and err.reason == "http_429" and err.retry_after is None
+
+
+# --- timeouts ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/hang", "/drip"])
+async def test_total_timeout_cannot_be_dodged(servers: Servers, path: str) -> None:
+    async with Fetcher(settings(total_timeout=1.5)) as f:
+        started = time.monotonic()
+        err = await fetch_error(f, f"{servers.main}{path}")
+        elapsed = time.monotonic() - started
+    assert err.reason == "timeout"
+    assert err.retryable is True
+    assert 1.3 <= elapsed < 2.5
+
+
+async def test_total_timeout_covers_the_whole_redirect_chain(servers: Servers) -> None:
+    # max_redirects is high so only the deadline can end this chain of 0.6 s hops.
+    async with Fetcher(settings(total_timeout=1.5, max_redirects=50)) as f:
+        started = time.monotonic()
+        err = await fetch_error(f, f"{servers.main}/slowredir/0")
+        elapsed = time.monotonic() - started
+    assert err.reason == "timeout"
+    assert 1.3 <= elapsed < 2.5
+
+
+# --- body caps -----------------------------------------------------------------------------------
+
+
+async def _peak_memory_of(coro: Any) -> tuple[Any, int]:
+    gc.collect()
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        try:
+            outcome: Any = await coro
+        except FetchError as exc:
+            outcome = exc
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return outcome, peak
+
+
+async def test_streamed_1gb_body_stops_at_cap(servers: Servers) -> None:
+    async with Fetcher(settings(max_body_bytes=MIB)) as f:
+        started = time.monotonic()
+        err, peak = await _peak_memory_of(f.fetch(f"{servers.main}/big"))
+    assert isinstance(err, FetchError)
+    assert err.reason == "body_too_large"
+    assert err.retryable is False
+    assert peak < 20 * MIB  # observed ~1.5 MiB for a 1 MiB cap
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("which", ["bomb", "4"])
+async def test_gzip_bomb_stops_at_cap_on_decompressed_bytes(servers: Servers, which: str) -> None:
+    """1 GiB behind ~1 MiB of gzip, and 4 MiB behind ~4 KiB: the cap counts decompressed bytes."""
+    async with Fetcher(settings(max_body_bytes=MIB)) as f:
+        started = time.monotonic()
+        err, peak = await _peak_memory_of(f.fetch(f"{servers.main}/gz/{which}"))
+    assert isinstance(err, FetchError), err
+    assert err.reason == "body_too_large"
+    assert peak < 20 * MIB  # observed ~1.5 MiB for a 1 MiB cap
+    assert time.monotonic() - started < 5
+
+
+async def test_gzip_under_cap_is_decompressed(servers: Servers) -> None:
+    async with Fetcher(settings(max_body_bytes=2 * MIB)) as f:
+        result = await f.fetch(f"{servers.main}/gz/1")
+    assert result.body == bytes(MIB)
+
+
+async def test_honest_oversize_content_length_refused_before_reading(servers: Servers) -> None:
+    async with Fetcher(settings(max_body_bytes=MIB)) as f:
+        started = time.monotonic()
+        err = await fetch_error(f, f"{servers.main}/bigcl")
+    assert err.reason == "body_too_large"
+    assert "Content-Length" in err.message
+    assert time.monotonic() - started < 1.0  # the server never sends the body
+
+
+# --- redirects -----------------------------------------------------------------------------------
+
+
+async def test_redirect_chain_of_three(servers: Servers, fetcher: Fetcher) -> None:
+    result = await fetcher.fetch(f"{servers.main}/redir/3")
+    assert result.status == 200
+    assert result.body == b"done"
+    assert result.url == f"{servers.main}/redir/3"
+    assert result.final_url == f"{servers.main}/redir/0"
+    assert result.redirects == tuple(f"{servers.main}/redir/{n}" for n in (2, 1, 0))
+
+
+async def test_five_redirects_ok_six_too_many(servers: Servers, fetcher: Fetcher) -> None:
+    result = await fetcher.fetch(f"{servers.main}/redir/5")
+    assert len(result.redirects) == 5
+    err = await fetch_error(fetcher, f"{servers.main}/redir/6")
+    assert err.reason == "too_many_redirects"
+    assert err.retryable is False
+
+
+async def test_redirect_loop(servers: Servers, fetcher: Fetcher) -> None:
+    err = await fetch_error(fetcher, f"{servers.main}/loop/a")
+    assert err.reason == "redirect_loop"
+    assert err.retryable is False
+
+
+@pytest.mark.parametrize(
+    "location", ["file:///etc/passwd", "javascript:alert(1)", "ftp://127.0.0.1/x", "http://[::1"]
+)
+async def test_bad_redirect(servers: Servers, fetcher: Fetcher, location: str) -> None:
+    err = await fetch_error(fetcher, redirect_via(servers, location))
+    assert err.reason == "bad_redirect"
+    assert err.retryable is False
+
+
+async def test_credentials_dropped_on_cross_origin_redirect(
+    servers: Servers, fetcher: Fetcher
+) -> None:
+    secret = {"Authorization": "Bearer t0ken", "Cookie": "session=1", "X-Keep": "yes"}
+    target = f"{servers.other}/echo"
+    result = await fetcher.fetch(redirect_via(servers, target), headers=secret)
+    assert result.body == b"other"
+    got = servers.seen["other"][-1]
+    assert "Authorization" not in got
+    assert "Cookie" not in got
+    assert got["X-Keep"] == "yes"
+    assert got["User-Agent"] == FetchSettings().user_agent
+
+
+async def test_credentials_kept_on_same_origin_redirect(servers: Servers, fetcher: Fetcher) -> None:
+    secret = {"Authorization": "Bearer t0ken", "Cookie": "session=1"}
+    result = await fetcher.fetch(redirect_via(servers, "/echo"), headers=secret)
+    assert result.body == b"echo"
+    got = servers.seen["main"][-1]
+    assert got["Authorization"] == "Bearer t0ken"
+    assert got["Cookie"] == "session=1"
+
+
+# --- SSRF ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["http://169.254.169.254/latest/meta-data", "http://10.0.0.1/", "http://[fd00::1]:8080/"],
+)
+async def test_redirect_to_private_address_blocked_before_connecting(
+    servers: Servers, target: str, connect_log: list[str]
+) -> None:
+    # The test server is reachable through allow_networks; the redirect target is not.
+    # A short connect timeout makes a wrongly attempted connection fail fast (as a timeout or
+    # connect_error, not ssrf_blocked), and connect_log would show it.
+    async with Fetcher(settings(connect_timeout=0.5, total_timeout=3.0)) as f:
+        err = await fetch_error(f, redirect_via(servers, target))
+    assert err.reason == "ssrf_blocked"
+    assert err.retryable is False
+    assert set(connect_log) == {"127.0.0.1"}  # only the first hop, to the test server
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "[::ffff:127.0.0.1]", "localhost", "[::1]"])
+async def test_guard_without_allow_list_blocks_loopback(
+    servers: Servers, host: str, connect_log: list[str]
+) -> None:
+    async with Fetcher(FetchSettings(total_timeout=3.0, connect_timeout=0.5)) as f:
+        err = await fetch_error(f, f"http://{host}:{servers.port}/page")
+    assert err.reason == "ssrf_blocked"
+    assert err.retryable is False
+    assert connect_log == []
+
+
+@pytest.mark.parametrize("host", ["2130706433", "127.1", "0x7f000001", "0", "[::]", "0.0.0.0"])
+async def test_legacy_and_unspecified_ip_forms_never_connect(
+    servers: Servers, host: str, connect_log: list[str]
+) -> None:
+    # aiohttp 3.14 rejects non-canonical numeric IPv4 hosts itself (bad_url); hex goes to
+    # getaddrinfo, which maps it to 127.0.0.1 and the resolver guard refuses it.
+    async with Fetcher(FetchSettings(total_timeout=3.0, connect_timeout=0.5)) as f:
+        err = await fetch_error(f, f"http://{host}:{servers.port}/page")
+    assert err.reason in {"ssrf_blocked", "bad_url"}
+    assert err.retryable is False
+    assert connect_log == []
+
+
+async def test_connector_guard_catches_what_the_literal_check_misses(
+    servers: Servers, connect_log: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiohttp skips the resolver for IP literals; the socket factory still refuses them."""
+    monkeypatch.setattr(fetcher_mod, "literal_host_ip", lambda host: None)
+    async with Fetcher(FetchSettings(total_timeout=3.0, connect_timeout=0.5)) as f:
+        err = await fetch_error(f, f"http://127.0.0.1:{servers.port}/page")
+    assert err.reason == "ssrf_blocked"
+    assert connect_log == []
+
+
+async def test_allow_private_reaches_loopback(servers: Servers) -> None:
+    async with Fetcher(FetchSettings(allow_private=True, total_timeout=3.0)) as f:
+        result = await f.fetch(f"http://localhost:{servers.port}/page")
+    assert result.body == b"hello world"
+
+
+@pytest.mark.parametrize(
+    ("address", "blocked"),
+    [
+        ("169.254.169.254", True),
+        ("100.64.1.1", True),
+        ("::ffff:10.0.0.1", True),
+        ("::ffff:169.254.169.254", True),
+        ("64:ff9b::a00:1", True),  # NAT64 of 10.0.0.1
+        ("64:ff9b::808:808", False),  # NAT64 of 8.8.8.8
+        ("2002:a00:1::", True),  # 6to4 of 10.0.0.1
+        ("::10.0.0.1", True),  # IPv4-compatible
+        ("0.0.0.0", True),
+        ("::", True),
+        ("224.0.0.1", True),
+        ("ff02::1", True),
+        ("fe80::1", True),
+        ("fe80::1%1", True),
+        ("fd12:3456::1", True),
+        ("127.0.0.1", True),
+        ("127.9.9.9", True),
+        ("::1", True),
+        ("10.1.2.3", True),
+        ("172.16.0.1", True),
+        ("192.168.1.1", True),
+        ("255.255.255.255", True),
+        ("240.0.0.1", True),
+        ("198.18.0.1", True),
+        ("not-an-ip", True),
+        ("8.8.8.8", False),
+        ("1.1.1.1", False),
+        ("::ffff:8.8.8.8", False),
+        ("2606:4700:4700::1111", False),
+    ],
+)
+def test_ssrf_guard_table(address: str, blocked: bool) -> None:
+    guard = SsrfGuard(allow_private=False, allow_networks=())
+    if blocked:
+        with pytest.raises(FetchError) as info:
+            guard.check(address)
+        assert info.value.reason == "ssrf_blocked"
+        assert info.value.retryable is False
+    else:
+        guard.check(address)
+    SsrfGuard(allow_private=True).check(address)  # the switch turns it all off
+
+
+def test_ssrf_guard_allow_networks() -> None:
+    guard = SsrfGuard(allow_networks=(ipaddress.ip_network("10.0.0.0/8"), *LOOPBACK))
+    guard.check("10.9.9.9")
+    guard.check("127.0.0.1")
+    guard.check("::ffff:127.0.0.1")  # the same address, mapped
+    with pytest.raises(FetchError):
+        guard.check("127.0.0.2")
+    with pytest.raises(FetchError):
+        guard.check("169.254.169.254")
+
+
+def test_socket_factory_refuses_before_creating_a_socket() -> None:
+    guard = SsrfGuard(allow_networks=LOOPBACK)
+    with pytest.raises(SsrfSocketError) as info:
+        guard.socket_factory((socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.1", 80)))
+    assert info.value.fetch_error.reason == "ssrf_blocked"
+    assert isinstance(info.value, OSError)
+    sock = guard.socket_factory((socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", 80)))
+    sock.close()
+
+
+def test_literal_host_ip() -> None:
+    assert literal_host_ip("127.0.0.1") == "127.0.0.1"
+    assert literal_host_ip("::FFFF:7f00:1") == "::ffff:7f00:1"
+    assert literal_host_ip("[::1]") == "::1"
+    assert literal_host_ip("example.com") is None
+    assert literal_host_ip("1example.com") is None
+    assert literal_host_ip(None) is None
+
+
+class _FakeResolver(aiohttp.abc.AbstractResolver):
+    def __init__(self, hosts: list[str]) -> None:
+        self.hosts = hosts
+        self.closed = False
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[aiohttp.abc.ResolveResult]:
+        return [
+            {"hostname": host, "host": h, "port": port, "family": family, "proto": 0, "flags": 0}
+            for h in self.hosts
+        ]
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def test_guarded_resolver_filters_and_refuses() -> None:
+    guard = SsrfGuard()
+    mixed = GuardedResolver(guard, _FakeResolver(["10.0.0.1", "93.184.215.14", "::1"]))
+    assert [r["host"] for r in await mixed.resolve("mixed.test", 80)] == ["93.184.215.14"]
+    refused = GuardedResolver(guard, _FakeResolver(["169.254.169.254", "fe80::1"]))
+    with pytest.raises(FetchError) as info:
+        await refused.resolve("metadata.test", 80)
+    assert info.value.reason == "ssrf_blocked"
+    inner = _FakeResolver([])
+    await GuardedResolver(guard, inner).close()
+    assert inner.closed
+
+
+# --- proxies -------------------------------------------------------------------------------------
+
+
+def test_redact_url() -> None:
+    assert redact_url("http://u:p@proxy:3128") == "http://***@proxy:3128"
+    assert redact_url("http://u:p@proxy:3128/x?y=a@b") == "http://***@proxy:3128/x?y=a@b"
+    assert redact_url("http://proxy:3128/a@b") == "http://proxy:3128/a@b"
+    assert redact_url("u:p@proxy") == "***@proxy"
+    assert redact_url("http://proxy") == "http://proxy"
+    assert redact_url("") == ""
+
+
+async def test_proxy_407_retried_on_next_proxy_and_secrets_hidden(
+    servers: Servers, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    proxies = (
+        f"http://{PROXY_USER}:{PROXY_PASSWORD}@{servers.proxy407}",
+        f"http://{PROXY_USER}:{PROXY_PASSWORD}@{servers.proxy}",
+    )
+    s = settings(proxies=proxies)
+    before407 = len(servers.seen.get("proxy407", []))
+    before = len(servers.seen.get("proxy", []))
+    async with Fetcher(s) as f:
+        result = await f.fetch(f"{servers.main}/page")
+        assert result.status == 200
+        assert result.body == b"hello world"
+        assert len(servers.seen["proxy407"]) == before407 + 1  # tried first, answered 407
+        assert len(servers.seen["proxy"]) == before + 1  # then the next one
+        assert servers.seen["proxy"][-1]["auth"] == GOOD_PROXY_AUTH
+        assert servers.seen["proxy"][-1]["url"] == f"{servers.main}/page"
+        # round robin: the next fetch starts at the second proxy and needs no retry
+        await f.fetch(f"{servers.main}/page")
+        assert len(servers.seen["proxy407"]) == before407 + 1
+        assert len(servers.seen["proxy"]) == before + 2
+        texts = [repr(s), str(s), repr(f)]
+    assert "***@" in repr(s)
+    for text in [*texts, caplog.text]:
+        assert PROXY_PASSWORD not in text
+
+
+async def test_proxy_429_retried_on_next_proxy(servers: Servers) -> None:
+    good = f"http://{PROXY_USER}:{PROXY_PASSWORD}@{servers.proxy}"
+    before = len(servers.seen.get("proxy", []))
+    async with Fetcher(settings(proxies=(good, good, good))) as f:
+        err = await fetch_error(f, f"{servers.main}/status/429?ra=5")
+    assert err.reason == "http_429"
+    assert err.retry_after == 5.0
+    assert len(servers.seen["proxy"]) == before + 3  # once through each proxy
+
+
+async def test_proxy_connect_errors_never_leak_the_password(
+    servers: Servers, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    dead = [f"http://{PROXY_USER}:{PROXY_PASSWORD}@127.0.0.1:{free_port()}" for _ in range(2)]
+    async with Fetcher(settings(proxies=tuple(dead), connect_timeout=1.0)) as f:
+        err = await fetch_error(f, f"{servers.main}/page")
+    assert err.reason == "connect_error"
+    assert err.retryable is True
+    rendered = "".join(traceback.format_exception(err))
+    for text in (str(err), repr(err), err.message, rendered, caplog.text):
+        assert PROXY_PASSWORD not in text
+
+
+async def test_proxy_cannot_reach_blocked_literal(servers: Servers, connect_log: list[str]) -> None:
+    proxies = (f"http://{PROXY_USER}:{PROXY_PASSWORD}@{servers.proxy}",)
+    async with Fetcher(settings(proxies=proxies)) as f:
+        err = await fetch_error(f, "http://169.254.169.254/latest/meta-data")
+    assert err.reason == "ssrf_blocked"
+    assert connect_log == []
+
+
+def test_settings_repr_redacts_and_validates() -> None:
+    s = FetchSettings(proxies=(f"http://u:{PROXY_PASSWORD}@127.0.0.1:3128",))
+    assert PROXY_PASSWORD not in repr(s)
+    assert "http://***@127.0.0.1:3128" in repr(s)
+    assert "max_redirects=5" in repr(s)
+    for bad in ("socks5://u:p@127.0.0.1:1080", f"http://u:{PROXY_PASSWORD}/x@127.0.0.1:3128"):
+        with pytest.raises(ValueError) as info:
+            FetchSettings(proxies=(bad,))
+        assert PROXY_PASSWORD not in str(info.value)
+    with pytest.raises(ValueError):
+        FetchSettings(total_timeout=0)
+
+
+async def test_fetch_before_start_is_an_error() -> None:
+    with pytest.raises(RuntimeError):
+        await Fetcher(settings()).fetch("http://127.0.0.1/")
+
+
+async def test_many_concurrent_fetches_share_one_pool(servers: Servers) -> None:
+    async with Fetcher(settings(limit_per_host=4)) as f:
+        results = await asyncio.gather(*(f.fetch(f"{servers.main}/page") for _ in range(200)))
+    assert {r.status for r in results} == {200}
