@@ -435,8 +435,10 @@ class Fetcher:
 
 
 def _parse_start_url(url: str) -> URL:
+    # A URL that is already fully quoted (canonical task URLs are) is sent as is:
+    # re-quoting would turn /a%3Bb into /a;b, a different resource.
     try:
-        parsed = URL(url)
+        parsed = URL(url, encoded=_is_quoted(url))
         scheme = parsed.scheme
         host = parsed.raw_host
         _ = parsed.port
@@ -449,6 +451,13 @@ def _parse_start_url(url: str) -> URL:
     if parsed.raw_fragment:
         parsed = parsed.with_fragment(None)
     return parsed
+
+
+_UNQUOTED = frozenset(' "<>\\^`{|}')
+
+
+def _is_quoted(url: str) -> bool:
+    return url.isascii() and url.isprintable() and _UNQUOTED.isdisjoint(url)
 
 
 def _redirect_target(current: URL, location: str) -> URL:
