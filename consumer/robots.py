@@ -1,0 +1,381 @@
+"""robots.txt for the consumer fleet: fetched once per origin, cached in Redis and in-process.
+
+`RobotsCache.check(url)` answers "may we fetch this URL, and how slowly?" as a
+`RobotsVerdict`. robots.txt is parsed with Protego (the Scrapy project's parser) rather
+than `urllib.robotparser`: urllib's parser ignores ``*``/``$`` wildcards and applies the
+first matching rule instead of the longest one, so ``Allow: /private/open`` under
+``Disallow: /private/`` and ``Disallow: /*.pdf$`` both come out wrong. Protego follows
+RFC 9309 / Google (wildcards, longest match wins, Allow wins a tie) and also reads
+Crawl-delay, Request-rate and Sitemap.
+
+Where a verdict comes from, cheapest first:
+
+1. an in-process LRU (`local_size` origins) of parsed robots.txt, each entry kept as long
+   as its Redis copy lives: a known origin costs no Redis call;
+2. concurrent coroutines of one process asking for the same unknown origin share one
+   lookup (one task per origin);
+3. the fleet-wide Redis copy ``CrawlKeys.robots(origin)``, a STRING holding JSON
+   ``{"status": int, "body": str, "fetched_at": unix s}`` (plus ``"error"`` after a failed
+   fetch) with EX `ttl_s`;
+4. on a miss, ``SET <key>:lock NX PX lock_ms`` picks the one consumer that fetches
+   ``<origin>/robots.txt`` through the given `Fetcher` (so the SSRF guard, timeouts and
+   body cap apply) and writes the Redis copy; the others poll the Redis copy every 100 ms
+   and take the lock over if it is released or expires without a copy being written.
+
+What a robots.txt fetch means:
+
+| robots.txt fetch | verdict | cached for |
+| --- | --- | --- |
+| 2xx | parse the body: its first 512 KiB (Google's limit, cut at the last line break), UTF-8, invalid bytes replaced, BOM dropped | `ttl_s` |
+| 3xx | followed by the fetcher (up to its `max_redirects`, 5) | as the final answer |
+| 404, 410 and every other 4xx except 429; a 3xx without Location | allow all | `ttl_s` |
+| too many redirects, a redirect loop, a bad redirect target (RFC 9309: "unavailable") | allow all | `ttl_s` |
+| body over the fetcher's `max_body_bytes` (`body_too_large`: nothing to parse) | allow all | `ttl_s` |
+| 429, 408, 5xx, timeout, connection error, malformed response | `FetchError("robots_unavailable", retryable=True)`, `retry_after` = time left in the cache | 60 s (`failure_ttl_s`), so the task is retried with backoff instead of being marked disallowed |
+| `ssrf_blocked` (the origin resolves to a refused address), any other permanent fetcher error | that `FetchError` re-raised as is (permanent) | not cached |
+| a body that is not robots.txt (HTML, binary garbage) | whatever Protego makes of it (usually allow all); content never raises | `ttl_s` |
+| the URL asked about is not an absolute http(s) URL | `FetchError("bad_url", retryable=False)` | - |
+
+Crawl-delay is Protego's ``crawl_delay(agent)``; without one, a ``Request-rate: n/s``
+gives ``s / n`` seconds. Groups are matched on the product token of `user_agent` (its
+first word up to ``/``: ``crawlq`` for ``crawlq/0.1 (+https://...)``), so a group for a
+word that merely appears in our full User-Agent string (``github``) does not apply to us.
+"""  # noqa: E501
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
+
+from protego import Protego
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from yarl import URL
+
+from common import codec
+from common.errors import ConfigError, FetchError, RedisUnavailableError
+from common.keys import CrawlKeys
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+    from consumer.fetcher import Fetcher
+
+__all__ = ["MAX_ROBOTS_BYTES", "RobotsCache", "RobotsVerdict", "product_token"]
+
+log = logging.getLogger(__name__)
+
+MAX_ROBOTS_BYTES = 512 * 1024  # Google parses the first 500 KiB; RFC 9309 asks for >= 500 KiB
+POLL_INTERVAL_S = 0.1
+# Fetcher errors after which robots.txt counts as unavailable (RFC 9309 2.3.1.3): allow all.
+_ALLOW_ALL_REASONS = frozenset(
+    {"too_many_redirects", "redirect_loop", "bad_redirect", "body_too_large"}
+)
+
+# Compare-and-delete: release the fetch lock only while it still holds our token.
+# KEYS[1] robots lock STRING; ARGV[1] our token. Returns 1 if deleted, 0 if not ours.
+_RELEASE_LUA = """
+local key, token = KEYS[1], ARGV[1]
+if redis.call('GET', key) == token then
+    return redis.call('DEL', key)
+end
+return 0
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class RobotsVerdict:
+    """Whether our user agent may fetch a URL, and the origin's crawl delay for it."""
+
+    allowed: bool
+    crawl_delay: float | None  # seconds, from Crawl-delay (or Request-rate), for our user agent
+
+
+class RobotsDoc(TypedDict):
+    """The JSON stored at ``CrawlKeys.robots(origin)``."""
+
+    status: int  # HTTP status of the final response; 0 when there was none
+    body: str  # the (capped, decoded) robots.txt; "" unless 2xx
+    fetched_at: float  # unix seconds
+    error: NotRequired[str]  # "<reason>: <message>" of a failed fetch: robots_unavailable
+    note: NotRequired[str]  # why robots.txt counts as absent (fetcher reason), for humans
+
+
+@dataclass(slots=True)
+class _Entry:
+    """One origin in the in-process cache."""
+
+    robots: Protego | None  # None: allow all
+    crawl_delay: float | None
+    error: str | None  # set: robots.txt unavailable, raise robots_unavailable
+    expires: float  # time.monotonic()
+
+
+_ALLOW_ALL = RobotsVerdict(allowed=True, crawl_delay=None)
+
+
+def product_token(user_agent: str) -> str:
+    """The token robots.txt groups are matched on: the first word of `user_agent`, up to '/'."""
+    words = user_agent.split(None, 1)
+    token = words[0].split("/", 1)[0] if words else ""
+    if not token:
+        raise ConfigError(f"user agent {user_agent!r} has no product token")
+    return token
+
+
+def origin_of(url: str) -> tuple[str, str]:
+    """``(scheme://host[:port], path?query)`` of an absolute http(s) URL; FetchError bad_url.
+
+    Host lowercased and IDNA-encoded, default port dropped, userinfo and fragment dropped.
+    """
+    try:
+        parsed = URL(url)
+        scheme = parsed.scheme
+        host = parsed.raw_host
+        origin = str(parsed.origin())
+        path = parsed.raw_path_qs
+    except (ValueError, TypeError):
+        raise FetchError("bad_url", f"malformed URL {url[:200]!r}", retryable=False) from None
+    if scheme not in ("http", "https") or not host:
+        raise FetchError("bad_url", f"not an http(s) URL: {url[:200]!r}", retryable=False)
+    return origin, path or "/"
+
+
+def decode_body(body: bytes) -> str:
+    """The part of a robots.txt body we parse: first MAX_ROBOTS_BYTES, whole lines, as text."""
+    if len(body) > MAX_ROBOTS_BYTES:
+        body = body[:MAX_ROBOTS_BYTES]
+        cut = body.rfind(b"\n")
+        if cut != -1:
+            body = body[: cut + 1]
+    return body.decode("utf-8-sig", errors="replace")
+
+
+class RobotsCache:
+    """robots.txt verdicts for one crawl, shared by every consumer through Redis.
+
+    `user_agent` is our User-Agent (or just its product token); see the module docstring.
+    `failure_ttl_s` bounds how long a failed fetch is remembered (never longer than
+    `ttl_s`). Keep `lock_ms` above the fetcher's `total_timeout`, or a slow fetch lets a
+    second consumer take the lock over and fetch too. Call `close()` at shutdown to cancel
+    lookups still in flight.
+    """
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        crawl: str,
+        fetcher: Fetcher,
+        *,
+        user_agent: str,
+        ttl_s: float = 86400,
+        local_size: int = 10_000,
+        lock_ms: int = 30_000,
+        failure_ttl_s: float = 60.0,
+    ) -> None:
+        if not ttl_s > 0 or not failure_ttl_s > 0:
+            raise ConfigError("robots ttl_s and failure_ttl_s must be > 0")
+        if local_size < 1 or lock_ms < 1:
+            raise ConfigError("robots local_size and lock_ms must be >= 1")
+        self._redis = redis
+        self._keys = CrawlKeys.build(crawl)
+        self._fetcher = fetcher
+        self._agent = product_token(user_agent)
+        self.ttl_s = ttl_s
+        self.failure_ttl_s = min(failure_ttl_s, ttl_s)
+        self.local_size = local_size
+        self.lock_ms = lock_ms
+        self._local: OrderedDict[str, _Entry] = OrderedDict()
+        self._inflight: dict[str, asyncio.Task[_Entry]] = {}
+        self._release = redis.register_script(_RELEASE_LUA)
+
+    async def check(self, url: str) -> RobotsVerdict:
+        """The verdict for `url`; raises FetchError robots_unavailable (retryable),
+        ssrf_blocked or bad_url (permanent), RedisUnavailableError."""
+        origin, path = origin_of(url)
+        entry = self._local_get(origin)
+        if entry is None:
+            entry = await self._shared_lookup(origin)
+        return self._verdict(entry, path)
+
+    async def close(self) -> None:
+        """Cancel lookups in flight (their callers get CancelledError) and forget them."""
+        tasks = list(self._inflight.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._inflight.clear()
+
+    # --- in-process -----------------------------------------------------------------------
+
+    def _verdict(self, entry: _Entry, path: str) -> RobotsVerdict:
+        if entry.error is not None:
+            raise FetchError(
+                "robots_unavailable",
+                entry.error,
+                retryable=True,
+                retry_after=max(0.0, entry.expires - time.monotonic()),
+            )
+        robots = entry.robots
+        if robots is None:
+            return _ALLOW_ALL
+        return RobotsVerdict(robots.can_fetch(path, self._agent), entry.crawl_delay)
+
+    def _local_get(self, origin: str) -> _Entry | None:
+        local = self._local
+        entry = local.get(origin)
+        if entry is None:
+            return None
+        if entry.expires <= time.monotonic():
+            del local[origin]
+            return None
+        local.move_to_end(origin)
+        return entry
+
+    def _local_put(self, origin: str, entry: _Entry) -> None:
+        local = self._local
+        local[origin] = entry
+        local.move_to_end(origin)
+        while len(local) > self.local_size:
+            local.popitem(last=False)
+
+    async def _shared_lookup(self, origin: str) -> _Entry:
+        task = self._inflight.get(origin)
+        if task is None:
+            task = asyncio.create_task(self._lookup(origin), name=f"robots {origin}")
+            self._inflight[origin] = task
+            task.add_done_callback(lambda t: self._lookup_done(origin, t))
+        # shield: one caller being cancelled must not cancel the lookup the others await.
+        return await asyncio.shield(task)
+
+    def _lookup_done(self, origin: str, task: asyncio.Task[_Entry]) -> None:
+        if self._inflight.get(origin) is task:
+            del self._inflight[origin]
+        if not task.cancelled():
+            task.exception()  # retrieved: no "never retrieved" warning if every caller left
+
+    def _entry(self, doc: RobotsDoc, ttl_s: float) -> _Entry:
+        expires = time.monotonic() + ttl_s
+        error = doc.get("error")
+        if error is not None:
+            return _Entry(None, None, error, expires)
+        status = doc["status"]
+        if not 200 <= status < 300:
+            return _Entry(None, None, None, expires)
+        try:
+            robots = Protego.parse(doc["body"])
+            delay = robots.crawl_delay(self._agent)
+            if delay is None:
+                rate = robots.request_rate(self._agent)
+                if rate is not None:
+                    delay = rate.seconds / rate.requests
+        except Exception as exc:  # content must never fail a crawl: treat as no robots.txt
+            log.warning("robots_unparseable", extra={"error": repr(exc)[:200]})
+            return _Entry(None, None, None, expires)
+        return _Entry(robots, delay, None, expires)
+
+    # --- Redis and the fetch ---------------------------------------------------------------
+
+    async def _lookup(self, origin: str) -> _Entry:
+        try:
+            entry = await self._lookup_redis(origin)
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            raise RedisUnavailableError(f"robots cache for {origin}: {exc}") from exc
+        self._local_put(origin, entry)
+        return entry
+
+    async def _lookup_redis(self, origin: str) -> _Entry:
+        key = self._keys.robots(origin)
+        lock = f"{key}:lock"
+        redis = self._redis
+        deadline = time.monotonic() + self.lock_ms / 1000 + 1.0
+        token = secrets.token_hex(8)
+        while True:
+            entry = await self._read(key)
+            if entry is not None:
+                return entry
+            if await redis.set(lock, token, nx=True, px=self.lock_ms):
+                try:
+                    # The holder before us may have written the copy after our GET.
+                    entry = await self._read(key)
+                    if entry is not None:
+                        return entry
+                    return await self._fetch_and_store(origin, key)
+                finally:
+                    await self._unlock(lock, token)
+            if time.monotonic() >= deadline:
+                raise FetchError(
+                    "robots_unavailable",
+                    f"timed out waiting for another consumer to fetch {origin}/robots.txt",
+                    retryable=True,
+                )
+            await asyncio.sleep(POLL_INTERVAL_S)
+
+    async def _read(self, key: str) -> _Entry | None:
+        """The Redis copy as an entry living as long as it does, or None (absent, corrupt)."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.get(key)
+            pipe.pttl(key)
+            raw, pttl = await pipe.execute()
+        if raw is None:
+            return None
+        doc = _parse_doc(raw)
+        if doc is None:
+            log.warning("robots_cache_corrupt", extra={"key": key})
+            return None
+        ttl_s = self.ttl_s if pttl < 0 else pttl / 1000
+        return self._entry(doc, min(ttl_s, self.ttl_s))
+
+    async def _fetch_and_store(self, origin: str, key: str) -> _Entry:
+        doc = await self._fetch(origin)  # ssrf_blocked propagates, uncached
+        ttl_s = self.failure_ttl_s if "error" in doc else self.ttl_s
+        await self._redis.set(key, codec.dumps(doc), px=max(1, int(ttl_s * 1000)))
+        return self._entry(doc, ttl_s)
+
+    async def _fetch(self, origin: str) -> RobotsDoc:
+        url = f"{origin}/robots.txt"
+        now = time.time()
+        try:
+            result = await self._fetcher.fetch(url)
+        except FetchError as exc:
+            if exc.reason in _ALLOW_ALL_REASONS:
+                log.info("robots_absent", extra={"origin": origin, "reason": exc.reason})
+                return {"status": exc.status or 0, "body": "", "fetched_at": now,
+                        "note": exc.reason}
+            if not exc.retryable:  # ssrf_blocked, bad_url: the page itself can't be had
+                raise
+            log.info("robots_unavailable", extra={"origin": origin, "reason": exc.reason})
+            return {"status": exc.status or 0, "body": "", "fetched_at": now,
+                    "error": f"{url}: {exc}"}
+        status = result.status
+        body = decode_body(result.body) if 200 <= status < 300 else ""
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("robots_fetched", extra={"origin": origin, "status": status,
+                                               "bytes": len(result.body)})
+        return {"status": status, "body": body, "fetched_at": now}
+
+    async def _unlock(self, lock: str, token: str) -> None:
+        try:
+            await self._release(keys=[lock], args=[token])
+        except (RedisConnectionError, RedisTimeoutError) as exc:  # it expires by itself
+            log.warning("robots_unlock_failed", extra={"key": lock, "error": str(exc)})
+
+
+def _parse_doc(raw: Any) -> RobotsDoc | None:
+    try:
+        doc = codec.loads(raw)
+    except ValueError:
+        return None
+    if (
+        not isinstance(doc, dict)
+        or not isinstance(doc.get("status"), int)
+        or not isinstance(doc.get("body"), str)
+        or not isinstance(doc.get("error", ""), str)
+    ):
+        return None
+    return cast("RobotsDoc", doc)
