@@ -29,4 +29,4 @@ def connect(url: str, *, retries: int = 3, socket_timeout: float = 10.0,
         retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=2.0), retries),
         retry_on_error=[RedisConnectionError, RedisTimeoutError],
     )
-    return aioredis.Redis(connection_pool=pool)
+    return aioredis.Redis.from_pool(pool)  # the client owns the pool: aclose() closes it

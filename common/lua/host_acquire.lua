@@ -20,7 +20,7 @@ if (#ARGV - 2) % 3 ~= 0 or (#ARGV - 2) / 3 ~= #KEYS - 1 then
 end
 for i = 4, #ARGV, 3 do int_arg(ARGV[i], 'delay_ms') end
 local now = now_ms()
-local swept, waits = {}, {}
+local swept, waits, refused = {}, {}, {}
 for i = 1, #KEYS - 1 do
   local base = 3 + 3 * (i - 1)
   local host, delay, token = ARGV[base], tonumber(ARGV[base + 1]), ARGV[base + 2]
@@ -30,11 +30,17 @@ for i = 1, #KEYS - 1 do
     swept[slots] = true
   end
   local next_allowed = tonumber(redis.call('HGET', hosts, host) or '0')
+  -- Refused items of one host are spread out (the k-th waits k spacings longer), so
+  -- they come back one by one instead of all at once.
+  local k = refused[host] or 0
+  local spacing = math.max(delay, 50)
   local wait = 0
   if now < next_allowed then
-    wait = next_allowed - now
+    wait = next_allowed - now + k * spacing
+    refused[host] = k + 1
   elseif redis.call('ZCARD', slots) >= concurrency then
-    wait = math.max(delay, 50)
+    wait = spacing * (1 + math.floor(k / concurrency))
+    refused[host] = k + 1
   else
     redis.call('ZADD', slots, now + slot_ttl, token)
     if delay > 0 then redis.call('HSET', hosts, host, now + delay) end

@@ -1,0 +1,333 @@
+"""The consumer end to end, in-process: real redis-server, real aiohttp sites on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from email.utils import formatdate
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from aiohttp import web
+
+import consumer_handlers
+from common.queue import CrawlQueue, NewTask
+from common.urls import fingerprint
+from consumer.config import build_parser, settings_from_args
+from consumer.run import run
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass
+class Site:
+    """A local test site; records every request's path and time."""
+
+    base: str = ""
+    hits: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    paths: list[str] = field(default_factory=list)
+
+    def url(self, path: str) -> str:
+        return self.base + path
+
+
+@contextlib.asynccontextmanager
+async def serve(routes: dict[str, Handler], robots: str | None = None) -> AsyncIterator[Site]:
+    site = Site()
+
+    @web.middleware
+    async def record(request: web.Request, handler: Handler) -> web.StreamResponse:
+        site.hits[request.path].append(time.monotonic())
+        site.paths.append(request.raw_path)
+        return await handler(request)
+
+    app = web.Application(middlewares=[record], handler_args={"max_field_size": 16384})
+    for path, handler in routes.items():
+        app.router.add_get(path, handler)
+    if robots is not None:
+        async def robots_txt(request: web.Request) -> web.Response:
+            return web.Response(text=robots)
+        app.router.add_get("/robots.txt", robots_txt)
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=True,
+                           shutdown_timeout=1.0)
+    await runner.setup()
+    tcp = web.TCPSite(runner, "127.0.0.1", 0)
+    await tcp.start()
+    port = tcp._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    site.base = f"http://127.0.0.1:{port}"
+    try:
+        yield site
+    finally:
+        await runner.cleanup()
+
+
+async def page(request: web.Request) -> web.Response:
+    i = request.match_info.get("i", "0")
+    return web.Response(text=f"<html><body>page {i}</body></html>", content_type="text/html")
+
+
+async def enqueue(client: aioredis.Redis, crawl: str, urls: list[str],
+                  **task: Any) -> CrawlQueue:
+    queue = await CrawlQueue.open(client, crawl)
+    await queue.enqueue([NewTask(u, fingerprint(u), **task) for u in urls])
+    return queue
+
+
+def consumer_args(redis_url: str, crawl: str, out: Path, *extra: str) -> list[str]:
+    return ["--redis-url", redis_url, "--crawl", crawl, "--output", str(out),
+            "--exit-when-empty", "--empty-grace", "0", "--allow-private", "--http-port", "-1",
+            "--retry-base", "0.05", "--per-host-concurrency", "0", "--per-host-delay", "0",
+            "--ignore-robots", *extra]
+
+
+async def consume(redis_url: str, crawl: str, out: Path, *extra: str,
+                  timeout: float = 60) -> int:
+    settings = settings_from_args(build_parser().parse_args(
+        consumer_args(redis_url, crawl, out, *extra)))
+    return await asyncio.wait_for(run(settings), timeout)
+
+
+def records(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for f in sorted(out.glob("*.jsonl"))
+            for line in f.read_text().splitlines()]
+
+
+async def test_crawl_2000_pages_each_success_in_the_sink_once(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
+    async with serve({"/p/{i}": page}) as site:
+        urls = [site.url(f"/p/{i}") for i in range(2000)]
+        queue = await enqueue(redis_client, crawl_name, urls)
+        assert await consume(redis_url, crawl_name, tmp_path) == 0
+    stats = await queue.stats()
+    assert (stats.pending, stats.leased, stats.waiting, stats.dead) == (0, 0, 0, 0)
+    assert stats.done == 2000
+    got = records(tmp_path)
+    assert sorted(r["url"] for r in got) == sorted(urls)
+    assert all(r["status"] == 200 and r["outcome"] == "ok" for r in got)
+
+
+async def test_500_then_200_is_retried_and_done(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
+    calls = 0
+
+    async def flaky(request: web.Request) -> web.Response:
+        nonlocal calls
+        calls += 1
+        return web.Response(status=500) if calls == 1 else web.Response(text="fine")
+
+    async with serve({"/flaky": flaky}) as site:
+        queue = await enqueue(redis_client, crawl_name, [site.url("/flaky")])
+        assert await consume(redis_url, crawl_name, tmp_path) == 0
+    stats = await queue.stats()
+    assert stats.done == 1 and stats.counters["retried"] == 1 and stats.dead == 0
+    [rec] = records(tmp_path)
+    assert rec["status"] == 200 and rec["attempt"] == 2
+
+
+@pytest.mark.parametrize("form", ["seconds", "http-date"])
+async def test_429_retry_after_is_honoured_and_cools_the_host(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path,
+        form: str) -> None:
+    limited = 0
+
+    async def busy(request: web.Request) -> web.Response:
+        nonlocal limited
+        limited += 1
+        if limited == 1:
+            value = "2" if form == "seconds" else formatdate(time.time() + 2, usegmt=True)
+            return web.Response(status=429, headers={"Retry-After": value})
+        return web.Response(text="ok")
+
+    async with serve({"/busy": busy, "/p/{i}": page}) as site:
+        queue = await enqueue(redis_client, crawl_name, [site.url("/busy")])
+        # Politeness on, so the 429 cools the whole host down.
+        assert await consume(redis_url, crawl_name, tmp_path, "--per-host-concurrency", "4",
+                             "--max-retry-after", "10s") == 0
+        first, second = site.hits["/busy"]
+    assert second - first >= 1.0  # HTTP-date has one-second resolution
+    assert (await queue.stats()).done == 1
+
+
+async def test_hanging_server_times_out_and_dies_after_max_attempts(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
+    async def hang(request: web.Request) -> web.Response:
+        await asyncio.sleep(30)
+        return web.Response(text="too late")
+
+    async with serve({"/hang": hang}) as site:
+        queue = await enqueue(redis_client, crawl_name, [site.url("/hang")], max_attempts=2)
+        started = time.monotonic()
+        assert await consume(redis_url, crawl_name, tmp_path, "--timeout", "0.5s") == 0
+        assert time.monotonic() - started < 10
+        assert len(site.hits["/hang"]) == 2
+    [dead] = await queue.dead_list()
+    assert dead.reason == "timeout" and dead.attempts == 2
+
+
+async def test_bad_redirects_end_dead_with_their_reason(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
+    def redirect(to: str) -> Handler:
+        async def handler(request: web.Request) -> web.Response:
+            raise web.HTTPFound(to)
+        return handler
+
+    routes: dict[str, Handler] = {
+        "/meta": redirect("http://169.254.169.254/latest/meta-data"),
+        "/file": redirect("file:///etc/passwd"),
+        "/ten": redirect("http://10.0.0.1/"),
+    }
+    async with serve(routes) as site:
+        urls = [site.url(p) for p in ("/meta", "/file", "/ten")]
+        queue = await enqueue(redis_client, crawl_name, urls)
+        # The guard stays on: only the test site's own address is let through.
+        args = [a for a in consumer_args(redis_url, crawl_name, tmp_path)
+                if a != "--allow-private"]
+        settings = settings_from_args(build_parser().parse_args(
+            [*args, "--allow-network", "127.0.0.1/32"]))
+        assert await asyncio.wait_for(run(settings), 30) == 0
+    reasons = {d.url: d.reason for d in await queue.dead_list()}
+    assert reasons == {urls[0]: "ssrf_blocked", urls[1]: "bad_redirect",
+                       urls[2]: "ssrf_blocked"}
+
+
+async def test_redirect_loop_ends_dead(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
+    async def loop_a(request: web.Request) -> web.Response:
+        raise web.HTTPFound("/loop-b")
+
+    async def loop_b(request: web.Request) -> web.Response:
+        raise web.HTTPFound("/loop-a")
+
+    async with serve({"/loop-a": loop_a, "/loop-b": loop_b}) as site:
+        queue = await enqueue(redis_client, crawl_name, [site.url("/loop-a")])
+        assert await consume(redis_url, crawl_name, tmp_path) == 0
+    [dead] = await queue.dead_list()
+    assert dead.reason == "redirect_loop" and dead.attempts == 1
+
+
+async def test_robots_disallow_is_honoured(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
+    async with serve({"/p/{i}": page, "/private/{i}": page},
+                     robots="User-agent: *\nDisallow: /private/\n") as site:
+        urls = [site.url("/p/1"), site.url("/private/1"), site.url("/private/2")]
+        queue = await enqueue(redis_client, crawl_name, urls)
+        args = [a for a in consumer_args(redis_url, crawl_name, tmp_path)
+                if a != "--ignore-robots"]
+        settings = settings_from_args(build_parser().parse_args(args))
+        assert await asyncio.wait_for(run(settings), 30) == 0
+        assert "/private/1" not in site.hits and "/private/2" not in site.hits
+        assert len(site.hits["/robots.txt"]) == 1
+    stats = await queue.stats()
+    assert stats.counters["outcome:robots_disallowed"] == 2
+    assert stats.counters["outcome:ok"] == 1
+    outcomes = {r["url"]: r["outcome"] for r in records(tmp_path)}
+    assert outcomes[urls[1]] == "robots_disallowed"
+
+
+async def test_per_host_delay_holds_across_two_consumers(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
+    async with serve({"/p/{i}": page}) as site:
+        urls = [site.url(f"/p/{i}") for i in range(12)]
+        queue = await enqueue(redis_client, crawl_name, urls)
+        polite = ("--per-host-delay", "0.2s", "--per-host-concurrency", "2")
+        results = await asyncio.gather(
+            consume(redis_url, crawl_name, tmp_path / "a", *polite, "--worker-id", "a"),
+            consume(redis_url, crawl_name, tmp_path / "b", *polite, "--worker-id", "b"))
+        assert results == [0, 0]
+        starts = sorted(t for path, ts in site.hits.items() if path.startswith("/p/")
+                        for t in ts)
+    assert len(starts) == 12
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    assert min(gaps) >= 0.18, gaps  # 0.2 s less scheduling slack
+    assert (await queue.stats()).done == 12
+    # Both consumers took part, and deferrals were not counted as attempts.
+    got = records(tmp_path / "a") + records(tmp_path / "b")
+    assert {r["worker"] for r in got} == {"a", "b"}
+    assert all(r["attempt"] == 1 for r in got)
+
+
+async def test_links_handler_crawls_to_the_depth_limit(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
+    async def tree(request: web.Request) -> web.Response:
+        node = request.match_info["node"]
+        links = "".join(f'<a href="/t/{node}{c}">{c}</a>' for c in "ab")
+        links += '<a href="http://elsewhere.example/x">off-site</a><a href="mailto:x@y">m</a>'
+        return web.Response(text=f"<html><body>{links}</body></html>", content_type="text/html")
+
+    async with serve({"/t/{node}": tree}) as site:
+        queue = await enqueue(redis_client, crawl_name, [site.url("/t/r")])
+        assert await consume(redis_url, crawl_name, tmp_path, "--handler",
+                             "consumer.handlers:links", "--max-depth", "2") == 0
+        fetched = set(site.hits)
+    # depth 0: r; 1: ra, rb; 2: raa, rab, rba, rbb — and nothing off-site or deeper.
+    assert fetched == {f"/t/{n}" for n in ("r", "ra", "rb", "raa", "rab", "rba", "rbb")}
+    stats = await queue.stats()
+    assert stats.done == 7 and stats.counters["enqueued"] == 7
+    depths = {r["url"].rsplit("/", 1)[1]: r["depth"] for r in records(tmp_path)}
+    assert depths["raa"] == 2 and depths["r"] == 0
+
+
+async def test_checkpointed_task_resumes_after_its_consumer_dies(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
+    consumer_handlers.SEEN.clear()
+    consumer_handlers.HANG_AFTER_PAGE_2.set()
+    async with serve({"/p/{i}": page}) as site:
+        queue = await enqueue(redis_client, crawl_name, [site.url("/p/1")])
+        handler = ("--handler", "consumer_handlers:paginate", "--lease", "1s")
+        first = asyncio.create_task(consume(redis_url, crawl_name, tmp_path / "a", *handler))
+        for _ in range(100):
+            if consumer_handlers.SEEN:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
+        # A crash: the task is abandoned without release, its lease left to expire.
+        first.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await first
+        consumer_handlers.HANG_AFTER_PAGE_2.clear()
+        await asyncio.sleep(1.2)
+        assert await consume(redis_url, crawl_name, tmp_path / "b", *handler) == 0
+    assert [cp for _, cp in consumer_handlers.SEEN] == [None, {"page": 2}]
+    [rec] = records(tmp_path / "b")
+    assert rec["items"] == [{"page": 3}, {"page": 4}]
+    assert (await queue.stats()).done == 1
+
+
+async def test_handler_error_fails_the_task_not_the_consumer(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
+    async with serve({"/p/{i}": page}) as site:
+        queue = await enqueue(redis_client, crawl_name, [site.url("/p/1"), site.url("/p/2")],
+                              max_attempts=1)
+        assert await consume(redis_url, crawl_name, tmp_path, "--handler",
+                             "consumer_handlers:broken") == 0
+    dead = await queue.dead_list()
+    assert {d.reason for d in dead} == {"handler_error"} and len(dead) == 2
+    assert "handler bug" in dead[0].message
+
+
+async def test_malformed_task_is_dead_lettered_and_the_crawl_goes_on(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
+    async with serve({"/p/{i}": page}) as site:
+        queue = await enqueue(redis_client, crawl_name, [site.url("/p/1")])
+        pk = queue.partitions[0]
+        await redis_client.hset(pk.tasks, "ab" * 16, b"\xff{not json")
+        await redis_client.rpush(pk.ready, "ab" * 16)
+        assert await consume(redis_url, crawl_name, tmp_path) == 0
+    [dead] = await queue.dead_list()
+    assert dead.reason == "malformed" and dead.raw == b"\xff{not json"
+    assert (await queue.stats()).done == 1
+
+
+async def test_reserved_characters_reach_the_server_as_quoted(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
+    async with serve({"/q/{rest}": page}) as site:
+        await enqueue(redis_client, crawl_name, [site.url("/q/a%3Bb")])
+        assert await consume(redis_url, crawl_name, tmp_path) == 0
+        assert site.paths == ["/q/a%3Bb"]
