@@ -28,7 +28,7 @@ from redis.exceptions import RedisError
 from yarl import URL
 
 from common import codec
-from common.errors import FetchError
+from common.errors import FetchError, RedisUnavailableError
 from common.metrics import Metrics
 from common.queue import Code, CrawlQueue, Failure, Lease, NewTask
 from common.urls import canonicalize, fingerprint
@@ -242,11 +242,16 @@ class Consumer:
             url = lease.task.url
             crawl_delay = None
             if self.robots is not None:
-                try:
-                    verdict = await self.robots.check(url)
-                except FetchError as exc:
-                    self._complete_error(lease, exc, None)
-                    return
+                verdict = None
+                outage = Backoff()
+                while verdict is None:
+                    try:
+                        verdict = await self.robots.check(url)
+                    except FetchError as exc:
+                        self._complete_error(lease, exc, None)
+                        return
+                    except RedisUnavailableError:
+                        await outage.sleep()
                 if not verdict.allowed:
                     self._complete(Completion(lease, "ack", "robots_disallowed",
                                               record=self._record(lease, None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import time
 from collections import defaultdict
@@ -13,11 +14,11 @@ from email.utils import formatdate
 from pathlib import Path
 from typing import Any
 
+import consumer_handlers
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 
-import consumer_handlers
 from common.queue import CrawlQueue, NewTask
 from common.urls import fingerprint
 from consumer.config import build_parser, settings_from_args
@@ -88,10 +89,10 @@ def consumer_args(redis_url: str, crawl: str, out: Path, *extra: str) -> list[st
 
 
 async def consume(redis_url: str, crawl: str, out: Path, *extra: str,
-                  timeout: float = 60) -> int:
+                  limit_s: float = 60) -> int:
     settings = settings_from_args(build_parser().parse_args(
         consumer_args(redis_url, crawl, out, *extra)))
-    return await asyncio.wait_for(run(settings), timeout)
+    return await asyncio.wait_for(run(settings), limit_s)
 
 
 def records(out: Path) -> list[dict[str, Any]]:
@@ -244,7 +245,7 @@ async def test_per_host_delay_holds_across_two_consumers(
         starts = sorted(t for path, ts in site.hits.items() if path.startswith("/p/")
                         for t in ts)
     assert len(starts) == 12
-    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
     assert min(gaps) >= 0.18, gaps  # 0.2 s less scheduling slack
     assert (await queue.stats()).done == 12
     # Both consumers took part, and deferrals were not counted as attempts.
