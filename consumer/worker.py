@@ -50,6 +50,7 @@ DEFAULT_COOLDOWN_MS = 30_000
 MAX_COOLDOWN_MS = 600_000
 FLUSH_INTERVAL_S = 0.02
 HISTORY_EVERY_S = 5.0
+PROGRESS_EVERY_S = 30.0
 HISTORY_LEN = 240
 REDIS_ERRORS = (RedisError, OSError)
 
@@ -476,9 +477,17 @@ class Consumer:
 
     async def _heartbeat(self) -> None:
         interval = self.s.lease_s / 3
+        last_log, last_done = time.monotonic(), 0
         while True:
             await asyncio.sleep(interval)
             await self.renew()
+            now = time.monotonic()
+            if now - last_log >= PROGRESS_EVERY_S:
+                log.info("progress", extra={
+                    "done": self.done, "failed": self.failed, "held": len(self.held),
+                    "in_flight": len(self._fetching),
+                    "per_s": round((self.done - last_done) / (now - last_log), 1)})
+                last_log, last_done = now, self.done
             with contextlib.suppress(*REDIS_ERRORS):
                 await self.registry.beat(in_flight=len(self._fetching), done=self.done,
                                          failed=self.failed,
@@ -499,8 +508,10 @@ class Consumer:
             if lease.id not in lost_ids and self.held.get(lease.id) is lease:
                 self._deadline[lease.id] = t0 + self.s.lease_s
         self.metrics.leases_renewed_total.inc(len(leases) - len(lost))
+        if lost:
+            log.warning("leases_lost", extra={"n": len(lost)})
         for lease, code in lost:
-            log.info("lease_lost", extra={"id": lease.id, "code": code.name})
+            log.debug("lease_lost", extra={"id": lease.id, "code": code.name})
             task = self._tasks.get(lease.id)
             if task is not None:
                 task.cancel()
