@@ -112,6 +112,8 @@ COMMON_OPTIONS = (
     Option("--redis-url", "REDIS_URL", "redis://localhost:6379/0",
            "Redis URL: redis://, rediss:// (TLS), with user:password for an ACL user",
            secret=True),
+    Option("--cluster", "CRAWLQ_CLUSTER", "auto", "Redis Cluster mode: auto asks the "
+           "server", choices=("auto", "yes", "no")),
     Option("--crawl", "CRAWLQ_CRAWL", "default", "crawl name: the queue to work on"),
     Option("--log-level", "CRAWLQ_LOG_LEVEL", "INFO", "log level",
            choices=("DEBUG", "INFO", "WARNING", "ERROR")),
@@ -128,12 +130,19 @@ class CommonSettings:
     crawl: str = "default"
     log_level: str = "INFO"
     log_format: str = "text"
+    cluster: str = "auto"
+
+    @property
+    def cluster_mode(self) -> bool | None:
+        """True/False when set, None to ask the server."""
+        return {"yes": True, "no": False}.get(self.cluster)
 
     def __repr__(self) -> str:
         return (f"CommonSettings(redis_url={redact_url(self.redis_url)!r}, "
                 f"crawl={self.crawl!r}, log_level={self.log_level!r}, "
-                f"log_format={self.log_format!r})")
+                f"log_format={self.log_format!r}, cluster={self.cluster!r})")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> CommonSettings:
-        return cls(args.redis_url, args.crawl, args.log_level, args.log_format)
+        return cls(args.redis_url, args.crawl, args.log_level, args.log_format,
+                   getattr(args, "cluster", "auto"))

@@ -30,3 +30,30 @@ def connect(url: str, *, retries: int = 3, socket_timeout: float = 10.0,
         retry_on_error=[RedisConnectionError, RedisTimeoutError],
     )
     return aioredis.Redis.from_pool(pool)  # the client owns the pool: aclose() closes it
+
+
+RedisClient = aioredis.Redis | aioredis.RedisCluster
+
+
+def connect_cluster(url: str, *, socket_timeout: float = 10.0,
+                    max_connections: int = 32) -> aioredis.RedisCluster:
+    """A Redis Cluster client; ``url`` names any node, the rest are discovered."""
+    return aioredis.RedisCluster.from_url(
+        url,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=5.0,
+        max_connections=max_connections,
+        retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=2.0), 3),
+    )
+
+
+async def open_redis(url: str, *, cluster: bool | None = None) -> RedisClient:
+    """A client for a single node or a cluster; ``cluster=None`` asks the server which."""
+    if cluster is None:
+        probe = connect(url, retries=1)
+        try:
+            info = await probe.info("cluster")
+            cluster = bool(int(info.get("cluster_enabled", 0)))
+        finally:
+            await probe.aclose()
+    return connect_cluster(url) if cluster else connect(url)

@@ -9,6 +9,7 @@ partition and sends one call per partition per batch, pipelined.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections import defaultdict
@@ -20,6 +21,7 @@ from typing import Any, TypeVar, cast
 import redis.asyncio as aioredis
 
 from common import codec
+from common.connection import RedisClient
 from common.errors import ConfigError, CrawlConflictError, MalformedTaskError
 from common.keys import CRAWLS, CrawlKeys, PartitionKeys
 from common.scripts import Scripts
@@ -194,7 +196,7 @@ class CrawlQueue:
 
     def __init__(
         self,
-        client: aioredis.Redis,
+        client: RedisClient,
         crawl: str,
         settings: CrawlSettings,
         *,
@@ -212,13 +214,15 @@ class CrawlQueue:
         self.partitions = [PartitionKeys.build(crawl, p) for p in range(settings.partitions)]
         self.scripts = Scripts(client)
         self._next_partition = random.randrange(settings.partitions)
+        self._empty_until = [0.0] * settings.partitions
+        self._empty_streak = [0] * settings.partitions
 
     # -- creation ---------------------------------------------------------------------
 
     @classmethod
     async def open(
         cls,
-        client: aioredis.Redis,
+        client: RedisClient,
         crawl: str,
         settings: CrawlSettings | None = None,
         **kwargs: Any,
@@ -246,7 +250,7 @@ class CrawlQueue:
         return cls(client, crawl, stored, **kwargs)
 
     @classmethod
-    async def existing(cls, client: aioredis.Redis, crawl: str, **kwargs: Any) -> CrawlQueue:
+    async def existing(cls, client: RedisClient, crawl: str, **kwargs: Any) -> CrawlQueue:
         """Open a crawl that must exist already."""
         raw = await client.hget(CrawlKeys.build(crawl).meta, "settings")
         if raw is None:
@@ -260,10 +264,17 @@ class CrawlQueue:
         return partition_of(bytes.fromhex(tid), self.settings.partitions)
 
     async def _run(self, calls: list[tuple[Any, list[Any], list[Any]]]) -> list[Any]:
-        """Run script calls, pipelined when there is more than one."""
+        """Run script calls: pipelined on one node, concurrently across a cluster.
+
+        A cluster client sends each call to the shard of its partition's hash tag, so
+        partitions on different shards are served in parallel.
+        """
         if len(calls) == 1:
             script, keys, args = calls[0]
             return [await script(keys=keys, args=args)]
+        if isinstance(self.client, aioredis.RedisCluster):
+            return list(await asyncio.gather(
+                *(script(keys=keys, args=args) for script, keys, args in calls)))
         async with self.client.pipeline(transaction=False) as pipe:
             for script, keys, args in calls:
                 await script(keys=keys, args=args, client=pipe)
@@ -335,27 +346,45 @@ class CrawlQueue:
     async def lease(self, worker: str, n: int, lease_ms: int) -> list[Lease]:
         """Lease up to n tasks, taking partitions in turn so none starves.
 
+        A partition found empty is skipped for a short, growing while, so an idle
+        partition of a large crawl costs almost no round trips.
+
         A body that can't be decoded is dead-lettered as ``malformed`` (raw bytes kept)
         and not returned.
         """
         leases: list[Lease] = []
         malformed: list[Failure] = []
         count = len(self.partitions)
+        now = time.monotonic()
         for step in range(count):
             if len(leases) >= n:
                 break
             p = (self._next_partition + step) % count
+            if now < self._empty_until[p]:
+                continue  # found empty a moment ago: costs nothing until it expires
             pk = self.partitions[p]
             reply = await self.scripts.lease(
                 keys=[pk.ready, pk.prio, pk.tasks, pk.attempts, pk.leases, pk.owners, pk.seq,
                       pk.stats, pk.checkpoints, pk.errors],
                 args=[worker, n - len(leases), lease_ms],
             )
+            before = len(leases) + len(malformed)
             self._parse_lease(reply, p, leases, malformed)
+            if count > 1:
+                self._note_empty(p, now, empty=len(leases) + len(malformed) == before)
         self._next_partition = (self._next_partition + 1) % count
         if malformed:
             await self.fail(worker, malformed)
         return leases
+
+    def _note_empty(self, p: int, now: float, *, empty: bool) -> None:
+        """Back off from an empty partition: 50 ms, doubling to 1 s while it stays empty."""
+        if not empty:
+            self._empty_streak[p] = 0
+            self._empty_until[p] = 0.0
+            return
+        self._empty_streak[p] = min(self._empty_streak[p] + 1, 5)
+        self._empty_until[p] = now + 0.05 * 2 ** (self._empty_streak[p] - 1)
 
     @staticmethod
     def _parse_lease(
@@ -493,12 +522,16 @@ class CrawlQueue:
     @staticmethod
     def _in_order(items: Sequence[T], groups: dict[int, list[T]], replies: list[Any],
                   parse: Callable[[Any, int], Any]) -> list[Any]:
-        """Map per-partition replies back to the callers' item order."""
-        by_item: dict[int, Any] = {}
+        """Map per-partition replies back to the callers' item order.
+
+        An item passed twice gets one result per occurrence, in order (a group keeps
+        its items' order, and the same item always lands in the same group).
+        """
+        by_item: dict[int, list[Any]] = defaultdict(list)
         for group, reply in zip(groups.values(), replies, strict=True):
             for i, item in enumerate(group):
-                by_item[id(item)] = parse(reply, i)
-        return [by_item[id(item)] for item in items]
+                by_item[id(item)].append(parse(reply, i))
+        return [by_item[id(item)].pop(0) for item in items]
 
     # -- housekeeping ------------------------------------------------------------------
 

@@ -48,12 +48,27 @@ def find_redis_server(env: dict[str, str] | None = None) -> str:
     )
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
+def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port(*, cluster_bus: bool = False) -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago.
+
+    ``cluster_bus``: also port + 10000 is free (Redis Cluster's bus port), so the port
+    must be below 55536.
+    """
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+        if not cluster_bus or (port < 55536 and _bindable(port + 10000)):
+            return port
 
 
 @dataclass
@@ -174,3 +189,64 @@ class RedisServer:
     def __exit__(self, *exc: object) -> None:
         with contextlib.suppress(Exception):
             self.stop()
+
+
+@dataclass
+class RedisClusterServers:
+    """A local Redis Cluster of ``masters`` nodes on 127.0.0.1, no replicas.
+
+    Nodes start in cluster mode and are joined with ``redis-cli --cluster create``.
+    """
+
+    masters: int = 3
+    nodes: list[RedisServer] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def start(self) -> RedisClusterServers:
+        binary = find_redis_server()
+        cli = str(Path(binary).with_name("redis-cli"))
+        if not os.access(cli, os.X_OK):
+            cli = shutil.which("redis-cli") or ""
+        if not cli:
+            raise RedisServerError("redis-cli not found beside redis-server or on PATH; "
+                                   "it is needed to create a cluster")
+        for _ in range(self.masters):
+            node = RedisServer(binary=binary, port=free_port(cluster_bus=True), extra_args=(
+                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                "--cluster-node-timeout", "5000"))
+            self.nodes.append(node.start())
+        addresses = [f"127.0.0.1:{n.port}" for n in self.nodes]
+        subprocess.run([cli, "--cluster", "create", *addresses, "--cluster-replicas", "0",
+                        "--cluster-yes"], check=True, capture_output=True, timeout=60)
+        self._wait_stable(cli)
+        return self
+
+    def _wait_stable(self, cli: str) -> None:
+        deadline = time.monotonic() + _STARTUP_TIMEOUT_S * 3
+        while time.monotonic() < deadline:
+            states = [subprocess.run([cli, "-p", str(n.port), "cluster", "info"],
+                                     capture_output=True, text=True, check=False).stdout
+                      for n in self.nodes]
+            if all("cluster_state:ok" in s for s in states):
+                return
+            time.sleep(0.1)
+        raise RedisServerError("the local Redis Cluster did not reach cluster_state:ok")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            with contextlib.suppress(Exception):
+                node.stop()
+        self.nodes.clear()
+
+    def __enter__(self) -> RedisClusterServers:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

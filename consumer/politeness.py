@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import redis.asyncio as aioredis
-
+from common.connection import RedisClient
 from common.keys import CrawlKeys
 from common.scripts import Scripts
 
@@ -40,7 +39,7 @@ class Politeness:
 
     def __init__(
         self,
-        client: aioredis.Redis,
+        client: RedisClient,
         crawl: str,
         worker: str,
         *,

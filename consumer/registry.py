@@ -11,15 +11,14 @@ import os
 import socket
 import time
 
-import redis.asyncio as aioredis
-
+from common.connection import RedisClient
 from common.keys import CrawlKeys
 
 
 class WorkerRegistry:
     """Registers one consumer and keeps its entry fresh."""
 
-    def __init__(self, client: aioredis.Redis, crawl: str, worker_id: str,
+    def __init__(self, client: RedisClient, crawl: str, worker_id: str,
                  ttl_s: float) -> None:
         self.client = client
         self.keys = CrawlKeys.build(crawl)

@@ -58,11 +58,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from yarl import URL
 
 from common import codec
+from common.connection import RedisClient
 from common.errors import ConfigError, FetchError, RedisUnavailableError
 from common.keys import CrawlKeys
 
 if TYPE_CHECKING:
-    import redis.asyncio as aioredis
 
     from consumer.fetcher import Fetcher
 
@@ -168,7 +168,7 @@ class RobotsCache:
 
     def __init__(
         self,
-        redis: aioredis.Redis,
+        redis: RedisClient,
         crawl: str,
         fetcher: Fetcher,
         *,

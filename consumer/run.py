@@ -8,9 +8,7 @@ import logging
 import signal
 import time
 
-import redis.asyncio as aioredis
-
-from common.connection import connect
+from common.connection import RedisClient, open_redis
 from common.errors import ConfigError
 from common.keys import CrawlKeys
 from common.metrics import Metrics
@@ -26,7 +24,7 @@ from consumer.worker import REDIS_ERRORS, Backoff, Consumer
 log = logging.getLogger("consumer")
 
 
-async def _wait_for_crawl(settings: ConsumerSettings, client: aioredis.Redis,
+async def _wait_for_crawl(settings: ConsumerSettings, client: RedisClient,
                           stop: asyncio.Event) -> CrawlQueue | None:
     """Open the crawl, waiting for a producer to create it (None: stopped or gave up)."""
     policy = RetryPolicy(base_ms=settings.retry_base_ms, cap_ms=settings.retry_cap_ms,
@@ -57,7 +55,8 @@ async def _wait_for_crawl(settings: ConsumerSettings, client: aioredis.Redis,
 async def run(settings: ConsumerSettings) -> int:
     """Run one consumer until it is stopped; returns the exit code."""
     handler = load_handler(settings.handler) if settings.handler else None
-    client = connect(settings.common.redis_url)
+    client = await open_redis(settings.common.redis_url,
+                              cluster=settings.common.cluster_mode)
     metrics = Metrics()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

@@ -43,9 +43,9 @@ end
 local result = {now, deadline}
 if #ids == 0 then return result end
 
-local bodies = redis.call('HMGET', tasks, unpack(ids))
-local cps = redis.call('HMGET', checkpoints, unpack(ids))
-local errs = redis.call('HMGET', errors, unpack(ids))
+local bodies = call_sliced('HMGET', tasks, ids, 1000)
+local cps = call_sliced('HMGET', checkpoints, ids, 1000)
+local errs = call_sliced('HMGET', errors, ids, 1000)
 local first = redis.call('INCRBY', seq, #ids) - #ids + 1
 local zargs, hargs, leased, orphans = {}, {}, 0, 0
 for i, id in ipairs(ids) do
@@ -69,8 +69,8 @@ for i, id in ipairs(ids) do
   end
 end
 if leased > 0 then
-  redis.call('ZADD', leases, unpack(zargs))
-  redis.call('HSET', owners, unpack(hargs))
+  call_sliced('ZADD', leases, zargs, 1000)
+  call_sliced('HSET', owners, hargs, 1000)
 end
 bump(stats, {leased = leased, orphans = orphans})
 return result

@@ -22,7 +22,7 @@ local function lease_state(leases, owners, id, token, worker, now)
   if not owner then return UNKNOWN end
   if owner ~= token .. ':' .. worker then return STALE end
   local deadline = tonumber(redis.call('ZSCORE', leases, id))
-  if (not deadline) or deadline <= now then return EXPIRED end
+  if (not deadline) then return EXPIRED end
   return OK
 end
 
@@ -43,6 +43,20 @@ local function push_ready(ready, prio, prios, id, front)
   else
     redis.call('RPUSH', ready, id)
   end
+end
+
+-- Runs `cmd key args...` in slices of at most `step` values (even, for pairs) and returns
+-- the replies joined: unpack() of a long table overflows the Lua C stack (~8000 values),
+-- and a script that fails after its first writes is not rolled back.
+local function call_sliced(cmd, key, args, step)
+  local out = {}
+  for i = 1, #args, step do
+    local reply = redis.call(cmd, key, unpack(args, i, math.min(i + step - 1, #args)))
+    if type(reply) == 'table' then
+      for j = 1, #reply do out[#out + 1] = reply[j] end
+    end
+  end
+  return out
 end
 
 -- Moves an id to the dead-letter set with a short reason code and a message.

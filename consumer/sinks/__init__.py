@@ -20,7 +20,7 @@ from consumer.sinks.stream import StreamSink
 from consumer.sinks.warc import WarcSink
 
 if TYPE_CHECKING:
-    import redis.asyncio
+    from common.connection import RedisClient
 
 __all__ = [
     "DEFAULT_ROTATE_BYTES",
@@ -43,7 +43,7 @@ def make_sink(
     output_dir: Path,
     worker: str,
     crawl: str,
-    redis: redis.asyncio.Redis | None = None,
+    redis: RedisClient | None = None,
     rotate_bytes: int = DEFAULT_ROTATE_BYTES,
     gzip: bool = False,
     store_body: bool = False,

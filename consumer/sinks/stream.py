@@ -30,8 +30,9 @@ from common.errors import ConfigError, RedisUnavailableError
 from consumer.sinks.base import Record
 
 if TYPE_CHECKING:
-    import redis.asyncio
     from redis.typing import EncodableT, FieldT
+
+    from common.connection import RedisClient
 
 __all__ = ["StreamSink", "stream_fields"]
 
@@ -65,7 +66,7 @@ class StreamSink:
 
     def __init__(
         self,
-        redis: redis.asyncio.Redis,
+        redis: RedisClient,
         *,
         stream_key: str,
         stream_maxlen: int,
