@@ -1,0 +1,96 @@
+"""One crawl over 8 partitions on a local 3-master Redis Cluster, with a consumer killed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from common.connection import open_redis
+from common.queue import CrawlQueue, CrawlSettings, NewTask
+from common.redis_server import RedisClusterServers
+from common.urls import fingerprint
+from sites import start_site_process
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RedisClusterServers]:
+    with RedisClusterServers(masters=3) as servers:
+        yield servers
+
+
+@pytest.fixture
+async def cluster_client(cluster: RedisClusterServers) -> AsyncIterator[aioredis.RedisCluster]:
+    client = await open_redis(cluster.url)
+    assert isinstance(client, aioredis.RedisCluster)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+def start_consumer(url: str, crawl: str, out: Path, worker: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "consumer", "--redis-url", url, "--crawl", crawl,
+         "--output", str(out), "--worker-id", worker, "--exit-when-empty",
+         "--empty-grace", "1", "--allow-private", "--ignore-robots", "--http-port", "-1",
+         "--per-host-concurrency", "0", "--per-host-delay", "0", "--lease", "2s",
+         "--concurrency", "16", "--log-level", "WARNING"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+async def test_crawl_over_8_partitions_survives_a_killed_consumer(
+        cluster: RedisClusterServers, cluster_client: aioredis.RedisCluster,
+        crawl_name: str, tmp_path: Path) -> None:
+    async with start_site_process(delay_ms=15) as site:
+        urls = [site.url(f"/p/{i}") for i in range(600)]
+        queue = await CrawlQueue.open(cluster_client, crawl_name, CrawlSettings(partitions=8))
+        result = await queue.enqueue([NewTask(u, fingerprint(u)) for u in urls])
+        assert result.enqueued == 600
+        slots = {await cluster_client.cluster_keyslot(pk.ready) for pk in queue.partitions}
+        nodes = {cluster_client.get_node_from_key(pk.ready).name for pk in queue.partitions}
+        assert len(slots) == 8 and len(nodes) == 3  # the crawl really spans every shard
+
+        victim = start_consumer(cluster.url, crawl_name, tmp_path / "a", "victim")
+        survivor = start_consumer(cluster.url, crawl_name, tmp_path / "b", "survivor")
+        procs = [victim, survivor]
+        try:
+            deadline = time.monotonic() + 30
+            while (await queue.stats()).done < 200:
+                assert time.monotonic() < deadline, "the crawl did not progress"
+                await asyncio.sleep(0.05)
+            victim.send_signal(signal.SIGKILL)
+            victim.wait(5)
+            late = start_consumer(cluster.url, crawl_name, tmp_path / "c", "late")
+            procs.append(late)
+            for proc in (survivor, late):
+                assert proc.wait(60) == 0, proc.stderr.read() if proc.stderr else ""
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                if proc.stderr:
+                    proc.stderr.close()
+
+    stats = await queue.stats()
+    assert (stats.pending, stats.leased, stats.waiting) == (0, 0, 0)
+    assert stats.done + stats.dead == 600 and stats.done >= 590
+    for pk in queue.partitions:  # every partition drained, and every one did work
+        assert await cluster_client.llen(pk.ready) == 0
+        assert await cluster_client.zcard(pk.leases) == 0
+        assert int(await cluster_client.hget(pk.stats, "done") or 0) > 0
+    states = {await queue.state_of(NewTask(u, fingerprint(u)).fp.hex()) for u in urls}
+    assert states <= {"done", "dead"}
