@@ -1,0 +1,573 @@
+"""``crawlq``: the operator command.
+
+Subcommands (each takes the common options: --redis-url, --crawl, --log-level, ...):
+
+=================================  =====================================================
+``crawlq stats [--json] [--watch]`` every state's count, counters, rates over the last
+                                   minute, dead letters by reason, live workers
+``crawlq workers [--json]``        live consumers with heartbeat age and in-flight counts
+``crawlq dead ls``                 dead tasks (``--reason R``, ``--limit N``, ``--json``)
+``crawlq dead requeue``            put dead tasks back in line (``ID...``, ``--reason R``
+                                   or ``--all``)
+``crawlq dead purge ... --yes``    delete dead tasks for good
+``crawlq crawls [--json]``         the crawls in this Redis with their sizes
+``crawlq reset --crawl C --yes``   delete every key of one crawl, nothing else
+``crawlq check``                   0 if Redis answers (and --http-url if given), else 1
+``crawlq demo``                    a local Redis, a sample site, a producer, two consumers
+=================================  =====================================================
+
+Exit codes: 0 done; 1 ``check`` found a problem; 2 usage error (unknown crawl, missing
+``--yes``); 3 Redis unreachable or refusing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import sys
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import aiohttp
+from redis.exceptions import (
+    AuthenticationError,
+    BusyLoadingError,
+    NoPermissionError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisError,
+    ResponseError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from common import codec
+from common.config import COMMON_OPTIONS, Option, add_options, duration, redact_url
+from common.connection import RedisClient, connect, open_redis
+from common.demo.run import DEMO_OPTIONS, run_demo
+from common.errors import ConfigError, CrawlqError
+from common.keys import CRAWLS, PREFIX, CrawlKeys
+from common.logs import setup_logging
+from common.queue import CrawlQueue, CrawlSettings, Stats
+
+try:
+    import uvloop
+except ImportError:  # pragma: no cover - uvloop is not on every platform
+    uvloop = None  # type: ignore[assignment]
+
+__all__ = ["EXIT_FAIL", "EXIT_OK", "EXIT_REDIS", "EXIT_USAGE", "build_parser", "main",
+           "main_async", "rates", "redis_error_message", "run_loop"]
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_REDIS = 0, 1, 2, 3
+RATE_WINDOW_S = 60.0
+WATCH_EVERY_S = 2.0
+_REFUSALS = ("OOM", "NOPERM", "NOAUTH", "WRONGPASS", "READONLY", "LOADING", "MISCONF")
+
+
+class UsageError(CrawlqError):
+    """The command line asked for something that can't be done as asked."""
+
+
+def redis_error_message(exc: RedisError, url: str) -> str | None:
+    """A plain message for a Redis failure that is the environment's fault, else None.
+
+    Covers unreachable, login refused, ACL refused, out of memory, read-only replica,
+    still loading; None for anything else (a bug: let it raise).
+    """
+    where = f"Redis at {redact_url(url)}"
+    text = str(exc)
+    if isinstance(exc, AuthenticationError) or text.startswith(("NOAUTH", "WRONGPASS")):
+        return (f"{where} refused the login ({text}); check the user and password in "
+                "--redis-url / REDIS_URL")
+    if isinstance(exc, NoPermissionError) or text.startswith("NOPERM"):
+        return (f"{where} refused a command for this ACL user ({text}); grant the user "
+                "the commands and the crawlq:* keys it needs")
+    if isinstance(exc, OutOfMemoryError) or "OOM" in text.split(" ", 1)[0]:
+        return (f"{where} is out of memory and refused a write ({text}); free memory "
+                "(crawlq reset an old crawl) or raise maxmemory")
+    if isinstance(exc, ReadOnlyError) or text.startswith("READONLY"):
+        return f"{where} is a read-only replica ({text}); point --redis-url at the primary"
+    if isinstance(exc, BusyLoadingError) or text.startswith("LOADING"):
+        return f"{where} is still loading its data ({text}); retry in a moment"
+    if isinstance(exc, RedisConnectionError | RedisTimeoutError):
+        return (f"cannot reach {where}: {text or type(exc).__name__}; check --redis-url / "
+                "REDIS_URL and that Redis is running")
+    if isinstance(exc, ResponseError) and text.startswith(_REFUSALS):
+        return f"{where} refused the command: {text}"
+    return None
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _when(ms: float) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _unix_s(value: float) -> float:
+    """Seconds from a timestamp stored as unix seconds or unix milliseconds."""
+    return value / 1000 if value > 1e11 else value
+
+
+def _emit(obj: Any) -> None:
+    print(codec.dumps(obj), flush=True)
+
+
+def rates(history: Sequence[dict[str, Any]], window_s: float = RATE_WINDOW_S
+          ) -> dict[str, Any] | None:
+    """Per-second rates from history snapshots (newest first), over about ``window_s``.
+
+    Compares the newest snapshot with the newest one at least ``window_s`` older (or the
+    oldest one there is). None when there are fewer than two usable snapshots.
+    """
+    if len(history) < 2:
+        return None
+    newest = history[0]
+    t1 = float(newest.get("t", 0))
+    older = [h for h in history[1:] if float(h.get("t", 0)) < t1]
+    if not older:
+        return None
+    base = next((h for h in older if t1 - float(h["t"]) >= window_s), older[-1])
+    span = t1 - float(base["t"])
+    out: dict[str, Any] = {"window_s": round(span, 1)}
+    for key, value in newest.items():
+        if key == "t" or not isinstance(value, int | float) or isinstance(value, bool):
+            continue
+        before = base.get(key, 0)
+        if isinstance(before, int | float):
+            out[f"{key}_per_s"] = round((value - before) / span, 2)
+    return out
+
+
+async def _history(client: RedisClient, crawl: str) -> list[dict[str, Any]]:
+    raw = await client.lrange(CrawlKeys.build(crawl).history, 0, 239)
+    found = []
+    for item in raw:
+        try:
+            snap = codec.loads(item)
+        except ValueError:
+            continue
+        if isinstance(snap, dict) and isinstance(snap.get("t"), int | float):
+            found.append(snap)
+    return found
+
+
+async def _workers(client: RedisClient, crawl: str) -> list[dict[str, Any]]:
+    """Live workers; ids whose hash expired (dead consumers) are removed from the ZSET."""
+    keys = CrawlKeys.build(crawl)
+    ids = cast(list[tuple[bytes, float]],
+               await client.zrange(keys.workers, 0, -1, withscores=True))
+    if not ids:
+        return []
+    async with client.pipeline(transaction=False) as pipe:
+        for member, _ in ids:
+            pipe.hgetall(keys.worker(_text(member)))
+        hashes = await pipe.execute()
+    now = time.time()
+    live, gone = [], []
+    for (raw_id, score), fields in zip(ids, hashes, strict=True):
+        wid = _text(raw_id)
+        if not fields:
+            gone.append(wid)
+            continue
+        info = {_text(k): _text(v) for k, v in fields.items()}
+        beat = _unix_s(float(info.get("heartbeat") or score))
+        row: dict[str, Any] = {"id": wid, "host": info.get("host", ""),
+                               "heartbeat_age_s": round(max(0.0, now - beat), 1)}
+        for name in ("pid", "in_flight", "done", "failed"):
+            try:
+                row[name] = int(float(info.get(name, 0)))
+            except ValueError:
+                row[name] = 0
+        started = info.get("started")
+        row["started"] = _when(_unix_s(float(started)) * 1000) if started else None
+        live.append(row)
+    if gone:
+        await client.zrem(keys.workers, *gone)
+    return live
+
+
+async def _queue(client: RedisClient, crawl: str) -> CrawlQueue:
+    try:
+        return await CrawlQueue.existing(client, crawl)
+    except ConfigError as exc:
+        raise UsageError(f"{exc} (crawlq crawls lists them)") from None
+
+
+def _stats_doc(queue: CrawlQueue, s: Stats, history: list[dict[str, Any]],
+               workers: int) -> dict[str, Any]:
+    return {
+        "crawl": queue.crawl,
+        "settings": {"partitions": queue.settings.partitions,
+                     "dedup": queue.settings.dedup.value},
+        "states": {"pending": s.pending, "leased": s.leased, "waiting": s.waiting,
+                   "dead": s.dead, "done": s.done},
+        "counters": dict(sorted(s.counters.items())),
+        "rates": rates(history),
+        "dead_reasons": dict(sorted(s.dead_reasons.items(), key=lambda kv: -kv[1])),
+        "workers": workers,
+    }
+
+
+def _stats_text(doc: dict[str, Any]) -> str:
+    st = doc["states"]
+    lines = [f"crawl {doc['crawl']} (partitions {doc['settings']['partitions']}, "
+             f"dedup {doc['settings']['dedup']})"]
+    lines += [f"  {name:<8} {st[name]:>10,}" for name in
+              ("pending", "leased", "waiting", "dead", "done")]
+    r = doc["rates"]
+    if r is None:
+        lines.append("rates: n/a (needs two history snapshots: are consumers running?)")
+    else:
+        shown = [f"{k[:-6]} {v:,.1f}/s" for k, v in r.items() if k.endswith("_per_s")
+                 and k[:-6] in ("done", "failed", "enqueued", "leased", "dead", "retried")]
+        lines.append(f"rates (last {r['window_s']:.0f}s): " + (", ".join(shown) or "n/a"))
+    counters = {k: v for k, v in doc["counters"].items() if v}
+    if counters:
+        lines.append("counters: " + ", ".join(f"{k} {v:,}" for k, v in counters.items()))
+    reasons = {k: v for k, v in doc["dead_reasons"].items() if v}
+    lines.append("dead letters by reason: "
+                 + (", ".join(f"{k} {v:,}" for k, v in reasons.items()) or "none"))
+    lines.append(f"live workers: {doc['workers']}")
+    return "\n".join(lines)
+
+
+# -- subcommands --------------------------------------------------------------------------
+
+
+async def cmd_stats(args: argparse.Namespace, client: RedisClient) -> int:
+    queue = await _queue(client, args.crawl)
+    while True:
+        doc = _stats_doc(queue, await queue.stats(), await _history(client, args.crawl),
+                         len(await _workers(client, args.crawl)))
+        if args.json:
+            _emit(doc)
+        else:
+            text = _stats_text(doc)
+            if args.watch:
+                # Home, clear to the end of the screen, redraw: no scrolling, no flicker.
+                stamp = datetime.now(UTC).strftime("%H:%M:%S")
+                text = f"\x1b[H\x1b[J{text}\n\n{stamp}  every {WATCH_EVERY_S:g}s, Ctrl-C quits"
+            print(text, flush=True)
+        if not args.watch:
+            return EXIT_OK
+        await asyncio.sleep(WATCH_EVERY_S)
+
+
+async def cmd_workers(args: argparse.Namespace, client: RedisClient) -> int:
+    live = await _workers(client, args.crawl)
+    if args.json:
+        _emit(live)
+        return EXIT_OK
+    if not live:
+        print(f"no live workers in crawl {args.crawl}")
+        return EXIT_OK
+    print(f"{'id':<36} {'host':<20} {'pid':>7} {'age':>7} {'in_flight':>9} {'done':>9} "
+          f"{'failed':>7}  started")
+    for w in live:
+        print(f"{w['id'][:36]:<36} {w['host'][:20]:<20} {w['pid']:>7} "
+              f"{w['heartbeat_age_s']:>6.1f}s {w['in_flight']:>9} {w['done']:>9} "
+              f"{w['failed']:>7}  {w['started'] or '-'}")
+    return EXIT_OK
+
+
+async def cmd_dead_ls(args: argparse.Namespace, client: RedisClient) -> int:
+    queue = await _queue(client, args.crawl)
+    dead = await queue.dead_list(reason=args.reason, limit=args.limit)
+    if args.json:
+        _emit([{"id": d.id, "partition": d.partition, "reason": d.reason,
+                "message": d.message, "died_at_ms": d.died_at_ms, "attempts": d.attempts,
+                "url": d.url} for d in dead])
+        return EXIT_OK
+    if not dead:
+        which = f" with reason {args.reason}" if args.reason else ""
+        print(f"no dead tasks{which} in crawl {args.crawl}")
+        return EXIT_OK
+    for d in dead:
+        print(f"{d.id}  {d.reason:<18} attempts {d.attempts}  {_when(d.died_at_ms)}  "
+              f"{d.url or '-'}  {d.message[:120]}")
+    return EXIT_OK
+
+
+async def _dead_targets(args: argparse.Namespace, queue: CrawlQueue) -> list[str]:
+    chosen = sum(bool(x) for x in (args.ids, args.reason, args.all))
+    if chosen != 1:
+        raise UsageError("choose the dead tasks: task IDs, --reason R, or --all (one of them)")
+    if args.ids:
+        for tid in args.ids:
+            if not re.fullmatch(r"[0-9a-f]{32}", tid):
+                raise UsageError(f"{tid!r} is not a task id (32 hex digits, see crawlq dead ls)")
+        return list(args.ids)
+    return await queue.dead_ids(args.reason if args.reason else None)
+
+
+async def cmd_dead_requeue(args: argparse.Namespace, client: RedisClient) -> int:
+    queue = await _queue(client, args.crawl)
+    ids = await _dead_targets(args, queue)
+    moved = await queue.dead_requeue(ids)
+    print(f"requeued {moved} of {len(ids)} dead tasks in crawl {args.crawl}"
+          + ("" if moved == len(ids) else " (the others were not dead)"))
+    return EXIT_OK
+
+
+async def cmd_dead_purge(args: argparse.Namespace, client: RedisClient) -> int:
+    queue = await _queue(client, args.crawl)
+    ids = await _dead_targets(args, queue)
+    if not args.yes:
+        print(f"would purge {len(ids)} dead tasks from crawl {args.crawl}; nothing deleted. "
+              "Add --yes to delete them for good", file=sys.stderr)
+        return EXIT_USAGE
+    purged = await queue.dead_purge(ids)
+    print(f"purged {purged} of {len(ids)} dead tasks from crawl {args.crawl}")
+    return EXIT_OK
+
+
+async def cmd_crawls(args: argparse.Namespace, client: RedisClient) -> int:
+    names = sorted(_text(n) for n in await client.smembers(CRAWLS))
+    rows: list[dict[str, Any]] = []
+    for name in names:
+        try:
+            queue = await CrawlQueue.existing(client, name)
+        except (ConfigError, ValueError):
+            rows.append({"crawl": name, "settings": None, "states": None})
+            continue
+        s = await queue.stats()
+        rows.append({"crawl": name,
+                     "settings": {"partitions": queue.settings.partitions,
+                                  "dedup": queue.settings.dedup.value},
+                     "states": {"pending": s.pending, "leased": s.leased,
+                                "waiting": s.waiting, "dead": s.dead, "done": s.done},
+                     "enqueued": s.counters.get("enqueued", 0)})
+    if args.json:
+        _emit(rows)
+        return EXIT_OK
+    if not rows:
+        print("no crawls in this Redis")
+        return EXIT_OK
+    print(f"{'crawl':<30} {'parts':>5} {'dedup':<6} {'pending':>10} {'leased':>8} "
+          f"{'waiting':>8} {'dead':>8} {'done':>10} {'enqueued':>10}")
+    for r in rows:
+        if r["states"] is None:
+            print(f"{r['crawl'][:30]:<30} (no settings: partly deleted? crawlq reset "
+                  f"--crawl {r['crawl']} --yes removes it)")
+            continue
+        st = r["states"]
+        print(f"{r['crawl'][:30]:<30} {r['settings']['partitions']:>5} "
+              f"{r['settings']['dedup']:<6} {st['pending']:>10,} {st['leased']:>8,} "
+              f"{st['waiting']:>8,} {st['dead']:>8,} {st['done']:>10,} {r['enqueued']:>10,}")
+    return EXIT_OK
+
+
+def _glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[\]\\{}])", r"\\\1", text)
+
+
+async def crawl_keys(client: RedisClient, crawl: str) -> list[str]:
+    """Every key of one crawl: its crawl-wide keys and those of each of its partitions.
+
+    Matches are checked again in Python, so a crawl named ``a`` never takes ``ab``'s keys.
+    """
+    name = _glob_escape(crawl)
+    own = re.compile(rf"^{re.escape(PREFIX)}:\{{{re.escape(crawl)}(?::\d+)?\}}:")
+    found: list[str] = []
+    for pattern in (f"{PREFIX}:\\{{{name}\\}}:*", f"{PREFIX}:\\{{{name}:*"):
+        async for key in client.scan_iter(match=pattern, count=1000):
+            text = _text(key)
+            if own.match(text):
+                found.append(text)
+    return sorted(set(found))
+
+
+async def cmd_reset(args: argparse.Namespace, client: RedisClient) -> int:
+    keys = await crawl_keys(client, args.crawl)
+    known = await client.sismember(CRAWLS, args.crawl)
+    if not keys and not known:
+        print(f"no keys of crawl {args.crawl} in this Redis; nothing to do")
+        return EXIT_OK
+    if not args.yes:
+        print(f"would delete {len(keys)} keys of crawl {args.crawl} (and nothing else); "
+              "nothing deleted. Add --yes to do it", file=sys.stderr)
+        return EXIT_USAGE
+    for i in range(0, len(keys), 500):
+        await client.unlink(*keys[i:i + 500])
+    await client.srem(CRAWLS, args.crawl)
+    print(f"deleted {len(keys)} keys of crawl {args.crawl}")
+    return EXIT_OK
+
+
+async def _check_http(url: str, timeout_s: float) -> str | None:
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as s, \
+                s.get(url) as resp:
+            if resp.status >= 300:
+                return f"{url} answered HTTP {resp.status}"
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        return f"{url} did not answer: {type(exc).__name__}: {exc}"
+    return None
+
+
+async def cmd_check(args: argparse.Namespace, client: RedisClient) -> int:
+    problem: str | None = None
+    try:
+        async with asyncio.timeout(args.timeout):
+            await client.ping()
+            raw = await client.hget(CrawlKeys.build(args.crawl).meta, "settings")
+            if raw is not None:
+                CrawlSettings.from_json(raw)
+    except TimeoutError:
+        problem = f"Redis at {redact_url(args.redis_url)} did not answer in {args.timeout:g}s"
+    except RedisError as exc:
+        problem = redis_error_message(exc, args.redis_url) or f"Redis error: {exc}"
+    except (ValueError, KeyError, CrawlqError) as exc:
+        problem = f"crawl {args.crawl} has unreadable settings: {exc}"
+    if problem is None and args.http_url:
+        problem = await _check_http(args.http_url, args.timeout)
+    if problem is not None:
+        print(f"unhealthy: {problem}")
+        return EXIT_FAIL
+    print(f"ok: Redis at {redact_url(args.redis_url)} answers"
+          + (f", {args.http_url} answers" if args.http_url else ""))
+    return EXIT_OK
+
+
+# -- parser -------------------------------------------------------------------------------
+
+_JSON = Option("--json", "CRAWLQ_JSON", False, "print one JSON document", flag_only_bool=True)
+_YES = Option("--yes", "CRAWLQ_YES", False, "really do it", flag_only_bool=True)
+_REASON = Option("--reason", "CRAWLQ_DEAD_REASON", None, "only dead tasks with this reason")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``crawlq`` parser; every option also reads a CRAWLQ_* variable."""
+    parser = argparse.ArgumentParser(
+        prog="crawlq", description="Operate crawlq crawls: stats, workers, dead letters, "
+        "crawls, reset, health check, and a local demo.",
+        epilog="exit codes: 0 ok, 1 check failed, 2 usage error, 3 Redis unreachable or "
+               "refused")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name: str, help_text: str, *options: Option) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        add_options(p, COMMON_OPTIONS)
+        add_options(p, options)
+        return p
+
+    p = command("stats", "counts of every state, rates, dead letters, live workers", _JSON,
+                Option("--watch", "CRAWLQ_WATCH", False, "redraw every 2 s until Ctrl-C",
+                       flag_only_bool=True))
+    p.set_defaults(handler=cmd_stats)
+    command("workers", "live consumers with heartbeat age and in-flight counts",
+            _JSON).set_defaults(handler=cmd_workers)
+
+    dead = sub.add_parser("dead", help="list, requeue or purge dead tasks")
+    dead_sub = dead.add_subparsers(dest="dead_command", metavar="ACTION", required=True)
+
+    def dead_command(name: str, help_text: str, *options: Option) -> argparse.ArgumentParser:
+        p = dead_sub.add_parser(name, help=help_text, description=help_text)
+        add_options(p, COMMON_OPTIONS)
+        add_options(p, options)
+        return p
+
+    p = dead_command("ls", "list dead tasks, oldest first", _REASON, _JSON,
+                     Option("--limit", "CRAWLQ_DEAD_LIMIT", 50, "list at most this many",
+                            type=int))
+    p.set_defaults(handler=cmd_dead_ls)
+    for name, help_text, handler, extra in (
+        ("requeue", "put dead tasks back in line with fresh attempts", cmd_dead_requeue, ()),
+        ("purge", "delete dead tasks for good (needs --yes)", cmd_dead_purge, (_YES,)),
+    ):
+        p = dead_command(name, help_text, _REASON, *extra,
+                         Option("--all", "CRAWLQ_DEAD_ALL", False, "every dead task",
+                                flag_only_bool=True))
+        p.add_argument("ids", nargs="*", metavar="ID", help="task ids (see crawlq dead ls)")
+        p.set_defaults(handler=handler)
+
+    command("crawls", "the crawls in this Redis with their sizes",
+            _JSON).set_defaults(handler=cmd_crawls)
+    command("reset", "delete every key of one crawl (--crawl), and nothing else",
+            _YES).set_defaults(handler=cmd_reset)
+    command("check", "health check: exit 0 if Redis answers (and --http-url), else 1",
+            Option("--http-url", "CRAWLQ_CHECK_HTTP_URL", None,
+                   "also GET this URL, e.g. a consumer's http://127.0.0.1:9410/healthz"),
+            Option("--timeout", "CRAWLQ_CHECK_TIMEOUT", 3.0, "give up after this long",
+                   type=duration)).set_defaults(handler=cmd_check)
+
+    p = sub.add_parser("demo", help="run a local crawl end to end: Redis, a sample site, "
+                       "a producer and two consumers (under a minute)",
+                       description="Starts Redis (REDIS_URL, or an embedded redis-server), "
+                       "a sample site, the producer and two consumers; shows progress and "
+                       "a summary, then stops everything it started.")
+    add_options(p, DEMO_OPTIONS)
+    p.set_defaults(handler=None)
+    return parser
+
+
+async def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "demo":
+        return await run_demo(args, crawl_keys=crawl_keys)
+    handler: Callable[[argparse.Namespace, RedisClient], Awaitable[int]] = args.handler
+    client: RedisClient | None = None
+    try:
+        if args.command == "check":
+            client = connect(args.redis_url, retries=0, socket_timeout=args.timeout)
+        else:
+            cluster = {"yes": True, "no": False}.get(args.cluster)
+            client = await open_redis(args.redis_url, cluster=cluster)
+        return await handler(args, client)
+    except UsageError as exc:
+        print(f"crawlq: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except RedisError as exc:
+        message = redis_error_message(exc, args.redis_url)
+        if message is None:
+            raise
+        print(f"crawlq: {message}", file=sys.stderr)
+        return EXIT_REDIS
+    finally:
+        if client is not None:
+            await client.aclose()
+
+
+def run_loop(coro: Coroutine[Any, Any, int]) -> int:
+    """Run a coroutine on uvloop where it is installed (``uvloop.run``), else asyncio."""
+    if uvloop is None:  # pragma: no cover - uvloop is not on every platform
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace | int:
+    try:
+        args = build_parser().parse_args(argv)
+        setup_logging(args.log_level, args.log_format)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    except ConfigError as exc:
+        print(f"crawlq: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return args
+
+
+async def main_async(argv: Sequence[str] | None = None) -> int:
+    """``main`` for a caller that already runs an event loop (the tests)."""
+    args = _parse(argv)
+    if isinstance(args, int):
+        return args
+    return await _dispatch(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``crawlq`` command; returns the exit code."""
+    args = _parse(argv)
+    if isinstance(args, int):
+        return args
+    try:
+        return run_loop(_dispatch(args))
+    except KeyboardInterrupt:
+        return EXIT_OK if getattr(args, "watch", False) or args.command == "demo" else 130

@@ -1,0 +1,240 @@
+"""A sample web site to crawl: the demo's target, and a fixture for tests and benchmarks.
+
+``async with sample_site(pages=2000) as base_url:`` serves, on 127.0.0.1 and a free port:
+
+==========================  ==========================================================
+``/page/<i>``               ``pages`` HTML pages, each linking to a few others
+``/slow/<i>``               answers after 1-2 s
+``/flaky/<i>``              500 on the first request, 200 after
+``/missing/<i>``            404
+``/down/<i>``               503, always
+``/redirect/chain/<n>``     301 -> ``chain/<n-1>`` ... -> ``/page/0`` (n hops)
+``/redirect/loop/a``        302 -> ``loop/b`` -> ``loop/a`` ... (a loop)
+``/private/<i>``            pages that robots.txt disallows (linked from some pages)
+``/robots.txt``             ``Disallow: /private/`` and a ``Sitemap:`` line
+``/urls.txt``               the seed list: every URL above, one per line, with a
+                            comment and two lines the producer rejects
+``/sitemap.xml``            a sitemap index of gzipped sitemaps ``/sitemaps/<j>.xml.gz``
+                            listing the pages
+==========================  ==========================================================
+
+Nothing here reaches outside 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from aiohttp import web
+
+__all__ = ["SiteSpec", "sample_site", "seed_urls"]
+
+SITEMAP_PAGE_SIZE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class SiteSpec:
+    """How many pages of each kind the site has."""
+
+    pages: int = 2000
+    slow: int = 4
+    flaky: int = 5
+    missing: int = 5
+    down: int = 3
+    private: int = 5
+    chain: int = 3
+    slow_s: tuple[float, float] = (1.0, 2.0)
+
+    def paths(self) -> list[str]:
+        """Every path the seed list names (pages first)."""
+        out = [f"/page/{i}" for i in range(self.pages)]
+        out += [f"/slow/{i}" for i in range(self.slow)]
+        out += [f"/flaky/{i}" for i in range(self.flaky)]
+        out += [f"/missing/{i}" for i in range(self.missing)]
+        out += [f"/down/{i}" for i in range(self.down)]
+        out += [f"/private/{i}" for i in range(self.private)]
+        out += [f"/redirect/chain/{self.chain}", "/redirect/loop/a"]
+        return out
+
+
+def seed_urls(base_url: str, spec: SiteSpec) -> list[str]:
+    """The absolute URLs the seed list names."""
+    return [base_url + p for p in spec.paths()]
+
+
+_SPEC = web.AppKey("spec", SiteSpec)
+_HITS = web.AppKey("hits", Counter[str])
+
+
+def _links(i: int, spec: SiteSpec) -> list[str]:
+    n = spec.pages
+    links = [f"/page/{(i + 1) % n}", f"/page/{(i * 7 + 3) % n}", f"/page/{(i * 31 + 11) % n}"]
+    if i % 50 == 0 and spec.private:
+        links.append(f"/private/{(i // 50) % spec.private}")
+    if i % 100 == 1:
+        links += ["/redirect/loop/a", f"/redirect/chain/{spec.chain}"]
+    return links
+
+
+def _html(title: str, links: list[str]) -> str:
+    items = "".join(f'<li><a href="{href}">{href}</a></li>' for href in links)
+    return (f"<!doctype html><html><head><title>{title}</title></head>"
+            f"<body><h1>{title}</h1><ul>{items}</ul></body></html>")
+
+
+def _index(request: web.Request, attr: str) -> int:
+    spec = request.app[_SPEC]
+    try:
+        i = int(request.match_info["i"])
+    except ValueError:
+        raise web.HTTPNotFound() from None
+    if not 0 <= i < getattr(spec, attr):
+        raise web.HTTPNotFound()
+    return i
+
+
+async def page(request: web.Request) -> web.Response:
+    i = _index(request, "pages")
+    return web.Response(text=_html(f"page {i}", _links(i, request.app[_SPEC])),
+                        content_type="text/html")
+
+
+async def slow(request: web.Request) -> web.Response:
+    i = _index(request, "slow")
+    spec = request.app[_SPEC]
+    low, high = spec.slow_s
+    await asyncio.sleep(low + (high - low) * (i % 4) / 3)
+    return web.Response(text=_html(f"slow {i}", ["/page/0"]), content_type="text/html")
+
+
+async def flaky(request: web.Request) -> web.Response:
+    i = _index(request, "flaky")
+    hits = request.app[_HITS]
+    hits[request.path] += 1
+    if hits[request.path] == 1:
+        return web.Response(status=500, text="try again")
+    return web.Response(text=_html(f"flaky {i}", ["/page/1"]), content_type="text/html")
+
+
+async def missing(request: web.Request) -> web.Response:
+    raise web.HTTPNotFound(text="no such page")
+
+
+async def down(request: web.Request) -> web.Response:
+    return web.Response(status=503, text="down for good")
+
+
+async def private(request: web.Request) -> web.Response:
+    i = _index(request, "private")
+    return web.Response(text=_html(f"private {i}", []), content_type="text/html")
+
+
+async def chain(request: web.Request) -> web.Response:
+    try:
+        n = int(request.match_info["n"])
+    except ValueError:
+        raise web.HTTPNotFound() from None
+    if n <= 0:
+        raise web.HTTPFound("/page/0")
+    raise web.HTTPMovedPermanently(f"/redirect/chain/{n - 1}")
+
+
+async def loop(request: web.Request) -> web.Response:
+    other = "b" if request.match_info["x"] == "a" else "a"
+    raise web.HTTPFound(f"/redirect/loop/{other}")
+
+
+def _base(request: web.Request) -> str:
+    return f"{request.scheme}://{request.host}"
+
+
+async def robots(request: web.Request) -> web.Response:
+    return web.Response(text=f"User-agent: *\nDisallow: /private/\n\n"
+                             f"Sitemap: {_base(request)}/sitemap.xml\n")
+
+
+async def urls_txt(request: web.Request) -> web.Response:
+    spec = request.app[_SPEC]
+    lines = ["# crawlq demo seed list: one URL per line", ""]
+    lines += seed_urls(_base(request), spec)
+    lines += ["javascript:alert(1)", "mailto:someone@example.com"]
+    return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+
+async def sitemap_index(request: web.Request) -> web.Response:
+    spec = request.app[_SPEC]
+    base = _base(request)
+    count = max(1, -(-spec.pages // SITEMAP_PAGE_SIZE))
+    items = "".join(f"<sitemap><loc>{base}/sitemaps/{j}.xml.gz</loc></sitemap>"
+                    for j in range(count))
+    return web.Response(
+        text='<?xml version="1.0" encoding="UTF-8"?>\n'
+             f'<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{items}'
+             "</sitemapindex>", content_type="application/xml")
+
+
+async def sitemap_part(request: web.Request) -> web.Response:
+    spec = request.app[_SPEC]
+    try:
+        j = int(request.match_info["j"])
+    except ValueError:
+        raise web.HTTPNotFound() from None
+    start = j * SITEMAP_PAGE_SIZE
+    if j < 0 or (start >= spec.pages and j > 0):
+        raise web.HTTPNotFound()
+    base = _base(request)
+    items = "".join(f"<url><loc>{base}/page/{i}</loc></url>"
+                    for i in range(start, min(spec.pages, start + SITEMAP_PAGE_SIZE)))
+    xml = ('<?xml version="1.0" encoding="UTF-8"?>\n'
+           f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{items}</urlset>')
+    return web.Response(body=gzip.compress(xml.encode()), content_type="application/x-gzip")
+
+
+async def home(request: web.Request) -> web.Response:
+    spec = request.app[_SPEC]
+    return web.Response(text=_html("crawlq sample site", [f"/page/{i}" for i in
+                                                          range(min(10, spec.pages))]),
+                        content_type="text/html")
+
+
+def make_app(spec: SiteSpec) -> web.Application:
+    """The site as an aiohttp application."""
+    app = web.Application()
+    app[_SPEC] = spec
+    app[_HITS] = Counter()
+    app.router.add_get("/", home)
+    app.router.add_get("/page/{i}", page)
+    app.router.add_get("/slow/{i}", slow)
+    app.router.add_get("/flaky/{i}", flaky)
+    app.router.add_get("/missing/{i}", missing)
+    app.router.add_get("/down/{i}", down)
+    app.router.add_get("/private/{i}", private)
+    app.router.add_get("/redirect/chain/{n}", chain)
+    app.router.add_get("/redirect/loop/{x}", loop)
+    app.router.add_get("/robots.txt", robots)
+    app.router.add_get("/urls.txt", urls_txt)
+    app.router.add_get("/sitemap.xml", sitemap_index)
+    app.router.add_get("/sitemaps/{j}.xml.gz", sitemap_part)
+    return app
+
+
+@asynccontextmanager
+async def sample_site(pages: int = 2000, *, spec: SiteSpec | None = None,
+                      host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:
+    """Serve the sample site for the block; yields its base URL (no trailing slash)."""
+    spec = spec if spec is not None else SiteSpec(pages=pages)
+    runner = web.AppRunner(make_app(spec), access_log=None, handle_signals=False,
+                           shutdown_timeout=0.5)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound = runner.addresses[0]
+        yield f"http://{host}:{bound[1]}"
+    finally:
+        await runner.cleanup()
