@@ -1,0 +1,406 @@
+"""``crawlq-producer``: options, one run or a loop, the summary and the exit code.
+
+Exit codes:
+
+== =====================================================================================
+0  the run finished (rejected lines do not fail it; neither does a SIGTERM, which ends
+   the run after the batch in progress)
+2  usage or configuration error (bad flag or env value, a --dedup/--partitions that
+   conflicts with the existing crawl, bloom dedup with --recrawl-after)
+3  Redis unreachable or refusing (connection, authentication, ACL, out of memory,
+   read-only replica)
+4  a source could not be read (missing input file, sitemap fetch or parse failed);
+   batches read before the failure are enqueued
+5  another producer holds this crawl's lock (see --lock-wait)
+== =====================================================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import logging
+import random
+import signal
+import sys
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from math import ceil
+from typing import Any, BinaryIO, TextIO
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from common.cli import redis_error_message, run_loop
+from common.config import (
+    COMMON_OPTIONS,
+    CommonSettings,
+    Option,
+    add_options,
+    duration,
+    redact_url,
+)
+from common.connection import RedisClient, open_redis
+from common.errors import ConfigError, CrawlConflictError, SourceError
+from common.logs import setup_logging
+from common.queue import CrawlQueue, CrawlSettings, DedupMode
+from consumer.fetcher import Fetcher
+from producer.fastpack import use_hiredis_packer
+from producer.lock import LockHeldError, ProducerLock
+from producer.progress import Progress
+from producer.run import RejectWriter, TaskTemplate, produce
+from producer.sitemaps import SitemapReader, fetch_settings
+from producer.sources import STDIN, Chunk, check_files, file_chunks, stdin_chunks, url_chunks
+from producer.summary import Summary
+
+__all__ = ["EXIT_LOCKED", "EXIT_OK", "EXIT_REDIS", "EXIT_SOURCE", "EXIT_USAGE",
+           "PRODUCER_OPTIONS", "ProducerSettings", "build_parser", "main", "main_async",
+           "run", "run_once"]
+
+log = logging.getLogger("producer")
+
+EXIT_OK, EXIT_USAGE, EXIT_REDIS, EXIT_SOURCE, EXIT_LOCKED = 0, 2, 3, 4, 5
+PROG = "crawlq-producer"
+
+
+def _int_at_least(low: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def _meta_pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"not key=value: {text!r}")
+    return key.strip(), value
+
+
+PRODUCER_OPTIONS = (
+    Option("--input", "CRAWLQ_INPUT", [], "a file of URLs, one per line (.gz read "
+           "transparently), or - for stdin; repeatable, positional arguments work too",
+           append=True),
+    Option("--url", "CRAWLQ_URL", [], "a URL to enqueue (repeatable)", append=True),
+    Option("--sitemap", "CRAWLQ_SITEMAP", [], "a sitemap, sitemap index or robots.txt URL "
+           "whose URLs to enqueue (repeatable)", append=True),
+    Option("--priority", "CRAWLQ_PRIORITY", 0, "task priority: 0 is first come first "
+           "served, higher is leased first", type=_int_at_least(0)),
+    Option("--max-attempts", "CRAWLQ_MAX_ATTEMPTS", 3, "fetch attempts before a task is "
+           "dead-lettered", type=_int_at_least(1)),
+    Option("--meta", "CRAWLQ_META", [], "key=value stored in every task's meta "
+           "(repeatable)", type=_meta_pair, append=True),
+    Option("--depth", "CRAWLQ_DEPTH", 0, "link depth recorded on the tasks",
+           type=_int_at_least(0)),
+    Option("--dedup", "CRAWLQ_DEDUP", None, "dedup mode, fixed when the crawl is created "
+           "(exact if unset)", choices=("exact", "bloom")),
+    Option("--partitions", "CRAWLQ_PARTITIONS", None, "partitions, fixed when the crawl is "
+           "created (1 if unset)", type=_int_at_least(1)),
+    Option("--recrawl-after", "CRAWLQ_RECRAWL_AFTER", 0.0, "enqueue again a URL whose last "
+           "enqueue is older than this and that is done (e.g. 7d); 0 never", type=duration),
+    Option("--sort-query", "CRAWLQ_SORT_QUERY", False, "sort query parameters by key when "
+           "canonicalizing", flag_only_bool=True),
+    Option("--reject-file", "CRAWLQ_REJECT_FILE", None, "write every rejected line there, "
+           "one JSON object per line (credentials removed)"),
+    Option("--batch-size", "CRAWLQ_BATCH_SIZE", 1000, "URLs per enqueue call",
+           type=_int_at_least(1)),
+    Option("--dry-run", "CRAWLQ_DRY_RUN", False, "canonicalize and count, write nothing "
+           "(Redis is not contacted)", flag_only_bool=True),
+    Option("--json", "CRAWLQ_JSON", False, "print the summary as one JSON object on stdout",
+           flag_only_bool=True),
+    Option("--every", "CRAWLQ_EVERY", 0.0, "run again this long after each run, +-10%% "
+           "jitter (e.g. 1h); 0 runs once", type=duration),
+    Option("--lock-wait", "CRAWLQ_LOCK_WAIT", 0.0, "how long to wait for another "
+           "producer of the same crawl to finish before exiting 5", type=duration),
+    Option("--allow-private", "CRAWLQ_ALLOW_PRIVATE", False, "let sitemap fetches reach "
+           "private and loopback addresses (off: the SSRF guard refuses them)",
+           flag_only_bool=True),
+    Option("--progress", "CRAWLQ_PROGRESS", "auto", "progress bar: auto (on a terminal), "
+           "on, off (log lines every 5 s)", choices=("auto", "on", "off")),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerSettings:
+    """Everything a producer run needs, built once from flags and environment."""
+
+    common: CommonSettings
+    inputs: tuple[str, ...] = ()
+    urls: tuple[str, ...] = ()
+    sitemaps: tuple[str, ...] = ()
+    template: TaskTemplate = field(default_factory=TaskTemplate)
+    dedup: DedupMode | None = None
+    partitions: int | None = None
+    recrawl_after_s: int = 0
+    sort_query: bool = False
+    reject_file: str | None = None
+    batch_size: int = 1000
+    dry_run: bool = False
+    json: bool = False
+    every_s: float = 0.0
+    lock_wait_s: float = 0.0
+    allow_private: bool = False
+    progress: str = "auto"
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ProducerSettings:
+        inputs = tuple([*args.input, *args.files])
+        if not (inputs or args.url or args.sitemap):
+            raise ConfigError("no input: give files (or - for stdin), --url or --sitemap")
+        if inputs.count(STDIN) > 1:
+            raise ConfigError("stdin (-) can be read only once")
+        if args.every and STDIN in inputs:
+            raise ConfigError("--every re-reads the inputs each run; stdin (-) can't be "
+                              "re-read: use a file")
+        recrawl = ceil(args.recrawl_after) if args.recrawl_after > 0 else 0
+        if recrawl and args.dedup == DedupMode.BLOOM.value:
+            raise ConfigError("--recrawl-after needs exact dedup: bloom keeps no timestamps")
+        return cls(
+            common=CommonSettings.from_args(args),
+            inputs=inputs,
+            urls=tuple(args.url),
+            sitemaps=tuple(args.sitemap),
+            template=TaskTemplate(priority=args.priority, max_attempts=args.max_attempts,
+                                  meta=dict(args.meta), depth=args.depth),
+            dedup=DedupMode(args.dedup) if args.dedup else None,
+            partitions=args.partitions,
+            recrawl_after_s=recrawl,
+            sort_query=args.sort_query,
+            reject_file=args.reject_file,
+            batch_size=args.batch_size,
+            dry_run=args.dry_run,
+            json=args.json,
+            every_s=args.every,
+            lock_wait_s=args.lock_wait,
+            allow_private=args.allow_private,
+            progress=args.progress,
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The producer's argument parser (defaults read from CRAWLQ_* variables)."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Canonicalize URLs, deduplicate them and enqueue them into a crawl.",
+        epilog="exit codes: 0 ran (rejected lines included), 2 usage/config error, "
+               "3 Redis unreachable or refused, 4 a source could not be read, "
+               "5 another producer holds the crawl's lock",
+    )
+    parser.add_argument("files", nargs="*", metavar="FILE",
+                        help="files of URLs (.gz ok), - for stdin")
+    add_options(parser, COMMON_OPTIONS)
+    add_options(parser, PRODUCER_OPTIONS)
+    return parser
+
+
+async def open_queue(client: RedisClient, settings: ProducerSettings) -> CrawlQueue:
+    """Open the crawl; --dedup/--partitions apply only when it is created.
+
+    An explicit value that differs from an existing crawl's is a CrawlConflictError.
+    """
+    crawl = settings.common.crawl
+    kwargs: dict[str, Any] = {"recrawl_after_s": settings.recrawl_after_s}
+    try:
+        queue = await CrawlQueue.existing(client, crawl, **kwargs)
+    except ConfigError:
+        if settings.partitions is None and settings.dedup is None:
+            return await CrawlQueue.open(client, crawl, **kwargs)
+        wanted = CrawlSettings(partitions=settings.partitions or 1,
+                               dedup=settings.dedup or DedupMode.EXACT)
+        queue = await CrawlQueue.open(client, crawl, wanted, **kwargs)
+    stored = queue.settings
+    asked = []
+    if settings.partitions is not None and settings.partitions != stored.partitions:
+        asked.append(f"partitions={settings.partitions}")
+    if settings.dedup is not None and settings.dedup != stored.dedup:
+        asked.append(f"dedup={settings.dedup.value}")
+    if asked:
+        raise CrawlConflictError(
+            f"crawl {crawl!r} exists with partitions={stored.partitions}, "
+            f"dedup={stored.dedup.value}; it was asked for {', '.join(asked)}. These are fixed "
+            "when a crawl is created: drop --partitions/--dedup (and CRAWLQ_PARTITIONS/"
+            "CRAWLQ_DEDUP), or use a new --crawl name")
+    if stored.dedup is DedupMode.BLOOM and settings.recrawl_after_s:
+        raise ConfigError(f"crawl {crawl!r} uses bloom dedup, which keeps no timestamps: "
+                          "--recrawl-after needs an exact-dedup crawl")
+    return queue
+
+
+def _sources(settings: ProducerSettings, stdin: BinaryIO | None,
+             fetcher: Fetcher | None) -> list[AsyncIterator[Chunk]]:
+    sources: list[AsyncIterator[Chunk]] = []
+    if settings.urls:
+        sources.append(url_chunks(settings.urls))
+    for path in settings.inputs:
+        sources.append(stdin_chunks(stdin) if path == STDIN else file_chunks(path))
+    if settings.sitemaps:
+        assert fetcher is not None
+        reader = SitemapReader(fetcher)
+        sources.extend(reader.chunks(url) for url in settings.sitemaps)
+    return sources
+
+
+async def run_once(settings: ProducerSettings, client: RedisClient | None, *,
+                   stop: asyncio.Event | None = None, stdin: BinaryIO | None = None,
+                   progress_stream: TextIO | None = None) -> Summary:
+    """One producer run; never raises for expected failures: they set exit_code and error."""
+    summary = Summary(settings.common.crawl, dry_run=settings.dry_run,
+                      reject_file=settings.reject_file)
+    try:
+        check_files(settings.inputs)
+        async with contextlib.AsyncExitStack() as stack:
+            rejects = None
+            if settings.reject_file:
+                try:
+                    # A local file opened once per run: blocking here is fine.
+                    reject_stream = stack.enter_context(
+                        open(settings.reject_file, "w", encoding="utf-8"))  # noqa: ASYNC230, SIM115
+                except OSError as exc:
+                    raise ConfigError(f"cannot write --reject-file {settings.reject_file!r}: "
+                                      f"{exc.strerror}") from None
+                rejects = RejectWriter(reject_stream)
+            fetcher = None
+            if settings.sitemaps:
+                fetcher = await stack.enter_async_context(
+                    Fetcher(fetch_settings(settings.allow_private)))
+            queue = None
+            if not settings.dry_run:
+                assert client is not None
+                await stack.enter_async_context(
+                    ProducerLock(client, settings.common.crawl, settings.lock_wait_s))
+                queue = await open_queue(client, settings)
+            progress = Progress(summary, settings.progress, stream=progress_stream)
+            stack.callback(progress.close)
+            await produce(_sources(settings, stdin, fetcher), queue=queue, summary=summary,
+                          template=settings.template, batch_size=settings.batch_size,
+                          sort_query=settings.sort_query, stop=stop, progress=progress,
+                          rejects=rejects)
+    except ConfigError as exc:
+        summary.exit_code, summary.error = EXIT_USAGE, str(exc)
+    except LockHeldError as exc:
+        summary.exit_code, summary.error = EXIT_LOCKED, str(exc)
+    except SourceError as exc:
+        summary.exit_code, summary.error = EXIT_SOURCE, str(exc)
+    except RedisError as exc:
+        message = redis_error_message(exc, settings.common.redis_url)
+        if message is None:
+            raise
+        summary.exit_code, summary.error = EXIT_REDIS, message
+    return summary
+
+
+def _report(summary: Summary, settings: ProducerSettings, out: TextIO) -> None:
+    if summary.error:
+        print(f"{PROG}: {summary.error}", file=sys.stderr)
+    if settings.json:
+        print(summary.to_json(), file=out, flush=True)
+    elif summary.exit_code == EXIT_OK or summary.read:
+        print(summary.to_text(), file=out, flush=True)
+
+
+def _install_stop(stop: asyncio.Event) -> list[signal.Signals]:
+    """SIGTERM/SIGINT set ``stop``; returns the signals to uninstall afterwards."""
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signame: str) -> None:
+        if stop.is_set():  # a second Ctrl-C: stop now
+            raise KeyboardInterrupt
+        log.info("producer_signal", extra={"signal": signame,
+                                           "action": "finishing the current batch"})
+        stop.set()
+
+    installed = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, on_signal, sig.name)
+            installed.append(sig)
+    return installed
+
+
+async def run(settings: ProducerSettings, *, out: TextIO | None = None,
+              stdin: BinaryIO | None = None) -> int:
+    """Run once (or every ``every_s``) and return the exit code."""
+    out = out if out is not None else sys.stdout
+    stop = asyncio.Event()
+    installed = _install_stop(stop)
+    client: RedisClient | None = None
+    try:
+        if not settings.dry_run:
+            try:
+                client = await open_redis(settings.common.redis_url,
+                                          cluster=settings.common.cluster_mode)
+            except RedisError as exc:
+                failed = Summary(settings.common.crawl, dry_run=settings.dry_run,
+                                 exit_code=EXIT_REDIS,
+                                 error=redis_error_message(exc, settings.common.redis_url)
+                                 or f"Redis error: {exc}")
+                _report(failed, settings, out)
+                return EXIT_REDIS
+            if isinstance(client, aioredis.Redis):
+                use_hiredis_packer(client)
+        while True:
+            summary = await run_once(settings, client, stop=stop, stdin=stdin)
+            _report(summary, settings, out)
+            if not settings.every_s or stop.is_set():
+                return summary.exit_code
+            if summary.exit_code == EXIT_USAGE:
+                return EXIT_USAGE  # it won't fix itself by waiting
+            delay = settings.every_s * random.uniform(0.9, 1.1)
+            log.info("producer_sleeping", extra={"crawl": settings.common.crawl,
+                                                 "next_run_in_s": round(delay, 1)})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+            if stop.is_set():
+                return EXIT_OK
+    finally:
+        loop = asyncio.get_running_loop()
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        if client is not None:
+            await client.aclose()
+
+
+def _parse(argv: Sequence[str] | None) -> ProducerSettings | int:
+    try:
+        args = build_parser().parse_args(argv)
+        settings = ProducerSettings.from_args(args)
+        setup_logging(settings.common.log_level, settings.common.log_format)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        return int(exc.code or 0)
+    except ConfigError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    log.debug("producer_settings", extra={"redis_url": redact_url(settings.common.redis_url),
+                                          "crawl": settings.common.crawl})
+    return settings
+
+
+async def main_async(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
+                     stdin: BinaryIO | None = None) -> int:
+    """``main`` for a caller that already runs an event loop (tests, the demo)."""
+    settings = _parse(argv)
+    if isinstance(settings, int):
+        return settings
+    return await run(settings, out=out, stdin=stdin)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``crawlq-producer`` / ``python -m producer``; returns the exit code."""
+    settings = _parse(argv)
+    if isinstance(settings, int):
+        return settings
+    # The pipeline allocates a few short-lived objects per URL and makes no cycles: a
+    # young-generation collection every 700 allocations would cost more than it frees.
+    gc.set_threshold(100_000, 50, 100)
+    try:
+        return run_loop(run(settings))
+    except KeyboardInterrupt:
+        return 130

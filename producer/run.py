@@ -1,0 +1,213 @@
+"""The producer pipeline: lines -> canonical URLs -> batches of NewTask -> CrawlQueue.enqueue.
+
+Each batch is deduplicated and enqueued by one script call per partition, which is
+atomic: a producer killed mid-run leaves every batch either fully in or fully out, and
+a re-run enqueues exactly what is missing (the rest is counted as duplicates).
+
+One batch is in flight while the next one is built, so Redis runs the enqueue script
+for batch N while Python canonicalizes and hashes batch N+1. A stop request (SIGTERM)
+is honoured between batches: the batch being built is sent, the run ends cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from common import codec
+from common.errors import SourceError
+from common.queue import CrawlQueue, EnqueueResult, NewTask
+from common.urls import canonicalize
+from consumer.fetcher import redact_url
+from producer.progress import Progress
+from producer.sources import Chunk
+from producer.summary import MAX_SHOWN_REJECTS, Reject, Summary
+
+__all__ = ["RejectWriter", "TaskTemplate", "produce"]
+
+log = logging.getLogger("producer")
+
+_REJECT_URL_CHARS = 2048
+_YIELDS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class TaskTemplate:
+    """What every task of a run gets besides its URL."""
+
+    priority: int = 0
+    max_attempts: int = 3
+    meta: dict[str, Any] = field(default_factory=dict)
+    depth: int = 0
+
+
+class RejectWriter:
+    """Writes every reject as one JSON line: origin, line, reason, message, url.
+
+    The URL is cut to 2 KiB and its userinfo (``user:pass@``) is replaced by ``***``.
+    """
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+
+    def write(self, reject: Reject, raw: str) -> None:
+        url = redact_url(raw.strip()[:_REJECT_URL_CHARS].encode(
+            "utf-8", "backslashreplace").decode("utf-8"))
+        self._stream.write(codec.dumps({
+            "origin": reject.origin, "line": reject.line, "reason": reject.reason,
+            "message": reject.message, "url": url}) + "\n")
+
+
+class _Sender:
+    """Keeps up to ``depth`` enqueue calls in flight and folds their results into the summary.
+
+    Two in flight let Redis run one batch's script while this process builds and packs
+    the next call (building a call costs about as much CPU as Redis spends running it).
+    Each call is atomic on its own, so their order does not matter for correctness.
+    """
+
+    def __init__(self, queue: CrawlQueue | None, summary: Summary, depth: int = 2) -> None:
+        self._queue = queue
+        self._summary = summary
+        self._depth = depth
+        self._inflight: deque[asyncio.Task[EnqueueResult]] = deque()
+        self._warned_layers: set[int] = set()
+
+    async def send(self, batch: list[NewTask]) -> None:
+        if self._queue is None:  # dry run
+            return
+        while len(self._inflight) >= self._depth:
+            await self._collect(self._inflight.popleft())
+        self._inflight.append(asyncio.create_task(self._queue.enqueue(batch)))
+        # Let the call get built and onto the wire (it suspends a few times on the way)
+        # before going back to CPU work.
+        for _ in range(_YIELDS):
+            await asyncio.sleep(0)
+
+    async def wait(self) -> None:
+        """Wait for every call in flight; raises the first failure after all have ended."""
+        tasks, self._inflight = list(self._inflight), deque()
+        failure: BaseException | None = None
+        for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(outcome, BaseException):
+                failure = failure or outcome
+            else:
+                self._fold(outcome)
+        if failure is not None:
+            raise failure
+
+    async def _collect(self, task: asyncio.Task[EnqueueResult]) -> None:
+        self._fold(await task)
+
+    def _fold(self, result: EnqueueResult) -> None:
+        s = self._summary
+        s.enqueued += result.enqueued
+        s.duplicates += result.duplicates
+        s.recrawled += result.recrawled
+        for layer in result.bloom_warnings:
+            if layer not in self._warned_layers:
+                self._warned_layers.add(layer)
+                log.warning("bloom_layer_filling", extra={
+                    "crawl": s.crawl, "layer": layer,
+                    "hint": "a bloom filter layer passed 80% of its capacity; a new layer "
+                            "is added automatically, at the cost of memory"})
+
+
+async def produce(
+    sources: Sequence[AsyncIterator[Chunk]],
+    *,
+    queue: CrawlQueue | None,
+    summary: Summary,
+    template: TaskTemplate,
+    batch_size: int = 1000,
+    sort_query: bool = False,
+    stop: asyncio.Event | None = None,
+    progress: Progress | None = None,
+    rejects: RejectWriter | None = None,
+) -> Summary:
+    """Run every source through the pipeline; ``queue=None`` is a dry run.
+
+    Counts go into ``summary`` as they happen, so a caller that catches an error still
+    has what was done before it.
+    """
+    started = time.monotonic()
+    sender = _Sender(queue, summary)
+    by_reason = summary.invalid_by_reason
+    shown = summary.first_rejects
+    canon = canonicalize
+    blake2b = hashlib.blake2b
+    priority, max_attempts, meta, depth = (template.priority, template.max_attempts,
+                                           template.meta, template.depth)
+    batch: list[NewTask] = []
+    append = batch.append
+    read = 0
+    stopping = False
+    try:
+        for source in sources:
+            async for chunk in source:
+                line_no = chunk.first_line - 1
+                for raw in chunk.lines:
+                    line_no += 1
+                    text = raw.strip()
+                    if not text or text[0] == "#":
+                        continue
+                    read += 1
+                    url = canon(text, sort_query=sort_query)
+                    if isinstance(url, str):
+                        fp = blake2b(url.encode(), digest_size=16).digest()
+                        append(NewTask(url, fp, priority, max_attempts, meta, depth))
+                        if len(batch) >= batch_size:
+                            summary.read = read
+                            await sender.send(batch)
+                            batch = []
+                            append = batch.append
+                            if progress is not None:
+                                progress.update()
+                            if stop is not None and stop.is_set():
+                                stopping = True
+                                break
+                    else:
+                        by_reason[url.reason.value] += 1
+                        if len(shown) < MAX_SHOWN_REJECTS or rejects is not None:
+                            reject = Reject(chunk.origin, line_no, url.reason.value, url.message)
+                            if len(shown) < MAX_SHOWN_REJECTS:
+                                shown.append(reject)
+                            if rejects is not None:
+                                rejects.write(reject, raw)
+                summary.read = read
+                if progress is not None:
+                    progress.update()
+                if stopping or (stop is not None and stop.is_set()):
+                    stopping = True
+                    break
+            if stopping:
+                log.info("producer_stopping", extra={"crawl": summary.crawl, "read": read})
+                break
+        # Also on a source error: what was read before it is sent (a re-run is idempotent).
+        await _finish(sender, batch)
+    except SourceError:
+        await _finish(sender, batch)
+        raise
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await sender.wait()  # their counts belong in the summary
+        raise
+    finally:
+        summary.read = read
+        summary.elapsed_s = time.monotonic() - started
+        if progress is not None:
+            progress.update()
+    return summary
+
+
+async def _finish(sender: _Sender, batch: list[NewTask]) -> None:
+    if batch:
+        await sender.send(batch)
+    await sender.wait()
