@@ -1,0 +1,146 @@
+"""Producer throughput and memory, against the raw Redis SADD rate of the same fingerprints.
+
+    python bench/producer_bench.py [--lines 1000000] [--redis-url URL] [--keep]
+
+1. Writes a file of ``--lines`` URLs, half of them duplicates (every URL appears twice:
+   the first half in order, the second half shuffled).
+2. Runs ``python -m producer`` on it as a subprocess into a fresh crawl and reports its
+   end-to-end URLs/s (process start to exit, and the producer's own elapsed time) and
+   its peak RSS (``os.wait4`` rusage of that one child).
+3. In the same run, SADDs the same 16-byte fingerprints into a scratch set with a
+   pipelined client (1000 commands per round trip) and reports that rate and the ratio.
+
+Targets: >= 100,000 URLs/s end to end from one process; peak RSS < 100 MB at any input
+size. Without ``--redis-url`` an embedded redis-server is started (and stopped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+from common import codec
+from common.redis_server import RedisServer
+from common.urls import canonicalize
+
+TARGET_URLS_PER_S = 100_000
+TARGET_RSS_MB = 100
+
+
+def url_of(i: int) -> str:
+    return f"https://site{i % 997}.example.com/articles/{i}/index.html?ref=bench&page={i % 13}"
+
+
+def write_input(path: Path, lines: int, seed: int = 7) -> int:
+    """Write ``lines`` URLs, every unique one twice; returns the number of unique URLs."""
+    unique = lines // 2
+    with path.open("w") as f:
+        for start in range(0, unique, 100_000):
+            f.write("".join(url_of(i) + "\n" for i in range(start, min(unique, start + 100_000))))
+        rng = random.Random(seed)
+        order = list(range(unique))
+        rng.shuffle(order)
+        for start in range(0, unique, 100_000):
+            f.write("".join(url_of(i) + "\n" for i in order[start:start + 100_000]))
+        if lines % 2:
+            f.write(url_of(0) + "\n")
+    return unique
+
+
+def run_producer(redis_url: str, crawl: str, path: Path) -> tuple[float, int, dict[str, object]]:
+    """Run the producer; returns (wall seconds, peak RSS bytes, its JSON summary)."""
+    argv = [sys.executable, "-m", "producer", "--redis-url", redis_url, "--crawl", crawl,
+            "--progress", "off", "--json", "--log-level", "WARNING", str(path)]
+    started = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    out = proc.stdout.read()
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        sys.exit(f"producer exited {proc.returncode}:\n{err.decode()}")
+    return wall, usage.ru_maxrss * 1024, codec.loads(out.decode().strip().splitlines()[-1])
+
+
+def sadd_rate(redis_url: str, path: Path, key: str, per_round_trip: int = 1000) -> float:
+    """Fingerprints of the same input, SADDed one command per URL, pipelined."""
+    fps = []
+    with path.open() as f:
+        for line in f:
+            url = canonicalize(line)
+            assert isinstance(url, str)
+            fps.append(hashlib.blake2b(url.encode(), digest_size=16).digest())
+    client = redis.Redis.from_url(redis_url)
+    client.delete(key)
+    started = time.perf_counter()
+    for i in range(0, len(fps), per_round_trip):
+        pipe = client.pipeline(transaction=False)
+        for fp in fps[i:i + per_round_trip]:
+            pipe.sadd(key, fp)
+        pipe.execute()
+    elapsed = time.perf_counter() - started
+    client.delete(key)
+    client.close()
+    return len(fps) / elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lines", type=int, default=1_000_000)
+    parser.add_argument("--redis-url", default="")
+    parser.add_argument("--keep", action="store_true", help="keep the crawl's keys")
+    parser.add_argument("--skip-sadd", action="store_true", help="measure the producer only")
+    args = parser.parse_args()
+
+    server = None if args.redis_url else RedisServer().start()
+    redis_url = args.redis_url or (server.url if server else "")
+    crawl = f"bench-{os.getpid()}-{int(time.time())}"
+    try:
+        with tempfile.TemporaryDirectory(prefix="crawlq-bench-") as tmp:
+            path = Path(tmp) / "urls.txt"
+            unique = write_input(path, args.lines)
+            size_mb = path.stat().st_size / 1e6
+            print(f"input: {args.lines:,} lines ({unique:,} unique), {size_mb:.0f} MB")
+
+            wall, rss, summary = run_producer(redis_url, crawl, path)
+            inner = float(summary["elapsed_s"])  # type: ignore[arg-type]
+            e2e = args.lines / wall
+            print(f"producer: enqueued {summary['enqueued']:,}, duplicates "
+                  f"{summary['duplicates']:,}, invalid {summary['invalid']}")
+            print(f"producer: {e2e:,.0f} URLs/s end to end (process wall {wall:.2f}s), "
+                  f"{args.lines / inner:,.0f} URLs/s in the pipeline ({inner:.2f}s)")
+            print(f"producer: peak RSS {rss / 2**20:.1f} MiB")
+            if not args.skip_sadd:
+                rate = sadd_rate(redis_url, path, f"bench:sadd:{crawl}")
+                print(f"raw Redis: {rate:,.0f} pipelined SADD/s of the same fingerprints")
+                print(f"ratio: producer end to end / raw SADD = {e2e / rate:.2f}")
+            ok_rate = e2e >= TARGET_URLS_PER_S
+            ok_rss = rss < TARGET_RSS_MB * 2**20
+            print(f"targets: >= {TARGET_URLS_PER_S:,} URLs/s {'met' if ok_rate else 'MISSED'}; "
+                  f"RSS < {TARGET_RSS_MB} MB {'met' if ok_rss else 'MISSED'}")
+            if not args.keep:
+                client = redis.Redis.from_url(redis_url)
+                keys = list(client.scan_iter(match=f"crawlq:{{{crawl}*", count=1000))
+                for i in range(0, len(keys), 1000):
+                    client.unlink(*keys[i:i + 1000])
+                client.srem("crawlq:crawls", crawl)
+                client.close()
+            return 0 if ok_rate and ok_rss else 1
+    finally:
+        if server is not None:
+            server.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
