@@ -1,0 +1,343 @@
+"""Deployment files, checked without a Docker engine or a cluster.
+
+- ``docker-compose.yml`` (and the CI override ``deploy/compose.ci.yml``) validate against
+  the Compose Specification schema in ``<repo>/../shared/schemas/compose-spec.json``, and
+  keep the rules of a scalable service: no container_name or host port on the consumer,
+  stop_grace_period longer than the drain, Redis with AOF and noeviction and no port.
+- ``Dockerfile``: base image as an ARG, non-root, exec-form CMD, HEALTHCHECK crawlq check.
+- ``deploy/k8s/*.yaml``: probes, grace, Forbid, and a KEDA listName that is the crawl's
+  ready list as ``common.keys`` builds it.
+- Every ``CRAWLQ_*`` variable set anywhere here is one that a crawlq command reads.
+
+The real container test (image build, compose up --scale consumer=3, a crawl) is
+``tests/container/run.sh``, run by CI as its own step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from common.config import duration
+from common.keys import PartitionKeys
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("CRAWLQ_SHARED") or REPO.parent / "shared")
+COMPOSE_SCHEMA = SHARED / "schemas" / "compose-spec.json"
+K8S = REPO / "deploy" / "k8s"
+DEFAULT_GRACE_S = 20.0  # consumer --grace default (consumer/config.py)
+
+
+class _ComposeLoader(yaml.SafeLoader):
+    """SafeLoader that reads compose's merge tags ``!reset`` and ``!override`` as values."""
+
+
+def _tagged(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node, deep=True)
+    if isinstance(node, yaml.MappingNode):
+        return loader.construct_mapping(node, deep=True)
+    return loader.construct_scalar(node)
+
+
+for _tag in ("!reset", "!override"):
+    _ComposeLoader.add_constructor(_tag, _tagged)
+
+
+def _load_compose(name: str) -> dict[str, Any]:
+    data = yaml.load((REPO / name).read_text(), Loader=_ComposeLoader)
+    assert isinstance(data, dict)
+    return data
+
+
+def _compose_duration(text: str) -> float:
+    """Seconds from a compose duration: ``30s``, ``1m30s``, ``1h``, ``500ms``."""
+    parts = re.findall(r"(\d+(?:\.\d+)?)(h|ms|us|m|s)", str(text))
+    assert parts and "".join(n + u for n, u in parts) == str(text), f"bad duration {text!r}"
+    unit = {"h": 3600, "m": 60, "s": 1, "ms": 1e-3, "us": 1e-6}
+    return sum(float(n) * unit[u] for n, u in parts)
+
+
+def _env(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {k: "" if v is None else str(v) for k, v in env.items()}
+
+
+def _k8s_docs() -> list[dict[str, Any]]:
+    docs = []
+    for path in sorted(K8S.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc is not None:
+                doc["__file__"] = path.name
+                docs.append(doc)
+    return docs
+
+
+def _one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = [d for d in docs if d.get("kind") == kind]
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+def _k8s_env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def _known_env_vars() -> set[str]:
+    """Every environment variable any crawlq command reads (from the --help texts)."""
+    from common.cli import build_parser as cli_parser  # noqa: PLC0415
+    from consumer.config import build_parser as consumer_parser  # noqa: PLC0415
+    from producer.cli import build_parser as producer_parser  # noqa: PLC0415
+
+    found: set[str] = set()
+
+    def walk(parser: argparse.ArgumentParser) -> None:
+        for action in parser._actions:
+            found.update(re.findall(r"\(env ([A-Z0-9_]+);", action.help or ""))
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    walk(sub)
+
+    for build in (cli_parser, consumer_parser, producer_parser):
+        walk(build())
+    return found
+
+
+# -- docker-compose.yml -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return _load_compose("docker-compose.yml")
+
+
+@pytest.fixture(scope="module")
+def compose_ci() -> dict[str, Any]:
+    return _load_compose("deploy/compose.ci.yml")
+
+
+@pytest.mark.parametrize("name", ["docker-compose.yml", "deploy/compose.ci.yml"])
+def test_compose_files_match_the_compose_spec(name: str) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    if not COMPOSE_SCHEMA.is_file():
+        pytest.skip(f"the Compose Specification schema is not at {COMPOSE_SCHEMA} "
+                    "(shared/ beside the repository; set CRAWLQ_SHARED to its path)")
+    schema = json.loads(COMPOSE_SCHEMA.read_text())
+    validator = jsonschema.Draft7Validator(schema)
+    errors = sorted(validator.iter_errors(_load_compose(name)), key=lambda e: list(e.path))
+    assert not errors, "\n".join(f"{list(e.path)}: {e.message}" for e in errors)
+
+
+def test_consumer_is_a_scalable_service(compose: dict[str, Any]) -> None:
+    consumer = compose["services"]["consumer"]
+    assert "container_name" not in consumer, "a scaled service can't have a fixed name"
+    assert not consumer.get("ports"), "a scaled service can't publish a fixed host port"
+    assert consumer["depends_on"]["redis"]["condition"] == "service_healthy"
+    env = _env(consumer)
+    assert env["CRAWLQ_HTTP_HOST"] == "0.0.0.0", "probes must reach the side server"
+    grace_s = duration(env.get("CRAWLQ_GRACE", str(DEFAULT_GRACE_S)))
+    stop_s = _compose_duration(consumer["stop_grace_period"])
+    assert stop_s > grace_s, f"stop_grace_period {stop_s}s must exceed the drain {grace_s}s"
+    # Exec form: no shell between the engine and Python.
+    assert consumer.get("command", ["crawlq-consumer"]) == ["crawlq-consumer"]
+    mounts = [str(v) for v in consumer["volumes"]]
+    assert any(m.startswith("results:") and m.split(":")[1] == env["CRAWLQ_OUTPUT"]
+               for m in mounts), "results go to a named volume at CRAWLQ_OUTPUT"
+    assert "results" in compose["volumes"]
+
+
+def test_redis_is_durable_and_private(compose: dict[str, Any]) -> None:
+    redis = compose["services"]["redis"]
+    assert not redis.get("ports"), "Redis must not be published on the host"
+    cmd = [str(c) for c in redis["command"]]
+    flags = dict(zip(cmd[1::2], cmd[2::2], strict=False))
+    assert cmd[0] == "redis-server"
+    assert flags["--appendonly"] == "yes"
+    assert flags["--appendfsync"] == "everysec"
+    assert flags["--maxmemory-policy"] == "noeviction"
+    assert any(str(v).startswith("redis-data:/data") for v in redis["volumes"])
+    assert "redis-data" in compose["volumes"]
+    assert redis["healthcheck"]["test"][:2] == ["CMD", "redis-cli"]
+
+
+def test_producer_runs_on_demand(compose: dict[str, Any]) -> None:
+    producer = compose["services"]["producer"]
+    assert producer["profiles"] == ["producer"], "`up` must not start the producer"
+    assert producer["entrypoint"] == ["crawlq-producer"]
+    assert "./data:/data:ro" in producer["volumes"]
+    assert producer["image"] == compose["services"]["consumer"]["image"], "one image"
+    assert producer["depends_on"]["redis"]["condition"] == "service_healthy"
+
+
+def test_ci_override_uses_host_networking(compose_ci: dict[str, Any]) -> None:
+    services = compose_ci["services"]
+    for name, svc in services.items():
+        assert svc["network_mode"] == "host", name
+        if "build" in svc:
+            assert svc["build"]["network"] == "host", name
+    consumer = services["consumer"]
+    env = _env(consumer)
+    assert env["CRAWLQ_HTTP_PORT"] == "0", "replicas share the host's ports"
+    assert env["CRAWLQ_ALLOW_PRIVATE"] == "true", "the test site is on loopback"
+    assert env["REDIS_URL"].startswith("redis://127.0.0.1:")
+    assert consumer["ports"] == []
+    assert consumer["build"]["args"]["BASE_IMAGE"] == "debian:bookworm-slim"
+    assert _compose_duration(consumer["stop_grace_period"]) > duration(env["CRAWLQ_GRACE"])
+    cmd = [str(c) for c in services["redis"]["command"]]
+    assert "noeviction" in cmd and "--appendonly" in cmd
+
+
+# -- Dockerfile -----------------------------------------------------------------------------
+
+
+def test_dockerfile_facts() -> None:
+    text = (REPO / "Dockerfile").read_text()
+    # Instructions, one per entry: comments dropped, continuation lines joined.
+    joined = re.sub(r"\\\n\s*", " ", re.sub(r"(?m)^\s*#.*\n", "", text))
+    lines = [ln.strip() for ln in joined.splitlines() if ln.strip()]
+    assert lines[0] == "ARG BASE_IMAGE=python:3.12-slim"
+    froms = [ln for ln in lines if ln.startswith("FROM ")]
+    assert froms == ["FROM ${BASE_IMAGE} AS build", "FROM ${BASE_IMAGE}"], "two stages"
+    final = joined[joined.rindex("\nFROM "):]
+    assert "COPY --from=build /opt/crawlq /opt/crawlq" in final
+    assert not re.search(r"\b(gcc|g\+\+|build-essential|python3-dev)\b", final)
+    assert re.search(r"^USER 10001(:10001)?$", final, re.M)
+    assert re.search(r'^HEALTHCHECK .*CMD \["crawlq", "check"\]$', final, re.M)
+    cmd = [ln for ln in lines if ln.startswith(("CMD ", "ENTRYPOINT "))]
+    assert cmd == ['CMD ["crawlq-consumer"]'], "exec form, so SIGTERM reaches Python"
+
+
+def test_dockerignore_keeps_the_context_small() -> None:
+    rules = (REPO / ".dockerignore").read_text().split()
+    assert rules[rules.index("*")] == "*", "ignore everything, then allow the sources"
+    for needed in ("pyproject.toml", "README.md", "common/", "producer/", "consumer/"):
+        assert f"!{needed}" in rules
+
+
+# -- Kubernetes -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def k8s() -> list[dict[str, Any]]:
+    return _k8s_docs()
+
+
+def test_kustomization_lists_every_manifest(k8s: list[dict[str, Any]]) -> None:
+    kust = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    files = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
+    assert set(kust["resources"]) == files
+    kinds = {d["kind"] for d in k8s}
+    assert {"Deployment", "ScaledObject", "TriggerAuthentication", "CronJob", "Secret",
+            "ConfigMap"} <= kinds
+
+
+def _crawl(k8s: list[dict[str, Any]]) -> str:
+    config = next(d for d in k8s if d["kind"] == "ConfigMap"
+                  and d["metadata"]["name"] == "crawlq-config")
+    return str(config["data"]["CRAWLQ_CRAWL"])
+
+
+def _secret_ref_ok(k8s: list[dict[str, Any]], ref: dict[str, Any]) -> None:
+    secret = _one(k8s, "Secret")
+    assert ref["name"] == secret["metadata"]["name"]
+    assert ref["key"] in secret["stringData"]
+
+
+def test_consumer_deployment(k8s: list[dict[str, Any]]) -> None:
+    dep = _one(k8s, "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    env = _k8s_env(c)
+    assert env["CRAWLQ_HTTP_HOST"] == "0.0.0.0"
+    port = int(env["CRAWLQ_HTTP_PORT"])
+    assert port == 9410
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port}
+    assert {"containerPort": port, "name": "http"} in c["ports"]
+    grace_s = duration(env.get("CRAWLQ_GRACE", str(DEFAULT_GRACE_S)))
+    assert pod["terminationGracePeriodSeconds"] > grace_s
+    assert c["resources"]["requests"] and c["resources"]["limits"]
+    _secret_ref_ok(k8s, env["REDIS_URL"]["secretKeyRef"])
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert dep["spec"]["selector"]["matchLabels"].items() <= \
+        dep["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_keda_scales_on_the_ready_list(k8s: list[dict[str, Any]]) -> None:
+    so = _one(k8s, "ScaledObject")
+    assert so["spec"]["scaleTargetRef"]["name"] == _one(k8s, "Deployment")["metadata"]["name"]
+    assert so["spec"]["minReplicaCount"] >= 1, "someone must promote retries and reap"
+    crawl = _crawl(k8s)
+    triggers = so["spec"]["triggers"]
+    assert triggers
+    for partition, trigger in enumerate(triggers):
+        assert trigger["type"] == "redis"
+        assert trigger["metadata"]["listName"] == PartitionKeys.build(crawl, partition).ready
+        assert int(trigger["metadata"]["listLength"]) > 0
+        auth = trigger["authenticationRef"]["name"]
+        assert auth == _one(k8s, "TriggerAuthentication")["metadata"]["name"]
+    for ref in _one(k8s, "TriggerAuthentication")["spec"]["secretTargetRef"]:
+        _secret_ref_ok(k8s, ref)
+
+
+def test_producer_cronjob(k8s: list[dict[str, Any]]) -> None:
+    cron = _one(k8s, "CronJob")
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    assert len(cron["spec"]["schedule"].split()) == 5
+    pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] in {"Never", "OnFailure"}
+    (c,) = pod["containers"]
+    assert c["command"] == ["crawlq-producer"]
+    _secret_ref_ok(k8s, _k8s_env(c)["REDIS_URL"]["secretKeyRef"])
+
+
+def test_secret_is_a_marked_placeholder(k8s: list[dict[str, Any]]) -> None:
+    secret = _one(k8s, "Secret")
+    url = secret["stringData"]["REDIS_URL"]
+    assert url.startswith(("redis://", "rediss://"))
+    assert "PLACEHOLDER" in (K8S / secret["__file__"]).read_text()
+
+
+def test_every_image_is_the_crawlq_image(k8s: list[dict[str, Any]]) -> None:
+    for doc in k8s:
+        spec = doc.get("spec", {})
+        pod = (spec.get("template") or spec.get("jobTemplate", {}).get("spec", {})
+               .get("template") or {}).get("spec", {})
+        for c in pod.get("containers", []):
+            assert c["image"] == "crawlq", f"{doc['__file__']}: kustomize rewrites 'crawlq'"
+
+
+# -- settings -------------------------------------------------------------------------------
+
+
+def test_every_crawlq_variable_is_one_crawlq_reads(
+        compose: dict[str, Any], compose_ci: dict[str, Any], k8s: list[dict[str, Any]]) -> None:
+    used: dict[str, str] = {}
+    for label, data in (("docker-compose.yml", compose), ("compose.ci.yml", compose_ci)):
+        for name, svc in data["services"].items():
+            for key in _env(svc):
+                used[key] = f"{label} {name}"
+    for doc in k8s:
+        if doc["kind"] == "ConfigMap":
+            for key in doc.get("data", {}):
+                used[key] = f"{doc['__file__']}"
+        spec = doc.get("spec", {})
+        pod = (spec.get("template") or spec.get("jobTemplate", {}).get("spec", {})
+               .get("template") or {}).get("spec", {})
+        for c in pod.get("containers", []):
+            for key in _k8s_env(c):
+                used[key] = f"{doc['__file__']} {c['name']}"
+    known = _known_env_vars()
+    assert {"REDIS_URL", "CRAWLQ_GRACE", "CRAWLQ_CHECK_HTTP_URL"} <= known
+    unknown = {k: where for k, where in used.items()
+               if (k.startswith("CRAWLQ_") or k == "REDIS_URL") and k not in known}
+    assert not unknown, f"variables no crawlq command reads: {unknown}"
