@@ -378,7 +378,7 @@ async def crawl_keys(client: RedisClient, crawl: str) -> list[str]:
     own = re.compile(rf"^{re.escape(PREFIX)}:\{{{re.escape(crawl)}(?::\d+)?\}}:")
     found: list[str] = []
     for pattern in (f"{PREFIX}:\\{{{name}\\}}:*", f"{PREFIX}:\\{{{name}:*"):
-        async for key in client.scan_iter(match=pattern, count=1000):
+        async for key in client.scan_iter(match=pattern, count=10_000):
             text = _text(key)
             if own.match(text):
                 found.append(text)

@@ -93,12 +93,11 @@ class LineSplitter:
 
 def _open(path: str) -> BinaryIO:
     try:
-        raw = open(path, "rb")  # noqa: SIM115 - closed by the caller
-        if raw.read(2) == b"\x1f\x8b":  # gzip magic, whatever the file is called
-            raw.seek(0)
-            return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
-        raw.seek(0)
-        return raw
+        with open(path, "rb") as probe:
+            gzipped = probe.read(2) == b"\x1f\x8b"  # gzip magic, whatever the file is called
+        if gzipped:
+            return gzip.open(path, "rb")  # type: ignore[return-value]
+        return open(path, "rb")
     except OSError as exc:
         raise SourceError(f"could not open input file {path!r}: {exc.strerror}") from None
 

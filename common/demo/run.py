@@ -186,6 +186,7 @@ async def run_demo(args: argparse.Namespace, *, crawl_keys: CrawlKeysFn) -> int:
                 await children.start(f"consumer-{n}", [
                     sys.executable, "-m", "consumer", *common, "--exit-when-empty",
                     "--allow-private", "--per-host-delay", "0", "--per-host-concurrency", "32",
+                    "--retry-base", "0.5", "--empty-grace", "0",
                     "--output", str(paths.results / f"consumer-{n}"), "--http-port", "0",
                 ], env, paths.logs / f"consumer-{n}.log")
             _say(f"started {args.consumers} consumers (logs in {paths.logs})")

@@ -7,7 +7,7 @@
 ``/slow/<i>``               answers after 1-2 s
 ``/flaky/<i>``              500 on the first request, 200 after
 ``/missing/<i>``            404
-``/down/<i>``               503, always
+``/down/<i>``               503 (Retry-After: 1), always
 ``/redirect/chain/<n>``     301 -> ``chain/<n-1>`` ... -> ``/page/0`` (n hops)
 ``/redirect/loop/a``        302 -> ``loop/b`` -> ``loop/a`` ... (a loop)
 ``/private/<i>``            pages that robots.txt disallows (linked from some pages)
@@ -126,7 +126,9 @@ async def missing(request: web.Request) -> web.Response:
 
 
 async def down(request: web.Request) -> web.Response:
-    return web.Response(status=503, text="down for good")
+    # Retry-After keeps a consumer's fleet-wide host cool-down short (without it a 503
+    # pauses the whole host for 30 s, and this site is one host).
+    return web.Response(status=503, text="down for good", headers={"Retry-After": "1"})
 
 
 async def private(request: web.Request) -> web.Response:

@@ -1,0 +1,435 @@
+"""The producer end to end: real Redis, local files and a local sample site, no mocks.
+
+The CLI runs in-process (``main_async``) where that is fast, and as a subprocess where
+a real process is the point (SIGKILL mid-run, two producers at once, SIGTERM).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import io
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from common.demo.site import sample_site
+from common.keys import CRAWLS, CrawlKeys, PartitionKeys
+from common.queue import CrawlQueue
+from common.redis_server import free_port
+from common.urls import fingerprint, task_id
+from producer.cli import main_async
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def argv(redis_url: str, crawl: str, *rest: str) -> list[str]:
+    return ["--redis-url", redis_url, "--crawl", crawl, "--cluster", "no", "--progress", "off",
+            *rest]
+
+
+async def produce(redis_url: str, crawl: str, *rest: str, stdin: Any = None
+                  ) -> tuple[int, str]:
+    out = io.StringIO()
+    code = await main_async(argv(redis_url, crawl, *rest), out=out, stdin=stdin)
+    return code, out.getvalue()
+
+
+async def produce_json(redis_url: str, crawl: str, *rest: str, stdin: Any = None
+                       ) -> tuple[int, dict[str, Any]]:
+    code, out = await produce(redis_url, crawl, "--json", *rest, stdin=stdin)
+    lines = out.strip().splitlines()
+    assert len(lines) == 1, out  # exactly one JSON object
+    return code, json.loads(lines[0])
+
+
+async def urls_in_redis(client: aioredis.Redis, crawl: str, partitions: int = 1) -> list[str]:
+    """Every task URL stored for the crawl (all partitions), as a sorted list."""
+    urls = []
+    for p in range(partitions):
+        for body in await client.hvals(PartitionKeys.build(crawl, p).tasks):
+            urls.append(json.loads(body)["url"])
+    return sorted(urls)
+
+
+async def crawl_key_count(client: aioredis.Redis, crawl: str) -> int:
+    n = 0
+    for pattern in (f"crawlq:\\{{{crawl}\\}}:*", f"crawlq:\\{{{crawl}:*"):
+        async for _ in client.scan_iter(match=pattern, count=10_000):
+            n += 1
+    return n
+
+
+def subprocess_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLQ_")}
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+async def spawn(redis_url: str, crawl: str, *rest: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "producer", *argv(redis_url, crawl, *rest), cwd=ROOT,
+        env=subprocess_env(), stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+
+
+def write_urls(path: Path, n: int, *, start: int = 0) -> list[str]:
+    urls = [f"https://site{i % 97}.example.com/item/{i}?x={i % 7}" for i in range(start, start + n)]
+    path.write_text("".join(u + "\n" for u in urls))
+    return urls
+
+
+# -- canonicalization and rejects ---------------------------------------------------------
+
+GARBAGE = [
+    "",                                        # blank: skipped, not counted
+    "# a comment",                             # skipped
+    "   http://Example.COM:80/a/./b#frag",     # leading spaces -> http://example.com/a/b
+    "javascript:alert(1)",                     # bad_scheme
+    "file:///etc/passwd",                      # bad_scheme
+    "ftp://ftp.example.com/x",                 # bad_scheme
+    "http://user:s3cret-pw@example.com/",      # userinfo
+    "http://exa\x01mple.com/",                 # control_chars
+    "http://example.com/a\x7fb",               # control_chars
+    "http://example.com/" + "a" * 10240,       # too_long (a 10 KB URL)
+    "http://bücher.example/straße",            # IDN -> punycode host, escaped path
+    "\thttps://例え.テスト/パス",                # IDN + leading tab
+    "http://example.org./path",                # trailing-dot host
+    "HTTP://EXAMPLE.COM/a/b",                  # another spelling of line 3: duplicate
+    "http://example.com/a/b?",                 # and another
+    "https://example.com/q?b=2&a=1",           # query order kept
+    "http://",                                 # no_host
+    "example.com/no-scheme",                   # bad_scheme
+    "http://ex ample.com/",                    # invalid_host
+    "http://example.com:99999/",               # invalid_port
+    "   ",                                     # blank: skipped
+]
+GARBAGE_ACCEPTED = sorted([
+    "http://example.com/a/b",
+    "http://xn--bcher-kva.example/stra%C3%9Fe",
+    "https://xn--r8jz45g.xn--zckzah/%E3%83%91%E3%82%B9",
+    "http://example.org/path",
+    "https://example.com/q?b=2&a=1",
+])
+GARBAGE_REJECTED = {"bad_scheme": 4, "userinfo": 1, "control_chars": 2, "too_long": 1,
+                    "no_host": 1, "invalid_host": 1, "invalid_port": 1}
+
+
+async def test_garbage_input_is_normalized_or_rejected_by_reason(
+        tmp_path: Path, redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    src = tmp_path / "garbage.txt"
+    src.write_text("\n".join(GARBAGE) + "\n", encoding="utf-8")
+    rejects = tmp_path / "rejects.jsonl"
+    code, s = await produce_json(redis_url, crawl_name, "--reject-file", str(rejects), str(src))
+    assert code == 0
+    assert s["read"] == len(GARBAGE) - 3  # two blank lines and a comment are skipped
+    assert s["invalid_by_reason"] == GARBAGE_REJECTED
+    assert s["invalid"] == sum(GARBAGE_REJECTED.values())
+    assert s["enqueued"] == len(GARBAGE_ACCEPTED)
+    assert s["duplicates"] == 2
+    assert await urls_in_redis(redis_client, crawl_name) == GARBAGE_ACCEPTED
+
+    lines = [json.loads(x) for x in rejects.read_text().splitlines()]
+    assert len(lines) == s["invalid"]
+    assert {x["reason"] for x in lines} == set(GARBAGE_REJECTED)
+    assert lines[0] == {"origin": str(src), "line": 4, "reason": "bad_scheme",
+                        "message": "scheme 'javascript' is not http or https",
+                        "url": "javascript:alert(1)"}
+    assert "s3cret-pw" not in rejects.read_text()  # credentials never written
+    assert max(len(x["url"]) for x in lines) <= 2048
+
+
+async def test_text_summary_shows_first_rejects_without_credentials(
+        tmp_path: Path, redis_url: str, crawl_name: str) -> None:
+    src = tmp_path / "garbage.txt"
+    src.write_text("\n".join(GARBAGE) + "\n", encoding="utf-8")
+    code, out = await produce(redis_url, crawl_name, str(src))
+    assert code == 0
+    assert f"crawl {crawl_name}: read 18, invalid 11, duplicates 2, enqueued 5" in out
+    assert "invalid by reason: bad_scheme 4" in out
+    assert f"{src}:4: bad_scheme: scheme 'javascript' is not http or https" in out
+    assert out.count(f"{src}:") == 5  # the first five
+    assert "s3cret-pw" not in out
+
+
+async def test_spellings_of_one_url_make_one_task(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    spellings = ["http://a.example/x", "HTTP://A.EXAMPLE:80/x#top", "http://a.example/./x",
+                 "http://a.example/y/../x", "  http://A.example/%78  "]
+    code, s = await produce_json(redis_url, crawl_name,
+                                 *(arg for u in spellings for arg in ("--url", u)))
+    assert code == 0
+    assert (s["enqueued"], s["duplicates"], s["invalid"]) == (1, 4, 0)
+    assert await urls_in_redis(redis_client, crawl_name) == ["http://a.example/x"]
+
+
+# -- idempotency ----------------------------------------------------------------------------
+
+
+async def test_rerun_enqueues_nothing_and_says_so(
+        tmp_path: Path, redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    src = tmp_path / "urls.txt"
+    write_urls(src, 2500)
+    code, s = await produce_json(redis_url, crawl_name, str(src))
+    assert (code, s["enqueued"], s["duplicates"]) == (0, 2500, 0)
+    assert s["notice"] is None
+
+    code, out = await produce(redis_url, crawl_name, str(src))
+    assert code == 0
+    assert "duplicates 2500, enqueued 0" in out
+    assert (f"nothing enqueued: all 2500 URLs were already seen in crawl {crawl_name}; use "
+            "--recrawl-after DURATION to fetch them again, or a new --crawl name") in out
+    code, s = await produce_json(redis_url, crawl_name, str(src))
+    assert (code, s["enqueued"], s["duplicates"]) == (0, 0, 2500)
+    assert s["notice"].startswith("nothing enqueued: all 2500 URLs were already seen")
+    stats = await (await CrawlQueue.existing(redis_client, crawl_name)).stats()
+    assert stats.pending == 2500
+
+
+async def test_recrawl_after_reenqueues_done_urls_only(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    urls = [f"https://r.example/{i}" for i in range(5)]
+    flags = [arg for u in urls for arg in ("--url", u)]
+    code, s = await produce_json(redis_url, crawl_name, *flags)
+    assert s["enqueued"] == 5
+    queue = await CrawlQueue.existing(redis_client, crawl_name)
+    leases = await queue.lease("w1", 3, 60_000)
+    assert len(leases) == 3
+    await queue.ack("w1", [(lease, "ok") for lease in leases])
+    done = sorted(lease.task.url for lease in leases)
+
+    await asyncio.sleep(1.1)  # past a 1 s window (seen times have 1 s resolution)
+    code, s = await produce_json(redis_url, crawl_name, "--recrawl-after", "1s", *flags)
+    assert code == 0
+    # Done ones come back; the two still pending are not enqueued twice.
+    assert (s["enqueued"], s["recrawled"], s["duplicates"]) == (3, 3, 2)
+    leases = await queue.lease("w1", 10, 60_000)
+    assert sorted(lease.task.url for lease in leases) == sorted(
+        set(done) | (set(urls) - set(done)))
+
+    code, s = await produce_json(redis_url, crawl_name, *flags)  # no window: all seen
+    assert (s["enqueued"], s["duplicates"]) == (0, 5)
+
+
+async def test_killed_mid_run_then_rerun_enqueues_exactly_the_missing_urls(
+        tmp_path: Path, redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    src = tmp_path / "big.txt"
+    urls = write_urls(src, 100_000)
+    proc = await spawn(redis_url, crawl_name, "--batch-size", "500", str(src))
+    stats_key = PartitionKeys.build(crawl_name, 0).stats
+    landed = 0
+    for _ in range(1000):
+        landed = int(await redis_client.hget(stats_key, "enqueued") or 0)
+        if landed >= 5000 or proc.returncode is not None:
+            break
+        await asyncio.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    await proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the producer finished before it was killed"
+    first = int(await redis_client.hget(stats_key, "enqueued") or 0)
+    assert 5000 <= first < len(urls)
+    # Its lock stays until the TTL runs out (<= 30 s); skip the wait for the test.
+    lock = CrawlKeys.build(crawl_name).producer_lock
+    assert 0 < await redis_client.pttl(lock) <= 30_000
+    await redis_client.delete(lock)
+
+    code, s = await produce_json(redis_url, crawl_name, str(src))
+    assert code == 0
+    assert s["enqueued"] == len(urls) - first
+    assert s["duplicates"] == first
+    ids = {i.decode() for i in await redis_client.hkeys(PartitionKeys.build(crawl_name, 0).tasks)}
+    assert ids == {task_id(fingerprint(u)) for u in urls}
+    assert await redis_client.llen(PartitionKeys.build(crawl_name, 0).ready) == len(urls)
+
+
+async def test_concurrent_producers_one_runs_one_waits_one_exits_5(
+        tmp_path: Path, redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    src = tmp_path / "urls.txt"
+    urls = write_urls(src, 60_000)
+    lock = CrawlKeys.build(crawl_name).producer_lock
+    first = await spawn(redis_url, crawl_name, "--json", str(src))
+    for _ in range(500):
+        if await redis_client.exists(lock):
+            break
+        await asyncio.sleep(0.01)
+    waiter = await spawn(redis_url, crawl_name, "--json", "--lock-wait", "30s", str(src))
+    refused = await spawn(redis_url, crawl_name, "--json", str(src))
+    out_r, err_r = await refused.communicate()
+    out_w, _ = await waiter.communicate()
+    out_f, _ = await first.communicate()
+    assert first.returncode == 0
+    assert waiter.returncode == 0
+    assert refused.returncode == 5
+    assert (f"another producer is running for crawl {crawl_name} (lock held, expires in"
+            in err_r.decode())
+    assert "retry later or pass --lock-wait" in err_r.decode()
+    r = json.loads(out_r)
+    assert (r["exit_code"], r["enqueued"], r["read"]) == (5, 0, 0)
+    f, w = json.loads(out_f), json.loads(out_w)
+    assert f["enqueued"] + w["enqueued"] == len(urls)
+    assert w["enqueued"] == 0 and w["duplicates"] == len(urls)  # it ran after the first
+    assert await redis_client.hlen(PartitionKeys.build(crawl_name, 0).tasks) == len(urls)
+    assert not await redis_client.exists(lock)  # released at exit
+
+
+# -- sources --------------------------------------------------------------------------------
+
+
+async def test_sitemap_index_with_gzipped_children(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    async with sample_site(pages=1200) as base:
+        code, s = await produce_json(redis_url, crawl_name, "--allow-private",
+                                     "--sitemap", f"{base}/sitemap.xml")
+        assert code == 0, s
+        assert (s["read"], s["enqueued"], s["invalid"]) == (1200, 1200, 0)
+        urls = await urls_in_redis(redis_client, crawl_name)
+        assert urls == sorted(f"{base}/page/{i}" for i in range(1200))
+
+        # Through robots.txt's Sitemap: line, the same URLs: all seen already.
+        code, s = await produce_json(redis_url, crawl_name, "--allow-private",
+                                     "--sitemap", f"{base}/robots.txt")
+        assert (code, s["read"], s["duplicates"]) == (0, 1200, 1200)
+
+        # Without --allow-private the SSRF guard refuses 127.0.0.1: a source error.
+        code, s = await produce_json(redis_url, crawl_name, "--sitemap", f"{base}/sitemap.xml")
+        assert code == 4
+        assert "ssrf_blocked" in s["error"]
+
+        code, s = await produce_json(redis_url, crawl_name, "--allow-private",
+                                     "--sitemap", f"{base}/nope.xml")
+        assert code == 4
+        assert "HTTP 404" in s["error"]
+
+
+async def test_gzip_file_and_stdin(
+        tmp_path: Path, redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    urls = [f"https://gz.example/{i}" for i in range(3000)]
+    gz = tmp_path / "urls.txt.gz"
+    with gzip.open(gz, "wt") as f:
+        f.write("\n".join(urls))  # no final newline: the last line still counts
+    code, s = await produce_json(redis_url, crawl_name, str(gz))
+    assert (code, s["read"], s["enqueued"]) == (0, 3000, 3000)
+
+    more = [f"https://stdin.example/{i}" for i in range(100)]
+    stdin = io.BytesIO(("\r\n".join(more + urls[:10]) + "\r\n").encode())
+    code, s = await produce_json(redis_url, crawl_name, "-", stdin=stdin)
+    assert (code, s["read"], s["enqueued"], s["duplicates"]) == (0, 110, 100, 10)
+    assert len(await urls_in_redis(redis_client, crawl_name)) == 3100
+
+
+async def test_dry_run_writes_nothing(
+        tmp_path: Path, redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    src = tmp_path / "garbage.txt"
+    src.write_text("\n".join(GARBAGE) + "\n", encoding="utf-8")
+    code, s = await produce_json(redis_url, crawl_name, "--dry-run", str(src))
+    assert code == 0
+    assert s["dry_run"] is True
+    assert (s["read"], s["invalid"], s["enqueued"]) == (18, 11, 0)
+    assert await crawl_key_count(redis_client, crawl_name) == 0
+    assert not await redis_client.sismember(CRAWLS, crawl_name)
+
+
+async def test_meta_priority_depth_and_attempts_reach_the_tasks(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    code, _ = await produce_json(redis_url, crawl_name, "--url", "https://m.example/",
+                                 "--priority", "5", "--max-attempts", "7", "--depth", "2",
+                                 "--meta", "source=test", "--meta", "team=crawl")
+    assert code == 0
+    queue = await CrawlQueue.existing(redis_client, crawl_name)
+    [lease] = await queue.lease("w", 1, 60_000)
+    t = lease.task
+    assert (t.url, t.priority, t.max_attempts, t.depth) == ("https://m.example/", 5, 7, 2)
+    assert t.meta == {"source": "test", "team": "crawl"}
+
+
+# -- errors and exit codes -------------------------------------------------------------------
+
+
+async def test_json_summary_schema(redis_url: str, crawl_name: str) -> None:
+    code, s = await produce_json(redis_url, crawl_name, "--url", "https://j.example/",
+                                 "--url", "ftp://j.example/")
+    assert code == 0
+    types = {"crawl": str, "read": int, "invalid": int, "invalid_by_reason": dict,
+             "duplicates": int, "enqueued": int, "recrawled": int, "elapsed_s": float,
+             "urls_per_s": float, "dry_run": bool, "exit_code": int,
+             "error": type(None), "notice": type(None)}
+    assert set(s) == set(types)
+    for key, kind in types.items():
+        assert isinstance(s[key], kind), (key, s[key])
+    assert s["invalid_by_reason"] == {"bad_scheme": 1}
+    assert (s["crawl"], s["read"], s["enqueued"]) == (crawl_name, 2, 1)
+
+
+async def test_exit_3_when_redis_is_unreachable(tmp_path: Path, crawl_name: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    code, s = await produce_json(url, crawl_name, "--url", "https://x.example/")
+    assert code == 3
+    assert s["exit_code"] == 3
+    assert "cannot reach Redis at" in s["error"]
+    assert "cannot reach Redis at" in capsys.readouterr().err
+    code, s = await produce_json(f"redis://user:hunter2@127.0.0.1:{free_port()}/0",
+                                 crawl_name, "--url", "https://x.example/")
+    assert code == 3
+    assert "hunter2" not in s["error"]
+
+
+async def test_exit_4_when_a_file_is_missing(tmp_path: Path, redis_url: str,
+                                             redis_client: aioredis.Redis,
+                                             crawl_name: str) -> None:
+    code, s = await produce_json(redis_url, crawl_name, str(tmp_path / "nope.txt"))
+    assert code == 4
+    assert "does not exist" in s["error"]
+    assert await crawl_key_count(redis_client, crawl_name) == 0
+
+
+async def test_exit_2_on_usage_and_conflicting_crawl_settings(
+        redis_url: str, crawl_name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert (await produce(redis_url, crawl_name))[0] == 2  # no input at all
+    assert (await produce(redis_url, crawl_name, "--priority", "-1", "--url", "x"))[0] == 2
+    code, s = await produce_json(redis_url, crawl_name, "--partitions", "4",
+                                 "--url", "https://p.example/")
+    assert (code, s["enqueued"]) == (0, 1)
+    code, s = await produce_json(redis_url, crawl_name, "--partitions", "4",
+                                 "--url", "https://p.example/2")
+    assert (code, s["enqueued"]) == (0, 1)  # same value: fine
+    code, s = await produce_json(redis_url, crawl_name, "--url", "https://p.example/3")
+    assert (code, s["enqueued"]) == (0, 1)  # unset: the stored value is used
+    code, s = await produce_json(redis_url, crawl_name, "--partitions", "8",
+                                 "--url", "https://p.example/4")
+    assert code == 2
+    assert "exists with partitions=4" in s["error"] and "partitions=8" in s["error"]
+    code, s = await produce_json(redis_url, crawl_name, "--dedup", "bloom",
+                                 "--url", "https://p.example/4")
+    assert code == 2 and "dedup=bloom" in s["error"]
+
+
+async def test_bloom_crawl(redis_url: str, redis_client: aioredis.Redis,
+                           crawl_name: str) -> None:
+    flags = [a for i in range(50) for a in ("--url", f"https://b.example/{i}")]
+    code, s = await produce_json(redis_url, crawl_name, "--dedup", "bloom", *flags)
+    assert (code, s["enqueued"]) == (0, 50)
+    code, s = await produce_json(redis_url, crawl_name, *flags)
+    assert (code, s["enqueued"], s["duplicates"]) == (0, 0, 50)
+    code, s = await produce_json(redis_url, crawl_name, "--recrawl-after", "1d", *flags)
+    assert code == 2 and "bloom" in s["error"]
+
+
+async def test_every_loops_until_sigterm_then_exits_0(
+        tmp_path: Path, redis_url: str, crawl_name: str) -> None:
+    src = tmp_path / "urls.txt"
+    write_urls(src, 100)
+    proc = await spawn(redis_url, crawl_name, "--json", "--every", "0.3s", str(src))
+    assert proc.stdout is not None
+    runs = [json.loads(await asyncio.wait_for(proc.stdout.readline(), 20)) for _ in range(2)]
+    proc.send_signal(signal.SIGTERM)
+    await asyncio.wait_for(proc.wait(), 10)
+    assert proc.returncode == 0
+    assert runs[0]["enqueued"] == 100
+    assert (runs[1]["enqueued"], runs[1]["duplicates"]) == (0, 100)
