@@ -22,7 +22,7 @@ local function lease_state(leases, owners, id, token, worker, now)
   if not owner then return UNKNOWN end
   if owner ~= token .. ':' .. worker then return STALE end
   local deadline = tonumber(redis.call('ZSCORE', leases, id))
-  if (not deadline) then return EXPIRED end
+  if (not deadline) or deadline <= now then return EXPIRED end
   return OK
 end
 
