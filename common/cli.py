@@ -269,10 +269,11 @@ async def cmd_workers(args: argparse.Namespace, client: RedisClient) -> int:
     if not live:
         print(f"no live workers in crawl {args.crawl}")
         return EXIT_OK
-    print(f"{'id':<36} {'host':<20} {'pid':>7} {'age':>7} {'in_flight':>9} {'done':>9} "
+    width = max(2, *(len(w["id"]) for w in live))
+    print(f"{'id':<{width}} {'host':<20} {'pid':>7} {'age':>7} {'in_flight':>9} {'done':>9} "
           f"{'failed':>7}  started")
     for w in live:
-        print(f"{w['id'][:36]:<36} {w['host'][:20]:<20} {w['pid']:>7} "
+        print(f"{w['id']:<{width}} {w['host'][:20]:<20} {w['pid']:>7} "
               f"{w['heartbeat_age_s']:>6.1f}s {w['in_flight']:>9} {w['done']:>9} "
               f"{w['failed']:>7}  {w['started'] or '-'}")
     return EXIT_OK
@@ -351,15 +352,16 @@ async def cmd_crawls(args: argparse.Namespace, client: RedisClient) -> int:
     if not rows:
         print("no crawls in this Redis")
         return EXIT_OK
-    print(f"{'crawl':<30} {'parts':>5} {'dedup':<6} {'pending':>10} {'leased':>8} "
+    width = max(5, *(len(r["crawl"]) for r in rows))
+    print(f"{'crawl':<{width}} {'parts':>5} {'dedup':<6} {'pending':>10} {'leased':>8} "
           f"{'waiting':>8} {'dead':>8} {'done':>10} {'enqueued':>10}")
     for r in rows:
         if r["states"] is None:
-            print(f"{r['crawl'][:30]:<30} (no settings: partly deleted? crawlq reset "
+            print(f"{r['crawl']:<{width}} (no settings: partly deleted? crawlq reset "
                   f"--crawl {r['crawl']} --yes removes it)")
             continue
         st = r["states"]
-        print(f"{r['crawl'][:30]:<30} {r['settings']['partitions']:>5} "
+        print(f"{r['crawl']:<{width}} {r['settings']['partitions']:>5} "
               f"{r['settings']['dedup']:<6} {st['pending']:>10,} {st['leased']:>8,} "
               f"{st['waiting']:>8,} {st['dead']:>8,} {st['done']:>10,} {r['enqueued']:>10,}")
     return EXIT_OK
