@@ -262,6 +262,7 @@ def test_consumer_deployment(k8s: list[dict[str, Any]]) -> None:
     assert port == 9410
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port}
+    assert c["startupProbe"]["httpGet"] == {"path": "/healthz", "port": port}
     assert {"containerPort": port, "name": "http"} in c["ports"]
     grace_s = duration(env.get("CRAWLQ_GRACE", str(DEFAULT_GRACE_S)))
     assert pod["terminationGracePeriodSeconds"] > grace_s
