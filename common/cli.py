@@ -572,4 +572,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run_loop(_dispatch(args))
     except KeyboardInterrupt:
-        return EXIT_OK if getattr(args, "watch", False) or args.command == "demo" else 130
+        return EXIT_OK if getattr(args, "watch", False) else 130

@@ -400,6 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The pipeline allocates a few short-lived objects per URL and makes no cycles: a
     # young-generation collection every 700 allocations would cost more than it frees.
     gc.set_threshold(100_000, 50, 100)
+    gc.freeze()  # and the objects of the imports never need scanning again
     try:
         return run_loop(run(settings))
     except KeyboardInterrupt:

@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 from redis.connection import HiredisRespSerializer
 
 try:
-    import hiredis  # noqa: F401 - only checking that it is there
+    from hiredis import pack_command as _pack
 except ImportError:  # pragma: no cover - hiredis is a dependency (redis[hiredis])
     HAVE_HIREDIS = False
 else:
@@ -30,6 +30,14 @@ class _HiredisPackMixin:
     """Overrides the two packing methods of a redis.asyncio connection class."""
 
     def pack_command(self, *args: Any) -> list[bytes]:
+        # The common case (a one-word command, no memoryviews) goes straight to hiredis;
+        # anything else takes redis-py's own hiredis path, which handles those.
+        head = args[0]
+        if isinstance(head, str) and " " not in head:
+            try:
+                return [_pack(args)]
+            except TypeError:
+                pass
         packed: list[bytes] = _SERIALIZER.pack(*args)
         return packed
 

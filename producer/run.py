@@ -152,9 +152,7 @@ async def produce(
     try:
         for source in sources:
             async for chunk in source:
-                line_no = chunk.first_line - 1
-                for raw in chunk.lines:
-                    line_no += 1
+                for line_no, raw in enumerate(chunk.lines, chunk.first_line):
                     text = raw.strip()
                     if not text or text[0] == "#":
                         continue

@@ -25,6 +25,7 @@ from common.queue import CrawlQueue
 from common.redis_server import free_port
 from common.urls import fingerprint, task_id
 from producer.cli import main_async
+from producer.fastpack import use_hiredis_packer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -433,3 +434,19 @@ async def test_every_loops_until_sigterm_then_exits_0(
     assert proc.returncode == 0
     assert runs[0]["enqueued"] == 100
     assert (runs[1]["enqueued"], runs[1]["duplicates"]) == (0, 100)
+
+
+def test_hiredis_packer_writes_the_same_bytes_as_redis_py() -> None:
+    client = aioredis.Redis()
+    plain = client.connection_pool.connection_class()
+    assert use_hiredis_packer(client)
+    fast = client.connection_pool.connection_class()
+    commands: list[tuple[Any, ...]] = [
+        ("EVALSHA", "a" * 40, 2, "k1", "k2", 0, b"\x00\xff\x10", 3, '{"u":"é"}', 1.5, 1e-06),
+        ("CONFIG GET", "maxmemory"),  # a two-word command name is split
+        ("SET", memoryview(b"key"), bytearray(b"value")),
+        ("PING",),
+    ]
+    for cmd in commands:
+        assert b"".join(fast.pack_command(*cmd)) == b"".join(plain.pack_command(*cmd))
+    assert b"".join(fast.pack_commands(commands)) == b"".join(plain.pack_commands(commands))
