@@ -26,6 +26,7 @@ from common.redis_server import free_port
 from common.urls import fingerprint, task_id
 from producer.cli import main_async
 from producer.fastpack import use_hiredis_packer
+from producer.lock import LockHeldError, ProducerLock
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -450,3 +451,26 @@ def test_hiredis_packer_writes_the_same_bytes_as_redis_py() -> None:
     for cmd in commands:
         assert b"".join(fast.pack_command(*cmd)) == b"".join(plain.pack_command(*cmd))
     assert b"".join(fast.pack_commands(commands)) == b"".join(plain.pack_commands(commands))
+
+
+async def test_lock_is_refreshed_while_held_and_only_its_owner_deletes_it(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    key = CrawlKeys.build(crawl_name).producer_lock
+    lock = ProducerLock(redis_client, crawl_name, ttl_ms=300, refresh_s=0.1)
+    async with lock:
+        await asyncio.sleep(0.6)  # twice the TTL: only the refresher keeps it alive
+        assert await redis_client.exists(key)
+        with pytest.raises(LockHeldError, match="another producer is running"):
+            await ProducerLock(redis_client, crawl_name).acquire()
+    assert not await redis_client.exists(key)
+
+    # A run that lost its lock (expired, taken by another) must not delete the new one.
+    stale = ProducerLock(redis_client, crawl_name, ttl_ms=100, refresh_s=60)
+    await stale.acquire()
+    await asyncio.sleep(0.2)
+    newer = ProducerLock(redis_client, crawl_name, wait_s=1)
+    await newer.acquire()
+    await stale.release()
+    assert await redis_client.exists(key)
+    await newer.release()
+    assert not await redis_client.exists(key)
