@@ -25,7 +25,7 @@ import logging
 import random
 import signal
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from math import ceil
 from typing import Any, BinaryIO, TextIO
@@ -235,8 +235,8 @@ async def open_queue(client: RedisClient, settings: ProducerSettings) -> CrawlQu
 
 
 def _sources(settings: ProducerSettings, stdin: BinaryIO | None,
-             fetcher: Fetcher | None) -> list[AsyncIterator[Chunk]]:
-    sources: list[AsyncIterator[Chunk]] = []
+             fetcher: Fetcher | None) -> list[AsyncGenerator[Chunk, None]]:
+    sources: list[AsyncGenerator[Chunk, None]] = []
     if settings.urls:
         sources.append(url_chunks(settings.urls))
     for path in settings.inputs:

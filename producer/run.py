@@ -17,7 +17,7 @@ import hashlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -121,7 +121,7 @@ class _Sender:
 
 
 async def produce(
-    sources: Sequence[AsyncIterator[Chunk]],
+    sources: Sequence[AsyncGenerator[Chunk, None]],
     *,
     queue: CrawlQueue | None,
     summary: Summary,
@@ -151,46 +151,44 @@ async def produce(
     stopping = False
     try:
         for source in sources:
-            async for chunk in source:
-                for line_no, raw in enumerate(chunk.lines, chunk.first_line):
-                    text = raw.strip()
-                    if not text or text[0] == "#":
-                        continue
-                    read += 1
-                    url = canon(text, sort_query=sort_query)
-                    if isinstance(url, str):
-                        fp = blake2b(url.encode(), digest_size=16).digest()
-                        append(NewTask(url, fp, priority, max_attempts, meta, depth))
-                        if len(batch) >= batch_size:
-                            summary.read = read
-                            await sender.send(batch)
-                            batch = []
-                            append = batch.append
-                            if progress is not None:
-                                progress.update()
-                            if stop is not None and stop.is_set():
-                                stopping = True
-                                break
-                    else:
-                        by_reason[url.reason.value] += 1
-                        if len(shown) < MAX_SHOWN_REJECTS or rejects is not None:
-                            reject = Reject(chunk.origin, line_no, url.reason.value, url.message)
-                            if len(shown) < MAX_SHOWN_REJECTS:
-                                shown.append(reject)
-                            if rejects is not None:
-                                rejects.write(reject, raw)
-                summary.read = read
-                if progress is not None:
-                    progress.update()
-                if stopping or (stop is not None and stop.is_set()):
-                    stopping = True
-                    break
+            async with contextlib.aclosing(source):  # closes a file left early
+                async for chunk in source:
+                    for line_no, raw in enumerate(chunk.lines, chunk.first_line):
+                        text = raw.strip()
+                        if not text or text[0] == "#":
+                            continue
+                        read += 1
+                        url = canon(text, sort_query=sort_query)
+                        if isinstance(url, str):
+                            fp = blake2b(url.encode(), digest_size=16).digest()
+                            append(NewTask(url, fp, priority, max_attempts, meta, depth))
+                            if len(batch) >= batch_size:
+                                summary.read = read
+                                await sender.send(batch)
+                                batch = []
+                                append = batch.append
+                                if progress is not None:
+                                    progress.update()
+                                if stop is not None and stop.is_set():
+                                    stopping = True
+                                    break
+                        else:
+                            by_reason[url.reason.value] += 1
+                            if len(shown) < MAX_SHOWN_REJECTS or rejects is not None:
+                                _note_reject(summary, rejects, Reject(
+                                    chunk.origin, line_no, url.reason.value, url.message), raw)
+                    summary.read = read
+                    if progress is not None:
+                        progress.update()
+                    if stopping or (stop is not None and stop.is_set()):
+                        stopping = True
+                        break
             if stopping:
                 log.info("producer_stopping", extra={"crawl": summary.crawl, "read": read})
                 break
-        # Also on a source error: what was read before it is sent (a re-run is idempotent).
         await _finish(sender, batch)
     except SourceError:
+        # What was read before the failure is sent too (a re-run is idempotent anyway).
         await _finish(sender, batch)
         raise
     except BaseException:
@@ -203,6 +201,14 @@ async def produce(
         if progress is not None:
             progress.update()
     return summary
+
+
+def _note_reject(summary: Summary, rejects: RejectWriter | None, reject: Reject,
+                 raw: str) -> None:
+    if len(summary.first_rejects) < MAX_SHOWN_REJECTS:
+        summary.first_rejects.append(reject)
+    if rejects is not None:
+        rejects.write(reject, raw)
 
 
 async def _finish(sender: _Sender, batch: list[NewTask]) -> None:

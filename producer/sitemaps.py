@@ -17,7 +17,7 @@ from __future__ import annotations
 import gzip
 import io
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from typing import IO
 
 from lxml import etree
@@ -142,7 +142,7 @@ class SitemapReader:
                               f"HTTP {result.status}")
         return result.body
 
-    async def chunks(self, start: str) -> AsyncIterator[Chunk]:
+    async def chunks(self, start: str) -> AsyncGenerator[Chunk, None]:
         """Every page URL listed under ``start`` (robots.txt, index or sitemap)."""
         if start.split("?", 1)[0].rstrip("/").lower().endswith("/robots.txt"):
             body = await self._get(start)

@@ -17,7 +17,7 @@ import gzip
 import os
 import sys
 import zlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -102,7 +102,8 @@ def _open(path: str) -> BinaryIO:
         raise SourceError(f"could not open input file {path!r}: {exc.strerror}") from None
 
 
-async def _chunks(origin: str, blocks: AsyncIterator[bytes]) -> AsyncIterator[Chunk]:
+async def _chunks(origin: str, blocks: AsyncIterator[bytes]
+                  ) -> AsyncGenerator[Chunk, None]:
     splitter = LineSplitter()
     line = 1
     async for block in blocks:
@@ -115,7 +116,7 @@ async def _chunks(origin: str, blocks: AsyncIterator[bytes]) -> AsyncIterator[Ch
         yield Chunk(origin, line, tail)
 
 
-async def file_chunks(path: str) -> AsyncIterator[Chunk]:
+async def file_chunks(path: str) -> AsyncGenerator[Chunk, None]:
     """The lines of a file (gzip-compressed or not), in chunks."""
     stream = _open(path)
 
@@ -137,7 +138,7 @@ async def file_chunks(path: str) -> AsyncIterator[Chunk]:
         yield chunk
 
 
-async def stdin_chunks(stream: BinaryIO | None = None) -> AsyncIterator[Chunk]:
+async def stdin_chunks(stream: BinaryIO | None = None) -> AsyncGenerator[Chunk, None]:
     """The lines of stdin, in chunks; reads in a thread so a slow pipe never blocks the loop."""
     src = stream if stream is not None else sys.stdin.buffer
     read1 = getattr(src, "read1", src.read)
@@ -156,7 +157,7 @@ async def stdin_chunks(stream: BinaryIO | None = None) -> AsyncIterator[Chunk]:
         yield chunk
 
 
-async def url_chunks(urls: Sequence[str]) -> AsyncIterator[Chunk]:
+async def url_chunks(urls: Sequence[str]) -> AsyncGenerator[Chunk, None]:
     """The ``--url`` values as one source."""
     if urls:
         yield Chunk("--url", 1, list(urls))
