@@ -485,7 +485,7 @@ async def test_health_ready_metrics_and_readyz_503_while_draining(
         fast = [site.url(f"/p/{i}") for i in range(4)]
         slow = [site.url(f"/p/{i}?delay=8000") for i in (100, 101)]
         queue, _ = await enqueue(redis_client, crawl_name, fast + slow)
-        a = await spawn.start("a", "--concurrency", "8", "--lease", "10s", "--grace", "2s",
+        a = await spawn.start("a", "--concurrency", "8", "--lease", "10s", "--grace", "4s",
                               "--ignore-robots", "--http-port", "0")
         event = await a.wait_event("http_listening")
         base = f"http://127.0.0.1:{event['port']}"
@@ -514,7 +514,7 @@ async def test_health_ready_metrics_and_readyz_503_while_draining(
             status, _ = await http_get(base + "/readyz")
             return status == 503
 
-        await until(not_ready, 1.5, "/readyz to turn 503 while draining")
+        await until(not_ready, 3, "/readyz to turn 503 while draining")
         assert (await http_get(base + "/healthz"))[0] == 200  # alive while draining
         assert await a.wait(10) == 0, a.log_text()[-3000:]
 
