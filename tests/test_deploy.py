@@ -153,6 +153,7 @@ def test_consumer_is_a_scalable_service(compose: dict[str, Any]) -> None:
     assert any(m.startswith("results:") and m.split(":")[1] == env["CRAWLQ_OUTPUT"]
                for m in mounts), "results go to a named volume at CRAWLQ_OUTPUT"
     assert "results" in compose["volumes"]
+    assert consumer["read_only"] is True
 
 
 def test_redis_is_durable_and_private(compose: dict[str, Any]) -> None:
