@@ -99,7 +99,7 @@ print(s["pending"], s["leased"], s["waiting"], s["dead"], s["done"], c.get("enqu
 wait_finished() {
   local total=$1 deadline=$((SECONDS + $2)) shown=0 line
   while [ "$SECONDS" -lt "$deadline" ]; do
-    line=$(stats_line) || line="? ? ? ? ? ?"
+    line=$(stats_line) || line="-1 -1 -1 -1 -1 -1"
     read -r pending leased waiting dead done enqueued <<<"$line"
     if [ "$pending" = 0 ] && [ "$leased" = 0 ] && [ "$waiting" = 0 ] \
         && [ $((done + dead)) -eq "$total" ]; then
