@@ -52,11 +52,24 @@ async def _wait_for_crawl(settings: ConsumerSettings, client: RedisClient,
     return None
 
 
+async def _connect(settings: ConsumerSettings, stop: asyncio.Event) -> RedisClient | None:
+    """A Redis client, retried with backoff while Redis is down at start-up."""
+    backoff = Backoff(base=0.2, cap=5.0)
+    while not stop.is_set():
+        try:
+            return await open_redis(settings.common.redis_url,
+                                    cluster=settings.common.cluster_mode)
+        except REDIS_ERRORS as exc:
+            log.warning("redis_unreachable", extra={"error": str(exc)[:200]})
+        with contextlib.suppress(TimeoutError):
+            backoff.failures += 1
+            await asyncio.wait_for(stop.wait(), timeout=min(5.0, 0.2 * 2 ** backoff.failures))
+    return None
+
+
 async def run(settings: ConsumerSettings) -> int:
     """Run one consumer until it is stopped; returns the exit code."""
     handler = load_handler(settings.handler) if settings.handler else None
-    client = await open_redis(settings.common.redis_url,
-                              cluster=settings.common.cluster_mode)
     metrics = Metrics()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -67,43 +80,54 @@ async def run(settings: ConsumerSettings) -> int:
         if consumer is not None:
             consumer.request_stop()
 
+    async def ready_problem() -> str | None:
+        if consumer is None:
+            return "draining" if stop.is_set() else "starting: waiting for Redis and the crawl"
+        return await consumer.ready_problem()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
+    # The side server comes first: /healthz must answer even while Redis is down.
     server: SideServer | None = None
     try:
-        queue = await _wait_for_crawl(settings, client, stop)
-        if queue is None:
+        if settings.http_port >= 0:
+            server = SideServer(settings.http_host, settings.http_port, metrics, ready_problem)
+            port = await server.start()
+            log.info("http_listening", extra={"host": settings.http_host, "port": port})
+        client = await _connect(settings, stop)
+        if client is None:
             return 0
-        sink = make_sink(settings.sink, output_dir=settings.output, worker=settings.worker_id,
-                         crawl=settings.common.crawl, redis=client,
-                         rotate_bytes=settings.rotate_bytes, gzip=settings.gzip,
-                         store_body=settings.store_body, stream_maxlen=settings.stream_maxlen,
-                         stream_key=CrawlKeys.build(settings.common.crawl).results)
-        await sink.open()
-        async with Fetcher(settings.fetch) as fetcher:
-            robots = None if settings.ignore_robots else RobotsCache(
-                client, settings.common.crawl, fetcher, user_agent=settings.fetch.user_agent,
-                ttl_s=settings.robots_ttl_s)
-            consumer = Consumer(settings, queue, fetcher, sink, metrics, robots=robots,
-                                handler=handler)
-            if stop.is_set():
-                consumer.request_stop()
-            if settings.http_port >= 0:
-                server = SideServer(settings.http_host, settings.http_port, metrics,
-                                    consumer.ready_problem)
-                port = await server.start()
-                log.info("http_listening", extra={"host": settings.http_host, "port": port})
-            try:
-                return await consumer.run()
-            finally:
-                if robots is not None:
-                    await robots.close()
+        try:
+            queue = await _wait_for_crawl(settings, client, stop)
+            if queue is None:
+                return 0
+            sink = make_sink(settings.sink, output_dir=settings.output,
+                             worker=settings.worker_id, crawl=settings.common.crawl,
+                             redis=client, rotate_bytes=settings.rotate_bytes,
+                             gzip=settings.gzip, store_body=settings.store_body,
+                             stream_maxlen=settings.stream_maxlen,
+                             stream_key=CrawlKeys.build(settings.common.crawl).results)
+            await sink.open()
+            async with Fetcher(settings.fetch) as fetcher:
+                robots = None if settings.ignore_robots else RobotsCache(
+                    client, settings.common.crawl, fetcher,
+                    user_agent=settings.fetch.user_agent, ttl_s=settings.robots_ttl_s)
+                consumer = Consumer(settings, queue, fetcher, sink, metrics, robots=robots,
+                                    handler=handler)
+                if stop.is_set():
+                    consumer.request_stop()
+                try:
+                    return await consumer.run()
+                finally:
+                    if robots is not None:
+                        await robots.close()
+        finally:
+            await client.aclose()
     except ConfigError as exc:
         log.error("config_error", extra={"error": str(exc)})
         return 2
     finally:
         if server is not None:
             await server.stop()
-        await client.aclose()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)

@@ -126,11 +126,12 @@ class Consumer:
         self._deadline: dict[str, float] = {}  # id -> local monotonic lease deadline
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._fetching: set[str] = set()
+        self._started: set[str] = set()  # fetch begun: drained within --grace, not cut
         self._completions: list[Completion] = []
         self._completed = asyncio.Event()
         self._room = asyncio.Event()
         self._stop = asyncio.Event()
-        self._hard_stop = False
+        self._hard_stop = asyncio.Event()
         self.draining = False
         self.stop_reason = ""
         self.started = time.monotonic()
@@ -144,9 +145,7 @@ class Consumer:
     def request_stop(self) -> None:
         """First call: drain gracefully. Second call: release everything and exit now."""
         if self.draining:
-            self._hard_stop = True
-            for task in self._tasks.values():
-                task.cancel()
+            self._hard_stop.set()
         self.draining = True
         self._stop.set()
         self._room.set()
@@ -272,6 +271,12 @@ class Consumer:
                         got = None
                     if got is None or isinstance(got, Slot):
                         slot = got
+                        if self._expired(lease):
+                            # e.g. the process was stopped: someone else may own it now.
+                            self._complete(Completion(lease, "drop", slot=slot))
+                            slot = None
+                            self._forget(lease, lost=True)
+                            return
                         await self._fetch(lease, slot)
                         slot = None
                         return
@@ -294,8 +299,14 @@ class Consumer:
         finally:
             if self._tasks.get(lease.id) is asyncio.current_task():
                 del self._tasks[lease.id]
+                self._started.discard(lease.id)
+
+    def _expired(self, lease: Lease) -> bool:
+        """Whether this lease may have expired in Redis by now (local clock, with margin)."""
+        return time.monotonic() > self._deadline.get(lease.id, 0) - self._margin_s
 
     async def _fetch(self, lease: Lease, slot: Slot | None) -> None:
+        self._started.add(lease.id)
         self._fetching.add(lease.id)
         self.metrics.in_flight.inc()
         started = time.monotonic()
@@ -378,14 +389,13 @@ class Consumer:
             await self._flush_batch(batch)
 
     async def _flush_batch(self, batch: list[Completion]) -> None:
-        now = time.monotonic()
         live: list[Completion] = []
         for c in batch:
             if c.kind == "drop":
                 continue
             if self.held.get(c.lease.id) is not c.lease:
                 continue  # lost at a heartbeat: its result is dropped
-            if now > self._deadline.get(c.lease.id, 0) - self._margin_s:
+            if self._expired(c.lease):
                 self._forget(c.lease, lost=True)  # expired (e.g. the process was stopped)
                 continue
             live.append(c)
@@ -479,6 +489,10 @@ class Consumer:
         interval = self.s.lease_s / 3
         last_log, last_done = time.monotonic(), 0
         while True:
+            with contextlib.suppress(*REDIS_ERRORS):
+                await self.registry.beat(in_flight=len(self._fetching), done=self.done,
+                                         failed=self.failed,
+                                         state="draining" if self.draining else "running")
             await asyncio.sleep(interval)
             await self.renew()
             now = time.monotonic()
@@ -488,10 +502,6 @@ class Consumer:
                     "in_flight": len(self._fetching),
                     "per_s": round((self.done - last_done) / (now - last_log), 1)})
                 last_log, last_done = now, self.done
-            with contextlib.suppress(*REDIS_ERRORS):
-                await self.registry.beat(in_flight=len(self._fetching), done=self.done,
-                                         failed=self.failed,
-                                         state="draining" if self.draining else "running")
 
     async def renew(self) -> None:
         """Renew every held lease; cancel the work of the ones lost."""
@@ -552,27 +562,42 @@ class Consumer:
     # -- draining -----------------------------------------------------------------------
 
     async def _drain(self) -> None:
-        """Release what hasn't started, let fetches finish within --grace, release the rest."""
+        """Release what hasn't started, let fetches finish within --grace, release the rest.
+
+        A second signal (``request_stop`` again) ends the grace at once.
+        """
         self.draining = True
         log.info("consumer_draining", extra={"held": len(self.held),
                                              "in_flight": len(self._fetching)})
-        waiting = [i for i in self._tasks if i not in self._fetching]
-        await self._cancel_and_release(waiting)
-        running = list(self._tasks.values())
-        if running and not self._hard_stop:
-            _, pending = await asyncio.wait(running, timeout=self.s.grace_s)
-            if pending:
-                log.warning("drain_grace_over", extra={"releasing": len(pending)})
-        await self._cancel_and_release(list(self._tasks))
+        await self._cancel([i for i in self._tasks if i not in self._started])
+        await self._release_unfinished()
+        running = set(self._tasks.values())
+        if running and not self._hard_stop.is_set():
+            hard = asyncio.create_task(self._hard_stop.wait())
+            deadline = time.monotonic() + self.s.grace_s
+            while running and not hard.done() and time.monotonic() < deadline:
+                done, _ = await asyncio.wait({*running, hard}, return_when=asyncio.FIRST_COMPLETED,
+                                             timeout=deadline - time.monotonic())
+                running -= done
+            hard.cancel()
+            if running:
+                log.warning("drain_grace_over", extra={"releasing": len(running)})
+        await self._cancel(list(self._tasks))
         await self.flush()
+        await self._release_unfinished()
         await self.sink.close()
 
-    async def _cancel_and_release(self, ids: Sequence[str]) -> None:
+    async def _cancel(self, ids: Sequence[str]) -> None:
         tasks = [self._tasks[i] for i in ids if i in self._tasks]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        leases = [self.held[i] for i in ids if i in self.held]
+
+    async def _release_unfinished(self) -> None:
+        """Release every held lease whose task no longer runs and has no result to flush."""
+        finishing = {c.lease.id for c in self._completions if c.kind != "drop"}
+        leases = [lease for tid, lease in self.held.items()
+                  if tid not in self._tasks and tid not in finishing]
         if not leases:
             return
         try:

@@ -338,10 +338,6 @@ async def test_sigterm_releases_leases_for_the_next_consumer(
                   if r["worker"] == b.worker_id) == sorted(ids.values())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "consumer/worker.py: a second signal cancels the tasks in request_stop(); they leave "
-    "_tasks, so _drain's _cancel_and_release(list(self._tasks)) sees none and their leases "
-    "stay held in Redis until they expire"))
 async def test_second_sigterm_releases_in_flight_leases_and_exits_at_once(
         spawn: Spawner, redis_client: aioredis.Redis, crawl_name: str) -> None:
     n = 8
@@ -377,10 +373,7 @@ async def test_second_sigterm_releases_in_flight_leases_and_exits_at_once(
 
 @pytest.mark.parametrize("in_flight", [
     pytest.param(8, id="all_in_flight"),
-    pytest.param(4, id="half_waiting", marks=pytest.mark.xfail(strict=True, reason=(
-        "consumer/worker.py _work: after SIGCONT a task waiting for the fetch semaphore "
-        "starts its fetch although its lease expired locally (re-fetching pages another "
-        "consumer already crawled) before the heartbeat's renew reports it lost"))),
+    pytest.param(4, id="half_waiting"),
 ])
 async def test_sigstop_past_lease_results_dropped_not_double_counted(
         spawn: Spawner, redis_client: aioredis.Redis, crawl_name: str, in_flight: int) -> None:
@@ -491,8 +484,13 @@ async def test_health_ready_metrics_and_readyz_503_while_draining(
         base = f"http://127.0.0.1:{event['port']}"
         assert event["host"] == "127.0.0.1"
 
+        # /healthz answers from the start; /readyz once Redis and the crawl are reached.
         assert (await http_get(base + "/healthz"))[0] == 200
-        assert (await http_get(base + "/readyz"))[0] == 200
+
+        async def ready() -> bool:
+            return (await http_get(base + "/readyz"))[0] == 200
+
+        await until(ready, 5, "/readyz to turn 200")
 
         async def fast_done_slow_in_flight() -> bool:
             _, text = await http_get(base + "/metrics")
@@ -526,8 +524,6 @@ async def test_health_ready_metrics_and_readyz_503_while_draining(
 # -- 6. the worker registry ----------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="consumer/worker.py _heartbeat sleeps lease/3 before the "
-                   "first registry.beat(): a new consumer is invisible for 20 s by default")
 async def test_worker_listed_soon_after_start(spawn: Spawner, redis_client: aioredis.Redis,
                                               crawl_name: str) -> None:
     async with start_site_process(delay_ms=3000) as site:
