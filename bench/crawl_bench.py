@@ -1,0 +1,496 @@
+"""Consumer throughput against its ceiling: crawl N distinct local pages, three ways.
+
+    python bench/crawl_bench.py [--pages 20000] [--concurrency 64] [--install-nginx]
+
+1. **ceiling**: a bare aiohttp loop (one ClientSession, ``TCPConnector(limit=C)``, C
+   worker coroutines reading every body), no Redis, in this process; then the same loop
+   through ``consumer.fetcher.Fetcher``, which tells the fetcher's own cost apart;
+2. **one consumer**: ``python -m consumer --exit-when-empty ...`` with concurrency C on
+   a crawl of the same N URLs, enqueued beforehand with ``CrawlQueue.enqueue``;
+3. **two consumers** together on a fresh crawl of the same N URLs.
+
+All of it runs in one invocation against one static server and one redis-server of its
+own (``RedisServer``), on 127.0.0.1 only. The static server is nginx when it is on PATH
+(``--install-nginx`` runs ``apt-get install -y nginx`` first when it is not), else an
+aiohttp server in a separate process answering a small page for any path.
+
+Throughput is N / the crawl window: from the first lease (the ``leased`` counter moving)
+to the last ack (``done`` == N), polled every 20 ms; the process wall time, start-up and
+exit included, is printed too, and so is CPU time per page (``time.process_time`` for
+the in-process loops, ``/proc/<pid>/stat`` for the consumer). The consumer's RSS is read
+from ``/proc/<pid>/status`` (VmRSS) every 0.5 s from its first lease on. Targets: one
+consumer >= 0.85 x the ceiling, two >= 1.4 x one, RSS flat.
+
+``--profile cprofile`` runs the single consumer under cProfile (main thread only: the
+sink's writer thread is not in it) and prints its top functions; ``--profile py-spy``
+samples it with py-spy (``pip install py-spy``; every thread) and prints the top own and
+inclusive frames from the collapsed stacks it writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import pstats
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import redis.asyncio as aioredis
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script from a checkout
+    sys.path.insert(0, str(ROOT))
+
+from common.queue import CrawlQueue, CrawlSettings, NewTask  # noqa: E402
+from common.redis_server import RedisServer, free_port  # noqa: E402
+from common.urls import fingerprint  # noqa: E402
+
+PAGE = ("<!doctype html>\n<html><head><title>bench</title></head><body>"
+        + "<p>crawlq benchmark page</p>" * 20 + "</body></html>\n")
+NGINX_CONF = """\
+worker_processes {workers};
+daemon off;
+master_process on;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    keepalive_requests 1000000;
+    keepalive_timeout 120s;
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+        default_type text/html;
+        location / {{ return 200 '{page}'; }}
+    }}
+}}
+"""
+
+
+# -- the static server ----------------------------------------------------------------------
+
+
+@dataclass
+class StaticServer:
+    kind: str
+    port: int
+    process: subprocess.Popen[bytes]
+
+    def url(self, i: int) -> str:
+        return f"http://127.0.0.1:{self.port}/p/{i}"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def ensure_nginx(install: bool) -> str | None:
+    found = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
+    if found or not install:
+        return found
+    print("installing nginx (apt-get install -y nginx) ...", flush=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    cmd = ["apt-get", "install", "-y", "-q", "nginx"]
+    if subprocess.run(cmd, env=env, check=False, capture_output=True).returncode != 0:
+        subprocess.run(["apt-get", "update", "-q"], env=env, check=False, capture_output=True)
+        subprocess.run(cmd, env=env, check=False, capture_output=True)
+    return shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{what} exited with {proc.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+            return
+        time.sleep(0.05)
+    raise SystemExit(f"{what} did not listen on {port}")
+
+
+def start_static(args: argparse.Namespace, workdir: Path) -> StaticServer:
+    nginx = None if args.server == "aiohttp" else ensure_nginx(args.install_nginx)
+    if args.server == "nginx" and nginx is None:
+        raise SystemExit("no nginx on PATH (try --install-nginx)")
+    port = free_port()
+    if nginx is not None:
+        d = workdir / "nginx"
+        d.mkdir()
+        conf = d / "nginx.conf"
+        conf.write_text(NGINX_CONF.format(workers=args.server_workers, dir=d, port=port,
+                                          page=PAGE.replace("'", "\\'")))
+        proc = subprocess.Popen([nginx, "-p", str(d), "-c", str(conf)],
+                                stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(port, proc, "nginx")
+        return StaticServer(f"nginx ({args.server_workers} worker)", port, proc)
+    proc = subprocess.Popen([sys.executable, __file__, "--serve-static", str(port)],
+                            stdin=subprocess.DEVNULL)
+    wait_port(port, proc, "aiohttp static server")
+    return StaticServer("aiohttp (1 process)", port, proc)
+
+
+def serve_static(port: int) -> None:
+    """``--serve-static PORT``: answer PAGE for any path (the nginx stand-in)."""
+    from aiohttp import web  # noqa: PLC0415
+
+    body = PAGE.encode()
+
+    async def page(request: web.Request) -> web.Response:
+        return web.Response(body=body, content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", page)
+    try:
+        import uvloop  # noqa: PLC0415
+    except ImportError:
+        uvloop = None
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None,
+                backlog=4096, loop=uvloop.new_event_loop() if uvloop else None)
+
+
+# -- the ceiling: a bare aiohttp loop ----------------------------------------------------------
+
+
+async def bare_loop(urls: list[str], concurrency: int) -> tuple[float, float]:
+    """Fetch every URL once with `concurrency` workers; returns (seconds, CPU seconds)."""
+    it: Iterator[str] = iter(urls)
+    done = 0
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        nonlocal done
+        for url in it:
+            async with session.get(url) as resp:
+                await resp.read()
+                if resp.status == 200:
+                    done += 1
+
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        started, cpu = time.perf_counter(), time.process_time()
+        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    if done != len(urls):
+        raise SystemExit(f"bare loop: only {done} of {len(urls)} answered 200")
+    return elapsed, cpu
+
+
+async def fetcher_loop(urls: list[str], concurrency: int) -> tuple[float, float]:
+    """The same loop through the consumer's Fetcher (SSRF guard off, caps and timeouts on)."""
+    from consumer.fetcher import Fetcher, FetchSettings  # noqa: PLC0415
+
+    it: Iterator[str] = iter(urls)
+    done = 0
+
+    async def worker(fetcher: Fetcher) -> None:
+        nonlocal done
+        for url in it:
+            result = await fetcher.fetch(url)
+            if result.status == 200:
+                done += 1
+
+    settings = FetchSettings(allow_private=True, concurrency=concurrency, limit_per_host=0)
+    async with Fetcher(settings) as fetcher:
+        started, cpu = time.perf_counter(), time.process_time()
+        await asyncio.gather(*(worker(fetcher) for _ in range(concurrency)))
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    if done != len(urls):
+        raise SystemExit(f"fetcher loop: only {done} of {len(urls)} answered 200")
+    return elapsed, cpu
+
+
+# -- consumers ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    label: str
+    pages: int
+    window_s: float = 0.0
+    wall_s: float = 0.0
+    rss_kib: list[int] = field(default_factory=list)
+    cpu_s: float = 0.0  # CPU time of the (first) consumer during the crawl window
+
+    @property
+    def rate(self) -> float:
+        return self.pages / self.window_s if self.window_s else 0.0
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process so far (/proc/<pid>/stat)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def vm_rss_kib(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+async def enqueue_all(client: aioredis.Redis, crawl: str, urls: list[str]) -> CrawlQueue:
+    queue = await CrawlQueue.open(client, crawl, CrawlSettings(partitions=1))
+    tasks = [NewTask(u, fingerprint(u)) for u in urls]
+    for i in range(0, len(tasks), 1000):
+        await queue.enqueue(tasks[i:i + 1000])
+    stats = await queue.stats()
+    if stats.pending != len(urls):
+        raise SystemExit(f"enqueued {stats.pending} of {len(urls)}")
+    return queue
+
+
+def consumer_argv(args: argparse.Namespace, redis_url: str, crawl: str, out: Path,
+                  worker: str) -> list[str]:
+    return [sys.executable, "-m", "consumer", "--redis-url", redis_url, "--crawl", crawl,
+            "--worker-id", worker, "--exit-when-empty", "--empty-grace", "0",
+            "--allow-private", "--ignore-robots", "--per-host-concurrency", "0",
+            "--per-host-delay", "0", "--http-port", "-1", "--log-level", "WARNING",
+            "--output", str(out), "--concurrency", str(args.concurrency)]
+
+
+@dataclass
+class Env:
+    """What every consumer run shares."""
+
+    args: argparse.Namespace
+    client: aioredis.Redis
+    redis_url: str
+    urls: list[str]
+    workdir: Path
+
+
+async def run_consumers(env: Env, n: int, *, profile: str = "none") -> Run:
+    """Enqueue every URL in a fresh crawl, then crawl it with `n` consumer processes."""
+    args, urls, workdir = env.args, env.urls, env.workdir
+    crawl = f"bench-{n}x-{int(time.time() * 1000)}"
+    queue = await enqueue_all(env.client, crawl, urls)
+    out = workdir / crawl
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLQ_")}
+    procs = []
+    for i in range(n):
+        argv = consumer_argv(args, env.redis_url, crawl, out, f"bench-{i}")
+        if profile == "cprofile":
+            argv[1:1] = ["-m", "cProfile", "-o", str(args.profile_out)]
+        elif profile == "py-spy":
+            spy = shutil.which("py-spy")
+            if spy is None:
+                raise SystemExit("py-spy not found: pip install py-spy")
+            argv = [spy, "record", "--format", "raw", "-o", str(args.profile_out),
+                    "--rate", "250", "--nonblocking", "--", *argv]
+        procs.append(await asyncio.create_subprocess_exec(
+            *argv, cwd=ROOT, env=child_env, stdin=asyncio.subprocess.DEVNULL))
+    run = Run(f"{n} consumer{'s' if n > 1 else ''}", len(urls))
+    started = time.perf_counter()
+    first = last = None
+    cpu_first: float | None = None
+    next_rss = 0.0
+    target = procs[0].pid
+    try:
+        while True:
+            now = time.perf_counter()
+            if now >= next_rss:
+                pid = target if profile != "py-spy" else _child_pid(target) or target
+                rss = vm_rss_kib(pid)
+                if rss is not None and first is not None:  # from the first lease on
+                    run.rss_kib.append(rss)
+                next_rss = now + 0.5
+            stats = await queue.stats()
+            if first is None and stats.counters.get("leased", 0) > 0:
+                first = now
+                next_rss = now
+                cpu_first = cpu_seconds(target)
+            if stats.done >= len(urls) and last is None:
+                last = time.perf_counter()
+                cpu_last = cpu_seconds(target)
+                if cpu_first is not None and cpu_last is not None:
+                    run.cpu_s = cpu_last - cpu_first
+            if all(p.returncode is not None for p in procs):
+                break
+            if now - started > args.timeout:
+                raise SystemExit(f"{run.label}: not done after {args.timeout}s ({stats})")
+            await asyncio.sleep(0.02)
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                await asyncio.wait_for(p.wait(), 30)
+            except TimeoutError:
+                p.kill()
+                await p.wait()
+    run.wall_s = time.perf_counter() - started
+    codes = [p.returncode for p in procs]
+    stats = await queue.stats()
+    if stats.done != len(urls) or any(codes):
+        raise SystemExit(f"{run.label}: exit codes {codes}, stats {stats}")
+    run.window_s = (last or time.perf_counter()) - (first or started)
+    shutil.rmtree(out, ignore_errors=True)
+    return run
+
+
+def _child_pid(pid: int) -> int | None:
+    """The python process py-spy started (its only child)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return None
+    return int(children[0]) if children else None
+
+
+def print_cprofile(path: Path, top: int = 30) -> None:
+    stats = pstats.Stats(str(path))
+    stats.strip_dirs()
+    print(f"\n-- cProfile of the consumer, top {top} by own time --")
+    stats.sort_stats("tottime").print_stats(top)
+    print(f"-- top {top} by cumulative time --")
+    stats.sort_stats("cumulative").print_stats(top)
+
+
+def print_collapsed(path: Path, top: int = 30) -> None:
+    """Own and inclusive sample shares per function from py-spy's collapsed stacks."""
+    own: Counter[str] = Counter()
+    incl: Counter[str] = Counter()
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = [f.split(" (")[0] + " (" + f.rsplit("/", 1)[-1] if " (" in f else f
+                  for f in stack.split(";")]
+        own[frames[-1]] += n
+        for frame in set(frames):
+            incl[frame] += n
+    if not total:
+        print(f"py-spy wrote no samples to {path}")
+        return
+    print(f"\n-- py-spy: {total} samples; top {top} by own time --")
+    for frame, n in own.most_common(top):
+        print(f"{100 * n / total:5.1f}%  {frame}")
+    print(f"-- top {top} by inclusive time --")
+    for frame, n in incl.most_common(top):
+        print(f"{100 * n / total:5.1f}%  {frame}")
+    print(f"(collapsed stacks in {path}: feed them to flamegraph.pl or speedscope)")
+
+
+# -- main ----------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--pages", type=int, default=20_000)
+    p.add_argument("--concurrency", type=int, default=64)
+    p.add_argument("--server", choices=("auto", "nginx", "aiohttp"), default="auto")
+    p.add_argument("--server-workers", type=int, default=1, help="nginx worker processes")
+    p.add_argument("--install-nginx", action="store_true",
+                   help="apt-get install -y nginx when it is missing")
+    p.add_argument("--skip-two", action="store_true", help="skip the two-consumer run")
+    p.add_argument("--profile", choices=("none", "cprofile", "py-spy"), default="none",
+                   help="profile the single-consumer run (slows it down)")
+    p.add_argument("--profile-out", type=Path, default=None,
+                   help="where the profile goes (default /tmp/crawlq-consumer.pstats or "
+                   ".collapsed)")
+    p.add_argument("--timeout", type=float, default=300.0, help="give up on a run after this")
+    p.add_argument("--serve-static", type=int, default=0, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+async def bench(args: argparse.Namespace) -> int:
+    workdir = Path(tempfile.mkdtemp(prefix="crawlq-bench-"))
+    redis = RedisServer().start()
+    static = start_static(args, workdir)
+    client = aioredis.Redis.from_url(redis.url)
+    try:
+        urls = [static.url(i) for i in range(args.pages)]
+        print(f"{args.pages} pages from {static.kind}, concurrency {args.concurrency}, "
+              f"{os.cpu_count()} CPUs, redis-server {'.'.join(map(str, redis.version()))}")
+        n = args.pages
+        await bare_loop(urls[:2000], args.concurrency)  # warm up server and imports
+        bare_s, bare_cpu = await bare_loop(urls, args.concurrency)
+        bare = n / bare_s
+        print(f"ceiling (bare aiohttp loop)  {bare:8.0f} pages/s  ({bare_s:.2f} s, "
+              f"{1e6 * bare_cpu / n:.0f} us CPU/page)")
+        fetcher_s, fetcher_cpu = await fetcher_loop(urls, args.concurrency)
+        print(f"same loop through Fetcher    {n / fetcher_s:8.0f} pages/s  ({fetcher_s:.2f} s, "
+              f"{1e6 * fetcher_cpu / n:.0f} us CPU/page; no Redis: the fetcher's own cost)")
+        env = Env(args, client, redis.url, urls, workdir)
+        one = await run_consumers(env, 1, profile=args.profile)
+        ratio = one.rate / bare
+        print(f"one consumer                 {one.rate:8.0f} pages/s  ({one.window_s:.2f} s "
+              f"crawling, {one.wall_s:.2f} s wall)  ratio {ratio:.2f} "
+              f"(target >= 0.85) {'OK' if ratio >= 0.85 else 'BELOW TARGET'}")
+        if args.profile != "py-spy":  # py-spy's pid is not the consumer's
+            print(f"consumer CPU                 {one.cpu_s:.2f} s over the {one.window_s:.2f}"
+                  f" s window: {100 * one.cpu_s / one.window_s:.0f}% of one core, "
+                  f"{1e6 * one.cpu_s / n:.0f} us/page")
+        if one.rss_kib:
+            rss = one.rss_kib
+            print(f"consumer RSS                 start {rss[0] / 1024:.1f} MiB, peak "
+                  f"{max(rss) / 1024:.1f} MiB, end {rss[-1] / 1024:.1f} MiB "
+                  f"({len(rss)} samples every 0.5 s)")
+        if not args.skip_two:
+            two = await run_consumers(env, 2)
+            scale = two.rate / one.rate
+            print(f"two consumers                {two.rate:8.0f} pages/s  "
+                  f"({two.window_s:.2f} s crawling)  {scale:.2f} x one (target >= 1.4) "
+                  f"{'OK' if scale >= 1.4 else 'BELOW TARGET'}")
+        if args.profile == "cprofile":
+            print_cprofile(args.profile_out)
+        elif args.profile == "py-spy":
+            print_collapsed(args.profile_out)
+    finally:
+        await client.aclose()
+        static.stop()
+        redis.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.profile_out is None:
+        suffix = "pstats" if args.profile == "cprofile" else "collapsed"
+        args.profile_out = Path(f"/tmp/crawlq-consumer.{suffix}")
+    if args.serve_static:
+        serve_static(args.serve_static)
+        return 0
+    try:
+        import uvloop  # noqa: PLC0415
+    except ImportError:
+        return asyncio.run(bench(args))
+    return uvloop.run(bench(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
