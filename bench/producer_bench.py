@@ -20,12 +20,15 @@ import argparse
 import hashlib
 import os
 import random
+import resource
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import redis
 
@@ -68,8 +71,22 @@ def _peak_rss(pid: int) -> int:
     return 0
 
 
-def run_producer(redis_url: str, crawl: str, path: Path) -> tuple[float, int, dict[str, object]]:
-    """Run the producer; returns (wall seconds, peak RSS bytes, its JSON summary).
+@dataclass
+class ProducerRun:
+    wall_s: float
+    cpu_s: float  # user + system CPU of the producer process
+    redis_cpu_s: float  # user + system CPU of redis-server meanwhile
+    peak_rss: int
+    summary: dict[str, Any]
+
+
+def _redis_cpu(client: redis.Redis) -> float:
+    info = cast(dict[str, Any], client.info("cpu"))
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def run_producer(redis_url: str, crawl: str, path: Path) -> ProducerRun:
+    """Run the producer: wall and CPU time (its own and Redis's), peak RSS, JSON summary.
 
     The peak is the child's own VmHWM, sampled until it exits. (``ru_maxrss`` of a
     child is not used: Linux counts the parent's resident pages at fork time in it, so
@@ -77,6 +94,9 @@ def run_producer(redis_url: str, crawl: str, path: Path) -> tuple[float, int, di
     """
     argv = [sys.executable, "-m", "producer", "--redis-url", redis_url, "--crawl", crawl,
             "--progress", "off", "--json", "--log-level", "WARNING", str(path)]
+    client = redis.Redis.from_url(redis_url)
+    redis_before = _redis_cpu(client)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     peak = 0
@@ -95,7 +115,12 @@ def run_producer(redis_url: str, crawl: str, path: Path) -> tuple[float, int, di
     sampler.join()
     if proc.returncode != 0:
         sys.exit(f"producer exited {proc.returncode}:\n{err.decode()}")
-    return wall, peak, codec.loads(out.decode().strip().splitlines()[-1])
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - children.ru_utime) + (after.ru_stime - children.ru_stime)
+    redis_cpu = _redis_cpu(client) - redis_before
+    client.close()
+    return ProducerRun(wall, cpu, redis_cpu, peak,
+                       codec.loads(out.decode().strip().splitlines()[-1]))
 
 
 def sadd_rate(redis_url: str, path: Path, key: str, per_round_trip: int = 1000) -> float:
@@ -138,13 +163,18 @@ def main() -> int:
             size_mb = path.stat().st_size / 1e6
             print(f"input: {args.lines:,} lines ({unique:,} unique), {size_mb:.0f} MB")
 
-            wall, rss, summary = run_producer(redis_url, crawl, path)
-            inner = float(summary["elapsed_s"])  # type: ignore[arg-type]
-            e2e = args.lines / wall
+            run = run_producer(redis_url, crawl, path)
+            summary, rss = run.summary, run.peak_rss
+            inner = float(summary["elapsed_s"])
+            e2e = args.lines / run.wall_s
             print(f"producer: enqueued {summary['enqueued']:,}, duplicates "
                   f"{summary['duplicates']:,}, invalid {summary['invalid']}")
-            print(f"producer: {e2e:,.0f} URLs/s end to end (process wall {wall:.2f}s), "
+            print(f"producer: {e2e:,.0f} URLs/s end to end (process wall {run.wall_s:.2f}s), "
                   f"{args.lines / inner:,.0f} URLs/s in the pipeline ({inner:.2f}s)")
+            # On a shared machine wall time depends on the neighbours; CPU time does not.
+            print(f"producer: {run.cpu_s:.2f} s CPU = {run.cpu_s / args.lines * 1e6:.2f} us/URL "
+                  f"(one core: {args.lines / run.cpu_s:,.0f} URLs/s); redis-server "
+                  f"{run.redis_cpu_s:.2f} s CPU = {run.redis_cpu_s / args.lines * 1e6:.2f} us/URL")
             print(f"producer: peak RSS {rss / 2**20:.1f} MiB")
             if not args.skip_sadd:
                 rate = sadd_rate(redis_url, path, f"bench:sadd:{crawl}")
