@@ -138,6 +138,7 @@ class Consumer:
         self.done = 0
         self.failed = 0
         self._margin_s = min(1.0, settings.lease_s / 10)
+        self._flush_at = max(8, settings.lease_batch // 4)
         self._last_history = 0.0
 
     # -- lifecycle --------------------------------------------------------------------
@@ -182,12 +183,16 @@ class Consumer:
     # -- leasing ----------------------------------------------------------------------
 
     async def _leaser(self) -> None:
-        max_held = 2 * self.s.concurrency
+        # Tasks not yet finished keep every fetch slot fed; finished ones waiting for
+        # their flush don't count, or leasing would stall in waves. Held leases in all
+        # are capped too, so a stuck flush can't make a consumer hoard work.
+        max_active = 2 * self.s.concurrency
+        max_held = 4 * self.s.concurrency
         idle = Backoff(base=0.02, cap=1.0)
         errors = Backoff()
         while not self.draining:
-            room = max_held - len(self.held)
-            if room < max(1, min(self.s.lease_batch, max_held) // 4):
+            room = min(max_active - len(self._tasks), max_held - len(self.held))
+            if room < max(1, min(self.s.lease_batch, max_active) // 4):
                 self._room.clear()
                 await self._room.wait()
                 continue
@@ -370,14 +375,24 @@ class Consumer:
 
     def _complete(self, completion: Completion) -> None:
         self._completions.append(completion)
-        self._completed.set()
+        if len(self._completions) >= self._flush_at or len(self._completions) == 1:
+            self._completed.set()
+        self._room.set()
 
     # -- flushing ---------------------------------------------------------------------
 
     async def _flusher(self) -> None:
+        """Flush as soon as a good batch is ready, else at most FLUSH_INTERVAL_S late."""
         while True:
             await self._completed.wait()
-            await asyncio.sleep(FLUSH_INTERVAL_S)
+            deadline = time.monotonic() + FLUSH_INTERVAL_S
+            while len(self._completions) < self._flush_at:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._completed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._completed.wait(), left)
             self._completed.clear()
             await self.flush()
 
