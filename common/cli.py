@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
+import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -571,5 +572,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args
     try:
         return run_loop(_dispatch(args))
+    except asyncio.CancelledError:  # the demo, ended by SIGTERM
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         return EXIT_OK if getattr(args, "watch", False) else 130

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -62,3 +63,28 @@ def test_demo_runs_end_to_end_and_leaves_nothing_running(tmp_path: Path) -> None
     assert records >= 2000
     assert (out / "urls.txt").read_text().startswith("# crawlq demo seed list")
     assert processes_mentioning(str(out)) == []  # consumers, producer and redis-server gone
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_demo_stopped_by_sigterm_stops_everything_it_started(tmp_path: Path) -> None:
+    out = tmp_path / "crawlq-demo"
+    env = {k: v for k, v in os.environ.items()
+           if k != "REDIS_URL" and not k.startswith("CRAWLQ_")}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from common.cli import main; sys.exit(main())",
+         "demo", "--output", str(out), "--pages", "300"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("started 2 consumers"):
+            break
+    assert processes_mentioning(str(out)), "the consumers should be running now"
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM, "".join(seen) + rest
+    assert "interrupted: stopping the consumers, the site and Redis" in rest
+    assert processes_mentioning(str(out)) == []

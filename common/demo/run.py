@@ -166,6 +166,11 @@ async def run_demo(args: argparse.Namespace, *, crawl_keys: CrawlKeysFn) -> int:
     paths = await asyncio.to_thread(_Paths.prepare, args.output)
     children = _Children()
     server: RedisServer | None = None
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    if main is not None:  # SIGTERM (kill, docker stop) ends the demo through its finally
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGTERM, main.cancel)
     try:
         redis_url, server = await _prepare_redis(args, paths.out, crawl_keys)
         spec = SiteSpec(pages=args.pages)
@@ -201,7 +206,12 @@ async def run_demo(args: argparse.Namespace, *, crawl_keys: CrawlKeysFn) -> int:
         _summary(stats, time.monotonic() - started, paths, crawl=args.crawl,
                  embedded=server is not None)
         return 0 if ok else 1
+    except asyncio.CancelledError:
+        _say("\ninterrupted: stopping the consumers, the site and Redis")
+        raise
     finally:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGTERM)
         await children.stop()
         if server is not None:
             await asyncio.to_thread(server.stop)
