@@ -124,10 +124,10 @@ class Lease:
     partition: int
     token: str
     deadline_ms: int
+    id: str = field(init=False)  # the task's id, copied: it is read many times per task
 
-    @property
-    def id(self) -> str:
-        return self.task.id
+    def __post_init__(self) -> None:
+        self.id = self.task.id
 
 
 @dataclass(frozen=True, slots=True)

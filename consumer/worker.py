@@ -137,6 +137,7 @@ class Consumer:
         self.started = time.monotonic()
         self.done = 0
         self.failed = 0
+        metrics.in_flight.set_function(lambda: len(self._fetching))
         self._margin_s = min(1.0, settings.lease_s / 10)
         self._flush_at = max(8, settings.lease_batch // 4)
         self._last_history = 0.0
@@ -313,7 +314,6 @@ class Consumer:
     async def _fetch(self, lease: Lease, slot: Slot | None) -> None:
         self._started.add(lease.id)
         self._fetching.add(lease.id)
-        self.metrics.in_flight.inc()
         started = time.monotonic()
         try:
             result = await self.fetcher.fetch(lease.task.url)
@@ -322,7 +322,6 @@ class Consumer:
             self._complete_error(lease, exc, slot)
             return
         finally:
-            self.metrics.in_flight.dec()
             self.metrics.fetch_duration_seconds.observe(time.monotonic() - started)
             self._fetching.discard(lease.id)
         self.metrics.response(result.status, len(result.body))
