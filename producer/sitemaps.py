@@ -71,15 +71,17 @@ def _local(tag: object) -> str:
     return text.rpartition("}")[2] if "}" in text else text
 
 
-def parse_sitemap(body: bytes, name: str) -> Iterator[tuple[str, str]]:
+def parse_sitemap(body: bytes, name: str, *, cap: int = MAX_DECOMPRESSED
+                  ) -> Iterator[tuple[str, str]]:
     """Yield ``(kind, loc)`` for each ``<loc>``: kind is ``url`` or ``sitemap``.
 
-    Raises SourceError on XML that is not a sitemap or is malformed.
+    At most ``cap`` bytes are parsed (decompressed); raises SourceError past that, on
+    XML that is not a sitemap, and on malformed XML.
     """
     stream: IO[bytes] | gzip.GzipFile = io.BytesIO(body)
     if body[:2] == b"\x1f\x8b":
         stream = gzip.GzipFile(fileobj=stream, mode="rb")
-    reader = io.BufferedReader(_CappedReader(stream, MAX_DECOMPRESSED, name))
+    reader = io.BufferedReader(_CappedReader(stream, cap, name))
     parser = etree.iterparse(
         reader, events=("start", "end"), resolve_entities=False, no_network=True,
         load_dtd=False, huge_tree=False, remove_comments=True, remove_pis=True,
@@ -97,8 +99,10 @@ def parse_sitemap(body: bytes, name: str) -> Iterator[tuple[str, str]]:
             if event != "end":
                 continue
             if tag == "loc":
+                # Only <url><loc> / <sitemap><loc>: not extensions' (<image:image><image:loc>).
+                parent = elem.getparent()
                 text = (elem.text or "").strip()
-                if text:
+                if text and parent is not None and _local(parent.tag) in ("url", "sitemap"):
                     yield root_kind, text
             elif tag in ("url", "sitemap"):
                 # Free what was parsed so far: memory stays flat on a 50 MB sitemap.
@@ -107,6 +111,8 @@ def parse_sitemap(body: bytes, name: str) -> Iterator[tuple[str, str]]:
                 if parent is not None:
                     while elem.getprevious() is not None:
                         del parent[0]
+    except SourceError:
+        raise
     except etree.XMLSyntaxError as exc:
         raise SourceError(f"sitemap {name} is not well-formed XML: {exc}") from None
     except (OSError, EOFError) as exc:

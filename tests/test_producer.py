@@ -20,6 +20,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from common.demo.site import sample_site
+from common.errors import SourceError
 from common.keys import CRAWLS, CrawlKeys, PartitionKeys
 from common.queue import CrawlQueue
 from common.redis_server import free_port
@@ -27,6 +28,7 @@ from common.urls import fingerprint, task_id
 from producer.cli import main_async
 from producer.fastpack import use_hiredis_packer
 from producer.lock import LockHeldError, ProducerLock
+from producer.sitemaps import parse_sitemap
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -474,3 +476,25 @@ async def test_lock_is_refreshed_while_held_and_only_its_owner_deletes_it(
     assert await redis_client.exists(key)
     await newer.release()
     assert not await redis_client.exists(key)
+
+
+def test_sitemap_parser_reads_only_page_locs_and_refuses_what_is_not_a_sitemap() -> None:
+    xml = (b'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
+           b' xmlns:image="http://www.google.com/schemas/sitemap-image/1.1"><url>'
+           b"<loc> https://a.example/1 </loc><image:image><image:loc>https://a.example/i.png"
+           b"</image:loc></image:image></url><url><loc>https://a.example/2</loc></url></urlset>")
+    expected = [("url", "https://a.example/1"), ("url", "https://a.example/2")]
+    assert list(parse_sitemap(xml, "s")) == expected
+    assert list(parse_sitemap(gzip.compress(xml), "s")) == expected
+    # Entities are not expanded (no billion laughs), so the loc is empty and skipped.
+    bomb = (b'<!DOCTYPE x [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;">]>'
+            b"<urlset><url><loc>&b;</loc></url></urlset>")
+    assert list(parse_sitemap(bomb, "s")) == []
+    with pytest.raises(SourceError, match="is not a sitemap: its root element is <html>"):
+        list(parse_sitemap(b"<html><body/></html>", "s"))
+    with pytest.raises(SourceError, match="not well-formed XML"):
+        list(parse_sitemap(b"<urlset><url><loc>x</loc>", "s"))
+    huge = gzip.compress(b"<urlset>" + b"<url><loc>https://h.example/</loc></url>" * 50_000
+                         + b"</urlset>")  # 2 MB inflated from a few KB
+    with pytest.raises(SourceError, match="over 1000000 bytes uncompressed"):
+        list(parse_sitemap(huge, "s", cap=1_000_000))
