@@ -15,6 +15,8 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from common.resp_pack import use_hiredis_packer
+
 
 def connect(url: str, *, retries: int = 3, socket_timeout: float = 10.0,
             max_connections: int = 32, pool_timeout: float = 30.0) -> aioredis.Redis:
@@ -29,7 +31,9 @@ def connect(url: str, *, retries: int = 3, socket_timeout: float = 10.0,
         retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=2.0), retries),
         retry_on_error=[RedisConnectionError, RedisTimeoutError],
     )
-    return aioredis.Redis.from_pool(pool)  # the client owns the pool: aclose() closes it
+    client = aioredis.Redis.from_pool(pool)  # the client owns the pool: aclose() closes it
+    use_hiredis_packer(client)
+    return client
 
 
 RedisClient = aioredis.Redis | aioredis.RedisCluster

@@ -126,8 +126,8 @@ class PartitionKeys:
         return cls(crawl, partition, *(prefix + name for name in _PARTITION_NAMES))
 
     def seen(self, bucket: int) -> str:
-        """One exact-dedup bucket hash."""
-        return f"{partition_prefix(self.crawl, self.partition)}seen:{bucket:x}"
+        """One exact-dedup bucket hash (called per URL: the prefix is taken from ready)."""
+        return f"{self.ready[:-5]}seen:{bucket:x}"
 
     def bloom_layer(self, layer: int) -> str:
         """The bit string of one bloom filter layer."""

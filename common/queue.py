@@ -25,7 +25,7 @@ from common.connection import RedisClient
 from common.errors import ConfigError, CrawlConflictError, MalformedTaskError
 from common.keys import CRAWLS, CrawlKeys, PartitionKeys
 from common.scripts import Scripts
-from common.task import Task, decode_task, encode_task
+from common.task import Task, decode_task, encode_fields
 from common.urls import partition_of, task_id
 
 T = TypeVar("T")
@@ -337,9 +337,8 @@ class CrawlQueue:
 
     @staticmethod
     def _body(tid: str, t: NewTask, now: float) -> str:
-        return encode_task(Task(id=tid, url=t.url, max_attempts=t.max_attempts,
-                                priority=t.priority, enqueued_at=now, meta=t.meta,
-                                depth=t.depth))
+        return encode_fields(tid, t.url, max_attempts=t.max_attempts, priority=t.priority,
+                             enqueued_at=now, meta=t.meta, depth=t.depth)
 
     # -- lease ------------------------------------------------------------------------
 

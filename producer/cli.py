@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from math import ceil
 from typing import Any, BinaryIO, TextIO
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from common.cli import redis_error_message, run_loop
@@ -47,7 +46,6 @@ from common.errors import ConfigError, CrawlConflictError, SourceError
 from common.logs import setup_logging
 from common.queue import CrawlQueue, CrawlSettings, DedupMode
 from consumer.fetcher import Fetcher
-from producer.fastpack import use_hiredis_packer
 from producer.lock import LockHeldError, ProducerLock
 from producer.progress import Progress
 from producer.run import RejectWriter, TaskTemplate, produce
@@ -344,8 +342,6 @@ async def run(settings: ProducerSettings, *, out: TextIO | None = None,
                                  or f"Redis error: {exc}")
                 _report(failed, settings, out)
                 return EXIT_REDIS
-            if isinstance(client, aioredis.Redis):
-                use_hiredis_packer(client)
         while True:
             summary = await run_once(settings, client, stop=stop, stdin=stdin)
             _report(summary, settings, out)

@@ -24,9 +24,9 @@ from common.errors import SourceError
 from common.keys import CRAWLS, CrawlKeys, PartitionKeys
 from common.queue import CrawlQueue
 from common.redis_server import free_port
+from common.resp_pack import use_hiredis_packer
 from common.urls import fingerprint, task_id
 from producer.cli import main_async
-from producer.fastpack import use_hiredis_packer
 from producer.lock import LockHeldError, ProducerLock
 from producer.sitemaps import parse_sitemap
 

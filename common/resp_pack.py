@@ -1,9 +1,10 @@
-"""Pack Redis commands with hiredis on the producer's client.
+"""Pack Redis commands with hiredis on every crawlq client.
 
 redis-py's asyncio connections pack every argument in Python (its sync client uses
-hiredis when installed). An enqueue call carries ~5 arguments per URL, so for the
-producer this is a large share of its CPU per URL; ``hiredis.pack_command`` writes the
-same bytes (the benchmark and a test compare them) several times faster.
+hiredis when installed). An enqueue call carries ~5 arguments per URL and a lease or
+ack ~3 per task, so packing is a large share of the hot path's CPU;
+``hiredis.pack_command`` writes the same bytes (a test compares them) several times
+faster. ``common.connection.connect`` applies it.
 """
 
 from __future__ import annotations
