@@ -38,22 +38,12 @@ for i = 1, n do
   end
   if fresh then
     redis.call('HSET', bucket, field, now_s)
-    redis.call('HSET', tasks, id, body)
-    if priorities[i] > 0 then
-      redis.call('HSET', prios, id, priorities[i])
-      redis.call('ZADD', prio, -priorities[i], id)
-    else
-      tail[#tail + 1] = id
-      if #tail == 1000 then
-        redis.call('RPUSH', ready, unpack(tail))
-        tail = {}
-      end
-    end
+    add_pending(ready, prio, tasks, prios, id, priorities[i], body, tail)
     enqueued = enqueued + 1
   else
     duplicates = duplicates + 1
   end
 end
-if #tail > 0 then redis.call('RPUSH', ready, unpack(tail)) end
+flush_tail(ready, tail)
 bump(stats, {enqueued = enqueued, duplicates = duplicates, recrawled = recrawled})
 return {enqueued, duplicates, recrawled}

@@ -92,20 +92,10 @@ for i = 1, n do
     count = count + 1
     redis.call('HSET', meta, 'count:' .. current, count)
     if count == math.floor(cap * 0.8) then warn = current end
-    redis.call('HSET', tasks, id, body)
-    if priority > 0 then
-      redis.call('HSET', prios, id, priority)
-      redis.call('ZADD', prio, -priority, id)
-    else
-      tail[#tail + 1] = id
-      if #tail == 1000 then
-        redis.call('RPUSH', ready, unpack(tail))
-        tail = {}
-      end
-    end
+    add_pending(ready, prio, tasks, prios, id, priority, body, tail)
     enqueued = enqueued + 1
   end
 end
-if #tail > 0 then redis.call('RPUSH', ready, unpack(tail)) end
+flush_tail(ready, tail)
 bump(stats, {enqueued = enqueued, duplicates = duplicates})
 return {enqueued, duplicates, 0, warn}

@@ -90,3 +90,23 @@ local function forget_dead_reason(errors, dead_reasons, id)
     redis.call('HDEL', dead_reasons, reason)
   end
 end
+
+-- Stores a new task and queues it: priority > 0 into `prio` at once, the rest appended
+-- to `tail`, which the caller pushes to `ready` with flush_tail (one RPUSH per 1000).
+local function add_pending(ready, prio, tasks, prios, id, priority, body, tail)
+  redis.call('HSET', tasks, id, body)
+  if priority > 0 then
+    redis.call('HSET', prios, id, priority)
+    redis.call('ZADD', prio, -priority, id)
+  else
+    tail[#tail + 1] = id
+    if #tail == 1000 then
+      redis.call('RPUSH', ready, unpack(tail))
+      for j = #tail, 1, -1 do tail[j] = nil end
+    end
+  end
+end
+
+local function flush_tail(ready, tail)
+  if #tail > 0 then redis.call('RPUSH', ready, unpack(tail)) end
+end
