@@ -12,7 +12,8 @@
 -- KEYS[4]      prios   HASH  id -> priority
 -- KEYS[5]      stats   HASH  counters (enqueued, duplicates)
 -- KEYS[6]      bloom   HASH  layers -> number of layers; count:<L> -> URLs in layer L
--- KEYS[7..]    bloom:<L> STRING layer bits, for L = 0 .. #KEYS-7 (the most layers allowed)
+-- KEYS[7..]    bloom:<L> STRING layer bits, for L = 0 .. #KEYS-7 (the most layers allowed);
+--                              sized exactly (m bits) when the layer gets its first URL
 -- ARGV[1]      capacity of layer 0, URLs
 -- ARGV[2]      target false-positive rate (e.g. 1e-6)
 -- ARGV[3+5(i-1)..] per item i: id, h1, h2 (32-bit ints), priority (>= 0), task JSON
@@ -48,17 +49,23 @@ if room - count < n then
   error('crawlq: bloom filter full (' .. max_layers .. ' layers); use more partitions')
 end
 
--- BITFIELD arguments reading (op = 'GET') or setting (op = 'SET') an item's k bits.
-local function bitfield_args(layer, h1, h2, op)
+-- Whether an item's k bits are all set in a layer. GETBIT one by one, stopping at the
+-- first 0: a new URL meets one after about two reads (a layer is at most half ones),
+-- which is cheaper than one BITFIELD_RO reading all k.
+local function in_layer(layer, h1, h2)
   local _, m, k = layer_params(layer)
-  local args = {}
+  local key = KEYS[7 + layer]
   for j = 0, k - 1 do
-    args[#args + 1] = op
-    args[#args + 1] = 'u1'
-    args[#args + 1] = (h1 + j * h2) % m
-    if op == 'SET' then args[#args + 1] = 1 end
+    if redis.call('GETBIT', key, (h1 + j * h2) % m) == 0 then return false end
   end
-  return args
+  return true
+end
+
+-- Sets an item's k bits in a layer (k SETBITs cost less than one k-op BITFIELD).
+local function add_to_layer(layer, h1, h2)
+  local _, m, k = layer_params(layer)
+  local key = KEYS[7 + layer]
+  for j = 0, k - 1 do redis.call('SETBIT', key, (h1 + j * h2) % m, 1) end
 end
 
 local enqueued, duplicates, warn = 0, 0, -1
@@ -69,12 +76,7 @@ for i = 1, n do
   local priority, body = tonumber(ARGV[base + 3]), ARGV[base + 4]
   local seen = false
   for layer = 0, layers - 1 do
-    local bits = redis.call('BITFIELD_RO', KEYS[7 + layer], unpack(bitfield_args(layer, h1, h2, 'GET')))
-    local all = true
-    for _, b in ipairs(bits) do
-      if b == 0 then all = false break end
-    end
-    if all then seen = true break end
+    if in_layer(layer, h1, h2) then seen = true break end
   end
   if seen then
     duplicates = duplicates + 1
@@ -82,20 +84,28 @@ for i = 1, n do
     local current = layers - 1
     cap = layer_params(current)
     if count >= cap then
+      redis.call('HSET', meta, 'count:' .. current, count)
       layers = layers + 1
       current = layers - 1
       count = 0
       cap = layer_params(current)
       redis.call('HSET', meta, 'layers', layers)
     end
-    redis.call('BITFIELD', KEYS[7 + current], unpack(bitfield_args(current, h1, h2, 'SET')))
+    if count == 0 then
+      -- Size a new layer's bits once, exactly (SETBIT on a missing key allocates just
+      -- that); grown by BITFIELD at random offsets, Redis over-allocates them (up to 2x
+      -- below 1 MB, +1 MB above).
+      local _, m = layer_params(current)
+      redis.call('SETBIT', KEYS[7 + current], m - 1, 0)
+    end
+    add_to_layer(current, h1, h2)
     count = count + 1
-    redis.call('HSET', meta, 'count:' .. current, count)
     if count == math.floor(cap * 0.8) then warn = current end
     add_pending(ready, prio, tasks, prios, id, priority, body, tail)
     enqueued = enqueued + 1
   end
 end
 flush_tail(ready, tail)
+if enqueued > 0 then redis.call('HSET', meta, 'count:' .. (layers - 1), count) end
 bump(stats, {enqueued = enqueued, duplicates = duplicates})
 return {enqueued, duplicates, 0, warn}
