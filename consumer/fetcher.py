@@ -5,6 +5,12 @@ for the table of outcomes). Redirects are followed by hand so that every hop is 
 the SSRF guard (`consumer.ssrf`), counted, loop-checked and stripped of credentials when it
 changes origin. Bodies are streamed and capped on decompressed bytes.
 
+One deadline covers the whole fetch, kept by aiohttp's own per-request `total` timer: it
+cancels any wait of the request (pool, DNS, connect, headers, every body read) and aiohttp
+runs it anyway, so a second layer (an `asyncio.timeout` per fetch cost ~5-10 us a page) is
+not paid. The first hop gets the full `total_timeout`; each later hop (redirect or proxy
+retry) only what is left of it, and a hop with nothing left is not sent.
+
 Proxies: with `FetchSettings.proxies`, each fetch goes through the next proxy round-robin.
 An HTTP proxy resolves host names itself, so for names the SSRF guard can only check the
 proxy's own address (keep proxies inside `allow_networks` if they live on a private
@@ -14,9 +20,10 @@ credentials are kept out of every message, log line and repr (`redact_url`).
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import logging
+import math
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -24,7 +31,7 @@ from datetime import UTC
 from email.utils import parsedate_to_datetime
 
 import aiohttp
-from aiohttp import ClientResponse, ClientSession, ClientTimeout, TCPConnector
+from aiohttp import ClientResponse, ClientSession, ClientTimeout, HttpVersion11, TCPConnector
 from yarl import URL
 
 from common.errors import ConfigError, FetchError
@@ -216,6 +223,7 @@ class Fetcher:
         self._proxy_cursor = 0
         self._secrets = _proxy_secrets(self._proxies)
         self._total = settings.total_timeout
+        self._timeout = _client_timeout(settings, settings.total_timeout)
         self._cap = settings.max_body_bytes
         # raw host -> why the guard refuses it as an IP literal, or None (also for names).
         self._literal_verdicts: dict[str | None, str | None] = {}
@@ -238,12 +246,7 @@ class Fetcher:
         )
         self._session = ClientSession(
             connector=connector,
-            timeout=ClientTimeout(
-                total=s.total_timeout,
-                connect=s.connect_timeout,
-                sock_connect=s.connect_timeout,
-                sock_read=s.sock_read_timeout,
-            ),
+            timeout=self._timeout,
             headers={"User-Agent": s.user_agent},
             cookie_jar=aiohttp.DummyCookieJar(),
             read_bufsize=CHUNK_SIZE,
@@ -274,15 +277,11 @@ class Fetcher:
         if session is None:
             raise RuntimeError("Fetcher.start() has not been called")
         started = time.monotonic()
-        try:
-            async with asyncio.timeout(self._total):
-                if not self._proxies:
-                    return await self._fetch_via(session, url, headers, None, started)
-                return await self._fetch_proxied(session, url, headers, started)
-        except TimeoutError:
-            raise FetchError(
-                "timeout", f"no complete response within {self._total:g}s", retryable=True
-            ) from None
+        if not self._proxies:
+            return await self._fetch_via(
+                session, url, headers, None, started=started, limits=self._timeout
+            )
+        return await self._fetch_proxied(session, url, headers, started)
 
     async def _fetch_proxied(
         self,
@@ -298,8 +297,11 @@ class Fetcher:
         for attempt in range(n):
             proxy = proxies[(first + attempt) % n]
             last = attempt == n - 1
+            limits = self._timeout if attempt == 0 else self._time_left(started)
             try:
-                result = await self._fetch_via(session, url, headers, proxy, started)
+                result = await self._fetch_via(
+                    session, url, headers, proxy, started=started, limits=limits
+                )
             except FetchError as exc:
                 if last or exc.reason not in _PROXY_RETRY_REASONS:
                     raise
@@ -318,8 +320,12 @@ class Fetcher:
         url: str,
         headers: Mapping[str, str] | None,
         proxy: URL | None,
+        *,
         started: float,
+        limits: ClientTimeout,
     ) -> FetchResult:
+        """Fetch `url` through `proxy`: the first hop under `limits` (aiohttp's timeouts,
+        `total` included), each redirect hop under what is left of the deadline."""
         current = _parse_start_url(url)
         check_literals = not self._guard.allow_private
         max_redirects = self._settings.max_redirects
@@ -330,7 +336,7 @@ class Fetcher:
                 if check_literals:
                     self._check_literal(current.raw_host)
                 async with session.get(
-                    current, headers=headers, allow_redirects=False, proxy=proxy
+                    current, headers=headers, allow_redirects=False, proxy=proxy, timeout=limits
                 ) as resp:
                     status = resp.status
                     if status in _REDIRECT_STATUSES:
@@ -357,6 +363,7 @@ class Fetcher:
                             seen.add(key)
                             redirects.append(key)
                             current = target
+                            limits = self._time_left(started)
                             continue
                     error = classify_status(status, resp.headers)
                     if error is not None:
@@ -367,8 +374,10 @@ class Fetcher:
                     )
         except FetchError:
             raise
-        except TimeoutError as exc:  # aiohttp's connect / sock_read / total timeouts
+        except aiohttp.ServerTimeoutError as exc:  # connect / sock_connect / sock_read
             raise FetchError("timeout", self._describe(exc), retryable=True) from None
+        except TimeoutError:  # the `total` timer: this fetch's deadline
+            raise self._deadline_error() from None
         except aiohttp.ClientConnectorError as exc:
             blocked = ssrf_error_from(exc)
             if blocked is not None:
@@ -386,6 +395,18 @@ class Fetcher:
             raise FetchError("connect_error", self._describe(exc), retryable=True) from None
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             raise FetchError("http_error", self._describe(exc), retryable=True) from None
+
+    def _time_left(self, started: float) -> ClientTimeout:
+        """The session's timeouts with `total` cut to what is left of the fetch's deadline."""
+        left = self._total - (time.monotonic() - started)
+        if left <= 0:  # ClientTimeout(total=0) would mean no deadline at all
+            raise self._deadline_error()
+        return _client_timeout(self._settings, left)
+
+    def _deadline_error(self) -> FetchError:
+        return FetchError(
+            "timeout", f"no complete response within {self._total:g}s", retryable=True
+        )
 
     def _check_literal(self, host: str | None) -> None:
         """Refuse an IP-literal host before sending (aiohttp never resolves literals)."""
@@ -409,19 +430,28 @@ class Fetcher:
             raise FetchError(
                 "body_too_large", f"Content-Length {length} > {cap} bytes", retryable=False
             )
+        # aiohttp decompresses transparently and in bounded steps (read(n) also bounds how
+        # much one feed may inflate; read() without n would lift that bound), so these are
+        # decompressed bytes and a gzip bomb is stopped here after ~cap bytes of output.
+        # Checking at_eof() after each chunk saves the final empty read: a page that
+        # arrived whole takes one read, whatever its Content-Length or encoding.
+        content = resp.content
         chunks: list[bytes] = []
         size = 0
-        # aiohttp decompresses transparently and in bounded steps (at most ~read_bufsize
-        # per feed, pausing the socket when the buffer is full), so these are decompressed
-        # bytes and a gzip bomb is stopped here after ~cap bytes of output.
-        async for chunk in resp.content.iter_chunked(CHUNK_SIZE):
+        while True:
+            chunk = await content.read(CHUNK_SIZE)
+            if not chunk:
+                break
             size += len(chunk)
             if size > cap:
                 resp.close()
                 raise FetchError("body_too_large", f"body exceeds {cap} bytes", retryable=False)
+            if content.at_eof():
+                if not chunks:
+                    return chunk
+                chunks.append(chunk)
+                break
             chunks.append(chunk)
-        if len(chunks) == 1:
-            return chunks[0]
         return b"".join(chunks)
 
     def _describe(self, exc: BaseException) -> str:
@@ -453,11 +483,13 @@ def _parse_start_url(url: str) -> URL:
     return parsed
 
 
-_UNQUOTED = frozenset(' "<>\\^`{|}')
+# Any character that is not printable ASCII, or is one of  "<>\^`{|}  or a space: a URL
+# without them is taken as already quoted (one C-level scan; ranges #-; and ?-[ hold 0-9, A-Z).
+_NOT_QUOTED = re.compile(r"[^!#-;=?-\[\]_a-z~]")
 
 
 def _is_quoted(url: str) -> bool:
-    return url.isascii() and url.isprintable() and _UNQUOTED.isdisjoint(url)
+    return _NOT_QUOTED.search(url) is None
 
 
 def _redirect_target(current: URL, location: str) -> URL:
@@ -482,6 +514,18 @@ def _redirect_target(current: URL, location: str) -> URL:
             retryable=False,
         )
     return target
+
+
+def _client_timeout(settings: FetchSettings, total: float) -> ClientTimeout:
+    # ceil_threshold=inf: aiohttp would otherwise round deadlines over 5 s up to the next
+    # whole second; the fetch's deadline stays exact.
+    return ClientTimeout(
+        total=total,
+        connect=settings.connect_timeout,
+        sock_connect=settings.connect_timeout,
+        sock_read=settings.sock_read_timeout,
+        ceil_threshold=math.inf,
+    )
 
 
 def _origin(url: URL) -> tuple[str, str | None, int | None]:
@@ -511,6 +555,10 @@ def _result(
     if len(raw) > MAX_RAW_HEADERS:
         raw = raw[:MAX_RAW_HEADERS]
     version = resp.version
+    if version is None or version is HttpVersion11:  # the parser's constant, no formatting
+        http_version = "HTTP/1.1"
+    else:
+        http_version = f"HTTP/{version.major}.{version.minor}"
     return FetchResult(
         url=url,
         final_url=str(final),
@@ -520,7 +568,7 @@ def _result(
         body=body,
         elapsed=time.monotonic() - started,
         redirects=tuple(redirects),
-        http_version="HTTP/1.1" if version is None else f"HTTP/{version.major}.{version.minor}",
+        http_version=http_version,
     )
 
 

@@ -62,6 +62,11 @@ def gzip_bomb(mib: int) -> bytes:
     return header + block * mib + b"\x03\x00" + struct.pack("<II", crc, (mib * MIB) & 0xFFFFFFFF)
 
 
+def blob_bytes(n: int) -> bytes:
+    """`n` bytes whose pattern (period 251) shows any chunk dropped, repeated or reordered."""
+    return (bytes(range(251)) * (n // 251 + 1))[:n]
+
+
 @dataclass
 class Servers:
     main: str  # http://127.0.0.1:<port>
@@ -138,6 +143,26 @@ def _main_app(state: Servers, stop: asyncio.Event, bomb: bytes) -> web.Applicati
                 await resp.write(data[i : i + 64 * 1024])
         except (ConnectionError, RuntimeError):
             pass
+        return resp
+
+    @routes.get("/gzcl/{which}")
+    async def gzcl(request: web.Request) -> web.Response:
+        """Like /gz, but in one piece with an honest Content-Length (the compressed size)."""
+        which = request.match_info["which"]
+        data = bomb if which == "bomb" else gzip_bomb(int(which))
+        return web.Response(body=data, headers={"Content-Encoding": "gzip"})
+
+    @routes.get("/blob/{n}")
+    async def blob(request: web.Request) -> web.StreamResponse:
+        """`blob_bytes(n)`, with a Content-Length, or chunked in 10 kB writes with ?chunked."""
+        data = blob_bytes(int(request.match_info["n"]))
+        if "chunked" not in request.query:
+            return web.Response(body=data)
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        for i in range(0, len(data), 10_000):
+            await resp.write(data[i : i + 10_000])
+        await resp.write_eof()
         return resp
 
     @routes.get("/bigcl")
@@ -498,6 +523,102 @@ async def test_honest_oversize_content_length_refused_before_reading(servers: Se
     assert err.reason == "body_too_large"
     assert "Content-Length" in err.message
     assert time.monotonic() - started < 1.0  # the server never sends the body
+
+
+@pytest.mark.parametrize("which", ["bomb", "4"])
+async def test_gzip_bomb_with_content_length_stops_at_cap(servers: Servers, which: str) -> None:
+    """An honest Content-Length counts compressed bytes: under the cap, it proves nothing."""
+    cap = 2 * MIB
+    assert len(gzip_bomb(1024)) < cap  # so the early Content-Length refusal does not apply
+    async with Fetcher(settings(max_body_bytes=cap)) as f:
+        started = time.monotonic()
+        err, peak = await _peak_memory_of(f.fetch(f"{servers.main}/gzcl/{which}"))
+    assert isinstance(err, FetchError), err
+    assert err.reason == "body_too_large"
+    assert "Content-Length" not in err.message  # stopped while reading, not before
+    assert peak < 20 * MIB
+    assert time.monotonic() - started < 5
+
+
+async def test_gzip_decompressing_to_exactly_the_cap_passes(servers: Servers) -> None:
+    async with Fetcher(settings(max_body_bytes=MIB)) as f:
+        result = await f.fetch(f"{servers.main}/gzcl/1")
+        assert result.body == bytes(MIB)
+        err = await fetch_error(f, f"{servers.main}/gz/2")
+    assert err.reason == "body_too_large"
+
+
+@pytest.mark.parametrize("query", ["", "?chunked"])
+async def test_body_exactly_at_cap_passes_one_byte_more_does_not(
+    servers: Servers, query: str
+) -> None:
+    cap = 200_000  # several 64 KiB reads
+    async with Fetcher(settings(max_body_bytes=cap)) as f:
+        result = await f.fetch(f"{servers.main}/blob/{cap}{query}")
+        assert result.body == blob_bytes(cap)
+        err = await fetch_error(f, f"{servers.main}/blob/{cap + 1}{query}")
+        assert err.reason == "body_too_large"
+        assert ("Content-Length" in err.message) is (query == "")
+        small = await f.fetch(f"{servers.main}/blob/1000{query}")  # the pool still works
+    assert small.body == blob_bytes(1000)
+
+
+async def test_empty_body(servers: Servers, fetcher: Fetcher) -> None:
+    result = await fetcher.fetch(f"{servers.main}/blob/0")
+    assert result.status == 200
+    assert result.body == b""
+    result = await fetcher.fetch(f"{servers.main}/status/204")
+    assert result.status == 204
+    assert result.body == b""
+
+
+async def test_deadline_message_and_what_is_left_of_it(servers: Servers) -> None:
+    async with Fetcher(settings(total_timeout=1.5)) as f:
+        err = await fetch_error(f, f"{servers.main}/hang")
+        assert err.message == "no complete response within 1.5s"
+        # A later hop gets only what is left, and none once the deadline has passed.
+        assert f._time_left(time.monotonic() - 1.0).total == pytest.approx(0.5, abs=0.1)
+        with pytest.raises(FetchError) as info:
+            f._time_left(time.monotonic() - 1.5)
+        assert info.value.reason == "timeout"
+        assert info.value.message == err.message
+
+
+async def test_sock_read_timeout_holds_on_redirect_hops(servers: Servers) -> None:
+    """The per-hop timeouts keep sock_read: a silent server is given up on before the deadline."""
+    async with Fetcher(settings(sock_read_timeout=0.5, total_timeout=5.0)) as f:
+        for url in (f"{servers.main}/hang", redirect_via(servers, "/hang")):
+            started = time.monotonic()
+            err = await fetch_error(f, url)
+            assert err.reason == "timeout"
+            assert "no complete response" not in err.message  # not the total deadline
+            assert time.monotonic() - started < 2.0
+
+
+async def test_proxy_retry_gets_only_what_is_left_of_the_deadline(servers: Servers) -> None:
+    """A proxy answering 429 after 1 s, then one that hangs: the fetch ends at 1.5 s, not 2.5."""
+
+    async def slow_429(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(1.0)
+        writer.write(b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(slow_429, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    # The main test server, used as a proxy, serves the absolute-form path /hang: it hangs.
+    proxies = (f"http://127.0.0.1:{port}", servers.main)
+    try:
+        async with Fetcher(settings(proxies=proxies, total_timeout=1.5)) as f:
+            started = time.monotonic()
+            err = await fetch_error(f, f"{servers.main}/hang")
+            elapsed = time.monotonic() - started
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert err.reason == "timeout"
+    assert 1.3 <= elapsed < 2.0
 
 
 # --- redirects -----------------------------------------------------------------------------------
