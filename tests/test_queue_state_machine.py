@@ -8,8 +8,13 @@ the raw partition keys and checks that each id is in exactly the structure the m
 says, with the model's scores, owners and attempts, and that the counters add up.
 
 Time is the Redis clock. A lease's validity and a retry's due time are judged against
-Redis TIME read just before a step; a step whose outcome would hinge on a deadline
-falling inside the step first sleeps past it, so every expectation is exact.
+Redis TIME read just before and just after a step; a step whose outcome would hinge on
+a deadline falling inside it first sleeps past that deadline, so expectations are exact
+(only a step slowed past MARGIN_MS by a loaded machine leaves a deadline in doubt, and
+then either outcome is accepted and followed). Every draw is made before the state is
+looked at, so a failing run replays with the same data however the clock moved.
+
+A failure is reported with its whole run of steps, unshrunk (see ``_run``).
 """
 
 from __future__ import annotations
@@ -87,6 +92,8 @@ class Model:
 
 
 class QueueMachine(RuleBasedStateMachine):
+    """One crawl, three workers and a model; ``url``/``crawl``/``partitions`` set by _run."""
+
     url: ClassVar[str] = ""
     crawl: ClassVar[str] = ""
     partitions: ClassVar[int] = 1
