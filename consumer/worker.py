@@ -51,6 +51,7 @@ MAX_COOLDOWN_MS = 600_000
 FLUSH_INTERVAL_S = 0.02
 HISTORY_EVERY_S = 5.0
 PROGRESS_EVERY_S = 30.0
+SHUTDOWN_WAIT_S = 5.0
 HISTORY_LEN = 240
 REDIS_ERRORS = (RedisError, OSError)
 
@@ -133,6 +134,7 @@ class Consumer:
         self._stop = asyncio.Event()
         self._hard_stop = asyncio.Event()
         self.draining = False
+        self._closing = False
         self.stop_reason = ""
         self.started = time.monotonic()
         self.done = 0
@@ -172,9 +174,13 @@ class Consumer:
             await self._leaser()
             await self._drain()
         finally:
+            # redis-py can turn a cancellation that lands mid-command into a connection
+            # error, which a loop would catch and go on: so the loops also check _closing,
+            # and shutdown waits for them a bounded time.
+            self._closing = True
             for task in helpers:
                 task.cancel()
-            await asyncio.gather(*helpers, return_exceptions=True)
+            await asyncio.wait(helpers, timeout=SHUTDOWN_WAIT_S)
             with contextlib.suppress(*REDIS_ERRORS):
                 await self.registry.leave()
         log.info("consumer_stopped", extra={"worker": self.worker, "reason": self.stop_reason,
@@ -382,7 +388,7 @@ class Consumer:
 
     async def _flusher(self) -> None:
         """Flush as soon as a good batch is ready, else at most FLUSH_INTERVAL_S late."""
-        while True:
+        while not self._closing:
             await self._completed.wait()
             deadline = time.monotonic() + FLUSH_INTERVAL_S
             while len(self._completions) < self._flush_at:
@@ -502,7 +508,7 @@ class Consumer:
     async def _heartbeat(self) -> None:
         interval = self.s.lease_s / 3
         last_log, last_done = time.monotonic(), 0
-        while True:
+        while not self._closing:
             with contextlib.suppress(*REDIS_ERRORS):
                 await self.registry.beat(in_flight=len(self._fetching), done=self.done,
                                          failed=self.failed,
@@ -543,7 +549,7 @@ class Consumer:
 
     async def _reaper(self) -> None:
         interval = max(0.2, min(2.0, self.s.lease_s / 4))
-        while True:
+        while not self._closing:
             try:
                 reaped = await self.queue.reap(int(interval * 1000))
                 if reaped is not None:
@@ -605,7 +611,8 @@ class Consumer:
         tasks = [self._tasks[i] for i in ids if i in self._tasks]
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:
+            await asyncio.wait(tasks, timeout=SHUTDOWN_WAIT_S)
 
     async def _release_unfinished(self) -> None:
         """Release every held lease whose task no longer runs and has no result to flush."""
