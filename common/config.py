@@ -104,8 +104,21 @@ def add_options(parser: argparse.ArgumentParser, options: Sequence[Option],
 
 
 def redact_url(url: str) -> str:
-    """A URL with its password replaced by ``***`` (for logs, errors and reprs)."""
-    return re.sub(r"(?<=://)([^:/@\s]*):[^@/\s]*@", r"\1:***@", url)
+    """`url` with any userinfo (`user:pass@`) replaced by `***@`; never raises.
+
+    For logs, errors and reprs of Redis and proxy URLs.
+    """
+    sep = url.find("://")
+    start = sep + 3 if sep >= 0 else 0
+    end = len(url)
+    for ch in "/?#":
+        i = url.find(ch, start)
+        if i != -1 and i < end:
+            end = i
+    at = url.rfind("@", start, end)
+    if at == -1:
+        return url
+    return f"{url[:start]}***{url[at:]}"
 
 
 COMMON_OPTIONS = (

@@ -34,6 +34,7 @@ import aiohttp
 from aiohttp import ClientResponse, ClientSession, ClientTimeout, HttpVersion11, TCPConnector
 from yarl import URL
 
+from common.config import redact_url
 from common.errors import ConfigError, FetchError
 from consumer.ssrf import GuardedResolver, SsrfGuard, literal_host_ip, ssrf_error_from
 
@@ -67,21 +68,6 @@ _CREDENTIAL_HEADERS = frozenset({"authorization", "cookie"})
 # After these, a proxied fetch is tried again once on the next proxy.
 _PROXY_RETRY_STATUSES = frozenset({403, 407, 429})
 _PROXY_RETRY_REASONS = frozenset({"connect_error", "http_429"})
-
-
-def redact_url(url: str) -> str:
-    """`url` with any userinfo (`user:pass@`) replaced by `***@`; never raises."""
-    sep = url.find("://")
-    start = sep + 3 if sep >= 0 else 0
-    end = len(url)
-    for ch in "/?#":
-        i = url.find(ch, start)
-        if i != -1 and i < end:
-            end = i
-    at = url.rfind("@", start, end)
-    if at == -1:
-        return url
-    return f"{url[:start]}***{url[at:]}"
 
 
 @dataclass(frozen=True, slots=True, repr=False)
