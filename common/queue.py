@@ -19,6 +19,7 @@ from enum import IntEnum, StrEnum
 from typing import Any, TypeVar, cast
 
 import redis.asyncio as aioredis
+from redis.exceptions import OutOfMemoryError, ResponseError
 
 from common import codec
 from common.connection import RedisClient
@@ -570,8 +571,15 @@ class CrawlQueue:
 
         Returns (reclaimed, dead, promoted), or None when another worker holds the guard.
         """
-        if not await self.client.set(self.partitions[0].reap_lock, b"1", nx=True, px=guard_ms):
-            return None
+        try:
+            if not await self.client.set(self.partitions[0].reap_lock, b"1", nx=True,
+                                         px=guard_ms):
+                return None
+        except ResponseError as exc:
+            # At maxmemory the guard can't be written; the scripts are safe to run from
+            # every worker at once (they only free or move memory), so reap unguarded.
+            if not isinstance(exc, OutOfMemoryError) and "maxmemory" not in str(exc):
+                raise
         reclaimed, died = await self.reclaim()
         promoted, _ = await self.promote()
         return reclaimed, died, promoted

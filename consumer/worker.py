@@ -312,6 +312,7 @@ class Consumer:
             if self._tasks.get(lease.id) is asyncio.current_task():
                 del self._tasks[lease.id]
                 self._started.discard(lease.id)
+                self._room.set()
 
     def _expired(self, lease: Lease) -> bool:
         """Whether this lease may have expired in Redis by now (local clock, with margin)."""
@@ -541,6 +542,8 @@ class Consumer:
         if lost:
             log.warning("leases_lost", extra={"n": len(lost)})
         for lease, code in lost:
+            if self.held.get(lease.id) is not lease:
+                continue  # finished meanwhile, or leased again: the newer lease is alive
             log.debug("lease_lost", extra={"id": lease.id, "code": code.name})
             task = self._tasks.get(lease.id)
             if task is not None:

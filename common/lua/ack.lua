@@ -20,6 +20,7 @@ local leases, owners, tasks, attempts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local checkpoints, errors, stalls, prios, stats = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local worker = ARGV[1]
 if (#ARGV - 1) % 3 ~= 0 then error('crawlq: ack needs (id, token, outcome) triples') end
+allow_at_maxmemory(stats)
 local now = now_ms()
 local codes, done, stale, outcomes = {}, 0, 0, {}
 for i = 2, #ARGV, 3 do

@@ -17,6 +17,7 @@ if (#ARGV - 1) % 3 ~= 0 then error('crawlq: defer needs (id, token, delay_ms) tr
 for i = 4, #ARGV, 3 do
   if int_arg(ARGV[i], 'delay_ms') < 0 then error('crawlq: delay_ms must be >= 0') end
 end
+allow_at_maxmemory(stats)
 local now = now_ms()
 local codes, deferred, stale = {}, 0, 0
 for i = 2, #ARGV, 3 do

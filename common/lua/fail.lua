@@ -44,6 +44,7 @@ for i = 5, #ARGV, 8 do
   }
 end
 
+allow_at_maxmemory(stats)
 local now = now_ms()
 local result = {}
 local retried, died, stale = 0, 0, 0

@@ -110,3 +110,13 @@ end
 local function flush_tail(ready, tail)
   if #tail > 0 then redis.call('RPUSH', ready, unpack(tail)) end
 end
+
+-- Lets a script that does not grow memory run at maxmemory. Redis refuses a
+-- memory-growing command (ZADD, HSET, HINCRBY ...) when it is the script's first write
+-- and the server is over maxmemory; once a script has written, it may finish. HDEL is
+-- a write that never grows memory, so this no-op HDEL opens the script. Used by every
+-- transition that frees or only moves memory (ack, renew, fail, ...), so a full Redis
+-- can still be drained; never by enqueue, which must be refused whole.
+local function allow_at_maxmemory(hash)
+  redis.call('HDEL', hash, '')
+end

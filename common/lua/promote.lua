@@ -10,6 +10,7 @@
 local delayed, ready, prio, prios, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local limit = int_arg(ARGV[1], 'limit')
 if limit < 1 then error('crawlq: promote needs limit >= 1') end
+allow_at_maxmemory(stats)
 local now = now_ms()
 local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
 for _, id in ipairs(due) do

@@ -13,6 +13,7 @@
 -- Returns {code per id} (0 OK, 5 UNKNOWN: not dead)
 local dead, errors, dead_reasons, tasks = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempts, stalls, checkpoints, prios, stats = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+allow_at_maxmemory(stats)
 local codes, purged = {}, 0
 for _, id in ipairs(ARGV) do
   if redis.call('ZREM', dead, id) == 1 then

@@ -22,6 +22,7 @@ local prios, dead, errors, dead_reasons, stats = KEYS[6], KEYS[7], KEYS[8], KEYS
 local limit = int_arg(ARGV[1], 'limit')
 local max_stalls = int_arg(ARGV[2], 'max_stalls')
 if limit < 1 or max_stalls < 0 then error('crawlq: reclaim needs limit >= 1, max_stalls >= 0') end
+allow_at_maxmemory(stats)
 local now = now_ms()
 local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0, limit)
 local reclaimed, died = 0, 0

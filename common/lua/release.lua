@@ -17,6 +17,7 @@ local leases, owners, attempts, ready = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prio, prios, stats = KEYS[5], KEYS[6], KEYS[7]
 local worker = ARGV[1]
 if (#ARGV - 1) % 2 ~= 0 then error('crawlq: release needs (id, token) pairs') end
+allow_at_maxmemory(stats)
 local now = now_ms()
 local codes, released, stale = {}, 0, 0
 for i = 2, #ARGV, 2 do

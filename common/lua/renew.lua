@@ -16,6 +16,7 @@ local lease_ms = int_arg(ARGV[2], 'lease_ms')
 if lease_ms < 1 or (#ARGV - 2) % 2 ~= 0 then
   error('crawlq: renew needs lease_ms >= 1 and (id, token) pairs')
 end
+allow_at_maxmemory(stats)
 local now = now_ms()
 local deadline = now + lease_ms
 local result = {deadline}

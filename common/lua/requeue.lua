@@ -16,6 +16,7 @@
 -- Returns {code per id} (0 OK, 5 UNKNOWN: not dead)
 local dead, errors, attempts, stalls, dead_reasons = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local ready, prio, prios, stats = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+allow_at_maxmemory(stats)
 local codes, requeued = {}, 0
 for _, id in ipairs(ARGV) do
   if redis.call('ZREM', dead, id) == 1 then
