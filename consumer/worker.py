@@ -574,8 +574,9 @@ class Consumer:
             return
         self._last_history = now
         stats = await self.queue.stats()
-        snap = {"t": round(now, 3), "pending": stats.pending, "leased": stats.leased,
-                "waiting": stats.waiting, "dead": stats.dead, **stats.counters}
+        # Running counters only (rates are their differences); the state counts share
+        # some names (leased, dead) and are read live by `crawlq stats` anyway.
+        snap = {"t": round(now, 3), **stats.counters}
         key = self.queue.crawl_keys.history
         async with self.queue.client.pipeline(transaction=False) as pipe:
             pipe.lpush(key, codec.dumps(snap))
