@@ -29,6 +29,7 @@ from typing import Any
 import aiohttp
 import pytest
 import redis.asyncio as aioredis
+from procs import JsonLog
 from sites import start_site_process, test_site
 
 from common.keys import CrawlKeys
@@ -60,7 +61,7 @@ async def until(pred: Callable[[], Awaitable[bool] | bool], within: float, what:
 
 
 @dataclass
-class ConsumerProc:
+class ConsumerProc(JsonLog):
     """One ``python -m consumer`` child; stdout and stderr go to `log_path`."""
 
     name: str
@@ -72,22 +73,6 @@ class ConsumerProc:
     @property
     def pid(self) -> int:
         return self.proc.pid
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def events(self) -> list[dict[str, Any]]:
-        """The JSON log lines so far (a torn last line is skipped)."""
-        out = []
-        for line in self.log_text().splitlines():
-            with contextlib.suppress(ValueError):
-                doc = json.loads(line)
-                if isinstance(doc, dict):
-                    out.append(doc)
-        return out
-
-    def event(self, name: str) -> dict[str, Any] | None:
-        return next((e for e in self.events() if e.get("event") == name), None)
 
     async def wait_event(self, name: str, within: float = 20) -> dict[str, Any]:
         found: dict[str, Any] = {}
@@ -114,7 +99,6 @@ class ConsumerProc:
 
     def signal(self, sig: int) -> None:
         self.proc.send_signal(sig)
-
 
 class Spawner:
     """Starts consumers for one test; `close()` kills whatever is still running."""

@@ -36,6 +36,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from procs import JsonLog
 from redis.exceptions import OutOfMemoryError
 from sites import start_site_process, test_site
 
@@ -69,7 +70,7 @@ pytestmark = pytest.mark.timeout(90)
 
 
 @dataclass
-class Child:
+class Child(JsonLog):
     """One consumer or producer process; its stderr (JSON logs) goes to `log_path`."""
 
     name: str
@@ -77,23 +78,8 @@ class Child:
     log_path: Path
     out_path: Path | None = None  # a producer's stdout (its --json summary)
 
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def events(self) -> list[dict[str, Any]]:
-        out = []
-        for line in self.log_text().splitlines():
-            with contextlib.suppress(ValueError):
-                doc = json.loads(line)
-                if isinstance(doc, dict):
-                    out.append(doc)
-        return out
-
     def count(self, *names: str) -> int:
         return sum(1 for e in self.events() if e.get("event") in names)
-
-    def event(self, name: str) -> dict[str, Any] | None:
-        return next((e for e in self.events() if e.get("event") == name), None)
 
     @property
     def running(self) -> bool:
@@ -114,7 +100,6 @@ class Child:
         assert text.strip(), f"{self.name} printed no summary; log:\n{self.log_text()[-2000:]}"
         doc: dict[str, Any] = json.loads(text.strip().splitlines()[-1])
         return doc
-
 
 class Fleet:
     """Starts the consumers and producers of one test; `close()` kills what still runs."""
