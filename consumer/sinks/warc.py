@@ -39,7 +39,7 @@ from warcio.statusandheaders import StatusAndHeaders
 from warcio.timeutils import datetime_to_iso_date
 from warcio.warcwriter import WARCWriter
 
-from consumer.sinks.base import DEFAULT_ROTATE_BYTES, Record, RotatingFileSink
+from consumer.sinks.base import Record, RotatingFileSink
 
 __all__ = ["WarcSink", "warc_http_headers"]
 
@@ -85,20 +85,9 @@ class WarcSink(RotatingFileSink):
     """Writes WARC/1.1 gzip files; see the module docstring for the record layout."""
 
     suffix = ".warc.gz"
-
-    def __init__(
-        self,
-        *,
-        output_dir: Path,
-        crawl: str,
-        worker: str,
-        rotate_bytes: int = DEFAULT_ROTATE_BYTES,
-    ) -> None:
-        super().__init__(
-            output_dir=output_dir, crawl=crawl, worker=worker, rotate_bytes=rotate_bytes
-        )
-        self._writer: Any = None  # warcio.warcwriter.WARCWriter of the current file
-        self._warcinfo_id = ""
+    # Per file, set when it opens (class defaults until then).
+    _writer: Any = None  # warcio.warcwriter.WARCWriter of the current file
+    _warcinfo_id = ""
 
     def _start_file(self, fh: BinaryIO, path: Path) -> None:
         writer = WARCWriter(fh, gzip=True, warc_version="1.1")
