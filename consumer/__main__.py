@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from common.errors import ConfigError
 from common.logs import setup_logging
+from common.runtime import tune_gc
 from consumer.config import build_parser, settings_from_args
 from consumer.run import run
 
@@ -21,6 +22,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"crawlq-consumer: {exc}", file=sys.stderr)
         return 2
     setup_logging(settings.common.log_level, settings.common.log_format)
+    tune_gc(settings.gc_threshold)
     try:
         import uvloop  # noqa: PLC0415 - optional: not built for every platform
     except ImportError:

@@ -105,6 +105,8 @@ CONSUMER_OPTIONS = (
            "with reason 'stalled'", type=int),
     Option("--worker-id", "CRAWLQ_WORKER_ID", "", "this consumer's id (default "
            "host-pid-random)"),
+    Option("--gc-threshold", "CRAWLQ_GC_THRESHOLD", 10_000,
+           "Python GC generation-0 threshold (0 = Python's default, 700)", type=int),
 )
 
 
@@ -145,6 +147,7 @@ class ConsumerSettings:
     max_retry_after_s: float = 3600.0
     max_stalls: int = 2
     worker_id: str = field(default_factory=default_worker_id)
+    gc_threshold: int = 10_000
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -153,8 +156,9 @@ class ConsumerSettings:
             raise ConfigError("--lease must be at least 1s (heartbeats renew at a third)")
         if self.per_host_concurrency < 0 or self.per_host_delay_s < 0:
             raise ConfigError("--per-host-concurrency and --per-host-delay must be >= 0")
-        if self.max_depth < 0 or self.max_stalls < 0 or self.batch_size < 0:
-            raise ConfigError("--max-depth, --max-stalls and --batch-size must be >= 0")
+        if min(self.max_depth, self.max_stalls, self.batch_size, self.gc_threshold) < 0:
+            raise ConfigError("--max-depth, --max-stalls, --batch-size and --gc-threshold "
+                              "must be >= 0")
 
     @property
     def lease_ms(self) -> int:
@@ -230,4 +234,5 @@ def settings_from_args(args: argparse.Namespace) -> ConsumerSettings:
         max_retry_after_s=args.max_retry_after,
         max_stalls=args.max_stalls,
         worker_id=args.worker_id or default_worker_id(),
+        gc_threshold=args.gc_threshold,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import itertools
 import json
 import time
@@ -19,7 +20,9 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 
+from common.errors import ConfigError
 from common.queue import CrawlQueue, NewTask
+from common.runtime import tune_gc
 from common.urls import fingerprint
 from consumer.config import build_parser, settings_from_args
 from consumer.run import run
@@ -337,3 +340,22 @@ async def test_reserved_characters_reach_the_server_as_quoted(
         await enqueue(redis_client, crawl_name, [site.url("/q/a%3Bb")])
         assert await consume(redis_url, crawl_name, tmp_path) == 0
         assert site.paths == ["/q/a%3Bb"]
+
+
+def test_gc_threshold_flag_env_and_tuning(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CRAWLQ_GC_THRESHOLD", "12345")
+    assert settings_from_args(build_parser().parse_args([])).gc_threshold == 12345
+    assert settings_from_args(build_parser().parse_args(["--gc-threshold", "0"])
+                              ).gc_threshold == 0
+    with pytest.raises(ConfigError, match="gc-threshold"):
+        settings_from_args(build_parser().parse_args(["--gc-threshold", "-1"]))
+    before = gc.get_threshold()
+    try:
+        tune_gc(0)  # Python's defaults, untouched
+        assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+        tune_gc(12345)
+        assert gc.get_threshold() == (12345, *before[1:])
+        assert gc.get_freeze_count() > 1000  # the modules loaded so far
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)

@@ -1,0 +1,25 @@
+"""Process-wide interpreter settings for the long-lived services."""
+
+from __future__ import annotations
+
+import gc
+
+
+def tune_gc(threshold: int) -> None:
+    """Freeze what start-up allocated and raise the generation-0 GC threshold.
+
+    A consumer holds every leased task's objects for a few milliseconds (lease, fetch,
+    result, flush), so at Python's default threshold (700) the cyclic collector runs
+    every few pages and keeps promoting live objects to older generations: measured
+    ~30-40 us of CPU per page at concurrency 64, a fifth of the consumer's time. Above
+    the working set it runs only every few thousand pages. The collector still runs, so
+    reference cycles are still freed. `gc.freeze()` moves the modules, classes and
+    functions loaded at start-up out of every later full collection. 0 keeps Python's
+    default threshold (and skips the freeze).
+    """
+    if threshold <= 0:
+        return
+    gc.collect()
+    gc.freeze()
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(threshold, gen1, gen2)
