@@ -27,7 +27,7 @@ into ``other``, so a URL can never become a label value by mistake.
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import Final, TypeVar
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -63,11 +63,19 @@ FETCH_BUCKETS: Final = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 
 
 _LABEL_RE: Final = re.compile(r"^[a-z0-9][a-z0-9_]{0,39}$")
 OTHER: Final = "other"
+_K = TypeVar("_K")
 
 
 def _code(value: str) -> str:
     """A label value: `value` if it is a short snake_case code, otherwise ``other``."""
     return value if _LABEL_RE.match(value) else OTHER
+
+
+def _remember(cache: dict[_K, Counter], key: _K, child: Counter) -> Counter:
+    """Keep `child` for `key`, up to 256 keys (raw values need not be bounded)."""
+    if len(cache) < 256:
+        cache[key] = child
+    return child
 
 
 def status_class(status: int | None) -> str:
@@ -157,6 +165,11 @@ class Metrics:
             namespace=NAMESPACE,
             registry=reg,
         )
+        # Labelled children by raw value: `labels()` costs a few us (lock, tuple key,
+        # validation) and the consumer counts every page.
+        self._tasks: dict[str, Counter] = {}
+        self._responses: dict[int | None, Counter] = {}
+        self._errors: dict[str, Counter] = {}
         for outcome in OUTCOMES:
             self.tasks_total.labels(outcome=outcome)
         for cls in STATUS_CLASSES:
@@ -164,17 +177,27 @@ class Metrics:
 
     def task(self, outcome: str, n: int = 1) -> None:
         """Count `n` tasks finished with `outcome` (an OUTCOMES entry or another code)."""
-        self.tasks_total.labels(outcome=_code(outcome)).inc(n)
+        child = self._tasks.get(outcome)
+        if child is None:
+            child = _remember(self._tasks, outcome, self.tasks_total.labels(_code(outcome)))
+        child.inc(n)
 
     def response(self, status: int | None, nbytes: int = 0) -> None:
         """Count one response by status class (None: no response) and its body bytes."""
-        self.responses_total.labels(status_class=status_class(status)).inc()
+        child = self._responses.get(status)
+        if child is None:
+            child = _remember(self._responses, status,
+                              self.responses_total.labels(status_class(status)))
+        child.inc()
         if nbytes > 0:
             self.response_bytes_total.inc(nbytes)
 
     def error(self, kind: str) -> None:
         """Count one error by reason code (``timeout``, ``dns``, ``http_500`` ...)."""
-        self.errors_total.labels(kind=_code(kind)).inc()
+        child = self._errors.get(kind)
+        if child is None:
+            child = _remember(self._errors, kind, self.errors_total.labels(_code(kind)))
+        child.inc()
 
     def render(self) -> tuple[bytes, str]:
         """The exposition body and its content type, for a /metrics handler."""
