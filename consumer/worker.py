@@ -142,6 +142,9 @@ class Consumer:
         metrics.in_flight.set_function(lambda: len(self._fetching))
         self._margin_s = min(1.0, settings.lease_s / 10)
         self._flush_at = max(8, settings.lease_batch // 4)
+        self._max_active = 2 * settings.concurrency
+        self._max_held = 4 * settings.concurrency
+        self._lease_min = max(1, min(settings.lease_batch, self._max_active) // 4)
         self._last_history = 0.0
 
     # -- lifecycle --------------------------------------------------------------------
@@ -190,16 +193,11 @@ class Consumer:
     # -- leasing ----------------------------------------------------------------------
 
     async def _leaser(self) -> None:
-        # Tasks not yet finished keep every fetch slot fed; finished ones waiting for
-        # their flush don't count, or leasing would stall in waves. Held leases in all
-        # are capped too, so a stuck flush can't make a consumer hoard work.
-        max_active = 2 * self.s.concurrency
-        max_held = 4 * self.s.concurrency
         idle = Backoff(base=0.02, cap=1.0)
         errors = Backoff()
         while not self.draining:
-            room = min(max_active - len(self._tasks), max_held - len(self.held))
-            if room < max(1, min(self.s.lease_batch, max_active) // 4):
+            room = self._lease_room()
+            if room < self._lease_min:
                 self._room.clear()
                 await self._room.wait()
                 continue
@@ -227,6 +225,17 @@ class Consumer:
             await self._sleep_unless_stopped(idle)
         if not self.stop_reason:
             self.stop_reason = "signal"
+
+    def _lease_room(self) -> int:
+        # Tasks not yet finished keep every fetch slot fed; finished ones waiting for
+        # their flush don't count, or leasing would stall in waves. Held leases in all
+        # are capped too, so a stuck flush can't make a consumer hoard work.
+        return min(self._max_active - len(self._tasks), self._max_held - len(self.held))
+
+    def _wake_leaser(self) -> None:
+        """Wake the leaser once a lease call's worth of room is free (not every page)."""
+        if self._lease_room() >= self._lease_min:
+            self._room.set()
 
     async def _sleep_unless_stopped(self, backoff: Backoff) -> None:
         with contextlib.suppress(TimeoutError):
@@ -312,7 +321,7 @@ class Consumer:
             if self._tasks.get(lease.id) is asyncio.current_task():
                 del self._tasks[lease.id]
                 self._started.discard(lease.id)
-                self._room.set()
+                self._wake_leaser()
 
     def _expired(self, lease: Lease) -> bool:
         """Whether this lease may have expired in Redis by now (local clock, with margin)."""
@@ -383,7 +392,6 @@ class Consumer:
         self._completions.append(completion)
         if len(self._completions) >= self._flush_at or len(self._completions) == 1:
             self._completed.set()
-        self._room.set()
 
     # -- flushing ---------------------------------------------------------------------
 
@@ -466,7 +474,7 @@ class Consumer:
         if self.held.get(lease.id) is lease:
             del self.held[lease.id]
             self._deadline.pop(lease.id, None)
-            self._room.set()
+            self._wake_leaser()
         if lost:
             self.metrics.leases_lost_total.inc()
 
