@@ -6,6 +6,8 @@ import asyncio
 import gzip
 import hashlib
 import json
+import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -18,6 +20,7 @@ from warcio.archiveiterator import ArchiveIterator
 
 from common.errors import ConfigError, RedisUnavailableError
 from consumer.sinks import JsonlSink, Record, Sink, StreamSink, WarcSink, make_sink
+from consumer.sinks.base import INLINE_WRITE_BYTES, SLOW_WRITE_S
 
 
 def _record(i: int, *, status: int | None = 200, body: bytes | None = None) -> Record:
@@ -438,3 +441,50 @@ def test_make_sink_rejects_bad_config(tmp_path: Path) -> None:
         make_sink("redis-stream", output_dir=tmp_path, worker="w", crawl="c", stream_key="k")
     with pytest.raises(ConfigError, match="rotate_bytes"):
         make_sink("jsonl", output_dir=tmp_path, worker="w", crawl="c", rotate_bytes=0)
+
+
+class _WriteThreads(JsonlSink):
+    """Notes the thread each batch is written in; can be made slow once."""
+
+    threads: list[int]
+    slow_once = 0.0
+
+    def _encode_and_write(self, fh: BinaryIO, records: list[Record]) -> None:
+        self.threads.append(threading.get_ident())
+        if self.slow_once:
+            time.sleep(self.slow_once)
+            self.slow_once = 0.0
+        super()._encode_and_write(fh, records)
+
+
+async def test_small_batches_are_written_on_the_loop_large_ones_in_a_thread(
+        tmp_path: Path) -> None:
+    sink = _WriteThreads(output_dir=tmp_path, crawl="c", worker="w", store_body=True)
+    sink.threads = []
+    small = [_record(i, body=b"x" * 1000) for i in range(10)]
+    large = [_record(10 + i, body=b"y" * (INLINE_WRITE_BYTES // 4)) for i in range(5)]
+    await sink.write(small)
+    await sink.write(large)
+    await sink.close()
+    loop_thread = threading.get_ident()
+    assert sink.threads[0] == loop_thread
+    assert sink.threads[1] != loop_thread  # ~1.25 MiB of bodies: kept off the loop
+    rows = _read_jsonl(sink.files)
+    assert [r["task_id"] for r in rows] == [r.task_id for r in small + large]
+    assert rows[-1]["body"] == "y" * (INLINE_WRITE_BYTES // 4)
+
+
+async def test_a_slow_write_on_the_loop_sends_later_batches_to_a_thread(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    sink = _WriteThreads(output_dir=tmp_path, crawl="c", worker="w")
+    sink.threads, sink.slow_once = [], SLOW_WRITE_S + 0.05  # a disk stalling once
+    batches = _batches(30, 10)
+    for batch in batches:
+        await sink.write(batch)
+    await sink.close()
+    loop_thread = threading.get_ident()
+    assert sink.threads[0] == loop_thread
+    assert loop_thread not in sink.threads[1:]
+    assert "sink_slow_write" in caplog.text
+    assert [r["task_id"] for r in _read_jsonl(sink.files)] == [
+        r.task_id for b in batches for r in b]

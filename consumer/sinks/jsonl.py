@@ -13,8 +13,9 @@ otherwise), so duplicates can be found without storing bodies.
 With gzip on, every batch is written as its own complete gzip member (concatenated
 members are one valid gzip stream, RFC 1952 section 2.2): the file is a readable gzip
 file after every `write()`, not only after `close()`, and a crash loses at most the
-batch being written. Encoding, compression and the write run in one worker thread
-per batch (see `consumer.sinks.base`).
+batch being written. Encoding, compression and the write run in one call per batch,
+on the event loop for small batches, in a worker thread for large ones (see
+`consumer.sinks.base`).
 """
 
 from __future__ import annotations
