@@ -208,6 +208,29 @@ async def test_lease_more_than_lua_can_unpack(redis_client: aioredis.Redis, craw
     assert_conserved(await q.stats())
 
 
+async def test_ack_batch_mixes_successes_repeats_and_refusals(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """One ack call answers each item as a lone ack would; a repeated item counts once."""
+    q = await open_queue(redis_client, crawl_name)
+    await q.enqueue([nt(f"http://ackbatch.test/{i}") for i in range(4)])
+    a, b, c = await q.lease("w", 3, 30_000)
+    short = await lease_one(q, "w", 100)
+    await expire(q, short)
+    forged = Lease(c.task, c.partition, str(int(c.token) + 1000), c.deadline_ms)
+    codes = await q.ack("w", [(a, "ok"), (b, "http_4xx"), (a, "ok"), (short, "ok"),
+                              (forged, "ok"), (c, "ok")])
+    assert codes == [Code.OK, Code.OK, Code.UNKNOWN, Code.EXPIRED, Code.STALE, Code.OK]
+    assert [await q.state_of(x.id) for x in (a, b, c, short)] == [
+        "done", "done", "done", "leased"]
+    pk = q.partitions[0]
+    assert await redis_client.hkeys(pk.tasks) == [short.id.encode()]
+    assert await redis_client.hkeys(pk.owners) == [short.id.encode()]
+    s = await q.stats()
+    assert (s.counters["done"], s.counters["stale"]) == (3, 3)
+    assert (s.counters["outcome:ok"], s.counters["outcome:http_4xx"]) == (2, 1)
+    assert_conserved(s)
+
+
 async def test_priority_then_fifo(redis_client: aioredis.Redis, crawl_name: str) -> None:
     q = await open_queue(redis_client, crawl_name)
     spec = [("a", 0), ("b", 0), ("c", 5), ("d", 9), ("e", 5), ("f", 0), ("g", 1), ("h", 0)]

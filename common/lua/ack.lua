@@ -2,7 +2,8 @@
 --
 -- Only the current lease holder, before its deadline, can ack; anything else is
 -- refused and counted as `stale`. A done task keeps only its seen mark: its body
--- and bookkeeping are deleted.
+-- and bookkeeping are deleted. Reads and deletes are batched (a few commands per call,
+-- not per task); an id given twice is acked once, the repeat answers UNKNOWN.
 --
 -- KEYS[1]  leases       ZSET
 -- KEYS[2]  owners       HASH
@@ -22,23 +23,33 @@ local worker = ARGV[1]
 if (#ARGV - 1) % 3 ~= 0 then error('crawlq: ack needs (id, token, outcome) triples') end
 allow_at_maxmemory(stats)
 local now = now_ms()
-local codes, done, stale, outcomes = {}, 0, 0, {}
+local ids, tokens = {}, {}
 for i = 2, #ARGV, 3 do
-  local id, token, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local state = lease_state(leases, owners, id, token, worker, now)
+  ids[#ids + 1] = ARGV[i]
+  tokens[#tokens + 1] = ARGV[i + 1]
+end
+local states = lease_states(leases, owners, ids, tokens, worker, now)
+local codes, gone, acked, stale, outcomes = {}, {}, {}, 0, {}
+for i, id in ipairs(ids) do
+  local state = states[i]
+  if state == OK and acked[id] then state = UNKNOWN end
   if state == OK then
-    drop_lease(leases, owners, id)
-    for _, h in ipairs({tasks, attempts, checkpoints, errors, stalls, prios}) do
-      redis.call('HDEL', h, id)
-    end
-    done = done + 1
-    outcomes['outcome:' .. outcome] = (outcomes['outcome:' .. outcome] or 0) + 1
+    acked[id] = true
+    gone[#gone + 1] = id
+    local key = 'outcome:' .. ARGV[3 * i + 1]
+    outcomes[key] = (outcomes[key] or 0) + 1
   else
     stale = stale + 1
   end
-  codes[#codes + 1] = state
+  codes[i] = state
 end
-outcomes.done = done
+if #gone > 0 then
+  call_sliced('ZREM', leases, gone, 1000)
+  for _, h in ipairs({owners, tasks, attempts, checkpoints, errors, stalls, prios}) do
+    call_sliced('HDEL', h, gone, 1000)
+  end
+end
+outcomes.done = #gone
 outcomes.stale = stale
 bump(stats, outcomes)
 return codes

@@ -2,7 +2,8 @@
 --
 -- Highest priority first (prio ZSET), then FIFO from the ready LIST. Each task gets a
 -- fresh fencing token and a deadline of Redis TIME + lease_ms; its attempt is counted
--- now, so a task that crashes its consumer still uses up attempts. An id whose body is
+-- now, so a task that crashes its consumer still uses up attempts. Reads and writes are
+-- batched: a few commands per call, not per task. An id whose body is
 -- missing (corrupted state) is dropped and counted as `orphans`.
 --
 -- KEYS[1]  ready        LIST
@@ -46,12 +47,15 @@ if #ids == 0 then return result end
 local bodies = call_sliced('HMGET', tasks, ids, 1000)
 local cps = call_sliced('HMGET', checkpoints, ids, 1000)
 local errs = call_sliced('HMGET', errors, ids, 1000)
+local counts = call_sliced('HMGET', attempts, ids, 1000)
 local first = redis.call('INCRBY', seq, #ids) - #ids + 1
-local zargs, hargs, leased, orphans = {}, {}, 0, 0
+local zargs, hargs, aargs, leased, orphans = {}, {}, {}, 0, 0
 for i, id in ipairs(ids) do
   if bodies[i] then
     local token = tostring(first + i - 1)
-    local attempt = redis.call('HINCRBY', attempts, id, 1)
+    local attempt = (tonumber(counts[i]) or 0) + 1
+    aargs[#aargs + 1] = id
+    aargs[#aargs + 1] = attempt
     zargs[#zargs + 1] = deadline
     zargs[#zargs + 1] = id
     hargs[#hargs + 1] = id
@@ -69,6 +73,7 @@ for i, id in ipairs(ids) do
   end
 end
 if leased > 0 then
+  call_sliced('HSET', attempts, aargs, 1000)
   call_sliced('ZADD', leases, zargs, 1000)
   call_sliced('HSET', owners, hargs, 1000)
 end

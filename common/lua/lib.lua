@@ -59,6 +59,26 @@ local function call_sliced(cmd, key, args, step)
   return out
 end
 
+-- lease_state of many (id, token) pairs in two commands (HMGET owners, ZMSCORE leases),
+-- sliced like call_sliced: the per-item answer is the same as lease_state's.
+local function lease_states(leases, owners, ids, tokens, worker, now)
+  local held = call_sliced('HMGET', owners, ids, 1000)
+  local deadlines = call_sliced('ZMSCORE', leases, ids, 1000)
+  local states = {}
+  for i = 1, #ids do
+    local owner = held[i]
+    if not owner then
+      states[i] = UNKNOWN
+    elseif owner ~= tokens[i] .. ':' .. worker then
+      states[i] = STALE
+    else
+      local deadline = deadlines[i] and tonumber(deadlines[i])
+      if (not deadline) or deadline <= now then states[i] = EXPIRED else states[i] = OK end
+    end
+  end
+  return states
+end
+
 -- Moves an id to the dead-letter set with a short reason code and a message.
 local function to_dead(dead, errors, dead_reasons, id, reason, message, now)
   redis.call('ZADD', dead, now, id)
