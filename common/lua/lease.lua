@@ -45,8 +45,14 @@ local result = {now, deadline}
 if #ids == 0 then return result end
 
 local bodies = call_sliced('HMGET', tasks, ids, 1000)
-local cps = call_sliced('HMGET', checkpoints, ids, 1000)
-local errs = call_sliced('HMGET', errors, ids, 1000)
+-- Most crawls hold no checkpoints and few errors: skip reading an empty hash.
+local cps, errs = {}, {}
+if redis.call('EXISTS', checkpoints) == 1 then
+  cps = call_sliced('HMGET', checkpoints, ids, 1000)
+end
+if redis.call('EXISTS', errors) == 1 then
+  errs = call_sliced('HMGET', errors, ids, 1000)
+end
 local counts = call_sliced('HMGET', attempts, ids, 1000)
 local first = redis.call('INCRBY', seq, #ids) - #ids + 1
 local zargs, hargs, aargs, leased, orphans = {}, {}, {}, 0, 0
@@ -65,8 +71,8 @@ for i, id in ipairs(ids) do
     result[n_result + 2] = token
     result[n_result + 3] = attempt
     result[n_result + 4] = bodies[i]
-    result[n_result + 5] = cps[i]
-    result[n_result + 6] = errs[i]
+    result[n_result + 5] = cps[i] or false
+    result[n_result + 6] = errs[i] or false
     leased = leased + 1
   else
     orphans = orphans + 1
