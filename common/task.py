@@ -76,7 +76,29 @@ def decode_task(
         raise MalformedTaskError(f"task body is not JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise MalformedTaskError(f"task body must be a JSON object, got {type(obj).__name__}")
-    task = Task(
+    # Fast path (every lease decodes its tasks): a body as encode_fields writes it, every
+    # field present with its exact type (`type(x) is int` also rules out booleans).
+    tid, url, max_attempts = obj.get("id"), obj.get("url"), obj.get("max_attempts")
+    priority, enqueued_at = obj.get("priority"), obj.get("enqueued_at")
+    meta, depth = obj.get("meta"), obj.get("depth")
+    if (type(tid) is str and type(url) is str and type(max_attempts) is int
+            and type(priority) is int and type(enqueued_at) is float and type(meta) is dict
+            and type(depth) is int):
+        task = Task(tid, url, attempt, max_attempts, priority, enqueued_at, last_error,
+                    checkpoint, meta, depth)
+    else:
+        task = _decode_slow(obj, attempt, last_error, checkpoint)
+    if task.max_attempts < 1 or task.priority < 0 or task.depth < 0:
+        raise MalformedTaskError("task max_attempts must be >= 1, priority and depth >= 0")
+    if not task.url.startswith(("http://", "https://")):
+        raise MalformedTaskError("task url must be an absolute http(s) URL")
+    return task
+
+
+def _decode_slow(obj: dict[str, Any], attempt: int, last_error: str | None,
+                 checkpoint: Any) -> Task:
+    """Any other valid body: defaults for missing fields, ints accepted as floats."""
+    return Task(
         id=_field(obj, "id", str),
         url=_field(obj, "url", str),
         attempt=attempt,
@@ -88,8 +110,3 @@ def decode_task(
         meta=_field(obj, "meta", dict, {}),
         depth=_field(obj, "depth", int, 0),
     )
-    if task.max_attempts < 1 or task.priority < 0 or task.depth < 0:
-        raise MalformedTaskError("task max_attempts must be >= 1, priority and depth >= 0")
-    if not task.url.startswith(("http://", "https://")):
-        raise MalformedTaskError("task url must be an absolute http(s) URL")
-    return task

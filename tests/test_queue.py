@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from common import codec
-from common.errors import ConfigError, CrawlConflictError
+from common.errors import ConfigError, CrawlConflictError, MalformedTaskError
 from common.keys import PartitionKeys
 from common.queue import (
     MALFORMED,
@@ -31,6 +31,7 @@ from common.queue import (
     NewTask,
     RetryPolicy,
 )
+from common.task import decode_task
 from common.urls import canonicalize, fingerprint, task_id
 
 # ------------------------------------------------------------------------- helpers
@@ -768,6 +769,30 @@ async def test_dead_list_requeue_and_purge(redis_client: aioredis.Redis, crawl_n
     assert s.dead == 0 and s.dead_reasons == {}
     assert (s.counters["requeued"], s.counters["purged"]) == (3, 2)
     assert_conserved(s)
+
+
+@pytest.mark.parametrize(("fields", "error"), [
+    ({"depth": -1}, "depth"),
+    ({"max_attempts": True}, "boolean"),
+    ({"max_attempts": 0}, "max_attempts"),
+    ({"url": "ftp://x/"}, "http"),
+    ({"meta": []}, "meta"),
+    ({"id": 7}, "id"),
+])
+def test_decode_task_checks_every_field_of_a_full_body(fields: dict[str, Any],
+                                                        error: str) -> None:
+    body = {"id": "a" * 32, "url": "http://d.test/", "max_attempts": 3, "priority": 0,
+            "enqueued_at": 1.5, "meta": {}, "depth": 0}
+    assert decode_task(codec.dumps(body)).url == "http://d.test/"
+    with pytest.raises(MalformedTaskError, match=error):
+        decode_task(codec.dumps({**body, **fields}))
+
+
+def test_decode_task_fills_defaults_and_widens_ints() -> None:
+    task = decode_task(b'{"id": "x", "url": "https://d.test/", "enqueued_at": 2}', attempt=4)
+    assert (task.max_attempts, task.priority, task.depth, task.meta) == (3, 0, 0, {})
+    assert task.enqueued_at == 2.0 and isinstance(task.enqueued_at, float)
+    assert task.attempt == 4
 
 
 async def test_malformed_bodies_end_dead_with_raw_bytes(redis_client: aioredis.Redis,
