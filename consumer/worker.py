@@ -54,6 +54,7 @@ PROGRESS_EVERY_S = 30.0
 SHUTDOWN_WAIT_S = 5.0
 HISTORY_LEN = 240
 REDIS_ERRORS = (RedisError, OSError)
+_LOST = frozenset({Code.STALE, Code.EXPIRED, Code.UNKNOWN})  # the lease was not ours anymore
 
 
 @dataclass(slots=True)
@@ -452,31 +453,45 @@ class Consumer:
 
     def _account(self, items: Sequence[Any], codes: Sequence[Code],
                  lease_of: Callable[[Any], Lease], outcome_of: Callable[[Any], str]) -> None:
+        counts: dict[str, int] = {}
+        lost = 0
         for item, code in zip(items, codes, strict=True):
             lease = lease_of(item)
-            self._forget(lease, lost=code in (Code.STALE, Code.EXPIRED, Code.UNKNOWN))
-            if code in (Code.STALE, Code.EXPIRED, Code.UNKNOWN):
-                self.metrics.task("stale")
+            self._unhold(lease)
+            if code in _LOST:
+                lost += 1
+                outcome = "stale"
             elif code == Code.RETRY:
                 self.failed += 1
-                self.metrics.task("retried")
+                outcome = "retried"
             elif code == Code.DEAD:
                 self.failed += 1
-                self.metrics.task("dead")
+                outcome = "dead"
                 log.debug("task_dead", extra={"id": lease.id})
             else:
                 outcome = outcome_of(item)
                 if outcome != "deferred":
                     self.done += 1
-                self.metrics.task(outcome)
+            counts[outcome] = counts.get(outcome, 0) + 1
+        for outcome, n in counts.items():  # one metric update per outcome, not per task
+            self.metrics.task(outcome, n)
+        if lost:
+            self.metrics.leases_lost_total.inc(lost)
+        self._wake_leaser()
 
     def _forget(self, lease: Lease, *, lost: bool) -> None:
-        if self.held.get(lease.id) is lease:
-            del self.held[lease.id]
-            self._deadline.pop(lease.id, None)
+        if self._unhold(lease):
             self._wake_leaser()
         if lost:
             self.metrics.leases_lost_total.inc()
+
+    def _unhold(self, lease: Lease) -> bool:
+        """Stop holding `lease` (not a newer lease of the same task); whether it was held."""
+        if self.held.get(lease.id) is not lease:
+            return False
+        del self.held[lease.id]
+        self._deadline.pop(lease.id, None)
+        return True
 
     def _children(self, live: Sequence[Completion]) -> list[NewTask]:
         """Discovered URLs, canonical, within --max-depth and --allow-domains."""
