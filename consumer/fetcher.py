@@ -120,7 +120,7 @@ class FetchResult:
     final_url: str  # after redirects, fragment dropped
     status: int
     headers: dict[str, str]  # lowercased subset: see KEPT_HEADERS
-    raw_headers: list[tuple[str, str]]  # as received (latin-1), at most MAX_RAW_HEADERS
+    raw_headers: tuple[tuple[bytes, bytes], ...]  # as received, at most MAX_RAW_HEADERS
     body: bytes  # decompressed
     elapsed: float  # seconds, whole redirect chain
     redirects: tuple[str, ...]  # each hop's URL after the first, in order
@@ -550,7 +550,7 @@ def _result(
         final_url=str(final),
         status=resp.status,
         headers=kept,
-        raw_headers=[(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw],
+        raw_headers=raw,
         body=body,
         elapsed=time.monotonic() - started,
         redirects=tuple(redirects),

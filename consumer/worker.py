@@ -379,7 +379,7 @@ class Consumer:
         task = lease.task
         if result is None:
             return Record(task_id=task.id, url=task.url, final_url=task.url, status=None,
-                          outcome=outcome, headers={}, raw_headers=[], body=None, bytes=0,
+                          outcome=outcome, headers={}, raw_headers=(), body=None, bytes=0,
                           elapsed=0.0, attempt=task.attempt, fetched_at=time.time(),
                           worker=self.worker, depth=task.depth, meta=task.meta)
         return Record(task_id=task.id, url=task.url, final_url=result.final_url,

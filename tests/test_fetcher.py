@@ -349,7 +349,7 @@ async def test_200_page_body_and_headers(servers: Servers, fetcher: Fetcher) -> 
     assert result.headers["content-length"] == "11"
     assert "last-modified" in result.headers and "date" in result.headers
     assert "x-custom" not in result.headers  # only the bounded subset
-    assert ("X-Custom", "1") in result.raw_headers  # but all raw headers, as received
+    assert (b"X-Custom", b"1") in result.raw_headers  # but all raw headers, as received
     assert 0 < result.elapsed < 5
 
 

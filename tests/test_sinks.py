@@ -34,11 +34,11 @@ def _record(i: int, *, status: int | None = 200, body: bytes | None = None) -> R
         outcome="ok" if status is not None else "robots_disallowed",
         headers={"content-type": "text/html; charset=utf-8"} if status is not None else {},
         raw_headers=[
-            ("Content-Type", "text/html; charset=utf-8"),
-            ("Content-Encoding", "gzip"),
-            ("Transfer-Encoding", "chunked"),
-            ("Content-Length", "17"),
-            ("Set-Cookie", "a=1"),
+            (b"Content-Type", b"text/html; charset=utf-8"),
+            (b"Content-Encoding", b"gzip"),
+            (b"Transfer-Encoding", b"chunked"),
+            (b"Content-Length", b"17"),
+            (b"Set-Cookie", b"a=1"),
         ]
         if status is not None
         else [],

@@ -59,7 +59,7 @@ class Record:
     status: int | None  # None: no HTTP response (robots_disallowed, network error ...)
     outcome: str
     headers: dict[str, str]  # bounded subset, lowercase names
-    raw_headers: list[tuple[str, str]]  # full response headers, as received (for WARC)
+    raw_headers: Sequence[tuple[builtins.bytes, builtins.bytes]]  # as received (for WARC)
     body: builtins.bytes | None  # decoded body (Content-/Transfer-Encoding removed)
     bytes: int  # body size in bytes
     elapsed: float  # seconds

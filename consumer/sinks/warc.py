@@ -67,7 +67,8 @@ def warc_http_headers(record: Record) -> StatusAndHeaders:
         reason = ""
     body_len = len(record.body) if record.body is not None else 0
     headers: list[tuple[str, str]] = []
-    for name, value in record.raw_headers:
+    for raw_name, raw_value in record.raw_headers:
+        name, value = raw_name.decode("latin-1"), raw_value.decode("latin-1")
         lower = name.lower()
         if lower in _DECODED_HEADERS:
             headers.append((_ORIG_PREFIX + name, _clean(value)))
