@@ -52,6 +52,9 @@ class Code(IntEnum):
     UNKNOWN = 5
 
 
+_CODES = tuple(Code)  # Code by value, faster than Code(value) per item
+
+
 class DedupMode(StrEnum):
     EXACT = "exact"
     BLOOM = "bloom"
@@ -457,7 +460,7 @@ class CrawlQueue:
                                              pk.checkpoints, pk.errors, pk.stalls, pk.prios,
                                              pk.stats], args))
         return self._in_order(items, groups, await self._run(calls) if calls else [],
-                              lambda reply, i: Code(int(reply[i])))
+                              lambda reply, i: _CODES[int(reply[i])])
 
     async def fail(self, worker: str, failures: Sequence[Failure]) -> list[tuple[Code, int]]:
         """Record failed attempts; returns (RETRY with delay ms | DEAD | refusal, -1)."""
@@ -492,7 +495,7 @@ class CrawlQueue:
             calls.append((self.scripts.release, [pk.leases, pk.owners, pk.attempts, pk.ready,
                                                  pk.prio, pk.prios, pk.stats], args))
         return self._in_order(leases, groups, await self._run(calls) if calls else [],
-                              lambda reply, i: Code(int(reply[i])))
+                              lambda reply, i: _CODES[int(reply[i])])
 
     async def defer(self, worker: str, items: Sequence[tuple[Lease, int]]) -> list[Code]:
         """Put leased tasks back to wait delay_ms, without counting an attempt."""
@@ -506,7 +509,7 @@ class CrawlQueue:
             calls.append((self.scripts.defer, [pk.leases, pk.owners, pk.attempts, pk.delayed,
                                                pk.stats], args))
         return self._in_order(items, groups, await self._run(calls) if calls else [],
-                              lambda reply, i: Code(int(reply[i])))
+                              lambda reply, i: _CODES[int(reply[i])])
 
     async def checkpoint(self, worker: str, lease: Lease, value: Any) -> Code:
         """Save a checkpoint for a held lease (a lost lease can't)."""
@@ -527,6 +530,9 @@ class CrawlQueue:
         An item passed twice gets one result per occurrence, in order (a group keeps
         its items' order, and the same item always lands in the same group).
         """
+        if len(groups) == 1:  # one partition (the default): already in the callers' order
+            (reply,) = replies
+            return [parse(reply, i) for i in range(len(items))]
         by_item: dict[int, list[Any]] = defaultdict(list)
         for group, reply in zip(groups.values(), replies, strict=True):
             for i, item in enumerate(group):
