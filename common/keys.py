@@ -45,6 +45,13 @@ bloom          HASH    bloom dedup: layers, count:<layer>          enqueue_bloom
 lock:reap      STRING  SET NX PX guard: one reaper per interval    reaper (Python)
 =============  ======  ==========================================  ===================
 
+``owners`` and ``attempts`` also hold one field that is not a task id,
+`HASHTABLE_FIELD` (128 ``~``), written by lease: a field that long makes Redis store the
+hash as a hashtable for good. Their size follows the tasks in flight, a few hundred
+fields, where Redis would otherwise keep a listpack (up to 512 short fields) and scan
+it for every field read or written (measured ~4 us per field at 256 fields, ~25x a
+hashtable). Tools that list these hashes skip it.
+
 Crawl keys (``crawlq:{<crawl>}:<name>``): ``meta`` HASH (partitions, dedup mode and
 parameters, fixed at creation), ``lock:producer`` STRING (one producer run at a
 time), ``results`` STREAM (the redis-stream sink), ``workers`` ZSET (worker id ->
@@ -69,6 +76,8 @@ from dataclasses import dataclass
 
 PREFIX = "crawlq"
 CRAWLS = f"{PREFIX}:crawls"
+#: The non-task field of ``owners`` and ``attempts`` (mirrors ``lib.lua``).
+HASHTABLE_FIELD = "~" * 128
 
 # Names of the fixed per-partition keys, in the order PartitionKeys declares them.
 _PARTITION_NAMES = (

@@ -32,7 +32,7 @@ import redis.asyncio as aioredis
 from procs import JsonLog
 from sites import start_site_process, test_site
 
-from common.keys import CrawlKeys
+from common.keys import HASHTABLE_FIELD, CrawlKeys
 from common.queue import CrawlQueue, CrawlSettings, NewTask
 from common.urls import canonicalize, fingerprint, task_id
 
@@ -185,7 +185,7 @@ async def owned_by(queue: CrawlQueue, worker: str) -> set[str]:
     for pk in queue.partitions:
         owners = await queue.client.hgetall(pk.owners)
         for tid, owner in owners.items():
-            if owner.decode().partition(":")[2] == worker:
+            if tid != HASHTABLE_FIELD.encode() and owner.decode().partition(":")[2] == worker:
                 held.add(tid.decode())
     return held
 

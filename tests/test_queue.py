@@ -19,7 +19,7 @@ from redis.exceptions import ResponseError
 
 from common import codec
 from common.errors import ConfigError, CrawlConflictError, MalformedTaskError
-from common.keys import PartitionKeys
+from common.keys import HASHTABLE_FIELD, PartitionKeys
 from common.queue import (
     MALFORMED,
     Code,
@@ -225,11 +225,32 @@ async def test_ack_batch_mixes_successes_repeats_and_refusals(
         "done", "done", "done", "leased"]
     pk = q.partitions[0]
     assert await redis_client.hkeys(pk.tasks) == [short.id.encode()]
-    assert await redis_client.hkeys(pk.owners) == [short.id.encode()]
+    assert set(await redis_client.hkeys(pk.owners)) == {HASHTABLE_FIELD.encode(),
+                                                        short.id.encode()}
     s = await q.stats()
     assert (s.counters["done"], s.counters["stale"]) == (3, 3)
     assert (s.counters["outcome:ok"], s.counters["outcome:http_4xx"]) == (2, 1)
     assert_conserved(s)
+
+
+async def test_in_flight_hashes_are_hashtables_from_the_first_lease(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """owners/attempts of a few hundred fields must not be listpacks (a scan per access)."""
+    q = await open_queue(redis_client, crawl_name)
+    await q.enqueue([nt(f"http://enc.test/{i}") for i in range(300)])
+    pk = q.partitions[0]
+    leases = await q.lease("w", 1, 30_000)
+    for key in (pk.owners, pk.attempts):
+        assert await redis_client.object("encoding", key) == b"hashtable"
+        assert await redis_client.hget(key, HASHTABLE_FIELD) == b"1"
+    leases += await q.lease("w", 299, 30_000)
+    assert await q.ack("w", [(x, "ok") for x in leases]) == [Code.OK] * 300
+    for key in (pk.owners, pk.attempts):  # the field stays: no re-conversion on the next lease
+        assert await redis_client.hkeys(key) == [HASHTABLE_FIELD.encode()]
+    # The dedup hashes stay compact listpacks: their memory per URL depends on it.
+    seen = await redis_client.keys(pk.seen(0)[:-1] + "*")
+    assert await redis_client.object("encoding", seen[0]) in (b"listpack", b"ziplist")
+    assert_conserved(await q.stats())
 
 
 async def test_priority_then_fifo(redis_client: aioredis.Redis, crawl_name: str) -> None:

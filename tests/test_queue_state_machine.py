@@ -38,6 +38,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from common.keys import HASHTABLE_FIELD
 from common.queue import (
     MALFORMED,
     Code,
@@ -494,6 +495,13 @@ class QueueMachine(RuleBasedStateMachine):
             mine = {i: t for i, t in self.tasks.items() if t.partition == p}
             live = {i for i, t in mine.items() if t.state not in ("done", "purged")}
             assert {i.decode() for i in bodies} == live  # done/purged: no body left
+            # From the first lease on, both hold the one field that keeps them hashtables.
+            marker = HASHTABLE_FIELD.encode()
+            assert (marker in owners) == (marker in attempts)
+            if any(t.state == "leased" for t in mine.values()):
+                assert owners[marker] == b"1"
+            owners.pop(marker, None)
+            attempts.pop(marker, None)
             assert {k.decode(): v.decode() for k, v in owners.items()} == {
                 t.id: f"{t.token}:{t.worker}" for t in mine.values() if t.state == "leased"}
             got_attempts = {k.decode(): int(v) for k, v in attempts.items()}

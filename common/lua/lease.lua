@@ -53,6 +53,8 @@ end
 if redis.call('EXISTS', errors) == 1 then
   errs = call_sliced('HMGET', errors, ids, 1000)
 end
+force_hashtable(owners)
+force_hashtable(attempts)
 local counts = call_sliced('HMGET', attempts, ids, 1000)
 local first = redis.call('INCRBY', seq, #ids) - #ids + 1
 local zargs, hargs, aargs, leased, orphans = {}, {}, {}, 0, 0

@@ -93,6 +93,14 @@ local function bump(stats, deltas)
   end
 end
 
+-- Makes Redis store `hash` as a hashtable for good (a field longer than
+-- hash-max-listpack-value does it), before it holds a few hundred task fields that a
+-- listpack would scan on every access. Never a task id; see common/keys.py.
+local HASHTABLE_FIELD = string.rep('~', 128)
+local function force_hashtable(hash)
+  redis.call('HSETNX', hash, HASHTABLE_FIELD, '1')
+end
+
 -- Parses an integer ARGV value or stops the script before any write.
 local function int_arg(value, name)
   local n = tonumber(value)
