@@ -7,7 +7,10 @@
    through ``consumer.fetcher.Fetcher``, which tells the fetcher's own cost apart;
 2. **one consumer**: ``python -m consumer --exit-when-empty ...`` with concurrency C on
    a crawl of the same N URLs, enqueued beforehand with ``CrawlQueue.enqueue``;
-3. **two consumers** together on a fresh crawl of the same N URLs.
+3. **two consumers** together on a fresh crawl of the same N URLs, and for scale the
+   bare loop in one process, then in two processes with half the URLs each: on a small
+   machine the static server and Redis compete with the consumers for the CPUs, and
+   this shows how far the ceiling itself scales there.
 
 All of it runs in one invocation against one static server and one redis-server of its
 own (``RedisServer``), on 127.0.0.1 only. The static server is nginx when it is on PATH
@@ -19,12 +22,14 @@ to the last ack (``done`` == N), polled every 20 ms; the process wall time, star
 exit included, is printed too, and so is CPU time per page (``time.process_time`` for
 the in-process loops, ``/proc/<pid>/stat`` for the consumer). The consumer's RSS is read
 from ``/proc/<pid>/status`` (VmRSS) every 0.5 s from its first lease on. Targets: one
-consumer >= 0.85 x the ceiling, two >= 1.4 x one, RSS flat.
+consumer >= 0.85 x the ceiling, two >= 1.4 x one, RSS flat. The CPU time the static
+server and redis-server spend per page in the one-consumer window is printed too: it
+is what a second consumer competes with.
 
-``--profile cprofile`` runs the single consumer under cProfile (main thread only: the
-sink's writer thread is not in it) and prints its top functions; ``--profile py-spy``
-samples it with py-spy (``pip install py-spy``; every thread) and prints the top own and
-inclusive frames from the collapsed stacks it writes.
+``--profile cprofile`` runs the single consumer under cProfile (main thread only; a
+large sink batch written in a thread is not in it) and prints its top functions;
+``--profile py-spy`` samples it with py-spy (``pip install py-spy``; every thread) and
+prints the top own and inclusive frames from the collapsed stacks it writes.
 """
 
 from __future__ import annotations
@@ -196,6 +201,33 @@ async def bare_loop(urls: list[str], concurrency: int) -> tuple[float, float]:
     return elapsed, cpu
 
 
+async def bare_loops_in_processes(port: int, pages: int, concurrency: int,
+                                  processes: int) -> float:
+    """Pages/s of `processes` bare loops in parallel processes, each on its share of URLs:
+    how far the ceiling itself scales on these CPUs (the server competes for them)."""
+    procs = [await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--bare-share", f"{port}:{pages}:{processes}:{i}",
+        "--concurrency", str(concurrency), stdout=asyncio.subprocess.PIPE)
+        for i in range(processes)]
+    outs = [await p.communicate() for p in procs]
+    if any(p.returncode for p in procs):
+        raise SystemExit(f"bare loop processes failed: {[p.returncode for p in procs]}")
+    return pages / max(float(out) for out, _ in outs)
+
+
+def bare_share(spec: str, concurrency: int) -> None:
+    """``--bare-share PORT:PAGES:SHARES:INDEX``: run the bare loop on one share, print s."""
+    port, pages, shares, index = map(int, spec.split(":"))
+    urls = [f"http://127.0.0.1:{port}/p/{i}" for i in range(index, pages, shares)]
+    try:
+        import uvloop  # noqa: PLC0415
+    except ImportError:
+        elapsed, _ = asyncio.run(bare_loop(urls, concurrency))
+    else:
+        elapsed, _ = uvloop.run(bare_loop(urls, concurrency))
+    print(elapsed)
+
+
 async def fetcher_loop(urls: list[str], concurrency: int) -> tuple[float, float]:
     """The same loop through the consumer's Fetcher (SSRF guard off, caps and timeouts on)."""
     from consumer.fetcher import Fetcher, FetchSettings  # noqa: PLC0415
@@ -231,6 +263,7 @@ class Run:
     wall_s: float = 0.0
     rss_kib: list[int] = field(default_factory=list)
     cpu_s: float = 0.0  # CPU time of the (first) consumer during the crawl window
+    server_cpu_s: dict[str, float] = field(default_factory=dict)  # static server, redis
 
     @property
     def rate(self) -> float:
@@ -244,6 +277,16 @@ def cpu_seconds(pid: int) -> float | None:
     except (OSError, IndexError):
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time of a process and its children (nginx: the master and its workers)."""
+    total = cpu_seconds(pid) or 0.0
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return total
+    return total + sum(tree_cpu_seconds(int(c)) for c in children)
 
 
 def vm_rss_kib(pid: int) -> int | None:
@@ -286,6 +329,7 @@ class Env:
     redis_url: str
     urls: list[str]
     workdir: Path
+    servers: dict[str, int] = field(default_factory=dict)  # name -> pid, for their CPU time
 
 
 async def run_consumers(env: Env, n: int, *, profile: str = "none") -> Run:
@@ -312,6 +356,7 @@ async def run_consumers(env: Env, n: int, *, profile: str = "none") -> Run:
     started = time.perf_counter()
     first = last = None
     cpu_first: float | None = None
+    servers_first: dict[str, float] = {}
     next_rss = 0.0
     target = procs[0].pid
     try:
@@ -328,11 +373,14 @@ async def run_consumers(env: Env, n: int, *, profile: str = "none") -> Run:
                 first = now
                 next_rss = now
                 cpu_first = cpu_seconds(target)
+                servers_first = {k: tree_cpu_seconds(p) for k, p in env.servers.items()}
             if stats.done >= len(urls) and last is None:
                 last = time.perf_counter()
                 cpu_last = cpu_seconds(target)
                 if cpu_first is not None and cpu_last is not None:
                     run.cpu_s = cpu_last - cpu_first
+                run.server_cpu_s = {k: tree_cpu_seconds(p) - servers_first.get(k, 0.0)
+                                    for k, p in env.servers.items()}
             if all(p.returncode is not None for p in procs):
                 break
             if now - started > args.timeout:
@@ -423,6 +471,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    ".collapsed)")
     p.add_argument("--timeout", type=float, default=300.0, help="give up on a run after this")
     p.add_argument("--serve-static", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--bare-share", default="", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -444,7 +493,10 @@ async def bench(args: argparse.Namespace) -> int:
         fetcher_s, fetcher_cpu = await fetcher_loop(urls, args.concurrency)
         print(f"same loop through Fetcher    {n / fetcher_s:8.0f} pages/s  ({fetcher_s:.2f} s, "
               f"{1e6 * fetcher_cpu / n:.0f} us CPU/page; no Redis: the fetcher's own cost)")
-        env = Env(args, client, redis.url, urls, workdir)
+        servers = {"static server": static.process.pid}
+        if redis.process is not None:
+            servers["redis-server"] = redis.process.pid
+        env = Env(args, client, redis.url, urls, workdir, servers)
         one = await run_consumers(env, 1, profile=args.profile)
         ratio = one.rate / bare
         print(f"one consumer                 {one.rate:8.0f} pages/s  ({one.window_s:.2f} s "
@@ -454,6 +506,10 @@ async def bench(args: argparse.Namespace) -> int:
             print(f"consumer CPU                 {one.cpu_s:.2f} s over the {one.window_s:.2f}"
                   f" s window: {100 * one.cpu_s / one.window_s:.0f}% of one core, "
                   f"{1e6 * one.cpu_s / n:.0f} us/page")
+        if one.server_cpu_s:
+            print("server CPU                   " + ", ".join(
+                f"{k} {1e6 * v / n:.0f} us/page" for k, v in one.server_cpu_s.items())
+                + " (what a second consumer competes with on these CPUs)")
         if one.rss_kib:
             rss = one.rss_kib
             print(f"consumer RSS                 start {rss[0] / 1024:.1f} MiB, peak "
@@ -465,6 +521,10 @@ async def bench(args: argparse.Namespace) -> int:
             print(f"two consumers                {two.rate:8.0f} pages/s  "
                   f"({two.window_s:.2f} s crawling)  {scale:.2f} x one (target >= 1.4) "
                   f"{'OK' if scale >= 1.4 else 'BELOW TARGET'}")
+            solo = await bare_loops_in_processes(static.port, n, args.concurrency, 1)
+            pair = await bare_loops_in_processes(static.port, n, args.concurrency, 2)
+            print(f"bare loop, 1 vs 2 processes  {solo:8.0f} -> {pair:.0f} pages/s  "
+                  f"{pair / solo:.2f} x (the ceiling's own scaling on these CPUs)")
         if args.profile == "cprofile":
             print_cprofile(args.profile_out)
         elif args.profile == "py-spy":
@@ -484,6 +544,9 @@ def main(argv: list[str] | None = None) -> int:
         args.profile_out = Path(f"/tmp/crawlq-consumer.{suffix}")
     if args.serve_static:
         serve_static(args.serve_static)
+        return 0
+    if args.bare_share:
+        bare_share(args.bare_share, args.concurrency)
         return 0
     try:
         import uvloop  # noqa: PLC0415
