@@ -30,7 +30,7 @@ import ujson
 
 from consumer.sinks.base import DEFAULT_ROTATE_BYTES, Record, RotatingFileSink
 
-__all__ = ["JsonlSink", "encode_record"]
+__all__ = ["JsonlSink", "encode_record", "encode_records"]
 
 
 def _sanitize(value: Any, depth: int = 0) -> Any:
@@ -48,22 +48,44 @@ def _sanitize(value: Any, depth: int = 0) -> Any:
     return str(value)
 
 
+_ENCODE_ERRORS = (OverflowError, TypeError, ValueError, UnicodeError)
+
+
+def _fast(doc: dict[str, Any]) -> str:
+    return str(ujson.dumps(
+        doc, ensure_ascii=False, escape_forward_slashes=False, allow_nan=False, default=str))
+
+
 def _dumps(doc: dict[str, Any]) -> bytes:
     try:
-        text = ujson.dumps(
-            doc, ensure_ascii=False, escape_forward_slashes=False, allow_nan=False, default=str
-        )
-        return str(text).encode("utf-8")
-    except (OverflowError, TypeError, ValueError, UnicodeError):
+        return _fast(doc).encode("utf-8")
+    except _ENCODE_ERRORS:
         # Rare: NaN in meta, lone surrogates or odd objects in items. Slow path.
         text = ujson.dumps(_sanitize(doc), ensure_ascii=True, escape_forward_slashes=False)
         return str(text).encode("ascii")
 
 
+def encode_records(records: list[Record], *, store_body: bool) -> bytes:
+    """The JSON lines (each with its newline) of `records`: one UTF-8 encode per batch;
+    a batch holding an odd value is encoded record by record, the slow path for those."""
+    if not records:
+        return b""
+    try:
+        lines = [_fast(_doc(r, store_body)) for r in records]
+        lines.append("")
+        return "\n".join(lines).encode("utf-8")
+    except _ENCODE_ERRORS:
+        return b"".join([encode_record(r, store_body=store_body) for r in records])
+
+
 def encode_record(record: Record, *, store_body: bool) -> bytes:
     """One JSON line (with its trailing newline) for `record`."""
+    return _dumps(_doc(record, store_body)) + b"\n"
+
+
+def _doc(record: Record, store_body: bool) -> dict[str, Any]:
     body = record.body
-    doc: dict[str, Any] = {
+    return {
         "task_id": record.task_id,
         "url": record.url,
         "final_url": record.final_url,
@@ -83,7 +105,6 @@ def encode_record(record: Record, *, store_body: bool) -> bytes:
         if body is not None
         else None,
     }
-    return _dumps(doc) + b"\n"
 
 
 class JsonlSink(RotatingFileSink):
@@ -109,7 +130,7 @@ class JsonlSink(RotatingFileSink):
         self.suffix = ".jsonl.gz" if gzip else ".jsonl"
 
     def _encode_and_write(self, fh: BinaryIO, records: list[Record]) -> None:
-        data = b"".join(encode_record(r, store_body=self.store_body) for r in records)
+        data = encode_records(records, store_body=self.store_body)
         if self.gzip:
             # One complete gzip member per batch (wbits 16+: gzip header and trailer).
             compressor = zlib.compressobj(self.compresslevel, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
