@@ -280,7 +280,7 @@ class Consumer:
                                                                   "robots_disallowed")))
                     return
                 crawl_delay = verdict.crawl_delay
-            errors = Backoff()
+            errors: Backoff | None = None
             while True:
                 async with self._sem:
                     if self.politeness.enabled:
@@ -303,6 +303,7 @@ class Consumer:
                         slot = None
                         return
                 if got < 0:
+                    errors = errors or Backoff()
                     await errors.sleep()
                 elif got > LOCAL_WAIT_MAX_MS or self.draining:
                     self.metrics.deferrals_total.inc()
@@ -420,21 +421,31 @@ class Consumer:
 
     async def _flush_batch(self, batch: list[Completion]) -> None:
         live: list[Completion] = []
+        records: list[Record] = []
+        acks: list[tuple[Lease, str]] = []
+        fails: list[Failure] = []
+        defers: list[tuple[Lease, int]] = []
+        slots: list[tuple[Slot, int]] = []
+        held = self.held
         for c in batch:
-            if c.kind == "drop":
-                continue
-            if self.held.get(c.lease.id) is not c.lease:
-                continue  # lost at a heartbeat: its result is dropped
-            if self._expired(c.lease):
-                self._forget(c.lease, lost=True)  # expired (e.g. the process was stopped)
+            if c.slot is not None:
+                slots.append((c.slot, c.cooldown_ms))
+            lease = c.lease
+            if c.kind == "drop" or held.get(lease.id) is not lease:
+                continue  # dropped, or lost at a heartbeat: its result is dropped
+            if self._expired(lease):
+                self._forget(lease, lost=True)  # expired (e.g. the process was stopped)
                 continue
             live.append(c)
-        records = [c.record for c in live if c.kind == "ack" and c.record is not None]
+            if c.kind == "ack":
+                acks.append((lease, c.outcome))
+                if c.record is not None:
+                    records.append(c.record)
+            elif c.kind == "fail" and c.failure is not None:
+                fails.append(c.failure)
+            elif c.kind == "defer":
+                defers.append((lease, c.delay_ms))
         children = self._children(live)
-        acks = [(c.lease, c.outcome) for c in live if c.kind == "ack"]
-        fails = [c.failure for c in live if c.kind == "fail" and c.failure is not None]
-        defers = [(c.lease, c.delay_ms) for c in live if c.kind == "defer"]
-        slots = [(c.slot, c.cooldown_ms) for c in batch if c.slot is not None]
         if records:
             await self._retry("sink", lambda: self.sink.write(records))
         if children:
