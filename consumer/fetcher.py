@@ -25,10 +25,11 @@ import logging
 import math
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, fields
 from datetime import UTC
 from email.utils import parsedate_to_datetime
+from typing import Any
 
 import aiohttp
 from aiohttp import ClientResponse, ClientSession, ClientTimeout, HttpVersion11, TCPConnector
@@ -112,12 +113,12 @@ class FetchSettings:
         return f"FetchSettings({', '.join(parts)})"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FetchResult:
     """A response that is the final word on a URL (2xx, 3xx without Location, 304, 4xx)."""
 
     url: str  # as asked for
-    final_url: str  # after redirects, fragment dropped
+    final_url: str  # the last redirect target, or `url` (fragment dropped, quoted)
     status: int
     headers: dict[str, str]  # lowercased subset: see KEPT_HEADERS
     raw_headers: tuple[tuple[bytes, bytes], ...]  # as received, at most MAX_RAW_HEADERS
@@ -253,21 +254,25 @@ class Fetcher:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    async def fetch(self, url: str, *, headers: Mapping[str, str] | None = None) -> FetchResult:
+    def fetch(
+        self, url: str, *, headers: Mapping[str, str] | None = None
+    ) -> Coroutine[Any, Any, FetchResult]:
         """GET `url`, following up to `max_redirects` redirects; raise FetchError.
 
         The whole fetch (every hop, every proxy retry, the body) runs under one
         `total_timeout` deadline, so a server dripping one byte at a time cannot outlast it.
+        Await it like a coroutine function (it returns the fetch's coroutine: no extra
+        coroutine frame per page).
         """
         session = self._session
         if session is None:
             raise RuntimeError("Fetcher.start() has not been called")
         started = time.monotonic()
         if not self._proxies:
-            return await self._fetch_via(
+            return self._fetch_via(
                 session, url, headers, None, started=started, limits=self._timeout
             )
-        return await self._fetch_proxied(session, url, headers, started)
+        return self._fetch_proxied(session, url, headers, started)
 
     async def _fetch_proxied(
         self,
@@ -312,7 +317,7 @@ class Fetcher:
     ) -> FetchResult:
         """Fetch `url` through `proxy`: the first hop under `limits` (aiohttp's timeouts,
         `total` included), each redirect hop under what is left of the deadline."""
-        current = _parse_start_url(url)
+        current, current_text = _parse_start_url(url)
         check_literals = not self._guard.allow_private
         max_redirects = self._settings.max_redirects
         redirects: list[str] = []
@@ -348,7 +353,7 @@ class Fetcher:
                                 headers = _without_credentials(headers)
                             seen.add(key)
                             redirects.append(key)
-                            current = target
+                            current, current_text = target, key
                             limits = self._time_left(started)
                             continue
                     error = classify_status(status, resp.headers)
@@ -356,7 +361,8 @@ class Fetcher:
                         raise error
                     body = await self._read_body(resp)
                     return _result(
-                        url, current, resp=resp, body=body, started=started, redirects=redirects
+                        url, current_text, resp=resp, body=body, started=started,
+                        redirects=redirects,
                     )
         except FetchError:
             raise
@@ -410,18 +416,21 @@ class Fetcher:
 
     async def _read_body(self, resp: ClientResponse) -> bytes:
         cap = self._cap
-        length = resp.content_length
-        if length is not None and length > cap:
-            resp.close()
-            raise FetchError(
-                "body_too_large", f"Content-Length {length} > {cap} bytes", retryable=False
-            )
+        content = resp.content
+        # A body still on its way is refused at once on an honest oversize Content-Length;
+        # one that already arrived whole (a small page) is only counted below.
+        if not content.is_eof():
+            length = resp.content_length
+            if length is not None and length > cap:
+                resp.close()
+                raise FetchError(
+                    "body_too_large", f"Content-Length {length} > {cap} bytes", retryable=False
+                )
         # aiohttp decompresses transparently and in bounded steps (read(n) also bounds how
         # much one feed may inflate; read() without n would lift that bound), so these are
         # decompressed bytes and a gzip bomb is stopped here after ~cap bytes of output.
         # Checking at_eof() after each chunk saves the final empty read: a page that
         # arrived whole takes one read, whatever its Content-Length or encoding.
-        content = resp.content
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -450,11 +459,14 @@ class Fetcher:
         return text
 
 
-def _parse_start_url(url: str) -> URL:
+def _parse_start_url(url: str) -> tuple[URL, str]:
+    """The URL to send and its text: `url` itself when it is already quoted and has no
+    fragment (canonical task URLs: no str() of the parsed URL per fetch)."""
     # A URL that is already fully quoted (canonical task URLs are) is sent as is:
     # re-quoting would turn /a%3Bb into /a;b, a different resource.
+    quoted = _is_quoted(url)
     try:
-        parsed = URL(url, encoded=_is_quoted(url))
+        parsed = URL(url, encoded=quoted)
         scheme = parsed.scheme
         host = parsed.raw_host
         _ = parsed.port
@@ -466,7 +478,8 @@ def _parse_start_url(url: str) -> URL:
         raise FetchError("bad_url", f"not an http(s) URL: {redact_url(url)!r}", retryable=False)
     if parsed.raw_fragment:
         parsed = parsed.with_fragment(None)
-    return parsed
+        return parsed, str(parsed)
+    return parsed, url if quoted else str(parsed)
 
 
 # Any character that is not printable ASCII, or is one of  "<>\^`{|}  or a space: a URL
@@ -524,7 +537,7 @@ def _without_credentials(headers: Mapping[str, str]) -> dict[str, str]:
 
 def _result(
     url: str,
-    final: URL,
+    final_url: str,
     *,
     resp: ClientResponse,
     body: bytes,
@@ -547,7 +560,7 @@ def _result(
         http_version = f"HTTP/{version.major}.{version.minor}"
     return FetchResult(
         url=url,
-        final_url=str(final),
+        final_url=final_url,
         status=resp.status,
         headers=kept,
         raw_headers=raw,
