@@ -1,6 +1,6 @@
 """Consumer throughput against its ceiling: crawl N distinct local pages, three ways.
 
-    python bench/crawl_bench.py [--pages 20000] [--concurrency 64] [--install-nginx]
+    python bench/crawl_bench.py [--pages 20000] [--concurrency 64] [--rounds 3]
 
 1. **ceiling**: a bare aiohttp loop (one ClientSession, ``TCPConnector(limit=C)``, C
    worker coroutines reading every body), no Redis, in this process; then the same loop
@@ -12,8 +12,11 @@
    machine the static server and Redis compete with the consumers for the CPUs, and
    this shows how far the ceiling itself scales there.
 
-All of it runs in one invocation against one static server and one redis-server of its
-own (``RedisServer``), on 127.0.0.1 only. The static server is nginx when it is on PATH
+Every round runs all of this, and with ``--rounds`` > 1 (default 3) the medians follow:
+on a shared machine one run's ratio can swing by 0.2, so only ratios taken within one
+round are compared, and the median is the figure to quote. All of it runs in one
+invocation against one static server and one redis-server of its own
+(``RedisServer``), on 127.0.0.1 only. The static server is nginx when it is on PATH
 (``--install-nginx`` runs ``apt-get install -y nginx`` first when it is not), else an
 aiohttp server in a separate process answering a small page for any path.
 
@@ -42,6 +45,7 @@ import pstats
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -464,6 +468,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--install-nginx", action="store_true",
                    help="apt-get install -y nginx when it is missing")
     p.add_argument("--skip-two", action="store_true", help="skip the two-consumer run")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="repeat everything, printing each round and the medians")
     p.add_argument("--profile", choices=("none", "cprofile", "py-spy"), default="none",
                    help="profile the single-consumer run (slows it down)")
     p.add_argument("--profile-out", type=Path, default=None,
@@ -475,6 +481,81 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+@dataclass
+class Round:
+    """The figures of one round: every ratio is taken within the round."""
+
+    bare: float  # pages/s
+    fetcher: float
+    one: Run
+    two: Run | None = None
+    bare_solo: float = 0.0  # bare loop in 1 process, then in 2 (pages/s)
+    bare_pair: float = 0.0
+
+    @property
+    def ratio(self) -> float:
+        return self.one.rate / self.bare
+
+    @property
+    def scale(self) -> float:
+        return self.two.rate / self.one.rate if self.two else 0.0
+
+
+async def one_round(env: Env, port: int, profile: str) -> Round:
+    """Ceiling, Fetcher loop, one consumer, then two consumers and the bare loop's scaling."""
+    args, urls, n = env.args, env.urls, len(env.urls)
+    bare_s, bare_cpu = await bare_loop(urls, args.concurrency)
+    print(f"ceiling (bare aiohttp loop)  {n / bare_s:8.0f} pages/s  ({bare_s:.2f} s, "
+          f"{1e6 * bare_cpu / n:.0f} us CPU/page)")
+    fetcher_s, fetcher_cpu = await fetcher_loop(urls, args.concurrency)
+    print(f"same loop through Fetcher    {n / fetcher_s:8.0f} pages/s  ({fetcher_s:.2f} s, "
+          f"{1e6 * fetcher_cpu / n:.0f} us CPU/page; no Redis: the fetcher's own cost)")
+    r = Round(n / bare_s, n / fetcher_s, await run_consumers(env, 1, profile=profile))
+    one = r.one
+    print(f"one consumer                 {one.rate:8.0f} pages/s  ({one.window_s:.2f} s "
+          f"crawling, {one.wall_s:.2f} s wall)  ratio {r.ratio:.2f} "
+          f"(target >= 0.85) {'OK' if r.ratio >= 0.85 else 'BELOW TARGET'}")
+    if profile != "py-spy":  # py-spy's pid is not the consumer's
+        print(f"consumer CPU                 {one.cpu_s:.2f} s over the {one.window_s:.2f}"
+              f" s window: {100 * one.cpu_s / one.window_s:.0f}% of one core, "
+              f"{1e6 * one.cpu_s / n:.0f} us/page")
+    if one.server_cpu_s:
+        print("server CPU                   " + ", ".join(
+            f"{k} {1e6 * v / n:.0f} us/page" for k, v in one.server_cpu_s.items())
+            + " (what a second consumer competes with on these CPUs)")
+    if one.rss_kib:
+        rss = one.rss_kib
+        print(f"consumer RSS                 start {rss[0] / 1024:.1f} MiB, peak "
+              f"{max(rss) / 1024:.1f} MiB, end {rss[-1] / 1024:.1f} MiB "
+              f"({len(rss)} samples every 0.5 s)")
+    if not args.skip_two:
+        r.two = await run_consumers(env, 2)
+        print(f"two consumers                {r.two.rate:8.0f} pages/s  "
+              f"({r.two.window_s:.2f} s crawling)  {r.scale:.2f} x one (target >= 1.4) "
+              f"{'OK' if r.scale >= 1.4 else 'BELOW TARGET'}")
+        r.bare_solo = await bare_loops_in_processes(port, n, args.concurrency, 1)
+        r.bare_pair = await bare_loops_in_processes(port, n, args.concurrency, 2)
+        print(f"bare loop, 1 vs 2 processes  {r.bare_solo:8.0f} -> {r.bare_pair:.0f} pages/s  "
+              f"{r.bare_pair / r.bare_solo:.2f} x (the ceiling's own scaling on these CPUs)")
+    return r
+
+
+def print_medians(rounds: list[Round]) -> None:
+    """Median of each figure over the rounds (shared machines vary a lot run to run)."""
+    def med(values: list[float], digits: int = 2) -> str:
+        return (f"{statistics.median(values):.{digits}f} "
+                f"(range {min(values):.{digits}f}-{max(values):.{digits}f})")
+
+    print(f"\n-- medians over {len(rounds)} rounds --")
+    print(f"one consumer / ceiling       {med([r.ratio for r in rounds])}  target >= 0.85")
+    print(f"consumer CPU, us/page        "
+          f"{med([1e6 * r.one.cpu_s / r.one.pages for r in rounds], 0)}")
+    if all(r.two for r in rounds):
+        print(f"two consumers / one          {med([r.scale for r in rounds])}  target >= 1.4")
+        print(f"bare loop, 2 / 1 processes   "
+              f"{med([r.bare_pair / r.bare_solo for r in rounds])}")
+
+
 async def bench(args: argparse.Namespace) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="crawlq-bench-"))
     redis = RedisServer().start()
@@ -484,47 +565,18 @@ async def bench(args: argparse.Namespace) -> int:
         urls = [static.url(i) for i in range(args.pages)]
         print(f"{args.pages} pages from {static.kind}, concurrency {args.concurrency}, "
               f"{os.cpu_count()} CPUs, redis-server {'.'.join(map(str, redis.version()))}")
-        n = args.pages
         await bare_loop(urls[:2000], args.concurrency)  # warm up server and imports
-        bare_s, bare_cpu = await bare_loop(urls, args.concurrency)
-        bare = n / bare_s
-        print(f"ceiling (bare aiohttp loop)  {bare:8.0f} pages/s  ({bare_s:.2f} s, "
-              f"{1e6 * bare_cpu / n:.0f} us CPU/page)")
-        fetcher_s, fetcher_cpu = await fetcher_loop(urls, args.concurrency)
-        print(f"same loop through Fetcher    {n / fetcher_s:8.0f} pages/s  ({fetcher_s:.2f} s, "
-              f"{1e6 * fetcher_cpu / n:.0f} us CPU/page; no Redis: the fetcher's own cost)")
         servers = {"static server": static.process.pid}
         if redis.process is not None:
             servers["redis-server"] = redis.process.pid
         env = Env(args, client, redis.url, urls, workdir, servers)
-        one = await run_consumers(env, 1, profile=args.profile)
-        ratio = one.rate / bare
-        print(f"one consumer                 {one.rate:8.0f} pages/s  ({one.window_s:.2f} s "
-              f"crawling, {one.wall_s:.2f} s wall)  ratio {ratio:.2f} "
-              f"(target >= 0.85) {'OK' if ratio >= 0.85 else 'BELOW TARGET'}")
-        if args.profile != "py-spy":  # py-spy's pid is not the consumer's
-            print(f"consumer CPU                 {one.cpu_s:.2f} s over the {one.window_s:.2f}"
-                  f" s window: {100 * one.cpu_s / one.window_s:.0f}% of one core, "
-                  f"{1e6 * one.cpu_s / n:.0f} us/page")
-        if one.server_cpu_s:
-            print("server CPU                   " + ", ".join(
-                f"{k} {1e6 * v / n:.0f} us/page" for k, v in one.server_cpu_s.items())
-                + " (what a second consumer competes with on these CPUs)")
-        if one.rss_kib:
-            rss = one.rss_kib
-            print(f"consumer RSS                 start {rss[0] / 1024:.1f} MiB, peak "
-                  f"{max(rss) / 1024:.1f} MiB, end {rss[-1] / 1024:.1f} MiB "
-                  f"({len(rss)} samples every 0.5 s)")
-        if not args.skip_two:
-            two = await run_consumers(env, 2)
-            scale = two.rate / one.rate
-            print(f"two consumers                {two.rate:8.0f} pages/s  "
-                  f"({two.window_s:.2f} s crawling)  {scale:.2f} x one (target >= 1.4) "
-                  f"{'OK' if scale >= 1.4 else 'BELOW TARGET'}")
-            solo = await bare_loops_in_processes(static.port, n, args.concurrency, 1)
-            pair = await bare_loops_in_processes(static.port, n, args.concurrency, 2)
-            print(f"bare loop, 1 vs 2 processes  {solo:8.0f} -> {pair:.0f} pages/s  "
-                  f"{pair / solo:.2f} x (the ceiling's own scaling on these CPUs)")
+        rounds = []
+        for i in range(args.rounds):
+            if args.rounds > 1:
+                print(f"\n-- round {i + 1} of {args.rounds} --")
+            rounds.append(await one_round(env, static.port, args.profile if i == 0 else "none"))
+        if args.rounds > 1:
+            print_medians(rounds)
         if args.profile == "cprofile":
             print_cprofile(args.profile_out)
         elif args.profile == "py-spy":
