@@ -455,7 +455,7 @@ class CrawlQueue:
             pk = self.partitions[p]
             args: list[Any] = [worker]
             for lease, outcome in group:
-                args += [lease.id, lease.token, outcome]
+                args.extend((lease.id, lease.token, outcome))
             calls.append((self.scripts.ack, [pk.leases, pk.owners, pk.tasks, pk.attempts,
                                              pk.checkpoints, pk.errors, pk.stalls, pk.prios,
                                              pk.stats], args))

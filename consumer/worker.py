@@ -21,7 +21,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -67,7 +67,7 @@ class Completion:
     record: Record | None = None
     failure: Failure | None = None
     delay_ms: int = 0
-    urls: list[str] = field(default_factory=list)
+    urls: Sequence[str] = ()
     slot: Slot | None = None
     cooldown_ms: int = 0
 
@@ -345,7 +345,7 @@ class Consumer:
         self.metrics.response(result.status, len(result.body))
         outcome = "ok" if result.status < 400 else "http_4xx"
         record = self._record(lease, result, outcome)
-        urls: list[str] = []
+        urls: Sequence[str] = ()
         if self.handler is not None:
             try:
                 handled = as_result(await self.handler(result, self._context(lease)))
