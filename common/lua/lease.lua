@@ -57,24 +57,20 @@ force_hashtable(owners)
 force_hashtable(attempts)
 local counts = call_sliced('HMGET', attempts, ids, 1000)
 local first = redis.call('INCRBY', seq, #ids) - #ids + 1
+-- Explicit indexes, not #t: the length operator is a search in Lua 5.1.
 local zargs, hargs, aargs, leased, orphans = {}, {}, {}, 0, 0
+local owner_suffix, deadline_arg, r = ':' .. worker, tostring(deadline), 2
 for i, id in ipairs(ids) do
   if bodies[i] then
     local token = tostring(first + i - 1)
     local attempt = (tonumber(counts[i]) or 0) + 1
-    aargs[#aargs + 1] = id
-    aargs[#aargs + 1] = attempt
-    zargs[#zargs + 1] = deadline
-    zargs[#zargs + 1] = id
-    hargs[#hargs + 1] = id
-    hargs[#hargs + 1] = token .. ':' .. worker
-    local n_result = #result
-    result[n_result + 1] = id
-    result[n_result + 2] = token
-    result[n_result + 3] = attempt
-    result[n_result + 4] = bodies[i]
-    result[n_result + 5] = cps[i] or false
-    result[n_result + 6] = errs[i] or false
+    local k = 2 * leased
+    aargs[k + 1], aargs[k + 2] = id, attempt
+    zargs[k + 1], zargs[k + 2] = deadline_arg, id
+    hargs[k + 1], hargs[k + 2] = id, token .. owner_suffix
+    result[r + 1], result[r + 2], result[r + 3] = id, token, attempt
+    result[r + 4], result[r + 5], result[r + 6] = bodies[i], cps[i] or false, errs[i] or false
+    r = r + 6
     leased = leased + 1
   else
     orphans = orphans + 1
