@@ -52,8 +52,10 @@ _ENCODE_ERRORS = (OverflowError, TypeError, ValueError, UnicodeError)
 
 
 def _fast(doc: dict[str, Any]) -> str:
-    return str(ujson.dumps(
-        doc, ensure_ascii=False, escape_forward_slashes=False, allow_nan=False, default=str))
+    # No default=: an object JSON can't hold raises TypeError, and the slow path
+    # (_sanitize) turns it into its str().
+    return str(ujson.dumps(doc, ensure_ascii=False, escape_forward_slashes=False,
+                           allow_nan=False))
 
 
 def _dumps(doc: dict[str, Any]) -> bytes:
