@@ -64,6 +64,7 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout
 
 from common.queue import CrawlQueue, CrawlSettings, NewTask  # noqa: E402
 from common.redis_server import RedisServer, free_port  # noqa: E402
+from common.runtime import run_loop  # noqa: E402
 from common.urls import fingerprint  # noqa: E402
 
 PAGE = ("<!doctype html>\n<html><head><title>bench</title></head><body>"
@@ -223,12 +224,7 @@ def bare_share(spec: str, concurrency: int) -> None:
     """``--bare-share PORT:PAGES:SHARES:INDEX``: run the bare loop on one share, print s."""
     port, pages, shares, index = map(int, spec.split(":"))
     urls = [f"http://127.0.0.1:{port}/p/{i}" for i in range(index, pages, shares)]
-    try:
-        import uvloop  # noqa: PLC0415
-    except ImportError:
-        elapsed, _ = asyncio.run(bare_loop(urls, concurrency))
-    else:
-        elapsed, _ = uvloop.run(bare_loop(urls, concurrency))
+    elapsed, _ = run_loop(bare_loop(urls, concurrency))
     print(elapsed)
 
 
@@ -600,11 +596,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.bare_share:
         bare_share(args.bare_share, args.concurrency)
         return 0
-    try:
-        import uvloop  # noqa: PLC0415
-    except ImportError:
-        return asyncio.run(bench(args))
-    return uvloop.run(bench(args))
+    return run_loop(bench(args))
 
 
 if __name__ == "__main__":

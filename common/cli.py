@@ -28,7 +28,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -53,14 +53,10 @@ from common.errors import ConfigError, CrawlqError
 from common.keys import CRAWLS, PREFIX, CrawlKeys
 from common.logs import setup_logging
 from common.queue import CrawlQueue, CrawlSettings, Stats
-
-try:
-    import uvloop
-except ImportError:  # pragma: no cover - uvloop is not on every platform
-    uvloop = None  # type: ignore[assignment]
+from common.runtime import run_loop
 
 __all__ = ["EXIT_FAIL", "EXIT_OK", "EXIT_REDIS", "EXIT_USAGE", "build_parser", "main",
-           "main_async", "rates", "redis_error_message", "run_loop"]
+           "main_async", "rates", "redis_error_message"]
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_REDIS = 0, 1, 2, 3
 RATE_WINDOW_S = 60.0
@@ -554,13 +550,6 @@ async def _dispatch(args: argparse.Namespace) -> int:
     finally:
         if client is not None:
             await client.aclose()
-
-
-def run_loop(coro: Coroutine[Any, Any, int]) -> int:
-    """Run a coroutine on uvloop where it is installed (``uvloop.run``), else asyncio."""
-    if uvloop is None:  # pragma: no cover - uvloop is not on every platform
-        return asyncio.run(coro)
-    return uvloop.run(coro)
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace | int:

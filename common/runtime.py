@@ -1,8 +1,25 @@
-"""Process-wide interpreter settings for the long-lived services."""
+"""Process-wide runtime: the event loop the commands run on, and GC settings."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+try:
+    import uvloop
+except ImportError:  # pragma: no cover - uvloop is not on every platform
+    uvloop = None  # type: ignore[assignment]
+
+T = TypeVar("T")
+
+
+def run_loop(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine on uvloop where it is installed (``uvloop.run``), else asyncio."""
+    if uvloop is None:  # pragma: no cover - uvloop is not on every platform
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 def tune_gc(threshold: int) -> None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Sequence
 
 from common.errors import ConfigError
 from common.logs import setup_logging
-from common.runtime import tune_gc
+from common.runtime import run_loop, tune_gc
 from consumer.config import build_parser, settings_from_args
 from consumer.run import run
 
@@ -23,11 +22,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     setup_logging(settings.common.log_level, settings.common.log_format)
     tune_gc(settings.gc_threshold)
-    try:
-        import uvloop  # noqa: PLC0415 - optional: not built for every platform
-    except ImportError:
-        return asyncio.run(run(settings))
-    return uvloop.run(run(settings))
+    return run_loop(run(settings))
 
 
 if __name__ == "__main__":

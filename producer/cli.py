@@ -32,7 +32,7 @@ from typing import Any, BinaryIO, TextIO
 
 from redis.exceptions import RedisError
 
-from common.cli import redis_error_message, run_loop
+from common.cli import redis_error_message
 from common.config import (
     COMMON_OPTIONS,
     CommonSettings,
@@ -45,6 +45,7 @@ from common.connection import RedisClient, open_redis
 from common.errors import ConfigError, CrawlConflictError, SourceError
 from common.logs import setup_logging
 from common.queue import CrawlQueue, CrawlSettings, DedupMode
+from common.runtime import run_loop
 from consumer.fetcher import Fetcher
 from producer.lock import LockHeldError, ProducerLock
 from producer.progress import Progress
