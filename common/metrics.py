@@ -27,6 +27,7 @@ into ``other``, so a URL can never become a label value by mistake.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Final, TypeVar
 
 from prometheus_client import (
@@ -71,10 +72,15 @@ def _code(value: str) -> str:
     return value if _LABEL_RE.match(value) else OTHER
 
 
-def _remember(cache: dict[_K, Counter], key: _K, child: Counter) -> Counter:
-    """Keep `child` for `key`, up to 256 keys (raw values need not be bounded)."""
-    if len(cache) < 256:
-        cache[key] = child
+def _child(cache: dict[_K, Counter], key: _K, metric: Counter,
+           label: Callable[[_K], str]) -> Counter:
+    """`metric`'s child labelled `label(key)`, kept by raw `key` (up to 256 of them: raw
+    values need not be bounded, the labels are)."""
+    child = cache.get(key)
+    if child is None:
+        child = metric.labels(label(key))
+        if len(cache) < 256:
+            cache[key] = child
     return child
 
 
@@ -177,27 +183,17 @@ class Metrics:
 
     def task(self, outcome: str, n: int = 1) -> None:
         """Count `n` tasks finished with `outcome` (an OUTCOMES entry or another code)."""
-        child = self._tasks.get(outcome)
-        if child is None:
-            child = _remember(self._tasks, outcome, self.tasks_total.labels(_code(outcome)))
-        child.inc(n)
+        _child(self._tasks, outcome, self.tasks_total, _code).inc(n)
 
     def response(self, status: int | None, nbytes: int = 0) -> None:
         """Count one response by status class (None: no response) and its body bytes."""
-        child = self._responses.get(status)
-        if child is None:
-            child = _remember(self._responses, status,
-                              self.responses_total.labels(status_class(status)))
-        child.inc()
+        _child(self._responses, status, self.responses_total, status_class).inc()
         if nbytes > 0:
             self.response_bytes_total.inc(nbytes)
 
     def error(self, kind: str) -> None:
         """Count one error by reason code (``timeout``, ``dns``, ``http_500`` ...)."""
-        child = self._errors.get(kind)
-        if child is None:
-            child = _remember(self._errors, kind, self.errors_total.labels(_code(kind)))
-        child.inc()
+        _child(self._errors, kind, self.errors_total, _code).inc()
 
     def render(self) -> tuple[bytes, str]:
         """The exposition body and its content type, for a /metrics handler."""
