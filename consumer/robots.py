@@ -203,6 +203,13 @@ class RobotsCache:
             entry = await self._shared_lookup(origin)
         return self._verdict(entry, path)
 
+    def cached(self, url: str) -> RobotsVerdict | None:
+        """The verdict for `url` if this process holds its origin's robots.txt, else None
+        (`check` looks it up); raises like `check` for a cached failure."""
+        origin, path = origin_of(url)
+        entry = self._local_get(origin)
+        return None if entry is None else self._verdict(entry, path)
+
     async def close(self) -> None:
         """Cancel lookups in flight (their callers get CancelledError) and forget them."""
         tasks = list(self._inflight.values())

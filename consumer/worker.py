@@ -2,10 +2,12 @@
 
 Coroutines of one process:
 
-- the leaser keeps up to 2 x ``--concurrency`` leases held, leasing in batches, and
-  starts one task coroutine per lease;
-- a task coroutine checks robots.txt, takes a fetch slot (the local semaphore) and a
-  host slot (Redis, micro-batched), fetches, runs the handler, and queues a completion;
+- the leaser keeps up to 2 x ``--concurrency`` leases unfinished, leasing in batches
+  into a local queue;
+- ``--concurrency`` workers (the fetch slots) take leases off that queue one at a time:
+  each checks robots.txt, takes a host slot (Redis, micro-batched), fetches, runs the
+  handler, and queues a completion. A lease that must wait (its robots.txt being looked
+  up, a short per-host delay) is parked outside the workers and queued again after;
 - the flusher writes completed results to the sink, enqueues discovered URLs, then
   acks/fails/defers in batches — acks only after the sink has the result;
 - the heartbeat renews every held lease in one script call per partition, cancels work
@@ -20,6 +22,7 @@ import contextlib
 import logging
 import random
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -123,10 +126,15 @@ class Consumer:
                                        ttl_s=settings.lease_s)
         self._acquirer: MicroBatcher[HostRequest, Slot | int] = MicroBatcher(
             self.politeness.acquire)
-        self._sem = asyncio.Semaphore(settings.concurrency)
         self.held: dict[str, Lease] = {}
         self._deadline: dict[str, float] = {}  # id -> local monotonic lease deadline
-        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._pending: deque[Lease] = deque()  # leased, waiting for a worker
+        self._running: dict[str, tuple[asyncio.Task[None], Lease]] = {}  # id -> worker
+        self._waiting: dict[str, asyncio.Handle | asyncio.Task[None]] = {}  # parked
+        self._dropping: dict[asyncio.Task[None], Lease] = {}  # workers told to drop it
+        self._idle: deque[asyncio.Future[None]] = deque()
+        self._workers: list[asyncio.Task[None]] = []
+        self._acquire_errors = 0
         self._fetching: set[str] = set()
         self._started: set[str] = set()  # fetch begun: drained within --grace, not cut
         self._completions: list[Completion] = []
@@ -174,6 +182,8 @@ class Consumer:
                                              "concurrency": self.s.concurrency})
         helpers = [asyncio.create_task(c) for c in (
             self._heartbeat(), self._reaper(), self._flusher(), self._acquirer.run())]
+        self._workers = [asyncio.create_task(self._worker())
+                         for _ in range(self.s.concurrency)]
         try:
             await self._leaser()
             await self._drain()
@@ -182,9 +192,10 @@ class Consumer:
             # error, which a loop would catch and go on: so the loops also check _closing,
             # and shutdown waits for them a bounded time.
             self._closing = True
-            for task in helpers:
+            everything = [*helpers, *self._workers]
+            for task in everything:
                 task.cancel()
-            await asyncio.wait(helpers, timeout=SHUTDOWN_WAIT_S)
+            await asyncio.wait(everything, timeout=SHUTDOWN_WAIT_S)
             with contextlib.suppress(*REDIS_ERRORS):
                 await self.registry.leave()
         log.info("consumer_stopped", extra={"worker": self.worker, "reason": self.stop_reason,
@@ -212,11 +223,16 @@ class Consumer:
                 await self._sleep_unless_stopped(errors)
                 continue
             errors.reset()
+            deadline = t0 + self.s.lease_s
             for lease in leases:
+                old = self.held.get(lease.id)
+                if old is not None:  # reclaimed, then leased to us again: `old` is dead
+                    self._drop_work(old)
                 self.held[lease.id] = lease
-                self._deadline[lease.id] = t0 + self.s.lease_s
-                self._tasks[lease.id] = asyncio.create_task(self._work(lease))
+                self._deadline[lease.id] = deadline
             if leases:
+                self._pending.extend(leases)
+                self._wake_workers()
                 idle.reset()
                 continue
             if self.s.exit_when_empty and await self._crawl_finished():
@@ -228,10 +244,11 @@ class Consumer:
             self.stop_reason = "signal"
 
     def _lease_room(self) -> int:
-        # Tasks not yet finished keep every fetch slot fed; finished ones waiting for
-        # their flush don't count, or leasing would stall in waves. Held leases in all
-        # are capped too, so a stuck flush can't make a consumer hoard work.
-        return min(self._max_active - len(self._tasks), self._max_held - len(self.held))
+        # Leases not yet finished keep every worker fed; finished ones waiting for their
+        # flush don't count, or leasing would stall in waves. Held leases in all are
+        # capped too, so a stuck flush can't make a consumer hoard work.
+        unfinished = len(self._pending) + len(self._running) + len(self._waiting)
+        return min(self._max_active - unfinished, self._max_held - len(self.held))
 
     def _wake_leaser(self) -> None:
         """Wake the leaser once a lease call's worth of room is free (not every page)."""
@@ -256,61 +273,145 @@ class Consumer:
             return False
         return stats.active == 0
 
-    # -- one task ---------------------------------------------------------------------
+    # -- workers ----------------------------------------------------------------------
+
+    async def _worker(self) -> None:
+        """One fetch slot: take leases off the local queue one at a time and work each in
+        place (no task per lease); return once draining and nothing is queued."""
+        me = asyncio.current_task()
+        assert me is not None
+        loop = asyncio.get_running_loop()
+        pending, running, held, idle = self._pending, self._running, self.held, self._idle
+        while True:
+            if not pending:
+                if self.draining:
+                    return
+                wake: asyncio.Future[None] = loop.create_future()
+                idle.append(wake)
+                await wake
+                continue
+            lease = pending.popleft()
+            if held.get(lease.id) is not lease:
+                continue  # lost at a heartbeat before it started
+            entry = running[lease.id] = (me, lease)
+            try:
+                await self._work(lease)
+            except asyncio.CancelledError:
+                # Told to drop this lease (lost at a heartbeat): go on with the next one.
+                # Any other cancellation stops the worker.
+                if self._dropping.pop(me, None) is not lease or me.uncancel() > 0:
+                    raise
+            finally:
+                if running.get(lease.id) is entry:
+                    del running[lease.id]
+                    self._started.discard(lease.id)
+                self._wake_leaser()
+
+    def _drop_work(self, lease: Lease) -> None:
+        """Stop working on a lease that is not ours anymore: cancel its fetch, or its wait."""
+        entry = self._running.get(lease.id)
+        if entry is not None and entry[1] is lease:
+            worker = entry[0]
+            self._dropping[worker] = lease
+            worker.cancel()
+        waiter = self._waiting.pop(lease.id, None)
+        if waiter is not None:
+            waiter.cancel()
+
+    def _wake_workers(self) -> None:
+        """Wake one idle worker per queued lease (all of them when draining, to return)."""
+        idle = self._idle
+        n = len(idle) if self.draining else len(self._pending)
+        while idle and n > 0:
+            wake = idle.popleft()
+            if not wake.done():  # a worker cancelled while idle leaves its future behind
+                wake.set_result(None)
+                n -= 1
+
+    def _wait_outside(self, lease: Lease, waiter: asyncio.Handle | asyncio.Task[None]) -> None:
+        """Park a lease outside the workers until `waiter` puts it back (`_requeue`)."""
+        self._waiting[lease.id] = waiter
+
+    def _requeue(self, lease: Lease) -> None:
+        """A parked lease is ready again: first in the queue, it was leased before the rest."""
+        self._waiting.pop(lease.id, None)
+        if self.held.get(lease.id) is lease and not self.draining:
+            self._pending.appendleft(lease)
+            self._wake_workers()
+        else:
+            self._wake_leaser()
+
+    async def _robots_lookup(self, lease: Lease) -> None:
+        """Fetch (or read the fleet's copy of) a lease's robots.txt while no worker waits,
+        then queue the lease again: its worker then finds the verdict cached."""
+        assert self.robots is not None
+        outage: Backoff | None = None
+        while True:
+            try:
+                await self.robots.check(lease.task.url)
+            except FetchError as exc:  # e.g. ssrf_blocked, which is not cached
+                self._waiting.pop(lease.id, None)
+                if self.held.get(lease.id) is lease:
+                    self._complete_error(lease, exc, None)
+                self._wake_leaser()
+                return
+            except RedisUnavailableError:
+                outage = outage or Backoff()
+                await outage.sleep()
+                continue
+            self._requeue(lease)
+            return
 
     async def _work(self, lease: Lease) -> None:
+        """Take a lease through robots.txt, politeness, the fetch and the handler to its
+        completion, or park it outside the workers (robots.txt lookup, a short host wait)."""
         slot: Slot | None = None
         try:
             url = lease.task.url
             crawl_delay = None
             if self.robots is not None:
-                verdict = None
-                outage = Backoff()
-                while verdict is None:
-                    try:
-                        verdict = await self.robots.check(url)
-                    except FetchError as exc:
-                        self._complete_error(lease, exc, None)
-                        return
-                    except RedisUnavailableError:
-                        await outage.sleep()
+                try:
+                    verdict = self.robots.cached(url)
+                except FetchError as exc:  # a cached failure (robots_unavailable)
+                    self._complete_error(lease, exc, None)
+                    return
+                if verdict is None:
+                    self._wait_outside(lease, asyncio.create_task(self._robots_lookup(lease)))
+                    return
                 if not verdict.allowed:
                     self._complete(Completion(lease, "ack", "robots_disallowed",
                                               record=self._record(lease, None,
                                                                   "robots_disallowed")))
                     return
                 crawl_delay = verdict.crawl_delay
-            errors: Backoff | None = None
-            while True:
-                async with self._sem:
-                    if self.politeness.enabled:
-                        try:
-                            got = await self._acquirer.request(HostRequest(
-                                host_key(url), self.politeness.delay_for(crawl_delay)))
-                        except REDIS_ERRORS:
-                            got = -1
-                    else:
-                        got = None
-                    if got is None or isinstance(got, Slot):
-                        slot = got
-                        if self._expired(lease):
-                            # e.g. the process was stopped: someone else may own it now.
-                            self._complete(Completion(lease, "drop", slot=slot))
-                            slot = None
-                            self._forget(lease, lost=True)
-                            return
-                        await self._fetch(lease, slot)
-                        slot = None
-                        return
-                if got < 0:
-                    errors = errors or Backoff()
-                    await errors.sleep()
-                elif got > LOCAL_WAIT_MAX_MS or self.draining:
-                    self.metrics.deferrals_total.inc()
-                    self._complete(Completion(lease, "defer", "deferred", delay_ms=got))
+            if self.politeness.enabled:
+                try:
+                    got = await self._acquirer.request(HostRequest(
+                        host_key(url), self.politeness.delay_for(crawl_delay)))
+                    self._acquire_errors = 0
+                except REDIS_ERRORS:
+                    self._acquire_errors += 1
+                    delay = min(5.0, 0.1 * 2 ** self._acquire_errors)
+                    self._wait_outside(lease, asyncio.get_running_loop().call_later(
+                        random.uniform(delay / 2, delay), self._requeue, lease))
                     return
-                else:
-                    await asyncio.sleep(got / 1000)
+                if isinstance(got, int):  # the host has no room yet: ms to wait
+                    if got > LOCAL_WAIT_MAX_MS or self.draining:
+                        self.metrics.deferrals_total.inc()
+                        self._complete(Completion(lease, "defer", "deferred", delay_ms=got))
+                    else:
+                        self._wait_outside(lease, asyncio.get_running_loop().call_later(
+                            got / 1000, self._requeue, lease))
+                    return
+                slot = got
+            if self._expired(lease):
+                # e.g. the process was stopped: someone else may own it now.
+                self._complete(Completion(lease, "drop", slot=slot))
+                slot = None
+                self._forget(lease, lost=True)
+                return
+            await self._fetch(lease, slot)
+            slot = None
         except asyncio.CancelledError:
             if slot is not None:
                 self._complete(Completion(lease, "drop", slot=slot))
@@ -319,11 +420,6 @@ class Consumer:
             log.exception("task_crashed", extra={"id": lease.id})
             self._complete(Completion(lease, "fail", failure=Failure(
                 lease, "internal_error", f"{type(exc).__name__}: {exc}"), slot=slot))
-        finally:
-            if self._tasks.get(lease.id) is asyncio.current_task():
-                del self._tasks[lease.id]
-                self._started.discard(lease.id)
-                self._wake_leaser()
 
     def _expired(self, lease: Lease) -> bool:
         """Whether this lease may have expired in Redis by now (local clock, with margin)."""
@@ -579,9 +675,7 @@ class Consumer:
             if self.held.get(lease.id) is not lease:
                 continue  # finished meanwhile, or leased again: the newer lease is alive
             log.debug("lease_lost", extra={"id": lease.id, "code": code.name})
-            task = self._tasks.get(lease.id)
-            if task is not None:
-                task.cancel()
+            self._drop_work(lease)
             self._forget(lease, lost=True)
 
     async def _reaper(self) -> None:
@@ -627,9 +721,16 @@ class Consumer:
         self.draining = True
         log.info("consumer_draining", extra={"held": len(self.held),
                                              "in_flight": len(self._fetching)})
-        await self._cancel([i for i in self._tasks if i not in self._started])
+        self._pending.clear()  # never started: released below
+        parked = list(self._waiting.values())
+        self._waiting.clear()
+        for waiter in parked:
+            waiter.cancel()
+        await self._cancel([w for w in parked if isinstance(w, asyncio.Task)])
+        self._wake_workers()  # idle workers see the drain and return
+        await self._cancel([w for i, (w, _) in self._running.items() if i not in self._started])
         await self._release_unfinished()
-        running = set(self._tasks.values())
+        running = {w for w, _ in self._running.values()}  # each returns after its fetch
         if running and not self._hard_stop.is_set():
             hard = asyncio.create_task(self._hard_stop.wait())
             deadline = time.monotonic() + self.s.grace_s
@@ -640,13 +741,13 @@ class Consumer:
             hard.cancel()
             if running:
                 log.warning("drain_grace_over", extra={"releasing": len(running)})
-        await self._cancel(list(self._tasks))
+        await self._cancel(self._workers)
         await self.flush()
         await self._release_unfinished()
         await self.sink.close()
 
-    async def _cancel(self, ids: Sequence[str]) -> None:
-        tasks = [self._tasks[i] for i in ids if i in self._tasks]
+    async def _cancel(self, tasks: Sequence[asyncio.Task[None]]) -> None:
+        tasks = [t for t in tasks if not t.done()]
         for task in tasks:
             task.cancel()
         if tasks:
@@ -656,7 +757,7 @@ class Consumer:
         """Release every held lease whose task no longer runs and has no result to flush."""
         finishing = {c.lease.id for c in self._completions if c.kind != "drop"}
         leases = [lease for tid, lease in self.held.items()
-                  if tid not in self._tasks and tid not in finishing]
+                  if tid not in self._running and tid not in finishing]
         if not leases:
             return
         try:

@@ -175,6 +175,42 @@ async def test_hanging_server_times_out_and_dies_after_max_attempts(
     assert dead.reason == "timeout" and dead.attempts == 2
 
 
+@pytest.mark.parametrize("how", ["expired", "reclaimed"])
+async def test_lost_lease_cancels_its_fetch_and_frees_the_worker(
+        how: str, redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+        tmp_path: Path) -> None:
+    hung = asyncio.Event()
+
+    async def hang_once(request: web.Request) -> web.Response:
+        if not hung.is_set():
+            hung.set()
+            await asyncio.sleep(30)
+        return web.Response(text="answered")
+
+    async with serve({"/hang": hang_once, "/p/{i}": page}) as site:
+        url = site.url("/hang")
+        queue = await enqueue(redis_client, crawl_name, [url])
+        consumer = asyncio.create_task(consume(
+            redis_url, crawl_name, tmp_path, "--concurrency", "1", "--lease", "3s",
+            "--timeout", "30s"))
+        await asyncio.wait_for(hung.wait(), 10)
+        started = time.monotonic()
+        await enqueue(redis_client, crawl_name, [site.url(f"/p/{i}") for i in range(3)])
+        # The lease runs out in Redis (as after a long pause). Either the next heartbeat
+        # finds it lost, or (reclaimed first) the consumer leases the task again: both must
+        # cancel the old fetch and free the consumer's only worker.
+        tid = fingerprint(url).hex()
+        await redis_client.zadd(queue.partitions[queue.partition_of_id(tid)].leases, {tid: 1})
+        if how == "reclaimed":
+            assert await queue.reclaim() == (1, 0)
+        assert await asyncio.wait_for(consumer, 20) == 0
+        assert time.monotonic() - started < 10, "the worker stayed on the lost fetch"
+    assert len(site.hits["/hang"]) == 2  # reclaimed, then leased and fetched again
+    assert sorted(r["url"] for r in records(tmp_path)) == sorted(
+        [url, *(site.url(f"/p/{i}") for i in range(3))])
+    assert (await queue.stats()).done == 4
+
+
 async def test_bad_redirects_end_dead_with_their_reason(
         redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
     def redirect(to: str) -> Handler:
