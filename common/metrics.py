@@ -11,6 +11,11 @@ status class or a reason code, never a URL or a host. The helper methods (`task`
 `response`, `error`) fold any value that does not look like a short snake_case code
 into ``other``, so a URL can never become a label value by mistake.
 
+The two series a consumer touches on every page are cheap to feed: `response` only
+tallies (folded into the counters by `publish`, which the consumer calls once per flush
+and `render` calls before every scrape), and the fetch-duration histogram is a plain
+custom collector (`FetchHistogram`) rather than prometheus-client's locked Histogram.
+
     crawlq_tasks_total{outcome}             tasks finished, by outcome
     crawlq_fetch_duration_seconds           histogram of fetch wall time
     crawlq_responses_total{status_class}    responses by 1xx..5xx, or "error" (no response)
@@ -26,8 +31,10 @@ into ``other``, so a URL can never become a label value by mistake.
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Callable
+from bisect import bisect_left
+from collections.abc import Callable, Iterable
 from typing import Final, TypeVar
 
 from prometheus_client import (
@@ -35,11 +42,12 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
-    Histogram,
     generate_latest,
 )
+from prometheus_client.core import HistogramMetricFamily, Metric
 
-__all__ = ["FETCH_BUCKETS", "OUTCOMES", "STATUS_CLASSES", "Metrics", "status_class"]
+__all__ = ["FETCH_BUCKETS", "OUTCOMES", "STATUS_CLASSES", "FetchHistogram", "Metrics",
+           "status_class"]
 
 NAMESPACE: Final = "crawlq"
 
@@ -91,6 +99,42 @@ def status_class(status: int | None) -> str:
     return f"{status // 100}xx"
 
 
+class FetchHistogram:
+    """A label-free histogram observed from one thread, registered as a custom collector.
+
+    prometheus-client's Histogram takes two locks and walks its buckets on every
+    observation (~0.7 us); a consumer observes once a page, on its event loop, which also
+    serves /metrics, so plain counts and a bisect do (~0.15 us). Exposed exactly like a
+    Histogram's ``_bucket``/``_count``/``_sum`` series.
+    """
+
+    def __init__(self, name: str, documentation: str, buckets: Iterable[float],
+                 registry: CollectorRegistry) -> None:
+        self.name = f"{NAMESPACE}_{name}"
+        self.documentation = documentation
+        self._bounds = (*sorted(buckets), math.inf)
+        self._les = ["+Inf" if b == math.inf else repr(float(b)) for b in self._bounds]
+        self._counts = [0] * len(self._bounds)
+        self._sum = 0.0
+        registry.register(self)
+
+    def observe(self, value: float) -> None:
+        """Count one observation (in the first bucket whose bound is >= value)."""
+        self._counts[bisect_left(self._bounds, value)] += 1
+        self._sum += value
+
+    def collect(self) -> list[Metric]:
+        buckets, total = [], 0
+        for le, n in zip(self._les, self._counts, strict=True):
+            total += n
+            buckets.append((le, float(total)))
+        return [HistogramMetricFamily(self.name, self.documentation, buckets=buckets,
+                                      sum_value=self._sum)]
+
+    def describe(self) -> list[Metric]:
+        return [HistogramMetricFamily(self.name, self.documentation)]
+
+
 class Metrics:
     """Every metric of one process, in its own registry.
 
@@ -108,12 +152,11 @@ class Metrics:
             namespace=NAMESPACE,
             registry=reg,
         )
-        self.fetch_duration_seconds = Histogram(
+        self.fetch_duration_seconds = FetchHistogram(
             "fetch_duration_seconds",
             "Wall time of one fetch, connect to last body byte.",
-            namespace=NAMESPACE,
-            buckets=FETCH_BUCKETS,
-            registry=reg,
+            FETCH_BUCKETS,
+            reg,
         )
         self.responses_total = Counter(
             "responses_total",
@@ -176,6 +219,8 @@ class Metrics:
         self._tasks: dict[str, Counter] = {}
         self._responses: dict[int | None, Counter] = {}
         self._errors: dict[str, Counter] = {}
+        self._pending_responses: dict[int | None, int] = {}
+        self._pending_bytes = 0
         for outcome in OUTCOMES:
             self.tasks_total.labels(outcome=outcome)
         for cls in STATUS_CLASSES:
@@ -186,10 +231,21 @@ class Metrics:
         _child(self._tasks, outcome, self.tasks_total, _code).inc(n)
 
     def response(self, status: int | None, nbytes: int = 0) -> None:
-        """Count one response by status class (None: no response) and its body bytes."""
-        _child(self._responses, status, self.responses_total, status_class).inc()
-        if nbytes > 0:
-            self.response_bytes_total.inc(nbytes)
+        """Count one response by status class (None: no response) and its body bytes
+        (tallied here, in the counters from the next `publish`)."""
+        pending = self._pending_responses
+        pending[status] = pending.get(status, 0) + 1
+        self._pending_bytes += nbytes
+
+    def publish(self) -> None:
+        """Fold the tallies of `response` into their counters."""
+        pending = self._pending_responses
+        for status, n in pending.items():
+            _child(self._responses, status, self.responses_total, status_class).inc(n)
+        pending.clear()
+        if self._pending_bytes > 0:
+            self.response_bytes_total.inc(self._pending_bytes)
+        self._pending_bytes = 0
 
     def error(self, kind: str) -> None:
         """Count one error by reason code (``timeout``, ``dns``, ``http_500`` ...)."""
@@ -197,4 +253,5 @@ class Metrics:
 
     def render(self) -> tuple[bytes, str]:
         """The exposition body and its content type, for a /metrics handler."""
+        self.publish()
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -557,6 +557,7 @@ class Consumer:
             self._account(defers, codes, lambda d: d[0], lambda d: "deferred")
         if slots:
             await self._retry("release_host", lambda: self.politeness.release(slots))
+        self.metrics.publish()
 
     def _account(self, items: Sequence[Any], codes: Sequence[Code],
                  lease_of: Callable[[Any], Lease], outcome_of: Callable[[Any], str]) -> None:

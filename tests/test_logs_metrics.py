@@ -9,10 +9,11 @@ import re
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from common.errors import ConfigError
 from common.logs import RedactFilter, redact, setup_logging
-from common.metrics import OUTCOMES, Metrics, status_class
+from common.metrics import FETCH_BUCKETS, OUTCOMES, Metrics, status_class
 
 PROXY = "http://u:secret@proxy:8080"
 TS_RE = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
@@ -218,6 +219,38 @@ def test_counters_increment_and_render() -> None:
     assert "crawlq_reclaimed_total 4.0" in text
     assert "crawlq_deferrals_total 1.0" in text
     assert "crawlq_redis_errors_total 1.0" in text
+
+
+def test_fetch_histogram_buckets_match_prometheus_histogram() -> None:
+    m = Metrics()
+    reg = CollectorRegistry()
+    reference = Histogram("fetch_duration_seconds", "x", namespace="crawlq",
+                          buckets=FETCH_BUCKETS, registry=reg)
+    for value in (0.0, 0.01, 0.0100001, 0.3, 0.5, 59.9, 60.0, 61.0, 1e9):
+        m.fetch_duration_seconds.observe(value)
+        reference.observe(value)
+
+    def series(text: str) -> list[str]:
+        return sorted(line for line in text.splitlines()
+                      if line.startswith("crawlq_fetch_duration_seconds_")
+                      and "_created" not in line)
+
+    ours = series(m.render()[0].decode())
+    assert ours == series(generate_latest(reg).decode())
+    assert 'crawlq_fetch_duration_seconds_bucket{le="0.01"} 2.0' in ours
+    assert 'crawlq_fetch_duration_seconds_bucket{le="+Inf"} 9.0' in ours
+
+
+def test_responses_are_tallied_until_published() -> None:
+    m = Metrics()
+    m.response(200, nbytes=10)
+    assert 'crawlq_responses_total{status_class="2xx"} 0.0' in generate_latest(
+        m.registry).decode()
+    m.publish()
+    m.response(201, nbytes=5)
+    text = m.render()[0].decode()
+    assert 'crawlq_responses_total{status_class="2xx"} 2.0' in text
+    assert "crawlq_response_bytes_total 15.0" in text
 
 
 def test_registries_are_independent() -> None:
