@@ -21,6 +21,7 @@ from warcio.archiveiterator import ArchiveIterator
 from common.errors import ConfigError, RedisUnavailableError
 from consumer.sinks import JsonlSink, Record, Sink, StreamSink, WarcSink, make_sink
 from consumer.sinks.base import INLINE_WRITE_BYTES, SLOW_WRITE_S
+from consumer.sinks.jsonl import encode_record, encode_records
 
 
 def _record(i: int, *, status: int | None = 200, body: bytes | None = None) -> Record:
@@ -138,6 +139,23 @@ async def test_jsonl_without_body_keeps_sha1_and_handles_odd_values(tmp_path: Pa
     assert rows[1]["status"] is None
     assert rows[1]["body"] is None
     assert rows[1]["body_sha1"] is None
+
+
+@pytest.mark.parametrize("nested", [
+    [{"a": 1}, {"task_id": "x"}],  # an object boundary lookalike inside items
+    ["},{", ',{"task_id":', "\n"],  # lookalikes inside strings (escaped or harmless)
+])
+def test_encode_records_is_one_line_per_record_whatever_items_hold(nested: list[Any]) -> None:
+    batch = [_record(i) for i in range(5)]
+    batch[2].items = nested
+    batch[3].meta = {"k": nested}
+    lines = encode_records(batch, store_body=False).decode().split("\n")
+    assert lines[-1] == ""
+    rows = [json.loads(line) for line in lines[:-1]]
+    assert [r["task_id"] for r in rows] == [r.task_id for r in batch]
+    assert rows[2]["items"] == nested and rows[3]["meta"] == {"k": nested}
+    assert [encode_record(r, store_body=False) for r in batch] == [
+        (line + "\n").encode() for line in lines[:-1]]
 
 
 async def test_jsonl_store_body_replaces_invalid_utf8(tmp_path: Path) -> None:

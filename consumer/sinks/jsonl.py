@@ -51,7 +51,7 @@ def _sanitize(value: Any, depth: int = 0) -> Any:
 _ENCODE_ERRORS = (OverflowError, TypeError, ValueError, UnicodeError)
 
 
-def _fast(doc: dict[str, Any]) -> str:
+def _fast(doc: Any) -> str:
     # No default=: an object JSON can't hold raises TypeError, and the slow path
     # (_sanitize) turns it into its str().
     return str(ujson.dumps(doc, ensure_ascii=False, escape_forward_slashes=False,
@@ -67,17 +67,31 @@ def _dumps(doc: dict[str, Any]) -> bytes:
         return str(text).encode("ascii")
 
 
+# Where one line's object ends and the next begins in the JSON array of a batch: every
+# line's object starts with its task_id. An unescaped quote can't occur inside a JSON
+# string, so this sequence can appear elsewhere only through a nested object in items or
+# meta; then the count of boundaries is off and the batch is encoded line by line.
+_BOUNDARY = ',{"task_id":'
+_LINE_BREAK = '\n{"task_id":'
+
+
 def encode_records(records: list[Record], *, store_body: bool) -> bytes:
-    """The JSON lines (each with its newline) of `records`: one UTF-8 encode per batch;
-    a batch holding an odd value is encoded record by record, the slow path for those."""
+    """The JSON lines (each with its newline) of `records`, in one UTF-8 string.
+
+    The whole batch is one ujson call (each call costs ~0.8 us of its own, a third of a
+    line's encoding), split back into lines at the object boundaries. A batch holding an
+    odd value is encoded record by record, the slow path for those.
+    """
     if not records:
         return b""
+    docs = [_doc(r, store_body) for r in records]
     try:
-        lines = [_fast(_doc(r, store_body)) for r in records]
-        lines.append("")
-        return "\n".join(lines).encode("utf-8")
+        body = _fast(docs)[1:-1]
     except _ENCODE_ERRORS:
-        return b"".join([encode_record(r, store_body=store_body) for r in records])
+        return b"".join([_dumps(d) + b"\n" for d in docs])
+    if body.count(_BOUNDARY) != len(docs) - 1:
+        return b"".join([_dumps(d) + b"\n" for d in docs])
+    return (body.replace(_BOUNDARY, _LINE_BREAK) + "\n").encode("utf-8")
 
 
 def encode_record(record: Record, *, store_body: bool) -> bytes:
