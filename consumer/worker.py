@@ -252,7 +252,7 @@ class Consumer:
 
     def _wake_leaser(self) -> None:
         """Wake the leaser once a lease call's worth of room is free (not every page)."""
-        if self._lease_room() >= self._lease_min:
+        if not self._room.is_set() and self._lease_room() >= self._lease_min:
             self._room.set()
 
     async def _sleep_unless_stopped(self, backoff: Backoff) -> None:
