@@ -1,6 +1,6 @@
 """Consumer throughput against its ceiling: crawl N distinct local pages, three ways.
 
-    python bench/crawl_bench.py [--pages 20000] [--concurrency 64] [--rounds 3]
+    python bench/crawl_bench.py [--pages 20000] [--concurrency 64] [--rounds 5]
 
 1. **ceiling**: a bare aiohttp loop (one ClientSession, ``TCPConnector(limit=C)``, C
    worker coroutines reading every body), no Redis, in this process; then the same loop
@@ -12,7 +12,7 @@
    machine the static server and Redis compete with the consumers for the CPUs, and
    this shows how far the ceiling itself scales there.
 
-Every round runs all of this, and with ``--rounds`` > 1 (default 3) the medians follow:
+Every round runs all of this, and with ``--rounds`` > 1 (default 5) the medians follow:
 on a shared machine one run's ratio can swing by 0.2, so only ratios taken within one
 round are compared, and the median is the figure to quote. All of it runs in one
 invocation against one static server and one redis-server of its own
@@ -464,7 +464,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--install-nginx", action="store_true",
                    help="apt-get install -y nginx when it is missing")
     p.add_argument("--skip-two", action="store_true", help="skip the two-consumer run")
-    p.add_argument("--rounds", type=int, default=3,
+    p.add_argument("--rounds", type=int, default=5,
                    help="repeat everything, printing each round and the medians")
     p.add_argument("--profile", choices=("none", "cprofile", "py-spy"), default="none",
                    help="profile the single-consumer run (slows it down)")
