@@ -7,6 +7,8 @@ import contextlib
 import gc
 import itertools
 import json
+import os
+import signal
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -269,6 +271,49 @@ async def test_robots_disallow_is_honoured(
     assert stats.counters["outcome:ok"] == 1
     outcomes = {r["url"]: r["outcome"] for r in records(tmp_path)}
     assert outcomes[urls[1]] == "robots_disallowed"
+
+
+@pytest.mark.parametrize("waiting_for", ["robots.txt", "a host's delay"])
+async def test_sigterm_releases_leases_parked_outside_the_workers(
+        waiting_for: str, redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+        tmp_path: Path) -> None:
+    robots_asked = asyncio.Event()
+
+    async def slow_robots(request: web.Request) -> web.Response:
+        robots_asked.set()
+        await asyncio.sleep(30)
+        return web.Response(text="User-agent: *\nAllow: /\n")
+
+    n = 8
+    async with serve({"/p/{i}": page, "/robots.txt": slow_robots}) as site:
+        queue = await enqueue(redis_client, crawl_name, [site.url(f"/p/{i}") for i in range(n)])
+        args = consumer_args(redis_url, crawl_name, tmp_path, "--concurrency", "4",
+                             "--lease", "60s", "--grace", "1s")
+        args = [a for a in args if a != "--exit-when-empty"]
+        if waiting_for == "robots.txt":
+            args.remove("--ignore-robots")
+        else:  # one request per 400 ms: leases wait their turn parked on a timer
+            args[args.index("--per-host-concurrency") + 1] = "1"
+            args[args.index("--per-host-delay") + 1] = "0.4s"
+        consumer = asyncio.create_task(run(settings_from_args(build_parser().parse_args(args))))
+
+        async def parked() -> bool:
+            if waiting_for == "robots.txt":
+                return robots_asked.is_set()
+            return "/p/" in str(site.paths) and (await queue.stats()).leased >= 4
+
+        deadline = time.monotonic() + 10
+        while not await parked():
+            assert time.monotonic() < deadline and not consumer.done()
+            await asyncio.sleep(0.02)
+        stopped = time.monotonic()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert await asyncio.wait_for(consumer, 10) == 0
+        assert time.monotonic() - stopped < 3, "parked leases held the drain up"
+    stats = await queue.stats()
+    assert stats.leased == 0  # every lease released (or finished), none left to expire
+    assert stats.pending + stats.waiting + stats.done == n
+    assert stats.counters.get("released", 0) >= 1
 
 
 async def test_per_host_delay_holds_across_two_consumers(
