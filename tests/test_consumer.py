@@ -316,6 +316,21 @@ async def test_sigterm_releases_leases_parked_outside_the_workers(
     assert stats.counters.get("released", 0) >= 1
 
 
+async def test_robots_lookup_refused_by_the_ssrf_guard_ends_the_task_dead(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
+    async with serve({"/p/{i}": page}, robots="User-agent: *\nAllow: /\n") as site:
+        queue = await enqueue(redis_client, crawl_name, [site.url("/p/1")])
+        # Guard on and robots.txt honoured: the robots.txt lookup itself is refused
+        # (127.0.0.1), which is not cached, so the lease must end, not wait again.
+        args = [a for a in consumer_args(redis_url, crawl_name, tmp_path)
+                if a not in ("--ignore-robots", "--allow-private")]
+        settings = settings_from_args(build_parser().parse_args(args))
+        assert await asyncio.wait_for(run(settings), 30) == 0
+        assert not site.hits
+    [dead] = await queue.dead_list()
+    assert dead.reason == "ssrf_blocked"
+
+
 async def test_per_host_delay_holds_across_two_consumers(
         redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
     async with serve({"/p/{i}": page}) as site:
