@@ -79,6 +79,16 @@ async def page(request: web.Request) -> web.Response:
     return web.Response(text=f"<html><body>page {i}</body></html>", content_type="text/html")
 
 
+def hanging(asked: asyncio.Event, text: str, *, once: bool = False) -> Handler:
+    """A handler that sets `asked` and hangs for 30 s (with `once`, only the first time)."""
+    async def handler(request: web.Request) -> web.Response:
+        if not (once and asked.is_set()):
+            asked.set()
+            await asyncio.sleep(30)
+        return web.Response(text=text)
+    return handler
+
+
 async def enqueue(client: aioredis.Redis, crawl: str, urls: list[str],
                   **task: Any) -> CrawlQueue:
     queue = await CrawlQueue.open(client, crawl)
@@ -182,14 +192,7 @@ async def test_lost_lease_cancels_its_fetch_and_frees_the_worker(
         how: str, redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
         tmp_path: Path) -> None:
     hung = asyncio.Event()
-
-    async def hang_once(request: web.Request) -> web.Response:
-        if not hung.is_set():
-            hung.set()
-            await asyncio.sleep(30)
-        return web.Response(text="answered")
-
-    async with serve({"/hang": hang_once, "/p/{i}": page}) as site:
+    async with serve({"/hang": hanging(hung, "answered", once=True), "/p/{i}": page}) as site:
         url = site.url("/hang")
         queue = await enqueue(redis_client, crawl_name, [url])
         consumer = asyncio.create_task(consume(
@@ -278,14 +281,10 @@ async def test_sigterm_releases_leases_parked_outside_the_workers(
         waiting_for: str, redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
         tmp_path: Path) -> None:
     robots_asked = asyncio.Event()
-
-    async def slow_robots(request: web.Request) -> web.Response:
-        robots_asked.set()
-        await asyncio.sleep(30)
-        return web.Response(text="User-agent: *\nAllow: /\n")
-
     n = 8
-    async with serve({"/p/{i}": page, "/robots.txt": slow_robots}) as site:
+    async with serve({"/p/{i}": page,
+                      "/robots.txt": hanging(robots_asked, "User-agent: *\nAllow: /\n")}
+                     ) as site:
         queue = await enqueue(redis_client, crawl_name, [site.url(f"/p/{i}") for i in range(n)])
         args = consumer_args(redis_url, crawl_name, tmp_path, "--concurrency", "4",
                              "--lease", "60s", "--grace", "1s")
