@@ -346,21 +346,26 @@ class Consumer:
         then queue the lease again: its worker then finds the verdict cached."""
         assert self.robots is not None
         outage: Backoff | None = None
-        while True:
-            try:
-                await self.robots.check(lease.task.url)
-            except FetchError as exc:  # e.g. ssrf_blocked, which is not cached
-                self._waiting.pop(lease.id, None)
-                if self.held.get(lease.id) is lease:
+        try:
+            while True:
+                try:
+                    await self.robots.check(lease.task.url)
+                    break
+                except RedisUnavailableError:
+                    outage = outage or Backoff()
+                    await outage.sleep()
+        except Exception as exc:  # a FetchError such as ssrf_blocked is not cached
+            self._waiting.pop(lease.id, None)
+            if self.held.get(lease.id) is lease:
+                if isinstance(exc, FetchError):
                     self._complete_error(lease, exc, None)
-                self._wake_leaser()
-                return
-            except RedisUnavailableError:
-                outage = outage or Backoff()
-                await outage.sleep()
-                continue
-            self._requeue(lease)
+                else:
+                    log.exception("task_crashed", extra={"id": lease.id})
+                    self._complete(Completion(lease, "fail", failure=Failure(
+                        lease, "internal_error", f"{type(exc).__name__}: {exc}")))
+            self._wake_leaser()
             return
+        self._requeue(lease)
 
     async def _work(self, lease: Lease) -> None:
         """Take a lease through robots.txt, politeness, the fetch and the handler to its

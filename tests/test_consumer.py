@@ -27,6 +27,7 @@ from common.queue import CrawlQueue, NewTask
 from common.runtime import tune_gc
 from common.urls import fingerprint
 from consumer.config import build_parser, settings_from_args
+from consumer.robots import RobotsCache
 from consumer.run import run
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -328,6 +329,23 @@ async def test_robots_lookup_refused_by_the_ssrf_guard_ends_the_task_dead(
         assert not site.hits
     [dead] = await queue.dead_list()
     assert dead.reason == "ssrf_blocked"
+
+
+async def test_a_crash_in_the_robots_lookup_fails_the_task_not_the_consumer(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    async def broken(self: RobotsCache, url: str) -> None:
+        raise RuntimeError("robots parser bug")
+
+    monkeypatch.setattr(RobotsCache, "check", broken)
+    async with serve({"/p/{i}": page}) as site:
+        queue = await enqueue(redis_client, crawl_name, [site.url("/p/1")], max_attempts=1)
+        args = [a for a in consumer_args(redis_url, crawl_name, tmp_path)
+                if a != "--ignore-robots"]
+        settings = settings_from_args(build_parser().parse_args(args))
+        assert await asyncio.wait_for(run(settings), 30) == 0
+    [dead] = await queue.dead_list()
+    assert dead.reason == "internal_error" and "robots parser bug" in dead.message
 
 
 async def test_per_host_delay_holds_across_two_consumers(
