@@ -85,14 +85,6 @@ class Child(JsonLog):
     def running(self) -> bool:
         return self.proc.returncode is None
 
-    async def wait(self, within: float) -> int:
-        """The exit code; fail the test if the process still runs after `within` s."""
-        try:
-            return await asyncio.wait_for(self.proc.wait(), within)
-        except TimeoutError:
-            pytest.fail(f"{self.name} still running after {within:g}s:\n"
-                        f"{self.log_text()[-3000:]}")
-
     def summary(self) -> dict[str, Any]:
         """A producer's ``--json`` summary."""
         assert self.out_path is not None
@@ -629,6 +621,31 @@ async def test_an_expired_ack_is_answered_at_maxmemory(servers: list[RedisServer
 # -- 5. a consumer whose leases all expired during an outage leases again ----------------------
 
 
+@contextlib.asynccontextmanager
+async def consumer_in_process(server: RedisServer, queue: CrawlQueue, tmp_path: Path,
+                              worker_id: str) -> AsyncIterator[Consumer]:
+    """A consumer (concurrency 4, 60 s leases) running in this process, so a test can
+    drive its heartbeat; on exit it is stopped hard (released, pages not waited for). It
+    has its own CrawlQueue, so a test can patch the consumer's without touching `queue`."""
+    args = ["--redis-url", server.url, "--crawl", queue.crawl, *CONSUMER_FLAGS,
+            "--output", str(tmp_path / "out"), "--concurrency", "4", "--lease", "60s",
+            "--worker-id", worker_id]
+    settings = settings_from_args(build_parser().parse_args(args))
+    async with Fetcher(settings.fetch) as fetcher:
+        sink = make_sink("jsonl", output_dir=settings.output, worker=settings.worker_id,
+                         crawl=queue.crawl)
+        await sink.open()
+        consumer = Consumer(settings, CrawlQueue(queue.client, queue.crawl, queue.settings),
+                            fetcher, sink, Metrics())
+        running = asyncio.create_task(consumer.run())
+        try:
+            yield consumer
+        finally:
+            consumer.request_stop()
+            consumer.request_stop()  # hard stop: release, don't wait for the pages
+            await asyncio.wait_for(running, 10)
+
+
 async def test_consumer_leases_again_after_an_outage_took_every_lease(
         servers: list[RedisServer], crawl_name: str, tmp_path: Path) -> None:
     """A consumer at its lease cap (8 tasks: 4 fetching slow pages, 4 waiting for a fetch
@@ -641,21 +658,12 @@ async def test_consumer_leases_again_after_an_outage_took_every_lease(
     """
     server = start_redis(servers)
     client = aioredis.Redis.from_url(server.url)
-    args = ["--redis-url", server.url, "--crawl", crawl_name, *CONSUMER_FLAGS,
-            "--output", str(tmp_path / "out"), "--concurrency", "4", "--lease", "60s",
-            "--worker-id", "w-stall"]
-    settings = settings_from_args(build_parser().parse_args(args))
     try:
-        async with test_site(delay_ms=20_000) as site, Fetcher(settings.fetch) as fetcher:
+        async with test_site(delay_ms=20_000) as site:
             queue = await CrawlQueue.open(client, crawl_name)
             urls = [site.url(f"/p/{i}") for i in range(12)]
             await queue.enqueue([NewTask(u, fingerprint(u)) for u in urls])
-            sink = make_sink("jsonl", output_dir=settings.output, worker=settings.worker_id,
-                             crawl=crawl_name)
-            await sink.open()
-            consumer = Consumer(settings, queue, fetcher, sink, Metrics())
-            running = asyncio.create_task(consumer.run())
-            try:
+            async with consumer_in_process(server, queue, tmp_path, "w-stall") as consumer:
                 async def at_the_cap() -> bool:
                     return len(consumer.held) == 8 and site.stats_.total() == 4
 
@@ -671,10 +679,6 @@ async def test_consumer_leases_again_after_an_outage_took_every_lease(
                     return bool(consumer.held)
 
                 await until(working_again, 3, "the consumer to lease again")
-            finally:
-                consumer.request_stop()
-                consumer.request_stop()  # hard stop: release, don't wait for the pages
-                await asyncio.wait_for(running, 10)
     finally:
         await client.aclose()
 
@@ -691,23 +695,13 @@ async def test_a_late_renew_reply_does_not_cancel_the_work_of_a_newer_lease(
     renewed, its task never done (about one run in seven of the Redis-pause drill)."""
     server = start_redis(servers)
     client = aioredis.Redis.from_url(server.url)
-    args = ["--redis-url", server.url, "--crawl", crawl_name, *CONSUMER_FLAGS,
-            "--output", str(tmp_path / "out"), "--concurrency", "4", "--lease", "60s",
-            "--worker-id", "w-renew"]
-    settings = settings_from_args(build_parser().parse_args(args))
     try:
-        async with test_site(delay_ms=1500) as site, Fetcher(settings.fetch) as fetcher:
+        async with test_site(delay_ms=1500) as site:
             queue = await CrawlQueue.open(client, crawl_name)
             url = site.url("/p/1")
             tid = task_id(fingerprint(url))
             await queue.enqueue([NewTask(url, fingerprint(url))])
-            sink = make_sink("jsonl", output_dir=settings.output, worker=settings.worker_id,
-                             crawl=crawl_name)
-            await sink.open()
-            consumer = Consumer(settings, CrawlQueue(client, crawl_name, queue.settings),
-                                fetcher, sink, Metrics())
-            running = asyncio.create_task(consumer.run())
-            try:
+            async with consumer_in_process(server, queue, tmp_path, "w-renew") as consumer:
                 async def fetching() -> bool:
                     return tid in consumer.held and site.stats_.total() == 1
 
@@ -739,10 +733,6 @@ async def test_a_late_renew_reply_does_not_cancel_the_work_of_a_newer_lease(
                     return await queue.state_of(tid) == "done"
 
                 await until(done, 4, "the second lease's fetch to finish the task")
-            finally:
-                consumer.request_stop()
-                consumer.request_stop()
-                await asyncio.wait_for(running, 10)
     finally:
         await client.aclose()
 
