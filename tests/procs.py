@@ -1,17 +1,31 @@
-"""Reading a child process's JSON log lines, for the process-level tests."""
+"""Child processes of the process-level tests: their JSON log lines and their exit."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 
 class JsonLog:
-    """Mixin for a child whose stderr (``CRAWLQ_LOG_FORMAT=json``) goes to ``log_path``."""
+    """Mixin for a child process `proc` whose stderr (``CRAWLQ_LOG_FORMAT=json``) goes to
+    ``log_path``."""
 
+    name: str
+    proc: asyncio.subprocess.Process
     log_path: Path
+
+    async def wait(self, within: float) -> int:
+        """The exit code; fail the test if the process still runs after `within` s."""
+        try:
+            return await asyncio.wait_for(self.proc.wait(), within)
+        except TimeoutError:
+            pytest.fail(f"{self.name} still running after {within:g}s:\n"
+                        f"{self.log_text()[-3000:]}")
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -89,14 +89,6 @@ class ConsumerProc(JsonLog):
         await until(seen, within, f"{self.name} to log {name}")
         return found
 
-    async def wait(self, within: float) -> int:
-        """The exit code; fail the test if the process is still running after `within` s."""
-        try:
-            return await asyncio.wait_for(self.proc.wait(), within)
-        except TimeoutError:
-            pytest.fail(f"consumer {self.name} still running after {within:g}s:\n"
-                        f"{self.log_text()[-3000:]}")
-
     def signal(self, sig: int) -> None:
         self.proc.send_signal(sig)
 
