@@ -16,14 +16,21 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- The result code of a lease from its `owners` entry and its deadline in `leases`
+-- (either false when absent): whether `worker` still holds it under `token`.
+local function judge_lease(owner, deadline, token, worker, now)
+  if not owner then return UNKNOWN end
+  if owner ~= token .. ':' .. worker then return STALE end
+  deadline = deadline and tonumber(deadline)
+  if (not deadline) or deadline <= now then return EXPIRED end
+  return OK
+end
+
 -- Whether `worker` still holds the lease on `id` under `token`, as a result code.
 local function lease_state(leases, owners, id, token, worker, now)
   local owner = redis.call('HGET', owners, id)
   if not owner then return UNKNOWN end
-  if owner ~= token .. ':' .. worker then return STALE end
-  local deadline = tonumber(redis.call('ZSCORE', leases, id))
-  if (not deadline) or deadline <= now then return EXPIRED end
-  return OK
+  return judge_lease(owner, redis.call('ZSCORE', leases, id), token, worker, now)
 end
 
 -- Ends a lease (the caller already checked it).
@@ -60,21 +67,13 @@ local function call_sliced(cmd, key, args, step)
 end
 
 -- lease_state of many (id, token) pairs in two commands (HMGET owners, ZMSCORE leases),
--- sliced like call_sliced: the per-item answer is the same as lease_state's.
+-- sliced like call_sliced.
 local function lease_states(leases, owners, ids, tokens, worker, now)
   local held = call_sliced('HMGET', owners, ids, 1000)
   local deadlines = call_sliced('ZMSCORE', leases, ids, 1000)
   local states = {}
   for i = 1, #ids do
-    local owner = held[i]
-    if not owner then
-      states[i] = UNKNOWN
-    elseif owner ~= tokens[i] .. ':' .. worker then
-      states[i] = STALE
-    else
-      local deadline = deadlines[i] and tonumber(deadlines[i])
-      if (not deadline) or deadline <= now then states[i] = EXPIRED else states[i] = OK end
-    end
+    states[i] = judge_lease(held[i], deadlines[i], tokens[i], worker, now)
   end
   return states
 end
