@@ -539,8 +539,10 @@ async def test_maxmemory_refuses_whole_batches_and_consumers_still_drain(
             enqueued = stats.counters["enqueued"]
             # Batches are all or nothing: no body, id or seen mark of a refused batch.
             assert 0 < enqueued < len(urls) and enqueued % BATCH == 0, enqueued
-            assert await client.llen(pk.ready) == stats.pending == enqueued
-            assert await client.hlen(pk.tasks) == enqueued, "a task body without its id"
+            assert int(await client.get(pk.pending) or 0) == stats.pending == enqueued
+            entries = sum([await client.llen(pk.host_queue(h.decode()))
+                           for h in await client.zrange(pk.queued, 0, -1)])
+            assert entries == enqueued, "a task entry of a refused batch"
             assert await seen_marks(client, queue) == enqueued, "a seen mark of a lost batch"
 
             # A short lease: heartbeats and the reaper run during the drain too.

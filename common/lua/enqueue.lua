@@ -2,8 +2,7 @@
 --
 -- A URL is seen from the moment it is enqueued. It is enqueued again only when the
 -- crawl has a recrawl window, its last enqueue is older than that window, and it is
--- not live any more (no body in `tasks`: done or purged, not leased/waiting/dead; a URL
--- still pending after the window may be queued twice, and lease drops the second copy).
+-- not live any more (done or purged: not pending, leased, waiting or dead).
 --
 -- KEYS[1..6]   host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
 -- KEYS[7]      tasks       HASH  id -> "<host> <priority> <entry>" (recrawl liveness)
@@ -33,7 +32,7 @@ for i = 1, n do
   local hi = int_arg(ARGV[base + 3], 'host index')
   if hi < 1 or hi > nhosts then error('crawlq: enqueue host index out of range') end
   items[i] = {id = ARGV[base], field = ARGV[base + 1],
-              priority = int_arg(ARGV[base + 2], 'priority'), host = hosts[hi],
+              priority = int_arg(ARGV[base + 2], 'priority'), host = hosts[hi], hi = hi,
               entry = ARGV[base + 4], bucket = KEYS[10 + 2 * nhosts + i]}
 end
 
@@ -47,8 +46,12 @@ for _, it in ipairs(items) do
   else
     local last = redis.call('HGET', it.bucket, it.field)
     new = not last
+    -- Live: leased, waiting or dead (a body in `tasks`), or still pending (the same entry
+    -- in its host's queue: LPOS scans it, so a recrawl of a backlogged host costs more).
     if last and now_s - tonumber(last) >= recrawl_after
-        and redis.call('HEXISTS', tasks, it.id) == 0 then
+        and redis.call('HEXISTS', tasks, it.id) == 0
+        and not redis.call('LPOS', KEYS[11 + 2 * (it.hi - 1)], it.entry)
+        and not redis.call('ZSCORE', KEYS[12 + 2 * (it.hi - 1)], it.entry) then
       new = true
       recrawled = recrawled + 1
     end
