@@ -140,6 +140,15 @@ async def assert_frontier(client: aioredis.Redis, q: CrawlQueue) -> None:
                        and not await client.hexists(pk.hostconf, h)}
 
 
+async def _plant(client: aioredis.Redis, q: CrawlQueue, host: str, entries: list[bytes]
+                 ) -> None:
+    """Put raw entries at the tail of a host's queue, counted pending like enqueue does."""
+    pk = q.partitions[q.partition_of(host)]
+    await client.rpush(pk.host_queue(host), *entries)
+    await client.zincrby(pk.queued, len(entries), host)
+    await client.incrby(pk.pending, len(entries))
+
+
 def assert_conserved(stats: Any, dropped: int = 0) -> None:
     """Every enqueued task is in one state, done, purged, or (`dropped`) a second copy of
     a live URL that lease dropped."""
@@ -289,14 +298,14 @@ async def test_two_workers_never_hold_one_task(redis_client: aioredis.Redis, cra
         wq = CrawlQueue(redis_client, crawl_name, q.settings)
         got: list[Lease] = []
         while True:
-            batch = await wq.lease_turns(name, rng.randint(1, 13), 60_000)
-            if not batch.leases and batch.wait_s is None:
-                return name, got
-            if not batch.leases:  # a partition found empty is skipped briefly
+            batch = await wq.lease(name, rng.randint(1, 13), 60_000)
+            if not batch:
                 if (await q.stats()).pending == 0:
                     return name, got
+                # Work left in a partition this worker found empty a moment ago: it
+                # would skip it for up to a second (tested below); ask again now.
                 wq._idle_until = [0.0] * len(wq.partitions)
-            got += batch.leases
+            got += batch
 
     results = await asyncio.gather(*(worker(f"w{i}") for i in range(24)))
     ids = [lease.id for _, got in results for lease in got]
@@ -427,24 +436,19 @@ async def test_priority_order_within_one_lease(redis_client: aioredis.Redis, cra
 
 async def test_a_url_queued_twice_while_pending_is_leased_once(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
-    """With a recrawl window a URL still pending is enqueued again: lease drops the second
-    copy, whether it comes in the same call or after the first was leased."""
-    q = await open_queue(redis_client, crawl_name, recrawl_after_s=1)
+    """A second entry of a pending URL is dropped by lease, counted `duplicates`, whether
+    it comes up in the same call as the first or after the first was leased."""
+    q = await open_queue(redis_client, crawl_name)
     a, b = nt("http://twice.test/a"), nt("http://twice.test/b")
     await q.enqueue([a, b])
-    await asyncio.sleep(1.1)
-    res = await q.enqueue([a, nt("http://twice.test/b", priority=5)])
-    assert (res.enqueued, res.recrawled, res.duplicates) == (2, 2, 0)
+    await _plant(redis_client, q, "twice.test", [
+        encode_entry(task_id(t.fp), t.url).encode() for t in (a, b)])
     assert await host_queue(redis_client, q, "twice.test") == [
-        task_id(a.fp), task_id(b.fp), task_id(a.fp)]
-    assert await host_prio(redis_client, q, "twice.test") == {task_id(b.fp): 5}
-    assert (await q.stats()).pending == 4
-    # b's priority copy first, then a, then b's plain copy: dropped, b is in this call.
-    got = await q.lease("w", 3, 60_000)
-    assert [(x.id, x.task.priority) for x in got] == [(task_id(b.fp), 5), (task_id(a.fp), 0)]
-    # a's second copy comes up in a later call while a is leased: dropped too.
-    assert await host_queue(redis_client, q, "twice.test") == [task_id(a.fp)]
-    assert await q.lease("w", 3, 60_000) == []
+        task_id(a.fp), task_id(b.fp), task_id(a.fp), task_id(b.fp)]
+    got = await q.lease("w", 3, 60_000)  # a, b, and a again: dropped
+    assert [x.id for x in got] == [task_id(a.fp), task_id(b.fp)]
+    assert await host_queue(redis_client, q, "twice.test") == [task_id(b.fp)]
+    assert await q.lease("w", 3, 60_000) == []  # b again, while b is leased: dropped
     s = await q.stats()
     assert (s.pending, s.leased, s.counters["leased"], s.counters["duplicates"]) == (
         0, 2, 2, 2)
@@ -453,7 +457,7 @@ async def test_a_url_queued_twice_while_pending_is_leased_once(
     assert await redis_client.zscore(pk.queued, "twice.test") == 0
     await assert_frontier(redis_client, q)
     assert await q.ack("w", [(x, "ok") for x in got]) == [Code.OK, Code.OK]
-    assert_conserved(await q.stats(), dropped=2)
+    assert_conserved(await q.stats())
     await assert_frontier(redis_client, q)
 
 
@@ -909,21 +913,37 @@ async def test_recrawl_after_window(redis_client: aioredis.Redis, crawl_name: st
     assert (await q.enqueue([tasks["done"]])).duplicates == 1  # inside the window
     await asyncio.sleep(1.1)
     res = await q.enqueue(list(tasks.values()))
-    # The done URL is enqueued again, and so is the pending one (a pending task has no
-    # body to tell it is live: lease drops its second copy); the leased, waiting and
-    # dead ones (bodies in `tasks`) are not.
-    assert (res.enqueued, res.recrawled, res.duplicates) == (2, 2, 3)
+    # Only the done URL is enqueued again; the live ones (pending in its host's queue,
+    # leased, waiting, dead) are not.
+    assert (res.enqueued, res.recrawled, res.duplicates) == (1, 1, 4)
     states = {n: await q.state_of(task_id(t.fp)) for n, t in tasks.items()}
     assert states == {"done": "pending", "dead": "dead", "waiting": "waiting",
                       "leased": "leased", "pending": "pending"}
+    assert await host_queue(redis_client, q, "recrawl.test") == [
+        task_id(tasks["pending"].fp), task_id(tasks["done"].fp)]
     again = {x.id: x for x in await q.lease("w2", 10, 60_000)}
     assert set(again) == {task_id(tasks["done"].fp), task_id(tasks["pending"].fp)}
     assert again[task_id(tasks["done"].fp)].task.attempt == 1
     s = await q.stats()
-    assert (s.counters["enqueued"], s.counters["recrawled"], s.done) == (7, 2, 1)
-    assert s.counters["duplicates"] == 1 + 3 + 1
-    assert_conserved(s, dropped=1)
+    assert (s.counters["enqueued"], s.counters["recrawled"], s.done) == (6, 1, 1)
+    assert s.counters["duplicates"] == 1 + 4
+    assert_conserved(s)
     await assert_frontier(redis_client, q)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "enqueue.lua tells a pending URL is live by finding the *same entry* in its host's "
+    "queue (LPOS hq / ZSCORE hp), so a pending URL enqueued again after the recrawl window "
+    "with another priority, meta, depth or max_attempts is queued twice and counted "
+    "enqueued + recrawled (lease drops the copy later, counted duplicates)"))
+async def test_a_pending_url_enqueued_again_with_other_fields_is_a_duplicate(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await open_queue(redis_client, crawl_name, recrawl_after_s=1)
+    await q.enqueue([nt("http://recrawl.test/p")])
+    await asyncio.sleep(1.1)
+    res = await q.enqueue([nt("http://recrawl.test/p", priority=5)])
+    assert (res.enqueued, res.recrawled, res.duplicates) == (0, 0, 1)
+    assert (await q.stats()).pending == 1
 
 
 async def test_recrawl_after_purge(redis_client: aioredis.Redis, crawl_name: str) -> None:
@@ -995,15 +1015,6 @@ async def test_dead_list_requeue_and_purge(redis_client: aioredis.Redis, crawl_n
     assert (s.counters["requeued"], s.counters["purged"]) == (3, 2)
     assert_conserved(s)
     await assert_frontier(redis_client, q)
-
-
-async def _plant(client: aioredis.Redis, q: CrawlQueue, host: str, entries: list[bytes]
-                 ) -> None:
-    """Put raw entries at the tail of a host's queue, counted pending like enqueue does."""
-    pk = q.partitions[q.partition_of(host)]
-    await client.rpush(pk.host_queue(host), *entries)
-    await client.zincrby(pk.queued, len(entries), host)
-    await client.incrby(pk.pending, len(entries))
 
 
 MAL_ID = [tid(f"http://mal.test/{i}").encode() for i in range(8)]

@@ -458,7 +458,8 @@ class QueueMachine(RuleBasedStateMachine):
         if live and min(live) - now <= SHORT_MS:
             self.run(asyncio.sleep((min(live) - now + 5) / 1000))
 
-    @rule(op=st.sampled_from(["reclaim", "reclaim", "promote", "requeue", "purge"]),
+    @rule(op=st.sampled_from(["reclaim", "reclaim", "promote", "requeue", "requeue",
+                              "purge"]),
           picks=st.lists(st.integers(0, 63), min_size=1, max_size=3), one_dead=st.booleans())
     def housekeeping(self, op: str, picks: list[int], one_dead: bool) -> None:
         """The reaper's reclaim and promote, and an operator's dead-letter requeue/purge."""
@@ -509,7 +510,7 @@ class QueueMachine(RuleBasedStateMachine):
     def dead_letters(self, op: str, picks: list[int], one_dead: bool) -> None:
         ids = self.pick(sorted(self.tasks), picks)
         if one_dead:
-            ids += [t.id for t in self.in_state("dead")][:1]
+            ids += [t.id for t in self.in_state("dead")][:3]
         wanted = list(dict.fromkeys(ids))
         chosen = [self.tasks[i] for i in wanted if self.tasks[i].state == "dead"]
         if op == "requeue":
@@ -637,7 +638,7 @@ def _run(machine: type[QueueMachine], url: str, crawl: str, partitions: int) -> 
     # A failure is reported at once with its whole run of at most 40 steps, and replayed
     # first on the next run from the example database.
     run_state_machine_as_test(machine, settings=settings(
-        max_examples=30, stateful_step_count=40, deadline=None,
+        max_examples=25, stateful_step_count=40, deadline=None,
         phases=[Phase.explicit, Phase.reuse, Phase.generate],
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]))
 
