@@ -52,6 +52,9 @@ FORMAT = 2
 #: How long a lease call waits at most before asking again when nothing is ready, so a
 #: `crawlq resume`, a host setting or new work is seen within about a second.
 MAX_IDLE_WAIT_S = 1.0
+#: How long a partition with no host ready (every host busy, or nothing pending) is
+#: skipped: its next turn is unknown.
+UNKNOWN_WAIT_S = 0.05
 
 
 class Code(IntEnum):
@@ -412,7 +415,8 @@ class CrawlQueue:
         so none starves; with none, say how long until a host's turn comes.
 
         A partition with nothing ready is skipped until its next turn (at most
-        MAX_IDLE_WAIT_S), so an idle partition costs almost no round trips. A retry that
+        MAX_IDLE_WAIT_S; UNKNOWN_WAIT_S when no host is due), so an idle partition costs
+        almost no round trips. A retry that
         is due is put back in its host's queue on the way. A body that can't be decoded
         is dead-lettered as ``malformed`` (raw bytes kept) and not returned.
         """
@@ -438,12 +442,17 @@ class CrawlQueue:
             self._parse_lease(reply, p, batch.leases, malformed)
             got = len(batch.leases) + len(malformed) > before
             for_ms = [w for w in (wait_ms, retry_ms) if w >= 0]
-            wait = MAX_IDLE_WAIT_S if paused or not for_ms else min(for_ms) / 1000
-            wait = min(wait, MAX_IDLE_WAIT_S)
+            if paused or for_ms:
+                wait = MAX_IDLE_WAIT_S if paused else min(min(for_ms) / 1000,
+                                                          MAX_IDLE_WAIT_S)
+                if not got:
+                    waits.append(wait)
+            else:
+                # No host with a free slot holds work here: a slot may free at any time
+                # (another consumer's ack), so look again soon, and let the caller back off.
+                wait = UNKNOWN_WAIT_S
             if count > 1:
                 self._idle_until[p] = 0.0 if got else now + wait
-            if not got:
-                waits.append(wait)
         self._next_partition = (self._next_partition + 1) % count
         if malformed:
             await self.fail(worker, malformed)
@@ -463,7 +472,7 @@ class CrawlQueue:
         return await self.scripts.lease(
             keys=[*pk.host_state, pk.tasks, pk.attempts, pk.leases, pk.owners, pk.seq,
                   pk.stats, pk.checkpoints, pk.errors, pk.pending, pk.prio_hosts, pk.delayed,
-                  pk.done, *host_keys],
+                  pk.done, pk.dead, pk.dead_reasons, *host_keys],
             args=[worker, n, lease_ms, *hosts],
         )
 
@@ -533,14 +542,19 @@ class CrawlQueue:
         groups = self._by_partition(items, lambda x: x[0])
         self._slots_freed(groups)
         calls = []
+        marks = self.settings.dedup is DedupMode.EXACT
         for p, group in groups.items():
             pk = self.partitions[p]
-            args: list[Any] = [worker]
+            keys = [*pk.host_state, pk.leases, pk.owners, pk.tasks, pk.attempts,
+                    pk.checkpoints, pk.errors, pk.stalls, pk.stats, pk.done]
+            args: list[Any] = [worker, int(marks)]
             for lease, outcome in group:
                 args.extend((lease.id, lease.token, outcome))
-            calls.append((self.scripts.ack, [*pk.host_state, pk.leases, pk.owners, pk.tasks,
-                                             pk.attempts, pk.checkpoints, pk.errors,
-                                             pk.stalls, pk.stats, pk.done], args))
+                if marks:
+                    bucket, seen_field = self._seen_mark(pk, lease.id)
+                    keys.append(bucket)
+                    args.append(seen_field)
+            calls.append((self.scripts.ack, keys, args))
         return self._in_order(items, groups, await self._run(calls) if calls else [],
                               lambda reply, i: _CODES[int(reply[i])])
 
@@ -626,8 +640,8 @@ class CrawlQueue:
         ids = [_text(m) for m in raw]
         if not ids:
             return [], []
-        values = await self.client.hmget(pk.tasks, ids)
-        hosts = [_text(v).split(" ", 1)[0] if v else "" for v in values]
+        values = cast(list[bytes | None], await self.client.hmget(pk.tasks, ids))
+        hosts = [v.split(b" ", 1)[0].decode() if v else "" for v in values]
         return ids, hosts
 
     async def reclaim(self, limit: int = 1000) -> tuple[int, int]:
@@ -738,9 +752,9 @@ class CrawlQueue:
         wanted = list(dict.fromkeys(ids))
         for pk in self.partitions:
             for chunk in _chunks(wanted, 500):
-                values = await self.client.hmget(pk.tasks, list(chunk))
-                here = [(tid, _text(v).split(" ", 1)[0]) for tid, v in zip(chunk, values,
-                                                                          strict=True) if v]
+                values = cast(list[bytes | None], await self.client.hmget(pk.tasks, list(chunk)))
+                here = [(tid, v.split(b" ", 1)[0].decode()) for tid, v in zip(chunk, values,
+                                                                            strict=True) if v]
                 if not here:
                     continue
                 if requeue:
@@ -752,10 +766,17 @@ class CrawlQueue:
                               pk.prio_hosts, *host_keys],
                         args=[*host_head, *(tid for tid, _ in here)])
                 else:
-                    codes = await self.scripts.purge(
-                        keys=[pk.dead, pk.errors, pk.dead_reasons, pk.tasks, pk.attempts,
-                              pk.stalls, pk.checkpoints, pk.stats],
-                        args=[tid for tid, _ in here])
+                    marks = self.settings.dedup is DedupMode.EXACT
+                    keys = [pk.dead, pk.errors, pk.dead_reasons, pk.tasks, pk.attempts,
+                            pk.stalls, pk.checkpoints, pk.stats]
+                    args: list[Any] = [int(marks)]
+                    for tid, _ in here:
+                        args.append(tid)
+                        if marks:
+                            bucket, seen_field = self._seen_mark(pk, tid)
+                            keys.append(bucket)
+                            args.append(seen_field)
+                    codes = await self.scripts.purge(keys=keys, args=args)
                 done += sum(1 for c in codes if int(c) == Code.OK)
         return done
 
@@ -855,8 +876,13 @@ class CrawlQueue:
                 return "done"
         return "unknown"
 
+    def _seen_mark(self, pk: PartitionKeys, tid: str) -> tuple[str, bytes]:
+        """The exact-dedup bucket key and field of a task id (its fingerprint in hex)."""
+        fp = bytes.fromhex(tid)
+        bucket = pk.seen(int.from_bytes(fp[:4], "big") >> (32 - self.settings.seen_bits))
+        return bucket, fp[2:]
+
     async def _seen(self, pk: PartitionKeys, fp: bytes) -> bool:
         if self.settings.dedup is DedupMode.BLOOM:
             return True  # a bloom crawl can't tell a done URL from one never enqueued
-        bucket = pk.seen(int.from_bytes(fp[:4], "big") >> (32 - self.settings.seen_bits))
-        return bool(await self.client.hexists(bucket, fp[2:]))
+        return bool(await self.client.hexists(*self._seen_mark(pk, fp.hex())))

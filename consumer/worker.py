@@ -78,7 +78,7 @@ class Consumer:
                                batch=max(8, settings.lease_batch // 4),
                                max_depth=settings.max_depth,
                                allow_domains=settings.allow_domains,
-                               on_freed=self._wake_leaser)
+                               on_freed=self._slot_freed)
         self.housekeeping = Housekeeping(
             queue, self.book, metrics,
             WorkerRegistry(queue.client, queue.crawl, self.worker, ttl_s=settings.lease_s),
@@ -94,6 +94,7 @@ class Consumer:
         self._fetching: set[str] = set()
         self._started: set[str] = set()  # fetch begun: drained within --grace, not cut
         self._room = asyncio.Event()
+        self._freed = asyncio.Event()
         self._stop = asyncio.Event()
         self._hard_stop = asyncio.Event()
         self.draining = False
@@ -215,14 +216,24 @@ class Consumer:
             self.stop_reason = "signal"
 
     async def _idle_wait(self, batch: LeaseBatch, idle: Backoff) -> None:
-        """Sleep until the next host's turn, or (nothing pending) a growing poll interval."""
+        """Sleep until the next host's turn, else (no host ready: busy or nothing pending)
+        a growing poll interval; a lease of ours ending (a slot freed) ends the sleep."""
         if batch.wait_s is not None and not batch.paused:
             delay = max(MIN_IDLE_WAIT_S, batch.wait_s)
             idle.reset()
         else:
             delay = idle.next_delay()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), timeout=delay)
+        self._freed.clear()
+        stop, freed = asyncio.ensure_future(self._stop.wait()), asyncio.ensure_future(
+            self._freed.wait())
+        try:
+            await asyncio.wait({stop, freed}, timeout=delay,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            freed.cancel()
+        if freed.done() and not freed.cancelled():
+            idle.reset()
 
     def _lease_room(self) -> int:
         # Leases not yet finished keep every worker fed; finished ones waiting for their
@@ -235,6 +246,11 @@ class Consumer:
         """Wake the leaser once a lease call's worth of room is free (not every page)."""
         if not self._room.is_set() and self._lease_room() >= self._lease_min:
             self._room.set()
+
+    def _slot_freed(self) -> None:
+        """A lease of ours ended in Redis: its host may take another request now."""
+        self._freed.set()
+        self._wake_leaser()
 
     async def _crawl_finished(self) -> bool:
         if self.book.held or self.flusher.completions:

@@ -4,6 +4,7 @@ hosts and the crawl while it runs. Real redis-server; real local sites for the f
 from __future__ import annotations
 
 import asyncio
+import itertools
 from pathlib import Path
 
 import pytest
@@ -219,6 +220,6 @@ async def test_three_consumers_keep_each_hosts_delay_and_concurrency_robots_incl
             times = sorted(t for path, ts in site.times.items() if path.startswith(("/p/",
                            "/robots.txt")) for t in ts)
             assert len(times) == 7  # robots.txt and six pages, each once
-            gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+            gaps = [b - a for a, b in itertools.pairwise(times)]
             assert min(gaps) >= delay - 0.05, gaps
         assert (await q.stats()).done == 12

@@ -4,7 +4,8 @@
 -- refused and counted as `stale`. A done task keeps only its seen mark: its body
 -- and bookkeeping are deleted, and its host gets its slot back. Reads and deletes are
 -- batched (a few commands per call, not per task); an id given twice is acked once,
--- the repeat answers UNKNOWN.
+-- the repeat answers UNKNOWN. With exact dedup its seen mark becomes -(now), the time it
+-- ended, which a recrawl window counts from (enqueue.lua).
 --
 -- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
 -- KEYS[7]  leases       ZSET
@@ -16,20 +17,27 @@
 -- KEYS[13] stalls       HASH
 -- KEYS[14] stats        HASH  counters (done, outcome:<outcome>, stale)
 -- KEYS[15] h:done       ZSET  host -> done
+-- KEYS[16..] with marks: per item i, its seen bucket HASH
 -- ARGV[1]  worker id
--- ARGV[2..] triples: id, token, outcome (a short code such as ok, http_4xx)
+-- ARGV[2]  marks: 1 = each item also names its seen field (exact dedup), 0 = not
+-- ARGV[3..] per item: id, token, outcome (a short code such as ok, http_4xx)[, seen field]
 -- Returns {code per item} (0 OK, 3 STALE, 4 EXPIRED, 5 UNKNOWN)
 local leases, owners, tasks, attempts = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local checkpoints, errors, stalls, stats = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
 local done_by_host = KEYS[15]
 local worker = ARGV[1]
-if (#ARGV - 1) % 3 ~= 0 then error('crawlq: ack needs (id, token, outcome) triples') end
+local marks = ARGV[2] == '1'
+local width = marks and 4 or 3
+if (#ARGV - 2) % width ~= 0 or (marks and #KEYS ~= 15 + (#ARGV - 2) / width) then
+  error('crawlq: ack needs (id, token, outcome[, seen field]) per item, and seen keys')
+end
 allow_at_maxmemory(stats)
 local now = now_ms()
-local ids, tokens = {}, {}
-for i = 2, #ARGV, 3 do
+local ids, tokens, outcome_of = {}, {}, {}
+for i = 3, #ARGV, width do
   ids[#ids + 1] = ARGV[i]
   tokens[#tokens + 1] = ARGV[i + 1]
+  outcome_of[#outcome_of + 1] = ARGV[i + 2]
 end
 local states = lease_states(leases, owners, ids, tokens, worker, now)
 local codes, gone, acked, stale, outcomes = {}, {}, {}, 0, {}
@@ -39,7 +47,10 @@ for i, id in ipairs(ids) do
   if state == OK then
     acked[id] = true
     gone[#gone + 1] = id
-    local key = 'outcome:' .. ARGV[3 * i + 1]
+    if marks then
+      redis.call('HSET', KEYS[15 + i], ARGV[2 + width * i], -math.floor(now / 1000))
+    end
+    local key = 'outcome:' .. outcome_of[i]
     outcomes[key] = (outcomes[key] or 0) + 1
   else
     stale = stale + 1

@@ -1,22 +1,24 @@
 -- enqueue.lua: dedup (exact) and enqueue a batch of new tasks into their hosts' queues.
 --
--- A URL is seen from the moment it is enqueued. It is enqueued again only when the
--- crawl has a recrawl window, its last enqueue is older than that window, and it is
--- not live any more (done or purged: not pending, leased, waiting or dead).
+-- A URL is seen from the moment it is enqueued. Its seen mark holds the enqueue time
+-- (s of Redis TIME) while the task lives, and -(the time it ended) once it is done or
+-- purged (ack.lua, purge.lua). It is enqueued again only when the crawl has a recrawl
+-- window and it ended longer ago than that: a live task (pending, leased, waiting,
+-- dead) is never queued twice.
 --
 -- KEYS[1..6]   host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
--- KEYS[7]      tasks       HASH  id -> "<host> <priority> <entry>" (recrawl liveness)
+-- KEYS[7]      tasks       HASH  (unused here; same layout as enqueue_bloom.lua)
 -- KEYS[8]      stats       HASH  counters (enqueued, duplicates, recrawled)
 -- KEYS[9]      pending     STRING pending tasks
 -- KEYS[10]     prio_hosts  ZSET  host -> -highest pending priority
 -- KEYS[11..]   per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
--- KEYS[11+2H..] per item i: its seen bucket HASH (field -> last enqueue time, s)
+-- KEYS[11+2H..] per item i: its seen bucket HASH (field -> enqueue time, or -end time)
 -- ARGV[1]      recrawl_after, seconds; 0 = never enqueue a seen URL again
 -- ARGV[2]      H, the number of hosts; ARGV[3..2+H] the host keys
 -- ARGV[3+H..]  per item 5 values: id, seen field (binary fingerprint tail), priority
 --              (>= 0), host index (1..H), entry (common.task.encode_entry)
 -- Returns {enqueued, duplicates, recrawled}
-local tasks, stats, pending, prio_hosts = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local stats, pending, prio_hosts = KEYS[8], KEYS[9], KEYS[10]
 local recrawl_after = int_arg(ARGV[1], 'recrawl_after')
 local nhosts = int_arg(ARGV[2], 'hosts')
 local hosts = {}
@@ -32,7 +34,7 @@ for i = 1, n do
   local hi = int_arg(ARGV[base + 3], 'host index')
   if hi < 1 or hi > nhosts then error('crawlq: enqueue host index out of range') end
   items[i] = {id = ARGV[base], field = ARGV[base + 1],
-              priority = int_arg(ARGV[base + 2], 'priority'), host = hosts[hi], hi = hi,
+              priority = int_arg(ARGV[base + 2], 'priority'), host = hosts[hi],
               entry = ARGV[base + 4], bucket = KEYS[10 + 2 * nhosts + i]}
 end
 
@@ -44,14 +46,9 @@ for _, it in ipairs(items) do
   if recrawl_after == 0 then
     new = redis.call('HSETNX', it.bucket, it.field, now_s) == 1
   else
-    local last = redis.call('HGET', it.bucket, it.field)
-    new = not last
-    -- Live: leased, waiting or dead (a body in `tasks`), or still pending (the same entry
-    -- in its host's queue: LPOS scans it, so a recrawl of a backlogged host costs more).
-    if last and now_s - tonumber(last) >= recrawl_after
-        and redis.call('HEXISTS', tasks, it.id) == 0
-        and not redis.call('LPOS', KEYS[11 + 2 * (it.hi - 1)], it.entry)
-        and not redis.call('ZSCORE', KEYS[12 + 2 * (it.hi - 1)], it.entry) then
+    local mark = tonumber(redis.call('HGET', it.bucket, it.field))
+    new = not mark
+    if mark and mark < 0 and now_s + mark >= recrawl_after then
       new = true
       recrawled = recrawled + 1
     end

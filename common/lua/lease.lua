@@ -10,7 +10,9 @@
 -- lease_ms; its attempt is counted now. A host past its page budget has its pending
 -- entries ended as done, outcome `host_budget`, instead. An entry whose id is already
 -- live (leased, waiting or dead: a URL queued twice) is dropped, counted `duplicates`.
--- A paused crawl leases nothing.
+-- An entry that does not start with a 32-hex-digit id (corrupted state) goes to `dead`
+-- as `malformed` under the id sha1(entry)[:32], its bytes kept. A paused crawl leases
+-- nothing.
 --
 -- KEYS[1..6]  host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
 -- KEYS[7]  tasks        HASH  id -> "<host> <priority> <entry>"
@@ -25,7 +27,9 @@
 -- KEYS[16] prio_hosts   ZSET  host -> -highest pending priority
 -- KEYS[17] delayed      ZSET  id -> due (ms): only read, for the next retry's time
 -- KEYS[18] h:done       ZSET  host -> done
--- KEYS[19..] per candidate host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
+-- KEYS[19] dead         ZSET  id -> died (ms)
+-- KEYS[20] dead_reasons HASH  reason -> count
+-- KEYS[21..] per candidate host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
 -- ARGV[1]  worker id
 -- ARGV[2]  n, the most tasks to lease
 -- ARGV[3]  lease_ms, lease length in milliseconds
@@ -39,13 +43,14 @@
 local tasks, attempts, leases, owners = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local seq, stats, checkpoints, errors = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
 local pending, prio_hosts, delayed, done_by_host = KEYS[15], KEYS[16], KEYS[17], KEYS[18]
+local dead, dead_reasons = KEYS[19], KEYS[20]
 local worker = ARGV[1]
 local n = int_arg(ARGV[2], 'n')
 local lease_ms = int_arg(ARGV[3], 'lease_ms')
 if n < 1 or lease_ms < 1 then error('crawlq: lease needs n >= 1 and lease_ms >= 1') end
 local hosts = {}
 for i = 4, #ARGV do hosts[#hosts + 1] = ARGV[i] end
-if #KEYS ~= 18 + 2 * #hosts then error('crawlq: lease needs 2 keys per candidate host') end
+if #KEYS ~= 20 + 2 * #hosts then error('crawlq: lease needs 2 keys per candidate host') end
 
 local now = now_ms()
 local deadline = now + lease_ms
@@ -57,14 +62,14 @@ if cc.paused or #hosts == 0 then
   return {now, deadline, -1, retry_ms, cc.paused and 1 or 0}
 end
 
-local due = redis.call('ZMSCORE', H.due, unpack(hosts))
-local inflight = redis.call('ZMSCORE', H.inflight, unpack(hosts))
-local queued = redis.call('ZMSCORE', H.queued, unpack(hosts))
-local confs = redis.call('HMGET', H.hostconf, unpack(hosts))
-local last = redis.call('ZMSCORE', H.last, unpack(hosts))
+local due = call_sliced('ZMSCORE', H.due, hosts, 1000)
+local inflight = call_sliced('ZMSCORE', H.inflight, hosts, 1000)
+local queued = call_sliced('ZMSCORE', H.queued, hosts, 1000)
+local confs = call_sliced('HMGET', H.hostconf, hosts, 1000)
+local last = call_sliced('ZMSCORE', H.last, hosts, 1000)
 local prio = {}
 if redis.call('EXISTS', prio_hosts) == 1 then
-  prio = redis.call('ZMSCORE', prio_hosts, unpack(hosts))
+  prio = call_sliced('ZMSCORE', prio_hosts, hosts, 1000)
 end
 
 -- Ready candidates, priority work first, then the longest-waiting. A host's time is
@@ -105,7 +110,7 @@ for r, i in ipairs(ready) do
     break
   end
   local host = hosts[i]
-  local hq, hp = KEYS[17 + 2 * i], KEYS[18 + 2 * i]
+  local hq, hp = KEYS[19 + 2 * i], KEYS[20 + 2 * i]
   local c = conf_decode(confs[i])
   local delay, conc = host_limits(c, cc)
   local free = conc - (tonumber(inflight[i]) or 0)
@@ -172,11 +177,19 @@ if #ids > 0 then
   live_owner = call_sliced('HMGET', owners, ids, 1000)
   live_body = call_sliced('HMGET', tasks, ids, 1000)
 end
-local keep, seen_ids, dropped = {}, {}, 0
+local keep, seen_ids, dropped, malformed = {}, {}, 0, 0
+local HEX_ID = '^' .. string.rep('[0-9a-f]', 32) .. '$'
 for k, p in ipairs(popped) do
-  if live_owner[k] or live_body[k] or seen_ids[p[1]] then
+  local host = hosts[p[3]]
+  if not string.find(p[1], HEX_ID) then
+    local id = string.sub(redis.sha1hex(p[2]), 1, 32)
+    redis.call('HSET', tasks, id, host .. ' ' .. p[4] .. ' ' .. p[2])
+    to_dead(dead, errors, dead_reasons, id, 'malformed',
+      'task entry must start with its 32-hex-digit id', now)
+    malformed = malformed + 1
+    dinf[host] = dinf[host] - 1
+  elseif live_owner[k] or live_body[k] or seen_ids[p[1]] then
     dropped = dropped + 1
-    local host = hosts[p[3]]
     dinf[host] = dinf[host] - 1
   else
     seen_ids[p[1]] = true
@@ -231,7 +244,7 @@ if #keep > 0 then
   call_sliced('ZADD', leases, zargs, 1000)
   call_sliced('HSET', owners, hargs, 1000)
 end
-local counters = {leased = #keep, duplicates = dropped}
+local counters = {leased = #keep, duplicates = dropped, dead = malformed}
 if budget_ended > 0 then
   counters.done = budget_ended
   counters['outcome:host_budget'] = budget_ended
