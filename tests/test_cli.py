@@ -15,10 +15,14 @@ import redis.asyncio as aioredis
 
 from common.cli import main_async, rates
 from common.demo.site import sample_site
+from common.errors import ConfigError
 from common.keys import CRAWLS, CrawlKeys
 from common.queue import CrawlQueue, CrawlSettings, Failure, NewTask
 from common.redis_server import free_port
 from common.urls import fingerprint
+from consumer.__main__ import main as consumer_main
+from consumer.config import build_parser as consumer_parser
+from consumer.config import settings_from_args
 
 
 @dataclass
@@ -265,3 +269,23 @@ async def test_stats_watch_redraws_until_ctrl_c(redis_url: str, crawl: Crawl) ->
     proc.send_signal(signal.SIGINT)
     await asyncio.wait_for(proc.wait(), 10)
     assert proc.returncode == 0
+
+
+# -- --allow-domains -----------------------------------------------------------------------
+
+
+def test_allow_domains_are_compared_in_their_canonical_form(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    args = consumer_parser().parse_args(["--allow-domains", "Bücher.example.",
+                                         "--allow-domains", "EXAMPLE.com"])
+    assert settings_from_args(args).allow_domains == ("xn--bcher-kva.example", "example.com")
+    monkeypatch.setenv("CRAWLQ_ALLOW_DOMAINS", "☃.net, .Example.org")
+    assert settings_from_args(consumer_parser().parse_args([])).allow_domains == (
+        "xn--n3h.net", "example.org")
+    monkeypatch.delenv("CRAWLQ_ALLOW_DOMAINS")
+    with pytest.raises(ConfigError, match=re.escape("invalid domain 'a..b'")):
+        settings_from_args(consumer_parser().parse_args(["--allow-domains", "a..b"]))
+    # The consumer exits 2 on it, before any connection.
+    assert consumer_main(["--allow-domains", "https://example.com/", "--http-port", "-1",
+                          "--redis-url", f"redis://127.0.0.1:{free_port()}/0"]) == 2
+    assert "invalid domain 'https://example.com/'" in capsys.readouterr().err
