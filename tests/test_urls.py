@@ -198,6 +198,12 @@ def test_canonicalize_is_idempotent(raw: str, sort_query: bool) -> None:
 @example("http://a.com?b=1&a=2")
 @example("http://a-.b1/")
 @example("http://a.0x1f/")
+@example("\u00a0http://a.com/")  # str.strip() strips it, WHATWG does not
+@example("http://a.com/x\u2003")
+@example("\x00http://a.com/\x1f")
+@example(" http://a.com/x \r\n")
+@example("http://xn--a.com/")
+@example("http://a.com/?x='")
 def test_fast_path_agrees_with_full_path(raw: str) -> None:
     assert canonicalize(raw) == _canonicalize_slow(raw)
     assert canonicalize(raw, sort_query=True) == _canonicalize_slow(raw, sort_query=True)
