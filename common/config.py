@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.errors import ConfigError
+from common.names import CRAWL_NAME_RULE, validate_crawl_name
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$", re.IGNORECASE)
 _DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -63,6 +64,9 @@ class Option:
     flag_only_bool: bool = False  # a switch: --flag sets True
     append: bool = False  # repeatable flag; env holds a comma-separated list
     secret: bool = False  # never printed in --help defaults
+    # A rule on the (converted) value, raising ConfigError; broken by a flag or by the
+    # env variable, it is reported as one line, without argparse's usage text.
+    check: Callable[[Any], Any] | None = None
 
     @property
     def dest(self) -> str:
@@ -89,6 +93,11 @@ def add_options(parser: argparse.ArgumentParser, options: Sequence[Option],
             if opt.choices is not None and not opt.append and default not in opt.choices:
                 raise ConfigError(f"{opt.env}={raw!r} is invalid: choose from "
                                   f"{', '.join(map(str, opt.choices))}")
+            if opt.check is not None:
+                try:
+                    opt.check(default)
+                except ConfigError as exc:
+                    raise ConfigError(f"{opt.env}: {exc}") from None
         shown = "***" if opt.secret else default
         help_text = f"{opt.help} (env {opt.env}; default {shown})"
         if opt.flag_only_bool:
@@ -98,9 +107,33 @@ def add_options(parser: argparse.ArgumentParser, options: Sequence[Option],
             parser.add_argument(opt.flag, dest=opt.dest, action="append", type=opt.type,
                                 default=None, help=help_text)
             parser.set_defaults(**{f"{opt.dest}": list(default or [])})
+        elif opt.check is not None:
+            parser.add_argument(opt.flag, dest=opt.dest, type=opt.type, default=default,
+                                choices=opt.choices, help=help_text, action=_Checked,
+                                check=opt.check)
         else:
             parser.add_argument(opt.flag, dest=opt.dest, type=opt.type, default=default,
                                 choices=opt.choices, help=help_text)
+
+
+class _Checked(argparse.Action):
+    """Stores a flag's value once ``check`` accepts it.
+
+    argparse turns a ValueError of a ``type`` into a usage error, so the check runs
+    here, where its ConfigError leaves ``parse_args`` as it is.
+    """
+
+    def __init__(self, *args: Any, check: Callable[[Any], Any], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.check = check
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        try:
+            self.check(values)
+        except ConfigError as exc:
+            raise ConfigError(f"{option_string}: {exc}") from None
+        setattr(namespace, self.dest, values)
 
 
 def redact_url(url: str) -> str:
@@ -127,7 +160,8 @@ COMMON_OPTIONS = (
            secret=True),
     Option("--cluster", "CRAWLQ_CLUSTER", "auto", "Redis Cluster mode: auto asks the "
            "server", choices=("auto", "yes", "no")),
-    Option("--crawl", "CRAWLQ_CRAWL", "default", "crawl name: the queue to work on"),
+    Option("--crawl", "CRAWLQ_CRAWL", "default", "crawl name: the queue to work on; "
+           f"{CRAWL_NAME_RULE}", check=validate_crawl_name),
     Option("--log-level", "CRAWLQ_LOG_LEVEL", "INFO", "log level",
            choices=("DEBUG", "INFO", "WARNING", "ERROR")),
     Option("--log-format", "CRAWLQ_LOG_FORMAT", "text", "log format",

@@ -104,6 +104,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common.names import validate_crawl_name
+
 PREFIX = "crawlq"
 CRAWLS = f"{PREFIX}:crawls"
 #: The non-task field of ``owners`` and ``attempts`` (mirrors ``lib.lua``).
@@ -119,11 +121,7 @@ _PARTITION_NAMES = (
 
 
 def _check_crawl(crawl: str) -> str:
-    if not crawl or any(c in crawl for c in "{}: \t\r\n"):
-        raise ValueError(
-            f"invalid crawl name {crawl!r}: use letters, digits, '-', '_' or '.'"
-        )
-    return crawl
+    return validate_crawl_name(crawl)
 
 
 def crawl_key(crawl: str, name: str) -> str:

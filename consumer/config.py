@@ -19,6 +19,7 @@ from common.config import (
     size,
 )
 from common.errors import ConfigError
+from common.urls import canonical_domain
 from consumer.fetcher import FetchSettings
 from consumer.sinks import SINK_KINDS
 
@@ -223,7 +224,7 @@ def settings_from_args(args: argparse.Namespace) -> ConsumerSettings:
         stream_maxlen=args.stream_maxlen,
         handler=args.handler,
         max_depth=args.max_depth,
-        allow_domains=tuple(d.lower().strip(".") for d in args.allow_domains),
+        allow_domains=tuple(canonical_domain(d) for d in args.allow_domains),
         http_host=args.http_host,
         http_port=args.http_port,
         grace_s=args.grace,

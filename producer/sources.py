@@ -7,7 +7,8 @@ whatever the input size, and a line longer than :data:`MAX_LINE_BYTES` is cut (i
 rejected as too long later) instead of being held whole.
 
 Blank lines and ``#`` comments are kept in the chunk; the pipeline skips them, which
-keeps line numbers right.
+keeps line numbers right. A UTF-8 byte-order mark at the start of a source (Windows
+editors write one) is dropped.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ BLOCK_BYTES = 1 << 20
 #: Longer lines are cut to this many bytes (a URL is at most 2 KiB; this only bounds memory).
 MAX_LINE_BYTES = 64 * 1024
 STDIN = "-"
+_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,13 +65,21 @@ class LineSplitter:
     there and the rest of it dropped.
     """
 
-    __slots__ = ("_carry", "_skipping")
+    __slots__ = ("_at_start", "_carry", "_skipping")
 
     def __init__(self) -> None:
         self._carry = b""
         self._skipping = False  # inside an overlong line, dropping bytes up to its newline
+        self._at_start = True  # a byte-order mark may still come
 
     def feed(self, block: bytes) -> list[str]:
+        if self._at_start:
+            block, self._carry = self._carry + block, b""
+            if len(block) < len(_BOM) and _BOM.startswith(block):
+                self._carry = block  # a read cut the BOM (or the source is that short)
+                return []
+            self._at_start = False
+            block = block.removeprefix(_BOM)
         if self._skipping:
             nl = block.find(b"\n")
             if nl < 0:

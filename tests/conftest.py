@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -38,4 +39,6 @@ async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
 @pytest.fixture
 def crawl_name(request: pytest.FixtureRequest) -> str:
     """A crawl name unique to this test, so tests share one server without FLUSHALL."""
-    return f"t{os.getpid()}-{next(_counter)}-{request.node.name[:40]}"
+    # Test ids of parametrized tests hold "[", spaces, ...: not in a crawl name.
+    test = re.sub(r"[^A-Za-z0-9._-]", "-", request.node.name)[:40]
+    return f"t{os.getpid()}-{next(_counter)}-{test}"

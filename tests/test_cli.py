@@ -4,21 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import signal
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 
 from common.cli import main_async, rates
 from common.demo.site import sample_site
+from common.errors import ConfigError
 from common.keys import CRAWLS, CrawlKeys
+from common.names import CRAWL_NAME_RULE, validate_crawl_name
 from common.queue import CrawlQueue, CrawlSettings, Failure, NewTask
 from common.redis_server import free_port
 from common.urls import fingerprint
+from consumer.__main__ import main as consumer_main
+from consumer.config import build_parser as consumer_parser
+from consumer.config import settings_from_args
 
 
 @dataclass
@@ -208,9 +215,10 @@ async def test_crawls_lists_each_with_sizes(
 async def test_reset_deletes_one_crawl_and_nothing_else(
         redis_url: str, redis_client: aioredis.Redis, crawl: Crawl, crawl_name: str,
         capsys: pytest.CaptureFixture[str]) -> None:
-    # A crawl whose name extends this one's, and one with glob characters in its name.
+    # Crawls whose names extend this one's ("." is a regex metacharacter; glob ones are
+    # not allowed in crawl names).
     survivors = [await build_crawl(redis_client, crawl_name + "x", partitions=3),
-                 await build_crawl(redis_client, crawl_name + "*", partitions=1)]
+                 await build_crawl(redis_client, crawl_name + ".b", partitions=1)]
     await redis_client.set("unrelated:key", b"1")
 
     before = {s.name: await keys_of(redis_client, s.name) for s in survivors}
@@ -265,3 +273,99 @@ async def test_stats_watch_redraws_until_ctrl_c(redis_url: str, crawl: Crawl) ->
     proc.send_signal(signal.SIGINT)
     await asyncio.wait_for(proc.wait(), 10)
     assert proc.returncode == 0
+
+
+# -- crawl names ---------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("name", ["default", "news", "a", "A1", "0", "news-2026.06_x",
+                                  "x" * 64])
+def test_valid_crawl_names(name: str) -> None:
+    assert validate_crawl_name(name) == name
+    assert CrawlKeys.build(name).meta == f"crawlq:{{{name}}}:meta"
+
+
+@pytest.mark.parametrize("name", ["", "bad name", "bad:name", "a*", "a{b}", "a?", "[a]",
+                                  "-a", ".a", "_a", "x" * 65, "ä", "a/b", "a\n", "a\\b"])
+def test_invalid_crawl_names(name: str) -> None:
+    with pytest.raises(ConfigError, match="invalid crawl name") as info:
+        validate_crawl_name(name)
+    assert CRAWL_NAME_RULE in str(info.value)
+    with pytest.raises(ConfigError):  # the key schema applies the same rule
+        CrawlKeys.build(name)
+
+
+_CRAWLQ = ("-c", "import sys; from common.cli import main; sys.exit(main())")
+# Each command that takes a crawl name: its argv, and the env variable of that name.
+_COMMANDS = {
+    "crawlq-producer": (("-m", "producer", "--url", "https://a.example/"), "CRAWLQ_CRAWL"),
+    "crawlq-producer --dry-run": (("-m", "producer", "--dry-run", "--url",
+                                   "https://a.example/"), "CRAWLQ_CRAWL"),
+    "crawlq-consumer": (("-m", "consumer", "--http-port", "-1"), "CRAWLQ_CRAWL"),
+    "crawlq stats": ((*_CRAWLQ, "stats"), "CRAWLQ_CRAWL"),
+    "crawlq reset": ((*_CRAWLQ, "reset", "--yes"), "CRAWLQ_CRAWL"),
+    "crawlq demo": ((*_CRAWLQ, "demo"), "CRAWLQ_DEMO_CRAWL"),
+}
+
+
+async def _run(argv: tuple[str, ...], env: dict[str, str]) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, *argv, cwd=ROOT, env=env, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+@pytest.mark.parametrize("redis_up", [True, False], ids=["redis_up", "redis_down"])
+@pytest.mark.parametrize("command", sorted(_COMMANDS))
+async def test_invalid_crawl_name_exits_2_before_any_connection(
+        command: str, redis_up: bool, redis_url: str) -> None:
+    """By flag and by env variable: one line saying the rule, exit 2, no traceback.
+
+    With Redis down (a port nothing listens on) it is still 2, not 3, and the consumer
+    does not wait for Redis: the name is checked before any connection.
+    """
+    url = redis_url if redis_up else f"redis://127.0.0.1:{free_port()}/0"
+    argv, env_name = _COMMANDS[command]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLQ_")}
+    env |= {"PYTHONPATH": str(ROOT), "REDIS_URL": url, "CRAWLQ_CLUSTER": "no"}
+    runs = [_run((*argv, "--crawl", "bad name"), env),
+            _run((*argv, "--crawl", "a*"), env),
+            _run(argv, {**env, env_name: "bad:name"})]
+    for (code, out, err), shown in zip(await asyncio.gather(*runs),
+                                       ["'bad name'", "'a*'", "'bad:name'"], strict=True):
+        assert code == 2, (out, err)
+        assert "Traceback" not in err
+        [line] = err.splitlines()
+        assert f"invalid crawl name {shown}" in line and CRAWL_NAME_RULE in line
+        assert ("--crawl" if shown != "'bad:name'" else env_name) in line
+
+
+def test_crawl_name_rule_is_in_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        consumer_parser().parse_args(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert " ".join(CRAWL_NAME_RULE.split()) in help_text
+
+
+# -- --allow-domains -----------------------------------------------------------------------
+
+
+def test_allow_domains_are_compared_in_their_canonical_form(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    args = consumer_parser().parse_args(["--allow-domains", "Bücher.example.",
+                                         "--allow-domains", "EXAMPLE.com"])
+    assert settings_from_args(args).allow_domains == ("xn--bcher-kva.example", "example.com")
+    monkeypatch.setenv("CRAWLQ_ALLOW_DOMAINS", "☃.net, .Example.org")
+    assert settings_from_args(consumer_parser().parse_args([])).allow_domains == (
+        "xn--n3h.net", "example.org")
+    monkeypatch.delenv("CRAWLQ_ALLOW_DOMAINS")
+    with pytest.raises(ConfigError, match=re.escape("invalid domain 'a..b'")):
+        settings_from_args(consumer_parser().parse_args(["--allow-domains", "a..b"]))
+    # The consumer exits 2 on it, before any connection.
+    assert consumer_main(["--allow-domains", "https://example.com/", "--http-port", "-1",
+                          "--redis-url", f"redis://127.0.0.1:{free_port()}/0"]) == 2
+    assert "invalid domain 'https://example.com/'" in capsys.readouterr().err

@@ -331,6 +331,32 @@ async def test_gzip_file_and_stdin(
     assert len(await urls_in_redis(redis_client, crawl_name)) == 3100
 
 
+class TwoBytesAtATime(io.BytesIO):
+    """A pipe that delivers two bytes per read, so a byte-order mark arrives cut."""
+
+    def read1(self, size: int = -1) -> bytes:
+        return super().read1(2)
+
+
+async def test_a_utf8_byte_order_mark_does_not_cost_the_first_url(
+        tmp_path: Path, redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    def with_bom(name: str) -> tuple[list[str], bytes]:
+        urls = [f"https://bom.example/{name}/{i}" for i in range(3)]
+        return urls, b"\xef\xbb\xbf" + "\r\n".join(urls).encode() + b"\r\n"
+
+    urls, data = with_bom("plain")
+    (tmp_path / "plain.txt").write_bytes(data)
+    gz_urls, gz_data = with_bom("gz")
+    (tmp_path / "urls.txt.gz").write_bytes(gzip.compress(gz_data))
+    stdin_urls, stdin_data = with_bom("stdin")
+    for args, stdin in (([str(tmp_path / "plain.txt")], None),
+                        ([str(tmp_path / "urls.txt.gz")], None),
+                        (["-"], TwoBytesAtATime(stdin_data))):
+        code, s = await produce_json(redis_url, crawl_name, *args, stdin=stdin)
+        assert (code, s["read"], s["invalid"], s["enqueued"]) == (0, 3, 0, 3), args
+    assert await urls_in_redis(redis_client, crawl_name) == sorted(urls + gz_urls + stdin_urls)
+
+
 async def test_dry_run_writes_nothing(
         tmp_path: Path, redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
     src = tmp_path / "garbage.txt"

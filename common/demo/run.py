@@ -34,6 +34,7 @@ from common.config import COMMON_OPTIONS, Option, duration, redact_url
 from common.connection import RedisClient, connect
 from common.demo.site import SiteSpec, sample_site
 from common.keys import CRAWLS
+from common.names import validate_crawl_name
 from common.queue import CrawlQueue, Stats
 from common.redis_server import RedisServer
 
@@ -46,7 +47,8 @@ STOP_GRACE_S = 5.0
 DEMO_OPTIONS = (
     Option("--redis-url", "REDIS_URL", "", "Redis to use (the demo crawl is reset first); "
            "unset: start an embedded redis-server for the demo and stop it after", secret=True),
-    Option("--crawl", "CRAWLQ_DEMO_CRAWL", "demo", "crawl name of the demo"),
+    Option("--crawl", "CRAWLQ_DEMO_CRAWL", "demo", "crawl name of the demo",
+           check=validate_crawl_name),
     Option("--output", "CRAWLQ_DEMO_OUTPUT", "./crawlq-demo", "where results, logs and the "
            "seed list go"),
     Option("--pages", "CRAWLQ_DEMO_PAGES", 2000, "pages on the sample site", type=int),
