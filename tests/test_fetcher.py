@@ -399,20 +399,27 @@ async def test_connection_refused_is_retryable(fetcher: Fetcher) -> None:
     assert err.retryable is True
 
 
-async def test_malformed_response_is_http_error(fetcher: Fetcher) -> None:
-    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def fetch_error_from_raw(fetcher: Fetcher, response: bytes) -> FetchError:
+    """The FetchError of fetching from a local server that answers `response` verbatim."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 2OO KO\r\nContent-Length: banana\r\n\r\nxyz")
+        writer.write(response)
         await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(garbage, "127.0.0.1", 0)
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
-        err = await fetch_error(fetcher, f"http://127.0.0.1:{port}/")
+        return await fetch_error(fetcher, f"http://127.0.0.1:{port}/")
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_malformed_response_is_http_error(fetcher: Fetcher) -> None:
+    err = await fetch_error_from_raw(
+        fetcher, b"HTTP/1.1 2OO KO\r\nContent-Length: banana\r\n\r\nxyz")
     assert err.reason == "http_error"
     assert err.retryable is True
     assert "\n" not in err.message
@@ -679,19 +686,8 @@ async def test_bad_redirect(
 async def test_status_outside_100_599_is_bad_status_not_a_result(
     fetcher: Fetcher, status: int
 ) -> None:
-    async def odd(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 %d Odd\r\nContent-Length: 2\r\n\r\nhi" % status)
-        await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(odd, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        err = await fetch_error(fetcher, f"http://127.0.0.1:{port}/")
-    finally:
-        server.close()
-        await server.wait_closed()
+    err = await fetch_error_from_raw(
+        fetcher, b"HTTP/1.1 %d Odd\r\nContent-Length: 2\r\n\r\nhi" % status)
     assert (err.reason, err.retryable, err.status) == ("bad_status", False, status)
 
 
