@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -14,12 +15,25 @@ except ImportError:  # pragma: no cover - uvloop is not on every platform
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
 
 def run_loop(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine on uvloop where it is installed (``uvloop.run``), else asyncio."""
+    """Run a coroutine on uvloop where it is installed (``uvloop.run``), else asyncio.
+
+    The loop's class is logged at DEBUG (``event_loop``) as it starts, so a test can see
+    which loop a command really runs on.
+    """
     if uvloop is None:  # pragma: no cover - uvloop is not on every platform
-        return asyncio.run(coro)
-    return uvloop.run(coro)
+        return asyncio.run(_announced(coro))
+    return uvloop.run(_announced(coro))
+
+
+async def _announced(coro: Coroutine[Any, Any, T]) -> T:
+    if log.isEnabledFor(logging.DEBUG):
+        loop = type(asyncio.get_running_loop())
+        log.debug("event_loop", extra={"loop": f"{loop.__module__}.{loop.__qualname__}"})
+    return await coro
 
 
 def tune_gc(threshold: int) -> None:

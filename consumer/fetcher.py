@@ -35,6 +35,7 @@ import aiohttp
 from aiohttp import ClientResponse, ClientSession, ClientTimeout, HttpVersion11, TCPConnector
 from yarl import URL
 
+from common import reasons
 from common.config import redact_url
 from common.errors import ConfigError, FetchError
 from consumer.ssrf import GuardedResolver, SsrfGuard, literal_host_ip, ssrf_error_from
@@ -68,7 +69,7 @@ _HTTP_SCHEMES = frozenset({"http", "https"})
 _CREDENTIAL_HEADERS = frozenset({"authorization", "cookie"})
 # After these, a proxied fetch is tried again once on the next proxy.
 _PROXY_RETRY_STATUSES = frozenset({403, 407, 429})
-_PROXY_RETRY_REASONS = frozenset({"connect_error", "http_429"})
+_PROXY_RETRY_REASONS = frozenset({reasons.CONNECT_ERROR, reasons.HTTP_429})
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -165,8 +166,9 @@ def classify_status(status: int, headers: Mapping[str, str]) -> FetchError | Non
     | 2xx, 304 etc. | FetchResult |
     | too many redirects (> max_redirects, default 5) | FetchError permanent `too_many_redirects` |
     | redirect loop (a URL seen twice in the chain) | FetchError permanent `redirect_loop` |
-    | redirect to non-http(s) (file:, ftp:, javascript:) or a malformed Location | FetchError permanent `bad_redirect` |
-    | the URL asked for is malformed or not http(s) | FetchError permanent `bad_url` |
+    | redirect to non-http(s) (file:, ftp:, javascript:), to no host (http://), to a host aiohttp refuses (127.1), or a malformed Location | FetchError permanent `bad_redirect` |
+    | the URL asked for is malformed, not http(s), or its host is one aiohttp refuses (127.1, 2130706433) | FetchError permanent `bad_url` |
+    | a status outside 100-599 | FetchError permanent `bad_status`, `status` set |
     | body over max_body_bytes (decompressed, counted while streaming), or a Content-Length over it (refused before reading) | FetchError permanent `body_too_large` |
     | address refused by the SSRF guard (first hop or any redirect hop) | FetchError permanent `ssrf_blocked` |
     | anything else unexpected from aiohttp (e.g. a malformed response) | FetchError retryable `http_error` |
@@ -175,12 +177,14 @@ def classify_status(status: int, headers: Mapping[str, str]) -> FetchError | Non
     """  # noqa: E501
     if status >= 500:
         if status > 599:
-            return None
-        reason = "http_5xx"
+            return _bad_status(status)
+        reason = reasons.HTTP_5XX
     elif status == 429:
-        reason = "http_429"
+        reason = reasons.HTTP_429
     elif status == 408:
-        reason = "http_408"
+        reason = reasons.HTTP_408
+    elif status < 100:
+        return _bad_status(status)
     else:
         return None
     value = headers.get("Retry-After")
@@ -191,6 +195,15 @@ def classify_status(status: int, headers: Mapping[str, str]) -> FetchError | Non
         f"HTTP {status}",
         retryable=True,
         retry_after=parse_retry_after(value),
+        status=status,
+    )
+
+
+def _bad_status(status: int) -> FetchError:
+    return FetchError(
+        reasons.BAD_STATUS,
+        f"HTTP status {status} is outside 100-599: not a response HTTP defines",
+        retryable=False,
         status=status,
     )
 
@@ -339,13 +352,13 @@ class Fetcher:
                                 seen = {str(current)}
                             if key in seen:
                                 raise FetchError(
-                                    "redirect_loop",
+                                    reasons.REDIRECT_LOOP,
                                     f"{key} seen twice in the redirect chain",
                                     retryable=False,
                                 )
                             if len(redirects) >= max_redirects:
                                 raise FetchError(
-                                    "too_many_redirects",
+                                    reasons.TOO_MANY_REDIRECTS,
                                     f"more than {max_redirects} redirects",
                                     retryable=False,
                                 )
@@ -367,26 +380,27 @@ class Fetcher:
         except FetchError:
             raise
         except aiohttp.ServerTimeoutError as exc:  # connect / sock_connect / sock_read
-            raise FetchError("timeout", self._describe(exc), retryable=True) from None
+            raise FetchError(reasons.TIMEOUT, self._describe(exc), retryable=True) from None
         except TimeoutError:  # the `total` timer: this fetch's deadline
             raise self._deadline_error() from None
         except aiohttp.ClientConnectorError as exc:
             blocked = ssrf_error_from(exc)
             if blocked is not None:
                 raise FetchError(
-                    "ssrf_blocked", self._scrub(blocked.message), retryable=False
+                    reasons.SSRF_BLOCKED, self._scrub(blocked.message), retryable=False
                 ) from None
-            raise FetchError("connect_error", self._describe(exc), retryable=True) from None
-        except aiohttp.InvalidURL as exc:
-            raise FetchError("bad_url", self._describe(exc), retryable=False) from None
+            raise FetchError(reasons.CONNECT_ERROR, self._describe(exc), retryable=True) from None
+        except aiohttp.InvalidURL as exc:  # e.g. a non-canonical IPv4 host such as 127.1
+            reason = reasons.BAD_REDIRECT if redirects else reasons.BAD_URL
+            raise FetchError(reason, self._describe(exc), retryable=False) from None
         except aiohttp.ClientHttpProxyError as exc:  # CONNECT refused by the proxy
             raise FetchError(
-                "connect_error", self._describe(exc), retryable=True, status=exc.status
+                reasons.CONNECT_ERROR, self._describe(exc), retryable=True, status=exc.status
             ) from None
         except (aiohttp.ClientConnectionError, ConnectionError) as exc:
-            raise FetchError("connect_error", self._describe(exc), retryable=True) from None
+            raise FetchError(reasons.CONNECT_ERROR, self._describe(exc), retryable=True) from None
         except (aiohttp.ClientError, OSError, ValueError) as exc:
-            raise FetchError("http_error", self._describe(exc), retryable=True) from None
+            raise FetchError(reasons.HTTP_ERROR, self._describe(exc), retryable=True) from None
 
     def _time_left(self, started: float) -> ClientTimeout:
         """The session's timeouts with `total` cut to what is left of the fetch's deadline."""
@@ -397,7 +411,7 @@ class Fetcher:
 
     def _deadline_error(self) -> FetchError:
         return FetchError(
-            "timeout", f"no complete response within {self._total:g}s", retryable=True
+            reasons.TIMEOUT, f"no complete response within {self._total:g}s", retryable=True
         )
 
     def _check_literal(self, host: str | None) -> None:
@@ -412,7 +426,9 @@ class Fetcher:
                 verdicts.clear()
             verdicts[host] = why
         if why is not None:
-            raise FetchError("ssrf_blocked", f"address {host} refused: {why}", retryable=False)
+            raise FetchError(
+                reasons.SSRF_BLOCKED, f"address {host} refused: {why}", retryable=False
+            )
 
     async def _read_body(self, resp: ClientResponse) -> bytes:
         cap = self._cap
@@ -424,7 +440,9 @@ class Fetcher:
             if length is not None and length > cap:
                 resp.close()
                 raise FetchError(
-                    "body_too_large", f"Content-Length {length} > {cap} bytes", retryable=False
+                    reasons.BODY_TOO_LARGE,
+                    f"Content-Length {length} > {cap} bytes",
+                    retryable=False,
                 )
         # aiohttp decompresses transparently and in bounded steps (read(n) also bounds how
         # much one feed may inflate; read() without n would lift that bound), so these are
@@ -440,7 +458,9 @@ class Fetcher:
             size += len(chunk)
             if size > cap:
                 resp.close()
-                raise FetchError("body_too_large", f"body exceeds {cap} bytes", retryable=False)
+                raise FetchError(
+                    reasons.BODY_TOO_LARGE, f"body exceeds {cap} bytes", retryable=False
+                )
             if content.at_eof():
                 if not chunks:
                     return chunk
@@ -472,10 +492,12 @@ def _parse_start_url(url: str) -> tuple[URL, str]:
         _ = parsed.port
     except (ValueError, TypeError):
         raise FetchError(
-            "bad_url", f"malformed URL {redact_url(str(url))!r}", retryable=False
+            reasons.BAD_URL, f"malformed URL {redact_url(str(url))!r}", retryable=False
         ) from None
     if scheme not in _HTTP_SCHEMES or not host:
-        raise FetchError("bad_url", f"not an http(s) URL: {redact_url(url)!r}", retryable=False)
+        raise FetchError(
+            reasons.BAD_URL, f"not an http(s) URL: {redact_url(url)!r}", retryable=False
+        )
     if parsed.raw_fragment:
         parsed = parsed.with_fragment(None)
         return parsed, str(parsed)
@@ -494,9 +516,13 @@ def _is_quoted(url: str) -> bool:
 def _redirect_target(current: URL, location: str) -> URL:
     """The absolute URL a Location header points to, or FetchError `bad_redirect`."""
     if not location.strip():
-        raise FetchError("bad_redirect", "empty Location header", retryable=False)
+        raise FetchError(reasons.BAD_REDIRECT, "empty Location header", retryable=False)
     try:
-        target = current.join(URL(location))
+        target = URL(location)
+        # A Location that names a scheme is absolute, as aiohttp and RFC 3986 take it:
+        # joined, "http://" (no host) would become the current URL and look like a loop.
+        if not target.scheme:
+            target = current.join(target)
         scheme = target.scheme
         host = target.raw_host
         _ = target.port
@@ -504,12 +530,20 @@ def _redirect_target(current: URL, location: str) -> URL:
             target = target.with_fragment(None)
     except (ValueError, TypeError):
         raise FetchError(
-            "bad_redirect", f"malformed Location {redact_url(location)[:200]!r}", retryable=False
+            reasons.BAD_REDIRECT,
+            f"malformed Location {redact_url(location)[:200]!r}",
+            retryable=False,
         ) from None
-    if scheme not in _HTTP_SCHEMES or not host:
+    if scheme not in _HTTP_SCHEMES:
         raise FetchError(
-            "bad_redirect",
+            reasons.BAD_REDIRECT,
             f"redirect to a non-http(s) URL {redact_url(location)[:200]!r}",
+            retryable=False,
+        )
+    if not host:
+        raise FetchError(
+            reasons.BAD_REDIRECT,
+            f"redirect to a URL without a host {redact_url(location)[:200]!r}",
             retryable=False,
         )
     return target

@@ -31,6 +31,7 @@ What a robots.txt fetch means:
 | 404, 410 and every other 4xx except 429; a 3xx without Location | allow all | `ttl_s` |
 | too many redirects, a redirect loop, a bad redirect target (RFC 9309: "unavailable") | allow all | `ttl_s` |
 | body over the fetcher's `max_body_bytes` (`body_too_large`: nothing to parse) | allow all | `ttl_s` |
+| a status outside 100-599 (`bad_status`) | allow all | `ttl_s` |
 | 429, 408, 5xx, timeout, connection error, malformed response | `FetchError("robots_unavailable", retryable=True)`, `retry_after` = time left in the cache | 60 s (`failure_ttl_s`), so the task is retried with backoff instead of being marked disallowed |
 | `ssrf_blocked` (the origin resolves to a refused address), any other permanent fetcher error | that `FetchError` re-raised as is (permanent) | not cached |
 | a body that is not robots.txt (HTML, binary garbage) | whatever Protego makes of it (usually allow all); content never raises | `ttl_s` |
@@ -57,7 +58,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from yarl import URL
 
-from common import codec
+from common import codec, reasons
 from common.connection import RedisClient
 from common.errors import ConfigError, FetchError, RedisUnavailableError
 from common.keys import CrawlKeys
@@ -73,9 +74,10 @@ log = logging.getLogger(__name__)
 MAX_ROBOTS_BYTES = 512 * 1024  # Google parses the first 500 KiB; RFC 9309 asks for >= 500 KiB
 POLL_INTERVAL_S = 0.1
 # Fetcher errors after which robots.txt counts as unavailable (RFC 9309 2.3.1.3): allow all.
-_ALLOW_ALL_REASONS = frozenset(
-    {"too_many_redirects", "redirect_loop", "bad_redirect", "body_too_large"}
-)
+_ALLOW_ALL_REASONS = frozenset({
+    reasons.TOO_MANY_REDIRECTS, reasons.REDIRECT_LOOP, reasons.BAD_REDIRECT,
+    reasons.BODY_TOO_LARGE, reasons.BAD_STATUS,
+})
 
 # Compare-and-delete: release the fetch lock only while it still holds our token.
 # KEYS[1] robots lock STRING; ARGV[1] our token. Returns 1 if deleted, 0 if not ours.
@@ -141,9 +143,9 @@ def origin_of(url: str) -> tuple[str, str]:
         origin = str(parsed.origin())
         path = parsed.raw_path_qs
     except (ValueError, TypeError):
-        raise FetchError("bad_url", f"malformed URL {url[:200]!r}", retryable=False) from None
+        raise FetchError(reasons.BAD_URL, f"malformed URL {url[:200]!r}", retryable=False) from None
     if scheme not in ("http", "https") or not host:
-        raise FetchError("bad_url", f"not an http(s) URL: {url[:200]!r}", retryable=False)
+        raise FetchError(reasons.BAD_URL, f"not an http(s) URL: {url[:200]!r}", retryable=False)
     return origin, path or "/"
 
 
@@ -239,7 +241,7 @@ class RobotsCache:
     def _verdict(self, entry: _Entry, path: str) -> RobotsVerdict:
         if entry.error is not None:
             raise FetchError(
-                "robots_unavailable",
+                reasons.ROBOTS_UNAVAILABLE,
                 entry.error,
                 retryable=True,
                 retry_after=max(0.0, entry.expires - time.monotonic()),
@@ -336,7 +338,7 @@ class RobotsCache:
                     await self._unlock(lock, token)
             if time.monotonic() >= deadline:
                 raise FetchError(
-                    "robots_unavailable",
+                    reasons.ROBOTS_UNAVAILABLE,
                     f"timed out waiting for another consumer to fetch {origin}/robots.txt",
                     retryable=True,
                 )

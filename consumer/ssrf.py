@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from common import reasons
 from common.errors import FetchError
 
 if TYPE_CHECKING:
@@ -166,7 +167,7 @@ class SsrfGuard:
         """Raise `FetchError("ssrf_blocked", retryable=False)` unless `ip` may be connected to."""
         why = self.refusal(ip)
         if why is not None:
-            raise FetchError("ssrf_blocked", f"address {ip} refused: {why}", retryable=False)
+            raise FetchError(reasons.SSRF_BLOCKED, f"address {ip} refused: {why}", retryable=False)
 
     def socket_factory(self, addr_info: AddrInfoType) -> socket.socket:
         """`TCPConnector(socket_factory=...)` hook: check the address about to be connected to."""
@@ -175,9 +176,9 @@ class SsrfGuard:
             host = address[0]
             why = self.refusal(host)
             if why is not None:
-                raise SsrfSocketError(
-                    FetchError("ssrf_blocked", f"address {host} refused: {why}", retryable=False)
-                )
+                raise SsrfSocketError(FetchError(
+                    reasons.SSRF_BLOCKED, f"address {host} refused: {why}", retryable=False
+                ))
         return socket.socket(family=family, type=type_, proto=proto)
 
 
@@ -198,13 +199,13 @@ def ssrf_error_from(exc: BaseException) -> FetchError | None:
         if isinstance(seen, SsrfSocketError):
             return seen.fetch_error
         if isinstance(seen, FetchError):
-            return seen if seen.reason == "ssrf_blocked" else None
+            return seen if seen.reason == reasons.SSRF_BLOCKED else None
         if isinstance(seen, aiohttp.ClientConnectorError):
             seen = seen.os_error
             continue
         if isinstance(seen, OSError) and "ssrf_blocked:" in str(seen):
             # aiohappyeyeballs folds several failed attempts into one plain OSError.
-            return FetchError("ssrf_blocked", str(seen), retryable=False)
+            return FetchError(reasons.SSRF_BLOCKED, str(seen), retryable=False)
         seen = seen.__cause__
     return None
 
@@ -251,7 +252,7 @@ class GuardedResolver(AbstractResolver):
                 refused.append(f"{info['host']} ({why})")
         if not allowed and refused:
             raise FetchError(
-                "ssrf_blocked",
+                reasons.SSRF_BLOCKED,
                 f"{host} resolves only to refused addresses: {', '.join(refused[:4])}",
                 retryable=False,
             )

@@ -40,12 +40,16 @@ async def cluster_client(cluster: RedisClusterServers) -> AsyncIterator[aioredis
         await client.aclose()
 
 
-def start_consumer(url: str, crawl: str, out: Path, worker: str) -> subprocess.Popen[bytes]:
+def start_consumer(url: str, crawl: str, out: Path, worker: str,
+                   lease: str = "60s") -> subprocess.Popen[bytes]:
+    """A consumer in batch mode. Only the victim gets a short lease (its tasks come back
+    soon after the kill): on a busy machine a 2 s lease of a live consumer can expire
+    between heartbeats, and a task reclaimed past --max-stalls is dead `stalled`."""
     return subprocess.Popen(
         [sys.executable, "-m", "consumer", "--redis-url", url, "--crawl", crawl,
          "--output", str(out), "--worker-id", worker, "--exit-when-empty",
          "--empty-grace", "1", "--allow-private", "--ignore-robots", "--http-port", "-1",
-         "--per-host-concurrency", "0", "--per-host-delay", "0", "--lease", "2s",
+         "--per-host-concurrency", "0", "--per-host-delay", "0", "--lease", lease,
          "--concurrency", "16", "--log-level", "WARNING"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -65,7 +69,7 @@ async def test_crawl_over_8_partitions_survives_a_killed_consumer(
         nodes = {cluster_client.get_node_from_key(pk.due).name for pk in queue.partitions}
         assert len(slots) == 8 and len(nodes) == 3  # the crawl really spans every shard
 
-        victim = start_consumer(cluster.url, crawl_name, tmp_path / "a", "victim")
+        victim = start_consumer(cluster.url, crawl_name, tmp_path / "a", "victim", lease="2s")
         survivor = start_consumer(cluster.url, crawl_name, tmp_path / "b", "survivor")
         procs = [victim, survivor]
         try:
@@ -89,10 +93,10 @@ async def test_crawl_over_8_partitions_survives_a_killed_consumer(
 
     stats = await queue.stats()
     assert (stats.pending, stats.leased, stats.waiting) == (0, 0, 0)
-    assert stats.done + stats.dead == 600 and stats.done >= 590
+    assert (stats.done, stats.dead) == (600, 0), stats.dead_reasons
     for pk in queue.partitions:  # every partition drained, and every one did work
         assert await cluster_client.get(pk.pending) in (None, b"0")
         assert await cluster_client.zcard(pk.leases) == 0
         assert int(await cluster_client.hget(pk.stats, "done") or 0) > 0
     states = {await queue.state_of(NewTask(u, fingerprint(u)).fp.hex()) for u in urls}
-    assert states <= {"done", "dead"}
+    assert states == {"done"}

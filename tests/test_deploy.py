@@ -5,8 +5,12 @@
   keep the rules of a scalable service: no container_name or host port on the consumer,
   stop_grace_period longer than the drain, Redis with AOF and noeviction and no port.
 - ``Dockerfile``: base image as an ARG, non-root, exec-form CMD, HEALTHCHECK crawlq check.
-- ``deploy/k8s/*.yaml``: probes, grace, Forbid, and a KEDA listName that is the crawl's
-  set of due hosts as ``common.keys`` builds it.
+- ``deploy/k8s/*.yaml``: every manifest validates against the Kubernetes 1.37 schemas
+  (``kubernetes-validate``, strict: an unknown field is an error, as ``kubectl apply``
+  makes it), the KEDA ``ScaledObject`` and ``TriggerAuthentication`` against the
+  openAPIV3Schema of KEDA's CRDs (``<shared>/schemas/keda/``, see `KEDA_CRDS`); probes,
+  grace, Forbid, and a KEDA listName that is the crawl's set of due hosts as
+  ``common.keys`` builds it.
 - Every ``CRAWLQ_*`` variable set anywhere here is one that a crawlq command reads.
 
 The real container test (image build, compose up --scale consumer=3, a crawl) is
@@ -16,12 +20,16 @@ The real container test (image build, compose up --scale consumer=3, a crawl) is
 from __future__ import annotations
 
 import argparse
+import copy
+import functools
 import json
 import os
 import re
 from pathlib import Path
 from typing import Any
 
+import jsonschema
+import kubernetes_validate
 import pytest
 import yaml
 
@@ -33,6 +41,16 @@ SHARED = Path(os.environ.get("CRAWLQ_SHARED") or REPO.parent / "shared")
 COMPOSE_SCHEMA = SHARED / "schemas" / "compose-spec.json"
 K8S = REPO / "deploy" / "k8s"
 DEFAULT_GRACE_S = 20.0  # consumer --grace default (consumer/config.py)
+# The newest Kubernetes release whose schemas kubernetes-validate ships (pyproject pins it).
+K8S_VERSION = "1.37"
+# KEDA's CRDs, config/crd/bases/<file> of github.com/kedacore/keda at tag v2.20.2 (commit
+# 68a5b502), Apache License 2.0: public data, kept in shared/ beside compose-spec.json.
+KEDA_CRDS = SHARED / "schemas" / "keda"
+KEDA_KINDS = {
+    "ScaledObject": "keda.sh_scaledobjects.yaml",
+    "TriggerAuthentication": "keda.sh_triggerauthentications.yaml",
+}
+NOT_API_OBJECTS = {"Kustomization"}  # kustomize's own input, never sent to the API server
 
 
 class _ComposeLoader(yaml.SafeLoader):
@@ -316,6 +334,106 @@ def test_every_image_is_the_crawlq_image(k8s: list[dict[str, Any]]) -> None:
                .get("template") or {}).get("spec", {})
         for c in pod.get("containers", []):
             assert c["image"] == "crawlq", f"{doc['__file__']}: kustomize rewrites 'crawlq'"
+
+
+# -- schemas ---------------------------------------------------------------------------------
+
+
+def _manifest(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k != "__file__"}
+
+
+def k8s_error(doc: dict[str, Any]) -> str | None:
+    """Why the Kubernetes schema (strict: no unknown fields) rejects `doc`, or None."""
+    try:
+        kubernetes_validate.validate(_manifest(doc), K8S_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        return f"{'.'.join(map(str, exc.absolute_path)) or '<root>'}: {exc.message}"
+    return None
+
+
+def _closed(schema: Any) -> Any:
+    """An openAPIV3Schema where an object with `properties` takes no other field (unless it
+    says x-kubernetes-preserve-unknown-fields): kubectl's field validation, for jsonschema."""
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    if "properties" in schema:
+        out["properties"] = {k: _closed(v) for k, v in schema["properties"].items()}
+        if ("additionalProperties" not in schema
+                and not schema.get("x-kubernetes-preserve-unknown-fields")):
+            out["additionalProperties"] = False
+    for key in ("items", "additionalProperties", "not"):
+        if isinstance(schema.get(key), dict):
+            out[key] = _closed(schema[key])
+    for key in ("anyOf", "allOf", "oneOf"):
+        if key in schema:
+            out[key] = [_closed(s) for s in schema[key]]
+    return out
+
+
+@functools.cache
+def _keda_validator(kind: str, api_version: str) -> jsonschema.Draft7Validator:
+    path = KEDA_CRDS / KEDA_KINDS[kind]
+    if not path.is_file():
+        pytest.skip(f"KEDA's CRD is not at {path} (shared/ beside the repository; set "
+                    "CRAWLQ_SHARED to its path)")
+    crd = yaml.safe_load(path.read_text())
+    assert crd["spec"]["names"]["kind"] == kind
+    group, version = api_version.split("/")
+    assert group == crd["spec"]["group"], f"{kind}: {api_version} is not KEDA's group"
+    (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version and v["served"]]
+    return jsonschema.Draft7Validator(_closed(served["schema"]["openAPIV3Schema"]))
+
+
+def keda_error(doc: dict[str, Any]) -> str | None:
+    """Why KEDA's CRD schema for `doc`'s kind rejects `doc`, or None."""
+    validator = _keda_validator(doc["kind"], doc["apiVersion"])
+    errors = sorted(validator.iter_errors(_manifest(doc)), key=lambda e: list(e.path))
+    return "; ".join(f"{'.'.join(map(str, e.path)) or '<root>'}: {e.message}"
+                     for e in errors) or None
+
+
+def test_every_manifest_matches_the_kubernetes_schema(k8s: list[dict[str, Any]]) -> None:
+    checked = {d["kind"] for d in k8s} - set(KEDA_KINDS) - NOT_API_OBJECTS
+    assert {"Deployment", "CronJob", "ConfigMap", "Secret", "PersistentVolumeClaim"} <= checked
+    errors = {f"{d['__file__']} {d['kind']} {d['metadata']['name']}": k8s_error(d)
+              for d in k8s if d["kind"] in checked}
+    assert {k: e for k, e in errors.items() if e} == {}
+
+
+def test_keda_objects_match_kedas_crds(k8s: list[dict[str, Any]]) -> None:
+    errors = {d["kind"]: keda_error(d) for d in k8s if d["kind"] in KEDA_KINDS}
+    assert set(errors) == set(KEDA_KINDS)
+    assert {k: e for k, e in errors.items() if e} == {}
+
+
+def test_a_broken_manifest_fails_the_kubernetes_schema(k8s: list[dict[str, Any]]) -> None:
+    deployment = _one(k8s, "Deployment")
+    assert k8s_error(deployment) is None
+    typo = copy.deepcopy(deployment)
+    typo["spec"]["template"]["spec"]["terminationGracePeriodSecond"] = 45
+    assert "terminationGracePeriodSecond" in (k8s_error(typo) or "")
+    wrong_type = copy.deepcopy(deployment)
+    wrong_type["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "x"
+    assert "containerPort" in (k8s_error(wrong_type) or "")
+
+
+def test_a_broken_keda_object_fails_kedas_crd(k8s: list[dict[str, Any]]) -> None:
+    scaled = _one(k8s, "ScaledObject")
+    assert keda_error(scaled) is None
+    typo = copy.deepcopy(scaled)
+    typo["spec"]["trigers"] = typo["spec"].pop("triggers")
+    assert "'trigers' was unexpected" in (keda_error(typo) or "")
+    wrong_type = copy.deepcopy(scaled)
+    wrong_type["spec"]["minReplicaCount"] = "1"
+    assert "spec.minReplicaCount" in (keda_error(wrong_type) or "")
+    no_target = copy.deepcopy(scaled)
+    del no_target["spec"]["scaleTargetRef"]
+    assert "'scaleTargetRef' is a required property" in (keda_error(no_target) or "")
+    auth = copy.deepcopy(_one(k8s, "TriggerAuthentication"))
+    auth["spec"]["secretTargetRef"][0]["secret"] = auth["spec"]["secretTargetRef"][0].pop("name")
+    assert keda_error(auth)
 
 
 # -- settings -------------------------------------------------------------------------------

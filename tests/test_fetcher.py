@@ -201,6 +201,13 @@ def _main_app(state: Servers, stop: asyncio.Event, bomb: bytes) -> web.Applicati
         state.record("main", dict(request.headers))
         return web.Response(text="echo")
 
+    @routes.get("/peer")
+    async def peer(request: web.Request) -> web.Response:
+        """Records the client's (address, port): one pair per connection the client opened."""
+        assert request.transport is not None
+        state.record("peer", {"peer": tuple(request.transport.get_extra_info("peername"))[:2]})
+        return web.Response(text="peer")
+
     app = web.Application()
     app.add_routes(routes)
     return app
@@ -392,20 +399,27 @@ async def test_connection_refused_is_retryable(fetcher: Fetcher) -> None:
     assert err.retryable is True
 
 
-async def test_malformed_response_is_http_error(fetcher: Fetcher) -> None:
-    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def fetch_error_from_raw(fetcher: Fetcher, response: bytes) -> FetchError:
+    """The FetchError of fetching from a local server that answers `response` verbatim."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 2OO KO\r\nContent-Length: banana\r\n\r\nxyz")
+        writer.write(response)
         await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(garbage, "127.0.0.1", 0)
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
-        err = await fetch_error(fetcher, f"http://127.0.0.1:{port}/")
+        return await fetch_error(fetcher, f"http://127.0.0.1:{port}/")
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_malformed_response_is_http_error(fetcher: Fetcher) -> None:
+    err = await fetch_error_from_raw(
+        fetcher, b"HTTP/1.1 2OO KO\r\nContent-Length: banana\r\n\r\nxyz")
     assert err.reason == "http_error"
     assert err.retryable is True
     assert "\n" not in err.message
@@ -436,8 +450,12 @@ def test_parse_retry_after() -> None:
 
 
 def test_classify_status() -> None:
-    for ok in (200, 204, 301, 304, 400, 403, 404, 410, 451):
+    for ok in (100, 200, 204, 301, 304, 400, 403, 404, 410, 451, 499):
         assert classify_status(ok, {}) is None, ok
+    for bad in (0, 99, 600, 999):
+        err = classify_status(bad, {})
+        assert err is not None, bad
+        assert (err.reason, err.retryable, err.status) == ("bad_status", False, bad)
     err = classify_status(502, {"retry-after": "3"})
     assert err is not None
     assert (err.reason, err.retryable, err.status, err.retry_after) == ("http_5xx", True, 502, 3.0)
@@ -648,12 +666,29 @@ async def test_redirect_loop(servers: Servers, fetcher: Fetcher) -> None:
 
 
 @pytest.mark.parametrize(
-    "location", ["file:///etc/passwd", "javascript:alert(1)", "ftp://127.0.0.1/x", "http://[::1"]
+    "location",
+    [
+        "file:///etc/passwd", "javascript:alert(1)", "ftp://127.0.0.1/x", "http://[::1",
+        "http://", "https://", "http:///x",  # no host: not the current URL again (a "loop")
+        "http://127.1/", "http://2130706433/", "http://0177.0.0.1/",  # non-canonical IPv4
+    ],
 )
-async def test_bad_redirect(servers: Servers, fetcher: Fetcher, location: str) -> None:
+async def test_bad_redirect(
+    servers: Servers, fetcher: Fetcher, location: str, connect_log: list[str]
+) -> None:
     err = await fetch_error(fetcher, redirect_via(servers, location))
-    assert err.reason == "bad_redirect"
+    assert err.reason == "bad_redirect", err
     assert err.retryable is False
+    assert connect_log == ["127.0.0.1"]  # only the first hop
+
+
+@pytest.mark.parametrize("status", [600, 999])
+async def test_status_outside_100_599_is_bad_status_not_a_result(
+    fetcher: Fetcher, status: int
+) -> None:
+    err = await fetch_error_from_raw(
+        fetcher, b"HTTP/1.1 %d Odd\r\nContent-Length: 2\r\n\r\nhi" % status)
+    assert (err.reason, err.retryable, err.status) == ("bad_status", False, status)
 
 
 async def test_credentials_dropped_on_cross_origin_redirect(
@@ -710,15 +745,22 @@ async def test_guard_without_allow_list_blocks_loopback(
     assert connect_log == []
 
 
-@pytest.mark.parametrize("host", ["2130706433", "127.1", "0x7f000001", "0", "[::]", "0.0.0.0"])
+@pytest.mark.parametrize(
+    ("host", "reason"),
+    [
+        # aiohttp 3.14 refuses non-canonical numeric IPv4 hosts itself: the URL is bad.
+        ("2130706433", "bad_url"), ("127.1", "bad_url"), ("0177.0.0.1", "bad_url"),
+        ("0", "bad_url"),
+        # hex goes to getaddrinfo, which maps it to 127.0.0.1: the resolver guard refuses it.
+        ("0x7f000001", "ssrf_blocked"), ("[::]", "ssrf_blocked"), ("0.0.0.0", "ssrf_blocked"),
+    ],
+)
 async def test_legacy_and_unspecified_ip_forms_never_connect(
-    servers: Servers, host: str, connect_log: list[str]
+    servers: Servers, host: str, reason: str, connect_log: list[str]
 ) -> None:
-    # aiohttp 3.14 rejects non-canonical numeric IPv4 hosts itself (bad_url); hex goes to
-    # getaddrinfo, which maps it to 127.0.0.1 and the resolver guard refuses it.
     async with Fetcher(FetchSettings(total_timeout=3.0, connect_timeout=0.5)) as f:
         err = await fetch_error(f, f"http://{host}:{servers.port}/page")
-    assert err.reason in {"ssrf_blocked", "bad_url"}
+    assert err.reason == reason, err
     assert err.retryable is False
     assert connect_log == []
 
@@ -937,7 +979,16 @@ async def test_fetch_before_start_is_an_error() -> None:
         await Fetcher(settings()).fetch("http://127.0.0.1/")
 
 
-async def test_many_concurrent_fetches_share_one_pool(servers: Servers) -> None:
+async def test_many_concurrent_fetches_share_one_pool(
+    servers: Servers, connect_log: list[str]
+) -> None:
+    servers.seen.pop("peer", None)
     async with Fetcher(settings(limit_per_host=4)) as f:
-        results = await asyncio.gather(*(f.fetch(f"{servers.main}/page") for _ in range(200)))
-    assert {r.status for r in results} == {200}
+        results = await asyncio.gather(*(f.fetch(f"{servers.main}/peer") for _ in range(200)))
+    assert [r.body for r in results] == [b"peer"] * 200
+    # 200 requests rode 4 connections (limit_per_host), each kept alive and reused: the
+    # client connected 4 times and the server saw 4 distinct client ports, 200 requests.
+    assert connect_log == ["127.0.0.1"] * 4
+    peers = [item["peer"] for item in servers.seen["peer"]]
+    assert len(peers) == 200
+    assert len(set(peers)) == 4

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import io
 import json
 import logging
+import os
 import re
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
@@ -288,3 +293,44 @@ def test_labels_are_bounded_never_a_url() -> None:
 )  # fmt: skip
 def test_status_class(status: int | None, cls: str) -> None:
     assert status_class(status) == cls
+
+
+# -- the event loop each command runs on -------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMANDS = {
+    "crawlq-consumer": ["-m", "consumer", "--exit-when-empty", "--empty-grace", "0",
+                        "--http-port", "-1"],
+    "crawlq-producer": ["-m", "producer", "--dry-run", "--url", "https://example.com/"],
+    "crawlq": ["-c", "import sys; from common.cli import main; sys.exit(main())", "crawls"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+async def test_every_command_runs_on_uvloop(command: str, redis_url: str, crawl_name: str
+                                            ) -> None:
+    """Each entry point logs its loop's class as it starts (common.runtime.run_loop)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLQ_")}
+    env.update(PYTHONPATH=str(ROOT), REDIS_URL=redis_url, CRAWLQ_CRAWL=crawl_name,
+               CRAWLQ_LOG_LEVEL="DEBUG", CRAWLQ_LOG_FORMAT="json")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, *COMMANDS[command], cwd=ROOT, env=env,
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE)
+    assert proc.stderr is not None
+    seen: list[str] = []
+    try:
+        loops = []
+        while not loops:
+            line = (await asyncio.wait_for(proc.stderr.readline(), 60)).decode()
+            assert line, f"{command} ended without logging event_loop:\n{''.join(seen)}"
+            seen.append(line)
+            with contextlib.suppress(ValueError):
+                doc = json.loads(line)
+                if doc.get("event") == "event_loop":
+                    loops.append(doc["loop"])
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+        await proc.communicate()
+    assert loops == ["uvloop.Loop"]

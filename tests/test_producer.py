@@ -13,6 +13,8 @@ import json
 import os
 import signal
 import sys
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,11 +82,41 @@ def subprocess_env() -> dict[str, str]:
     return env
 
 
-async def spawn(redis_url: str, crawl: str, *rest: str) -> asyncio.subprocess.Process:
+async def spawn(redis_url: str, crawl: str, *rest: str,
+                stdin: int = asyncio.subprocess.DEVNULL) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "producer", *argv(redis_url, crawl, *rest), cwd=ROOT,
-        env=subprocess_env(), stdin=asyncio.subprocess.DEVNULL,
+        env=subprocess_env(), stdin=stdin,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+
+
+async def wait_until(check: Callable[[], Awaitable[Any]], what: str,
+                     within: float = 30.0) -> None:
+    """Poll `check` until it is truthy; fail naming `what` after `within` seconds."""
+    deadline = time.monotonic() + within
+    while not await check():
+        assert time.monotonic() < deadline, f"not within {within:g}s: {what}"
+        await asyncio.sleep(0.01)
+
+
+def ttl_rose(client: aioredis.Redis, key: str) -> Callable[[], Awaitable[bool]]:
+    """A check that is true once the key's TTL is seen higher than its lowest reading so
+    far: only a PEXPIRE (a refresh) raises a TTL."""
+    lowest: list[int] = []
+
+    async def check() -> bool:
+        ttl = int(await client.pttl(key))
+        assert ttl > 0, "the lock expired"
+        if lowest and ttl > lowest[0]:
+            return True
+        lowest[:] = [min([ttl, *lowest])]
+        return False
+
+    return check
+
+
+async def is_gone(client: aioredis.Redis, key: str) -> bool:
+    return not await client.exists(key)
 
 
 def write_urls(path: Path, n: int, *, start: int = 0) -> list[str]:
@@ -261,14 +293,23 @@ async def test_concurrent_producers_one_runs_one_waits_one_exits_5(
     src = tmp_path / "urls.txt"
     urls = write_urls(src, 60_000)
     lock = CrawlKeys.build(crawl_name).producer_lock
-    first = await spawn(redis_url, crawl_name, "--json", str(src))
-    for _ in range(500):
-        if await redis_client.exists(lock):
-            break
-        await asyncio.sleep(0.01)
-    waiter = await spawn(redis_url, crawl_name, "--json", "--lock-wait", "30s", str(src))
+    # The first run reads stdin, so it holds the lock until we close its input: it can't
+    # finish before the others start, however slowly they start.
+    first = await spawn(redis_url, crawl_name, "--json", "-", stdin=asyncio.subprocess.PIPE)
+    assert first.stdin is not None
+    first.stdin.write(src.read_bytes())
+    await first.stdin.drain()
+    await wait_until(lambda: redis_client.exists(lock), "the first producer takes the lock")
+    waiter = await spawn(redis_url, crawl_name, "--json", "--lock-wait", "60s", str(src))
     refused = await spawn(redis_url, crawl_name, "--json", str(src))
     out_r, err_r = await refused.communicate()
+    assert waiter.stderr is not None
+    err_w = b""
+    while b"producer_lock_wait" not in err_w:  # the waiter found the lock held, and waits
+        line = await waiter.stderr.readline()
+        assert line, f"the waiter ended without waiting for the lock: {err_w.decode()}"
+        err_w += line
+    first.stdin.close()
     out_w, _ = await waiter.communicate()
     out_f, _ = await first.communicate()
     assert first.returncode == 0
@@ -488,10 +529,10 @@ def test_hiredis_packer_writes_the_same_bytes_as_redis_py() -> None:
 async def test_lock_is_refreshed_while_held_and_only_its_owner_deletes_it(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
     key = CrawlKeys.build(crawl_name).producer_lock
-    lock = ProducerLock(redis_client, crawl_name, ttl_ms=300, refresh_s=0.1)
+    lock = ProducerLock(redis_client, crawl_name, ttl_ms=5_000, refresh_s=0.05)
     async with lock:
-        await asyncio.sleep(0.6)  # twice the TTL: only the refresher keeps it alive
-        assert await redis_client.exists(key)
+        await wait_until(ttl_rose(redis_client, key), "the lock is refreshed")
+        assert await redis_client.get(key) == lock._token.encode()
         with pytest.raises(LockHeldError, match="another producer is running"):
             await ProducerLock(redis_client, crawl_name).acquire()
     assert not await redis_client.exists(key)
@@ -499,7 +540,7 @@ async def test_lock_is_refreshed_while_held_and_only_its_owner_deletes_it(
     # A run that lost its lock (expired, taken by another) must not delete the new one.
     stale = ProducerLock(redis_client, crawl_name, ttl_ms=100, refresh_s=60)
     await stale.acquire()
-    await asyncio.sleep(0.2)
+    await wait_until(lambda: is_gone(redis_client, key), "the stale lock expires")
     newer = ProducerLock(redis_client, crawl_name, wait_s=1)
     await newer.acquire()
     await stale.release()

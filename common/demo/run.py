@@ -170,9 +170,18 @@ async def run_demo(args: argparse.Namespace, *, crawl_keys: CrawlKeysFn) -> int:
     server: RedisServer | None = None
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
+    interrupted = False
+
+    def on_sigterm() -> None:
+        # Python 3.11's asyncio.wait_for (redis-py's socket writes) drops a cancel that
+        # lands as the call it waits for completes: cancel again until the demo took it.
+        if main is not None and not main.done() and not interrupted:
+            main.cancel()
+            loop.call_later(0.2, on_sigterm)
+
     if main is not None:  # SIGTERM (kill, docker stop) ends the demo through its finally
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGTERM, main.cancel)
+            loop.add_signal_handler(signal.SIGTERM, on_sigterm)
     try:
         redis_url, server = await _prepare_redis(args, paths.out, crawl_keys)
         spec = SiteSpec(pages=args.pages)
@@ -209,6 +218,7 @@ async def run_demo(args: argparse.Namespace, *, crawl_keys: CrawlKeysFn) -> int:
                  embedded=server is not None)
         return 0 if ok else 1
     except asyncio.CancelledError:
+        interrupted = True
         _say("\ninterrupted: stopping the consumers, the site and Redis")
         raise
     finally:

@@ -1,0 +1,84 @@
+"""Every code a task can end an attempt with, and what it means: the one list.
+
+A code is the ``outcome`` of a done task (its result line, ``crawlq_tasks_total``) or the
+``reason`` of a failed attempt (``FetchError.reason``, ``Failure.reason``, the dead
+letter's reason, ``crawlq_errors_total``). The README's "What happens to a fetch" table
+lists exactly these codes; tests/test_reasons.py checks the table and the sources against
+`REASONS`. Each code is a plain ``str`` constant, so using one costs nothing on the hot path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+__all__ = ["METRIC_OUTCOMES", "REASONS", "Reason"]
+
+Fate = Literal["done", "retry", "dead"]
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """One code: what becomes of the task (`fate`) and a one-line meaning."""
+
+    code: str
+    fate: Fate  # done; retried with backoff (dead once out of attempts); dead at once
+    meaning: str
+
+
+REASONS: dict[str, Reason] = {}
+
+
+def _reason(code: str, fate: Fate, meaning: str) -> str:
+    REASONS[code] = Reason(code, fate, meaning)
+    return code
+
+
+OK: Final = _reason("ok", "done", "a 2xx, or a final 3xx such as 304; result written")
+HTTP_4XX: Final = _reason("http_4xx", "done", "a 4xx other than 408/429; result written")
+ROBOTS_DISALLOWED: Final = _reason(
+    "robots_disallowed", "done", "robots.txt disallows the URL for our user agent")
+
+CONNECT_ERROR: Final = _reason(
+    "connect_error", "retry", "DNS failure, connection refused or reset, proxy refused")
+TIMEOUT: Final = _reason("timeout", "retry", "connect, read or total deadline passed")
+HTTP_5XX: Final = _reason("http_5xx", "retry", "a 500-599 status")
+HTTP_408: Final = _reason("http_408", "retry", "408 Request Timeout")
+HTTP_429: Final = _reason("http_429", "retry", "429 Too Many Requests")
+HTTP_ERROR: Final = _reason(
+    "http_error", "retry", "a malformed response or another unexpected HTTP client error")
+ROBOTS_UNAVAILABLE: Final = _reason(
+    "robots_unavailable", "retry", "robots.txt answered 5xx/408/429, timed out or failed")
+HANDLER_ERROR: Final = _reason("handler_error", "retry", "the --handler raised")
+INTERNAL_ERROR: Final = _reason(
+    "internal_error", "retry", "the consumer itself failed on this task (a bug: see its log)")
+
+BAD_URL: Final = _reason(
+    "bad_url", "dead",
+    "the task URL can't be fetched: malformed, not http(s), no host, or a host the HTTP "
+    "client refuses (a non-canonical IPv4 form such as 127.1 or 2130706433)")
+BAD_REDIRECT: Final = _reason(
+    "bad_redirect", "dead",
+    "a Location that is empty, malformed, not http(s), has no host (http://) or a host "
+    "the HTTP client refuses (127.1)")
+REDIRECT_LOOP: Final = _reason(
+    "redirect_loop", "dead", "a redirect to a URL already seen in the chain")
+TOO_MANY_REDIRECTS: Final = _reason(
+    "too_many_redirects", "dead", "more redirects than --max-redirects (5)")
+BAD_STATUS: Final = _reason(
+    "bad_status", "dead", "a status outside 100-599, which HTTP does not define")
+BODY_TOO_LARGE: Final = _reason(
+    "body_too_large", "dead",
+    "body over --max-body-bytes (decompressed), or an honest Content-Length over it")
+SSRF_BLOCKED: Final = _reason(
+    "ssrf_blocked", "dead", "the SSRF guard refused the address, on any hop")
+MALFORMED: Final = _reason(
+    "malformed", "dead", "a task body that can't be decoded or fails the schema")
+STALLED: Final = _reason(
+    "stalled", "dead", "its lease expired more than --max-stalls times (consumer died or hung)")
+HOST_BUDGET: Final = _reason(
+    "host_budget", "dead", "its host used up the crawl's per-host budget")
+
+# Labels of crawlq_tasks_total{outcome} that are not a code above: what the queue made of
+# a completion (retried, dead, the lease lost before it landed) or a politeness deferral.
+METRIC_OUTCOMES: Final = frozenset({"retried", "dead", "stale", "deferred"})
