@@ -30,17 +30,17 @@ from typing import Any
 from redis.exceptions import RedisError
 from yarl import URL
 
-from common import codec
+from common import history
 from common.errors import FetchError, RedisUnavailableError
 from common.metrics import Metrics
 from common.queue import Code, CrawlQueue, Failure, Lease, NewTask
 from common.urls import canonicalize, fingerprint
+from common.workers import WorkerRegistry
 from consumer.batching import MicroBatcher
 from consumer.config import ConsumerSettings
 from consumer.fetcher import Fetcher, FetchResult
 from consumer.handlers import Handler, HandlerContext, LeaseLostError, as_result
 from consumer.politeness import HostRequest, Politeness, Slot
-from consumer.registry import WorkerRegistry
 from consumer.robots import RobotsCache
 from consumer.sinks import Record, Sink
 
@@ -52,10 +52,8 @@ LOCAL_WAIT_MAX_MS = 500
 DEFAULT_COOLDOWN_MS = 30_000
 MAX_COOLDOWN_MS = 600_000
 FLUSH_INTERVAL_S = 0.02
-HISTORY_EVERY_S = 5.0
 PROGRESS_EVERY_S = 30.0
 SHUTDOWN_WAIT_S = 5.0
-HISTORY_LEN = 240
 REDIS_ERRORS = (RedisError, OSError)
 _LOST = frozenset({Code.STALE, Code.EXPIRED, Code.UNKNOWN})  # the lease was not ours anymore
 
@@ -704,18 +702,13 @@ class Consumer:
     async def _snapshot(self) -> None:
         """Append the crawl's counters to its history (for rates), every few seconds."""
         now = time.time()
-        if now - self._last_history < HISTORY_EVERY_S:
+        if now - self._last_history < history.HISTORY_EVERY_S:
             return
         self._last_history = now
         stats = await self.queue.stats()
         # Running counters only (rates are their differences); the state counts share
         # some names (leased, dead) and are read live by `crawlq stats` anyway.
-        snap = {"t": round(now, 3), **stats.counters}
-        key = self.queue.crawl_keys.history
-        async with self.queue.client.pipeline(transaction=False) as pipe:
-            pipe.lpush(key, codec.dumps(snap))
-            pipe.ltrim(key, 0, HISTORY_LEN - 1)
-            await pipe.execute()
+        await history.record(self.queue.client, self.queue.crawl, stats.counters)
 
     # -- draining -----------------------------------------------------------------------
 
