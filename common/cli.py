@@ -11,6 +11,8 @@ Subcommands (each takes the common options: --redis-url, --crawl, --log-level, .
                                    or ``--all``)
 ``crawlq dead purge ... --yes``    delete dead tasks for good
 ``crawlq crawls [--json]``         the crawls in this Redis with their sizes
+``crawlq dashboard``               the web dashboard (``--http-host``, ``--http-port``,
+                                   ``--token``)
 ``crawlq reset --crawl C --yes``   delete every key of one crawl, nothing else
 ``crawlq check``                   0 if Redis answers (and --http-url if given), else 1
 ``crawlq demo``                    a local Redis, a sample site, a producer, two consumers
@@ -48,6 +50,7 @@ from common import codec
 from common.config import COMMON_OPTIONS, Option, add_options, duration, redact_url
 from common.connection import RedisClient, connect, open_redis
 from common.crawls import summaries, summary
+from common.dashboard.command import DASHBOARD_OPTIONS, cmd_dashboard
 from common.deadletters import select_dead
 from common.demo.run import DEMO_OPTIONS, run_demo
 from common.errors import BadRequestError, ConfigError, CrawlqError
@@ -356,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``crawlq`` parser; every option also reads a CRAWLQ_* variable."""
     parser = argparse.ArgumentParser(
         prog="crawlq", description="Operate crawlq crawls: stats, workers, dead letters, "
-        "crawls, reset, health check, and a local demo.",
+        "crawls, a web dashboard, reset, health check, and a local demo.",
         epilog="exit codes: 0 ok, 1 check failed, 2 usage error, 3 Redis unreachable or "
                "refused")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -399,6 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     command("crawls", "the crawls in this Redis with their sizes",
             _JSON).set_defaults(handler=cmd_crawls)
+    command("dashboard", "serve the web dashboard (read-only unless --token is set)",
+            *DASHBOARD_OPTIONS).set_defaults(handler=cmd_dashboard)
     command("reset", "delete every key of one crawl (--crawl), and nothing else",
             _YES).set_defaults(handler=cmd_reset)
     command("check", "health check: exit 0 if Redis answers (and --http-url), else 1",
@@ -429,7 +434,7 @@ async def _dispatch(args: argparse.Namespace) -> int:
             cluster = {"yes": True, "no": False}.get(args.cluster)
             client = await open_redis(args.redis_url, cluster=cluster)
         return await handler(args, client)
-    except UsageError as exc:
+    except (UsageError, ConfigError) as exc:
         print(f"crawlq: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except RedisError as exc:
