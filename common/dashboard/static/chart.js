@@ -19,8 +19,17 @@ const chart = (() => {
     return 10 * step;
   }
 
-  // points: [{t: unix s, <series>: rate}], oldest first; the x axis ends at `end` (unix s).
-  function draw(container, seriesNames, points, spanS, end) {
+  // A short label for `s` seconds ago.
+  function ago(s) {
+    if (s === 0) return "now";
+    return s % 60 === 0 ? `-${s / 60}m` : `-${s}s`;
+  }
+
+  // points: [{t: unix s, <series>: rate}], oldest first; the x axis ends at `end` (unix s)
+  // and spans the history there is, up to `maxSpanS`.
+  function draw(container, seriesNames, points, maxSpanS, end) {
+    const have = points.length ? end - points[0].t : 0;
+    const spanS = Math.min(maxSpanS, Math.max(60, Math.ceil(have / 60) * 60));
     const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img",
       "aria-label": `per-second ${seriesNames.join(", ")} over the last ${Math.round(spanS / 60)} minutes` });
     const start = end - spanS;
@@ -35,9 +44,9 @@ const chart = (() => {
       root.append(svg("text", { x: LEFT - 6, y: y(v) + 4, class: "ylabel" },
         String(Number(v.toFixed(2)))));
     }
-    for (let m = 0; m <= spanS / 60; m += 10) {
-      const t = end - m * 60;
-      root.append(svg("text", { x: x(t), y: H - 8, class: "xlabel" }, m === 0 ? "now" : `-${m}m`));
+    const step = [10, 30, 60, 120, 300, 600].find((s) => spanS / s <= 6) || 600;
+    for (let s = 0; s <= spanS; s += step) {
+      root.append(svg("text", { x: x(end - s), y: H - 8, class: "xlabel" }, ago(s)));
     }
     for (const name of seriesNames) {
       const shown = points.filter((p) => p.t >= start);
