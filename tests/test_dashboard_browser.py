@@ -31,7 +31,8 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 TOKEN = "browser-test-token-0123456789"
 PAGES = 200
 # Each would set window.__xss if the page ever ran it.
-XSS_URL = 'http://127.0.0.1:1/?q="><img src=x onerror="window.__xss=2"><script>window.__xss=3</script>'
+XSS_URL = ('http://127.0.0.1:1/?q="><img src=x onerror="window.__xss=2">'
+           '<script>window.__xss=3</script>')
 # Not http(s): the lease turns it into a dead letter with reason "malformed", URL kept.
 JS_URL = 'javascript:window.__xss=1//"><img src=x onerror=window.__xss=7>'
 XSS_ERROR = '<script>window.__xss=4</script>"><img src=x onerror=window.__xss=5>'
@@ -41,7 +42,8 @@ webdriver = pytest.importorskip("selenium.webdriver")
 pytestmark = [
     pytest.mark.timeout(90),
     pytest.mark.skipif(not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)),
-                       reason="needs Debian's chromium and chromium-driver (.ci/run installs them)"),
+                       reason="needs Debian's chromium and chromium-driver (.ci/run "
+                              "installs them)"),
 ]
 
 
