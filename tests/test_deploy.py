@@ -82,8 +82,9 @@ def _k8s_docs() -> list[dict[str, Any]]:
     return docs
 
 
-def _one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    found = [d for d in docs if d.get("kind") == kind]
+def _one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [d for d in docs if d.get("kind") == kind
+             and name in (None, d.get("metadata", {}).get("name"))]
     assert len(found) == 1, f"expected one {kind}, found {len(found)}"
     return found[0]
 
@@ -254,7 +255,7 @@ def _secret_ref_ok(k8s: list[dict[str, Any]], ref: dict[str, Any]) -> None:
 
 
 def test_consumer_deployment(k8s: list[dict[str, Any]]) -> None:
-    dep = _one(k8s, "Deployment")
+    dep = _one(k8s, "Deployment", "crawlq-consumer")
     pod = dep["spec"]["template"]["spec"]
     (c,) = pod["containers"]
     env = _k8s_env(c)
@@ -276,7 +277,7 @@ def test_consumer_deployment(k8s: list[dict[str, Any]]) -> None:
 
 def test_keda_scales_on_the_ready_list(k8s: list[dict[str, Any]]) -> None:
     so = _one(k8s, "ScaledObject")
-    assert so["spec"]["scaleTargetRef"]["name"] == _one(k8s, "Deployment")["metadata"]["name"]
+    assert so["spec"]["scaleTargetRef"]["name"] == _one(k8s, "Deployment", "crawlq-consumer")["metadata"]["name"]
     assert so["spec"]["minReplicaCount"] >= 1, "someone must promote retries and reap"
     crawl = _crawl(k8s)
     triggers = so["spec"]["triggers"]
