@@ -277,7 +277,8 @@ def test_consumer_deployment(k8s: list[dict[str, Any]]) -> None:
 
 def test_keda_scales_on_the_ready_list(k8s: list[dict[str, Any]]) -> None:
     so = _one(k8s, "ScaledObject")
-    assert so["spec"]["scaleTargetRef"]["name"] == _one(k8s, "Deployment", "crawlq-consumer")["metadata"]["name"]
+    consumer = _one(k8s, "Deployment", "crawlq-consumer")
+    assert so["spec"]["scaleTargetRef"]["name"] == consumer["metadata"]["name"]
     assert so["spec"]["minReplicaCount"] >= 1, "someone must promote retries and reap"
     crawl = _crawl(k8s)
     triggers = so["spec"]["triggers"]
