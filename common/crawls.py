@@ -20,6 +20,8 @@ from common.workers import read_workers
 
 #: At most this many crawls are summarized per call (by name).
 MAX_CRAWLS = 200
+#: Crawls summarized at once: each holds a few connections while it reads.
+CONCURRENCY = 8
 STATES = ("pending", "leased", "waiting", "dead", "done")
 _OUTCOME = "outcome:"
 
@@ -85,11 +87,13 @@ async def summaries(client: RedisClient, limit: int = MAX_CRAWLS
     A crawl whose settings are missing or unreadable (partly deleted) is its bare name.
     """
     names = await crawl_names(client)
+    gate = asyncio.Semaphore(CONCURRENCY)
 
     async def one(name: str) -> CrawlSummary | str:
-        try:
-            return await summary(await CrawlQueue.existing(client, name))
-        except (ConfigError, ValueError, KeyError):
-            return name
+        async with gate:
+            try:
+                return await summary(await CrawlQueue.existing(client, name))
+            except (ConfigError, ValueError, KeyError):
+                return name
 
     return list(await asyncio.gather(*(one(n) for n in names[:limit]))), len(names)

@@ -10,6 +10,7 @@ import redis.asyncio as aioredis
 
 from common import deadletters as dl
 from common.cli import main_async
+from common.crawls import summaries
 from common.deadletters import dead_page
 from common.errors import BadRequestError
 from common.queue import CrawlQueue, CrawlSettings, Failure, NewTask
@@ -99,3 +100,15 @@ async def test_reason_filter_says_when_it_did_not_look_at_everything(
     monkeypatch.setattr(dl, "REASON_WINDOW", 5)
     got = await dead_page(queue, reason="x", size=50)
     assert (len(got.items), got.total, got.searched, got.complete) == (5, 12, 5, False)
+
+
+async def test_summaries_of_many_crawls_fit_a_bounded_pool(redis_client: aioredis.Redis,
+                                                           crawl_name: str) -> None:
+    # redis-py's default async pool refuses a 101st connection: a list of 150 crawls
+    # must not open one per crawl at once.
+    names = [f"{crawl_name}-{i}" for i in range(150)]
+    for name in names:
+        await CrawlQueue.open(redis_client, name)
+    found, total = await summaries(redis_client, limit=10**6)
+    got = {c.crawl for c in found if not isinstance(c, str)}
+    assert set(names) <= got and total >= 150
