@@ -11,6 +11,8 @@ Subcommands (each takes the common options: --redis-url, --crawl, --log-level, .
                                    or ``--all``)
 ``crawlq dead purge ... --yes``    delete dead tasks for good
 ``crawlq crawls [--json]``         the crawls in this Redis with their sizes
+``crawlq dashboard``               the web dashboard (``--http-host``, ``--http-port``,
+                                   ``--token``)
 ``crawlq reset --crawl C --yes``   delete every key of one crawl, nothing else
 ``crawlq check``                   0 if Redis answers (and --http-url if given), else 1
 ``crawlq demo``                    a local Redis, a sample site, a producer, two consumers
@@ -27,10 +29,9 @@ import asyncio
 import re
 import signal
 import sys
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 import aiohttp
 from redis.exceptions import (
@@ -49,19 +50,21 @@ from common import codec
 from common.cli_hosts import add_host_commands
 from common.config import COMMON_OPTIONS, Option, add_options, duration, redact_url
 from common.connection import RedisClient, connect, open_redis
+from common.crawls import summaries, summary
+from common.dashboard.command import DASHBOARD_OPTIONS, cmd_dashboard
+from common.deadletters import select_dead
 from common.demo.run import DEMO_OPTIONS, run_demo
-from common.errors import ConfigError, CrawlqError
-from common.frontier import Frontier
+from common.errors import BadRequestError, ConfigError, CrawlqError
 from common.keys import CRAWLS, PREFIX, CrawlKeys
 from common.logs import setup_logging
-from common.queue import CrawlQueue, CrawlSettings, Stats
+from common.queue import CrawlQueue, CrawlSettings
 from common.runtime import run_loop
+from common.workers import read_workers
 
 __all__ = ["EXIT_FAIL", "EXIT_OK", "EXIT_REDIS", "EXIT_USAGE", "build_parser", "main",
-           "main_async", "rates", "redis_error_message"]
+           "main_async", "redis_error_message"]
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_REDIS = 0, 1, 2, 3
-RATE_WINDOW_S = 60.0
 WATCH_EVERY_S = 2.0
 _REFUSALS = ("OOM", "NOPERM", "NOAUTH", "WRONGPASS", "READONLY", "LOADING", "MISCONF")
 
@@ -128,87 +131,8 @@ def _when(ms: float) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _unix_s(value: float) -> float:
-    """Seconds from a timestamp stored as unix seconds or unix milliseconds."""
-    return value / 1000 if value > 1e11 else value
-
-
 def _emit(obj: Any) -> None:
     print(codec.dumps(obj), flush=True)
-
-
-def rates(history: Sequence[dict[str, Any]], window_s: float = RATE_WINDOW_S
-          ) -> dict[str, Any] | None:
-    """Per-second rates from history snapshots (newest first), over about ``window_s``.
-
-    Compares the newest snapshot with the newest one at least ``window_s`` older (or the
-    oldest one there is). None when there are fewer than two usable snapshots.
-    """
-    if len(history) < 2:
-        return None
-    newest = history[0]
-    t1 = float(newest.get("t", 0))
-    older = [h for h in history[1:] if float(h.get("t", 0)) < t1]
-    if not older:
-        return None
-    base = next((h for h in older if t1 - float(h["t"]) >= window_s), older[-1])
-    span = t1 - float(base["t"])
-    out: dict[str, Any] = {"window_s": round(span, 1)}
-    for key, value in newest.items():
-        if key == "t" or not isinstance(value, int | float) or isinstance(value, bool):
-            continue
-        before = base.get(key, 0)
-        if isinstance(before, int | float):
-            out[f"{key}_per_s"] = round((value - before) / span, 2)
-    return out
-
-
-async def _history(client: RedisClient, crawl: str) -> list[dict[str, Any]]:
-    raw = await client.lrange(CrawlKeys.build(crawl).history, 0, 239)
-    found = []
-    for item in raw:
-        try:
-            snap = codec.loads(item)
-        except ValueError:
-            continue
-        if isinstance(snap, dict) and isinstance(snap.get("t"), int | float):
-            found.append(snap)
-    return found
-
-
-async def _workers(client: RedisClient, crawl: str) -> list[dict[str, Any]]:
-    """Live workers; ids whose hash expired (dead consumers) are removed from the ZSET."""
-    keys = CrawlKeys.build(crawl)
-    ids = cast(list[tuple[bytes, float]],
-               await client.zrange(keys.workers, 0, -1, withscores=True))
-    if not ids:
-        return []
-    async with client.pipeline(transaction=False) as pipe:
-        for member, _ in ids:
-            pipe.hgetall(keys.worker(_text(member)))
-        hashes = await pipe.execute()
-    now = time.time()
-    live, gone = [], []
-    for (raw_id, score), fields in zip(ids, hashes, strict=True):
-        wid = _text(raw_id)
-        if not fields:
-            gone.append(wid)
-            continue
-        info = {_text(k): _text(v) for k, v in fields.items()}
-        beat = _unix_s(float(info.get("heartbeat") or score))
-        row: dict[str, Any] = {"id": wid, "host": info.get("host", ""),
-                               "heartbeat_age_s": round(max(0.0, now - beat), 1)}
-        for name in ("pid", "in_flight", "done", "failed"):
-            try:
-                row[name] = int(float(info.get(name, 0)))
-            except ValueError:
-                row[name] = 0
-        started = info.get("started")
-        row["started"] = _when(_unix_s(float(started)) * 1000) if started else None
-        live.append(row)
-    if gone:
-        await client.zrem(keys.workers, *gone)
-    return live
 
 
 async def _queue(client: RedisClient, crawl: str) -> CrawlQueue:
@@ -216,23 +140,6 @@ async def _queue(client: RedisClient, crawl: str) -> CrawlQueue:
         return await CrawlQueue.existing(client, crawl)
     except ConfigError as exc:
         raise UsageError(f"{exc} (crawlq crawls lists them)") from None
-
-
-def _stats_doc(queue: CrawlQueue, s: Stats, history: list[dict[str, Any]],
-               workers: int, paused: bool) -> dict[str, Any]:
-    return {
-        "crawl": queue.crawl,
-        "settings": {"partitions": queue.settings.partitions,
-                     "dedup": queue.settings.dedup.value},
-        "states": {"pending": s.pending, "leased": s.leased, "waiting": s.waiting,
-                   "dead": s.dead, "done": s.done},
-        "hosts_due": s.hosts_due,
-        "paused": paused,
-        "counters": dict(sorted(s.counters.items())),
-        "rates": rates(history),
-        "dead_reasons": dict(sorted(s.dead_reasons.items(), key=lambda kv: -kv[1])),
-        "workers": workers,
-    }
 
 
 def _stats_text(doc: dict[str, Any]) -> str:
@@ -265,9 +172,7 @@ def _stats_text(doc: dict[str, Any]) -> str:
 async def cmd_stats(args: argparse.Namespace, client: RedisClient) -> int:
     queue = await _queue(client, args.crawl)
     while True:
-        doc = _stats_doc(queue, await queue.stats(), await _history(client, args.crawl),
-                         len(await _workers(client, args.crawl)),
-                         await Frontier(queue).is_paused())
+        doc = (await summary(queue)).to_json()
         if args.json:
             _emit(doc)
         else:
@@ -283,20 +188,21 @@ async def cmd_stats(args: argparse.Namespace, client: RedisClient) -> int:
 
 
 async def cmd_workers(args: argparse.Namespace, client: RedisClient) -> int:
-    live = await _workers(client, args.crawl)
+    live = (await read_workers(client, args.crawl)).workers
     if args.json:
-        _emit(live)
+        _emit([w.to_json() for w in live])
         return EXIT_OK
     if not live:
         print(f"no live workers in crawl {args.crawl}")
         return EXIT_OK
-    width = max(2, *(len(w["id"]) for w in live))
+    width = max(2, *(len(w.id) for w in live))
     print(f"{'id':<{width}} {'host':<20} {'pid':>7} {'age':>7} {'in_flight':>9} {'done':>9} "
-          f"{'failed':>7}  started")
+          f"{'failed':>7} {'pages/s':>8}  started")
     for w in live:
-        print(f"{w['id']:<{width}} {w['host'][:20]:<20} {w['pid']:>7} "
-              f"{w['heartbeat_age_s']:>6.1f}s {w['in_flight']:>9} {w['done']:>9} "
-              f"{w['failed']:>7}  {w['started'] or '-'}")
+        late = "  (late)" if w.stale else ""
+        print(f"{w.id:<{width}} {w.host[:20]:<20} {w.pid:>7} {w.age_ms / 1000:>6.1f}s "
+              f"{w.in_flight:>9} {w.done:>9} {w.failed:>7} {w.pages_per_s:>8.1f}  "
+              f"{_when(w.started_ms) if w.started_ms else '-'}{late}")
     return EXIT_OK
 
 
@@ -319,15 +225,10 @@ async def cmd_dead_ls(args: argparse.Namespace, client: RedisClient) -> int:
 
 
 async def _dead_targets(args: argparse.Namespace, queue: CrawlQueue) -> list[str]:
-    chosen = sum(bool(x) for x in (args.ids, args.reason, args.all))
-    if chosen != 1:
-        raise UsageError("choose the dead tasks: task IDs, --reason R, or --all (one of them)")
-    if args.ids:
-        for tid in args.ids:
-            if not re.fullmatch(r"[0-9a-f]{32}", tid):
-                raise UsageError(f"{tid!r} is not a task id (32 hex digits, see crawlq dead ls)")
-        return list(args.ids)
-    return await queue.dead_ids(args.reason if args.reason else None)
+    try:
+        return await select_dead(queue, ids=args.ids, reason=args.reason, every=args.all)
+    except BadRequestError as exc:
+        raise UsageError(str(exc)) from None
 
 
 async def cmd_dead_requeue(args: argparse.Namespace, client: RedisClient) -> int:
@@ -352,21 +253,10 @@ async def cmd_dead_purge(args: argparse.Namespace, client: RedisClient) -> int:
 
 
 async def cmd_crawls(args: argparse.Namespace, client: RedisClient) -> int:
-    names = sorted(_text(n) for n in await client.smembers(CRAWLS))
-    rows: list[dict[str, Any]] = []
-    for name in names:
-        try:
-            queue = await CrawlQueue.existing(client, name)
-        except (ConfigError, ValueError):
-            rows.append({"crawl": name, "settings": None, "states": None})
-            continue
-        s = await queue.stats()
-        rows.append({"crawl": name,
-                     "settings": {"partitions": queue.settings.partitions,
-                                  "dedup": queue.settings.dedup.value},
-                     "states": {"pending": s.pending, "leased": s.leased,
-                                "waiting": s.waiting, "dead": s.dead, "done": s.done},
-                     "enqueued": s.counters.get("enqueued", 0)})
+    found, _ = await summaries(client, limit=10**9)
+    rows: list[dict[str, Any]] = [
+        {"crawl": c, "settings": None, "states": None} if isinstance(c, str) else
+            {**c.to_json(), "enqueued": c.stats.counters.get("enqueued", 0)} for c in found]
     if args.json:
         _emit(rows)
         return EXIT_OK
@@ -471,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``crawlq`` parser; every option also reads a CRAWLQ_* variable."""
     parser = argparse.ArgumentParser(
         prog="crawlq", description="Operate crawlq crawls: stats, workers, dead letters, "
-        "crawls, reset, health check, and a local demo.",
+        "crawls, a web dashboard, reset, health check, and a local demo.",
         epilog="exit codes: 0 ok, 1 check failed, 2 usage error, 3 Redis unreachable or "
                "refused")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -515,6 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_host_commands(sub, command, COMMON_OPTIONS)
     command("crawls", "the crawls in this Redis with their sizes",
             _JSON).set_defaults(handler=cmd_crawls)
+    command("dashboard", "serve the web dashboard (read-only unless --token is set)",
+            *DASHBOARD_OPTIONS).set_defaults(handler=cmd_dashboard)
     command("reset", "delete every key of one crawl (--crawl), and nothing else",
             _YES).set_defaults(handler=cmd_reset)
     command("check", "health check: exit 0 if Redis answers (and --http-url), else 1",

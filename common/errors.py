@@ -27,6 +27,11 @@ class MalformedTaskError(CrawlqError, ValueError):
     """A task body could not be decoded or does not match the task schema."""
 
 
+class BadRequestError(CrawlqError, ValueError):
+    """An operator's request names something malformed or out of range (a task id, a
+    dead-letter reason, a page); the message says what was wrong."""
+
+
 class SourceError(CrawlqError, OSError):
     """An input source (file, stdin, sitemap) could not be read."""
 

@@ -84,13 +84,14 @@ it for every field read or written (measured ~4 us per field at 256 fields, ~25x
 hashtable). Tools that list these hashes skip it.
 
 Crawl keys (``crawlq:{<crawl>}:<name>``): ``meta`` HASH (``settings``: partitions, dedup
-mode and parameters, fixed at creation, and ``format``, the schema version),
-``lock:producer`` STRING (one producer run at a time), ``results`` STREAM (the
-redis-stream sink), ``workers`` ZSET (worker id -> last heartbeat, unix ms) and
-``worker:<id>`` HASH (id, host, pid, started, heartbeat, in_flight, done, failed; expires
-unless refreshed), ``history`` LIST (newest first, at most 240 JSON snapshots
-``{"t": unix s, "done": n, ...}`` of the summed counters, one per reap interval, for
-rates over the last minute).
+mode and parameters, fixed at creation, and ``format``, the schema version; ``created_ms``:
+when, ms of Redis TIME), ``lock:producer`` STRING (one producer run at a time), ``results``
+STREAM (the redis-stream sink), ``workers`` ZSET (worker id -> last heartbeat, ms of Redis
+TIME) and ``worker:<id>`` HASH (id, host, pid, state, started_ms, heartbeat_ms,
+interval_ms, in_flight, done, failed, pages_per_s; times in ms of Redis TIME; expires
+unless refreshed; ``common.workers``), ``history`` LIST (newest first, at most 720 JSON
+snapshots ``{"t": unix s of Redis TIME, "done": n, ...}`` of the summed counters, about
+one per 5 s fleet-wide: an hour, for rates and the dashboard's chart; ``common.history``).
 
 Robots (``crawlq:{<crawl>}:robots:<origin>``, origin ``scheme://host[:port]``): STRING,
 JSON ``{"status", "body", "fetched_at"}`` of that origin's robots.txt (``"error"`` set

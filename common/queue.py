@@ -288,7 +288,9 @@ class CrawlQueue:
         """
         keys = CrawlKeys.build(crawl)
         wanted = settings or CrawlSettings()
-        await client.hsetnx(keys.meta, "settings", wanted.to_json())
+        if await client.hsetnx(keys.meta, "settings", wanted.to_json()):
+            secs, micros = await client.time()  # the crawl's age, for operators
+            await client.hsetnx(keys.meta, "created_ms", int(secs) * 1000 + micros // 1000)
         await client.sadd(CRAWLS, crawl)
         raw = await client.hget(keys.meta, "settings")
         if raw is None:

@@ -11,17 +11,15 @@ import random
 import time
 from collections.abc import Callable
 
-from common import codec
+from common import history
 from common.metrics import Metrics
 from common.queue import CrawlQueue, Lease
+from common.workers import WorkerRegistry
 from consumer.flush import REDIS_ERRORS
 from consumer.leases import LeaseBook
-from consumer.registry import WorkerRegistry
 
 log = logging.getLogger("consumer")
 
-HISTORY_EVERY_S = 5.0
-HISTORY_LEN = 240
 PROGRESS_EVERY_S = 30.0
 
 
@@ -106,15 +104,10 @@ class Housekeeping:
     async def _snapshot(self) -> None:
         """Append the crawl's counters to its history (for rates), every few seconds."""
         now = time.time()
-        if now - self._last_history < HISTORY_EVERY_S:
+        if now - self._last_history < history.HISTORY_EVERY_S:
             return
         self._last_history = now
         stats = await self.queue.stats()
         # Running counters only (rates are their differences); the state counts share
         # some names (leased, dead) and are read live by `crawlq stats` anyway.
-        snap = {"t": round(now, 3), **stats.counters}
-        key = self.queue.crawl_keys.history
-        async with self.queue.client.pipeline(transaction=False) as pipe:
-            pipe.lpush(key, codec.dumps(snap))
-            pipe.ltrim(key, 0, HISTORY_LEN - 1)
-            await pipe.execute()
+        await history.record(self.queue.client, self.queue.crawl, stats.counters)

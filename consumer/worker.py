@@ -30,6 +30,7 @@ from common.errors import FetchError, RedisUnavailableError
 from common.frontier import Frontier
 from common.metrics import Metrics
 from common.queue import Code, CrawlQueue, Failure, Lease, LeaseBatch
+from common.workers import WorkerRegistry
 from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
 from consumer.fetcher import Fetcher, FetchResult
@@ -37,7 +38,6 @@ from consumer.flush import REDIS_ERRORS, Completion, Flusher
 from consumer.handlers import Handler, HandlerContext, LeaseLostError, as_result
 from consumer.housekeeping import Housekeeping
 from consumer.leases import LeaseBook
-from consumer.registry import WorkerRegistry
 from consumer.robots import RobotsCache, RobotsVerdict
 from consumer.sinks import Record, Sink
 

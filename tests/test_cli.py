@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -15,14 +16,16 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from common.cli import main_async, rates
+from common.cli import main_async
 from common.demo.site import sample_site
 from common.errors import ConfigError
+from common.history import rates
 from common.keys import CRAWLS, CrawlKeys
 from common.names import CRAWL_NAME_RULE, validate_crawl_name
 from common.queue import CrawlQueue, CrawlSettings, Failure, NewTask
 from common.redis_server import free_port
 from common.urls import fingerprint
+from common.workers import WorkerRegistry
 from consumer.__main__ import main as consumer_main
 from consumer.config import build_parser as consumer_parser
 from consumer.config import settings_from_args
@@ -113,25 +116,27 @@ async def test_stats_of_an_unknown_crawl_is_a_usage_error(
     assert "no crawl named 'no-such-crawl'" in capsys.readouterr().err
 
 
-async def test_workers_lists_live_ones_and_drops_dead_ids(
+async def test_workers_lists_live_ones_with_ages_on_the_redis_clock(
         redis_url: str, redis_client: aioredis.Redis, crawl: Crawl,
         capsys: pytest.CaptureFixture[str]) -> None:
+    registry = WorkerRegistry(redis_client, crawl.name, "w-live", ttl_s=30)
+    await registry.beat(in_flight=17, done=120, failed=3, state="running")
     keys = CrawlKeys.build(crawl.name)
-    now_ms = int(time.time() * 1000)
-    await redis_client.hset(keys.worker("w-live"), mapping={
-        "id": "w-live", "host": "box1", "pid": 4242, "started": now_ms - 60_000,
-        "heartbeat": now_ms - 2000, "in_flight": 17, "done": 120, "failed": 3})
-    await redis_client.zadd(keys.workers, {"w-live": now_ms - 2000, "w-gone": now_ms - 90_000})
+    await redis_client.zadd(keys.workers, {"w-gone": 1})  # a ghost: no hash
     assert await crawlq(redis_url, "workers", "--crawl", crawl.name, "--json") == 0
     [w] = json.loads(capsys.readouterr().out)
-    assert (w["id"], w["host"], w["pid"], w["in_flight"], w["done"], w["failed"]) == (
-        "w-live", "box1", 4242, 17, 120, 3)
-    assert 1.5 <= w["heartbeat_age_s"] < 10
-    assert await redis_client.zrange(keys.workers, 0, -1) == [b"w-live"]  # ghost removed
+    assert (w["id"], w["in_flight"], w["done"], w["failed"], w["state"]) == (
+        "w-live", 17, 120, 3, "running")
+    assert w["pid"] == os.getpid() and w["host"] == socket.gethostname()
+    assert 0 <= w["heartbeat_age_s"] < 5 and w["stale"] is False
+    # Readers never write: the ghost goes at the next heartbeat of any worker.
+    assert await redis_client.zscore(keys.workers, "w-gone") is not None
+    await registry.beat(in_flight=0, done=130, failed=3, state="running")
+    assert await redis_client.zrange(keys.workers, 0, -1) == [b"w-live"]
 
     assert await crawlq(redis_url, "workers", "--crawl", crawl.name) == 0
     out = capsys.readouterr().out
-    assert "w-live" in out and "box1" in out and "4242" in out
+    assert "w-live" in out and str(os.getpid()) in out and "(late)" not in out
     assert await crawlq(redis_url, "stats", "--crawl", crawl.name) == 0
     assert "live workers: 1" in capsys.readouterr().out
 

@@ -100,8 +100,9 @@ def _k8s_docs() -> list[dict[str, Any]]:
     return docs
 
 
-def _one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    found = [d for d in docs if d.get("kind") == kind]
+def _one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [d for d in docs if d.get("kind") == kind
+             and name in (None, d.get("metadata", {}).get("name"))]
     assert len(found) == 1, f"expected one {kind}, found {len(found)}"
     return found[0]
 
@@ -272,7 +273,7 @@ def _secret_ref_ok(k8s: list[dict[str, Any]], ref: dict[str, Any]) -> None:
 
 
 def test_consumer_deployment(k8s: list[dict[str, Any]]) -> None:
-    dep = _one(k8s, "Deployment")
+    dep = _one(k8s, "Deployment", "crawlq-consumer")
     pod = dep["spec"]["template"]["spec"]
     (c,) = pod["containers"]
     env = _k8s_env(c)
@@ -294,7 +295,8 @@ def test_consumer_deployment(k8s: list[dict[str, Any]]) -> None:
 
 def test_keda_scales_on_the_hosts_with_work(k8s: list[dict[str, Any]]) -> None:
     so = _one(k8s, "ScaledObject")
-    assert so["spec"]["scaleTargetRef"]["name"] == _one(k8s, "Deployment")["metadata"]["name"]
+    consumer = _one(k8s, "Deployment", "crawlq-consumer")
+    assert so["spec"]["scaleTargetRef"]["name"] == consumer["metadata"]["name"]
     assert so["spec"]["minReplicaCount"] >= 1, "someone must promote retries and reap"
     crawl = _crawl(k8s)
     triggers = so["spec"]["triggers"]

@@ -1,0 +1,104 @@
+"""What an operator sees of a crawl at a glance: its settings, age, states, rates.
+
+`summary` reads one crawl (the queue's `stats()` pipeline, the last minute of its
+history, the crawl's creation time and its worker count); `summaries` does it for every
+crawl in the Redis. ``crawlq stats``, ``crawlq crawls`` and the dashboard print them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from common import history
+from common.connection import RedisClient
+from common.errors import ConfigError
+from common.frontier import Frontier
+from common.keys import CRAWLS, CrawlKeys
+from common.queue import CrawlQueue, Stats
+from common.workers import read_workers
+
+#: At most this many crawls are summarized per call (by name).
+MAX_CRAWLS = 200
+#: Crawls summarized at once: each holds a few connections while it reads.
+CONCURRENCY = 8
+STATES = ("pending", "leased", "waiting", "dead", "done")
+_OUTCOME = "outcome:"
+
+
+@dataclass(frozen=True, slots=True)
+class CrawlSummary:
+    """One crawl's state at `now_ms` (ms of Redis TIME)."""
+
+    crawl: str
+    partitions: int
+    dedup: str
+    created_ms: int | None  # None for a crawl created before creation times were kept
+    now_ms: int
+    stats: Stats
+    rates: dict[str, Any] | None  # history.rates over the last minute
+    workers: int  # live workers
+    paused: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.stats
+        return {
+            "crawl": self.crawl,
+            "settings": {"partitions": self.partitions, "dedup": self.dedup},
+            "created_ms": self.created_ms,
+            "now_ms": self.now_ms,
+            "states": dict(zip(STATES, (s.pending, s.leased, s.waiting, s.dead, s.done),
+                               strict=True)),
+            "hosts_due": s.hosts_due,
+            "paused": self.paused,
+            "counters": dict(sorted(s.counters.items())),
+            "outcomes": {k[len(_OUTCOME):]: v for k, v in sorted(s.counters.items())
+                         if k.startswith(_OUTCOME)},
+            "rates": self.rates,
+            "dead_reasons": dict(sorted(s.dead_reasons.items(), key=lambda kv: -kv[1])),
+            "workers": self.workers,
+        }
+
+
+async def summary(queue: CrawlQueue) -> CrawlSummary:
+    """One crawl's summary: a handful of round trips, whatever the crawl's size."""
+    client = queue.client
+    workers = await read_workers(client, queue.crawl)
+    stats, snaps, created, paused = await asyncio.gather(
+        queue.stats(),
+        history.read(client, queue.crawl,
+                     back_to=workers.now_ms / 1000 - history.RATE_WINDOW_S),
+        client.hget(CrawlKeys.build(queue.crawl).meta, "created_ms"),
+        Frontier(queue).is_paused())
+    return CrawlSummary(queue.crawl, queue.settings.partitions, queue.settings.dedup.value,
+                        int(created) if created else None, workers.now_ms, stats,
+                        history.rates(snaps), len(workers.workers), paused)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+async def crawl_names(client: RedisClient) -> list[str]:
+    """Every crawl name in this Redis, sorted."""
+    return sorted(_text(n) for n in await client.smembers(CRAWLS))
+
+
+async def summaries(client: RedisClient, limit: int = MAX_CRAWLS
+                    ) -> tuple[list[CrawlSummary | str], int]:
+    """Summaries of the first `limit` crawls by name, and how many crawls there are.
+
+    A crawl whose settings are missing or unreadable (partly deleted) is its bare name.
+    """
+    names = await crawl_names(client)
+    gate = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(name: str) -> CrawlSummary | str:
+        async with gate:
+            try:
+                return await summary(await CrawlQueue.existing(client, name))
+            except (ConfigError, ValueError, KeyError):
+                return name
+
+    return list(await asyncio.gather(*(one(n) for n in names[:limit]))), len(names)

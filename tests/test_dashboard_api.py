@@ -1,0 +1,248 @@
+"""The dashboard's JSON API and security model, in process, against a real Redis."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from aiohttp import ClientResponse
+from aiohttp.test_utils import TestClient, TestServer
+
+from common.cli import main_async
+from common.dashboard.app import make_app
+from common.dashboard.security import check_bind
+from common.errors import ConfigError
+from common.history import record
+from common.queue import CrawlQueue, CrawlSettings, Failure, NewTask
+from common.urls import fingerprint
+from common.workers import WorkerRegistry
+
+TOKEN = "t0ken-for-the-tests-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+ClientFactory = Callable[..., Any]
+
+
+async def build(client: aioredis.Redis, name: str, partitions: int = 2) -> CrawlQueue:
+    """10 tasks: 3 done, 4 dead http_5xx, 1 dead timeout, 2 pending."""
+    queue = await CrawlQueue.open(client, name, CrawlSettings(partitions=partitions))
+    urls = [f"https://api.example/{i}" for i in range(10)]
+    await queue.enqueue([NewTask(u, fingerprint(u)) for u in urls])
+    leases = []
+    while len(leases) < 8:
+        leases += await queue.lease("w1", 8 - len(leases), 60_000)
+    await queue.ack("w1", [(lease, "ok") for lease in leases[:3]])
+    await queue.fail("w1", [Failure(lease, "http_5xx", "HTTP 503", permanent=True)
+                            for lease in leases[3:7]])
+    await queue.fail("w1", [Failure(leases[7], "timeout", "read timeout", permanent=True)])
+    return queue
+
+
+@pytest.fixture
+async def make_client(redis_url: str) -> AsyncIterator[ClientFactory]:
+    """make_client(token=..., bind_host=...) -> a TestClient of a fresh dashboard."""
+    clients: list[TestClient[Any, Any]] = []
+    redis = aioredis.Redis.from_url(redis_url)
+
+    async def make(token: str | None = TOKEN, bind_host: str = "127.0.0.1"
+                   ) -> TestClient[Any, Any]:
+        client = TestClient(TestServer(make_app(redis, token=token, bind_host=bind_host),
+                                       host="127.0.0.1"))
+        await client.start_server()
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.close()
+    await redis.aclose()
+
+
+@pytest.fixture
+async def crawl(redis_client: aioredis.Redis, crawl_name: str) -> CrawlQueue:
+    return await build(redis_client, crawl_name)
+
+
+async def error_of(resp: ClientResponse, status: int) -> str:
+    assert resp.status == status, await resp.text()
+    assert resp.content_type == "application/json"
+    doc = await resp.json()
+    assert set(doc) == {"error"} and "Traceback" not in doc["error"]
+    return str(doc["error"])
+
+
+async def test_views(make_client: ClientFactory, crawl: CrawlQueue,
+                     redis_client: aioredis.Redis) -> None:
+    client = await make_client()
+    await WorkerRegistry(redis_client, crawl.crawl, "w-a", ttl_s=30).beat(
+        in_flight=2, done=5, failed=1, state="running")
+
+    doc = await (await client.get(f"/api/crawls/{crawl.crawl}")).json()
+    assert doc["states"] == {"pending": 2, "leased": 0, "waiting": 0, "dead": 5, "done": 3}
+    assert doc["settings"] == {"partitions": 2, "dedup": "exact"}
+    assert doc["dead_reasons"] == {"http_5xx": 4, "timeout": 1}
+    assert doc["outcomes"] == {"ok": 3} and doc["workers"] == 1
+    assert 0 <= doc["now_ms"] - doc["created_ms"] < 60_000
+
+    listed = await (await client.get("/api/crawls")).json()
+    [row] = [c for c in listed["crawls"] if c["crawl"] == crawl.crawl]
+    assert row["states"] == doc["states"] and listed["total"] >= 1
+
+    workers = await (await client.get(f"/api/crawls/{crawl.crawl}/workers")).json()
+    [w] = workers["workers"]
+    assert (w["id"], w["in_flight"], w["done"], w["stale"]) == ("w-a", 2, 5, False)
+
+    page = await (await client.get(f"/api/crawls/{crawl.crawl}/dead?size=3")).json()
+    assert (page["total"], page["page"], len(page["items"])) == (5, 0, 3)
+    rest = await (await client.get(f"/api/crawls/{crawl.crawl}/dead?size=3&page=1")).json()
+    ids = [d["id"] for d in page["items"] + rest["items"]]
+    assert len(set(ids)) == 5
+    died = [d["died_at_ms"] for d in page["items"] + rest["items"]]
+    assert died == sorted(died, reverse=True)  # newest first, across both partitions
+    timeouts = await (await client.get(
+        f"/api/crawls/{crawl.crawl}/dead?reason=timeout")).json()
+    assert [(d["reason"], d["error"]) for d in timeouts["items"]] == [("timeout",
+                                                                      "read timeout")]
+    assert timeouts["total"] == 1 and timeouts["complete"] is True
+    assert timeouts["items"][0]["url"].startswith("https://api.example/")
+
+    session = await (await client.get("/api/session")).json()
+    assert session == {"actions": True}
+
+
+async def test_history_chart_points(make_client: ClientFactory, crawl: CrawlQueue,
+                                    redis_client: aioredis.Redis) -> None:
+    client = await make_client()
+    empty = await (await client.get(f"/api/crawls/{crawl.crawl}/history")).json()
+    assert empty["points"] == [] and empty["series"] == ["done", "failed", "enqueued"]
+    key = crawl.crawl_keys.history
+    secs, _ = await redis_client.time()
+    for t, done in ((secs - 20, 0), (secs - 10, 50)):
+        await redis_client.lpush(key, json.dumps({"t": t, "done": done, "enqueued": 10}))
+    assert await record(redis_client, crawl.crawl, {"done": 150, "enqueued": 10})
+    # A second snapshot right after the first is skipped, whoever writes it.
+    assert not await record(redis_client, crawl.crawl, {"done": 160})
+    doc = await (await client.get(f"/api/crawls/{crawl.crawl}/history")).json()
+    rates = [(round(p["done"]), p["enqueued"]) for p in doc["points"]]
+    assert rates[0] == (5, 0) and len(rates) == 2 and 9 <= rates[1][0] <= 11
+    newer = await (await client.get(
+        f"/api/crawls/{crawl.crawl}/history?since={doc['points'][0]['t']}")).json()
+    assert newer["points"] == doc["points"][1:]
+
+
+async def test_bad_input_answers_4xx_json(make_client: ClientFactory,
+                                          crawl: CrawlQueue) -> None:
+    client = await make_client()
+    base = f"/api/crawls/{crawl.crawl}"
+    assert "no crawl named" in await error_of(await client.get("/api/crawls/nope"), 404)
+    assert "no crawl named" in await error_of(await client.get("/api/crawls/a%3Ab/dead"), 404)
+    await error_of(await client.get("/api/crawls/a%7Bb/dead"), 404)
+    for query, words in (("page=-1", "page must be"), ("size=100000", "size must be"),
+                         ("size=0", "size must be"), ("page=x", "integer"),
+                         ("reason=%3Cscript%3E", "not a dead-letter reason"),
+                         ("page=500&size=500", "partitions a page must end")):
+        assert words in await error_of(await client.get(f"{base}/dead?{query}"), 400), query
+    assert "since" in await error_of(await client.get(f"{base}/history?since=abc"), 400)
+    await error_of(await client.get("/api/nothing-here"), 404)
+    post = {"headers": AUTH}
+    for body, words in (({}, "exactly one"), ({"ids": ["x"]}, "not a task id"),
+                        ({"reason": "a b"}, "not a dead-letter reason"),
+                        ({"ids": ["a" * 32] * 1001}, "at most"),
+                        ({"all": "yes"}, "true or false"), ([1], "JSON object")):
+        resp = await client.post(f"{base}/dead/requeue", json=body, **post)
+        assert words in await error_of(resp, 400), body
+    resp = await client.post(f"{base}/dead/requeue", data="{nope",
+                             headers={**AUTH, "Content-Type": "application/json"})
+    assert "not valid JSON" in await error_of(resp, 400)
+    resp = await client.post(f"{base}/dead/requeue", data="x" * 100_000,
+                             headers={**AUTH, "Content-Type": "application/json"})
+    await error_of(resp, 413)
+    resp = await client.post("/api/crawls/nope/dead/requeue", json={"all": True}, **post)
+    await error_of(resp, 404)
+
+
+async def test_actions_need_the_token_and_the_same_origin(
+        make_client: ClientFactory, crawl: CrawlQueue) -> None:
+    client = await make_client()
+    url = f"/api/crawls/{crawl.crawl}/dead/requeue"
+    body = {"reason": "http_5xx"}
+    assert "needs the dashboard's token" in await error_of(
+        await client.post(url, json=body), 401)
+    assert "wrong token" in await error_of(
+        await client.post(url, json=body, headers={"Authorization": "Bearer " + "x" * 30}),
+        403)
+    own = f"http://{client.host}:{client.port}"
+    assert "cross-origin" in await error_of(await client.post(
+        url, json=body, headers={**AUTH, "Origin": "http://evil.example"}), 403)
+    assert "cross-site" in await error_of(await client.post(
+        url, json=body, headers={**AUTH, "Origin": own, "Sec-Fetch-Site": "cross-site"}), 403)
+    assert "JSON body" in await error_of(await client.post(
+        url, data="reason=http_5xx", headers={**AUTH, "Origin": own,
+                                              "Content-Type": "application/x-www-form-urlencoded"}),
+        415)
+    assert (await crawl.stats()).dead == 5  # nothing refused above changed anything
+
+    resp = await client.post(url, json=body, headers={**AUTH, "Origin": own,
+                                                      "Sec-Fetch-Site": "same-origin"})
+    assert await resp.json() == {"action": "requeue", "crawl": crawl.crawl,
+                                 "selected": 4, "changed": 4}
+    stats = await crawl.stats()
+    assert (stats.dead, stats.pending) == (1, 6)
+    [dead] = (await (await client.get(f"/api/crawls/{crawl.crawl}/dead")).json())["items"]
+    resp = await client.post(f"/api/crawls/{crawl.crawl}/dead/purge",
+                             json={"ids": [dead["id"]]}, headers=AUTH)
+    assert (await resp.json())["changed"] == 1
+    assert (await crawl.stats()).dead == 0
+
+
+async def test_read_only_without_a_token(make_client: ClientFactory,
+                                         crawl: CrawlQueue) -> None:
+    client = await make_client(token=None)
+    assert await (await client.get("/api/session")).json() == {"actions": False}
+    resp = await client.post(f"/api/crawls/{crawl.crawl}/dead/requeue", json={"all": True},
+                             headers=AUTH)
+    assert "read-only" in await error_of(resp, 403)
+    assert (await crawl.stats()).dead == 5
+
+
+async def test_security_headers_and_host_check(make_client: ClientFactory,
+                                               crawl: CrawlQueue) -> None:
+    client = await make_client()
+    for path in ("/", f"/crawls/{crawl.crawl}", "/static/app.js", "/api/crawls",
+                 "/api/crawls/nope"):
+        resp = await client.get(path)
+        csp = resp.headers["Content-Security-Policy"]
+        assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp, path
+        assert "unsafe-inline" not in csp
+        assert resp.headers["X-Content-Type-Options"] == "nosniff"
+        assert resp.headers["X-Frame-Options"] == "DENY"
+    page = await (await client.get("/")).text()
+    assert "<script>" not in page and " on" not in page.split("<body>")[1].split("=")[0]
+    # A DNS-rebinding page names its own host: refused on a loopback bind.
+    resp = await client.get("/api/crawls", headers={"Host": "rebind.example:9420"})
+    await error_of(resp, 421)
+    ok = await client.get("/api/crawls", headers={"Host": "localhost:9420"})
+    assert ok.status == 200, await ok.text()
+
+
+def test_bind_rules() -> None:
+    check_bind("127.0.0.1", None)
+    check_bind("::1", None)
+    check_bind("localhost", None)
+    check_bind("0.0.0.0", TOKEN)
+    for host in ("0.0.0.0", "::", "10.1.2.3", "dash.internal"):
+        with pytest.raises(ConfigError, match="without a token"):
+            check_bind(host, None)
+    with pytest.raises(ConfigError, match="at least 16"):
+        check_bind("127.0.0.1", "short")
+
+
+async def test_cli_refuses_a_public_bind_without_token(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code = await main_async(["dashboard", "--redis-url", redis_url, "--cluster", "no",
+                             "--http-host", "0.0.0.0"])
+    assert code == 2
+    assert "refusing to listen on 0.0.0.0 without a token" in capsys.readouterr().err

@@ -1,0 +1,212 @@
+"""The dashboard in headless Chromium (Debian's chromium + chromium-driver, via Selenium).
+
+A real crawl in progress: a local site and a ``python -m consumer`` child work through
+it while ``crawlq dashboard`` (another child) serves the pages. Screenshots of each page
+go to ``tests/artifacts/`` (git-ignored).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from sites import start_site_process
+
+from common.queue import CrawlQueue, Failure, NewTask
+from common.redis_server import free_port
+from common.urls import fingerprint
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = Path(__file__).parent / "artifacts"
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+TOKEN = "browser-test-token-0123456789"
+PAGES = 200
+# Each would set window.__xss if the page ever ran it.
+XSS_URL = ('http://127.0.0.1:1/?q="><img src=x onerror="window.__xss=2">'
+           '<script>window.__xss=3</script>')
+# Not http(s): the lease turns it into a dead letter with reason "malformed", URL kept.
+JS_URL = 'javascript:window.__xss=1//"><img src=x onerror=window.__xss=7>'
+XSS_ERROR = '<script>window.__xss=4</script>"><img src=x onerror=window.__xss=5>'
+XSS_CRAWL = "<svg/onload=window.__xss=6>"
+
+webdriver = pytest.importorskip("selenium.webdriver")
+pytestmark = [
+    pytest.mark.timeout(90),
+    pytest.mark.skipif(not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)),
+                       reason="needs Debian's chromium and chromium-driver (.ci/run "
+                              "installs them)"),
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from selenium.webdriver.chrome.service import Service  # noqa: PLC0415
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1300,1500", "--no-first-run"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _child_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLQ_") and k != "REDIS_URL"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    return env
+
+
+@contextlib.asynccontextmanager
+async def child(*argv: str, log: Path) -> AsyncIterator[asyncio.subprocess.Process]:
+    with log.open("wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, *argv, cwd=ROOT, env=_child_env(), stdin=asyncio.subprocess.DEVNULL,
+            stdout=out, stderr=asyncio.subprocess.STDOUT)
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), 10)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+
+
+def wait_for(pred: Callable[[], Any], what: str, within: float = 20) -> Any:
+    """Poll `pred` until it returns something truthy; fail after `within` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        with contextlib.suppress(Exception):
+            got = pred()
+            if got:
+                return got
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {within:g}s waiting for {what}")
+        time.sleep(0.1)
+
+
+def card(driver: Any, state: str) -> int:
+    text = driver.find_element("css selector", f'.card[data-state="{state}"] .value').text
+    return int(text.replace(",", ""))
+
+
+async def plant_dead(queue: CrawlQueue, items: list[tuple[str, str, str]]) -> None:
+    """Dead letters with these (url, reason, error), and JS_URL's malformed one, before
+    any consumer runs."""
+    urls = [JS_URL] + [url for url, _, _ in items]
+    await queue.enqueue([NewTask(url, fingerprint(url), priority=10) for url in urls])
+    leases: list[Any] = []
+    while len(leases) < len(items):
+        leases += await queue.lease("planter", len(items) - len(leases), 60_000)
+    by_url = {lease.task.url: lease for lease in leases}
+    await queue.fail("planter", [Failure(by_url[url], reason, error, permanent=True)
+                                 for url, reason, error in items])
+
+
+async def test_dashboard_pages_live(browser: Any, redis_url: str, redis_client: aioredis.Redis,
+                                    crawl_name: str, tmp_path: Path) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    queue = await CrawlQueue.open(redis_client, crawl_name)
+    await CrawlQueue.open(redis_client, XSS_CRAWL)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    async with start_site_process(delay_ms=100) as site:
+        await plant_dead(queue, [(XSS_URL, "bad_redirect", XSS_ERROR)] + [
+            (site.url(f"/p/{9000 + i}"), "http_5xx", "HTTP 503 Service Unavailable")
+            for i in range(3)])
+        urls = [site.url(f"/p/{i}") for i in range(PAGES)]
+        await queue.enqueue([NewTask(u, fingerprint(u)) for u in urls])
+        dashboard = ["-c", "import sys; from common.cli import main; sys.exit(main(sys.argv[1:]))",
+                     "dashboard", "--redis-url", redis_url, "--cluster", "no",
+                     "--http-port", str(port), "--token", TOKEN]
+        consumer = ["-m", "consumer", "--redis-url", redis_url, "--crawl", crawl_name,
+                    "--worker-id", "w-browser", "--allow-private", "--ignore-robots",
+                    "--output", str(tmp_path / "out"), "--http-port", "-1",
+                    "--concurrency", "2", "--lease", "3s", "--per-host-concurrency", "0",
+                    "--per-host-delay", "0"]
+        async with child(*dashboard, log=tmp_path / "dashboard.log"), \
+                child(*consumer, log=tmp_path / "consumer.log"):
+            # The crawls page: every crawl, the hostile name shown as text.
+            wait_for(lambda: browser.get(base + "/") or True, "the dashboard to answer", 20)
+            wait_for(lambda: browser.find_elements("css selector", "a.crawl-link"),
+                     "the crawls table")
+            names = [a.text for a in browser.find_elements("css selector", "a.crawl-link")]
+            assert crawl_name in names and XSS_CRAWL in names
+            browser.save_screenshot(str(ARTIFACTS / "dashboard-crawls.png"))
+
+            browser.get(f"{base}/crawls/{crawl_name}")
+            first = wait_for(lambda: card(browser, "done") or None, "some pages done")
+            wait_for(lambda: card(browser, "done") > first, "the done count to move", 30)
+            row = wait_for(lambda: browser.find_element(
+                "css selector", 'tr[data-worker="w-browser"]'), "the worker row")
+            assert "in flight" in browser.find_element("css selector", "#workers").text
+            assert row.find_elements("css selector", "td")[1].text  # its host
+
+            # The XSS dead letters: shown as text, never run.
+            for reason, url in (("bad_redirect", XSS_URL), ("malformed", JS_URL)):
+                shown = wait_for(lambda r=reason: [row for row in browser.find_elements(
+                    "css selector", "#dead tbody tr") if r in row.text], f"the {reason} row")
+                cells = shown[0].find_elements("css selector", "td")
+                assert cells[2].get_attribute("title") == url
+                assert cells[2].text.startswith(url[:30])
+            [bad] = [r for r in browser.find_elements("css selector", "#dead tbody tr")
+                     if "bad_redirect" in r.text]
+            assert bad.find_elements("css selector", "td")[3].get_attribute("title") == XSS_ERROR
+            assert browser.find_elements("css selector", "#dead img, #dead script") == []
+            assert browser.execute_script("return window.__xss") is None
+
+            # Without the token the action is refused, and the page says why.
+            dead_before = card(browser, "dead")
+            assert dead_before == 5
+            browser.find_element(
+                "css selector", 'tr[data-reason="http_5xx"] button.requeue').click()
+            notice = wait_for(lambda: browser.find_element("css selector", "#notice").text,
+                              "the refusal notice")
+            assert "refused (401)" in notice and "token" in notice
+            assert (await queue.stats()).dead == 5
+
+            # With the token it goes through and the dead count moves.
+            browser.find_element("css selector", "#token-form input").send_keys(TOKEN)
+            browser.find_element("css selector", "#token-form button").click()
+            wait_for(lambda: browser.find_element(
+                "css selector", 'tr[data-reason="http_5xx"] button.requeue').is_enabled(),
+                "the requeue button")
+            browser.find_element(
+                "css selector", 'tr[data-reason="http_5xx"] button.requeue').click()
+            wait_for(lambda: "requeued" in browser.find_element("css selector", "#notice").text,
+                     "the requeue notice")
+            wait_for(lambda: card(browser, "dead") == 2, "the dead count to drop to 2")
+
+            # When the consumer is through, the page shows exactly what Redis holds.
+            async def finished() -> bool:
+                s = await queue.stats()
+                return s.done == PAGES + 3 and s.active == 0
+
+            deadline = time.monotonic() + 40
+            while not await finished():
+                assert time.monotonic() < deadline, "the crawl did not finish"
+                await asyncio.sleep(0.2)
+            wait_for(lambda: card(browser, "done") == PAGES + 3, "the final done count")
+            stats = await queue.stats()
+            for state, n in (("pending", stats.pending), ("leased", stats.leased),
+                             ("waiting", stats.waiting), ("dead", stats.dead)):
+                assert card(browser, state) == n, state
+            wait_for(lambda: browser.find_elements("css selector", "svg.chart path.line"),
+                     "the chart's lines", 20)
+            browser.save_screenshot(str(ARTIFACTS / "dashboard-crawl.png"))
+            assert browser.execute_script("return window.__xss") is None
