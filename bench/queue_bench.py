@@ -16,9 +16,10 @@ prints, in one run:
 3. Redis bytes per unique URL at ``--dedup-urls`` URLs for exact dedup (sum of ``MEMORY
    USAGE key SAMPLES 0`` over the partition's ``seen:*`` hashes, for each ``--seen-bits``)
    and bloom dedup (the ``bloom:*`` strings and the ``bloom`` hash), with the
-   ``used_memory`` growth of a plain SET of the URL strings as a baseline. These feed the
-   dedup path by calling the enqueue scripts directly in big pipelined batches with tiny
-   bodies, then drop the bodies before measuring.
+   ``used_memory`` growth of a plain SET of the URL strings as a baseline; and what a
+   pending task costs, dedup excluded (every other key of the partition: the hosts'
+   queues and state), beside the length of its URL. URLs are enqueued through
+   CrawlQueue.enqueue in pipelined batches.
 
 Every rate is followed by where its time went, per item: wall time, this process's CPU
 and the redis-server's CPU (from INFO cpu). Python and Redis each use one core at most,
@@ -26,8 +27,8 @@ so on a machine with idle cores the rate is about 1 / max(python CPU, redis CPU)
 busy machine the two compete and the rate drops toward 1 / (python + redis).
 
 Targets: lease+ack >= 50,000 tasks/s; enqueue >= 100,000 URLs/s; exact <= 40 B/URL;
-bloom <= 4 B/URL at a 1e-6 error rate. Exits 1 if one is missed (for seen_bits, only
-the default one counts).
+bloom <= 4 B/URL at a 1e-6 error rate; a pending task <= 150 B. Exits 1 if one is
+missed (for seen_bits, only the default one counts).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +70,7 @@ TARGET_ENQUEUE = 100_000
 TARGET_LEASE_ACK = 50_000
 TARGET_EXACT_BYTES = 40.0
 TARGET_BLOOM_BYTES = 4.0
+TARGET_PENDING_BYTES = 150.0
 
 
 class Meter:
@@ -236,76 +239,70 @@ async def keys_matching(client: aioredis.Redis, pattern: str) -> list[Any]:
     return [k async for k in client.scan_iter(match=pattern, count=10_000)]
 
 
-async def feed(client: aioredis.Redis, calls: Callable[[int, int], tuple[Any, list[Any],
-                                                                          list[Any]]],
-               n: int, batch: int = 2_000, per_pipeline: int = 8) -> int:
-    """Run the script calls for items [lo, hi) in pipelined rounds; returns enqueued."""
+async def feed(q: CrawlQueue, urls: Sequence[str], fps: Sequence[bytes], *,
+               batch: int = 2_000, in_flight: int = 4) -> int:
+    """Enqueue through the real path (CrawlQueue.enqueue), a few batches at a time;
+    returns how many were enqueued."""
     enqueued = 0
-    step = batch * per_pipeline
-    for lo in range(0, n, step):
-        async with client.pipeline(transaction=False) as pipe:
-            for b in range(lo, min(n, lo + step), batch):
-                script, keys, args = calls(b, min(n, b + batch))
-                await script(keys=keys, args=args, client=pipe)
-            enqueued += sum(int(r[0]) for r in await pipe.execute())
+    pending: list[asyncio.Task[Any]] = []
+    for lo in range(0, len(urls), batch):
+        tasks = [NewTask(u, fp) for u, fp in zip(urls[lo:lo + batch], fps[lo:lo + batch],
+                                                  strict=True)]
+        if len(pending) >= in_flight:
+            enqueued += (await pending.pop(0)).enqueued
+        pending.append(asyncio.create_task(q.enqueue(tasks)))
+    for t in pending:
+        enqueued += (await t).enqueued
     return enqueued
 
 
-async def drop_bodies(client: aioredis.Redis, q: CrawlQueue) -> None:
-    pk = q.partitions[0]
-    await client.unlink(pk.tasks, pk.ready, pk.prio, pk.prios)
+def _pattern(prefix: str) -> str:
+    return prefix.replace("{", "\\{").replace("}", "\\}") + "*"
 
 
-async def bench_exact_memory(client: aioredis.Redis, fps: Sequence[bytes], bits: int
-                             ) -> tuple[float, int, int]:
-    """(bytes per URL, bucket keys, largest bucket) for exact dedup at len(fps) URLs."""
+@dataclass
+class ExactMemory:
+    per_url: float  # dedup: the seen buckets, bytes per URL
+    buckets: int
+    largest: int
+    per_pending: float  # everything else the partition holds, bytes per pending task
+    url_bytes: float  # the URLs' own length, on average
+
+
+async def bench_exact_memory(client: aioredis.Redis, urls: Sequence[str],
+                             fps: Sequence[bytes], bits: int) -> ExactMemory:
+    """Dedup bytes per URL (the seen buckets) and, beside it, what a pending task costs
+    (every other key of the partition: host queues and host state) at len(urls) URLs."""
     crawl = f"bench-exact-{bits}"
     q = await CrawlQueue.open(client, crawl, CrawlSettings(seen_bits=bits))
     pk = q.partitions[0]
-    shift = 32 - bits
-    head = [pk.ready, pk.prio, pk.tasks, pk.prios, pk.stats]
-
-    def calls(lo: int, hi: int) -> tuple[Any, list[Any], list[Any]]:
-        keys = list(head)
-        args: list[Any] = [0]
-        for fp in fps[lo:hi]:
-            keys.append(pk.seen(int.from_bytes(fp[:4], "big") >> shift))
-            args += ["x", fp[2:], 0, "{}"]
-        return q.scripts.enqueue, keys, args
-
-    enqueued = await feed(client, calls, len(fps))
-    await drop_bodies(client, q)
-    seen = await keys_matching(client, pk.seen(0)[:-1].replace("{", "\\{").replace(
-        "}", "\\}") + "*")
-    used = await memory_usage(client, seen)
+    enqueued = await feed(q, urls, fps)
+    assert enqueued == len(urls) == (await q.stats()).pending, enqueued
+    every = await keys_matching(client, _pattern(pk.prefix))
+    seen_prefix = pk.seen(0)[:-1].encode()
+    seen = [k for k in every if k.startswith(seen_prefix)]
+    rest = [k for k in every if not k.startswith(seen_prefix)]
+    used_seen = await memory_usage(client, seen)
+    used_rest = await memory_usage(client, rest)
     async with client.pipeline(transaction=False) as pipe:
         for key in seen:
             pipe.hlen(key)
         largest = max(await pipe.execute())
     await drop_crawl(client, crawl, 1)
-    return used / enqueued, len(seen), largest
+    return ExactMemory(used_seen / enqueued, len(seen), largest, used_rest / enqueued,
+                       sum(map(len, urls)) / len(urls))
 
 
-async def bench_bloom_memory(client: aioredis.Redis, fps: Sequence[bytes], error: float
+async def bench_bloom_memory(client: aioredis.Redis, urls: Sequence[str],
+                             fps: Sequence[bytes], error: float
                              ) -> tuple[float, int, float, Meter]:
     """(bytes per URL, layers, share lost to false positives, the feed's meter)."""
     crawl = "bench-bloom"
     settings = CrawlSettings(dedup=DedupMode.BLOOM, bloom_capacity=len(fps), bloom_error=error)
     q = await CrawlQueue.open(client, crawl, settings)
     pk = q.partitions[0]
-    head = [pk.ready, pk.prio, pk.tasks, pk.prios, pk.stats, pk.bloom,
-            *(pk.bloom_layer(i) for i in range(settings.bloom_layers))]
-
-    def calls(lo: int, hi: int) -> tuple[Any, list[Any], list[Any]]:
-        args: list[Any] = [settings.bloom_capacity, repr(error)]
-        for fp in fps[lo:hi]:
-            args += ["x", int.from_bytes(fp[8:12], "big"),
-                     int.from_bytes(fp[12:16], "big") | 1, 0, "{}"]
-        return q.scripts.enqueue_bloom, head, args
-
     async with Meter(client) as meter:
-        enqueued = await feed(client, calls, len(fps))
-    await drop_bodies(client, q)
+        enqueued = await feed(q, urls, fps)
     layers = int(await client.hget(pk.bloom, "layers") or 1)
     used = await memory_usage(client, [pk.bloom, *(pk.bloom_layer(i) for i in range(layers))])
     await drop_crawl(client, crawl, 1)
@@ -332,25 +329,34 @@ async def run(args: argparse.Namespace, server: RedisServer) -> int:
         missed = await run_rates(args, server, client)
         if args.dedup_urls:
             m_urls = args.dedup_urls
-            fps = [fingerprint(url_of(i)) for i in range(m_urls)]
+            urls = [url_of(i) for i in range(m_urls)]
+            fps = [fingerprint(u) for u in urls]
             baseline = await bench_set_baseline(client, m_urls)
             line(f"baseline: SET of {m_urls:,} URL strings (used_memory growth)",
                  f"{baseline:>10.1f} B/URL")
             for bits in args.seen_bits:
-                per, buckets, largest = await bench_exact_memory(client, fps, bits)
-                ok = per <= TARGET_EXACT_BYTES
+                mem = await bench_exact_memory(client, urls, fps, bits)
+                ok = mem.per_url <= TARGET_EXACT_BYTES
                 if bits == CrawlSettings().seen_bits:
                     missed += not ok
-                line(f"exact dedup @{m_urls:,}, seen_bits={bits} ({buckets:,} hashes, "
-                     f"largest {largest})", f"{per:>10.1f} B/URL "
-                     f"({per / baseline:.2f} x baseline)", f"<= {TARGET_EXACT_BYTES:.0f}", ok)
-            per, layers, lost, m = await bench_bloom_memory(client, fps, 1e-6)
+                    pend_ok = mem.per_pending <= TARGET_PENDING_BYTES
+                    missed += not pend_ok
+                    line(f"a pending task @{m_urls:,} (997 hosts; URLs "
+                         f"{mem.url_bytes:.0f} B on average), dedup excluded",
+                         f"{mem.per_pending:>10.1f} B/task "
+                         f"({mem.per_pending / mem.url_bytes:.2f} x its URL)",
+                         f"<= {TARGET_PENDING_BYTES:.0f}", pend_ok)
+                line(f"exact dedup @{m_urls:,}, seen_bits={bits} ({mem.buckets:,} hashes, "
+                     f"largest {mem.largest})", f"{mem.per_url:>10.1f} B/URL "
+                     f"({mem.per_url / baseline:.2f} x baseline)",
+                     f"<= {TARGET_EXACT_BYTES:.0f}", ok)
+            per, layers, lost, m = await bench_bloom_memory(client, urls, fps, 1e-6)
             missed += per > TARGET_BLOOM_BYTES
             line(f"bloom dedup @{m_urls:,}, error 1e-6, capacity {m_urls:,} "
                  f"({layers} layer)", f"{per:>10.2f} B/URL ({per / baseline:.3f} x baseline)",
                  f"<= {TARGET_BLOOM_BYTES:.0f}", per <= TARGET_BLOOM_BYTES)
-            print(f"{'':<8}{lost:.1e} of the URLs lost to false positives; feeding the "
-                  f"script {m.split(m_urls, 'URL')}")
+            print(f"{'':<8}{lost:.1e} of the URLs lost to false positives; enqueueing "
+                  f"{m.split(m_urls, 'URL')}")
     finally:
         await client.aclose()
     print("all targets met" if not missed else f"{missed} target(s) missed")

@@ -52,6 +52,9 @@ FORMAT = 2
 #: How long a lease call waits at most before asking again when nothing is ready, so a
 #: `crawlq resume`, a host setting or new work is seen within about a second.
 MAX_IDLE_WAIT_S = 1.0
+#: The most candidate hosts one lease call reads (a call that leaves ready hosts unread
+#: is followed at once by another).
+CANDIDATE_HOSTS = 128
 #: How long a partition with no host ready (every host busy, or nothing pending) is
 #: skipped: its next turn is unknown.
 UNKNOWN_WAIT_S = 0.05
@@ -434,15 +437,21 @@ class CrawlQueue:
             if now < self._idle_until[p]:
                 waits.append(self._idle_until[p] - now)
                 continue
-            reply = await self._lease_partition(p, worker, n - len(batch.leases), lease_ms)
-            wait_ms, retry_ms, paused = int(reply[2]), int(reply[3]), int(reply[4]) == 1
-            batch.paused = batch.paused or paused
-            if retry_ms == 0:
-                await self._promote_partition(self.partitions[p], 1000)
-                wait_ms = 0
-            before = len(batch.leases) + len(malformed)
-            self._parse_lease(reply, p, batch.leases, malformed)
-            got = len(batch.leases) + len(malformed) > before
+            got = False
+            while True:  # again while a full page of candidate hosts gave tasks
+                reply, full = await self._lease_partition(p, worker, n - len(batch.leases),
+                                                          lease_ms)
+                wait_ms, retry_ms, paused = int(reply[2]), int(reply[3]), int(reply[4]) == 1
+                batch.paused = batch.paused or paused
+                if retry_ms == 0:
+                    await self._promote_partition(self.partitions[p], 1000)
+                    wait_ms = 0
+                before = len(batch.leases) + len(malformed)
+                self._parse_lease(reply, p, batch.leases, malformed)
+                got_now = len(batch.leases) + len(malformed) > before
+                got = got or got_now
+                if not (got_now and full and len(batch.leases) < n):
+                    break
             for_ms = [w for w in (wait_ms, retry_ms) if w >= 0]
             if paused or for_ms:
                 wait = MAX_IDLE_WAIT_S if paused else min(min(for_ms) / 1000,
@@ -462,21 +471,26 @@ class CrawlQueue:
             batch.wait_s = min(waits)
         return batch
 
-    async def _lease_partition(self, p: int, worker: str, n: int, lease_ms: int) -> Any:
+    async def _lease_partition(self, p: int, worker: str, n: int, lease_ms: int
+                               ) -> tuple[Any, bool]:
+        """One lease call; and whether the candidates were a full page (more may wait)."""
         pk = self.partitions[p]
-        k = 2 * n + 8
+        # The hosts at the head of the line; the script takes what is ready among them.
+        # Bounded: each is read in the script, and a host without a delay can give many.
+        k = min(2 * n, CANDIDATE_HOSTS) + 8
         async with self.client.pipeline(transaction=False) as pipe:
             pipe.zrange(pk.due, 0, k - 1)
             pipe.zrange(pk.prio_hosts, 0, k - 1)
             due, prio = await pipe.execute()
         hosts = list(dict.fromkeys(_text(h) for h in (*prio, *due)))
         host_keys, _ = self._host_args(pk, hosts)
-        return await self.scripts.lease(
+        reply = await self.scripts.lease(
             keys=[*pk.host_state, pk.tasks, pk.attempts, pk.leases, pk.owners, pk.seq,
                   pk.stats, pk.checkpoints, pk.errors, pk.pending, pk.prio_hosts, pk.delayed,
                   pk.done, pk.dead, pk.dead_reasons, *host_keys],
             args=[worker, n, lease_ms, *hosts],
         )
+        return reply, len(due) == k
 
     @staticmethod
     def _parse_lease(

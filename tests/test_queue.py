@@ -25,7 +25,7 @@ from common.hosts import host_key
 from common.keys import HASHTABLE_FIELD
 from common.queue import (
     MALFORMED,
-    MAX_IDLE_WAIT_S,
+    UNKNOWN_WAIT_S,
     Code,
     CrawlQueue,
     CrawlSettings,
@@ -862,8 +862,8 @@ async def test_bloom_dedup_grows_layers_without_false_negatives(redis_client: ai
     res = await q.enqueue(inserted)
     assert (res.enqueued, res.duplicates) == (0, 5_000)
     # False positives: fresh URLs wrongly seen as duplicates, under the target rate.
-    # Layer L is built for error/2^(L+1), so the compound rate tends to `error` from
-    # below as layers fill; the bound allows 3 standard deviations of a 20k sample.
+    # Layer L is built for error * 7/8 * (1/8)^L, so the compound rate stays under
+    # `error`; the bound allows 3 standard deviations of a 20k sample.
     fresh = many(20_000, "fresh")
     dups = 0
     for i in range(0, len(fresh), 1_000):
@@ -874,7 +874,7 @@ async def test_bloom_dedup_grows_layers_without_false_negatives(redis_client: ai
         capacity = 500 * 2 ** layer
         assert int(await redis_client.hget(pk.bloom, f"count:{layer}")) == capacity
         bits = 8 * await redis_client.strlen(pk.bloom_layer(layer))
-        m = math.ceil(-capacity * math.log(1e-2 / 2 ** (layer + 1)) / math.log(2) ** 2)
+        m = bloom_layer_bits(capacity, 1e-2 * 7 / 8 * (1 / 8) ** layer)
         assert m <= bits < m + 8
         assert 0.48 < await redis_client.bitcount(pk.bloom_layer(layer)) / m < 0.55
     s = await q.stats()
@@ -1008,6 +1008,13 @@ async def test_dead_list_requeue_and_purge(redis_client: aioredis.Redis, crawl_n
     assert (s.counters["requeued"], s.counters["purged"]) == (3, 2)
     assert_conserved(s)
     await assert_frontier(redis_client, q)
+
+
+def bloom_layer_bits(capacity: int, p: float) -> int:
+    """The fewest bits a layer of `capacity` URLs needs for rate `p` with an integer
+    number of hashes (enqueue_bloom.lua's layer_params)."""
+    low = max(1, math.floor(-math.log(p) / math.log(2)))
+    return min(math.ceil(-k * capacity / math.log(1 - p ** (1 / k))) for k in (low, low + 1))
 
 
 MAL_ID = [tid(f"http://mal.test/{i}").encode() for i in range(8)]
@@ -1197,29 +1204,30 @@ async def test_a_partition_that_had_nothing_is_skipped_until_its_wait_or_a_freed
     monkeypatch.setattr(common.queue, "time", clock)
     q = await open_queue(redis_client, crawl_name, CrawlSettings(partitions=2))
     a, b, c, d = (_host_in(q, p, n) for p, n in ((0, "a"), (1, "b"), (0, "c"), (0, "d")))
-    # Nothing anywhere: both partitions are skipped for MAX_IDLE_WAIT_S.
+    # Nothing anywhere: no turn is known (the caller backs off), and both partitions are
+    # skipped for UNKNOWN_WAIT_S (another consumer's ack may free a slot at any time).
     start = clock.now
     empty = await q.lease_turns("w", 5, 60_000)
-    assert (empty.leases, empty.wait_s) == ([], MAX_IDLE_WAIT_S)
+    assert (empty.leases, empty.wait_s) == ([], None)
     await q.enqueue([nt(f"http://{a}/1"), nt(f"http://{b}/1")])
-    clock.now = start + MAX_IDLE_WAIT_S - 0.001
+    clock.now = start + UNKNOWN_WAIT_S - 0.001
     skipped = await q.lease_turns("w", 5, 60_000)
     assert skipped.leases == [] and skipped.wait_s == pytest.approx(0.001)
-    clock.now = start + MAX_IDLE_WAIT_S
+    clock.now = start + UNKNOWN_WAIT_S
     first = await q.lease("w", 5, 60_000)
     assert sorted(x.host for x in first) == sorted([a, b])
 
-    # A host's turn to come: its partition is skipped until then (partition 1, empty,
-    # for MAX_IDLE_WAIT_S), and work that is ready meanwhile waits for it.
+    # A host's turn to come: its partition is skipped until then (at most 0.8 s; partition
+    # 1, with no host due, for UNKNOWN_WAIT_S), and work ready meanwhile waits for it.
     await Frontier(q).set_host(a, delay_s=0.8)
     await q.enqueue([nt(f"http://{a}/2")])
     start = clock.now
     turn = await q.lease_turns("w", 5, 60_000)
     assert turn.leases == [] and turn.wait_s is not None and 0 < turn.wait_s <= 0.8
     await q.enqueue([nt(f"http://{c}/1")])  # no delay: ready at once, but not asked for
-    clock.now = start + turn.wait_s - 0.001
-    assert await q.lease("w", 5, 60_000) == []
-    clock.now = start + turn.wait_s
+    clock.now = start + UNKNOWN_WAIT_S
+    assert await q.lease("w", 5, 60_000) == []  # partition 0 still waits for a's turn
+    clock.now = start + 0.8
     got = await q.lease("w", 5, 60_000)
     assert f"http://{c}/1" in {x.task.url for x in got}
     held = first + got
