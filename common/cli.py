@@ -46,10 +46,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from common import codec
+from common.cli_hosts import add_host_commands
 from common.config import COMMON_OPTIONS, Option, add_options, duration, redact_url
 from common.connection import RedisClient, connect, open_redis
 from common.demo.run import DEMO_OPTIONS, run_demo
 from common.errors import ConfigError, CrawlqError
+from common.frontier import Frontier
 from common.keys import CRAWLS, PREFIX, CrawlKeys
 from common.logs import setup_logging
 from common.queue import CrawlQueue, CrawlSettings, Stats
@@ -217,13 +219,15 @@ async def _queue(client: RedisClient, crawl: str) -> CrawlQueue:
 
 
 def _stats_doc(queue: CrawlQueue, s: Stats, history: list[dict[str, Any]],
-               workers: int) -> dict[str, Any]:
+               workers: int, paused: bool) -> dict[str, Any]:
     return {
         "crawl": queue.crawl,
         "settings": {"partitions": queue.settings.partitions,
                      "dedup": queue.settings.dedup.value},
         "states": {"pending": s.pending, "leased": s.leased, "waiting": s.waiting,
                    "dead": s.dead, "done": s.done},
+        "hosts_due": s.hosts_due,
+        "paused": paused,
         "counters": dict(sorted(s.counters.items())),
         "rates": rates(history),
         "dead_reasons": dict(sorted(s.dead_reasons.items(), key=lambda kv: -kv[1])),
@@ -234,7 +238,7 @@ def _stats_doc(queue: CrawlQueue, s: Stats, history: list[dict[str, Any]],
 def _stats_text(doc: dict[str, Any]) -> str:
     st = doc["states"]
     lines = [f"crawl {doc['crawl']} (partitions {doc['settings']['partitions']}, "
-             f"dedup {doc['settings']['dedup']})"]
+             f"dedup {doc['settings']['dedup']})" + ("  PAUSED" if doc["paused"] else "")]
     lines += [f"  {name:<8} {st[name]:>10,}" for name in
               ("pending", "leased", "waiting", "dead", "done")]
     r = doc["rates"]
@@ -250,6 +254,7 @@ def _stats_text(doc: dict[str, Any]) -> str:
     reasons = {k: v for k, v in doc["dead_reasons"].items() if v}
     lines.append("dead letters by reason: "
                  + (", ".join(f"{k} {v:,}" for k, v in reasons.items()) or "none"))
+    lines.append(f"hosts with work and a free slot: {doc['hosts_due']:,}")
     lines.append(f"live workers: {doc['workers']}")
     return "\n".join(lines)
 
@@ -261,7 +266,8 @@ async def cmd_stats(args: argparse.Namespace, client: RedisClient) -> int:
     queue = await _queue(client, args.crawl)
     while True:
         doc = _stats_doc(queue, await queue.stats(), await _history(client, args.crawl),
-                         len(await _workers(client, args.crawl)))
+                         len(await _workers(client, args.crawl)),
+                         await Frontier(queue).is_paused())
         if args.json:
             _emit(doc)
         else:
@@ -506,6 +512,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("ids", nargs="*", metavar="ID", help="task ids (see crawlq dead ls)")
         p.set_defaults(handler=handler)
 
+    add_host_commands(sub, command, COMMON_OPTIONS)
     command("crawls", "the crawls in this Redis with their sizes",
             _JSON).set_defaults(handler=cmd_crawls)
     command("reset", "delete every key of one crawl (--crawl), and nothing else",
@@ -538,7 +545,7 @@ async def _dispatch(args: argparse.Namespace) -> int:
             cluster = {"yes": True, "no": False}.get(args.cluster)
             client = await open_redis(args.redis_url, cluster=cluster)
         return await handler(args, client)
-    except UsageError as exc:
+    except (UsageError, ConfigError) as exc:
         print(f"crawlq: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except RedisError as exc:

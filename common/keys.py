@@ -4,28 +4,55 @@ All keys of one partition share the hash tag ``{<crawl>:<partition>}``, so every
 lifecycle script touches a single Redis Cluster slot. Crawl-wide keys use the tag
 ``{<crawl>}``. Task data lives in fields of the hashes below, never in per-task keys.
 
-Partition keys (``crawlq:{<crawl>:<p>}:<name>``):
+Partition keys (``crawlq:{<crawl>:<p>}:<name>``). A partition holds whole hosts (a URL is
+routed by its host key, ``common.hosts.host_key``), so a host's queue, its politeness
+state and its URLs' dedup entries live under one hash tag, on one Cluster shard.
+
+The frontier (what is pending, per host):
 
 =============  ======  ==========================================  ===================
 name           type    holds                                       written by
 =============  ======  ==========================================  ===================
-ready          LIST    ids of pending tasks with priority 0, FIFO   enqueue, release,
-                       (leased from the head)                      reclaim, promote,
-                                                                   requeue, lease
-prio           ZSET    ids of pending tasks with priority > 0,     same as ready
-                       score = -priority (highest first)
-tasks          HASH    id -> task JSON (url, meta, depth, ...)     enqueue; deleted by
-                                                                   ack and purge
-prios          HASH    id -> priority, only for priority > 0       enqueue, ack, purge
+hq:<host>      LIST    the host's pending entries, priority 0,     enqueue, release,
+                       FIFO; an entry is ``<id><url>[ <json>]``    reclaim, promote,
+                       (``common.task.encode_entry``)              requeue, lease
+hp:<host>      ZSET    the host's pending entries with priority    same as hq
+                       > 0, score = -priority (highest first)
+due            ZSET    host -> when its next request may start,    every script that
+                       ms of Redis TIME: exactly the hosts with    changes a host
+                       pending work and a free slot (KEDA reads
+                       its ZCARD)
+prio_hosts     ZSET    host -> -(highest pending priority)         enqueue, lease, ...
+h:queued       ZSET    host -> pending tasks (every host seen)     enqueue, lease, ...
+h:inflight     ZSET    host -> leased tasks                        lease, ack, fail,
+                                                                   release, reclaim
+h:done         ZSET    host -> tasks done                          ack, lease (budget)
+h:errors       ZSET    host -> failed attempts                     fail, reclaim
+h:last         ZSET    host -> last request start (a lease), ms    lease
+h:delay        ZSET    host -> its delay when not the default, ms  host_set
+h:blocked      ZSET    host -> blocked until, ms (cool-downs,      fail, host_set
+                       ``crawlq hosts block``)
+hostconf       HASH    host -> "delay,concurrency,budget,used,     host_set, lease,
+                       blocked,robots_delay" (ms; '' = unset),     fail
+                       only hosts with a setting
+conf           HASH    the crawl's defaults (delay, concurrency)   consumer start,
+                       and ``paused``                              pause/resume
+pending        STRING  pending tasks in this partition             enqueue, lease, ...
+=============  ======  ==========================================  ===================
+
+Everything else a task needs, once it has left its host queue:
+
+=============  ======  ==========================================  ===================
+tasks          HASH    id -> "<host> <priority> <entry>" of a      lease; deleted by
+                       leased, waiting or dead task                ack, release, ...
 attempts       HASH    id -> attempts so far (counted at lease)    lease, release,
-                                                                   defer, ack, requeue
+                                                                   ack, requeue
 leases         ZSET    id -> lease deadline, ms of Redis TIME      lease, renew, ack,
                                                                    fail, release,
-                                                                   defer, reclaim
+                                                                   reclaim
 owners         HASH    id -> "<fencing token>:<worker>"            same as leases
 seq            STRING  fencing-token counter                       lease
-delayed        ZSET    id -> due time, ms of Redis TIME (retries   fail, defer, promote
-                       and politeness deferrals)
+delayed        ZSET    id -> due time of a retry, ms of Redis TIME fail, promote
 dead           ZSET    id -> time of death, ms                     fail, reclaim,
                                                                    requeue, purge
 errors         HASH    id -> "<reason> <message>" (last error)     fail, reclaim, ack
@@ -45,6 +72,10 @@ bloom          HASH    bloom dedup: layers, count:<layer>          enqueue_bloom
 lock:reap      STRING  SET NX PX guard: one reaper per interval    reaper (Python)
 =============  ======  ==========================================  ===================
 
+A pending task is one list entry and nothing else (its id, URL and only the fields that
+differ from the defaults), so a frontier of millions of URLs stays small; its body moves
+to ``tasks`` when it is leased.
+
 ``owners`` and ``attempts`` also hold one field that is not a task id,
 `HASHTABLE_FIELD` (128 ``~``), written by lease: a field that long makes Redis store the
 hash as a hashtable for good. Their size follows the tasks in flight, a few hundred
@@ -52,15 +83,14 @@ fields, where Redis would otherwise keep a listpack (up to 512 short fields) and
 it for every field read or written (measured ~4 us per field at 256 fields, ~25x a
 hashtable). Tools that list these hashes skip it.
 
-Crawl keys (``crawlq:{<crawl>}:<name>``): ``meta`` HASH (partitions, dedup mode and
-parameters, fixed at creation), ``lock:producer`` STRING (one producer run at a
-time), ``results`` STREAM (the redis-stream sink), ``workers`` ZSET (worker id ->
-last heartbeat, unix ms) and ``worker:<id>`` HASH (id, host, pid, started, heartbeat,
-in_flight, done, failed; expires unless refreshed), ``history`` LIST (newest first, at
-most 240 JSON snapshots ``{"t": unix s, "done": n, ...}`` of the summed counters, one
-per reap interval, for rates over the last minute), ``hosts`` HASH (politeness: host ->
-next allowed request start, ms of Redis TIME; written by host_acquire/host_release) and
-``slots:<host>`` ZSET (a host's live fetch slots: token -> expiry ms).
+Crawl keys (``crawlq:{<crawl>}:<name>``): ``meta`` HASH (``settings``: partitions, dedup
+mode and parameters, fixed at creation, and ``format``, the schema version),
+``lock:producer`` STRING (one producer run at a time), ``results`` STREAM (the
+redis-stream sink), ``workers`` ZSET (worker id -> last heartbeat, unix ms) and
+``worker:<id>`` HASH (id, host, pid, started, heartbeat, in_flight, done, failed; expires
+unless refreshed), ``history`` LIST (newest first, at most 240 JSON snapshots
+``{"t": unix s, "done": n, ...}`` of the summed counters, one per reap interval, for
+rates over the last minute).
 
 Robots (``crawlq:{<crawl>}:robots:<origin>``, origin ``scheme://host[:port]``): STRING,
 JSON ``{"status", "body", "fetched_at"}`` of that origin's robots.txt (``"error"`` set
@@ -81,9 +111,10 @@ HASHTABLE_FIELD = "~" * 128
 
 # Names of the fixed per-partition keys, in the order PartitionKeys declares them.
 _PARTITION_NAMES = (
-    "ready", "prio", "tasks", "prios", "attempts", "leases", "owners", "seq", "delayed",
-    "dead", "errors", "dead_reasons", "checkpoints", "stalls", "stats", "bloom",
-    "lock:reap",
+    "due", "h:queued", "h:inflight", "h:last", "hostconf", "conf", "prio_hosts", "h:done",
+    "h:errors", "h:delay", "h:blocked", "pending", "tasks", "attempts", "leases", "owners",
+    "seq", "delayed", "dead", "errors", "dead_reasons", "checkpoints", "stalls", "stats",
+    "bloom", "lock:reap",
 )
 
 
@@ -111,10 +142,19 @@ class PartitionKeys:
 
     crawl: str
     partition: int
-    ready: str
-    prio: str
+    due: str
+    queued: str
+    inflight: str
+    last: str
+    hostconf: str
+    conf: str
+    prio_hosts: str
+    done: str
+    errors_by_host: str
+    delay: str
+    blocked: str
+    pending: str
     tasks: str
-    prios: str
     attempts: str
     leases: str
     owners: str
@@ -128,19 +168,34 @@ class PartitionKeys:
     stats: str
     bloom: str
     reap_lock: str
+    prefix: str
 
     @classmethod
     def build(cls, crawl: str, partition: int) -> PartitionKeys:
         prefix = partition_prefix(crawl, partition)
-        return cls(crawl, partition, *(prefix + name for name in _PARTITION_NAMES))
+        names = [prefix + name for name in _PARTITION_NAMES]
+        return cls(crawl, partition, *names, prefix)  # type: ignore[call-arg]
+
+    @property
+    def host_state(self) -> list[str]:
+        """The six keys every host-changing script takes first, in this order (lib.lua)."""
+        return [self.due, self.queued, self.inflight, self.last, self.hostconf, self.conf]
 
     def seen(self, bucket: int) -> str:
-        """One exact-dedup bucket hash (called per URL: the prefix is taken from ready)."""
-        return f"{self.ready[:-5]}seen:{bucket:x}"
+        """One exact-dedup bucket hash (called per URL)."""
+        return f"{self.prefix}seen:{bucket:x}"
+
+    def host_queue(self, host: str) -> str:
+        """A host's FIFO of pending entries (priority 0)."""
+        return f"{self.prefix}hq:{host}"
+
+    def host_prio(self, host: str) -> str:
+        """A host's pending entries with a priority, highest first."""
+        return f"{self.prefix}hp:{host}"
 
     def bloom_layer(self, layer: int) -> str:
         """The bit string of one bloom filter layer."""
-        return f"{partition_prefix(self.crawl, self.partition)}bloom:{layer}"
+        return f"{self.prefix}bloom:{layer}"
 
     def pattern(self) -> str:
         """A SCAN pattern matching every key of this partition."""
@@ -171,10 +226,3 @@ class CrawlKeys:
 
     def worker(self, worker_id: str) -> str:
         return crawl_key(self.crawl, f"worker:{worker_id}")
-
-    @property
-    def hosts(self) -> str:
-        return crawl_key(self.crawl, "hosts")
-
-    def slots(self, host: str) -> str:
-        return crawl_key(self.crawl, f"slots:{host}")

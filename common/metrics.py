@@ -24,7 +24,7 @@ custom collector (`FetchHistogram`) rather than prometheus-client's locked Histo
     crawlq_leases_renewed_total             lease extensions that succeeded
     crawlq_leases_lost_total                leases found expired or taken by another worker
     crawlq_reclaimed_total                  expired leases put back in the ready queue
-    crawlq_deferrals_total                  tasks deferred (politeness, Retry-After)
+    crawlq_robots_turns_total               robots.txt fetches that took a task's turn
     crawlq_response_bytes_total             response body bytes received
     crawlq_redis_errors_total               Redis commands that failed
 """
@@ -58,12 +58,11 @@ OUTCOMES: Final = (
     "http_4xx",
     "http_5xx",
     "robots_disallowed",
-    "filtered",
+    "host_budget",
     "retried",
     "dead",
     "stale",
     "released",
-    "deferred",
     "error",
 )
 STATUS_CLASSES: Final = ("1xx", "2xx", "3xx", "4xx", "5xx", "error")
@@ -196,9 +195,9 @@ class Metrics:
             namespace=NAMESPACE,
             registry=reg,
         )
-        self.deferrals_total = Counter(
-            "deferrals_total",
-            "Tasks deferred for politeness or Retry-After.",
+        self.robots_turns_total = Counter(
+            "robots_turns_total",
+            "robots.txt fetches that took a task's turn at its host (the task waits for the next).",
             namespace=NAMESPACE,
             registry=reg,
         )

@@ -1,15 +1,21 @@
-"""The async Python API over the lifecycle scripts: one crawl's queue.
+"""The async Python API over the lifecycle scripts: one crawl's queue, a host-fair frontier.
 
-A task is in exactly one state: pending (``ready``/``prio``), leased (``leases``),
-waiting (``delayed``: a retry or a politeness deferral), dead (``dead``), or done (its
-body deleted; only its seen mark remains). Every transition is one Lua script in
-``common/lua``; this module builds their KEYS and ARGV, routes each task to its
-partition and sends one call per partition per batch, pipelined.
+A task is in exactly one state: pending (an entry in its host's queue, ``hq:<host>`` or
+``hp:<host>``), leased (``leases``), waiting to retry (``delayed``), dead (``dead``), or
+done (its body deleted; only its seen mark remains). Every transition is one Lua script
+in ``common/lua``; this module builds their KEYS and ARGV, routes each task to the
+partition of its host and sends one call per partition per batch, pipelined.
+
+A lease serves hosts whose turn has come (see ``common/lua/lease.lua``): the scripts are
+given every key they touch, so a lease first reads which hosts are at the head of the
+line and passes their queues' keys; the script decides on Redis TIME which of them are
+ready, so a stale read costs a smaller batch, never a wrong one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections import defaultdict
@@ -24,21 +30,31 @@ from redis.exceptions import OutOfMemoryError, ResponseError
 from common import codec
 from common.connection import RedisClient
 from common.errors import ConfigError, CrawlConflictError, MalformedTaskError
+from common.hosts import host_key, partition_of_host
 from common.keys import CRAWLS, CrawlKeys, PartitionKeys
 from common.scripts import Scripts
-from common.task import Task, decode_task, encode_fields
-from common.urls import partition_of, task_id
+from common.task import Task, decode_entry, encode_entry
+from common.urls import task_id
 
 T = TypeVar("T")
 
 #: Every counter of a partition's ``stats`` hash (plus ``outcome:<code>`` per ack outcome).
 COUNTERS = (
-    "enqueued", "duplicates", "recrawled", "leased", "orphans", "renewed", "lost", "done",
-    "failed", "retried", "dead", "stalled", "stale", "released", "deferred", "promoted",
-    "reclaimed", "requeued", "purged", "checkpoints",
+    "enqueued", "duplicates", "recrawled", "leased", "renewed", "lost", "done", "failed",
+    "retried", "dead", "stalled", "stale", "released", "promoted", "reclaimed", "requeued",
+    "purged", "checkpoints",
 )
 
 MALFORMED = "malformed"
+#: The schema version a crawl's settings carry; a crawl of another version must be
+#: re-created (its keys mean something else).
+FORMAT = 2
+#: How long a lease call waits at most before asking again when nothing is ready, so a
+#: `crawlq resume`, a host setting or new work is seen within about a second.
+MAX_IDLE_WAIT_S = 1.0
+#: How long a partition with no host ready (every host busy, or nothing pending) is
+#: skipped: its next turn is unknown.
+UNKNOWN_WAIT_S = 0.05
 
 
 class Code(IntEnum):
@@ -83,14 +99,22 @@ class CrawlSettings:
 
     def to_json(self) -> str:
         return codec.dumps({
-            "partitions": self.partitions, "dedup": self.dedup.value,
+            "format": FORMAT, "partitions": self.partitions, "dedup": self.dedup.value,
             "seen_bits": self.seen_bits, "bloom_capacity": self.bloom_capacity,
             "bloom_error": self.bloom_error, "bloom_layers": self.bloom_layers,
         })
 
     @classmethod
-    def from_json(cls, raw: str | bytes) -> CrawlSettings:
+    def from_json(cls, raw: str | bytes, crawl: str = "") -> CrawlSettings:
+        """The stored settings; CrawlFormatError for a crawl an older crawlq created."""
         obj = codec.loads(raw)
+        if obj.get("format") != FORMAT:
+            raise CrawlFormatError(
+                f"crawl {crawl!r} was created by an older crawlq (one queue per crawl, not "
+                "per host) and can't be used by this one: re-create it with "
+                f"`crawlq reset --crawl {crawl} --yes` and run the producer again, or use a "
+                "new --crawl name"
+            )
         return cls(
             partitions=int(obj["partitions"]), dedup=DedupMode(obj["dedup"]),
             seen_bits=int(obj["seen_bits"]), bloom_capacity=int(obj["bloom_capacity"]),
@@ -106,6 +130,10 @@ class RetryPolicy:
     cap_ms: int = 600_000
     max_retry_after_ms: int = 3_600_000
     max_stalls: int = 2
+
+
+class CrawlFormatError(ConfigError):
+    """The crawl was created by a crawlq whose Redis layout this one does not read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,21 +156,40 @@ class Lease:
     partition: int
     token: str
     deadline_ms: int
+    host: str
     id: str = field(init=False)  # the task's id, copied: it is read many times per task
 
     def __post_init__(self) -> None:
         self.id = self.task.id
 
 
+@dataclass(slots=True)
+class LeaseBatch:
+    """What one lease call got: the leases, and when to ask again if there were none.
+
+    ``wait_s`` is how long until some host's turn comes (None: no host holds pending
+    work; then a retry's due time or new work is what to wait for); ``paused``: the
+    crawl is paused.
+    """
+
+    leases: list[Lease]
+    wait_s: float | None = None
+    paused: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class Failure:
-    """A failed attempt: ``reason`` is a short code, ``message`` the detail."""
+    """A failed attempt: ``reason`` is a short code, ``message`` the detail.
+
+    ``cooldown`` (seconds) blocks the task's host for the whole fleet (a 429/503).
+    """
 
     lease: Lease
     reason: str
     message: str
     retry_after: float | None = None
     permanent: bool = False
+    cooldown: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,12 +214,16 @@ class DeadTask:
 
 @dataclass(slots=True)
 class Stats:
-    """Counts of every state and the running counters, summed over partitions."""
+    """Counts of every state and the running counters, summed over partitions.
+
+    ``hosts_due``: hosts holding pending work with a free slot (what KEDA scales on).
+    """
 
     pending: int = 0
     leased: int = 0
     waiting: int = 0
     dead: int = 0
+    hosts_due: int = 0
     counters: dict[str, int] = field(default_factory=dict)
     dead_reasons: dict[str, int] = field(default_factory=dict)
 
@@ -218,8 +269,7 @@ class CrawlQueue:
         self.partitions = [PartitionKeys.build(crawl, p) for p in range(settings.partitions)]
         self.scripts = Scripts(client)
         self._next_partition = random.randrange(settings.partitions)
-        self._empty_until = [0.0] * settings.partitions
-        self._empty_streak = [0] * settings.partitions
+        self._idle_until = [0.0] * settings.partitions  # monotonic: nothing ready before
 
     # -- creation ---------------------------------------------------------------------
 
@@ -243,7 +293,7 @@ class CrawlQueue:
         raw = await client.hget(keys.meta, "settings")
         if raw is None:
             raise ConfigError(f"crawl {crawl!r} vanished while it was opened; run again")
-        stored = CrawlSettings.from_json(raw)
+        stored = CrawlSettings.from_json(raw, crawl)
         if settings is not None and stored != settings:
             raise CrawlConflictError(
                 f"crawl {crawl!r} exists with partitions={stored.partitions}, "
@@ -259,13 +309,13 @@ class CrawlQueue:
         raw = await client.hget(CrawlKeys.build(crawl).meta, "settings")
         if raw is None:
             raise ConfigError(f"no crawl named {crawl!r} in this Redis: check --crawl")
-        return cls(client, crawl, CrawlSettings.from_json(raw), **kwargs)
+        return cls(client, crawl, CrawlSettings.from_json(raw, crawl), **kwargs)
 
     # -- routing ----------------------------------------------------------------------
 
-    def partition_of_id(self, tid: str) -> int:
-        """The partition of a task id (the hex fingerprint)."""
-        return partition_of(bytes.fromhex(tid), self.settings.partitions)
+    def partition_of(self, host: str) -> int:
+        """The partition that holds a host."""
+        return partition_of_host(host, self.settings.partitions)
 
     async def _run(self, calls: list[tuple[Any, list[Any], list[Any]]]) -> list[Any]:
         """Run script calls: pipelined on one node, concurrently across a cluster.
@@ -285,23 +335,29 @@ class CrawlQueue:
             result: list[Any] = await pipe.execute()
             return result
 
+    @staticmethod
+    def _host_args(pk: PartitionKeys, hosts: Sequence[str]) -> tuple[list[str], list[Any]]:
+        """The per-host KEYS (hq, hp of each) and the ARGV head (count, hosts) of a script
+        that takes hosts."""
+        keys: list[str] = []
+        for host in hosts:
+            keys += [pk.host_queue(host), pk.host_prio(host)]
+        return keys, [len(hosts), *hosts]
+
     # -- enqueue ----------------------------------------------------------------------
 
-    async def enqueue(self, tasks: Sequence[NewTask], *, now: float | None = None
-                      ) -> EnqueueResult:
-        """Dedup and enqueue a batch; one script call per partition, pipelined.
-
-        ``now`` (unix seconds, default the local clock) is only recorded as the tasks'
-        ``enqueued_at``; the seen time and every deadline come from Redis TIME.
-        """
-        now = time.time() if now is None else now
-        by_partition: dict[int, list[NewTask]] = defaultdict(list)
+    async def enqueue(self, tasks: Sequence[NewTask]) -> EnqueueResult:
+        """Dedup and enqueue a batch into its hosts' queues; one script call per
+        partition, pipelined. MalformedTaskError for a URL without an http(s) host."""
+        by_partition: dict[int, dict[str, list[NewTask]]] = defaultdict(
+            lambda: defaultdict(list))
         for t in tasks:
             if t.priority < 0 or t.max_attempts < 1 or t.depth < 0:
                 raise ConfigError("priority and depth must be >= 0, max_attempts >= 1")
-            by_partition[partition_of(t.fp, self.settings.partitions)].append(t)
-        calls = [self._enqueue_call(self.partitions[p], batch, now)
-                 for p, batch in by_partition.items()]
+            host = host_key(t.url)
+            by_partition[self.partition_of(host)][host].append(t)
+        calls = [self._enqueue_call(self.partitions[p], hosts)
+                 for p, hosts in by_partition.items()]
         if not calls:
             return EnqueueResult()
         results = await self._run(calls)
@@ -313,103 +369,132 @@ class CrawlQueue:
             bloom_warnings=warnings,
         )
 
-    def _enqueue_call(
-        self, pk: PartitionKeys, batch: Sequence[NewTask], now: float
-    ) -> tuple[Any, list[Any], list[Any]]:
-        head = [pk.ready, pk.prio, pk.tasks, pk.prios, pk.stats]
+    def _enqueue_call(self, pk: PartitionKeys, by_host: dict[str, list[NewTask]]
+                      ) -> tuple[Any, list[Any], list[Any]]:
+        host_keys, host_head = self._host_args(pk, list(by_host))
+        head = [*pk.host_state, pk.tasks, pk.stats, pk.pending, pk.prio_hosts]
         args: list[Any]
         if self.settings.dedup is DedupMode.BLOOM:
             if self.recrawl_after_s:
                 raise ConfigError("recrawl_after needs exact dedup: bloom keeps no timestamps")
-            keys = [*head, pk.bloom,
-                    *(pk.bloom_layer(i) for i in range(self.settings.bloom_layers))]
-            args = [self.settings.bloom_capacity, repr(self.settings.bloom_error)]
-            for t in batch:
-                tid = task_id(t.fp)
-                args += [tid, int.from_bytes(t.fp[8:12], "big"),
-                         int.from_bytes(t.fp[12:16], "big") | 1, t.priority,
-                         self._body(tid, t, now)]
+            layers = self.settings.bloom_layers
+            keys = [*head, pk.bloom, *(pk.bloom_layer(i) for i in range(layers)),
+                    *host_keys]
+            args = [self.settings.bloom_capacity, repr(self.settings.bloom_error), layers,
+                    *host_head]
+            for h, batch in enumerate(by_host.values(), 1):
+                for t in batch:
+                    tid = task_id(t.fp)
+                    args += [tid, int.from_bytes(t.fp[8:12], "big"),
+                             int.from_bytes(t.fp[12:16], "big") | 1, t.priority, h,
+                             self._entry(tid, t)]
             return self.scripts.enqueue_bloom, keys, args
         shift = 32 - self.settings.seen_bits
-        keys = head
-        args = [self.recrawl_after_s]
-        for t in batch:
-            tid = task_id(t.fp)
-            keys.append(pk.seen(int.from_bytes(t.fp[:4], "big") >> shift))
-            args += [tid, t.fp[2:], t.priority, self._body(tid, t, now)]
+        keys = [*head, *host_keys]
+        args = [self.recrawl_after_s, *host_head]
+        for h, batch in enumerate(by_host.values(), 1):
+            for t in batch:
+                tid = task_id(t.fp)
+                keys.append(pk.seen(int.from_bytes(t.fp[:4], "big") >> shift))
+                args += [tid, t.fp[2:], t.priority, h, self._entry(tid, t)]
         return self.scripts.enqueue, keys, args
 
     @staticmethod
-    def _body(tid: str, t: NewTask, now: float) -> str:
-        return encode_fields(tid, t.url, max_attempts=t.max_attempts, priority=t.priority,
-                             enqueued_at=now, meta=t.meta, depth=t.depth)
+    def _entry(tid: str, t: NewTask) -> str:
+        return encode_entry(tid, t.url, max_attempts=t.max_attempts, priority=t.priority,
+                            meta=t.meta, depth=t.depth)
 
     # -- lease ------------------------------------------------------------------------
 
     async def lease(self, worker: str, n: int, lease_ms: int) -> list[Lease]:
-        """Lease up to n tasks, taking partitions in turn so none starves.
+        """Lease up to n tasks from hosts whose turn has come (see `lease_turns`)."""
+        return (await self.lease_turns(worker, n, lease_ms)).leases
 
-        A partition found empty is skipped for a short, growing while, so an idle
-        partition of a large crawl costs almost no round trips.
+    async def lease_turns(self, worker: str, n: int, lease_ms: int) -> LeaseBatch:
+        """Lease up to n tasks from hosts whose turn has come, taking partitions in turn
+        so none starves; with none, say how long until a host's turn comes.
 
-        A body that can't be decoded is dead-lettered as ``malformed`` (raw bytes kept)
-        and not returned.
+        A partition with nothing ready is skipped until its next turn (at most
+        MAX_IDLE_WAIT_S; UNKNOWN_WAIT_S when no host is due), so an idle partition costs
+        almost no round trips. A retry that
+        is due is put back in its host's queue on the way. A body that can't be decoded
+        is dead-lettered as ``malformed`` (raw bytes kept) and not returned.
         """
-        leases: list[Lease] = []
+        batch = LeaseBatch([])
         malformed: list[Failure] = []
         count = len(self.partitions)
         now = time.monotonic()
+        waits: list[float] = []
         for step in range(count):
-            if len(leases) >= n:
+            if len(batch.leases) >= n:
                 break
             p = (self._next_partition + step) % count
-            if now < self._empty_until[p]:
-                continue  # found empty a moment ago: costs nothing until it expires
-            pk = self.partitions[p]
-            reply = await self.scripts.lease(
-                keys=[pk.ready, pk.prio, pk.tasks, pk.attempts, pk.leases, pk.owners, pk.seq,
-                      pk.stats, pk.checkpoints, pk.errors],
-                args=[worker, n - len(leases), lease_ms],
-            )
-            before = len(leases) + len(malformed)
-            self._parse_lease(reply, p, leases, malformed)
+            if now < self._idle_until[p]:
+                waits.append(self._idle_until[p] - now)
+                continue
+            reply = await self._lease_partition(p, worker, n - len(batch.leases), lease_ms)
+            wait_ms, retry_ms, paused = int(reply[2]), int(reply[3]), int(reply[4]) == 1
+            batch.paused = batch.paused or paused
+            if retry_ms == 0:
+                await self._promote_partition(self.partitions[p], 1000)
+                wait_ms = 0
+            before = len(batch.leases) + len(malformed)
+            self._parse_lease(reply, p, batch.leases, malformed)
+            got = len(batch.leases) + len(malformed) > before
+            for_ms = [w for w in (wait_ms, retry_ms) if w >= 0]
+            if paused or for_ms:
+                wait = MAX_IDLE_WAIT_S if paused else min(min(for_ms) / 1000,
+                                                          MAX_IDLE_WAIT_S)
+                if not got:
+                    waits.append(wait)
+            else:
+                # No host with a free slot holds work here: a slot may free at any time
+                # (another consumer's ack), so look again soon, and let the caller back off.
+                wait = UNKNOWN_WAIT_S
             if count > 1:
-                self._note_empty(p, now, empty=len(leases) + len(malformed) == before)
+                self._idle_until[p] = 0.0 if got else now + wait
         self._next_partition = (self._next_partition + 1) % count
         if malformed:
             await self.fail(worker, malformed)
-        return leases
+        if not batch.leases and waits:
+            batch.wait_s = min(waits)
+        return batch
 
-    def _note_empty(self, p: int, now: float, *, empty: bool) -> None:
-        """Back off from an empty partition: 50 ms, doubling to 1 s while it stays empty."""
-        if not empty:
-            self._empty_streak[p] = 0
-            self._empty_until[p] = 0.0
-            return
-        self._empty_streak[p] = min(self._empty_streak[p] + 1, 5)
-        self._empty_until[p] = now + 0.05 * 2 ** (self._empty_streak[p] - 1)
+    async def _lease_partition(self, p: int, worker: str, n: int, lease_ms: int) -> Any:
+        pk = self.partitions[p]
+        k = 2 * n + 8
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.zrange(pk.due, 0, k - 1)
+            pipe.zrange(pk.prio_hosts, 0, k - 1)
+            due, prio = await pipe.execute()
+        hosts = list(dict.fromkeys(_text(h) for h in (*prio, *due)))
+        host_keys, _ = self._host_args(pk, hosts)
+        return await self.scripts.lease(
+            keys=[*pk.host_state, pk.tasks, pk.attempts, pk.leases, pk.owners, pk.seq,
+                  pk.stats, pk.checkpoints, pk.errors, pk.pending, pk.prio_hosts, pk.delayed,
+                  pk.done, pk.dead, pk.dead_reasons, *host_keys],
+            args=[worker, n, lease_ms, *hosts],
+        )
 
     @staticmethod
     def _parse_lease(
         reply: list[Any], partition: int, leases: list[Lease], malformed: list[Failure]
     ) -> None:
         deadline = int(reply[1])
-        for i in range(2, len(reply), 6):
-            tid, token, attempt, body, cp, err = reply[i:i + 6]
-            tid, token = _text(tid), _text(token)
+        for i in range(5, len(reply), 7):
+            tid, token, attempt, entry, cp, err, host = reply[i:i + 7]
+            tid, token, host = _text(tid), _text(token), _text(host)
             try:
                 checkpoint = codec.loads(cp) if cp else None
-                task = decode_task(body, attempt=int(attempt),
-                                   last_error=_text(err) if err else None,
-                                   checkpoint=checkpoint)
-                if task.id != tid:
-                    raise MalformedTaskError(f"task body id {task.id!r} is not its key {tid!r}")
+                task = decode_entry(entry, attempt=int(attempt),
+                                    last_error=_text(err) if err else None,
+                                    checkpoint=checkpoint)
             except (MalformedTaskError, ValueError) as exc:
                 stub = Task(id=tid, url="", attempt=int(attempt))
-                malformed.append(Failure(Lease(stub, partition, token, deadline),
+                malformed.append(Failure(Lease(stub, partition, token, deadline, host),
                                          MALFORMED, str(exc), permanent=True))
                 continue
-            leases.append(Lease(task, partition, token, deadline))
+            leases.append(Lease(task, partition, token, deadline, host))
 
     # -- transitions on held leases --------------------------------------------------
 
@@ -419,6 +504,11 @@ class CrawlQueue:
         for item in items:
             groups[lease_of(item).partition].append(item)
         return groups
+
+    def _slots_freed(self, partitions: Iterable[int]) -> None:
+        """A lease ended here: its partition may have a host ready again at once."""
+        for p in partitions:
+            self._idle_until[p] = 0.0
 
     async def renew(
         self, worker: str, leases: Sequence[Lease], lease_ms: int
@@ -450,15 +540,21 @@ class CrawlQueue:
     async def ack(self, worker: str, items: Sequence[tuple[Lease, str]]) -> list[Code]:
         """Mark tasks done with an outcome code; returns a code per item, in order."""
         groups = self._by_partition(items, lambda x: x[0])
+        self._slots_freed(groups)
         calls = []
+        marks = self.settings.dedup is DedupMode.EXACT
         for p, group in groups.items():
             pk = self.partitions[p]
-            args: list[Any] = [worker]
+            keys = [*pk.host_state, pk.leases, pk.owners, pk.tasks, pk.attempts,
+                    pk.checkpoints, pk.errors, pk.stalls, pk.stats, pk.done]
+            args: list[Any] = [worker, int(marks)]
             for lease, outcome in group:
                 args.extend((lease.id, lease.token, outcome))
-            calls.append((self.scripts.ack, [pk.leases, pk.owners, pk.tasks, pk.attempts,
-                                             pk.checkpoints, pk.errors, pk.stalls, pk.prios,
-                                             pk.stats], args))
+                if marks:
+                    bucket, seen_field = self._seen_mark(pk, lease.id)
+                    keys.append(bucket)
+                    args.append(seen_field)
+            calls.append((self.scripts.ack, keys, args))
         return self._in_order(items, groups, await self._run(calls) if calls else [],
                               lambda reply, i: _CODES[int(reply[i])])
 
@@ -466,6 +562,7 @@ class CrawlQueue:
         """Record failed attempts; returns (RETRY with delay ms | DEAD | refusal, -1)."""
         pol = self.policy
         groups = self._by_partition(failures, lambda f: f.lease)
+        self._slots_freed(groups)
         calls = []
         for p, group in groups.items():
             pk = self.partitions[p]
@@ -475,40 +572,31 @@ class CrawlQueue:
                 retry_after = -1 if f.retry_after is None else max(0, int(f.retry_after * 1000))
                 args += [f.lease.id, f.lease.token, f.lease.task.max_attempts, reason,
                          f.message[:1000], retry_after, int(f.permanent),
-                         repr(self._jitter())]
-            calls.append((self.scripts.fail, [pk.leases, pk.owners, pk.attempts, pk.delayed,
-                                              pk.dead, pk.errors, pk.dead_reasons, pk.stats],
-                          args))
+                         repr(self._jitter()), max(0, int(f.cooldown * 1000))]
+            calls.append((self.scripts.fail, [*pk.host_state, pk.leases, pk.owners,
+                                              pk.attempts, pk.delayed, pk.dead, pk.errors,
+                                              pk.dead_reasons, pk.stats, pk.tasks,
+                                              pk.errors_by_host, pk.blocked], args))
         return self._in_order(failures, groups, await self._run(calls) if calls else [],
                               lambda reply, i: (Code(int(reply[2 * i])),
                                                 int(reply[2 * i + 1])))
 
     async def release(self, worker: str, leases: Sequence[Lease]) -> list[Code]:
-        """Hand leases back to the head of the line without counting an attempt."""
+        """Hand leases back to the head of their hosts' queues without counting an attempt."""
         groups = self._by_partition(leases, lambda x: x)
+        self._slots_freed(groups)
         calls = []
         for p, group in groups.items():
             pk = self.partitions[p]
-            args: list[Any] = [worker]
+            host_keys, host_head = self._host_args(
+                pk, list(dict.fromkeys(lease.host for lease in group)))
+            args: list[Any] = [worker, *host_head]
             for lease in group:
                 args += [lease.id, lease.token]
-            calls.append((self.scripts.release, [pk.leases, pk.owners, pk.attempts, pk.ready,
-                                                 pk.prio, pk.prios, pk.stats], args))
+            calls.append((self.scripts.release, [*pk.host_state, pk.leases, pk.owners,
+                                                 pk.attempts, pk.tasks, pk.stats, pk.pending,
+                                                 pk.prio_hosts, *host_keys], args))
         return self._in_order(leases, groups, await self._run(calls) if calls else [],
-                              lambda reply, i: _CODES[int(reply[i])])
-
-    async def defer(self, worker: str, items: Sequence[tuple[Lease, int]]) -> list[Code]:
-        """Put leased tasks back to wait delay_ms, without counting an attempt."""
-        groups = self._by_partition(items, lambda x: x[0])
-        calls = []
-        for p, group in groups.items():
-            pk = self.partitions[p]
-            args: list[Any] = [worker]
-            for lease, delay_ms in group:
-                args += [lease.id, lease.token, max(0, int(delay_ms))]
-            calls.append((self.scripts.defer, [pk.leases, pk.owners, pk.attempts, pk.delayed,
-                                               pk.stats], args))
-        return self._in_order(items, groups, await self._run(calls) if calls else [],
                               lambda reply, i: _CODES[int(reply[i])])
 
     async def checkpoint(self, worker: str, lease: Lease, value: Any) -> Code:
@@ -541,35 +629,66 @@ class CrawlQueue:
 
     # -- housekeeping ------------------------------------------------------------------
 
+    async def _due_ids(self, pk: PartitionKeys, zset: str, limit: int
+                       ) -> tuple[list[str], list[str]]:
+        """Ids in `zset` (leases or delayed) whose score has passed on Redis TIME, and
+        their hosts (from their task values): the candidates a script then re-checks."""
+        seconds, micros = await self.client.time()
+        now_ms = seconds * 1000 + micros // 1000
+        raw = cast(list[bytes], await self.client.zrangebyscore(zset, "-inf", now_ms, start=0,
+                                                                  num=limit))
+        ids = [_text(m) for m in raw]
+        if not ids:
+            return [], []
+        values = cast(list[bytes | None], await self.client.hmget(pk.tasks, ids))
+        hosts = [v.split(b" ", 1)[0].decode() if v else "" for v in values]
+        return ids, hosts
+
     async def reclaim(self, limit: int = 1000) -> tuple[int, int]:
         """Take back expired leases in every partition; returns (reclaimed, dead)."""
         reclaimed = died = 0
         for pk in self.partitions:
             while True:
+                ids, hosts = await self._due_ids(pk, pk.leases, limit)
+                if not ids:
+                    break
+                host_keys, host_head = self._host_args(pk, list(dict.fromkeys(
+                    h for h in hosts if h)))
                 r = await self.scripts.reclaim(
-                    keys=[pk.leases, pk.owners, pk.stalls, pk.ready, pk.prio, pk.prios,
-                          pk.dead, pk.errors, pk.dead_reasons, pk.stats],
-                    args=[limit, self.policy.max_stalls],
+                    keys=[*pk.host_state, pk.leases, pk.owners, pk.stalls, pk.tasks, pk.dead,
+                          pk.errors, pk.dead_reasons, pk.stats, pk.pending, pk.prio_hosts,
+                          pk.errors_by_host, *host_keys],
+                    args=[self.policy.max_stalls, *host_head, *ids],
                 )
                 reclaimed += int(r[0])
                 died += int(r[1])
-                if not int(r[2]):
+                if len(ids) < limit or int(r[0]) + int(r[1]) == 0:
                     break
         return reclaimed, died
 
+    async def _promote_partition(self, pk: PartitionKeys, limit: int) -> tuple[int, int]:
+        moved = 0
+        while True:
+            ids, hosts = await self._due_ids(pk, pk.delayed, limit)
+            host_keys, host_head = self._host_args(pk, list(dict.fromkeys(
+                h for h in hosts if h)))
+            r = await self.scripts.promote(
+                keys=[*pk.host_state, pk.delayed, pk.tasks, pk.stats, pk.pending,
+                      pk.prio_hosts, *host_keys],
+                args=[*host_head, *ids])
+            moved += int(r[0])
+            if len(ids) < limit or int(r[0]) == 0:
+                return moved, int(r[1])
+
     async def promote(self, limit: int = 1000) -> tuple[int, int]:
-        """Move due retries/deferrals to ready; returns (moved, ms to the next due or -1)."""
+        """Put due retries back in their hosts' queues; returns (moved, ms to the next
+        due retry or -1)."""
         moved, next_due = 0, -1
         for pk in self.partitions:
-            while True:
-                r = await self.scripts.promote(
-                    keys=[pk.delayed, pk.ready, pk.prio, pk.prios, pk.stats], args=[limit])
-                moved += int(r[0])
-                if int(r[0]) < limit:
-                    wait = int(r[1])
-                    if wait >= 0 and (next_due < 0 or wait < next_due):
-                        next_due = wait
-                    break
+            n, wait = await self._promote_partition(pk, limit)
+            moved += n
+            if wait >= 0 and (next_due < 0 or wait < next_due):
+                next_due = wait
         return moved, next_due
 
     async def reap(self, guard_ms: int) -> tuple[int, int, int] | None:
@@ -609,51 +728,66 @@ class CrawlQueue:
                     pipe.hmget(pk.errors, members)
                     pipe.hmget(pk.tasks, members)
                     pipe.hmget(pk.attempts, members)
-                    errs, bodies, attempts = await pipe.execute()
-                for (member, score), err, body, att in zip(ids, errs, bodies, attempts,
-                                                           strict=True):
+                    errs, values, attempts = await pipe.execute()
+                for (member, score), err, value, att in zip(ids, errs, values, attempts,
+                                                            strict=True):
                     why, _, message = (err or b"unknown ").decode().partition(" ")
                     if reason is not None and why != reason:
                         continue
+                    raw = value.split(b" ", 2)[2] if value and value.count(b" ") >= 2 \
+                        else value
                     url = None
-                    if body:
-                        try:
-                            url = str(codec.loads(body).get("url"))
-                        except (ValueError, AttributeError):
-                            url = None
+                    if raw:
+                        with contextlib.suppress(MalformedTaskError):
+                            url = decode_entry(raw).url
                     found.append(DeadTask(_text(member), p, why, message, int(score),
-                                          int(att or 0), url, body))
+                                          int(att or 0), url, raw))
                     if len(found) >= limit:
                         break
         return found
 
-    async def _dead_op(self, script_name: str, ids: Sequence[str]) -> int:
-        groups: dict[int, list[str]] = defaultdict(list)
-        for tid in ids:
-            groups[self.partition_of_id(tid)].append(tid)
+    async def _dead_op(self, requeue: bool, ids: Sequence[str]) -> int:
+        """Requeue or purge dead ids, in whichever partition holds each."""
         done = 0
-        for p, group in groups.items():
-            pk = self.partitions[p]
-            if script_name == "requeue":
-                script = self.scripts.requeue
-                keys = [pk.dead, pk.errors, pk.attempts, pk.stalls, pk.dead_reasons, pk.ready,
-                        pk.prio, pk.prios, pk.stats]
-            else:
-                script = self.scripts.purge
-                keys = [pk.dead, pk.errors, pk.dead_reasons, pk.tasks, pk.attempts, pk.stalls,
-                        pk.checkpoints, pk.prios, pk.stats]
-            for chunk in _chunks(group, 500):
-                codes = await script(keys=keys, args=list(chunk))
+        wanted = list(dict.fromkeys(ids))
+        for pk in self.partitions:
+            for chunk in _chunks(wanted, 500):
+                values = cast(list[bytes | None], await self.client.hmget(pk.tasks, list(chunk)))
+                here = [(tid, v.split(b" ", 1)[0].decode()) for tid, v in zip(chunk, values,
+                                                                            strict=True) if v]
+                if not here:
+                    continue
+                if requeue:
+                    host_keys, host_head = self._host_args(pk, list(dict.fromkeys(
+                        h for _, h in here)))
+                    codes = await self.scripts.requeue(
+                        keys=[*pk.host_state, pk.dead, pk.errors, pk.attempts, pk.stalls,
+                              pk.dead_reasons, pk.tasks, pk.stats, pk.pending,
+                              pk.prio_hosts, *host_keys],
+                        args=[*host_head, *(tid for tid, _ in here)])
+                else:
+                    marks = self.settings.dedup is DedupMode.EXACT
+                    keys = [pk.dead, pk.errors, pk.dead_reasons, pk.tasks, pk.attempts,
+                            pk.stalls, pk.checkpoints, pk.stats]
+                    args: list[Any] = [int(marks)]
+                    for tid, _ in here:
+                        args.append(tid)
+                        if marks:
+                            bucket, seen_field = self._seen_mark(pk, tid)
+                            keys.append(bucket)
+                            args.append(seen_field)
+                    codes = await self.scripts.purge(keys=keys, args=args)
                 done += sum(1 for c in codes if int(c) == Code.OK)
         return done
 
     async def dead_requeue(self, ids: Sequence[str]) -> int:
-        """Put dead tasks back in line with fresh attempts; returns how many moved."""
-        return await self._dead_op("requeue", ids)
+        """Put dead tasks back in their hosts' queues with fresh attempts; returns how
+        many moved."""
+        return await self._dead_op(True, ids)
 
     async def dead_purge(self, ids: Sequence[str]) -> int:
         """Delete dead tasks for good; returns how many were deleted."""
-        return await self._dead_op("purge", ids)
+        return await self._dead_op(False, ids)
 
     async def dead_ids(self, reason: str | None = None) -> list[str]:
         """Every dead id (optionally of one reason), paged through each partition."""
@@ -665,41 +799,90 @@ class CrawlQueue:
         """Every state's count and every counter, summed over the partitions."""
         async with self.client.pipeline(transaction=False) as pipe:
             for pk in self.partitions:
-                pipe.llen(pk.ready)
-                pipe.zcard(pk.prio)
+                pipe.get(pk.pending)
                 pipe.zcard(pk.leases)
                 pipe.zcard(pk.delayed)
                 pipe.zcard(pk.dead)
+                pipe.zcard(pk.due)
                 pipe.hgetall(pk.stats)
                 pipe.hgetall(pk.dead_reasons)
             replies = await pipe.execute()
         s = Stats()
         for i in range(0, len(replies), 7):
-            ready, prio, leased, waiting, dead, counters, reasons = replies[i:i + 7]
-            s.pending += ready + prio
+            pending, leased, waiting, dead, due, counters, reasons = replies[i:i + 7]
+            s.pending += int(pending or 0)
             s.leased += leased
             s.waiting += waiting
             s.dead += dead
+            s.hosts_due += due
             for k, v in counters.items():
                 s.counters[_text(k)] = s.counters.get(_text(k), 0) + int(v)
             for k, v in reasons.items():
                 s.dead_reasons[_text(k)] = s.dead_reasons.get(_text(k), 0) + int(v)
         return s
 
-    async def state_of(self, tid: str) -> str:
-        """The state of one task id: pending, leased, waiting, dead, done or unknown."""
-        pk = self.partitions[self.partition_of_id(tid)]
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.lpos(pk.ready, tid)
-            pipe.zscore(pk.prio, tid)
-            pipe.zscore(pk.leases, tid)
-            pipe.zscore(pk.delayed, tid)
-            pipe.zscore(pk.dead, tid)
-            pipe.hexists(pk.tasks, tid)
-            ready, prio, leased, waiting, dead, live = await pipe.execute()
-        if ready is not None or prio is not None:
-            return "pending"
-        for name, value in (("leased", leased), ("waiting", waiting), ("dead", dead)):
-            if value is not None:
-                return name
-        return "unknown" if live else "done"
+    async def is_empty(self) -> bool:
+        """Whether nothing is pending, leased or waiting in the whole crawl, read atomically
+        (one MULTI over every partition on one Redis; per partition on a cluster, where a
+        task never moves between partitions and children are enqueued before their
+        parent's ack, so a crawl read empty partition by partition twice in a row is
+        empty)."""
+        cluster = isinstance(self.client, aioredis.RedisCluster)
+        for _ in range(2 if cluster else 1):
+            async with self.client.pipeline(transaction=not cluster) as pipe:
+                for pk in self.partitions:
+                    pipe.get(pk.pending)
+                    pipe.zcard(pk.leases)
+                    pipe.zcard(pk.delayed)
+                replies = await pipe.execute()
+            if any(int(r or 0) for r in replies):
+                return False
+        return True
+
+    async def state_of(self, tid: str, url: str | None = None) -> str:
+        """The state of one task: pending, leased, waiting, dead, done or unknown.
+
+        Looks for a pending entry in its host's queue (every host's without `url`):
+        O(pending), for tests and tools, never on a hot path.
+        """
+        hosts: list[tuple[PartitionKeys, str]] = []
+        parts = self.partitions
+        if url is not None:
+            parts = [parts[self.partition_of(host_key(url))]]
+            hosts = [(parts[0], host_key(url))]
+        for pk in parts:
+            async with self.client.pipeline(transaction=False) as pipe:
+                pipe.zscore(pk.leases, tid)
+                pipe.zscore(pk.delayed, tid)
+                pipe.zscore(pk.dead, tid)
+                pipe.zrangebyscore(pk.queued, 1, "+inf")
+                leased, waiting, dead, queued = await pipe.execute()
+            for name, value in (("leased", leased), ("waiting", waiting), ("dead", dead)):
+                if value is not None:
+                    return name
+            if url is None:
+                hosts += [(pk, _text(h)) for h in queued]
+        prefix = tid.encode()
+        for pk, host in hosts:
+            async with self.client.pipeline(transaction=False) as pipe:
+                pipe.lrange(pk.host_queue(host), 0, -1)
+                pipe.zrange(pk.host_prio(host), 0, -1)
+                entries, prio = await pipe.execute()
+            if any(e.startswith(prefix) for e in (*entries, *prio)):
+                return "pending"
+        fp = bytes.fromhex(tid)
+        for pk in parts:
+            if await self._seen(pk, fp):
+                return "done"
+        return "unknown"
+
+    def _seen_mark(self, pk: PartitionKeys, tid: str) -> tuple[str, bytes]:
+        """The exact-dedup bucket key and field of a task id (its fingerprint in hex)."""
+        fp = bytes.fromhex(tid)
+        bucket = pk.seen(int.from_bytes(fp[:4], "big") >> (32 - self.settings.seen_bits))
+        return bucket, fp[2:]
+
+    async def _seen(self, pk: PartitionKeys, fp: bytes) -> bool:
+        if self.settings.dedup is DedupMode.BLOOM:
+            return True  # a bloom crawl can't tell a done URL from one never enqueued
+        return bool(await self.client.hexists(*self._seen_mark(pk, fp.hex())))

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 NAMES = (
-    "enqueue", "enqueue_bloom", "lease", "renew", "ack", "fail", "release", "defer",
-    "checkpoint", "reclaim", "promote", "requeue", "purge", "host_acquire", "host_release",
+    "enqueue", "enqueue_bloom", "lease", "renew", "ack", "fail", "release", "checkpoint",
+    "reclaim", "promote", "requeue", "purge", "host_set",
 )
 
 
@@ -38,11 +38,9 @@ class Scripts:
     ack: Any
     fail: Any
     release: Any
-    defer: Any
     checkpoint: Any
     reclaim: Any
     promote: Any
     requeue: Any
     purge: Any
-    host_acquire: Any
-    host_release: Any
+    host_set: Any

@@ -116,6 +116,7 @@ class _Entry:
     crawl_delay: float | None
     error: str | None  # set: robots.txt unavailable, raise robots_unavailable
     expires: float  # time.monotonic()
+    fetched: bool = False  # made by a fetch over HTTP in this process (not read from Redis)
 
 
 _ALLOW_ALL = RobotsVerdict(allowed=True, crawl_delay=None)
@@ -199,11 +200,26 @@ class RobotsCache:
     async def check(self, url: str) -> RobotsVerdict:
         """The verdict for `url`; raises FetchError robots_unavailable (retryable),
         ssrf_blocked or bad_url (permanent), RedisUnavailableError."""
+        verdict = (await self.lookup(url))[0]
+        if isinstance(verdict, FetchError):
+            raise verdict
+        return verdict
+
+    async def lookup(self, url: str) -> tuple[RobotsVerdict | FetchError, bool]:
+        """The verdict for `url` (a cached robots_unavailable FetchError is returned, not
+        raised), and whether this call fetched robots.txt over HTTP itself: that request
+        took the turn of the task that asked, at its host. Raises like `check` otherwise."""
         origin, path = origin_of(url)
         entry = self._local_get(origin)
+        fetched = False
         if entry is None:
-            entry = await self._shared_lookup(origin)
-        return self._verdict(entry, path)
+            entry, fetched = await self._shared_lookup(origin)
+        try:
+            return self._verdict(entry, path), fetched
+        except FetchError as exc:
+            if not fetched:
+                raise
+            return exc, fetched
 
     def cached(self, url: str) -> RobotsVerdict | None:
         """The verdict for `url` if this process holds its origin's robots.txt, else None
@@ -253,14 +269,17 @@ class RobotsCache:
         while len(local) > self.local_size:
             local.popitem(last=False)
 
-    async def _shared_lookup(self, origin: str) -> _Entry:
+    async def _shared_lookup(self, origin: str) -> tuple[_Entry, bool]:
+        """The entry, and whether this caller started a lookup that fetched over HTTP."""
         task = self._inflight.get(origin)
+        started = task is None
         if task is None:
             task = asyncio.create_task(self._lookup(origin), name=f"robots {origin}")
             self._inflight[origin] = task
             task.add_done_callback(lambda t: self._lookup_done(origin, t))
         # shield: one caller being cancelled must not cancel the lookup the others await.
-        return await asyncio.shield(task)
+        entry = await asyncio.shield(task)
+        return entry, started and entry.fetched
 
     def _lookup_done(self, origin: str, task: asyncio.Task[_Entry]) -> None:
         if self._inflight.get(origin) is task:
@@ -344,7 +363,9 @@ class RobotsCache:
         doc = await self._fetch(origin)  # ssrf_blocked propagates, uncached
         ttl_s = self.failure_ttl_s if "error" in doc else self.ttl_s
         await self._redis.set(key, codec.dumps(doc), px=max(1, int(ttl_s * 1000)))
-        return self._entry(doc, ttl_s)
+        entry = self._entry(doc, ttl_s)
+        entry.fetched = True
+        return entry
 
     async def _fetch(self, origin: str) -> RobotsDoc:
         url = f"{origin}/robots.txt"

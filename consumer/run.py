@@ -10,16 +10,19 @@ import time
 
 from common.connection import RedisClient, open_redis
 from common.errors import ConfigError
+from common.frontier import Frontier
 from common.keys import CrawlKeys
 from common.metrics import Metrics
 from common.queue import CrawlQueue, RetryPolicy
+from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
 from consumer.fetcher import Fetcher
+from consumer.flush import REDIS_ERRORS
 from consumer.handlers import load_handler
 from consumer.http_server import SideServer
 from consumer.robots import RobotsCache
 from consumer.sinks import make_sink
-from consumer.worker import REDIS_ERRORS, Backoff, Consumer
+from consumer.worker import Consumer
 
 log = logging.getLogger("consumer")
 
@@ -107,6 +110,8 @@ async def run(settings: ConsumerSettings) -> int:
                              gzip=settings.gzip, store_body=settings.store_body,
                              stream_maxlen=settings.stream_maxlen,
                              stream_key=CrawlKeys.build(settings.common.crawl).results)
+            await Frontier(queue).set_defaults(delay_s=settings.per_host_delay_s,
+                                               concurrency=settings.per_host_concurrency)
             await sink.open()
             async with Fetcher(settings.fetch) as fetcher:
                 robots = None if settings.ignore_robots else RobotsCache(

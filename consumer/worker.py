@@ -1,18 +1,19 @@
-"""The consumer's work loop: lease, fetch politely, write results, ack — and drain.
+"""The consumer's work loop: lease hosts' turns, fetch, write results, ack — and drain.
 
 Coroutines of one process:
 
-- the leaser keeps up to 2 x ``--concurrency`` leases unfinished, leasing in batches
-  into a local queue;
-- ``--concurrency`` workers (the fetch slots) take leases off that queue one at a time:
-  each checks robots.txt, takes a host slot (Redis, micro-batched), fetches, runs the
-  handler, and queues a completion. A lease that must wait (its robots.txt being looked
-  up, a short per-host delay) is parked outside the workers and queued again after;
-- the flusher writes completed results to the sink, enqueues discovered URLs, then
-  acks/fails/defers in batches — acks only after the sink has the result;
-- the heartbeat renews every held lease in one script call per partition, cancels work
-  whose lease was lost, and refreshes the worker registry;
-- the reaper reclaims expired leases and promotes due retries (one worker per interval).
+- the leaser asks the frontier for as many tasks as there are free fetch slots; the
+  frontier only hands out tasks whose host's turn has come (``common/lua/lease.lua``),
+  so a leased task is fetched at once. With none ready it sleeps until the next host's
+  turn (at most a second, so pauses and host settings apply within one);
+- ``--concurrency`` workers (the fetch slots) take leases off a local queue: each checks
+  robots.txt, fetches, runs the handler and queues a completion. A lease whose robots.txt
+  is not known yet waits outside the workers while it is looked up; when this consumer
+  fetched robots.txt itself, that request was the host's turn, so the task goes back to
+  the head of its host's queue for the next one;
+- the flusher (``consumer.flush``) writes results, enqueues discovered URLs, then
+  acks/fails/releases in batches;
+- the heartbeat and the reaper (``consumer.housekeeping``).
 """
 
 from __future__ import annotations
@@ -20,80 +21,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
-from redis.exceptions import RedisError
-from yarl import URL
-
-from common import codec
 from common.errors import FetchError, RedisUnavailableError
+from common.frontier import Frontier
 from common.metrics import Metrics
-from common.queue import Code, CrawlQueue, Failure, Lease, NewTask
-from common.urls import canonicalize, fingerprint
-from consumer.batching import MicroBatcher
+from common.queue import Code, CrawlQueue, Failure, Lease, LeaseBatch
+from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
 from consumer.fetcher import Fetcher, FetchResult
+from consumer.flush import REDIS_ERRORS, Completion, Flusher
 from consumer.handlers import Handler, HandlerContext, LeaseLostError, as_result
-from consumer.politeness import HostRequest, Politeness, Slot
+from consumer.housekeeping import Housekeeping
+from consumer.leases import LeaseBook
 from consumer.registry import WorkerRegistry
-from consumer.robots import RobotsCache
+from consumer.robots import RobotsCache, RobotsVerdict
 from consumer.sinks import Record, Sink
 
 log = logging.getLogger("consumer")
 
-#: A host wait up to this long is slept locally; a longer one defers the task in Redis.
-LOCAL_WAIT_MAX_MS = 500
-#: A 429/503 without Retry-After cools its host down this long, fleet-wide.
-DEFAULT_COOLDOWN_MS = 30_000
-MAX_COOLDOWN_MS = 600_000
-FLUSH_INTERVAL_S = 0.02
-HISTORY_EVERY_S = 5.0
-PROGRESS_EVERY_S = 30.0
+#: A 429/503 without Retry-After blocks its host this long, fleet-wide (the queue caps
+#: every cool-down at --max-retry-after).
+DEFAULT_COOLDOWN_S = 30.0
 SHUTDOWN_WAIT_S = 5.0
-HISTORY_LEN = 240
-REDIS_ERRORS = (RedisError, OSError)
-_LOST = frozenset({Code.STALE, Code.EXPIRED, Code.UNKNOWN})  # the lease was not ours anymore
-
-
-@dataclass(slots=True)
-class Completion:
-    """What became of one leased task, waiting for the flusher."""
-
-    lease: Lease
-    kind: str  # "ack" | "fail" | "defer"
-    outcome: str = "ok"
-    record: Record | None = None
-    failure: Failure | None = None
-    delay_ms: int = 0
-    urls: Sequence[str] = ()
-    slot: Slot | None = None
-    cooldown_ms: int = 0
-
-
-class Backoff:
-    """Exponential backoff with full jitter for loops that must survive Redis outages."""
-
-    def __init__(self, base: float = 0.1, cap: float = 5.0) -> None:
-        self.base, self.cap, self.failures = base, cap, 0
-
-    async def sleep(self) -> None:
-        self.failures += 1
-        await asyncio.sleep(random.uniform(0, min(self.cap, self.base * 2 ** self.failures)))
-
-    def reset(self) -> None:
-        self.failures = 0
-
-
-def host_key(url: str) -> str:
-    """The politeness key of a URL: host, plus the port when it is not the default."""
-    u = URL(url, encoded=True)
-    host = u.raw_host or ""
-    return f"{host}:{u.explicit_port}" if u.explicit_port else host
+#: Shortest sleep between lease calls when a host's turn is close.
+MIN_IDLE_WAIT_S = 0.005
 
 
 class Consumer:
@@ -113,48 +68,63 @@ class Consumer:
         self.s = settings
         self.worker = settings.worker_id
         self.queue = queue
+        self.frontier = Frontier(queue)
         self.fetcher = fetcher
-        self.sink = sink
         self.metrics = metrics
         self.robots = robots
         self.handler = handler
-        self.politeness = Politeness(
-            queue.client, queue.crawl, self.worker,
-            concurrency=settings.per_host_concurrency, delay_s=settings.per_host_delay_s,
-            slot_ttl_ms=settings.lease_ms, scripts=queue.scripts)
-        self.registry = WorkerRegistry(queue.client, queue.crawl, self.worker,
-                                       ttl_s=settings.lease_s)
-        self._acquirer: MicroBatcher[HostRequest, Slot | int] = MicroBatcher(
-            self.politeness.acquire)
-        self.held: dict[str, Lease] = {}
-        self._deadline: dict[str, float] = {}  # id -> local monotonic lease deadline
+        self.book = LeaseBook(settings.lease_s, metrics)
+        self.flusher = Flusher(queue, sink, metrics, self.book, worker=self.worker,
+                               batch=max(8, settings.lease_batch // 4),
+                               max_depth=settings.max_depth,
+                               allow_domains=settings.allow_domains,
+                               on_freed=self._slot_freed)
+        self.housekeeping = Housekeeping(
+            queue, self.book, metrics,
+            WorkerRegistry(queue.client, queue.crawl, self.worker, ttl_s=settings.lease_s),
+            worker=self.worker, lease_s=settings.lease_s, status=self._status,
+            on_lost=self._lost)
+        self.sink = sink
         self._pending: deque[Lease] = deque()  # leased, waiting for a worker
         self._running: dict[str, tuple[asyncio.Task[None], Lease]] = {}  # id -> worker
-        self._waiting: dict[str, asyncio.Handle | asyncio.Task[None]] = {}  # parked
+        self._waiting: dict[str, asyncio.Task[None]] = {}  # robots.txt lookups
         self._dropping: dict[asyncio.Task[None], Lease] = {}  # workers told to drop it
         self._idle: deque[asyncio.Future[None]] = deque()
         self._workers: list[asyncio.Task[None]] = []
-        self._acquire_errors = 0
         self._fetching: set[str] = set()
         self._started: set[str] = set()  # fetch begun: drained within --grace, not cut
-        self._completions: list[Completion] = []
-        self._completed = asyncio.Event()
         self._room = asyncio.Event()
+        self._freed = asyncio.Event()
         self._stop = asyncio.Event()
         self._hard_stop = asyncio.Event()
         self.draining = False
         self._closing = False
         self.stop_reason = ""
         self.started = time.monotonic()
-        self.done = 0
-        self.failed = 0
         metrics.in_flight.set_function(lambda: len(self._fetching))
-        self._margin_s = min(1.0, settings.lease_s / 10)
-        self._flush_at = max(8, settings.lease_batch // 4)
-        self._max_active = 2 * settings.concurrency
+        # Prefetch (leases queued ahead of free workers) only when nothing is polite:
+        # a polite lease is its host's turn and must be fetched when it is granted.
+        polite = settings.per_host_delay_s > 0 or settings.per_host_concurrency > 0
+        self._max_active = settings.concurrency * (1 if polite else 2)
         self._max_held = 4 * settings.concurrency
-        self._lease_min = max(1, min(settings.lease_batch, self._max_active) // 4)
-        self._last_history = 0.0
+        self._lease_min = 1 if polite else max(1, min(settings.lease_batch,
+                                                      self._max_active) // 4)
+
+    @property
+    def done(self) -> int:
+        return self.flusher.done
+
+    @property
+    def failed(self) -> int:
+        return self.flusher.failed
+
+    @property
+    def held(self) -> dict[str, Lease]:
+        return self.book.held
+
+    def _status(self) -> dict[str, int | str]:
+        return {"in_flight": len(self._fetching), "done": self.done, "failed": self.failed,
+                "state": "draining" if self.draining else "running"}
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -180,8 +150,10 @@ class Consumer:
         """Work until stopped (signal, or an empty crawl with --exit-when-empty)."""
         log.info("consumer_started", extra={"worker": self.worker, "crawl": self.queue.crawl,
                                              "concurrency": self.s.concurrency})
+        closing = self._is_closing
         helpers = [asyncio.create_task(c) for c in (
-            self._heartbeat(), self._reaper(), self._flusher(), self._acquirer.run())]
+            self.housekeeping.heartbeat(closing), self.housekeeping.reaper(closing),
+            self.flusher.run(closing))]
         self._workers = [asyncio.create_task(self._worker())
                          for _ in range(self.s.concurrency)]
         try:
@@ -197,10 +169,13 @@ class Consumer:
                 task.cancel()
             await asyncio.wait(everything, timeout=SHUTDOWN_WAIT_S)
             with contextlib.suppress(*REDIS_ERRORS):
-                await self.registry.leave()
+                await self.housekeeping.registry.leave()
         log.info("consumer_stopped", extra={"worker": self.worker, "reason": self.stop_reason,
                                             "done": self.done, "failed": self.failed})
         return 0
+
+    def _is_closing(self) -> bool:
+        return self._closing
 
     # -- leasing ----------------------------------------------------------------------
 
@@ -215,23 +190,20 @@ class Consumer:
                 continue
             t0 = time.monotonic()
             try:
-                leases = await self.queue.lease(self.worker, min(room, self.s.lease_batch),
-                                                self.s.lease_ms)
+                batch = await self.queue.lease_turns(self.worker, min(room, self.s.lease_batch),
+                                                     self.s.lease_ms)
             except REDIS_ERRORS as exc:
                 self.metrics.redis_errors_total.inc()
-                log.warning("redis_error", extra={"during": "lease", "error": str(exc)})
-                await self._sleep_unless_stopped(errors)
+                log.warning("redis_error", extra={"during": "lease", "error": str(exc)[:200]})
+                await errors.sleep(self._stop)
                 continue
             errors.reset()
-            deadline = t0 + self.s.lease_s
-            for lease in leases:
-                old = self.held.get(lease.id)
-                if old is not None:  # reclaimed, then leased to us again: `old` is dead
-                    self._drop_work(old)
-                self.held[lease.id] = lease
-                self._deadline[lease.id] = deadline
-            if leases:
-                self._pending.extend(leases)
+            if batch.leases:
+                for lease in batch.leases:
+                    old = self.book.hold(lease, t0)
+                    if old is not None:
+                        self._drop_work(old)
+                self._pending.extend(batch.leases)
                 self._wake_workers()
                 idle.reset()
                 continue
@@ -239,39 +211,56 @@ class Consumer:
                 self.stop_reason = "crawl empty"
                 self.draining = True
                 return
-            await self._sleep_unless_stopped(idle)
+            await self._idle_wait(batch, idle)
         if not self.stop_reason:
             self.stop_reason = "signal"
+
+    async def _idle_wait(self, batch: LeaseBatch, idle: Backoff) -> None:
+        """Sleep until the next host's turn, else (no host ready: busy or nothing pending)
+        a growing poll interval; a lease of ours ending (a slot freed) ends the sleep."""
+        if batch.wait_s is not None and not batch.paused:
+            delay = max(MIN_IDLE_WAIT_S, batch.wait_s)
+            idle.reset()
+        else:
+            delay = idle.next_delay()
+        self._freed.clear()
+        stop, freed = asyncio.ensure_future(self._stop.wait()), asyncio.ensure_future(
+            self._freed.wait())
+        try:
+            await asyncio.wait({stop, freed}, timeout=delay,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            freed.cancel()
+        if freed.done() and not freed.cancelled():
+            idle.reset()
 
     def _lease_room(self) -> int:
         # Leases not yet finished keep every worker fed; finished ones waiting for their
         # flush don't count, or leasing would stall in waves. Held leases in all are
         # capped too, so a stuck flush can't make a consumer hoard work.
         unfinished = len(self._pending) + len(self._running) + len(self._waiting)
-        return min(self._max_active - unfinished, self._max_held - len(self.held))
+        return min(self._max_active - unfinished, self._max_held - len(self.book))
 
     def _wake_leaser(self) -> None:
         """Wake the leaser once a lease call's worth of room is free (not every page)."""
         if not self._room.is_set() and self._lease_room() >= self._lease_min:
             self._room.set()
 
-    async def _sleep_unless_stopped(self, backoff: Backoff) -> None:
-        with contextlib.suppress(TimeoutError):
-            backoff.failures += 1
-            delay = min(backoff.cap, backoff.base * 2 ** backoff.failures)
-            await asyncio.wait_for(self._stop.wait(), timeout=random.uniform(delay / 2, delay))
+    def _slot_freed(self) -> None:
+        """A lease of ours ended in Redis: its host may take another request now."""
+        self._freed.set()
+        self._wake_leaser()
 
     async def _crawl_finished(self) -> bool:
-        if self.held or self._completions:
+        if self.book.held or self.flusher.completions:
             return False
         if time.monotonic() - self.started < self.s.empty_grace_s:
             return False
         try:
-            await self.queue.promote()
-            stats = await self.queue.stats()
+            return await self.queue.is_empty()
         except REDIS_ERRORS:
             return False
-        return stats.active == 0
 
     # -- workers ----------------------------------------------------------------------
 
@@ -281,7 +270,7 @@ class Consumer:
         me = asyncio.current_task()
         assert me is not None
         loop = asyncio.get_running_loop()
-        pending, running, held, idle = self._pending, self._running, self.held, self._idle
+        pending, running, book, idle = self._pending, self._running, self.book, self._idle
         while True:
             if not pending:
                 if self.draining:
@@ -291,7 +280,7 @@ class Consumer:
                 await wake
                 continue
             lease = pending.popleft()
-            if held.get(lease.id) is not lease:
+            if not book.holds(lease):
                 continue  # lost at a heartbeat before it started
             entry = running[lease.id] = (me, lease)
             try:
@@ -306,6 +295,12 @@ class Consumer:
                     del running[lease.id]
                     self._started.discard(lease.id)
                 self._wake_leaser()
+
+    def _lost(self, lease: Lease) -> None:
+        """A heartbeat found `lease` lost: stop its work and forget it."""
+        self._drop_work(lease)
+        self.book.drop(lease, lost=True)
+        self._wake_leaser()
 
     def _drop_work(self, lease: Lease) -> None:
         """Stop working on a lease that is not ours anymore: cancel its fetch, or its wait."""
@@ -328,109 +323,85 @@ class Consumer:
                 wake.set_result(None)
                 n -= 1
 
-    def _wait_outside(self, lease: Lease, waiter: asyncio.Handle | asyncio.Task[None]) -> None:
-        """Park a lease outside the workers until `waiter` puts it back (`_requeue`)."""
-        self._waiting[lease.id] = waiter
-
-    def _requeue(self, lease: Lease) -> None:
-        """A parked lease is ready again: first in the queue, it was leased before the rest."""
-        self._waiting.pop(lease.id, None)
-        if self.held.get(lease.id) is lease and not self.draining:
-            self._pending.appendleft(lease)
-            self._wake_workers()
-        else:
-            self._wake_leaser()
+    def _complete(self, completion: Completion) -> None:
+        self.flusher.add(completion)
 
     async def _robots_lookup(self, lease: Lease) -> None:
-        """Fetch (or read the fleet's copy of) a lease's robots.txt while no worker waits,
-        then queue the lease again: its worker then finds the verdict cached."""
+        """Fetch (or read the fleet's copy of) a lease's robots.txt while no worker waits.
+
+        If this consumer fetched it, that request was the host's turn: record the host's
+        Crawl-delay and give the task back to the head of its host's queue. Otherwise
+        queue the lease again: its worker then finds the verdict cached.
+        """
         assert self.robots is not None
         outage: Backoff | None = None
         try:
             while True:
                 try:
-                    await self.robots.check(lease.task.url)
+                    verdict, fetched = await self.robots.lookup(lease.task.url)
                     break
                 except RedisUnavailableError:
                     outage = outage or Backoff()
                     await outage.sleep()
+            if fetched:
+                self.metrics.robots_turns_total.inc()
+                delay = verdict.crawl_delay if isinstance(verdict, RobotsVerdict) else None
+                if delay:
+                    await self.frontier.set_robots_delay(lease.host, delay)
         except Exception as exc:  # a FetchError such as ssrf_blocked is not cached
             self._waiting.pop(lease.id, None)
-            if self.held.get(lease.id) is lease:
+            if self.book.holds(lease):
                 if isinstance(exc, FetchError):
-                    self._complete_error(lease, exc, None)
+                    self._complete_error(lease, exc)
+                elif isinstance(exc, REDIS_ERRORS):
+                    self._complete(Completion(lease, "release"))
                 else:
                     log.exception("task_crashed", extra={"id": lease.id})
                     self._complete(Completion(lease, "fail", failure=Failure(
                         lease, "internal_error", f"{type(exc).__name__}: {exc}")))
             self._wake_leaser()
             return
-        self._requeue(lease)
+        self._waiting.pop(lease.id, None)
+        if not self.book.holds(lease):
+            self._wake_leaser()
+        elif fetched:
+            self._complete(Completion(lease, "release"))
+        elif not self.draining:
+            self._pending.appendleft(lease)
+            self._wake_workers()
 
     async def _work(self, lease: Lease) -> None:
-        """Take a lease through robots.txt, politeness, the fetch and the handler to its
-        completion, or park it outside the workers (robots.txt lookup, a short host wait)."""
-        slot: Slot | None = None
+        """Take a lease through robots.txt, the fetch and the handler to its completion,
+        or hand it to a robots.txt lookup outside the workers."""
         try:
             url = lease.task.url
-            crawl_delay = None
             if self.robots is not None:
                 try:
                     verdict = self.robots.cached(url)
                 except FetchError as exc:  # a cached failure (robots_unavailable)
-                    self._complete_error(lease, exc, None)
+                    self._complete_error(lease, exc)
                     return
                 if verdict is None:
-                    self._wait_outside(lease, asyncio.create_task(self._robots_lookup(lease)))
+                    self._waiting[lease.id] = asyncio.create_task(self._robots_lookup(lease))
                     return
                 if not verdict.allowed:
                     self._complete(Completion(lease, "ack", "robots_disallowed",
                                               record=self._record(lease, None,
                                                                   "robots_disallowed")))
                     return
-                crawl_delay = verdict.crawl_delay
-            if self.politeness.enabled:
-                try:
-                    got = await self._acquirer.request(HostRequest(
-                        host_key(url), self.politeness.delay_for(crawl_delay)))
-                    self._acquire_errors = 0
-                except REDIS_ERRORS:
-                    self._acquire_errors += 1
-                    delay = min(5.0, 0.1 * 2 ** self._acquire_errors)
-                    self._wait_outside(lease, asyncio.get_running_loop().call_later(
-                        random.uniform(delay / 2, delay), self._requeue, lease))
-                    return
-                if isinstance(got, int):  # the host has no room yet: ms to wait
-                    if got > LOCAL_WAIT_MAX_MS or self.draining:
-                        self.metrics.deferrals_total.inc()
-                        self._complete(Completion(lease, "defer", "deferred", delay_ms=got))
-                    else:
-                        self._wait_outside(lease, asyncio.get_running_loop().call_later(
-                            got / 1000, self._requeue, lease))
-                    return
-                slot = got
-            if self._expired(lease):
+            if self.book.expired(lease):
                 # e.g. the process was stopped: someone else may own it now.
-                self._complete(Completion(lease, "drop", slot=slot))
-                slot = None
-                self._forget(lease, lost=True)
+                self.book.drop(lease, lost=True)
                 return
-            await self._fetch(lease, slot)
-            slot = None
+            await self._fetch(lease)
         except asyncio.CancelledError:
-            if slot is not None:
-                self._complete(Completion(lease, "drop", slot=slot))
             raise
         except Exception as exc:
             log.exception("task_crashed", extra={"id": lease.id})
             self._complete(Completion(lease, "fail", failure=Failure(
-                lease, "internal_error", f"{type(exc).__name__}: {exc}"), slot=slot))
+                lease, "internal_error", f"{type(exc).__name__}: {exc}")))
 
-    def _expired(self, lease: Lease) -> bool:
-        """Whether this lease may have expired in Redis by now (local clock, with margin)."""
-        return time.monotonic() > self._deadline.get(lease.id, 0) - self._margin_s
-
-    async def _fetch(self, lease: Lease, slot: Slot | None) -> None:
+    async def _fetch(self, lease: Lease) -> None:
         self._started.add(lease.id)
         self._fetching.add(lease.id)
         started = time.monotonic()
@@ -438,7 +409,7 @@ class Consumer:
             result = await self.fetcher.fetch(lease.task.url)
         except FetchError as exc:
             self.metrics.response(exc.status)
-            self._complete_error(lease, exc, slot)
+            self._complete_error(lease, exc)
             return
         finally:
             self.metrics.fetch_duration_seconds.observe(time.monotonic() - started)
@@ -451,31 +422,30 @@ class Consumer:
             try:
                 handled = as_result(await self.handler(result, self._context(lease)))
             except LeaseLostError:
-                self._complete(Completion(lease, "drop", slot=slot))
+                self._complete(Completion(lease, "drop"))
                 return
             except Exception as exc:
                 self.metrics.error("handler_error")
                 self._complete(Completion(lease, "fail", failure=Failure(
-                    lease, "handler_error", f"{type(exc).__name__}: {exc}"[:500]), slot=slot))
+                    lease, "handler_error", f"{type(exc).__name__}: {exc}"[:500])))
                 return
             record.items = handled.items
             urls = handled.urls
-        self._complete(Completion(lease, "ack", outcome, record=record, urls=urls, slot=slot))
+        self._complete(Completion(lease, "ack", outcome, record=record, urls=urls))
 
     def _context(self, lease: Lease) -> HandlerContext:
         async def save(value: Any) -> bool:
             return await self.queue.checkpoint(self.worker, lease, value) == Code.OK
         return HandlerContext(task=lease.task, worker=self.worker, _save=save)
 
-    def _complete_error(self, lease: Lease, exc: FetchError, slot: Slot | None) -> None:
+    def _complete_error(self, lease: Lease, exc: FetchError) -> None:
         self.metrics.error(exc.reason)
-        cooldown = 0
+        cooldown = 0.0
         if exc.status in (429, 503):
-            cooldown = (DEFAULT_COOLDOWN_MS if exc.retry_after is None
-                        else min(MAX_COOLDOWN_MS, max(1000, int(exc.retry_after * 1000))))
+            cooldown = DEFAULT_COOLDOWN_S if exc.retry_after is None else exc.retry_after
         self._complete(Completion(lease, "fail", failure=Failure(
             lease, exc.reason, exc.message[:500], retry_after=exc.retry_after,
-            permanent=not exc.retryable), slot=slot, cooldown_ms=cooldown))
+            permanent=not exc.retryable, cooldown=cooldown)))
 
     def _record(self, lease: Lease, result: FetchResult | None, outcome: str) -> Record:
         task = lease.task
@@ -491,231 +461,13 @@ class Consumer:
                       fetched_at=time.time(), worker=self.worker,
                       http_version=result.http_version, depth=task.depth, meta=task.meta)
 
-    def _complete(self, completion: Completion) -> None:
-        self._completions.append(completion)
-        if len(self._completions) >= self._flush_at or len(self._completions) == 1:
-            self._completed.set()
-
-    # -- flushing ---------------------------------------------------------------------
-
-    async def _flusher(self) -> None:
-        """Flush as soon as a good batch is ready, else at most FLUSH_INTERVAL_S late."""
-        while not self._closing:
-            await self._completed.wait()
-            deadline = time.monotonic() + FLUSH_INTERVAL_S
-            while len(self._completions) < self._flush_at:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._completed.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._completed.wait(), left)
-            self._completed.clear()
-            await self.flush()
-
     async def flush(self) -> None:
-        """Write completed results, then ack/fail/defer them (retrying through outages)."""
-        while self._completions:
-            batch = self._completions[:1000]
-            del self._completions[:1000]
-            await self._flush_batch(batch)
-
-    async def _flush_batch(self, batch: list[Completion]) -> None:
-        live: list[Completion] = []
-        records: list[Record] = []
-        acks: list[tuple[Lease, str]] = []
-        fails: list[Failure] = []
-        defers: list[tuple[Lease, int]] = []
-        slots: list[tuple[Slot, int]] = []
-        held = self.held
-        for c in batch:
-            if c.slot is not None:
-                slots.append((c.slot, c.cooldown_ms))
-            lease = c.lease
-            if c.kind == "drop" or held.get(lease.id) is not lease:
-                continue  # dropped, or lost at a heartbeat: its result is dropped
-            if self._expired(lease):
-                self._forget(lease, lost=True)  # expired (e.g. the process was stopped)
-                continue
-            live.append(c)
-            if c.kind == "ack":
-                acks.append((lease, c.outcome))
-                if c.record is not None:
-                    records.append(c.record)
-            elif c.kind == "fail" and c.failure is not None:
-                fails.append(c.failure)
-            elif c.kind == "defer":
-                defers.append((lease, c.delay_ms))
-        children = self._children(live)
-        if records:
-            await self._retry("sink", lambda: self.sink.write(records))
-        if children:
-            await self._retry("enqueue", lambda: self.queue.enqueue(children))
-        if acks:
-            codes = await self._retry("ack", lambda: self.queue.ack(self.worker, acks))
-            self._account(acks, codes, lambda a: a[0], lambda a: a[1])
-        if fails:
-            results = await self._retry("fail", lambda: self.queue.fail(self.worker, fails))
-            self._account(fails, [c for c, _ in results], lambda f: f.lease, lambda f: "")
-        if defers:
-            codes = await self._retry("defer", lambda: self.queue.defer(self.worker, defers))
-            self._account(defers, codes, lambda d: d[0], lambda d: "deferred")
-        if slots:
-            await self._retry("release_host", lambda: self.politeness.release(slots))
-        self.metrics.publish()
-
-    def _account(self, items: Sequence[Any], codes: Sequence[Code],
-                 lease_of: Callable[[Any], Lease], outcome_of: Callable[[Any], str]) -> None:
-        counts: dict[str, int] = {}
-        lost = 0
-        for item, code in zip(items, codes, strict=True):
-            lease = lease_of(item)
-            self._unhold(lease)
-            if code in _LOST:
-                lost += 1
-                outcome = "stale"
-            elif code == Code.RETRY:
-                self.failed += 1
-                outcome = "retried"
-            elif code == Code.DEAD:
-                self.failed += 1
-                outcome = "dead"
-                log.debug("task_dead", extra={"id": lease.id})
-            else:
-                outcome = outcome_of(item)
-                if outcome != "deferred":
-                    self.done += 1
-            counts[outcome] = counts.get(outcome, 0) + 1
-        for outcome, n in counts.items():  # one metric update per outcome, not per task
-            self.metrics.task(outcome, n)
-        if lost:
-            self.metrics.leases_lost_total.inc(lost)
-        self._wake_leaser()
-
-    def _forget(self, lease: Lease, *, lost: bool) -> None:
-        if self._unhold(lease):
-            self._wake_leaser()
-        if lost:
-            self.metrics.leases_lost_total.inc()
-
-    def _unhold(self, lease: Lease) -> bool:
-        """Stop holding `lease` (not a newer lease of the same task); whether it was held."""
-        if self.held.get(lease.id) is not lease:
-            return False
-        del self.held[lease.id]
-        self._deadline.pop(lease.id, None)
-        return True
-
-    def _children(self, live: Sequence[Completion]) -> list[NewTask]:
-        """Discovered URLs, canonical, within --max-depth and --allow-domains."""
-        out: list[NewTask] = []
-        for c in live:
-            if not c.urls or c.lease.task.depth + 1 > self.s.max_depth:
-                continue
-            task = c.lease.task
-            parent_host = URL(task.url, encoded=True).raw_host or ""
-            for raw in c.urls:
-                url = canonicalize(raw)
-                if not isinstance(url, str):
-                    continue
-                host = URL(url, encoded=True).raw_host or ""
-                if not self._allowed(host, parent_host):
-                    continue
-                out.append(NewTask(url, fingerprint(url), max_attempts=task.max_attempts,
-                                   meta=task.meta, depth=task.depth + 1))
-        return out
-
-    def _allowed(self, host: str, parent_host: str) -> bool:
-        domains = self.s.allow_domains or (parent_host,)
-        return any(host == d or host.endswith("." + d) for d in domains)
-
-    async def _retry(self, what: str, call: Callable[[], Awaitable[Any]]) -> Any:
-        """Run a flush step until it succeeds: results are never dropped for an outage."""
-        backoff = Backoff()
-        while True:
-            try:
-                return await call()
-            except REDIS_ERRORS as exc:
-                self.metrics.redis_errors_total.inc()
-                log.warning("flush_retry", extra={"step": what, "error": str(exc)[:200]})
-                await backoff.sleep()
-
-    # -- heartbeat and reaping -------------------------------------------------------------
-
-    async def _heartbeat(self) -> None:
-        interval = self.s.lease_s / 3
-        last_log, last_done = time.monotonic(), 0
-        while not self._closing:
-            with contextlib.suppress(*REDIS_ERRORS):
-                await self.registry.beat(in_flight=len(self._fetching), done=self.done,
-                                         failed=self.failed,
-                                         state="draining" if self.draining else "running")
-            await asyncio.sleep(interval)
-            await self.renew()
-            now = time.monotonic()
-            if now - last_log >= PROGRESS_EVERY_S:
-                log.info("progress", extra={
-                    "done": self.done, "failed": self.failed, "held": len(self.held),
-                    "in_flight": len(self._fetching),
-                    "per_s": round((self.done - last_done) / (now - last_log), 1)})
-                last_log, last_done = now, self.done
+        """Flush every completion now (shutdown, tests)."""
+        await self.flusher.flush()
 
     async def renew(self) -> None:
-        """Renew every held lease; cancel the work of the ones lost."""
-        leases = list(self.held.values())
-        t0 = time.monotonic()
-        try:
-            lost = await self.queue.renew(self.worker, leases, self.s.lease_ms)
-        except REDIS_ERRORS as exc:
-            self.metrics.redis_errors_total.inc()
-            log.warning("redis_error", extra={"during": "renew", "error": str(exc)[:200]})
-            return
-        lost_ids = {lease.id for lease, _ in lost}
-        for lease in leases:
-            if lease.id not in lost_ids and self.held.get(lease.id) is lease:
-                self._deadline[lease.id] = t0 + self.s.lease_s
-        self.metrics.leases_renewed_total.inc(len(leases) - len(lost))
-        if lost:
-            log.warning("leases_lost", extra={"n": len(lost)})
-        for lease, code in lost:
-            if self.held.get(lease.id) is not lease:
-                continue  # finished meanwhile, or leased again: the newer lease is alive
-            log.debug("lease_lost", extra={"id": lease.id, "code": code.name})
-            self._drop_work(lease)
-            self._forget(lease, lost=True)
-
-    async def _reaper(self) -> None:
-        interval = max(0.2, min(2.0, self.s.lease_s / 4))
-        while not self._closing:
-            try:
-                reaped = await self.queue.reap(int(interval * 1000))
-                if reaped is not None:
-                    reclaimed, died, _ = reaped
-                    self.metrics.reclaimed_total.inc(reclaimed)
-                    if reclaimed or died:
-                        log.info("leases_reclaimed", extra={"reclaimed": reclaimed,
-                                                            "dead": died})
-                    await self._snapshot()
-            except REDIS_ERRORS as exc:
-                self.metrics.redis_errors_total.inc()
-                log.warning("redis_error", extra={"during": "reap", "error": str(exc)[:200]})
-            await asyncio.sleep(interval * random.uniform(0.8, 1.2))
-
-    async def _snapshot(self) -> None:
-        """Append the crawl's counters to its history (for rates), every few seconds."""
-        now = time.time()
-        if now - self._last_history < HISTORY_EVERY_S:
-            return
-        self._last_history = now
-        stats = await self.queue.stats()
-        # Running counters only (rates are their differences); the state counts share
-        # some names (leased, dead) and are read live by `crawlq stats` anyway.
-        snap = {"t": round(now, 3), **stats.counters}
-        key = self.queue.crawl_keys.history
-        async with self.queue.client.pipeline(transaction=False) as pipe:
-            pipe.lpush(key, codec.dumps(snap))
-            pipe.ltrim(key, 0, HISTORY_LEN - 1)
-            await pipe.execute()
+        """Renew every held lease now (the heartbeat does it every lease / 3)."""
+        await self.housekeeping.renew()
 
     # -- draining -----------------------------------------------------------------------
 
@@ -725,14 +477,12 @@ class Consumer:
         A second signal (``request_stop`` again) ends the grace at once.
         """
         self.draining = True
-        log.info("consumer_draining", extra={"held": len(self.held),
+        log.info("consumer_draining", extra={"held": len(self.book),
                                              "in_flight": len(self._fetching)})
         self._pending.clear()  # never started: released below
         parked = list(self._waiting.values())
         self._waiting.clear()
-        for waiter in parked:
-            waiter.cancel()
-        await self._cancel([w for w in parked if isinstance(w, asyncio.Task)])
+        await self._cancel(parked)
         self._wake_workers()  # idle workers see the drain and return
         await self._cancel([w for i, (w, _) in self._running.items() if i not in self._started])
         await self._release_unfinished()
@@ -761,8 +511,8 @@ class Consumer:
 
     async def _release_unfinished(self) -> None:
         """Release every held lease whose task no longer runs and has no result to flush."""
-        finishing = {c.lease.id for c in self._completions if c.kind != "drop"}
-        leases = [lease for tid, lease in self.held.items()
+        finishing = self.flusher.finishing()
+        leases = [lease for tid, lease in self.book.held.items()
                   if tid not in self._running and tid not in finishing]
         if not leases:
             return
@@ -772,6 +522,7 @@ class Consumer:
             log.warning("release_failed", extra={"n": len(leases), "error": str(exc)[:200]})
             return
         for lease, code in zip(leases, codes, strict=True):
-            self._forget(lease, lost=code != Code.OK)
+            self.book.drop(lease, lost=code != Code.OK)
             if code == Code.OK:
                 self.metrics.task("released")
+        self._wake_leaser()

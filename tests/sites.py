@@ -76,10 +76,12 @@ class SiteOptions:
     pages: int = 1_000_000  # /p/<i> exists for i < pages (404 above)
     links: int = 0  # links per page, to i*links+1 .. i*links+links
     body_bytes: int = 0  # pad each page to at least this many bytes
+    hosts: int = 1  # also listen on 127.0.0.2 .. 127.0.0.<hosts>, same port: many hosts
 
     def to_args(self) -> list[str]:
         args = ["--delay-ms", repr(self.delay_ms), "--pages", str(self.pages),
-                "--links", str(self.links), "--body-bytes", str(self.body_bytes)]
+                "--links", str(self.links), "--body-bytes", str(self.body_bytes),
+                "--hosts", str(self.hosts)]
         if self.robots is not None:
             args += ["--robots", self.robots]
         return args
@@ -191,13 +193,21 @@ def make_app(options: SiteOptions | None = None, stats: SiteStats | None = None
     return app
 
 
-async def _listen(app: web.Application, port: int) -> tuple[web.AppRunner, int]:
+async def _listen(app: web.Application, port: int, hosts: int = 1
+                  ) -> tuple[web.AppRunner, int]:
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
     await runner.setup()
     site = web.TCPSite(runner, HOST, port)
     await site.start()
-    bound = runner.addresses[0][1]
-    return runner, int(bound)
+    bound = int(runner.addresses[0][1])
+    for i in range(2, hosts + 1):  # more loopback addresses, each a host to a crawler
+        await web.TCPSite(runner, f"127.0.0.{i}", bound).start()
+    return runner, bound
+
+
+def host_url(port: int, path: str, host: int = 0) -> str:
+    """A URL on loopback host number `host` (0 = 127.0.0.1) of a site."""
+    return f"http://127.0.0.{host + 1}:{port}{path}"
 
 
 @dataclass
@@ -212,8 +222,8 @@ class Site:
     def base(self) -> str:
         return f"http://{HOST}:{self.port}"
 
-    def url(self, path: str) -> str:
-        return self.base + path
+    def url(self, path: str, host: int = 0) -> str:
+        return host_url(self.port, path, host)
 
     @property
     def hits(self) -> Counter[str]:
@@ -232,7 +242,7 @@ async def test_site(options: SiteOptions | None = None, **kwargs: Any) -> AsyncI
     """Serve a site on a free port of 127.0.0.1 in this loop; kwargs are SiteOptions."""
     opts = options or SiteOptions(**kwargs)
     stats = SiteStats()
-    runner, port = await _listen(make_app(opts, stats), 0)
+    runner, port = await _listen(make_app(opts, stats), 0, opts.hosts)
     try:
         yield Site(port, opts, stats)
     finally:
@@ -254,8 +264,8 @@ class SiteProcess:
     def base(self) -> str:
         return f"http://{HOST}:{self.port}"
 
-    def url(self, path: str) -> str:
-        return self.base + path
+    def url(self, path: str, host: int = 0) -> str:
+        return host_url(self.port, path, host)
 
     async def stats(self) -> SiteStats:
         """What the site has seen so far (one request to its /_stats)."""
@@ -316,14 +326,15 @@ def _parse(argv: list[str] | None) -> tuple[int, SiteOptions]:
     p.add_argument("--pages", type=int, default=1_000_000)
     p.add_argument("--links", type=int, default=0)
     p.add_argument("--body-bytes", type=int, default=0)
+    p.add_argument("--hosts", type=int, default=1, help="listen on 127.0.0.1..127.0.0.<n>")
     a = p.parse_args(argv)
     robots = None if a.robots is None else a.robots.replace("\\n", "\n")
     return a.port, SiteOptions(delay_ms=a.delay_ms, robots=robots, pages=a.pages,
-                               links=a.links, body_bytes=a.body_bytes)
+                               links=a.links, body_bytes=a.body_bytes, hosts=a.hosts)
 
 
 async def _serve(port: int, opts: SiteOptions) -> None:
-    runner, bound = await _listen(make_app(opts), port)
+    runner, bound = await _listen(make_app(opts), port, opts.hosts)
     print(bound, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -9,8 +9,8 @@
   (``kubernetes-validate``, strict: an unknown field is an error, as ``kubectl apply``
   makes it), the KEDA ``ScaledObject`` and ``TriggerAuthentication`` against the
   openAPIV3Schema of KEDA's CRDs (``<shared>/schemas/keda/``, see `KEDA_CRDS`); probes,
-  grace, Forbid, and a KEDA listName that is the crawl's ready list as ``common.keys``
-  builds it.
+  grace, Forbid, and a KEDA listName that is the crawl's set of due hosts as
+  ``common.keys`` builds it.
 - Every ``CRAWLQ_*`` variable set anywhere here is one that a crawlq command reads.
 
 The real container test (image build, compose up --scale consumer=3, a crawl) is
@@ -292,7 +292,7 @@ def test_consumer_deployment(k8s: list[dict[str, Any]]) -> None:
         dep["spec"]["template"]["metadata"]["labels"].items()
 
 
-def test_keda_scales_on_the_ready_list(k8s: list[dict[str, Any]]) -> None:
+def test_keda_scales_on_the_hosts_with_work(k8s: list[dict[str, Any]]) -> None:
     so = _one(k8s, "ScaledObject")
     assert so["spec"]["scaleTargetRef"]["name"] == _one(k8s, "Deployment")["metadata"]["name"]
     assert so["spec"]["minReplicaCount"] >= 1, "someone must promote retries and reap"
@@ -301,7 +301,7 @@ def test_keda_scales_on_the_ready_list(k8s: list[dict[str, Any]]) -> None:
     assert triggers
     for partition, trigger in enumerate(triggers):
         assert trigger["type"] == "redis"
-        assert trigger["metadata"]["listName"] == PartitionKeys.build(crawl, partition).ready
+        assert trigger["metadata"]["listName"] == PartitionKeys.build(crawl, partition).due
         assert int(trigger["metadata"]["listLength"]) > 0
         auth = trigger["authenticationRef"]["name"]
         assert auth == _one(k8s, "TriggerAuthentication")["metadata"]["name"]

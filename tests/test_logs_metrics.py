@@ -201,7 +201,7 @@ def test_counters_increment_and_render() -> None:
     m.leases_renewed_total.inc()
     m.leases_lost_total.inc()
     m.reclaimed_total.inc(4)
-    m.deferrals_total.inc()
+    m.robots_turns_total.inc()
     m.redis_errors_total.inc()
 
     body, content_type = m.render()
@@ -222,7 +222,7 @@ def test_counters_increment_and_render() -> None:
     assert "crawlq_leases_renewed_total 1.0" in text
     assert "crawlq_leases_lost_total 1.0" in text
     assert "crawlq_reclaimed_total 4.0" in text
-    assert "crawlq_deferrals_total 1.0" in text
+    assert "crawlq_robots_turns_total 1.0" in text
     assert "crawlq_redis_errors_total 1.0" in text
 
 

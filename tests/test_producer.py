@@ -27,6 +27,7 @@ from common.keys import CRAWLS, CrawlKeys, PartitionKeys
 from common.queue import CrawlQueue
 from common.redis_server import free_port
 from common.resp_pack import use_hiredis_packer
+from common.task import decode_entry
 from common.urls import fingerprint, task_id
 from producer.cli import main_async
 from producer.lock import LockHeldError, ProducerLock
@@ -59,8 +60,11 @@ async def urls_in_redis(client: aioredis.Redis, crawl: str, partitions: int = 1)
     """Every task URL stored for the crawl (all partitions), as a sorted list."""
     urls = []
     for p in range(partitions):
-        for body in await client.hvals(PartitionKeys.build(crawl, p).tasks):
-            urls.append(json.loads(body)["url"])
+        pk = PartitionKeys.build(crawl, p)
+        for host in await client.zrange(pk.queued, 0, -1):
+            entries = [*await client.lrange(pk.host_queue(host.decode()), 0, -1),
+                       *await client.zrange(pk.host_prio(host.decode()), 0, -1)]
+            urls += [decode_entry(e).url for e in entries]
     return sorted(urls)
 
 
@@ -279,9 +283,9 @@ async def test_killed_mid_run_then_rerun_enqueues_exactly_the_missing_urls(
     assert code == 0
     assert s["enqueued"] == len(urls) - first
     assert s["duplicates"] == first
-    ids = {i.decode() for i in await redis_client.hkeys(PartitionKeys.build(crawl_name, 0).tasks)}
-    assert ids == {task_id(fingerprint(u)) for u in urls}
-    assert await redis_client.llen(PartitionKeys.build(crawl_name, 0).ready) == len(urls)
+    queue = await CrawlQueue.existing(redis_client, crawl_name)
+    assert {await queue.state_of(task_id(fingerprint(u)), u) for u in urls[:20]} == {"pending"}
+    assert int(await redis_client.get(PartitionKeys.build(crawl_name, 0).pending)) == len(urls)
 
 
 async def test_concurrent_producers_one_runs_one_waits_one_exits_5(
@@ -319,7 +323,7 @@ async def test_concurrent_producers_one_runs_one_waits_one_exits_5(
     f, w = json.loads(out_f), json.loads(out_w)
     assert f["enqueued"] + w["enqueued"] == len(urls)
     assert w["enqueued"] == 0 and w["duplicates"] == len(urls)  # it ran after the first
-    assert await redis_client.hlen(PartitionKeys.build(crawl_name, 0).tasks) == len(urls)
+    assert len(await urls_in_redis(redis_client, crawl_name)) == len(urls)
     assert not await redis_client.exists(lock)  # released at exit
 
 

@@ -1,15 +1,16 @@
 """Every queue transition and its edge cases, against a real redis-server.
 
 Each test works on its own crawl (``crawl_name``) of the session's server, and checks
-what Redis holds (states, scores, counters), not only what the API returned.
+what Redis holds (host queues, states, scores, counters), not only what the API returned.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 import random
-import time
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,11 +18,14 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from common import codec
+import common.queue
 from common.errors import ConfigError, CrawlConflictError, MalformedTaskError
-from common.keys import HASHTABLE_FIELD, PartitionKeys
+from common.frontier import Frontier
+from common.hosts import host_key
+from common.keys import HASHTABLE_FIELD
 from common.queue import (
     MALFORMED,
+    MAX_IDLE_WAIT_S,
     Code,
     CrawlQueue,
     CrawlSettings,
@@ -31,7 +35,7 @@ from common.queue import (
     NewTask,
     RetryPolicy,
 )
-from common.task import decode_task
+from common.task import MAX_TASK_BYTES, Task, decode_entry, encode_entry
 from common.urls import canonicalize, fingerprint, task_id
 
 # ------------------------------------------------------------------------- helpers
@@ -51,8 +55,11 @@ def tid(url: str) -> str:
     return task_id(fingerprint(canonical))
 
 
-def many(n: int, prefix: str = "p") -> list[NewTask]:
-    return [nt(f"http://example.test/{prefix}/{i}") for i in range(n)]
+def many(n: int, prefix: str = "p", hosts: int = 1) -> list[NewTask]:
+    """n tasks; on example.test, or spread round-robin over `hosts` hosts."""
+    if hosts == 1:
+        return [nt(f"http://example.test/{prefix}/{i}") for i in range(n)]
+    return [nt(f"http://h{i % hosts}.{prefix}.test/{i}") for i in range(n)]
 
 
 async def open_queue(client: aioredis.Redis, crawl: str, settings: CrawlSettings | None = None,
@@ -87,30 +94,130 @@ async def all_ops(q: CrawlQueue, worker: str, lease: Lease) -> dict[str, Code]:
     lost = await q.renew(worker, [lease], 10_000)
     codes["renew"] = lost[0][1] if lost else Code.OK
     codes["checkpoint"] = await q.checkpoint(worker, lease, {"page": 9})
-    codes["defer"] = (await q.defer(worker, [(lease, 0)]))[0]
     codes["release"] = (await q.release(worker, [lease]))[0]
     codes["fail"] = (await q.fail(worker, [Failure(lease, "x", "y")]))[0][0]
     codes["ack"] = (await q.ack(worker, [(lease, "ok")]))[0]
     return codes
 
 
-async def structures(client: aioredis.Redis, pk: PartitionKeys) -> dict[str, list[str]]:
-    """The ids each state structure of one partition holds."""
-    async with client.pipeline(transaction=False) as pipe:
-        pipe.lrange(pk.ready, 0, -1)
-        pipe.zrange(pk.prio, 0, -1)
-        pipe.zrange(pk.leases, 0, -1)
-        pipe.zrange(pk.delayed, 0, -1)
-        pipe.zrange(pk.dead, 0, -1)
-        replies = await pipe.execute()
-    names = ("ready", "prio", "leases", "delayed", "dead")
-    return {n: [m.decode() for m in r] for n, r in zip(names, replies, strict=True)}
+def _ids(entries: Sequence[bytes]) -> list[str]:
+    return [e[:32].decode() for e in entries]
 
 
-def assert_conserved(stats: Any) -> None:
+async def host_queue(client: aioredis.Redis, q: CrawlQueue, host: str) -> list[str]:
+    """The ids pending in a host's FIFO (priority 0), head first."""
+    pk = q.partitions[q.partition_of(host)]
+    return _ids(await client.lrange(pk.host_queue(host), 0, -1))
+
+
+async def host_prio(client: aioredis.Redis, q: CrawlQueue, host: str) -> dict[str, int]:
+    """The ids pending in a host's priority ZSET, with their priorities."""
+    pk = q.partitions[q.partition_of(host)]
+    return {e[:32].decode(): int(-s) for e, s in
+            await client.zrange(pk.host_prio(host), 0, -1, withscores=True)}
+
+
+async def assert_frontier(client: aioredis.Redis, q: CrawlQueue) -> None:
+    """Per partition: `pending` == entries in host queues == sum of h:queued; h:inflight
+    per host == its leases; `due` == the hosts with work and a free slot (no limits)."""
+    for pk in q.partitions:
+        queued = {h.decode(): int(s) for h, s in
+                  await client.zrange(pk.queued, 0, -1, withscores=True)}
+        entries = {h: await client.llen(pk.host_queue(h)) + await client.zcard(pk.host_prio(h))
+                   for h in queued}
+        assert {h: n for h, n in entries.items() if n} == {h: n for h, n in queued.items() if n}
+        assert int(await client.get(pk.pending) or 0) == sum(entries.values())
+        leased = [m.decode() for m in await client.zrange(pk.leases, 0, -1)]
+        per_host: dict[str, int] = {}
+        for value in await client.hmget(pk.tasks, leased) if leased else []:
+            host = value.split(b" ", 1)[0].decode()
+            per_host[host] = per_host.get(host, 0) + 1
+        inflight = {h.decode(): int(s) for h, s in
+                    await client.zrange(pk.inflight, 0, -1, withscores=True) if s}
+        assert inflight == per_host
+        due = {h.decode() for h in await client.zrange(pk.due, 0, -1)}
+        conc = int(await client.hget(pk.conf, "concurrency") or 0)
+        assert due == {h for h, n in queued.items()
+                       if n and (not conc or inflight.get(h, 0) < conc)
+                       and not await client.hexists(pk.hostconf, h)}
+
+
+async def _plant(client: aioredis.Redis, q: CrawlQueue, host: str, entries: list[bytes]
+                 ) -> None:
+    """Put raw entries at the tail of a host's queue, counted pending like enqueue does."""
+    pk = q.partitions[q.partition_of(host)]
+    await client.rpush(pk.host_queue(host), *entries)
+    await client.zincrby(pk.queued, len(entries), host)
+    await client.incrby(pk.pending, len(entries))
+
+
+def assert_conserved(stats: Any, dropped: int = 0) -> None:
+    """Every enqueued task is in one state, done, purged, or (`dropped`) a second copy of
+    a live URL that lease dropped."""
     c = stats.counters
     assert c.get("enqueued", 0) == (stats.pending + stats.leased + stats.waiting + stats.dead
-                                    + c.get("done", 0) + c.get("purged", 0)), stats
+                                    + c.get("done", 0) + c.get("purged", 0) + dropped), stats
+
+
+# ------------------------------------------------------------------------- entries
+
+ID = "0123456789abcdef" * 2
+
+
+def test_entry_round_trip_keeps_only_fields_off_their_defaults() -> None:
+    assert encode_entry(ID, "http://e.test/a") == ID + "http://e.test/a"
+    plain = decode_entry((ID + "http://e.test/a").encode(), attempt=2, last_error="e m",
+                         checkpoint={"k": 1})
+    assert plain == Task(ID, "http://e.test/a", 2, last_error="e m", checkpoint={"k": 1})
+    full = encode_entry(ID, "https://e.test/b?q=1", max_attempts=7, priority=4,
+                        meta={"src": "sitemap", "ü": [1]}, depth=3)
+    assert full.startswith(ID + "https://e.test/b?q=1 {")
+    task = decode_entry(full)
+    assert (task.id, task.url, task.max_attempts, task.priority, task.meta, task.depth,
+            task.attempt) == (ID, "https://e.test/b?q=1", 7, 4, {"src": "sitemap", "ü": [1]},
+                              3, 0)
+    assert decode_entry(full.encode()) == task
+    # Defaults given explicitly are not stored.
+    assert encode_entry(ID, "http://e.test/", max_attempts=3, priority=0, meta={},
+                        depth=0) == ID + "http://e.test/"
+
+
+@pytest.mark.parametrize(("entry", "error"), [
+    (ID[:31] + "http://e.test/", "32-hex-digit id"),
+    (ID.upper() + "http://e.test/", "32-hex-digit id"),
+    ("g" + ID[1:] + "http://e.test/", "32-hex-digit id"),
+    ("", "32-hex-digit id"),
+    (ID, "http"),
+    (ID + "ftp://e.test/", "http"),
+    (ID + "e.test/page", "http"),
+    (ID + " http://e.test/", "http"),
+    (ID + "http://e.test/ {nope", "not JSON"),
+    (ID + "http://e.test/ [1, 2]", "JSON object"),
+    (ID + 'http://e.test/ {"m": []}', "meta"),
+    (ID + 'http://e.test/ {"a": 0}', "max_attempts"),
+    (ID + 'http://e.test/ {"a": true}', "max_attempts"),
+    (ID + 'http://e.test/ {"a": "3"}', "max_attempts"),
+    (ID + 'http://e.test/ {"a": 2.5}', "max_attempts"),
+    (ID + 'http://e.test/ {"p": -1}', "priority"),
+    (ID + 'http://e.test/ {"p": false}', "priority"),
+    (ID + 'http://e.test/ {"d": -2}', "depth"),
+    (ID + 'http://e.test/ {"d": null}', "depth"),
+])
+def test_decode_entry_rejects_every_malformed_entry(entry: str, error: str) -> None:
+    with pytest.raises(MalformedTaskError, match=error):
+        decode_entry(entry)
+    with pytest.raises(MalformedTaskError, match=error):
+        decode_entry(entry.encode())
+
+
+def test_decode_entry_rejects_bytes_not_utf8_and_entries_too_long() -> None:
+    with pytest.raises(MalformedTaskError, match="UTF-8"):
+        decode_entry(ID.encode() + b"http://e.test/\xff")
+    long = ID + "http://e.test/" + "a" * MAX_TASK_BYTES
+    with pytest.raises(MalformedTaskError, match="bytes, over"):
+        decode_entry(long)
+    fits = ID + "http://e.test/" + "a" * (MAX_TASK_BYTES - len(ID) - len("http://e.test/"))
+    assert decode_entry(fits).url.endswith("a")
 
 
 # ------------------------------------------------------------------------- enqueue + lease
@@ -120,28 +227,43 @@ async def test_enqueue_lease_ack_round_trip(redis_client: aioredis.Redis, crawl_
                                             ) -> None:
     q = await open_queue(redis_client, crawl_name)
     task = nt("HTTP://Example.TEST:80/a/./b#frag", meta={"k": "v"}, depth=2)
-    res = await q.enqueue([task], now=1234.5)
+    res = await q.enqueue([task])
     assert (res.enqueued, res.duplicates, res.recrawled) == (1, 0, 0)
-    assert await q.state_of(task_id(task.fp)) == "pending"
+    i = task_id(task.fp)
+    assert await q.state_of(i) == await q.state_of(i, task.url) == "pending"
+    pk = q.partitions[0]
+    # A pending task is one entry in its host's queue and nothing else.
+    assert await redis_client.lrange(pk.host_queue("example.test"), 0, -1) == [
+        encode_entry(i, "http://example.test/a/b", meta={"k": "v"}, depth=2).encode()]
+    assert await redis_client.hlen(pk.tasks) == 0
+    assert await redis_client.zscore(pk.queued, "example.test") == 1
+    assert await redis_client.zscore(pk.due, "example.test") is not None
+    await assert_frontier(redis_client, q)
 
     lease = await lease_one(q, "w1", 5_000)
     t = lease.task
-    assert t.id == task_id(task.fp)
-    assert (t.url, t.attempt, t.max_attempts, t.meta, t.depth, t.enqueued_at) == (
-        "http://example.test/a/b", 1, 3, {"k": "v"}, 2, 1234.5)
+    assert (t.id, lease.id, lease.host, lease.partition) == (i, i, "example.test", 0)
+    assert (t.url, t.attempt, t.max_attempts, t.meta, t.depth, t.priority) == (
+        "http://example.test/a/b", 1, 3, {"k": "v"}, 2, 0)
     assert t.last_error is None and t.checkpoint is None
     now = await redis_ms(redis_client)
     assert now < lease.deadline_ms <= now + 5_000
-    pk = q.partitions[0]
     assert int(await redis_client.zscore(pk.leases, t.id)) == lease.deadline_ms
     assert await redis_client.hget(pk.owners, t.id) == f"{lease.token}:w1".encode()
+    assert await redis_client.hget(pk.tasks, t.id) == b"example.test 0 " + encode_entry(
+        i, t.url, meta={"k": "v"}, depth=2).encode()
+    assert await redis_client.zscore(pk.inflight, "example.test") == 1
+    assert await redis_client.llen(pk.host_queue("example.test")) == 0
     assert await q.state_of(t.id) == "leased"
+    await assert_frontier(redis_client, q)
 
     assert await q.ack("w1", [(lease, "ok")]) == [Code.OK]
     assert await q.state_of(t.id) == "done"
-    for key in (pk.tasks, pk.attempts, pk.owners, pk.prios, pk.errors, pk.checkpoints):
+    for key in (pk.tasks, pk.attempts, pk.owners, pk.errors, pk.checkpoints):
         assert not await redis_client.hexists(key, t.id)
     assert await redis_client.zcard(pk.leases) == 0
+    assert await redis_client.zscore(pk.done, "example.test") == 1
+    assert await redis_client.zscore(pk.inflight, "example.test") == 0
     # A second ack of a finished task is refused, and counted.
     assert await q.ack("w1", [(lease, "ok")]) == [Code.UNKNOWN]
     s = await q.stats()
@@ -149,6 +271,7 @@ async def test_enqueue_lease_ack_round_trip(redis_client: aioredis.Redis, crawl_
     assert s.counters["stale"] == 1 and s.counters["leased"] == 1
     assert await q.lease("w1", 5, 1_000) == []
     assert_conserved(s)
+    await assert_frontier(redis_client, q)
 
 
 async def test_enqueue_rejects_bad_new_tasks(redis_client: aioredis.Redis, crawl_name: str
@@ -158,6 +281,8 @@ async def test_enqueue_rejects_bad_new_tasks(redis_client: aioredis.Redis, crawl
                 nt("http://a.test/", depth=-1)):
         with pytest.raises(ConfigError):
             await q.enqueue([bad])
+    with pytest.raises(MalformedTaskError, match="host"):
+        await q.enqueue([NewTask("http:///nohost", fingerprint("x"))])
     assert (await q.enqueue([])).enqueued == 0
     assert (await q.stats()).counters == {}
 
@@ -165,7 +290,7 @@ async def test_enqueue_rejects_bad_new_tasks(redis_client: aioredis.Redis, crawl
 async def test_two_workers_never_hold_one_task(redis_client: aioredis.Redis, crawl_name: str
                                                ) -> None:
     q = await open_queue(redis_client, crawl_name, CrawlSettings(partitions=4))
-    tasks = many(1200)
+    tasks = many(1200, "two", hosts=24)
     for i in range(0, len(tasks), 400):
         await q.enqueue(tasks[i:i + 400])
     rng = random.Random(7)
@@ -177,7 +302,11 @@ async def test_two_workers_never_hold_one_task(redis_client: aioredis.Redis, cra
         while True:
             batch = await wq.lease(name, rng.randint(1, 13), 60_000)
             if not batch:
-                return name, got
+                if (await q.stats()).pending == 0:
+                    return name, got
+                # Work left in a partition this worker found empty a moment ago: it
+                # would skip it for up to a second (tested below); ask again now.
+                wq._idle_until = [0.0] * len(wq.partitions)
             got += batch
 
     results = await asyncio.gather(*(worker(f"w{i}") for i in range(24)))
@@ -186,8 +315,11 @@ async def test_two_workers_never_hold_one_task(redis_client: aioredis.Redis, cra
     assert set(ids) == {task_id(t.fp) for t in tasks}
     tokens = [(lease.partition, lease.token) for _, got in results for lease in got]
     assert len(set(tokens)) == 1200
+    assert all(x.partition == q.partition_of(x.host) == q.partition_of(host_key(x.task.url))
+               for _, got in results for x in got)
     s = await q.stats()
     assert (s.pending, s.leased, s.counters["leased"]) == (0, 1200, 1200)
+    await assert_frontier(redis_client, q)
     # Every worker's leases are its own: acking with another worker's name is refused.
     (wa, [a, *_]), (_, [b, *_]) = [r for r in results if r[1]][:2]
     assert await q.ack(wa + "x", [(a, "ok")]) == [Code.STALE]
@@ -207,6 +339,22 @@ async def test_lease_more_than_lua_can_unpack(redis_client: aioredis.Redis, craw
     assert (s.pending, s.leased) == (500, 4_500)
     assert await q.ack("big", [(x, "ok") for x in leases]) == [Code.OK] * 4_500
     assert_conserved(await q.stats())
+    await assert_frontier(redis_client, q)
+
+
+async def test_lease_from_more_hosts_than_lua_can_unpack(redis_client: aioredis.Redis,
+                                                         crawl_name: str) -> None:
+    """A lease of thousands of tasks from as many hosts: the candidate hosts are more
+    than one unpack() holds (~8000)."""
+    q = await open_queue(redis_client, crawl_name)
+    tasks = [nt(f"http://h{i}.wide.test/") for i in range(9_000)]
+    for i in range(0, len(tasks), 1_000):
+        await q.enqueue(tasks[i:i + 1_000])
+    leases = await q.lease("big", 4_500, 60_000)
+    assert len(leases) == 4_500 == len({x.host for x in leases})
+    s = await q.stats()
+    assert (s.pending, s.leased, s.hosts_due) == (4_500, 4_500, 4_500)
+    await assert_frontier(redis_client, q)
 
 
 async def test_ack_batch_mixes_successes_repeats_and_refusals(
@@ -217,7 +365,7 @@ async def test_ack_batch_mixes_successes_repeats_and_refusals(
     a, b, c = await q.lease("w", 3, 30_000)
     short = await lease_one(q, "w", 100)
     await expire(q, short)
-    forged = Lease(c.task, c.partition, str(int(c.token) + 1000), c.deadline_ms)
+    forged = Lease(c.task, c.partition, str(int(c.token) + 1000), c.deadline_ms, c.host)
     codes = await q.ack("w", [(a, "ok"), (b, "http_4xx"), (a, "ok"), (short, "ok"),
                               (forged, "ok"), (c, "ok")])
     assert codes == [Code.OK, Code.OK, Code.UNKNOWN, Code.EXPIRED, Code.STALE, Code.OK]
@@ -227,10 +375,13 @@ async def test_ack_batch_mixes_successes_repeats_and_refusals(
     assert await redis_client.hkeys(pk.tasks) == [short.id.encode()]
     assert set(await redis_client.hkeys(pk.owners)) == {HASHTABLE_FIELD.encode(),
                                                         short.id.encode()}
+    assert await redis_client.zscore(pk.inflight, "ackbatch.test") == 1
+    assert await redis_client.zscore(pk.done, "ackbatch.test") == 3
     s = await q.stats()
     assert (s.counters["done"], s.counters["stale"]) == (3, 3)
     assert (s.counters["outcome:ok"], s.counters["outcome:http_4xx"]) == (2, 1)
     assert_conserved(s)
+    await assert_frontier(redis_client, q)
 
 
 async def test_in_flight_hashes_are_hashtables_from_the_first_lease(
@@ -257,9 +408,16 @@ async def test_priority_then_fifo(redis_client: aioredis.Redis, crawl_name: str)
     q = await open_queue(redis_client, crawl_name)
     spec = [("a", 0), ("b", 0), ("c", 5), ("d", 9), ("e", 5), ("f", 0), ("g", 1), ("h", 0)]
     await q.enqueue([nt(f"http://prio.test/{name}", priority=p) for name, p in spec])
+    assert await host_prio(redis_client, q, "prio.test") == {
+        tid(f"http://prio.test/{name}"): p for name, p in spec if p}
+    assert await host_queue(redis_client, q, "prio.test") == [
+        tid(f"http://prio.test/{name}") for name, p in spec if not p]
+    pk = q.partitions[0]
+    assert await redis_client.zscore(pk.prio_hosts, "prio.test") == -9
     order = [(await lease_one(q)).task for _ in spec]
     assert [t.priority for t in order] == [9, 5, 5, 1, 0, 0, 0, 0]
     assert [t.url.rsplit("/", 1)[1] for t in order[4:]] == ["a", "b", "f", "h"]
+    assert await redis_client.zscore(pk.prio_hosts, "prio.test") is None
     assert await q.lease("w1", 1, 1_000) == []
 
 
@@ -272,6 +430,33 @@ async def test_priority_order_within_one_lease(redis_client: aioredis.Redis, cra
     assert prios == sorted(prios, reverse=True) and len(prios) == 12
     assert [x.task.url for x in leases if x.task.priority == 0] == [
         f"http://prio.test/{i}" for i in (0, 4, 8)]
+
+
+async def test_a_url_queued_twice_while_pending_is_leased_once(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """A second entry of a pending URL is dropped by lease, counted `duplicates`, whether
+    it comes up in the same call as the first or after the first was leased."""
+    q = await open_queue(redis_client, crawl_name)
+    a, b = nt("http://twice.test/a"), nt("http://twice.test/b")
+    await q.enqueue([a, b])
+    await _plant(redis_client, q, "twice.test", [
+        encode_entry(task_id(t.fp), t.url).encode() for t in (a, b)])
+    assert await host_queue(redis_client, q, "twice.test") == [
+        task_id(a.fp), task_id(b.fp), task_id(a.fp), task_id(b.fp)]
+    got = await q.lease("w", 3, 60_000)  # a, b, and a again: dropped
+    assert [x.id for x in got] == [task_id(a.fp), task_id(b.fp)]
+    assert await host_queue(redis_client, q, "twice.test") == [task_id(b.fp)]
+    assert await q.lease("w", 3, 60_000) == []  # b again, while b is leased: dropped
+    s = await q.stats()
+    assert (s.pending, s.leased, s.counters["leased"], s.counters["duplicates"]) == (
+        0, 2, 2, 2)
+    pk = q.partitions[0]
+    assert await redis_client.zscore(pk.inflight, "twice.test") == 2
+    assert await redis_client.zscore(pk.queued, "twice.test") == 0
+    await assert_frontier(redis_client, q)
+    assert await q.ack("w", [(x, "ok") for x in got]) == [Code.OK, Code.OK]
+    assert_conserved(await q.stats())
+    await assert_frontier(redis_client, q)
 
 
 # ------------------------------------------------------------------------- stale / expired
@@ -299,7 +484,7 @@ async def test_stale_token_is_refused_everywhere(redis_client: aioredis.Redis, c
     assert not await redis_client.hexists(pk.checkpoints, new.id)
     assert await redis_client.hget(pk.attempts, new.id) == b"2"
     s = await q.stats()
-    assert s.counters["stale"] == 3 * 5  # five refusals counted `stale` per all_ops ...
+    assert s.counters["stale"] == 3 * 4  # four refusals counted `stale` per all_ops ...
     assert s.counters["lost"] == 3  # ... and renew's, counted `lost`
     assert await q.ack("B", [(new, "ok")]) == [Code.OK]
     assert await q.state_of(new.id) == "done"
@@ -330,9 +515,9 @@ async def test_reclaim_only_after_expiry(redis_client: aioredis.Redis, crawl_nam
     assert await q.reclaim() == (1, 0)
     assert await q.reclaim() == (0, 0)
     assert await q.state_of(long.id) == "leased"
-    # Reclaimed work goes to the head of the line, ahead of the never-leased task.
-    pk = q.partitions[0]
-    assert (await redis_client.lindex(pk.ready, 0)).decode() == first.id
+    # Reclaimed work goes to the head of its host's line, ahead of the never-leased task.
+    assert (await host_queue(redis_client, q, "example.test"))[0] == first.id
+    await assert_frontier(redis_client, q)
     again = await lease_one(q, "B")
     assert again.id == first.id and again.task.attempt == 2
     s = await q.stats()
@@ -342,13 +527,14 @@ async def test_reclaim_only_after_expiry(redis_client: aioredis.Redis, crawl_nam
 async def test_reclaim_pages_through_many(redis_client: aioredis.Redis, crawl_name: str
                                           ) -> None:
     q = await open_queue(redis_client, crawl_name, CrawlSettings(partitions=2))
-    await q.enqueue(many(50, "pg"))
+    await q.enqueue(many(50, "pg", hosts=8))
     leases = await q.lease("A", 50, 200)
-    assert len(leases) == 50
+    assert len(leases) == 50 and len({x.partition for x in leases}) == 2
     await expire(q, *leases)
     assert await q.reclaim(limit=7) == (50, 0)
     s = await q.stats()
-    assert (s.pending, s.leased) == (50, 0)
+    assert (s.pending, s.leased, s.hosts_due) == (50, 0, 8)
+    await assert_frontier(redis_client, q)
 
 
 async def test_stall_limit_dead_letters_on_third_reclaim(redis_client: aioredis.Redis,
@@ -370,6 +556,7 @@ async def test_stall_limit_dead_letters_on_third_reclaim(redis_client: aioredis.
     assert s.dead_reasons == {"stalled": 1}
     assert (s.counters["stalled"], s.counters["dead"], s.counters["reclaimed"]) == (1, 1, 2)
     assert_conserved(s)
+    await assert_frontier(redis_client, q)
 
 
 async def test_renew_extends_and_reports_lost(redis_client: aioredis.Redis, crawl_name: str
@@ -471,14 +658,18 @@ async def test_retry_after_is_honoured_and_capped(redis_client: aioredis.Redis, 
     results = await q.fail("w1", [
         Failure(leases[0], "http_429", "slow down", retry_after=3_600.0),  # over the cap
         Failure(leases[1], "http_429", "slow down", retry_after=1.5),      # over the backoff
-        Failure(leases[2], "http_503", "now", retry_after=0.0),
+        Failure(leases[2], "http_503", "now", retry_after=0.0),  # under it: the backoff
     ])
     after = await redis_ms(redis_client)
-    assert results == [(Code.RETRY, 3_000), (Code.RETRY, 1_500), (Code.RETRY, 0)]
-    for lease, want in zip(leases, (3_000, 1_500, 0), strict=True):
+    assert results == [(Code.RETRY, 3_000), (Code.RETRY, 1_500), (Code.RETRY, 20)]
+    for lease, want in zip(leases, (3_000, 1_500, 20), strict=True):
         due = await redis_client.zscore(pk.delayed, lease.id)
         assert before + want <= due <= after + want, (want, due - before)
-    assert (await q.promote())[0] == 1
+    moved, next_due = await q.promote()
+    while not moved:  # the 20 ms one, when its time comes
+        await asyncio.sleep(max(next_due, 1) / 1000)
+        moved, next_due = await q.promote()
+    assert moved == 1 and await q.state_of(leases[2].id) == "pending"
 
 
 async def test_max_attempts_then_dead(redis_client: aioredis.Redis, crawl_name: str) -> None:
@@ -506,25 +697,31 @@ async def test_permanent_failure_is_dead_at_once(redis_client: aioredis.Redis, c
     # The reason is squeezed to one word; attempts stay as counted.
     assert (dead.reason, dead.message, dead.attempts) == ("robotsdisallowed", "no", 1)
     assert (dead.url, dead.partition) == ("http://perm.test/1", 0)
-    assert codec.loads(dead.raw or b"")["url"] == "http://perm.test/1"
+    assert dead.raw == encode_entry(dead.id, "http://perm.test/1", max_attempts=9).encode()
+    pk = q.partitions[0]
+    assert await redis_client.zscore(pk.errors_by_host, "perm.test") == 1
+    assert await redis_client.zscore(pk.inflight, "perm.test") == 0
+    await assert_frontier(redis_client, q)
 
 
-# ------------------------------------------------------------------------- release / defer
+# ------------------------------------------------------------------------- release / requeue
 
 
 async def test_release_goes_to_the_head_without_an_attempt(redis_client: aioredis.Redis,
                                                            crawl_name: str) -> None:
     q = await open_queue(redis_client, crawl_name)
-    await q.enqueue([*many(3, "rel"), nt("http://rel.test/prio", priority=3)])
+    await q.enqueue([*many(3, "rel"), nt("http://example.test/rel/prio", priority=3)])
     top = await lease_one(q)
     assert top.task.priority == 3
     a = await lease_one(q)
     assert a.task.url.endswith("/rel/0")
     assert await q.release("w1", [a, top]) == [Code.OK, Code.OK]
-    # The priority task goes back to `prio`, the other to the head of `ready`.
+    # The priority task goes back to its host's `hp`, the other to the head of its `hq`.
+    assert (await host_queue(redis_client, q, "example.test"))[0] == a.id
+    assert await host_prio(redis_client, q, "example.test") == {top.id: 3}
     pk = q.partitions[0]
-    assert (await redis_client.lindex(pk.ready, 0)).decode() == a.id
-    assert await redis_client.zscore(pk.prio, top.id) == -3
+    assert await redis_client.zscore(pk.prio_hosts, "example.test") == -3
+    await assert_frontier(redis_client, q)
     again = await q.lease("w2", 2, 10_000)
     assert [x.id for x in again] == [top.id, a.id]
     assert [x.task.attempt for x in again] == [1, 1]
@@ -533,45 +730,45 @@ async def test_release_goes_to_the_head_without_an_attempt(redis_client: aioredi
     assert await q.release("w1", [a]) == [Code.STALE]
 
 
-async def test_defer_waits_without_an_attempt(redis_client: aioredis.Redis, crawl_name: str
-                                              ) -> None:
-    q = await open_queue(redis_client, crawl_name)
-    await q.enqueue([nt("http://defer.test/1"), nt("http://defer.test/2")])
-    lease = await lease_one(q)
-    before = await redis_ms(redis_client)
-    assert await q.defer("w1", [(lease, 400)]) == [Code.OK]
-    after = await redis_ms(redis_client)
-    assert await q.state_of(lease.id) == "waiting"
-    pk = q.partitions[0]
-    assert before + 400 <= await redis_client.zscore(pk.delayed, lease.id) <= after + 400
-    moved, next_due = await q.promote()
-    assert moved == 0 and 0 < next_due <= 400
-    other = await lease_one(q)  # the deferred task is not leasable meanwhile
-    assert other.id != lease.id and await q.lease("w1", 1, 1_000) == []
-    await asyncio.sleep(next_due / 1000 + 0.02)
+async def test_release_heads_requeue_and_promote_tail_the_host_queue(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await open_queue(redis_client, crawl_name, jitter=lambda: 0.0)
+    await q.enqueue(many(6, "order"))
+    ids = [task_id(t.fp) for t in many(6, "order")]
+    released, requeued, promoted = await q.lease("w", 3, 60_000)
+    assert [released.id, requeued.id, promoted.id] == ids[:3]
+    assert await q.fail("w", [Failure(requeued, "gone", "", permanent=True),
+                              Failure(promoted, "e", "m")]) == [(Code.DEAD, -1),
+                                                                (Code.RETRY, 0)]
+    assert await q.release("w", [released]) == [Code.OK]
+    assert await host_queue(redis_client, q, "example.test") == [ids[0], *ids[3:]]
+    assert await q.dead_requeue([requeued.id]) == 1
+    assert await host_queue(redis_client, q, "example.test") == [ids[0], *ids[3:], ids[1]]
     assert await q.promote() == (1, -1)
-    again = await lease_one(q)
-    assert again.id == lease.id and again.task.attempt == 1
-    s = await q.stats()
-    assert (s.counters["deferred"], s.counters["promoted"]) == (1, 1)
-    assert "failed" not in s.counters
-    with pytest.raises(ResponseError, match="delay_ms"):
-        await q.scripts.defer(keys=[pk.leases, pk.owners, pk.attempts, pk.delayed, pk.stats],
-                              args=["w1", again.id, again.token, -5])
-    assert await q.state_of(again.id) == "leased"
+    assert await host_queue(redis_client, q, "example.test") == [
+        ids[0], *ids[3:], ids[1], ids[2]]
+    await assert_frontier(redis_client, q)
+    got = await q.lease("w", 10, 60_000)
+    assert [x.id for x in got] == [ids[0], *ids[3:], ids[1], ids[2]]
+    assert [x.task.attempt for x in got] == [1, 1, 1, 1, 1, 2]
+    assert [x.task.last_error for x in got][-2:] == ["gone ", "e m"]
 
 
 async def test_promote_moves_only_due_tasks_in_limit_pages(redis_client: aioredis.Redis,
                                                            crawl_name: str) -> None:
-    q = await open_queue(redis_client, crawl_name)
-    await q.enqueue(many(12, "prom"))
+    q = await open_queue(redis_client, crawl_name, CrawlSettings(partitions=2),
+                         jitter=lambda: 0.0)
+    await q.enqueue(many(12, "prom", hosts=4))
     leases = await q.lease("w1", 12, 10_000)
-    await q.defer("w1", [(x, 0) for x in leases[:10]] + [(x, 60_000) for x in leases[10:]])
+    assert len(leases) == 12
+    await q.fail("w1", [Failure(x, "e", "m") for x in leases[:10]]
+                 + [Failure(x, "e", "m", retry_after=60.0) for x in leases[10:]])
     moved, next_due = await q.promote(limit=3)
     assert moved == 10 and 59_000 < next_due <= 60_000
     s = await q.stats()
-    assert (s.pending, s.waiting) == (10, 2)
+    assert (s.pending, s.waiting, s.counters["promoted"]) == (10, 2, 10)
     assert (await q.promote())[0] == 0
+    await assert_frontier(redis_client, q)
 
 
 # ------------------------------------------------------------------------- checkpoints
@@ -617,15 +814,17 @@ async def test_exact_dedup_within_and_across_batches(redis_client: aioredis.Redi
 async def test_exact_dedup_across_partitions(redis_client: aioredis.Redis, crawl_name: str
                                              ) -> None:
     q = await open_queue(redis_client, crawl_name, CrawlSettings(partitions=4))
-    first = many(200, "parts")
+    first = many(200, "parts", hosts=40)
     res = await q.enqueue(first)
     assert (res.enqueued, res.duplicates) == (200, 0)
-    sizes = [await redis_client.hlen(pk.tasks) for pk in q.partitions]
+    sizes = [int(await redis_client.get(pk.pending)) for pk in q.partitions]
     assert sum(sizes) == 200 and min(sizes) > 20, sizes
-    for t in first:  # each task lives in the partition its fingerprint names
-        pk = q.partitions[q.partition_of_id(task_id(t.fp))]
-        assert await redis_client.hexists(pk.tasks, task_id(t.fp))
-    mixed = first + many(50, "parts-new") + first[:10]
+    for t in first:  # each task lives in its host's queue, in the partition of its host
+        host = host_key(t.url)
+        assert task_id(t.fp) in await host_queue(redis_client, q, host)
+        pk = q.partitions[q.partition_of(host)]
+        assert await redis_client.zscore(pk.queued, host) == 5
+    mixed = first + many(50, "parts-new", hosts=10) + first[:10]
     random.Random(3).shuffle(mixed)
     res = await q.enqueue(mixed)
     assert (res.enqueued, res.duplicates) == (50, 210)
@@ -679,7 +878,8 @@ async def test_bloom_dedup_grows_layers_without_false_negatives(redis_client: ai
         assert m <= bits < m + 8
         assert 0.48 < await redis_client.bitcount(pk.bloom_layer(layer)) / m < 0.55
     s = await q.stats()
-    assert s.counters["enqueued"] == s.pending == await redis_client.hlen(pk.tasks)
+    assert s.counters["enqueued"] == s.pending == await redis_client.llen(
+        pk.host_queue("example.test"))
     assert s.counters["enqueued"] + s.counters["duplicates"] == 5_000 + 5_000 + 20_000
 
 
@@ -711,17 +911,32 @@ async def test_recrawl_after_window(redis_client: aioredis.Redis, crawl_name: st
     assert (await q.enqueue([tasks["done"]])).duplicates == 1  # inside the window
     await asyncio.sleep(1.1)
     res = await q.enqueue(list(tasks.values()))
-    # Only the done URL is enqueued again; the live ones (pending, leased, waiting,
-    # dead: their bodies are still in `tasks`) are not.
+    # Only the done URL is enqueued again; the live ones (pending in its host's queue,
+    # leased, waiting, dead) are not.
     assert (res.enqueued, res.recrawled, res.duplicates) == (1, 1, 4)
     states = {n: await q.state_of(task_id(t.fp)) for n, t in tasks.items()}
     assert states == {"done": "pending", "dead": "dead", "waiting": "waiting",
                       "leased": "leased", "pending": "pending"}
+    assert await host_queue(redis_client, q, "recrawl.test") == [
+        task_id(tasks["pending"].fp), task_id(tasks["done"].fp)]
     again = {x.id: x for x in await q.lease("w2", 10, 60_000)}
+    assert set(again) == {task_id(tasks["done"].fp), task_id(tasks["pending"].fp)}
     assert again[task_id(tasks["done"].fp)].task.attempt == 1
     s = await q.stats()
     assert (s.counters["enqueued"], s.counters["recrawled"], s.done) == (6, 1, 1)
+    assert s.counters["duplicates"] == 1 + 4
     assert_conserved(s)
+    await assert_frontier(redis_client, q)
+
+
+async def test_a_pending_url_enqueued_again_with_other_fields_is_a_duplicate(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await open_queue(redis_client, crawl_name, recrawl_after_s=1)
+    await q.enqueue([nt("http://recrawl.test/p")])
+    await asyncio.sleep(1.1)
+    res = await q.enqueue([nt("http://recrawl.test/p", priority=5)])
+    assert (res.enqueued, res.recrawled, res.duplicates) == (0, 0, 1)
+    assert (await q.stats()).pending == 1
 
 
 async def test_recrawl_after_purge(redis_client: aioredis.Redis, crawl_name: str) -> None:
@@ -759,7 +974,8 @@ async def test_dead_list_requeue_and_purge(redis_client: aioredis.Redis, crawl_n
     d404 = await q.dead_list(reason="http_404")
     assert sorted(d.url or "" for d in d404) == ["http://dead.test/0", "http://dead.test/1"]
     assert {d.message for d in d404} == {"msg 0", "msg 1"}
-    assert all(d.attempts == 1 and d.raw for d in d404)
+    assert all(d.attempts == 1 and d.raw == encode_entry(d.id, d.url or "").encode()
+               for d in d404)
     assert len(await q.dead_list(limit=2)) == 2
     s = await q.stats()
     assert s.dead_reasons == {"http_404": 2, "http_410": 1, "dns": 2}
@@ -767,6 +983,7 @@ async def test_dead_list_requeue_and_purge(redis_client: aioredis.Redis, crawl_n
     # Requeue by reason: the tasks lease again with attempt 1, their last error kept.
     assert await q.dead_requeue(await q.dead_ids("dns")) == 2
     assert await q.dead_requeue(await q.dead_ids("dns")) == 0
+    await assert_frontier(redis_client, q)
     again = await q.lease("w2", 10, 60_000)
     assert sorted(x.task.url for x in again) == ["http://dead.test/3", "http://dead.test/4"]
     assert {x.task.attempt for x in again} == {1}
@@ -780,9 +997,9 @@ async def test_dead_list_requeue_and_purge(redis_client: aioredis.Redis, crawl_n
     # Purge: gone for good, still seen.
     ids404 = await q.dead_ids("http_404")
     assert await q.dead_purge([*ids404, again[1].id]) == 2
+    pk = q.partitions[q.partition_of("dead.test")]
     for i in ids404:
         assert await q.state_of(i) == "done"
-        pk = q.partitions[q.partition_of_id(i)]
         for key in (pk.tasks, pk.errors, pk.attempts):
             assert not await redis_client.hexists(key, i)
     assert (await q.enqueue([nt("http://dead.test/0")])).duplicates == 1
@@ -790,53 +1007,38 @@ async def test_dead_list_requeue_and_purge(redis_client: aioredis.Redis, crawl_n
     assert s.dead == 0 and s.dead_reasons == {}
     assert (s.counters["requeued"], s.counters["purged"]) == (3, 2)
     assert_conserved(s)
+    await assert_frontier(redis_client, q)
 
 
-@pytest.mark.parametrize(("fields", "error"), [
-    ({"depth": -1}, "depth"),
-    ({"max_attempts": True}, "boolean"),
-    ({"max_attempts": 0}, "max_attempts"),
-    ({"url": "ftp://x/"}, "http"),
-    ({"meta": []}, "meta"),
-    ({"id": 7}, "id"),
-])
-def test_decode_task_checks_every_field_of_a_full_body(fields: dict[str, Any],
-                                                        error: str) -> None:
-    body = {"id": "a" * 32, "url": "http://d.test/", "max_attempts": 3, "priority": 0,
-            "enqueued_at": 1.5, "meta": {}, "depth": 0}
-    assert decode_task(codec.dumps(body)).url == "http://d.test/"
-    with pytest.raises(MalformedTaskError, match=error):
-        decode_task(codec.dumps({**body, **fields}))
+MAL_ID = [tid(f"http://mal.test/{i}").encode() for i in range(8)]
+MALFORMED_ENTRIES = [
+    MAL_ID[0] + b"\xff{not utf-8",
+    MAL_ID[1] + b"ftp://mal.test/",
+    MAL_ID[2] + b"http://mal.test/2 {not json",
+    MAL_ID[3] + b"http://mal.test/3 [1, 2, 3]",
+    MAL_ID[4] + b'http://mal.test/4 {"m": []}',
+    MAL_ID[5] + b'http://mal.test/5 {"a": 0, "p": 2}',
+    b"short garbage",
+    b"Z" * 32 + b"http://mal.test/no-hex-id",
+]
 
 
-def test_decode_task_fills_defaults_and_widens_ints() -> None:
-    task = decode_task(b'{"id": "x", "url": "https://d.test/", "enqueued_at": 2}', attempt=4)
-    assert (task.max_attempts, task.priority, task.depth, task.meta) == (3, 0, 0, {})
-    assert task.enqueued_at == 2.0 and isinstance(task.enqueued_at, float)
-    assert task.attempt == 4
+def dead_id(entry: bytes) -> str:
+    """The id a malformed entry is dead-lettered under: its own if hex, else from its bytes."""
+    head = entry[:32]
+    if re.fullmatch(rb"[0-9a-f]{32}", head):
+        return head.decode()
+    return hashlib.sha1(entry).hexdigest()[:32]
 
 
-async def test_malformed_bodies_end_dead_with_raw_bytes(redis_client: aioredis.Redis,
-                                                        crawl_name: str) -> None:
+async def test_malformed_entries_end_dead_with_raw_bytes(redis_client: aioredis.Redis,
+                                                         crawl_name: str) -> None:
     q = await open_queue(redis_client, crawl_name)
-    pk = q.partitions[0]
     good = nt("http://mal.test/good")
     await q.enqueue([good])
-    garbage = b"\xff{not json"
-    bad_id = tid("http://mal.test/bad-id")
-    bodies = {
-        tid("http://mal.test/garbage"): garbage,
-        tid("http://mal.test/schema"): b'{"id": "x", "url": 5, "max_attempts": "many"}',
-        tid("http://mal.test/list"): b"[1, 2, 3]",
-        bad_id: codec.dumps({"id": tid("http://mal.test/other"),
-                             "url": "http://mal.test/bad-id"}).encode(),
-        tid("http://mal.test/badurl"): codec.dumps({"id": tid("http://mal.test/badurl"),
-                                                    "url": "ftp://x"}).encode(),
-    }
-    for i, body in bodies.items():
-        await redis_client.hset(pk.tasks, i, body)
-        await redis_client.rpush(pk.ready, i)
-    leases = await q.lease("w", 10, 60_000)
+    await _plant(redis_client, q, "mal.test", MALFORMED_ENTRIES)
+    bodies = {dead_id(e): e for e in MALFORMED_ENTRIES}
+    leases = await q.lease("w", 20, 60_000)
     assert [x.id for x in leases] == [task_id(good.fp)]
     dead = {d.id: d for d in await q.dead_list(reason=MALFORMED)}
     assert set(dead) == set(bodies)
@@ -844,16 +1046,58 @@ async def test_malformed_bodies_end_dead_with_raw_bytes(redis_client: aioredis.R
         assert dead[i].raw == body  # the exact bytes, kept for a human to look at
         assert dead[i].reason == MALFORMED and dead[i].message
         assert await q.state_of(i) == "dead"
-    assert "id" in dead[bad_id].message
+    assert "UTF-8" in dead[MAL_ID[0].decode()].message
+    assert "id" in dead[dead_id(MALFORMED_ENTRIES[-1])].message
     s = await q.stats()
     assert s.dead_reasons == {MALFORMED: len(bodies)}
     assert (s.dead, s.leased, s.pending) == (len(bodies), 1, 0)
+    await assert_frontier(redis_client, q)
     # Requeued, they come back dead again (never a crash); purged, they are gone.
-    assert await q.dead_requeue(list(bodies)) == len(bodies)
-    assert await q.lease("w", 10, 60_000) == []
+    # (Not the one that is not UTF-8: see the next test.)
+    utf8 = [i for i in bodies if i != MAL_ID[0].decode()]
+    assert await q.dead_requeue(utf8) == len(utf8)
+    assert await host_queue(redis_client, q, "mal.test") == [
+        e[:32].decode() for e in MALFORMED_ENTRIES if dead_id(e) in utf8]
+    assert await q.lease("w", 20, 60_000) == []
     assert (await q.stats()).dead_reasons == {MALFORMED: len(bodies)}
-    assert await q.dead_purge(list(bodies)) == len(bodies)
-    assert not any([await redis_client.hexists(pk.tasks, i) for i in bodies])
+    assert await q.dead_purge(utf8) == len(utf8)
+    pk = q.partitions[0]
+    assert set(await redis_client.hkeys(pk.tasks)) == {task_id(good.fp).encode(), MAL_ID[0]}
+    await assert_frontier(redis_client, q)
+
+
+async def test_a_dead_entry_that_is_not_utf8_can_be_requeued_and_purged(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await open_queue(redis_client, crawl_name)
+    await q.enqueue([nt("http://mal.test/good")])
+    await _plant(redis_client, q, "mal.test", [MALFORMED_ENTRIES[0]])
+    assert len(await q.lease("w", 5, 60_000)) == 1
+    i = MAL_ID[0].decode()
+    [dead] = await q.dead_list()
+    assert (dead.id, dead.reason, dead.raw) == (i, MALFORMED, MALFORMED_ENTRIES[0])
+    try:
+        assert await q.dead_requeue([i]) == 1
+        assert await q.lease("w", 5, 60_000) == []  # dead again
+    finally:
+        assert await q.dead_purge([i]) == 1
+    assert (await q.stats()).dead == 0
+
+
+async def test_an_entry_whose_id_is_not_utf8_is_dead_lettered(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await open_queue(redis_client, crawl_name)
+    await q.enqueue([nt("http://mal.test/good")])
+    entry = b"\xff" * 32 + b"http://mal.test/x"
+    await _plant(redis_client, q, "mal.test", [entry])
+    assert [x.task.url for x in await q.lease("w", 5, 60_000)] == ["http://mal.test/good"]
+    s = await q.stats()
+    assert (s.dead, s.pending, s.dead_reasons) == (1, 0, {MALFORMED: 1})
+    pk = q.partitions[0]
+    # Dead-lettered under an id made from its bytes (hex, like every id), bytes kept.
+    [dead] = await q.dead_list()
+    assert dead.id == hashlib.sha1(entry).hexdigest()[:32] and dead.raw == entry
+    assert await redis_client.zrange(pk.dead, 0, -1) == [dead.id.encode()]
+    await assert_frontier(redis_client, q)
 
 
 async def test_malformed_checkpoint_is_dead_not_a_crash(redis_client: aioredis.Redis,
@@ -866,6 +1110,7 @@ async def test_malformed_checkpoint_is_dead_not_a_crash(redis_client: aioredis.R
     assert await q.lease("w", 1, 60_000) == []
     [d] = await q.dead_list()
     assert (d.id, d.reason, d.url) == (i, MALFORMED, "http://mal.test/cp")
+    await assert_frontier(redis_client, q)
 
 
 # ------------------------------------------------------------------------- stats / open
@@ -874,23 +1119,24 @@ async def test_malformed_checkpoint_is_dead_not_a_crash(redis_client: aioredis.R
 async def test_stats_counters_add_up(redis_client: aioredis.Redis, crawl_name: str) -> None:
     q = await open_queue(redis_client, crawl_name, CrawlSettings(partitions=3),
                          jitter=lambda: 1.0)
-    await q.enqueue(many(20, "stats") + many(5, "stats"))
+    await q.enqueue(many(20, "stats", hosts=6) + many(5, "stats", hosts=6))
     ls = await q.lease("w", 9, 60_000)
+    assert len(ls) == 9
     await q.ack("w", [(ls[0], "ok"), (ls[1], "ok"), (ls[2], "http_404")])
     await q.fail("w", [Failure(ls[3], "e", "m"), Failure(ls[4], "e", "m", permanent=True),
                        Failure(ls[5], "e", "m", permanent=True)])
-    await q.defer("w", [(ls[6], 60_000)])
     await q.release("w", [ls[7]])
     assert await q.dead_purge([ls[5].id]) == 1
     s = await q.stats()
     c = s.counters
-    assert (s.pending, s.leased, s.waiting, s.dead, s.done) == (12, 1, 2, 1, 3)
+    assert (s.pending, s.leased, s.waiting, s.dead, s.done) == (12, 2, 1, 1, 3)
     assert c["enqueued"] == 20 and c["duplicates"] == 5 and c["purged"] == 1
     assert (c["leased"], c["failed"], c["retried"], c["dead"]) == (9, 3, 1, 2)
     assert (c["outcome:ok"], c["outcome:http_404"]) == (2, 1)
-    assert (c["deferred"], c["released"]) == (1, 1)
+    assert c["released"] == 1
     assert s.active == 15 and s.dead_reasons == {"e": 1}
     assert_conserved(s)
+    await assert_frontier(redis_client, q)
 
 
 async def test_open_conflicting_settings(redis_client: aioredis.Redis, crawl_name: str) -> None:
@@ -915,8 +1161,9 @@ async def test_an_item_passed_twice_gets_a_code_per_occurrence(redis_client: aio
                                                                crawl_name: str) -> None:
     """Regression: results were mapped by object identity, so [x, x] got x's last code."""
     q = await open_queue(redis_client, crawl_name, CrawlSettings(partitions=2))
-    await q.enqueue(many(4, "twice"))
+    await q.enqueue(many(4, "twice", hosts=4))
     a, b, c, d = await q.lease("w", 4, 60_000)
+    assert len({x.partition for x in (a, b, c, d)}) == 2  # the callers' order is rebuilt
     assert await q.release("w", [a, b, a]) == [Code.OK, Code.OK, Code.UNKNOWN]
     item = (c, "ok")
     assert await q.ack("w", [item, item]) == [Code.OK, Code.UNKNOWN]
@@ -926,19 +1173,78 @@ async def test_an_item_passed_twice_gets_a_code_per_occurrence(redis_client: aio
     assert (s.counters["released"], s.counters["done"], s.counters["stale"]) == (2, 1, 3)
 
 
-async def test_lease_skips_a_partition_found_empty_only_briefly(redis_client: aioredis.Redis,
-                                                                crawl_name: str) -> None:
+
+
+class FakeClock:
+    """Stands in for the `time` module of common.queue: a monotonic clock set by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def _host_in(q: CrawlQueue, partition: int, name: str) -> str:
+    return next(h for h in (f"{name}{i}.skip.test" for i in range(100))
+                if q.partition_of(h) == partition)
+
+
+async def test_a_partition_that_had_nothing_is_skipped_until_its_wait_or_a_freed_slot(
+        redis_client: aioredis.Redis, crawl_name: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(common.queue, "time", clock)
     q = await open_queue(redis_client, crawl_name, CrawlSettings(partitions=2))
-    start = time.monotonic()
-    assert await q.lease("w", 5, 60_000) == []  # both partitions found empty
-    await q.enqueue(many(6, "skip"))
-    # Within the back-off window the empty partitions are not asked again ...
-    second = await q.lease("w", 5, 60_000)
-    if time.monotonic() - start < 0.05:  # (a loaded machine may be past the window)
-        assert second == []
-    # ... but nothing waits long: the window starts at 50 ms (doubling up to 1 s).
-    await asyncio.sleep(0.15)
-    got = await q.lease("w", 10, 60_000)
-    assert len(got) + len(second) == 6
-    s = await q.stats()
-    assert (s.pending, s.leased) == (0, 6)
+    a, b, c, d = (_host_in(q, p, n) for p, n in ((0, "a"), (1, "b"), (0, "c"), (0, "d")))
+    # Nothing anywhere: both partitions are skipped for MAX_IDLE_WAIT_S.
+    start = clock.now
+    empty = await q.lease_turns("w", 5, 60_000)
+    assert (empty.leases, empty.wait_s) == ([], MAX_IDLE_WAIT_S)
+    await q.enqueue([nt(f"http://{a}/1"), nt(f"http://{b}/1")])
+    clock.now = start + MAX_IDLE_WAIT_S - 0.001
+    skipped = await q.lease_turns("w", 5, 60_000)
+    assert skipped.leases == [] and skipped.wait_s == pytest.approx(0.001)
+    clock.now = start + MAX_IDLE_WAIT_S
+    first = await q.lease("w", 5, 60_000)
+    assert sorted(x.host for x in first) == sorted([a, b])
+
+    # A host's turn to come: its partition is skipped until then (partition 1, empty,
+    # for MAX_IDLE_WAIT_S), and work that is ready meanwhile waits for it.
+    await Frontier(q).set_host(a, delay_s=0.8)
+    await q.enqueue([nt(f"http://{a}/2")])
+    start = clock.now
+    turn = await q.lease_turns("w", 5, 60_000)
+    assert turn.leases == [] and turn.wait_s is not None and 0 < turn.wait_s <= 0.8
+    await q.enqueue([nt(f"http://{c}/1")])  # no delay: ready at once, but not asked for
+    clock.now = start + turn.wait_s - 0.001
+    assert await q.lease("w", 5, 60_000) == []
+    clock.now = start + turn.wait_s
+    got = await q.lease("w", 5, 60_000)
+    assert f"http://{c}/1" in {x.task.url for x in got}
+    held = first + got
+    await Frontier(q).set_host(a, delay_s=60)  # a is never ready again in this test
+
+    # A lease ending in a skipped partition (ack, fail, release) asks it again at once;
+    # one ending in another partition does not.
+    assert await q.lease("w", 5, 60_000) == []  # both skipped now
+    await q.enqueue([nt(f"http://{d}/first")])
+    [other] = [x for x in held if x.partition == 1]
+    held.remove(other)
+    assert await q.ack("w", [(other, "ok")]) == [Code.OK]
+    assert await q.lease("w", 5, 60_000) == []
+    for end in ("ack", "fail", "release"):
+        assert await q.lease("w", 5, 60_000) == []  # skipped
+        await q.enqueue([nt(f"http://{d}/{end}")])
+        mine = next(x for x in held if x.partition == 0)
+        held.remove(mine)
+        if end == "ack":
+            assert await q.ack("w", [(mine, "ok")]) == [Code.OK]
+        elif end == "fail":
+            assert await q.fail("w", [Failure(mine, "e", "m", permanent=True)]) == [
+                (Code.DEAD, -1)]
+        else:
+            assert await q.release("w", [mine]) == [Code.OK]
+        again = await q.lease("w", 5, 60_000)
+        assert f"http://{d}/{end}" in {x.task.url for x in again}
+        held += again

@@ -2,31 +2,42 @@
 --
 -- Only the current lease holder, before its deadline, can ack; anything else is
 -- refused and counted as `stale`. A done task keeps only its seen mark: its body
--- and bookkeeping are deleted. Reads and deletes are batched (a few commands per call,
--- not per task); an id given twice is acked once, the repeat answers UNKNOWN.
+-- and bookkeeping are deleted, and its host gets its slot back. Reads and deletes are
+-- batched (a few commands per call, not per task); an id given twice is acked once,
+-- the repeat answers UNKNOWN. With exact dedup its seen mark becomes -(now), the time it
+-- ended, which a recrawl window counts from (enqueue.lua).
 --
--- KEYS[1]  leases       ZSET
--- KEYS[2]  owners       HASH
--- KEYS[3]  tasks        HASH
--- KEYS[4]  attempts     HASH
--- KEYS[5]  checkpoints  HASH
--- KEYS[6]  errors       HASH
--- KEYS[7]  stalls       HASH
--- KEYS[8]  prios        HASH
--- KEYS[9]  stats        HASH  counters (done, outcome:<outcome>, stale)
+-- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
+-- KEYS[7]  leases       ZSET
+-- KEYS[8]  owners       HASH
+-- KEYS[9]  tasks        HASH  id -> "<host> <priority> <entry>"
+-- KEYS[10] attempts     HASH
+-- KEYS[11] checkpoints  HASH
+-- KEYS[12] errors       HASH
+-- KEYS[13] stalls       HASH
+-- KEYS[14] stats        HASH  counters (done, outcome:<outcome>, stale)
+-- KEYS[15] h:done       ZSET  host -> done
+-- KEYS[16..] with marks: per item i, its seen bucket HASH
 -- ARGV[1]  worker id
--- ARGV[2..] triples: id, token, outcome (a short code such as ok, http_404)
+-- ARGV[2]  marks: 1 = each item also names its seen field (exact dedup), 0 = not
+-- ARGV[3..] per item: id, token, outcome (a short code such as ok, http_4xx)[, seen field]
 -- Returns {code per item} (0 OK, 3 STALE, 4 EXPIRED, 5 UNKNOWN)
-local leases, owners, tasks, attempts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local checkpoints, errors, stalls, prios, stats = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local leases, owners, tasks, attempts = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local checkpoints, errors, stalls, stats = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
+local done_by_host = KEYS[15]
 local worker = ARGV[1]
-if (#ARGV - 1) % 3 ~= 0 then error('crawlq: ack needs (id, token, outcome) triples') end
+local marks = ARGV[2] == '1'
+local width = marks and 4 or 3
+if (#ARGV - 2) % width ~= 0 or (marks and #KEYS ~= 15 + (#ARGV - 2) / width) then
+  error('crawlq: ack needs (id, token, outcome[, seen field]) per item, and seen keys')
+end
 allow_at_maxmemory(stats)
 local now = now_ms()
-local ids, tokens = {}, {}
-for i = 2, #ARGV, 3 do
+local ids, tokens, outcome_of = {}, {}, {}
+for i = 3, #ARGV, width do
   ids[#ids + 1] = ARGV[i]
   tokens[#tokens + 1] = ARGV[i + 1]
+  outcome_of[#outcome_of + 1] = ARGV[i + 2]
 end
 local states = lease_states(leases, owners, ids, tokens, worker, now)
 local codes, gone, acked, stale, outcomes = {}, {}, {}, 0, {}
@@ -36,7 +47,10 @@ for i, id in ipairs(ids) do
   if state == OK then
     acked[id] = true
     gone[#gone + 1] = id
-    local key = 'outcome:' .. ARGV[3 * i + 1]
+    if marks then
+      redis.call('HSET', KEYS[15 + i], ARGV[2 + width * i], -math.floor(now / 1000))
+    end
+    local key = 'outcome:' .. outcome_of[i]
     outcomes[key] = (outcomes[key] or 0) + 1
   else
     stale = stale + 1
@@ -44,15 +58,29 @@ for i, id in ipairs(ids) do
   codes[i] = state
 end
 if #gone > 0 then
+  local values = call_sliced('HMGET', tasks, gone, 1000)
+  local per_host, hosts = {}, {}
+  for _, v in ipairs(values) do
+    local host = split_value(v)
+    if host then
+      per_host[host] = (per_host[host] or 0) + 1
+      hosts[#hosts + 1] = host
+    end
+  end
   call_sliced('ZREM', leases, gone, 1000)
   for _, h in ipairs({owners, tasks, attempts}) do
     call_sliced('HDEL', h, gone, 1000)
   end
-  -- Usually absent (no checkpoints, failures, stalls or priorities): an EXISTS is
-  -- cheaper than handing every id to HDEL.
-  for _, h in ipairs({checkpoints, errors, stalls, prios}) do
+  -- Usually absent (no checkpoints, failures or stalls): an EXISTS is cheaper than
+  -- handing every id to HDEL.
+  for _, h in ipairs({checkpoints, errors, stalls}) do
     if redis.call('EXISTS', h) == 1 then call_sliced('HDEL', h, gone, 1000) end
   end
+  local freed = {}
+  for host, k in pairs(per_host) do freed[host] = -k end
+  add_counts(H.inflight, freed)
+  add_counts(done_by_host, per_host)
+  refresh_hosts(hosts)
 end
 outcomes.done = #gone
 outcomes.stale = stale

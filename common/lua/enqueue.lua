@@ -1,49 +1,67 @@
--- enqueue.lua: dedup (exact) and enqueue a batch of new tasks into one partition.
+-- enqueue.lua: dedup (exact) and enqueue a batch of new tasks into their hosts' queues.
 --
--- A URL is seen from the moment it is enqueued. It is enqueued again only when the
--- crawl has a recrawl window, its last enqueue is older than that window, and it is
--- not live any more (no body in `tasks`: done or purged, not pending/leased/waiting/dead).
+-- A URL is seen from the moment it is enqueued. Its seen mark holds the enqueue time
+-- (s of Redis TIME) while the task lives, and -(the time it ended) once it is done or
+-- purged (ack.lua, purge.lua). It is enqueued again only when the crawl has a recrawl
+-- window and it ended longer ago than that: a live task (pending, leased, waiting,
+-- dead) is never queued twice.
 --
--- KEYS[1]      ready   LIST  pending ids, priority 0
--- KEYS[2]      prio    ZSET  pending ids, priority > 0
--- KEYS[3]      tasks   HASH  id -> task JSON
--- KEYS[4]      prios   HASH  id -> priority
--- KEYS[5]      stats   HASH  counters (enqueued, duplicates, recrawled)
--- KEYS[5+i]    seen bucket HASH of item i: field -> last enqueue time (s)
+-- KEYS[1..6]   host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
+-- KEYS[7]      tasks       HASH  (unused here; same layout as enqueue_bloom.lua)
+-- KEYS[8]      stats       HASH  counters (enqueued, duplicates, recrawled)
+-- KEYS[9]      pending     STRING pending tasks
+-- KEYS[10]     prio_hosts  ZSET  host -> -highest pending priority
+-- KEYS[11..]   per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
+-- KEYS[11+2H..] per item i: its seen bucket HASH (field -> enqueue time, or -end time)
 -- ARGV[1]      recrawl_after, seconds; 0 = never enqueue a seen URL again
--- ARGV[2+4(i-1)..] per item i: id, seen field (binary fingerprint tail), priority (>= 0), task JSON
+-- ARGV[2]      H, the number of hosts; ARGV[3..2+H] the host keys
+-- ARGV[3+H..]  per item 5 values: id, seen field (binary fingerprint tail), priority
+--              (>= 0), host index (1..H), entry (common.task.encode_entry)
 -- Returns {enqueued, duplicates, recrawled}
-local ready, prio, tasks, prios, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local stats, pending, prio_hosts = KEYS[8], KEYS[9], KEYS[10]
 local recrawl_after = int_arg(ARGV[1], 'recrawl_after')
-local n = (#ARGV - 1) / 4
-if n ~= #KEYS - 5 or n ~= math.floor(n) then
-  error('crawlq: enqueue needs one seen key and 4 ARGV values per item')
+local nhosts = int_arg(ARGV[2], 'hosts')
+local hosts = {}
+for i = 1, nhosts do hosts[i] = ARGV[2 + i] end
+local first = 3 + nhosts
+local n = (#ARGV - first + 1) / 5
+if n ~= math.floor(n) or #KEYS ~= 10 + 2 * nhosts + n then
+  error('crawlq: enqueue needs 2 keys per host, one seen key and 5 ARGV values per item')
 end
-local priorities = {}
-for i = 1, n do priorities[i] = int_arg(ARGV[4 + 4 * (i - 1)], 'priority') end
+local items = {}
+for i = 1, n do
+  local base = first + 5 * (i - 1)
+  local hi = int_arg(ARGV[base + 3], 'host index')
+  if hi < 1 or hi > nhosts then error('crawlq: enqueue host index out of range') end
+  items[i] = {id = ARGV[base], field = ARGV[base + 1],
+              priority = int_arg(ARGV[base + 2], 'priority'), host = hosts[hi],
+              entry = ARGV[base + 4], bucket = KEYS[10 + 2 * nhosts + i]}
+end
 
 local now_s = tonumber(redis.call('TIME')[1])
 local enqueued, duplicates, recrawled = 0, 0, 0
-local tail = {}
-for i = 1, n do
-  local base = 2 + 4 * (i - 1)
-  local id, field, body = ARGV[base], ARGV[base + 1], ARGV[base + 3]
-  local bucket = KEYS[5 + i]
-  local last = redis.call('HGET', bucket, field)
-  local fresh = not last
-  if last and recrawl_after > 0 and now_s - tonumber(last) >= recrawl_after
-      and redis.call('HEXISTS', tasks, id) == 0 then
-    fresh = true
-    recrawled = recrawled + 1
+local fresh = {}
+for _, it in ipairs(items) do
+  local new
+  if recrawl_after == 0 then
+    new = redis.call('HSETNX', it.bucket, it.field, now_s) == 1
+  else
+    local mark = tonumber(redis.call('HGET', it.bucket, it.field))
+    new = not mark
+    if mark and mark < 0 and now_s + mark >= recrawl_after then
+      new = true
+      recrawled = recrawled + 1
+    end
+    if new then redis.call('HSET', it.bucket, it.field, now_s) end
   end
-  if fresh then
-    redis.call('HSET', bucket, field, now_s)
-    add_pending(ready, prio, tasks, prios, id, priorities[i], body, tail)
+  if new then
+    fresh[#fresh + 1] = {it.host, it.priority, it.entry}
     enqueued = enqueued + 1
   else
     duplicates = duplicates + 1
   end
 end
-flush_tail(ready, tail)
+local touched = requeue_entries(fresh, host_queue_keys(11, hosts), prio_hosts, pending, false)
+refresh_hosts(touched)
 bump(stats, {enqueued = enqueued, duplicates = duplicates, recrawled = recrawled})
 return {enqueued, duplicates, recrawled}

@@ -1,4 +1,4 @@
--- enqueue_bloom.lua: dedup (scalable bloom filter) and enqueue a batch into one partition.
+-- enqueue_bloom.lua: dedup (scalable bloom filter) and enqueue a batch into hosts' queues.
 --
 -- The filter is a list of layers; layer L holds capacity * 2^L URLs at a false-positive
 -- rate of error / 2^(L+1), so the total rate stays under `error` however many layers
@@ -6,27 +6,38 @@
 -- Membership is tested in every layer; new URLs are added to the newest one.
 -- A bloom crawl has no recrawl window (the filter keeps no timestamps).
 --
--- KEYS[1]      ready   LIST  pending ids, priority 0
--- KEYS[2]      prio    ZSET  pending ids, priority > 0
--- KEYS[3]      tasks   HASH  id -> task JSON
--- KEYS[4]      prios   HASH  id -> priority
--- KEYS[5]      stats   HASH  counters (enqueued, duplicates)
--- KEYS[6]      bloom   HASH  layers -> number of layers; count:<L> -> URLs in layer L
--- KEYS[7..]    bloom:<L> STRING layer bits, for L = 0 .. #KEYS-7 (the most layers allowed);
+-- KEYS[1..6]   host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
+-- KEYS[7]      tasks       HASH  (unused here; same layout as enqueue.lua)
+-- KEYS[8]      stats       HASH  counters (enqueued, duplicates)
+-- KEYS[9]      pending     STRING pending tasks
+-- KEYS[10]     prio_hosts  ZSET  host -> -highest pending priority
+-- KEYS[11]     bloom       HASH  layers -> number of layers; count:<L> -> URLs in layer L
+-- KEYS[12..11+M] bloom:<L> STRING layer bits, for L = 0 .. M-1 (M = the most layers);
 --                              sized exactly (m bits) when the layer gets its first URL
+-- KEYS[12+M..] per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
 -- ARGV[1]      capacity of layer 0, URLs
 -- ARGV[2]      target false-positive rate (e.g. 1e-6)
--- ARGV[3+5(i-1)..] per item i: id, h1, h2 (32-bit ints), priority (>= 0), task JSON
+-- ARGV[3]      M, the number of layer keys
+-- ARGV[4]      H, the number of hosts; ARGV[5..4+H] the host keys
+-- ARGV[5+H..]  per item 6 values: id, h1, h2 (32-bit ints), priority (>= 0),
+--              host index (1..H), entry
 -- Returns {enqueued, duplicates, 0, fullest layer past 80% this call or -1}
-local ready, prio, tasks, prios, stats, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local max_layers = #KEYS - 6
+local stats, pending, prio_hosts, meta = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local capacity0 = int_arg(ARGV[1], 'capacity')
 local err = tonumber(ARGV[2])
 if capacity0 < 1 or not err or err <= 0 or err >= 1 then
   error('crawlq: bloom needs capacity >= 1 and 0 < error < 1')
 end
-local n = (#ARGV - 2) / 5
-if n ~= math.floor(n) then error('crawlq: enqueue_bloom needs 5 ARGV values per item') end
+local max_layers = int_arg(ARGV[3], 'layers')
+local nhosts = int_arg(ARGV[4], 'hosts')
+local hosts = {}
+for i = 1, nhosts do hosts[i] = ARGV[4 + i] end
+local first = 5 + nhosts
+local n = (#ARGV - first + 1) / 6
+if n ~= math.floor(n) or #KEYS ~= 11 + max_layers + 2 * nhosts then
+  error('crawlq: enqueue_bloom needs M layer keys, 2 keys per host, 6 ARGV values per item')
+end
+local function layer_key(layer) return KEYS[12 + layer] end
 
 -- Layer L is built for a false-positive rate of error * (1 - TIGHTEN) * TIGHTEN^L: the
 -- rates of all layers sum to under `error` however many grow, and layer 0, where a crawl
@@ -69,7 +80,7 @@ end
 -- which is cheaper than one BITFIELD_RO reading all k.
 local function in_layer(layer, h1, h2)
   local _, m, k = layer_params(layer)
-  local key = KEYS[7 + layer]
+  local key = layer_key(layer)
   for j = 0, k - 1 do
     if redis.call('GETBIT', key, (h1 + j * h2) % m) == 0 then return false end
   end
@@ -79,16 +90,19 @@ end
 -- Sets an item's k bits in a layer (k SETBITs cost less than one k-op BITFIELD).
 local function add_to_layer(layer, h1, h2)
   local _, m, k = layer_params(layer)
-  local key = KEYS[7 + layer]
+  local key = layer_key(layer)
   for j = 0, k - 1 do redis.call('SETBIT', key, (h1 + j * h2) % m, 1) end
 end
 
 local enqueued, duplicates, warn = 0, 0, -1
-local tail = {}
+local fresh = {}
 for i = 1, n do
-  local base = 3 + 5 * (i - 1)
-  local id, h1, h2 = ARGV[base], tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2])
-  local priority, body = tonumber(ARGV[base + 3]), ARGV[base + 4]
+  local base = first + 6 * (i - 1)
+  local h1, h2 = tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2])
+  local priority = int_arg(ARGV[base + 3], 'priority')
+  local hi = int_arg(ARGV[base + 4], 'host index')
+  if hi < 1 or hi > nhosts then error('crawlq: enqueue host index out of range') end
+  local entry = ARGV[base + 5]
   local seen = false
   for layer = 0, layers - 1 do
     if in_layer(layer, h1, h2) then seen = true break end
@@ -111,16 +125,17 @@ for i = 1, n do
       -- that); grown by BITFIELD at random offsets, Redis over-allocates them (up to 2x
       -- below 1 MB, +1 MB above).
       local _, m = layer_params(current)
-      redis.call('SETBIT', KEYS[7 + current], m - 1, 0)
+      redis.call('SETBIT', layer_key(current), m - 1, 0)
     end
     add_to_layer(current, h1, h2)
     count = count + 1
     if count == math.floor(cap * 0.8) then warn = current end
-    add_pending(ready, prio, tasks, prios, id, priority, body, tail)
+    fresh[#fresh + 1] = {hosts[hi], priority, entry}
     enqueued = enqueued + 1
   end
 end
-flush_tail(ready, tail)
+refresh_hosts(requeue_entries(fresh, host_queue_keys(12 + max_layers, hosts), prio_hosts,
+                              pending, false))
 if enqueued > 0 then redis.call('HSET', meta, 'count:' .. (layers - 1), count) end
 bump(stats, {enqueued = enqueued, duplicates = duplicates})
 return {enqueued, duplicates, 0, warn}

@@ -1,36 +1,45 @@
 -- fail.lua: record failed attempts: retry later with backoff, or dead-letter.
 --
 -- attempts < max_attempts and not permanent -> `delayed`, due after
---   retry_after (when given, capped at max_retry_after_ms), else
---   floor(jitter * min(cap_ms, base_ms * 2^(attempts-1)))   (exponential, full jitter);
+--   backoff = floor(jitter * min(cap_ms, base_ms * 2^(attempts-1)))  (full jitter), or,
+--   when the server sent a Retry-After, min(retry_after, max_retry_after_ms) but never
+--   less than min(cap_ms, base_ms * 2^(attempts-1)) (a Retry-After of 0 or in the past
+--   still waits the normal backoff);
 -- otherwise -> `dead` with the reason. Jitter comes in ARGV so tests are deterministic.
+-- A cooldown (a 429/503) blocks the task's host for the whole fleet for
+-- min(cooldown_ms, max_retry_after_ms). Either way the host gets its slot back.
 -- Only the current lease holder, before its deadline, can fail a task.
 --
--- KEYS[1]  leases        ZSET
--- KEYS[2]  owners        HASH
--- KEYS[3]  attempts      HASH
--- KEYS[4]  delayed       ZSET  id -> due (ms)
--- KEYS[5]  dead          ZSET  id -> died (ms)
--- KEYS[6]  errors        HASH  id -> "<reason> <message>"
--- KEYS[7]  dead_reasons  HASH  reason -> count
--- KEYS[8]  stats         HASH  counters (failed, retried, dead, stale)
+-- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
+-- KEYS[7]  leases        ZSET
+-- KEYS[8]  owners        HASH
+-- KEYS[9]  attempts      HASH
+-- KEYS[10] delayed       ZSET  id -> due (ms)
+-- KEYS[11] dead          ZSET  id -> died (ms)
+-- KEYS[12] errors        HASH  id -> "<reason> <message>"
+-- KEYS[13] dead_reasons  HASH  reason -> count
+-- KEYS[14] stats         HASH  counters (failed, retried, dead, stale)
+-- KEYS[15] tasks         HASH  id -> "<host> <priority> <entry>" (kept: still live)
+-- KEYS[16] h:errors      ZSET  host -> failed attempts
+-- KEYS[17] h:blocked     ZSET  host -> blocked until (ms)
 -- ARGV[1]  worker id
 -- ARGV[2]  base_ms, backoff of the first retry, milliseconds
 -- ARGV[3]  cap_ms, the longest backoff, milliseconds
--- ARGV[4]  max_retry_after_ms, the longest Retry-After honoured, milliseconds
--- ARGV[5..] per item 8 values: id, token, max_attempts, reason (no spaces), message,
---           retry_after_ms (-1 = none), permanent (0/1), jitter (0..1)
+-- ARGV[4]  max_retry_after_ms, the longest Retry-After or cooldown honoured, milliseconds
+-- ARGV[5..] per item 9 values: id, token, max_attempts, reason (no spaces), message,
+--           retry_after_ms (-1 = none), permanent (0/1), jitter (0..1), cooldown_ms (0 = none)
 -- Returns {code, delay_ms, code, delay_ms, ...} per item: 1 RETRY (delay_ms until due),
 --         2 DEAD, 3 STALE, 4 EXPIRED, 5 UNKNOWN (delay_ms is -1 but for RETRY)
-local leases, owners, attempts, delayed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local dead, errors, dead_reasons, stats = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local leases, owners, attempts, delayed = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local dead, errors, dead_reasons, stats = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
+local tasks, errors_by_host, blocked = KEYS[15], KEYS[16], KEYS[17]
 local worker = ARGV[1]
 local base_ms = int_arg(ARGV[2], 'base_ms')
 local cap_ms = int_arg(ARGV[3], 'cap_ms')
 local max_retry_after_ms = int_arg(ARGV[4], 'max_retry_after_ms')
-if (#ARGV - 4) % 8 ~= 0 then error('crawlq: fail needs 8 values per item') end
+if (#ARGV - 4) % 9 ~= 0 then error('crawlq: fail needs 9 values per item') end
 local items = {}
-for i = 5, #ARGV, 8 do
+for i = 5, #ARGV, 9 do
   local jitter = tonumber(ARGV[i + 7])
   if not jitter or jitter < 0 or jitter > 1 then error('crawlq: jitter must be in [0, 1]') end
   if string.find(ARGV[i + 3], ' ', 1, true) or ARGV[i + 3] == '' then
@@ -41,6 +50,7 @@ for i = 5, #ARGV, 8 do
     reason = ARGV[i + 3], message = ARGV[i + 4],
     retry_after = int_arg(ARGV[i + 5], 'retry_after_ms'),
     permanent = ARGV[i + 6] == '1', jitter = jitter,
+    cooldown = int_arg(ARGV[i + 8], 'cooldown_ms'),
   }
 end
 
@@ -48,21 +58,33 @@ allow_at_maxmemory(stats)
 local now = now_ms()
 local result = {}
 local retried, died, stale = 0, 0, 0
+local freed, failed_by_host, hosts, cool = {}, {}, {}, {}
 for _, it in ipairs(items) do
   local state = lease_state(leases, owners, it.id, it.token, worker, now)
   local delay = -1
   if state == OK then
     drop_lease(leases, owners, it.id)
+    local host = split_value(redis.call('HGET', tasks, it.id))
+    if host then
+      freed[host] = (freed[host] or 0) - 1
+      failed_by_host[host] = (failed_by_host[host] or 0) + 1
+      hosts[#hosts + 1] = host
+      if it.cooldown > 0 then
+        local until_ms = now + math.min(it.cooldown, max_retry_after_ms)
+        if until_ms > (cool[host] or 0) then cool[host] = until_ms end
+      end
+    end
     local attempt = tonumber(redis.call('HGET', attempts, it.id) or '1')
     if it.permanent or attempt >= it.max_attempts then
       to_dead(dead, errors, dead_reasons, it.id, it.reason, it.message, now)
       state = DEAD
       died = died + 1
     else
+      local backoff = math.min(cap_ms, base_ms * 2 ^ (attempt - 1))
       if it.retry_after >= 0 then
-        delay = math.min(it.retry_after, max_retry_after_ms)
+        delay = math.max(math.min(it.retry_after, max_retry_after_ms), backoff)
       else
-        delay = math.floor(it.jitter * math.min(cap_ms, base_ms * 2 ^ (attempt - 1)))
+        delay = math.floor(it.jitter * backoff)
       end
       redis.call('ZADD', delayed, now + delay, it.id)
       redis.call('HSET', errors, it.id, it.reason .. ' ' .. it.message)
@@ -75,5 +97,16 @@ for _, it in ipairs(items) do
   result[#result + 1] = state
   result[#result + 1] = delay
 end
+for host, until_ms in pairs(cool) do
+  local c = conf_decode(redis.call('HGET', H.hostconf, host))
+  if until_ms > c.blocked then
+    c.blocked = until_ms
+    redis.call('HSET', H.hostconf, host, conf_encode(c))
+    redis.call('ZADD', blocked, until_ms, host)
+  end
+end
+add_counts(H.inflight, freed)
+add_counts(errors_by_host, failed_by_host)
+refresh_hosts(hosts)
 bump(stats, {failed = retried + died, retried = retried, dead = died, stale = stale})
 return result

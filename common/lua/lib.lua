@@ -39,19 +39,6 @@ local function drop_lease(leases, owners, id)
   redis.call('HDEL', owners, id)
 end
 
--- Puts a pending id back in line: priority tasks into `prio`, the rest into `ready`
--- at the head (front=true: it already waited its turn) or the tail.
-local function push_ready(ready, prio, prios, id, front)
-  local p = redis.call('HGET', prios, id)
-  if p then
-    redis.call('ZADD', prio, -tonumber(p), id)
-  elseif front then
-    redis.call('LPUSH', ready, id)
-  else
-    redis.call('RPUSH', ready, id)
-  end
-end
-
 -- Runs `cmd key args...` in slices of at most `step` values (even, for pairs) and returns
 -- the replies joined: unpack() of a long table overflows the Lua C stack (~8000 values),
 -- and a script that fails after its first writes is not rolled back.
@@ -118,26 +105,6 @@ local function forget_dead_reason(errors, dead_reasons, id)
   end
 end
 
--- Stores a new task and queues it: priority > 0 into `prio` at once, the rest appended
--- to `tail`, which the caller pushes to `ready` with flush_tail (one RPUSH per 1000).
-local function add_pending(ready, prio, tasks, prios, id, priority, body, tail)
-  redis.call('HSET', tasks, id, body)
-  if priority > 0 then
-    redis.call('HSET', prios, id, priority)
-    redis.call('ZADD', prio, -priority, id)
-  else
-    tail[#tail + 1] = id
-    if #tail == 1000 then
-      redis.call('RPUSH', ready, unpack(tail))
-      for j = #tail, 1, -1 do tail[j] = nil end
-    end
-  end
-end
-
-local function flush_tail(ready, tail)
-  if #tail > 0 then redis.call('RPUSH', ready, unpack(tail)) end
-end
-
 -- Lets a script that does not grow memory run at maxmemory. Redis refuses a
 -- memory-growing command (ZADD, HSET, HINCRBY ...) when it is the script's first write
 -- and the server is over maxmemory; once a script has written, it may finish. HDEL is
@@ -146,4 +113,165 @@ end
 -- can still be drained; never by enqueue, which must be refused whole.
 local function allow_at_maxmemory(hash)
   redis.call('HDEL', hash, '')
+end
+
+-- ---------------------------------------------------------------------------------------
+-- The frontier's host state. Every script that changes a host takes these six keys first:
+-- KEYS[1] due  KEYS[2] h:queued  KEYS[3] h:inflight  KEYS[4] h:last  KEYS[5] hostconf
+-- KEYS[6] conf (see common/keys.py). A host is in `due` exactly when it has pending work
+-- and a free slot; its score there is when its next request may start.
+local H = {due = KEYS[1], queued = KEYS[2], inflight = KEYS[3], last = KEYS[4],
+           hostconf = KEYS[5], conf = KEYS[6]}
+local UNLIMITED = 1000000000
+
+-- The crawl's defaults and pause flag (the consumers' flags, written at their start).
+local function crawl_conf()
+  local c = redis.call('HMGET', H.conf, 'paused', 'delay', 'concurrency')
+  return {paused = c[1] == '1', delay = tonumber(c[2]) or 0, conc = tonumber(c[3]) or 0}
+end
+
+-- A host's settings from its hostconf value "delay,conc,budget,used,blocked,robots"
+-- (ms, counts; '' = unset).
+local function conf_decode(value)
+  local f = {}
+  if value then
+    local i = 1
+    for v in string.gmatch(value .. ',', '([^,]*),') do
+      f[i] = tonumber(v)
+      i = i + 1
+    end
+  end
+  return {delay = f[1], conc = f[2], budget = f[3], used = f[4] or 0, blocked = f[5] or 0,
+          robots = f[6]}
+end
+
+local function conf_encode(c)
+  local function s(v) return v and string.format('%d', v) or '' end
+  return s(c.delay) .. ',' .. s(c.conc) .. ',' .. s(c.budget) .. ',' .. s(c.used) .. ','
+    .. s(c.blocked) .. ',' .. s(c.robots)
+end
+
+-- Whether a conf holds nothing worth keeping (then its hostconf field is deleted).
+local function conf_empty(c, now)
+  return not (c.delay or c.conc or c.budget or c.robots) and c.blocked <= now
+end
+
+-- A host's delay (ms) and concurrency under the crawl defaults `cc`: its own setting or
+-- the default, and never faster than its robots.txt Crawl-delay.
+local function host_limits(c, cc)
+  local delay = c.delay or cc.delay
+  if c.robots and c.robots > delay then delay = c.robots end
+  local conc = c.conc or cc.conc
+  if conc <= 0 then conc = UNLIMITED end
+  return delay, conc
+end
+
+-- The unique values of a list, in first-seen order.
+local function unique(list)
+  local out, seen = {}, {}
+  for _, v in ipairs(list) do
+    if not seen[v] then
+      seen[v] = true
+      out[#out + 1] = v
+    end
+  end
+  return out
+end
+
+-- Adds deltas to per-host counters in a ZSET (host -> count) with two commands.
+local function add_counts(zset, deltas)
+  local hosts = {}
+  for host in pairs(deltas) do hosts[#hosts + 1] = host end
+  if #hosts == 0 then return end
+  local old = call_sliced('ZMSCORE', zset, hosts, 1000)
+  local args = {}
+  for i, host in ipairs(hosts) do
+    local v = (tonumber(old[i]) or 0) + deltas[host]
+    if v < 0 then v = 0 end
+    args[2 * i - 1], args[2 * i] = v, host
+  end
+  call_sliced('ZADD', zset, args, 1000)
+end
+
+-- Puts each host in `due` (at max(last request + delay, blocked until)) or takes it out,
+-- from its pending count, leases, settings and the crawl defaults. Six commands for any
+-- number of hosts.
+local function refresh_hosts(hosts)
+  hosts = unique(hosts)
+  if #hosts == 0 then return end
+  local cc = crawl_conf()
+  local queued = call_sliced('ZMSCORE', H.queued, hosts, 1000)
+  local inflight = call_sliced('ZMSCORE', H.inflight, hosts, 1000)
+  local last = call_sliced('ZMSCORE', H.last, hosts, 1000)
+  local confs = call_sliced('HMGET', H.hostconf, hosts, 1000)
+  local add, rem = {}, {}
+  for i, host in ipairs(hosts) do
+    local c = conf_decode(confs[i])
+    local delay, conc = host_limits(c, cc)
+    if (tonumber(queued[i]) or 0) > 0 and (tonumber(inflight[i]) or 0) < conc then
+      local at = (tonumber(last[i]) or 0) + delay
+      if c.blocked > at then at = c.blocked end
+      add[#add + 1] = at
+      add[#add + 1] = host
+    else
+      rem[#rem + 1] = host
+    end
+  end
+  if #add > 0 then call_sliced('ZADD', H.due, add, 1000) end
+  if #rem > 0 then call_sliced('ZREM', H.due, rem, 1000) end
+end
+
+-- A stored task value "<host> <priority> <entry>" as its three parts (nil if malformed).
+local function split_value(value)
+  if not value then return nil end
+  local host, prio, entry = string.match(value, '^(%S+) (%d+) (.*)$')
+  if not host then return nil end
+  return host, tonumber(prio), entry
+end
+
+-- Puts pending entries back in their hosts' queues. `items` holds {host, priority,
+-- entry}; `qkeys[host]` = {hq key, hp key}; front=true puts priority-0 entries at the
+-- head (they already waited their turn). Counts them pending; returns the hosts touched.
+local function requeue_entries(items, qkeys, prio_hosts, pending, front)
+  local lists, deltas, hosts = {}, {}, {}
+  for _, it in ipairs(items) do
+    local host, prio, entry = it[1], it[2], it[3]
+    local keys = qkeys[host]
+    if prio > 0 then
+      redis.call('ZADD', keys[2], -prio, entry)
+      redis.call('ZADD', prio_hosts, 'LT', -prio, host)
+    else
+      local l = lists[host]
+      if not l then
+        l = {}
+        lists[host] = l
+      end
+      l[#l + 1] = entry
+    end
+    deltas[host] = (deltas[host] or 0) + 1
+    hosts[#hosts + 1] = host
+  end
+  for host, l in pairs(lists) do
+    if front then
+      -- LPUSH reverses its arguments: push the last first so the first ends at the head.
+      local rev = {}
+      for i = #l, 1, -1 do rev[#rev + 1] = l[i] end
+      call_sliced('LPUSH', qkeys[host][1], rev, 1000)
+    else
+      call_sliced('RPUSH', qkeys[host][1], l, 1000)
+    end
+  end
+  add_counts(H.queued, deltas)
+  if #items > 0 then redis.call('INCRBY', pending, #items) end
+  return hosts
+end
+
+-- The queue keys of the hosts a script was given: KEYS[first + 2(i-1)] and the next are
+-- hq and hp of ARGV host i (hosts named in ARGV[argv_first ..], nhosts of them).
+local function host_queue_keys(first, hosts)
+  local qkeys = {}
+  for i, host in ipairs(hosts) do
+    qkeys[host] = {KEYS[first + 2 * (i - 1)], KEYS[first + 2 * (i - 1) + 1]}
+  end
+  return qkeys
 end

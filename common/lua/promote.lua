@@ -1,24 +1,41 @@
--- promote.lua: move due tasks from `delayed` (retries, deferrals) back to ready.
+-- promote.lua: put retries whose time has come back in their hosts' queues.
 --
--- KEYS[1]  delayed  ZSET  id -> due (ms)
--- KEYS[2]  ready    LIST
--- KEYS[3]  prio     ZSET
--- KEYS[4]  prios    HASH
--- KEYS[5]  stats    HASH  counters (promoted)
--- ARGV[1]  limit, the most tasks to move in this call
--- Returns {promoted, ms until the next task is due or -1 if none waits}
-local delayed, ready, prio, prios, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local limit = int_arg(ARGV[1], 'limit')
-if limit < 1 then error('crawlq: promote needs limit >= 1') end
+-- The caller names candidate ids (the head of `delayed`) and their hosts; each is
+-- checked here against Redis TIME. A retry joins the tail of its host's queue, so it
+-- takes its host's turn like any other task.
+--
+-- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
+-- KEYS[7]  delayed     ZSET  id -> due (ms)
+-- KEYS[8]  tasks       HASH  id -> "<host> <priority> <entry>"
+-- KEYS[9]  stats       HASH  counters (promoted)
+-- KEYS[10] pending     STRING
+-- KEYS[11] prio_hosts  ZSET
+-- KEYS[12..] per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
+-- ARGV[1]  H, the number of hosts; ARGV[2..1+H] the hosts
+-- ARGV[2+H..] candidate ids
+-- Returns {promoted, ms until the next retry is due or -1 if none waits}
+local delayed, tasks, stats, pending, prio_hosts = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local nhosts = int_arg(ARGV[1], 'hosts')
+local hosts = {}
+for i = 1, nhosts do hosts[i] = ARGV[1 + i] end
+if #KEYS ~= 11 + 2 * nhosts then error('crawlq: promote needs 2 keys per host') end
+local qkeys = host_queue_keys(12, hosts)
 allow_at_maxmemory(stats)
 local now = now_ms()
-local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
-for _, id in ipairs(due) do
-  redis.call('ZREM', delayed, id)
-  push_ready(ready, prio, prios, id, false)
+local back = {}
+for i = 2 + nhosts, #ARGV do
+  local id = ARGV[i]
+  local at = tonumber(redis.call('ZSCORE', delayed, id))
+  local host, prio, entry = split_value(redis.call('HGET', tasks, id))
+  if at and at <= now and host and qkeys[host] then
+    redis.call('ZREM', delayed, id)
+    redis.call('HDEL', tasks, id)
+    back[#back + 1] = {host, prio, entry}
+  end
 end
-bump(stats, {promoted = #due})
+refresh_hosts(requeue_entries(back, qkeys, prio_hosts, pending, false))
+bump(stats, {promoted = #back})
 local next_due = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
 local wait = -1
 if next_due[2] then wait = math.max(0, tonumber(next_due[2]) - now) end
-return {#due, wait}
+return {#back, wait}

@@ -1,4 +1,5 @@
--- purge.lua: delete dead tasks for good (their URLs stay seen).
+-- purge.lua: delete dead tasks for good (their URLs stay seen: with exact dedup the mark
+-- becomes -(now), so a recrawl window counts from the purge).
 --
 -- KEYS[1]  dead          ZSET
 -- KEYS[2]  errors        HASH
@@ -7,18 +8,27 @@
 -- KEYS[5]  attempts      HASH
 -- KEYS[6]  stalls        HASH
 -- KEYS[7]  checkpoints   HASH
--- KEYS[8]  prios         HASH
--- KEYS[9]  stats         HASH  counters (purged)
--- ARGV[1..] ids
+-- KEYS[8]  stats         HASH  counters (purged)
+-- KEYS[9..] with marks: per id i, its seen bucket HASH
+-- ARGV[1]  marks: 1 = each id is followed by its seen field (exact dedup), 0 = not
+-- ARGV[2..] ids (with marks: id, seen field pairs)
 -- Returns {code per id} (0 OK, 5 UNKNOWN: not dead)
 local dead, errors, dead_reasons, tasks = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local attempts, stalls, checkpoints, prios, stats = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local attempts, stalls, checkpoints, stats = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local marks = ARGV[1] == '1'
+local width = marks and 2 or 1
+if (#ARGV - 1) % width ~= 0 or (marks and #KEYS ~= 8 + (#ARGV - 1) / 2) then
+  error('crawlq: purge needs ids (with marks: id, seen field pairs) and seen keys')
+end
 allow_at_maxmemory(stats)
+local now_s = tonumber(redis.call('TIME')[1])
 local codes, purged = {}, 0
-for _, id in ipairs(ARGV) do
+for i = 2, #ARGV, width do
+  local id = ARGV[i]
   if redis.call('ZREM', dead, id) == 1 then
+    if marks then redis.call('HSET', KEYS[8 + i / 2], ARGV[i + 1], -now_s) end
     forget_dead_reason(errors, dead_reasons, id)
-    for _, h in ipairs({errors, tasks, attempts, stalls, checkpoints, prios}) do
+    for _, h in ipairs({errors, tasks, attempts, stalls, checkpoints}) do
       redis.call('HDEL', h, id)
     end
     purged = purged + 1

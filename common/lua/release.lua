@@ -1,37 +1,56 @@
--- release.lua: hand leased tasks back without counting an attempt (graceful shutdown).
+-- release.lua: hand leased tasks back without counting an attempt (graceful shutdown,
+-- or a robots.txt fetch that used the task's turn).
 --
--- The task goes back to the head of the ready line, so the next consumer starts it
--- at once instead of waiting for the lease to expire.
+-- The task goes back to the head of its host's queue, so the host's next turn serves it
+-- instead of waiting for the lease to expire; the host gets its slot back.
 --
--- KEYS[1]  leases    ZSET
--- KEYS[2]  owners    HASH
--- KEYS[3]  attempts  HASH
--- KEYS[4]  ready     LIST
--- KEYS[5]  prio      ZSET
--- KEYS[6]  prios     HASH
--- KEYS[7]  stats     HASH  counters (released, stale)
+-- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
+-- KEYS[7]  leases      ZSET
+-- KEYS[8]  owners      HASH
+-- KEYS[9]  attempts    HASH
+-- KEYS[10] tasks       HASH  id -> "<host> <priority> <entry>"
+-- KEYS[11] stats       HASH  counters (released, stale)
+-- KEYS[12] pending     STRING
+-- KEYS[13] prio_hosts  ZSET
+-- KEYS[14..] per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
 -- ARGV[1]  worker id
--- ARGV[2..] pairs: id, token
+-- ARGV[2]  H, the number of hosts; ARGV[3..2+H] the hosts of the tasks
+-- ARGV[3+H..] pairs: id, token
 -- Returns {code per item} (0 OK, 3 STALE, 4 EXPIRED, 5 UNKNOWN)
-local leases, owners, attempts, ready = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local prio, prios, stats = KEYS[5], KEYS[6], KEYS[7]
+local leases, owners, attempts, tasks = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local stats, pending, prio_hosts = KEYS[11], KEYS[12], KEYS[13]
 local worker = ARGV[1]
-if (#ARGV - 1) % 2 ~= 0 then error('crawlq: release needs (id, token) pairs') end
+local nhosts = int_arg(ARGV[2], 'hosts')
+local hosts = {}
+for i = 1, nhosts do hosts[i] = ARGV[2 + i] end
+local first = 3 + nhosts
+if (#ARGV - first + 1) % 2 ~= 0 or #KEYS ~= 13 + 2 * nhosts then
+  error('crawlq: release needs 2 keys per host and (id, token) pairs')
+end
+local qkeys = host_queue_keys(14, hosts)
 allow_at_maxmemory(stats)
 local now = now_ms()
-local codes, released, stale = {}, 0, 0
-for i = 2, #ARGV, 2 do
+local codes, back, freed, stale = {}, {}, {}, 0
+for i = first, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
   local state = lease_state(leases, owners, id, token, worker, now)
+  local host, prio, entry
+  if state == OK then
+    host, prio, entry = split_value(redis.call('HGET', tasks, id))
+    if not (host and qkeys[host]) then state = UNKNOWN end
+  end
   if state == OK then
     drop_lease(leases, owners, id)
     redis.call('HINCRBY', attempts, id, -1)
-    push_ready(ready, prio, prios, id, true)
-    released = released + 1
+    redis.call('HDEL', tasks, id)
+    back[#back + 1] = {host, prio, entry}
+    freed[host] = (freed[host] or 0) - 1
   else
     stale = stale + 1
   end
   codes[#codes + 1] = state
 end
-bump(stats, {released = released, stale = stale})
+add_counts(H.inflight, freed)
+refresh_hosts(requeue_entries(back, qkeys, prio_hosts, pending, true))
+bump(stats, {released = #back, stale = stale})
 return codes

@@ -1,0 +1,145 @@
+"""``crawlq hosts``, ``crawlq pause`` and ``crawlq resume``: steer a running crawl's frontier.
+
+Every change is written to Redis and taken up by the fleet's next lease call (within a
+second), without restarting anyone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from dataclasses import asdict
+
+from common.config import Option, add_options, duration
+from common.connection import RedisClient
+from common.frontier import SORT_COLUMNS, Frontier, HostPage
+from common.queue import CrawlQueue
+
+Command = Callable[..., argparse.ArgumentParser]
+_JSON = Option("--json", "CRAWLQ_JSON", False, "print one JSON document", flag_only_bool=True)
+
+
+def _in(ms: int | None, now_ms: int) -> str:
+    if ms is None:
+        return "-"
+    delta = (ms - now_ms) / 1000
+    return "now" if delta <= 0 else f"in {delta:.1f}s"
+
+
+def hosts_text(page: HostPage, offset: int) -> str:
+    """The hosts table as the terminal shows it."""
+    if not page.rows:
+        return f"no hosts at offset {offset} ({page.total} in all)"
+    width = max(4, *(len(r.host) for r in page.rows))
+    lines = [f"{'host':<{width}} {'queued':>8} {'flight':>6} {'done':>8} {'errors':>6} "
+             f"{'next':>9} {'delay':>7} {'conc':>4} {'budget':>11} blocked"]
+    for r in page.rows:
+        budget = "-" if r.budget is None else f"{r.used}/{r.budget}"
+        conc = "-" if r.concurrency == 0 else str(r.concurrency)
+        lines.append(
+            f"{r.host:<{width}} {r.queued:>8,} {r.in_flight:>6} {r.done:>8,} {r.errors:>6} "
+            f"{_in(r.next_allowed_ms, page.now_ms):>9} {r.delay_ms / 1000:>6.1f}s {conc:>4} "
+            f"{budget:>11} {_in(r.blocked_until_ms, page.now_ms)}")
+    lines.append(f"hosts {offset + 1}-{offset + len(page.rows)} of {page.total}")
+    return "\n".join(lines)
+
+
+async def _frontier(client: RedisClient, crawl: str) -> Frontier:
+    return Frontier(await CrawlQueue.existing(client, crawl))
+
+
+async def cmd_hosts(args: argparse.Namespace, client: RedisClient) -> int:
+    """List hosts, sorted and paged."""
+    frontier = await _frontier(client, args.crawl)
+    page = await frontier.hosts(sort=args.sort, desc=not args.asc, offset=args.offset,
+                                limit=args.limit)
+    if args.json:
+        print(json.dumps({"total": page.total, "now_ms": page.now_ms,
+                          "hosts": [asdict(r) for r in page.rows]}))
+    else:
+        print(hosts_text(page, args.offset))
+    return 0
+
+
+async def cmd_hosts_set(args: argparse.Namespace, client: RedisClient) -> int:
+    """Change one host's delay, concurrency or budget."""
+    frontier = await _frontier(client, args.crawl)
+    host = await frontier.set_host(args.host, delay_s=args.delay, concurrency=args.concurrency,
+                                   budget=args.budget, clear=tuple(args.clear))
+    row = await frontier.host(host)
+    print(f"host {host}: " + ("set" if row is None else
+                              f"delay {row.delay_ms / 1000:g}s, concurrency "
+                              f"{row.concurrency or 'unlimited'}, budget "
+                              f"{'none' if row.budget is None else row.budget}"))
+    return 0
+
+
+async def cmd_hosts_block(args: argparse.Namespace, client: RedisClient) -> int:
+    """Send one host nothing for a while."""
+    frontier = await _frontier(client, args.crawl)
+    host = await frontier.block_host(args.host, args.for_)
+    print(f"host {host}: " + (f"blocked for {args.for_:g}s" if args.for_ else "unblocked"))
+    return 0
+
+
+async def cmd_pause(args: argparse.Namespace, client: RedisClient) -> int:
+    """Pause or resume the crawl (``args.paused``)."""
+    frontier = await _frontier(client, args.crawl)
+    await frontier.set_paused(args.paused)
+    print(f"crawl {args.crawl} {'paused: consumers lease nothing' if args.paused else 'resumed'}")
+    return 0
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def add_host_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser],
+                      command: Command, common: tuple[Option, ...]) -> None:
+    """Register ``hosts [set|block]``, ``pause`` and ``resume`` on the crawlq parser."""
+    hosts = sub.add_parser("hosts", help="list the crawl's hosts; change or block one",
+                           description="List the crawl's hosts (sorted, paged), or "
+                           "change one host's settings while the crawl runs.")
+    add_options(hosts, common)
+    add_options(hosts, (
+        _JSON,
+        Option("--sort", "CRAWLQ_HOSTS_SORT", "queued", "column to sort by",
+               choices=SORT_COLUMNS),
+        Option("--asc", "CRAWLQ_HOSTS_ASC", False, "smallest first", flag_only_bool=True),
+        Option("--offset", "CRAWLQ_HOSTS_OFFSET", 0, "skip this many hosts",
+               type=_non_negative_int),
+        Option("--limit", "CRAWLQ_HOSTS_LIMIT", 50, "show at most this many (1..1000)",
+               type=int),
+    ))
+    hosts.set_defaults(handler=cmd_hosts)
+    hosts_sub = hosts.add_subparsers(dest="hosts_command", metavar="ACTION")
+    p = hosts_sub.add_parser("set", help="change one host's delay, concurrency or budget",
+                             description="Change one host's settings; they override the "
+                             "crawl's defaults (the consumers' flags) until cleared.")
+    add_options(p, common)
+    p.add_argument("host", help="the host (example.com, example.com:8080, or a URL)")
+    p.add_argument("--delay", type=duration, default=None,
+                   help="least time between requests to it (e.g. 2s)")
+    p.add_argument("--concurrency", type=_non_negative_int, default=None,
+                   help="most requests in flight to it (0 = no limit)")
+    p.add_argument("--budget", type=_non_negative_int, default=None,
+                   help="most pages to fetch from it; the rest end `host_budget`")
+    p.add_argument("--clear", action="append", default=[],
+                   choices=("delay", "concurrency", "budget"),
+                   help="back to the crawl's default (repeatable)")
+    p.set_defaults(handler=cmd_hosts_set)
+    p = hosts_sub.add_parser("block", help="send one host nothing for a while",
+                             description="Block one host for the whole fleet (--for 0 "
+                                         "unblocks).")
+    add_options(p, common)
+    p.add_argument("host", help="the host (example.com, example.com:8080, or a URL)")
+    p.add_argument("--for", dest="for_", type=duration, required=True,
+                   help="how long, e.g. 10m; 0 unblocks")
+    p.set_defaults(handler=cmd_hosts_block)
+    command("pause", "pause the crawl: consumers stay up and lease nothing").set_defaults(
+        handler=cmd_pause, paused=True)
+    command("resume", "resume a paused crawl").set_defaults(handler=cmd_pause, paused=False)

@@ -1,0 +1,216 @@
+"""Steering the frontier while a crawl runs: list hosts, change a host's settings, block
+it, pause and resume the crawl, set the crawl's defaults.
+
+Every change is one script or one single-key write per partition and takes effect on
+the fleet's next lease call (consumers ask at least once a second). Listing is O(page)
+in Redis work per partition: each sortable column is a ZSET of host -> value
+(``common/keys.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from common.errors import ConfigError
+from common.hosts import host_key
+from common.keys import PartitionKeys
+from common.queue import CrawlQueue
+
+#: Sortable columns and the ZSET of each (sparse ones list only hosts that have a value).
+SORT_COLUMNS = ("queued", "in_flight", "done", "errors", "next_allowed", "last_request",
+                "delay", "blocked_until")
+MAX_PAGE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class HostRow:
+    """One host of the frontier. Times are ms of Redis TIME; concurrency 0 = no limit."""
+
+    host: str
+    partition: int
+    queued: int
+    in_flight: int
+    done: int
+    errors: int
+    last_request_ms: int | None
+    next_allowed_ms: int | None  # None: nothing pending (or every slot in use)
+    delay_ms: int
+    concurrency: int
+    budget: int | None
+    used: int
+    blocked_until_ms: int | None
+    robots_delay_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class HostPage:
+    """A page of hosts: ``total`` hosts in the crawl, ``now_ms`` the Redis TIME read."""
+
+    total: int
+    rows: list[HostRow]
+    now_ms: int
+
+
+def _column_key(pk: PartitionKeys, column: str) -> str:
+    return {"queued": pk.queued, "in_flight": pk.inflight, "done": pk.done,
+            "errors": pk.errors_by_host, "next_allowed": pk.due, "last_request": pk.last,
+            "delay": pk.delay, "blocked_until": pk.blocked}[column]
+
+
+def normalize_host(text: str) -> str:
+    """A host as the operator typed it (``Example.com``, ``a.test:8080``, a URL) in the
+    form the frontier keys it by."""
+    text = text.strip()
+    if "://" in text:
+        return host_key(text)
+    try:
+        return host_key(f"http://{text}/")
+    except ValueError:
+        raise ConfigError(f"not a host: {text!r} (e.g. example.com or example.com:8080)"
+                          ) from None
+
+
+def _conf(value: bytes | None) -> list[int | None]:
+    fields = (value or b",,,,,").decode().split(",")
+    return [int(f) if f else None for f in (fields + [""] * 6)[:6]]
+
+
+class Frontier:
+    """The operator's view of one crawl's hosts (the CLI and the dashboard use it)."""
+
+    def __init__(self, queue: CrawlQueue) -> None:
+        self.queue = queue
+        self.client = queue.client
+
+    def _pk(self, host: str) -> PartitionKeys:
+        return self.queue.partitions[self.queue.partition_of(host)]
+
+    async def hosts(self, *, sort: str = "queued", desc: bool = True, offset: int = 0,
+                    limit: int = 50) -> HostPage:
+        """One page of hosts sorted by a column (see SORT_COLUMNS)."""
+        if sort not in SORT_COLUMNS:
+            raise ConfigError(f"unknown sort column {sort!r}: one of {', '.join(SORT_COLUMNS)}")
+        if offset < 0 or not 1 <= limit <= MAX_PAGE:
+            raise ConfigError(f"offset must be >= 0 and limit 1..{MAX_PAGE}")
+        parts = self.queue.partitions
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.time()
+            for pk in parts:
+                pipe.zcard(pk.queued)
+                pipe.zrange(_column_key(pk, sort), 0, offset + limit - 1, desc=desc,
+                            withscores=True)
+            replies = await pipe.execute()
+        seconds, micros = replies[0]
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        total = sum(int(n) for n in replies[1::2])
+        merged: list[tuple[float, str, int]] = []
+        for p, ranked in enumerate(replies[2::2]):
+            merged += [(score, m.decode(), p) for m, score in ranked]
+        merged.sort(key=lambda x: (-x[0] if desc else x[0], x[1]))
+        page = merged[offset:offset + limit]
+        rows = await self._rows([(host, p) for _, host, p in page])
+        return HostPage(total, rows, now_ms)
+
+    async def host(self, host: str) -> HostRow | None:
+        """One host's row, or None if the crawl never queued it."""
+        host = normalize_host(host)
+        rows = await self._rows([(host, self.queue.partition_of(host))])
+        return rows[0] if rows and rows[0].queued + rows[0].done + rows[0].in_flight else None
+
+    async def _rows(self, hosts: list[tuple[str, int]]) -> list[HostRow]:
+        if not hosts:
+            return []
+        async with self.client.pipeline(transaction=False) as pipe:
+            for host, p in hosts:
+                pk = self.queue.partitions[p]
+                for key in (pk.queued, pk.inflight, pk.done, pk.errors_by_host, pk.last,
+                            pk.due):
+                    pipe.zscore(key, host)
+                pipe.hget(pk.hostconf, host)
+                pipe.hmget(pk.conf, "delay", "concurrency")
+            replies = await pipe.execute()
+        rows = []
+        for i, (host, p) in enumerate(hosts):
+            queued, inflight, done, errors, last, due, conf, defaults = replies[8 * i:8 * i + 8]
+            delay, conc, budget, used, blocked, robots = _conf(conf)
+            default_delay, default_conc = (int(v) if v else 0 for v in defaults)
+            own_delay = default_delay if delay is None else delay
+            rows.append(HostRow(
+                host=host, partition=p, queued=int(queued or 0), in_flight=int(inflight or 0),
+                done=int(done or 0), errors=int(errors or 0),
+                last_request_ms=None if last is None else int(last),
+                next_allowed_ms=None if due is None else int(due),
+                delay_ms=max(own_delay, robots or 0),
+                concurrency=default_conc if conc is None else conc,
+                budget=budget, used=used or 0,
+                blocked_until_ms=blocked or None, robots_delay_ms=robots))
+        return rows
+
+    async def _host_set(self, host: str, *pairs: Any) -> None:
+        pk = self._pk(host)
+        await self.queue.scripts.host_set(keys=[*pk.host_state, pk.delay, pk.blocked],
+                                          args=[host, *pairs])
+
+    async def set_host(self, host: str, *, delay_s: float | None = None,
+                       concurrency: int | None = None, budget: int | None = None,
+                       clear: tuple[str, ...] = ()) -> str:
+        """Change a host's delay, concurrency or page budget (``clear``: back to the
+        crawl's default / no budget); returns the host as keyed."""
+        host = normalize_host(host)
+        pairs: list[Any] = []
+        if delay_s is not None:
+            if delay_s < 0:
+                raise ConfigError("a host's delay must be >= 0")
+            pairs += ["delay", int(delay_s * 1000)]
+        if concurrency is not None:
+            if concurrency < 0:
+                raise ConfigError("a host's concurrency must be >= 0 (0 = no limit)")
+            pairs += ["concurrency", concurrency]
+        if budget is not None:
+            if budget < 0:
+                raise ConfigError("a host's budget must be >= 0 pages")
+            pairs += ["budget", budget]
+        for name in clear:
+            if name not in ("delay", "concurrency", "budget"):
+                raise ConfigError(f"can't clear {name!r}: delay, concurrency or budget")
+            pairs += [name, -1]
+        if not pairs:
+            raise ConfigError("nothing to set: give --delay, --concurrency, --budget or --clear")
+        await self._host_set(host, *pairs)
+        return host
+
+    async def block_host(self, host: str, seconds: float) -> str:
+        """Send a host nothing for `seconds` (0 unblocks); returns the host as keyed."""
+        if seconds < 0:
+            raise ConfigError("block for must be >= 0 seconds")
+        host = normalize_host(host)
+        await self._host_set(host, "block", int(seconds * 1000))
+        return host
+
+    async def set_robots_delay(self, host: str, seconds: float | None) -> None:
+        """Record a host's robots.txt Crawl-delay (None: it has none)."""
+        await self._host_set(host, "robots_delay",
+                             -1 if seconds is None else int(seconds * 1000))
+
+    async def set_paused(self, paused: bool) -> None:
+        """Pause (lease nothing) or resume the whole crawl."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for pk in self.queue.partitions:
+                pipe.hset(pk.conf, "paused", "1" if paused else "0")
+            await pipe.execute()
+
+    async def is_paused(self) -> bool:
+        """Whether the crawl is paused."""
+        return await self.client.hget(self.queue.partitions[0].conf, "paused") == b"1"
+
+    async def set_defaults(self, *, delay_s: float, concurrency: int) -> None:
+        """The crawl's default per-host delay and concurrency (0 = no limit): the
+        consumers' --per-host-delay and --per-host-concurrency, written at their start."""
+        if delay_s < 0 or concurrency < 0:
+            raise ConfigError("the default delay and concurrency must be >= 0")
+        async with self.client.pipeline(transaction=False) as pipe:
+            for pk in self.queue.partitions:
+                pipe.hset(pk.conf, mapping={"delay": int(delay_s * 1000),
+                                            "concurrency": concurrency})
+            await pipe.execute()

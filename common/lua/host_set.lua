@@ -1,0 +1,44 @@
+-- host_set.lua: change one host's settings while the crawl runs (`crawlq hosts set`,
+-- `crawlq hosts block`, a robots.txt Crawl-delay), and move its turn to match.
+--
+-- Its next turn is recomputed at once: last request + its new delay, or the block's end,
+-- so a change takes effect on the fleet's next lease.
+--
+-- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
+-- KEYS[7]  h:delay    ZSET  host -> its delay when not the default (ms)
+-- KEYS[8]  h:blocked  ZSET  host -> blocked until (ms)
+-- ARGV[1]  host
+-- ARGV[2..] pairs: setting, value. Settings: delay (ms), concurrency, budget (pages),
+--           robots_delay (ms) -- value -1 clears it (back to the default); block (ms from
+--           now; 0 unblocks)
+-- Returns the host's settings after the change: "delay,conc,budget,used,blocked,robots"
+local delays, blocked = KEYS[7], KEYS[8]
+local host = ARGV[1]
+if not host or host == '' or string.find(host, '%s') then error('crawlq: host_set needs a host') end
+if #ARGV % 2 ~= 1 then error('crawlq: host_set needs (setting, value) pairs') end
+local now = now_ms()
+local c = conf_decode(redis.call('HGET', H.hostconf, host))
+local fields = {delay = 'delay', concurrency = 'conc', budget = 'budget', robots_delay = 'robots'}
+for i = 2, #ARGV, 2 do
+  local name, value = ARGV[i], int_arg(ARGV[i + 1], ARGV[i])
+  if name == 'block' then
+    if value < 0 then error('crawlq: block must be >= 0 ms') end
+    c.blocked = value > 0 and now + value or 0
+  elseif fields[name] then
+    if value < -1 then error('crawlq: ' .. name .. ' must be >= 0, or -1 to clear it') end
+    c[fields[name]] = value >= 0 and value or nil
+  else
+    error('crawlq: unknown host setting ' .. name)
+  end
+end
+if conf_empty(c, now) then
+  redis.call('HDEL', H.hostconf, host)
+else
+  redis.call('HSET', H.hostconf, host, conf_encode(c))
+end
+local own = c.delay
+if c.robots and (not own or c.robots > own) then own = c.robots end
+if own then redis.call('ZADD', delays, own, host) else redis.call('ZREM', delays, host) end
+if c.blocked > now then redis.call('ZADD', blocked, c.blocked, host) else redis.call('ZREM', blocked, host) end
+refresh_hosts({host})
+return conf_encode(c)

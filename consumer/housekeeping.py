@@ -1,0 +1,120 @@
+"""The consumer's housekeeping loops: the heartbeat (renew held leases, refresh the worker
+registry, log progress) and the reaper (reclaim expired leases, promote due retries,
+record the crawl's history)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable
+
+from common import codec
+from common.metrics import Metrics
+from common.queue import CrawlQueue, Lease
+from consumer.flush import REDIS_ERRORS
+from consumer.leases import LeaseBook
+from consumer.registry import WorkerRegistry
+
+log = logging.getLogger("consumer")
+
+HISTORY_EVERY_S = 5.0
+HISTORY_LEN = 240
+PROGRESS_EVERY_S = 30.0
+
+
+class Housekeeping:
+    """Heartbeat and reaper of one consumer."""
+
+    def __init__(self, queue: CrawlQueue, book: LeaseBook, metrics: Metrics,
+                 registry: WorkerRegistry, *, worker: str, lease_s: float,
+                 status: Callable[[], dict[str, int | str]],
+                 on_lost: Callable[[Lease], None]) -> None:
+        self.queue = queue
+        self.book = book
+        self.metrics = metrics
+        self.registry = registry
+        self.worker = worker
+        self.lease_s = lease_s
+        self._status = status
+        self._on_lost = on_lost
+        self._last_history = 0.0
+
+    async def heartbeat(self, closing: Callable[[], bool]) -> None:
+        """Renew every lease_s / 3; beat the registry; log progress now and then."""
+        interval = self.lease_s / 3
+        last_log, last_done = time.monotonic(), 0
+        while not closing():
+            status = self._status()
+            with contextlib.suppress(*REDIS_ERRORS):
+                await self.registry.beat(
+                    in_flight=int(status["in_flight"]), done=int(status["done"]),
+                    failed=int(status["failed"]), state=str(status["state"]))
+            await asyncio.sleep(interval)
+            await self.renew()
+            now = time.monotonic()
+            if now - last_log >= PROGRESS_EVERY_S:
+                done = int(status["done"])
+                log.info("progress", extra={
+                    "done": done, "failed": status["failed"], "held": len(self.book),
+                    "in_flight": status["in_flight"],
+                    "per_s": round((done - last_done) / (now - last_log), 1)})
+                last_log, last_done = now, done
+
+    async def renew(self) -> None:
+        """Renew every held lease; hand the ones lost to `on_lost`."""
+        leases = list(self.book.held.values())
+        t0 = time.monotonic()
+        try:
+            lost = await self.queue.renew(self.worker, leases, int(self.book.lease_s * 1000))
+        except REDIS_ERRORS as exc:
+            self.metrics.redis_errors_total.inc()
+            log.warning("redis_error", extra={"during": "renew", "error": str(exc)[:200]})
+            return
+        lost_ids = {lease.id for lease, _ in lost}
+        for lease in leases:
+            if lease.id not in lost_ids:
+                self.book.renewed(lease, t0)
+        self.metrics.leases_renewed_total.inc(len(leases) - len(lost))
+        if lost:
+            log.warning("leases_lost", extra={"n": len(lost)})
+        for lease, code in lost:
+            if self.book.holds(lease):  # else finished meanwhile, or leased again
+                log.debug("lease_lost", extra={"id": lease.id, "code": code.name})
+                self._on_lost(lease)
+
+    async def reaper(self, closing: Callable[[], bool]) -> None:
+        """Reclaim and promote (one consumer of the fleet per interval), and snapshot."""
+        interval = max(0.2, min(2.0, self.lease_s / 4))
+        while not closing():
+            try:
+                reaped = await self.queue.reap(int(interval * 1000))
+                if reaped is not None:
+                    reclaimed, died, _ = reaped
+                    self.metrics.reclaimed_total.inc(reclaimed)
+                    if reclaimed or died:
+                        log.info("leases_reclaimed", extra={"reclaimed": reclaimed,
+                                                            "dead": died})
+                    await self._snapshot()
+            except REDIS_ERRORS as exc:
+                self.metrics.redis_errors_total.inc()
+                log.warning("redis_error", extra={"during": "reap", "error": str(exc)[:200]})
+            await asyncio.sleep(interval * random.uniform(0.8, 1.2))
+
+    async def _snapshot(self) -> None:
+        """Append the crawl's counters to its history (for rates), every few seconds."""
+        now = time.time()
+        if now - self._last_history < HISTORY_EVERY_S:
+            return
+        self._last_history = now
+        stats = await self.queue.stats()
+        # Running counters only (rates are their differences); the state counts share
+        # some names (leased, dead) and are read live by `crawlq stats` anyway.
+        snap = {"t": round(now, 3), **stats.counters}
+        key = self.queue.crawl_keys.history
+        async with self.queue.client.pipeline(transaction=False) as pipe:
+            pipe.lpush(key, codec.dumps(snap))
+            pipe.ltrim(key, 0, HISTORY_LEN - 1)
+            await pipe.execute()

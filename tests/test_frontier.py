@@ -1,0 +1,225 @@
+"""The host-fair frontier: leases serve hosts whose turn has come, and operators steer
+hosts and the crawl while it runs. Real redis-server; real local sites for the fleet."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from common.errors import ConfigError
+from common.frontier import Frontier
+from common.keys import PartitionKeys
+from common.queue import CrawlFormatError, CrawlQueue, CrawlSettings, Failure, NewTask
+from common.urls import fingerprint
+from consumer.config import build_parser, settings_from_args
+from consumer.run import run
+from tests.sites import test_site
+
+
+def tasks(urls: list[str], **kw: int) -> list[NewTask]:
+    return [NewTask(u, fingerprint(u), **kw) for u in urls]  # type: ignore[arg-type]
+
+
+async def polite_queue(client: aioredis.Redis, crawl: str, *, delay_s: float = 0.0,
+                       concurrency: int = 0, partitions: int = 1) -> CrawlQueue:
+    q = await CrawlQueue.open(client, crawl, CrawlSettings(partitions=partitions))
+    await Frontier(q).set_defaults(delay_s=delay_s, concurrency=concurrency)
+    return q
+
+
+async def test_a_host_with_a_delay_gives_one_task_per_turn_and_says_when_the_next_is(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await polite_queue(redis_client, crawl_name, delay_s=0.4)
+    await q.enqueue(tasks([f"http://a.test/{i}" for i in range(5)]))
+    first = await q.lease_turns("w", 10, 60_000)
+    assert len(first.leases) == 1
+    second = await q.lease_turns("w", 10, 60_000)
+    assert second.leases == [] and second.wait_s is not None and 0.2 < second.wait_s <= 0.4
+    await asyncio.sleep(second.wait_s)
+    assert len(await q.lease("w", 10, 60_000)) == 1
+
+
+async def test_concurrency_caps_leases_per_host_until_one_ends(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await polite_queue(redis_client, crawl_name, concurrency=2)
+    await q.enqueue(tasks([f"http://a.test/{i}" for i in range(5)]))
+    held = await q.lease("w", 10, 60_000)
+    assert len(held) == 2
+    assert await q.lease("w", 10, 60_000) == []
+    await q.ack("w", [(held[0], "ok")])
+    assert len(await q.lease("w", 10, 60_000)) == 1
+
+
+async def test_hosts_are_served_in_rotation_whatever_the_seed_order(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await polite_queue(redis_client, crawl_name, delay_s=60)
+    # Sorted by host, as sitemaps are: a FIFO would hand out a.test's ten first.
+    urls = [f"http://{h}.test/{i}" for h in "abc" for i in range(10)]
+    await q.enqueue(tasks(urls))
+    got = await q.lease("w", 10, 60_000)
+    assert sorted(lease.host for lease in got) == ["a.test", "b.test", "c.test"]
+
+
+async def test_priority_goes_first_within_a_host_and_across_hosts(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await polite_queue(redis_client, crawl_name, delay_s=60)
+    await q.enqueue(tasks([f"http://{h}.test/{i}" for h in "abcd" for i in range(3)]))
+    await q.enqueue(tasks(["http://c.test/urgent"], priority=9))
+    [first] = await q.lease("w", 1, 60_000)
+    assert first.task.url == "http://c.test/urgent" and first.task.priority == 9
+
+
+async def test_a_cooldown_blocks_the_host_for_every_consumer_within_the_cap(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await polite_queue(redis_client, crawl_name)
+    q.policy = q.policy.__class__(base_ms=10, max_retry_after_ms=800)
+    await q.enqueue(tasks([f"http://a.test/{i}" for i in range(3)] + ["http://b.test/"]))
+    leases = await q.lease("w1", 2, 60_000)
+    a = next(x for x in leases if x.host == "a.test")
+    await q.fail("w1", [Failure(a, "http_429", "slow down", retry_after=999_999,
+                                cooldown=999_999)])
+    # Another consumer: b.test is served, a.test is not, for 0.8 s (the cap), not 11 days.
+    other = await q.lease_turns("w2", 10, 60_000)
+    assert {x.host for x in other.leases} <= {"b.test"}
+    row = await Frontier(q).host("a.test")
+    assert row is not None and row.blocked_until_ms is not None
+    page = await Frontier(q).hosts(sort="blocked_until")
+    assert [r.host for r in page.rows] == ["a.test"]
+    assert 0 < row.blocked_until_ms - page.now_ms <= 800
+    await asyncio.sleep(0.85)
+    assert {x.host for x in await q.lease("w2", 10, 60_000)} == {"a.test"}
+
+
+async def test_a_retry_after_of_zero_still_waits_the_normal_backoff(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await polite_queue(redis_client, crawl_name)
+    q.policy = q.policy.__class__(base_ms=2000)
+    await q.enqueue(tasks(["http://a.test/"]))
+    [lease] = await q.lease("w", 1, 60_000)
+    [(_, delay)] = await q.fail("w", [Failure(lease, "http_503", "x", retry_after=0)])
+    assert delay == 2000
+
+
+async def test_host_settings_pause_and_resume_apply_to_the_next_lease(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await polite_queue(redis_client, crawl_name, delay_s=60)
+    front = Frontier(q)
+    await q.enqueue(tasks([f"http://a.test/{i}" for i in range(4)]))
+    assert len(await q.lease("w", 10, 60_000)) == 1
+    assert await q.lease("w", 10, 60_000) == []  # next turn in 60 s
+    await front.set_host("A.test", delay_s=0, concurrency=10)
+    assert len(await q.lease("w", 10, 60_000)) == 3
+    await q.enqueue(tasks(["http://a.test/more"]))
+    await front.set_paused(True)
+    paused = await q.lease_turns("w", 10, 60_000)
+    assert paused.leases == [] and paused.paused and await front.is_paused()
+    await front.set_paused(False)
+    assert len(await q.lease("w", 10, 60_000)) == 1
+    await q.enqueue(tasks(["http://a.test/blocked"]))
+    await front.block_host("a.test", 60)
+    assert await q.lease("w", 10, 60_000) == []
+    await front.block_host("a.test", 0)
+    assert len(await q.lease("w", 10, 60_000)) == 1
+    with pytest.raises(ConfigError):
+        await front.set_host("a.test")
+
+
+async def test_a_budget_ends_the_rest_of_a_host_as_host_budget(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await polite_queue(redis_client, crawl_name)
+    await Frontier(q).set_host("a.test", budget=3)
+    await q.enqueue(tasks([f"http://a.test/{i}" for i in range(10)]))
+    first = await q.lease("w", 100, 60_000)
+    assert len(first) == 3
+    await q.ack("w", [(x, "ok") for x in first])
+    assert await q.lease("w", 100, 60_000) == []
+    s = await q.stats()
+    assert (s.pending, s.done, s.counters["outcome:host_budget"]) == (0, 10, 7)
+    row = await Frontier(q).host("a.test")
+    assert row is not None and (row.done, row.queued, row.used, row.budget) == (10, 0, 3, 3)
+
+
+async def test_hosts_lists_pages_sorted_by_any_column_across_partitions(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await polite_queue(redis_client, crawl_name, partitions=3)
+    urls = [f"http://h{h}.test/{i}" for h in range(6) for i in range(h + 1)]
+    await q.enqueue(tasks(urls))
+    front = Frontier(q)
+    page = await front.hosts(sort="queued", limit=4)
+    assert page.total == 6
+    assert [(r.host, r.queued) for r in page.rows] == [
+        ("h5.test", 6), ("h4.test", 5), ("h3.test", 4), ("h2.test", 3)]
+    rest = await front.hosts(sort="queued", offset=4, limit=4)
+    assert [r.host for r in rest.rows] == ["h1.test", "h0.test"]
+    asc = await front.hosts(sort="queued", desc=False, limit=1)
+    assert asc.rows[0].host == "h0.test"
+    with pytest.raises(ConfigError):
+        await front.hosts(sort="nope")
+
+
+async def test_one_host_lives_in_one_partition_with_its_state(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await polite_queue(redis_client, crawl_name, partitions=4)
+    await q.enqueue(tasks([f"http://a.test/{i}" for i in range(20)]))
+    p = q.partition_of("a.test")
+    assert await redis_client.llen(PartitionKeys.build(crawl_name, p).host_queue("a.test")) == 20
+    assert all(lease.partition == p for lease in await q.lease("w", 20, 60_000))
+
+
+async def test_a_crawl_made_by_the_previous_version_gets_a_clear_error(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    old = '{"partitions": 1, "dedup": "exact", "seen_bits": 16, "bloom_capacity": 1000000,' \
+          ' "bloom_error": 1e-06, "bloom_layers": 8}'
+    await redis_client.hset(f"crawlq:{{{crawl_name}}}:meta", "settings", old)
+    with pytest.raises(CrawlFormatError, match="re-create it"):
+        await CrawlQueue.existing(redis_client, crawl_name)
+
+
+async def test_release_and_reclaim_put_tasks_back_at_the_head_of_their_host(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await polite_queue(redis_client, crawl_name, concurrency=1)
+    await q.enqueue(tasks(["http://a.test/1", "http://a.test/2"]))
+    [one] = await q.lease("w", 5, 60_000)
+    assert await q.release("w", [one]) == [0]
+    [again] = await q.lease("w", 5, 1)
+    assert again.task.url == "http://a.test/1"
+    await asyncio.sleep(0.01)
+    assert await q.reclaim() == (1, 0)
+    [third] = await q.lease("w", 5, 60_000)
+    assert third.task.url == "http://a.test/1" and third.task.attempt == 2
+
+
+# -- the fleet, measured at the server -------------------------------------------------
+
+
+def _consumer_settings(redis_url: str, crawl: str, out: Path, *extra: str):  # type: ignore[no-untyped-def]
+    return settings_from_args(build_parser().parse_args([
+        "--redis-url", redis_url, "--crawl", crawl, "--output", str(out), "--allow-private",
+        "--http-port", "-1", "--exit-when-empty", "--empty-grace", "0", "--lease", "10s",
+        *extra]))
+
+
+async def test_three_consumers_keep_each_hosts_delay_and_concurrency_robots_included(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str, tmp_path: Path) -> None:
+    delay = 0.3
+    async with test_site(delay_ms=50, robots="User-agent: *\nAllow: /") as s1, \
+            test_site(delay_ms=50, robots="User-agent: *\nAllow: /") as s2:
+        urls = [s.url(f"/p/{i}") for s in (s1, s2) for i in range(6)]
+        await CrawlQueue.open(redis_client, crawl_name)
+        q = await CrawlQueue.existing(redis_client, crawl_name)
+        await q.enqueue(tasks(urls))
+        codes = await asyncio.gather(*(run(_consumer_settings(
+            redis_url, crawl_name, tmp_path / f"c{i}", "--per-host-delay", f"{delay}",
+            "--per-host-concurrency", "1", "--concurrency", "8")) for i in range(3)))
+        assert codes == [0, 0, 0]
+        for site in (s1, s2):
+            times = sorted(t for path, ts in site.times.items() if path.startswith(("/p/",
+                           "/robots.txt")) for t in ts)
+            assert len(times) == 7  # robots.txt and six pages, each once
+            gaps = [b - a for a, b in itertools.pairwise(times)]
+            assert min(gaps) >= delay - 0.05, gaps
+        assert (await q.stats()).done == 12
