@@ -38,6 +38,9 @@ OK: Final = _reason("ok", "done", "a 2xx, or a final 3xx such as 304; result wri
 HTTP_4XX: Final = _reason("http_4xx", "done", "a 4xx other than 408/429; result written")
 ROBOTS_DISALLOWED: Final = _reason(
     "robots_disallowed", "done", "robots.txt disallows the URL for our user agent")
+HOST_BUDGET: Final = _reason(
+    "host_budget", "done", "the host's page budget (crawlq hosts set --budget) is spent; "
+    "not fetched")
 
 CONNECT_ERROR: Final = _reason(
     "connect_error", "retry", "DNS failure, connection refused or reset, proxy refused")
@@ -76,9 +79,8 @@ MALFORMED: Final = _reason(
     "malformed", "dead", "a task body that can't be decoded or fails the schema")
 STALLED: Final = _reason(
     "stalled", "dead", "its lease expired more than --max-stalls times (consumer died or hung)")
-HOST_BUDGET: Final = _reason(
-    "host_budget", "dead", "its host used up the crawl's per-host budget")
 
 # Labels of crawlq_tasks_total{outcome} that are not a code above: what the queue made of
-# a completion (retried, dead, the lease lost before it landed) or a politeness deferral.
-METRIC_OUTCOMES: Final = frozenset({"retried", "dead", "stale", "deferred"})
+# a completion (retried, dead, the lease lost before it landed) or a task handed back
+# unfetched at shutdown (released).
+METRIC_OUTCOMES: Final = frozenset({"retried", "dead", "stale", "released"})

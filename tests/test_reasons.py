@@ -67,7 +67,7 @@ def _name(node: ast.expr) -> str | None:
 
 def codes_in_python(source: str) -> Iterator[tuple[int, str]]:
     """(line, code) for every string literal used as a reason or outcome in `source`:
-    passed to FetchError/Failure/Completion or `metrics.error`, assigned to a name
+    passed to FetchError/Failure/Completion or `metrics.error`/`metrics.task`, assigned to a name
     `outcome` (or an attribute `reason`/`outcome`), or compared with one."""
     for node in ast.walk(ast.parse(source)):
         values: list[ast.expr] = []
@@ -77,7 +77,7 @@ def codes_in_python(source: str) -> Iterator[tuple[int, str]]:
                 pos, keyword = _CODE_ARGS[called]
                 values += node.args[pos:pos + 1]
                 values += [k.value for k in node.keywords if k.arg == keyword]
-            elif (called == "error" and isinstance(node.func, ast.Attribute)
+            elif (called in {"error", "task"} and isinstance(node.func, ast.Attribute)
                   and _name(node.func.value) == "metrics"):
                 values += node.args[:1]
         elif isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
@@ -93,10 +93,14 @@ def codes_in_python(source: str) -> Iterator[tuple[int, str]]:
                 yield value.lineno, code
 
 
+_LUA_CODES = re.compile(r"to_dead\((?:[^,()']+,\s*){4}'([^']*)'|'outcome:([a-z0-9_]+)'")
+
+
 def codes_in_lua(source: str) -> Iterator[tuple[int, str]]:
-    """(line, code) for the literal reason of every `to_dead(...)` call in a Lua script."""
-    for m in re.finditer(r"to_dead\((?:[^,()']+,\s*){4}'([^']*)'", source):
-        yield source.count("\n", 0, m.start()) + 1, m[1]
+    """(line, code) for the literal reason of every `to_dead(...)` call in a Lua script and
+    every literal `outcome:<code>` counter."""
+    for m in _LUA_CODES.finditer(source):
+        yield source.count("\n", 0, m.start()) + 1, m[1] or m[2]
 
 
 def test_readme_table_lists_exactly_the_known_codes_with_their_fate() -> None:
@@ -127,7 +131,8 @@ def test_every_reason_literal_in_the_sources_is_a_known_code() -> None:
                     unknown.append(f"{path.relative_to(ROOT)}:{line}: {code!r}")
     assert unknown == [], "reason codes missing from common/reasons.py (and the README)"
     # The scan really reads the worker's literals and the Lua scripts' dead reasons.
-    assert {"ok", "http_4xx", "robots_disallowed", "handler_error", "stalled"} <= seen
+    assert {"ok", "http_4xx", "robots_disallowed", "handler_error", "stalled",
+            "host_budget"} <= seen
 
 
 def test_the_scan_finds_every_kind_of_use() -> None:
@@ -137,6 +142,7 @@ Failure(lease, "bogus_b", "m")
 Failure(lease, reason="bogus_c", message="m")
 Completion(lease, "ack", "bogus_d")
 self.metrics.error("bogus_e")
+self.metrics.task("bogus_i")
 outcome = "ok" if ok else "bogus_f"
 if exc.reason in {"bogus_g", "timeout"}:
     pass
@@ -146,7 +152,8 @@ if reason != "not a task's reason either":
 '''
     found = [code for _, code in codes_in_python(source)]
     assert sorted(c for c in found if c.startswith("bogus")) == [
-        f"bogus_{x}" for x in "abcdefg"]
+        f"bogus_{x}" for x in "abcdefgi"]
     assert "not a code" not in found and "not a task's reason either" not in found
-    lua = "to_dead(dead, errors, dead_reasons, id, 'bogus_h',\n  'msg', now)"
-    assert list(codes_in_lua(lua)) == [(1, "bogus_h")]
+    lua = ("to_dead(dead, errors, dead_reasons, id, 'bogus_h',\n  'msg', now)\n"
+           "counters['outcome:bogus_j'] = n")
+    assert list(codes_in_lua(lua)) == [(1, "bogus_h"), (3, "bogus_j")]
