@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from common import codec
 from common.errors import BadRequestError
 from common.queue import CrawlQueue, DeadTask
+from common.task import entry_url, stored_entry
 
 MAX_PAGE_SIZE = 500
 MAX_WINDOW = 10_000
@@ -93,18 +93,9 @@ async def _details(queue: CrawlQueue, rows: Sequence[tuple[int, str, int]]) -> l
     for died, tid, p in rows:
         err, body, att = found[tid]
         why, _, message = (err or b"unknown ").decode(errors="replace").partition(" ")
-        out.append(DeadTask(tid, p, why, message, died, int(att or 0), _url(body), body))
+        raw = stored_entry(body) if body else None
+        out.append(DeadTask(tid, p, why, message, died, int(att or 0), entry_url(raw), raw))
     return out
-
-
-def _url(body: bytes | None) -> str | None:
-    if not body:
-        return None
-    try:
-        url = codec.loads(body).get("url")
-    except (ValueError, AttributeError):
-        return None
-    return str(url) if url is not None else None
 
 
 async def dead_page(queue: CrawlQueue, *, reason: str | None = None, offset: int = 0,

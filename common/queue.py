@@ -15,7 +15,6 @@ ready, so a stale read costs a smaller batch, never a wrong one.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
 from collections import defaultdict
@@ -33,7 +32,7 @@ from common.errors import ConfigError, CrawlConflictError, MalformedTaskError
 from common.hosts import host_key, partition_of_host
 from common.keys import CRAWLS, CrawlKeys, PartitionKeys
 from common.scripts import Scripts
-from common.task import Task, decode_entry, encode_entry
+from common.task import Task, decode_entry, encode_entry, entry_url, stored_entry
 from common.urls import task_id
 
 T = TypeVar("T")
@@ -359,6 +358,9 @@ class CrawlQueue:
         for t in tasks:
             if t.priority < 0 or t.max_attempts < 1 or t.depth < 0:
                 raise ConfigError("priority and depth must be >= 0, max_attempts >= 1")
+            if " " in t.url:  # an entry's URL ends at its first space (common.task)
+                raise MalformedTaskError(f"URL is not canonical (it holds a space): "
+                                         f"{t.url[:200]!r}; canonicalize it first")
             host = host_key(t.url)
             by_partition[self.partition_of(host)][host].append(t)
         calls = [self._enqueue_call(self.partitions[p], hosts)
@@ -750,14 +752,9 @@ class CrawlQueue:
                     why, _, message = (err or b"unknown ").decode().partition(" ")
                     if reason is not None and why != reason:
                         continue
-                    raw = value.split(b" ", 2)[2] if value and value.count(b" ") >= 2 \
-                        else value
-                    url = None
-                    if raw:
-                        with contextlib.suppress(MalformedTaskError):
-                            url = decode_entry(raw).url
+                    raw = stored_entry(value) if value else None
                     found.append(DeadTask(_text(member), p, why, message, int(score),
-                                          int(att or 0), url, raw))
+                                          int(att or 0), entry_url(raw), raw))
                     if len(found) >= limit:
                         break
         return found

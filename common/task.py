@@ -100,3 +100,18 @@ def decode_entry(
                 priority=_int_field(extra, "p", "priority", 0, 0),
                 last_error=last_error, checkpoint=checkpoint, meta=meta,
                 depth=_int_field(extra, "d", "depth", 0, 0))
+
+
+def stored_entry(value: bytes) -> bytes:
+    """The entry inside a leased, waiting or dead task's stored value
+    ``<host> <priority> <entry>`` (``common/keys.py``: ``tasks``)."""
+    parts = value.split(b" ", 2)
+    return parts[2] if len(parts) == 3 else value
+
+
+def entry_url(entry: bytes | None) -> str | None:
+    """The URL a stored entry holds (what follows its id, up to a space), even when the
+    entry is malformed, so an operator sees what it was; None if there is none."""
+    if not entry or len(entry) <= ID_LEN:
+        return None
+    return entry[ID_LEN:].split(b" ", 1)[0].decode(errors="replace")

@@ -8,6 +8,8 @@ import logging
 import signal
 import time
 
+from redis.exceptions import OutOfMemoryError, ResponseError
+
 from common.connection import RedisClient, open_redis
 from common.errors import ConfigError
 from common.frontier import Frontier
@@ -70,6 +72,18 @@ async def _connect(settings: ConsumerSettings, stop: asyncio.Event) -> RedisClie
     return None
 
 
+async def _write_defaults(queue: CrawlQueue, settings: ConsumerSettings) -> None:
+    """Make this consumer's politeness flags the crawl's defaults; a full Redis (at
+    maxmemory) refuses the write, and the consumer goes on with the ones stored."""
+    try:
+        await Frontier(queue).set_defaults(delay_s=settings.per_host_delay_s,
+                                           concurrency=settings.per_host_concurrency)
+    except ResponseError as exc:
+        if not isinstance(exc, OutOfMemoryError) and "OOM" not in str(exc):
+            raise
+        log.warning("crawl_defaults_not_written", extra={"error": str(exc)[:200]})
+
+
 async def run(settings: ConsumerSettings) -> int:
     """Run one consumer until it is stopped; returns the exit code."""
     handler = load_handler(settings.handler) if settings.handler else None
@@ -110,8 +124,7 @@ async def run(settings: ConsumerSettings) -> int:
                              gzip=settings.gzip, store_body=settings.store_body,
                              stream_maxlen=settings.stream_maxlen,
                              stream_key=CrawlKeys.build(settings.common.crawl).results)
-            await Frontier(queue).set_defaults(delay_s=settings.per_host_delay_s,
-                                               concurrency=settings.per_host_concurrency)
+            await _write_defaults(queue, settings)
             await sink.open()
             async with Fetcher(settings.fetch) as fetcher:
                 robots = None if settings.ignore_robots else RobotsCache(

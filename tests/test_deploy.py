@@ -411,7 +411,7 @@ def test_keda_objects_match_kedas_crds(k8s: list[dict[str, Any]]) -> None:
 
 
 def test_a_broken_manifest_fails_the_kubernetes_schema(k8s: list[dict[str, Any]]) -> None:
-    deployment = _one(k8s, "Deployment")
+    deployment = _one(k8s, "Deployment", "crawlq-consumer")
     assert k8s_error(deployment) is None
     typo = copy.deepcopy(deployment)
     typo["spec"]["template"]["spec"]["terminationGracePeriodSecond"] = 45
