@@ -836,20 +836,20 @@ class CrawlQueue:
 
     async def is_empty(self) -> bool:
         """Whether nothing is pending, leased or waiting in the whole crawl, read atomically
-        (one MULTI over every partition on one Redis; per partition on a cluster, where a
+        (one script over every partition on one Redis; per partition on a cluster, where a
         task never moves between partitions and children are enqueued before their
         parent's ack, so a crawl read empty partition by partition twice in a row is
         empty)."""
-        cluster = isinstance(self.client, aioredis.RedisCluster)
-        for _ in range(2 if cluster else 1):
-            async with self.client.pipeline(transaction=not cluster) as pipe:
-                for pk in self.partitions:
-                    pipe.get(pk.pending)
-                    pipe.zcard(pk.leases)
-                    pipe.zcard(pk.delayed)
-                replies = await pipe.execute()
-            if any(int(r or 0) for r in replies):
-                return False
+        def keys(pk: PartitionKeys) -> list[str]:
+            return [pk.pending, pk.leases, pk.delayed]
+
+        if not isinstance(self.client, aioredis.RedisCluster):
+            every = [k for pk in self.partitions for k in keys(pk)]
+            return int(await self.scripts.is_empty(keys=every, args=[])) == 1
+        for _ in range(2):
+            for pk in self.partitions:
+                if int(await self.scripts.is_empty(keys=keys(pk), args=[])) == 0:
+                    return False
         return True
 
     async def state_of(self, tid: str, url: str | None = None) -> str:

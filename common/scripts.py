@@ -13,7 +13,7 @@ from typing import Any
 
 NAMES = (
     "enqueue", "enqueue_bloom", "lease", "renew", "ack", "fail", "release", "checkpoint",
-    "reclaim", "promote", "requeue", "purge", "host_set",
+    "reclaim", "promote", "requeue", "purge", "host_set", "is_empty",
 )
 
 
@@ -44,3 +44,4 @@ class Scripts:
     requeue: Any
     purge: Any
     host_set: Any
+    is_empty: Any
