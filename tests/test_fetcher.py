@@ -403,10 +403,12 @@ async def fetch_error_from_raw(fetcher: Fetcher, response: bytes) -> FetchError:
     """The FetchError of fetching from a local server that answers `response` verbatim."""
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(response)
-        await writer.drain()
-        writer.close()
+        try:  # the client may hang up first: close our side whatever happens
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(response)
+            await writer.drain()
+        finally:
+            writer.close()
 
     server = await asyncio.start_server(answer, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -617,11 +619,13 @@ async def test_proxy_retry_gets_only_what_is_left_of_the_deadline(servers: Serve
     """A proxy answering 429 after 1 s, then one that hangs: the fetch ends at 1.5 s, not 2.5."""
 
     async def slow_429(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        await asyncio.sleep(1.0)
-        writer.write(b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: 0\r\n\r\n")
-        await writer.drain()
-        writer.close()
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            await asyncio.sleep(1.0)
+            writer.write(b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: 0\r\n\r\n")
+            await writer.drain()
+        finally:
+            writer.close()
 
     server = await asyncio.start_server(slow_429, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
