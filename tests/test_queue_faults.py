@@ -12,11 +12,11 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from redis_binaries import all_redis_servers
 
 from common.queue import Code, CrawlQueue, CrawlSettings, DedupMode, Failure, NewTask, RetryPolicy
 from common.redis_server import (
     RedisServer,
-    all_redis_servers,
     bundled_redis_server,
 )
 from common.urls import fingerprint, task_id

@@ -38,6 +38,7 @@ import pytest
 import redis.asyncio as aioredis
 from procs import JsonLog
 from redis.exceptions import OutOfMemoryError
+from redis_binaries import pause, resume
 from sites import start_site_process, test_site
 
 from common.keys import CrawlKeys
@@ -394,9 +395,9 @@ async def test_redis_down_past_the_lease_reclaims_without_stampeding_a_host(
             await until(going_and_held, 30, "the crawl to get going, a lease held")
 
         if outage == "pause":
-            server.pause()  # SIGSTOP: connections stay open, nothing answers
+            pause(server)  # SIGSTOP: connections stay open, nothing answers
             await asyncio.sleep(2 * lease_s)
-            server.resume()
+            resume(server)
         else:
             server.kill()
             await asyncio.sleep(2 * lease_s)
