@@ -62,6 +62,7 @@ from common import codec, reasons
 from common.connection import RedisClient
 from common.errors import ConfigError, FetchError, RedisUnavailableError
 from common.keys import CrawlKeys
+from common.locks import TokenLocks
 
 if TYPE_CHECKING:
 
@@ -79,15 +80,6 @@ _ALLOW_ALL_REASONS = frozenset({
     reasons.BODY_TOO_LARGE, reasons.BAD_STATUS,
 })
 
-# Compare-and-delete: release the fetch lock only while it still holds our token.
-# KEYS[1] robots lock STRING; ARGV[1] our token. Returns 1 if deleted, 0 if not ours.
-_RELEASE_LUA = """
-local key, token = KEYS[1], ARGV[1]
-if redis.call('GET', key) == token then
-    return redis.call('DEL', key)
-end
-return 0
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +187,7 @@ class RobotsCache:
         self.lock_ms = lock_ms
         self._local: OrderedDict[str, _Entry] = OrderedDict()
         self._inflight: dict[str, asyncio.Task[_Entry]] = {}
-        self._release = redis.register_script(_RELEASE_LUA)
+        self._locks = TokenLocks(redis)
 
     async def check(self, url: str) -> RobotsVerdict:
         """The verdict for `url`; raises FetchError robots_unavailable (retryable),
@@ -391,7 +383,7 @@ class RobotsCache:
 
     async def _unlock(self, lock: str, token: str) -> None:
         try:
-            await self._release(keys=[lock], args=[token])
+            await self._locks.release(lock, token)
         except (RedisConnectionError, RedisTimeoutError) as exc:  # it expires by itself
             log.warning("robots_unlock_failed", extra={"key": lock, "error": str(exc)})
 

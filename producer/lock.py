@@ -14,11 +14,11 @@ import contextlib
 import logging
 import secrets
 import time
-from typing import Any
 
 from common.connection import RedisClient
 from common.errors import CrawlqError
 from common.keys import CrawlKeys
+from common.locks import TokenLocks
 
 __all__ = ["LockHeldError", "ProducerLock"]
 
@@ -28,18 +28,6 @@ TTL_MS = 30_000
 REFRESH_S = 10.0
 POLL_S = 0.25
 
-# KEYS[1] lock STRING; ARGV[1] our token. Returns 1 if deleted, 0 if not ours.
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-# KEYS[1] lock STRING; ARGV[1] our token, ARGV[2] TTL ms. Returns 1 if extended, 0 if lost.
-_REFRESH = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-"""
 
 
 class LockHeldError(CrawlqError):
@@ -58,8 +46,7 @@ class ProducerLock:
         self._ttl_ms = ttl_ms
         self._refresh_s = refresh_s
         self._token = secrets.token_hex(16)
-        self._release: Any = client.register_script(_RELEASE)
-        self._refresh: Any = client.register_script(_REFRESH)
+        self._locks = TokenLocks(client)
         self._task: asyncio.Task[None] | None = None
 
     async def acquire(self) -> None:
@@ -88,7 +75,7 @@ class ProducerLock:
         while True:
             await asyncio.sleep(self._refresh_s)
             try:
-                ok = await self._refresh(keys=[self._key], args=[self._token, self._ttl_ms])
+                ok = await self._locks.refresh(self._key, self._token, self._ttl_ms)
             except Exception as exc:  # a blip must not kill the run; the TTL covers 30 s
                 log.warning("producer_lock_refresh_failed", extra={"error": str(exc)})
                 continue
@@ -104,7 +91,7 @@ class ProducerLock:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        await self._release(keys=[self._key], args=[self._token])
+        await self._locks.release(self._key, self._token)
 
     async def __aenter__(self) -> ProducerLock:
         await self.acquire()

@@ -15,6 +15,8 @@ import redis.asyncio as aioredis
 from common import scripts
 from common.frontier import Frontier
 from common.history import record
+from common.keys import CrawlKeys
+from common.locks import TokenLocks
 from common.queue import CrawlQueue, CrawlSettings, DedupMode, Failure, NewTask, RetryPolicy
 from common.urls import fingerprint
 from common.workers import WorkerRegistry
@@ -24,8 +26,8 @@ FIXED = re.compile(r"^-- KEYS\[(\d+)\]\s+(\S+)")
 RANGE = re.compile(r"^-- KEYS\[(\d+)\.\.(\d+)\]\s+host state: ([^(]+)\(lib\.lua\)")
 TAIL = re.compile(r"^-- KEYS\[(\d+)[^\]]*\.\.\]")
 CYCLE = re.compile(r"^-- KEYS\[(\d+)\(i-1\)\+(\d+)\]\s+(\S+)")
-SOURCES = {scripts.source(name): name for name in (*scripts.NAMES, "worker_beat",
-                                                     "history_push")}
+OTHERS = ("worker_beat", "history_push", "release_lock", "refresh_lock")
+SOURCES = {scripts.source(name): name for name in (*scripts.NAMES, *OTHERS)}
 
 
 def header(name: str) -> tuple[dict[int, str], int | None, dict[int, str]]:
@@ -52,6 +54,8 @@ def key_name(key: str) -> str:
     """A key as the headers name it: the part after the hash tag, the per-host and
     per-item parts as placeholders."""
     name = key.split("}:", 1)[1]
+    if name.startswith("lock:") or name.endswith(":lock"):
+        return "lock"
     for prefix, shown in (("hq:", "hq:<h>"), ("hp:", "hp:<h>"), ("seen:", "seen"),
                           ("bloom:", "bloom:<L>"), ("worker:", "worker:<id>")):
         if name.startswith(prefix):
@@ -63,6 +67,7 @@ def test_key_name_reads_the_schema() -> None:
     assert key_name("crawlq:{c:0}:h:queued") == "h:queued"
     assert key_name("crawlq:{c:0}:hq:a.test:8080") == "hq:<h>"
     assert key_name("crawlq:{c}:history") == "history"
+    assert key_name("crawlq:{c}:robots:https://a.test:lock") == "lock"
 
 
 async def test_headers_match_the_keys_passed(redis_client: aioredis.Redis,
@@ -81,7 +86,7 @@ async def test_headers_match_the_keys_passed(redis_client: aioredis.Redis,
 
     redis_client.register_script = recording  # type: ignore[method-assign]
     await exercise(redis_client, crawl_name)
-    missing = {*scripts.NAMES, "worker_beat", "history_push"} - set(calls)
+    missing = {*scripts.NAMES, *OTHERS} - set(calls)
     assert not missing, f"scripts this test did not run: {missing}"
     wrong: list[str] = []
     for name, runs in calls.items():
@@ -148,3 +153,7 @@ async def exercise(client: aioredis.Redis, crawl: str) -> None:
     await WorkerRegistry(client, crawl, "w", ttl_s=60).beat(in_flight=0, done=0, failed=0,
                                                              state="running")
     await record(client, crawl, {"done": 1})
+    locks = TokenLocks(client)
+    lock = CrawlKeys.build(crawl).producer_lock
+    await locks.refresh(lock, "token", 1000)
+    await locks.release(lock, "token")
