@@ -21,6 +21,7 @@ from collections.abc import AsyncGenerator, Iterator
 from typing import IO
 
 from lxml import etree
+from protego import Protego
 
 from common.errors import FetchError, SourceError
 from consumer.fetcher import Fetcher, FetchSettings, redact_url
@@ -120,15 +121,9 @@ def parse_sitemap(body: bytes, name: str, *, cap: int = MAX_DECOMPRESSED
 
 
 def robots_sitemaps(body: bytes) -> list[str]:
-    """The ``Sitemap:`` URLs of a robots.txt (case-insensitive field name)."""
-    found = []
-    for raw in body.decode("utf-8", "replace").splitlines():
-        field, sep, value = raw.partition(":")
-        if sep and field.strip().lower() == "sitemap":
-            url = value.split("#", 1)[0].strip()
-            if url:
-                found.append(url)
-    return found
+    """The ``Sitemap:`` URLs of a robots.txt, as Protego (the consumer's robots.txt
+    parser) reads them."""
+    return list(Protego.parse(body.decode("utf-8-sig", "replace")).sitemaps)
 
 
 class SitemapReader:
