@@ -51,9 +51,7 @@ async def _wait_for_crawl(settings: ConsumerSettings, client: RedisClient,
         if settings.exit_when_empty and time.monotonic() - started > settings.empty_grace_s:
             log.warning("no_such_crawl", extra={"crawl": settings.common.crawl})
             return None
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=min(2.0, 0.1 * 2 ** backoff.failures))
-        backoff.failures += 1
+        await backoff.sleep(stop)
     return None
 
 
@@ -66,9 +64,7 @@ async def _connect(settings: ConsumerSettings, stop: asyncio.Event) -> RedisClie
                                     cluster=settings.common.cluster_mode)
         except REDIS_ERRORS as exc:
             log.warning("redis_unreachable", extra={"error": str(exc)[:200]})
-        with contextlib.suppress(TimeoutError):
-            backoff.failures += 1
-            await asyncio.wait_for(stop.wait(), timeout=min(5.0, 0.2 * 2 ** backoff.failures))
+        await backoff.sleep(stop)
     return None
 
 
@@ -102,19 +98,22 @@ async def run(settings: ConsumerSettings) -> int:
             return "draining" if stop.is_set() else "starting: waiting for Redis and the crawl"
         return await consumer.ready_problem()
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal)
-    # The side server comes first: /healthz must answer even while Redis is down.
-    server: SideServer | None = None
     try:
-        if settings.http_port >= 0:
-            server = SideServer(settings.http_host, settings.http_port, metrics, ready_problem)
-            port = await server.start()
-            log.info("http_listening", extra={"host": settings.http_host, "port": port})
-        client = await _connect(settings, stop)
-        if client is None:
-            return 0
-        try:
+        async with contextlib.AsyncExitStack() as stack:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, on_signal)
+                stack.callback(loop.remove_signal_handler, sig)
+            # The side server comes first: /healthz must answer even while Redis is down.
+            if settings.http_port >= 0:
+                server = SideServer(settings.http_host, settings.http_port, metrics,
+                                    ready_problem)
+                port = await server.start()
+                stack.push_async_callback(server.stop)
+                log.info("http_listening", extra={"host": settings.http_host, "port": port})
+            client = await _connect(settings, stop)
+            if client is None:
+                return 0
+            stack.push_async_callback(client.aclose)
             queue = await _wait_for_crawl(settings, client, stop)
             if queue is None:
                 return 0
@@ -126,26 +125,18 @@ async def run(settings: ConsumerSettings) -> int:
                              stream_key=CrawlKeys.build(settings.common.crawl).results)
             await _write_defaults(queue, settings)
             await sink.open()
-            async with Fetcher(settings.fetch) as fetcher:
-                robots = None if settings.ignore_robots else RobotsCache(
-                    client, settings.common.crawl, fetcher,
-                    user_agent=settings.fetch.user_agent, ttl_s=settings.robots_ttl_s)
-                consumer = Consumer(settings, queue, fetcher, sink, metrics, robots=robots,
-                                    handler=handler)
-                if stop.is_set():
-                    consumer.request_stop()
-                try:
-                    return await consumer.run()
-                finally:
-                    if robots is not None:
-                        await robots.close()
-        finally:
-            await client.aclose()
+            fetcher = await stack.enter_async_context(Fetcher(settings.fetch))
+            robots = None
+            if not settings.ignore_robots:
+                robots = RobotsCache(client, settings.common.crawl, fetcher,
+                                     user_agent=settings.fetch.user_agent,
+                                     ttl_s=settings.robots_ttl_s)
+                stack.push_async_callback(robots.close)
+            consumer = Consumer(settings, queue, fetcher, sink, metrics, robots=robots,
+                                handler=handler)
+            if stop.is_set():
+                consumer.request_stop()
+            return await consumer.run()
     except ConfigError as exc:
         log.error("config_error", extra={"error": str(exc)})
         return 2
-    finally:
-        if server is not None:
-            await server.stop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
