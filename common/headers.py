@@ -31,8 +31,9 @@ CREDENTIAL_WORDS = ("auth", "cookie", "token", "secret", "key", "session", "pass
                     "credential", "signature")
 REDACTED = "***"
 
-_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-_VALUE = re.compile(r"^[\t\x20-\x7e]*$")
+# Used with fullmatch: a "$" would let one trailing newline through.
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_VALUE = re.compile(r"[\t\x20-\x7e]*")
 # Set by aiohttp or the fetcher itself; a crawl must not change them.
 _REFUSED = {
     "host": "the URL decides it",
@@ -89,7 +90,7 @@ def checked_headers(pairs: Iterable[tuple[object, object]], error: type[CrawlqEr
             raise error(f"{where}: more than {MAX_HEADERS} headers")
         if not isinstance(name, str) or not isinstance(value, str):
             raise error(f"{where}: headers must map header names to string values")
-        if not _TOKEN.match(name) or len(name) > MAX_NAME_CHARS:  # not echoed: may be a secret
+        if not _TOKEN.fullmatch(name) or len(name) > MAX_NAME_CHARS:  # not echoed: a secret?
             raise error(f"{where}: header {i}: its name is not an HTTP token of at most "
                         f"{MAX_NAME_CHARS} characters (letters, digits, -, ...)")
         lower = name.lower()
@@ -98,7 +99,7 @@ def checked_headers(pairs: Iterable[tuple[object, object]], error: type[CrawlqEr
             raise error(f"{where}: header {name!r} can't be set: {why}")
         if lower in seen:
             raise error(f"{where}: header {name!r} is given twice")
-        if not _VALUE.match(value):
+        if not _VALUE.fullmatch(value):
             raise error(f"{where}: header {name!r} has a value with a control or non-ASCII "
                         "character: use printable ASCII (percent-encode the rest)")
         seen.add(lower)
