@@ -62,7 +62,8 @@ class Option:
     type: Callable[[str], Any] = str
     choices: Sequence[Any] | None = None
     flag_only_bool: bool = False  # a switch: --flag sets True
-    append: bool = False  # repeatable flag; env holds a comma-separated list
+    append: bool = False  # repeatable flag; env holds a list split on env_separator
+    env_separator: str = ","  # "\n" for values that may hold commas (headers)
     secret: bool = False  # never printed in --help defaults
     # A rule on the (converted) value, raising ConfigError; broken by a flag or by the
     # env variable, it is reported as one line, without argparse's usage text.
@@ -83,7 +84,8 @@ def add_options(parser: argparse.ArgumentParser, options: Sequence[Option],
         if raw is not None and raw != "":
             try:
                 if opt.append:
-                    default = [opt.type(x.strip()) for x in raw.split(",") if x.strip()]
+                    default = [opt.type(x.strip()) for x in raw.split(opt.env_separator)
+                               if x.strip()]
                 elif opt.flag_only_bool:
                     default = boolean(raw)
                 else:

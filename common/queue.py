@@ -148,6 +148,7 @@ class NewTask:
     max_attempts: int = 3
     meta: dict[str, Any] = field(default_factory=dict)
     depth: int = 0
+    headers: dict[str, str] = field(default_factory=dict, repr=False)  # checked: common.headers
 
 
 @dataclass(slots=True)
@@ -409,7 +410,7 @@ class CrawlQueue:
     @staticmethod
     def _entry(tid: str, t: NewTask) -> str:
         return encode_entry(tid, t.url, max_attempts=t.max_attempts, priority=t.priority,
-                            meta=t.meta, depth=t.depth)
+                            meta=t.meta, depth=t.depth, headers=t.headers)
 
     # -- lease ------------------------------------------------------------------------
 

@@ -3,8 +3,10 @@
 A pending task is one entry in its host's queue: ``<id><url>`` (the 32 hex digits of its
 fingerprint, then the canonical URL), followed by a space and a JSON object of only the
 fields that differ from their defaults (``a`` max_attempts, ``p`` priority, ``m`` meta,
-``d`` depth). Canonical URLs hold no space, so the first space ends the URL. Most
-entries are just id and URL: a frontier's size is mostly its URLs.
+``d`` depth, ``h`` request headers: name -> value, checked by ``common/headers.py``).
+Canonical URLs hold no space, so the first space ends the URL. Most entries are just id
+and URL: a frontier's size is mostly its URLs. Headers are not part of a task's identity:
+dedup is per URL, so the same URL enqueued again with other headers is a duplicate.
 
 The fields that change while a task lives (attempt, last_error, checkpoint) are kept in
 their own hashes and laid over the entry when the task is leased.
@@ -17,6 +19,7 @@ from typing import Any
 
 from common import codec
 from common.errors import MalformedTaskError
+from common.headers import checked_headers
 
 MAX_TASK_BYTES = 256 * 1024
 ID_LEN = 32
@@ -37,11 +40,13 @@ class Task:
     checkpoint: Any = None
     meta: dict[str, Any] = field(default_factory=dict)
     depth: int = 0
+    # Sent with this task's request over the crawl's own; never in a repr (credentials).
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 def encode_entry(tid: str, url: str, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
                  priority: int = 0, meta: dict[str, Any] | None = None,
-                 depth: int = 0) -> str:
+                 depth: int = 0, headers: dict[str, str] | None = None) -> str:
     """The stored entry of a pending task (the enqueue hot path: no Task built)."""
     extra: dict[str, Any] = {}
     if max_attempts != DEFAULT_MAX_ATTEMPTS:
@@ -52,6 +57,8 @@ def encode_entry(tid: str, url: str, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS
         extra["m"] = meta
     if depth:
         extra["d"] = depth
+    if headers:
+        extra["h"] = headers
     if not extra:
         return tid + url
     return f"{tid}{url} {codec.dumps(extra)}"
@@ -99,7 +106,18 @@ def decode_entry(
                 max_attempts=_int_field(extra, "a", "max_attempts", DEFAULT_MAX_ATTEMPTS, 1),
                 priority=_int_field(extra, "p", "priority", 0, 0),
                 last_error=last_error, checkpoint=checkpoint, meta=meta,
-                depth=_int_field(extra, "d", "depth", 0, 0))
+                depth=_int_field(extra, "d", "depth", 0, 0),
+                headers=_headers_field(extra))
+
+
+def _headers_field(extra: dict[str, Any]) -> dict[str, str]:
+    headers = extra.get("h")
+    if headers is None:
+        return {}
+    if not isinstance(headers, dict):
+        raise MalformedTaskError(f"task headers must be a JSON object, "
+                                 f"got {type(headers).__name__}")
+    return checked_headers(headers.items(), MalformedTaskError, "task headers")
 
 
 def stored_entry(value: bytes) -> bytes:

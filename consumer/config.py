@@ -19,6 +19,7 @@ from common.config import (
     size,
 )
 from common.errors import ConfigError
+from common.headers import parse_header_lines
 from common.urls import canonical_domain
 from consumer.fetcher import FetchSettings
 from consumer.sinks import SINK_KINDS
@@ -56,6 +57,10 @@ CONSUMER_OPTIONS = (
            "body cap, counted on decompressed bytes (e.g. 10MiB)", type=size),
     Option("--user-agent", "CRAWLQ_USER_AGENT",
            "crawlq/0.1 (+https://github.com/crawlq/crawlq)", "User-Agent header"),
+    Option("--header", "CRAWLQ_HEADERS", [], "'Name: value' sent on every request of the "
+           "crawl, repeatable (env: one per line); credential headers are never shown, "
+           "never sent to robots.txt, dropped on a redirect to another origin",
+           append=True, env_separator="\n", secret=True),
     Option("--proxy", "CRAWLQ_PROXIES", [], "HTTP(S) proxy URL, repeatable (env: comma "
            "separated); rotated per request", append=True, secret=True),
     Option("--allow-private", "CRAWLQ_ALLOW_PRIVATE", False,
@@ -203,6 +208,8 @@ def settings_from_args(args: argparse.Namespace) -> ConsumerSettings:
         allow_private=args.allow_private,
         allow_networks=tuple(args.allow_network),
         proxies=tuple(args.proxy),
+        headers=tuple(parse_header_lines(args.header, ConfigError,
+                                                 "--header / CRAWLQ_HEADERS").items()),
         concurrency=args.concurrency,
         limit_per_host=max(args.per_host_concurrency, 0),
     )

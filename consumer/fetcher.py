@@ -5,6 +5,13 @@ for the table of outcomes). Redirects are followed by hand so that every hop is 
 the SSRF guard (`consumer.ssrf`), counted, loop-checked and stripped of credentials when it
 changes origin. Bodies are streamed and capped on decompressed bytes.
 
+Request headers: `FetchSettings.headers` are the crawl's (``--header``). Those that are not
+credentials (`common.headers.is_credential`) are the session's defaults, sent on every
+request, robots.txt included; the credential ones are added only when a fetch asks for
+them (`fetch(..., crawl_credentials=True)`: the worker does, robots.txt does not).
+A fetch's own `headers` (a task's) override the crawl's, name by name. Every credential
+header, the crawl's or a task's, is dropped from the first hop that changes origin on.
+
 One deadline covers the whole fetch, kept by aiohttp's own per-request `total` timer: it
 cancels any wait of the request (pool, DNS, connect, headers, every body read) and aiohttp
 runs it anyway, so a second layer (an `asyncio.timeout` per fetch cost ~5-10 us a page) is
@@ -38,6 +45,7 @@ from yarl import URL
 from common import reasons
 from common.config import redact_url
 from common.errors import ConfigError, FetchError
+from common.headers import checked_headers, is_credential, redacted_headers
 from consumer.ssrf import GuardedResolver, SsrfGuard, literal_host_ip, ssrf_error_from
 
 __all__ = [
@@ -66,7 +74,6 @@ KEPT_HEADERS = (
 )
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _HTTP_SCHEMES = frozenset({"http", "https"})
-_CREDENTIAL_HEADERS = frozenset({"authorization", "cookie"})
 # After these, a proxied fetch is tried again once on the next proxy.
 _PROXY_RETRY_STATUSES = frozenset({403, 407, 429})
 _PROXY_RETRY_REASONS = frozenset({reasons.CONNECT_ERROR, reasons.HTTP_429})
@@ -87,6 +94,7 @@ class FetchSettings:
     proxies: tuple[str, ...] = ()  # http(s) proxy URLs, may contain user:pass
     concurrency: int = 64  # TCPConnector(limit=...)
     limit_per_host: int = 8  # TCPConnector(limit_per_host=...)
+    headers: tuple[tuple[str, str], ...] = ()  # the crawl's (name, value); repr redacts
 
     def __post_init__(self) -> None:
         for name in ("total_timeout", "connect_timeout", "sock_read_timeout"):
@@ -103,6 +111,7 @@ class FetchSettings:
                 raise ConfigError(
                     f"proxies[{i}] is not an http(s)://[user:pass@]host[:port] proxy URL"
                 )
+        checked_headers(self.headers, ConfigError, "headers")
 
     def __repr__(self) -> str:
         parts = []
@@ -110,6 +119,8 @@ class FetchSettings:
             value = getattr(self, f.name)
             if f.name == "proxies":
                 value = tuple(redact_url(p) for p in value)
+            elif f.name == "headers":
+                value = tuple(redacted_headers(dict(value)).items())
             parts.append(f"{f.name}={value!r}")
         return f"FetchSettings({', '.join(parts)})"
 
@@ -225,6 +236,7 @@ class Fetcher:
         self._total = settings.total_timeout
         self._timeout = _client_timeout(settings, settings.total_timeout)
         self._cap = settings.max_body_bytes
+        self._credentials = {k: v for k, v in settings.headers if is_credential(k)}
         # raw host -> why the guard refuses it as an IP literal, or None (also for names).
         self._literal_verdicts: dict[str | None, str | None] = {}
 
@@ -247,7 +259,8 @@ class Fetcher:
         self._session = ClientSession(
             connector=connector,
             timeout=self._timeout,
-            headers={"User-Agent": s.user_agent},
+            headers={"User-Agent": s.user_agent,
+                     **{k: v for k, v in s.headers if not is_credential(k)}},
             cookie_jar=aiohttp.DummyCookieJar(),
             read_bufsize=CHUNK_SIZE,
             max_line_size=16 * 1024,
@@ -268,10 +281,17 @@ class Fetcher:
         await self.close()
 
     def fetch(
-        self, url: str, *, headers: Mapping[str, str] | None = None
+        self,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        crawl_credentials: bool = False,
     ) -> Coroutine[Any, Any, FetchResult]:
         """GET `url`, following up to `max_redirects` redirects; raise FetchError.
 
+        `headers` go over the crawl's; `crawl_credentials` adds the crawl's credential
+        headers (a task's fetch, not robots.txt). Credentials are dropped at the first hop
+        to another origin.
         The whole fetch (every hop, every proxy retry, the body) runs under one
         `total_timeout` deadline, so a server dripping one byte at a time cannot outlast it.
         Await it like a coroutine function (it returns the fetch's coroutine: no extra
@@ -281,6 +301,8 @@ class Fetcher:
         if session is None:
             raise RuntimeError("Fetcher.start() has not been called")
         started = time.monotonic()
+        if crawl_credentials and self._credentials:
+            headers = self._with_credentials(headers)
         if not self._proxies:
             return self._fetch_via(
                 session, url, headers, None, started=started, limits=self._timeout
@@ -401,6 +423,14 @@ class Fetcher:
             raise FetchError(reasons.CONNECT_ERROR, self._describe(exc), retryable=True) from None
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             raise FetchError(reasons.HTTP_ERROR, self._describe(exc), retryable=True) from None
+
+    def _with_credentials(self, headers: Mapping[str, str] | None) -> Mapping[str, str]:
+        if not headers:
+            return self._credentials  # aiohttp copies it: never changed in place
+        names = {k.lower() for k in headers}  # a task's header replaces the crawl's
+        merged = {k: v for k, v in self._credentials.items() if k.lower() not in names}
+        merged.update(headers)
+        return merged
 
     def _time_left(self, started: float) -> ClientTimeout:
         """The session's timeouts with `total` cut to what is left of the fetch's deadline."""
@@ -566,7 +596,7 @@ def _origin(url: URL) -> tuple[str, str | None, int | None]:
 
 
 def _without_credentials(headers: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k.lower() not in _CREDENTIAL_HEADERS}
+    return {k: v for k, v in headers.items() if not is_credential(k)}
 
 
 def _result(

@@ -406,7 +406,9 @@ class Consumer:
         self._fetching.add(lease.id)
         started = time.monotonic()
         try:
-            result = await self.fetcher.fetch(lease.task.url)
+            task = lease.task
+            result = await self.fetcher.fetch(task.url, headers=task.headers or None,
+                                              crawl_credentials=True)
         except FetchError as exc:
             self.metrics.response(exc.status)
             self._complete_error(lease, exc)

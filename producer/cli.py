@@ -43,6 +43,7 @@ from common.config import (
 )
 from common.connection import RedisClient, open_redis
 from common.errors import ConfigError, CrawlConflictError, SourceError
+from common.headers import parse_header_lines
 from common.logs import setup_logging
 from common.queue import CrawlQueue, CrawlSettings, DedupMode
 from common.runtime import run_loop
@@ -97,6 +98,12 @@ PRODUCER_OPTIONS = (
            "dead-lettered", type=_int_at_least(1)),
     Option("--meta", "CRAWLQ_META", [], "key=value stored in every task's meta "
            "(repeatable)", type=_meta_pair, append=True),
+    # Not CRAWLQ_HEADERS: that is the consumer's, and a settings file both read would
+    # copy the crawl's headers into every task entry.
+    Option("--header", "CRAWLQ_TASK_HEADERS", [], "'Name: value' stored on every task of "
+           "this run and sent with its request over the consumer's --header, repeatable "
+           "(env: one per line); credential headers are never shown", append=True,
+           env_separator="\n", secret=True),
     Option("--depth", "CRAWLQ_DEPTH", 0, "link depth recorded on the tasks",
            type=_int_at_least(0)),
     Option("--dedup", "CRAWLQ_DEDUP", None, "dedup mode, fixed when the crawl is created "
@@ -168,7 +175,10 @@ class ProducerSettings:
             urls=tuple(args.url),
             sitemaps=tuple(args.sitemap),
             template=TaskTemplate(priority=args.priority, max_attempts=args.max_attempts,
-                                  meta=dict(args.meta), depth=args.depth),
+                                  meta=dict(args.meta), depth=args.depth,
+                                  headers=parse_header_lines(
+                                      args.header, ConfigError,
+                                      "--header / CRAWLQ_TASK_HEADERS")),
             dedup=DedupMode(args.dedup) if args.dedup else None,
             partitions=args.partitions,
             recrawl_after_s=recrawl,

@@ -46,6 +46,7 @@ class TaskTemplate:
     max_attempts: int = 3
     meta: dict[str, Any] = field(default_factory=dict)
     depth: int = 0
+    headers: dict[str, str] = field(default_factory=dict, repr=False)  # checked: common.headers
 
 
 class RejectWriter:
@@ -143,8 +144,9 @@ async def produce(
     shown = summary.first_rejects
     canon = canonicalize
     blake2b = hashlib.blake2b
-    priority, max_attempts, meta, depth = (template.priority, template.max_attempts,
-                                           template.meta, template.depth)
+    priority, max_attempts, meta, depth, headers = (
+        template.priority, template.max_attempts, template.meta, template.depth,
+        template.headers)
     batch: list[NewTask] = []
     append = batch.append
     read = 0
@@ -161,7 +163,7 @@ async def produce(
                         url = canon(text, sort_query=sort_query)
                         if isinstance(url, str):
                             fp = blake2b(url.encode(), digest_size=16).digest()
-                            append(NewTask(url, fp, priority, max_attempts, meta, depth))
+                            append(NewTask(url, fp, priority, max_attempts, meta, depth, headers))
                             if len(batch) >= batch_size:
                                 summary.read = read
                                 await sender.send(batch)
