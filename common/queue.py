@@ -476,16 +476,29 @@ class CrawlQueue:
 
     async def _lease_partition(self, p: int, worker: str, n: int, lease_ms: int
                                ) -> tuple[Any, bool]:
-        """One lease call; and whether the candidates were a full page (more may wait)."""
+        """One lease call; and whether the ready hosts filled a page (more may wait).
+
+        The hosts whose time has come are read first (with Redis TIME, one round trip),
+        and only they go to the script, which checks them again: a call costs what is
+        ready, not what is queued. With none ready, the answer (how long until a host's
+        turn or a retry) comes from that read alone, with no script call.
+        """
         pk = self.partitions[p]
-        # The hosts at the head of the line; the script takes what is ready among them.
         # Bounded: each is read in the script, and a host without a delay can give many.
         k = min(2 * n, CANDIDATE_HOSTS) + 8
         async with self.client.pipeline(transaction=False) as pipe:
-            pipe.zrange(pk.due, 0, k - 1)
+            pipe.time()
+            pipe.zrange(pk.due, 0, k - 1, withscores=True)
             pipe.zrange(pk.prio_hosts, 0, k - 1)
-            due, prio = await pipe.execute()
-        hosts = list(dict.fromkeys(_text(h) for h in (*prio, *due)))
+            pipe.zrange(pk.delayed, 0, 0, withscores=True)
+            (seconds, micros), due, prio, retry = await pipe.execute()
+        now = int(seconds) * 1000 + int(micros) // 1000
+        ready = [_text(h) for h, at in due if at <= now]
+        if not ready and not prio:
+            wait = max(0, int(due[0][1]) - now) if due else -1
+            retry_ms = max(0, int(retry[0][1]) - now) if retry else -1
+            return [now, now + lease_ms, wait, retry_ms, 0], False
+        hosts = list(dict.fromkeys([*(_text(h) for h in prio), *ready]))
         host_keys, _ = self._host_args(pk, hosts)
         reply = await self.scripts.lease(
             keys=[*pk.host_state, pk.tasks, pk.attempts, pk.leases, pk.owners, pk.seq,
@@ -493,7 +506,9 @@ class CrawlQueue:
                   pk.done, pk.dead, pk.dead_reasons, *host_keys],
             args=[worker, n, lease_ms, *hosts],
         )
-        return reply, len(due) == k
+        if int(reply[2]) < 0 and len(ready) < len(due):  # the first host not yet due
+            reply[2] = max(0, int(due[len(ready)][1]) - now)
+        return reply, len(ready) == k
 
     @staticmethod
     def _parse_lease(

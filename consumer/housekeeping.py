@@ -76,12 +76,14 @@ class Housekeeping:
             if lease.id not in lost_ids:
                 self.book.renewed(lease, t0)
         self.metrics.leases_renewed_total.inc(len(leases) - len(lost))
-        if lost:
-            log.warning("leases_lost", extra={"n": len(lost)})
-        for lease, code in lost:
-            if self.book.holds(lease):  # else finished meanwhile, or leased again
-                log.debug("lease_lost", extra={"id": lease.id, "code": code.name})
-                self._on_lost(lease)
+        # A lease acked while the renewal was on its way is not ours to renew any more, and
+        # not lost either: only the ones still held count.
+        really = [(lease, code) for lease, code in lost if self.book.holds(lease)]
+        if really:
+            log.warning("leases_lost", extra={"n": len(really)})
+        for lease, code in really:
+            log.debug("lease_lost", extra={"id": lease.id, "code": code.name})
+            self._on_lost(lease)
 
     async def reaper(self, closing: Callable[[], bool]) -> None:
         """Reclaim and promote (one consumer of the fleet per interval), and snapshot."""
