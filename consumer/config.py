@@ -39,7 +39,7 @@ CONSUMER_OPTIONS = (
     Option("--lease", "CRAWLQ_LEASE", 60.0,
            "lease length; a dead consumer's tasks come back after this (e.g. 60s)",
            type=duration),
-    Option("--batch-size", "CRAWLQ_BATCH_SIZE", 0,
+    Option("--lease-batch", "CRAWLQ_LEASE_BATCH", 0,
            "tasks per lease/ack round trip (0 = derived from --concurrency)", type=int),
     Option("--per-host-concurrency", "CRAWLQ_PER_HOST_CONCURRENCY", 2,
            "most requests in flight to one host across the whole fleet (0 = no limit)",
@@ -163,7 +163,7 @@ class ConsumerSettings:
         if self.per_host_concurrency < 0 or self.per_host_delay_s < 0:
             raise ConfigError("--per-host-concurrency and --per-host-delay must be >= 0")
         if min(self.max_depth, self.max_stalls, self.batch_size, self.gc_threshold) < 0:
-            raise ConfigError("--max-depth, --max-stalls, --batch-size and --gc-threshold "
+            raise ConfigError("--max-depth, --max-stalls, --lease-batch and --gc-threshold "
                               "must be >= 0")
 
     @property
@@ -218,7 +218,7 @@ def settings_from_args(args: argparse.Namespace) -> ConsumerSettings:
         fetch=fetch,
         concurrency=args.concurrency,
         lease_s=args.lease,
-        batch_size=args.batch_size,
+        batch_size=args.lease_batch,
         per_host_concurrency=args.per_host_concurrency,
         per_host_delay_s=args.per_host_delay,
         ignore_robots=args.ignore_robots,

@@ -116,7 +116,7 @@ PRODUCER_OPTIONS = (
            "canonicalizing", flag_only_bool=True),
     Option("--reject-file", "CRAWLQ_REJECT_FILE", None, "write every rejected line there, "
            "one JSON object per line (credentials removed)"),
-    Option("--batch-size", "CRAWLQ_BATCH_SIZE", 1000, "URLs per enqueue call",
+    Option("--enqueue-batch", "CRAWLQ_ENQUEUE_BATCH", 1000, "URLs per enqueue call",
            type=_int_at_least(1)),
     Option("--dry-run", "CRAWLQ_DRY_RUN", False, "canonicalize and count, write nothing "
            "(Redis is not contacted)", flag_only_bool=True),
@@ -184,7 +184,7 @@ class ProducerSettings:
             recrawl_after_s=recrawl,
             sort_query=args.sort_query,
             reject_file=args.reject_file,
-            batch_size=args.batch_size,
+            batch_size=args.enqueue_batch,
             dry_run=args.dry_run,
             json=args.json,
             every_s=args.every,

@@ -344,7 +344,7 @@ async def test_per_host_delay_holds_across_two_consumers(
         queue = await enqueue(redis_client, crawl_name, urls)
         # Each consumer holds at most two tasks, so both take part in the crawl.
         polite = ("--per-host-delay", "0.2s", "--per-host-concurrency", "2",
-                  "--concurrency", "1", "--batch-size", "1")
+                  "--concurrency", "1", "--lease-batch", "1")
         results = await asyncio.gather(
             consume(redis_url, crawl_name, tmp_path / "a", *polite, "--worker-id", "a"),
             consume(redis_url, crawl_name, tmp_path / "b", *polite, "--worker-id", "b"))

@@ -261,7 +261,7 @@ async def test_killed_mid_run_then_rerun_enqueues_exactly_the_missing_urls(
         tmp_path: Path, redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
     src = tmp_path / "big.txt"
     urls = write_urls(src, 100_000)
-    proc = await spawn(redis_url, crawl_name, "--batch-size", "500", str(src))
+    proc = await spawn(redis_url, crawl_name, "--enqueue-batch", "500", str(src))
     stats_key = PartitionKeys.build(crawl_name, 0).stats
     landed = 0
     for _ in range(1000):

@@ -294,7 +294,7 @@ async def test_redis_kill_9_mid_crawl_and_aof_restart_loses_nothing(
     async with start_site_process(delay_ms=20) as site:
         path, ids = url_file(tmp_path / "urls.txt", [site.url(f"/p/{i}") for i in range(n)])
         producer = await fleet.producer("producer", server.url, "--partitions", "2",
-                                        "--batch-size", "50", path)
+                                        "--enqueue-batch", "50", path)
         assert await producer.wait(30) == 0, producer.log_text()[-2000:]
         acknowledged = producer.summary()["enqueued"]
         assert acknowledged == n
@@ -311,7 +311,7 @@ async def test_redis_kill_9_mid_crawl_and_aof_restart_loses_nothing(
             before = await queue.stats()
 
             # A second producer (another crawl) is mid-run, fed batch by batch on stdin.
-            late = await fleet.producer("late", server.url, "--batch-size", "20", "-",
+            late = await fleet.producer("late", server.url, "--enqueue-batch", "20", "-",
                                         crawl=f"{fleet.crawl}-late", stdin_pipe=True)
             feeder = asyncio.create_task(feed(late, 20))
             late_keys = CrawlKeys.build(f"{fleet.crawl}-late")
@@ -382,7 +382,7 @@ async def test_redis_down_past_the_lease_reclaims_without_stampeding_a_host(
 
         # Each consumer may hold every task (64 active, batches of 8): the mass reclaim
         # after the outage can hand all of them to one consumer at once.
-        common = ("--concurrency", "32", "--batch-size", "8", "--lease", f"{lease_s}s",
+        common = ("--concurrency", "32", "--lease-batch", "8", "--lease", f"{lease_s}s",
                   "--exit-when-empty", "--per-host-concurrency", "1",
                   "--per-host-delay", f"{delay_s}s")
         a = await fleet.consumer("a", server.url, *common)
@@ -495,7 +495,7 @@ async def fill_with_producer(fleet: Fleet, server: RedisServer, tmp_path: Path) 
     """Run a producer until Redis refuses its writes; returns the exited producer."""
     path, _ = url_file(tmp_path / "urls.txt",
                        [f"http://127.0.0.1:9/p/{i}" for i in range(20_000)])
-    producer = await fleet.producer("producer", server.url, "--batch-size", str(BATCH),
+    producer = await fleet.producer("producer", server.url, "--enqueue-batch", str(BATCH),
                                     "--meta", PAD, path)
     await producer.wait(60)
     return producer
@@ -524,7 +524,7 @@ async def test_maxmemory_refuses_whole_batches_and_consumers_still_drain(
     async with start_site_process() as site:
         urls = [site.url(f"/p/{i}") for i in range(20_000)]
         path, _ = url_file(tmp_path / "urls.txt", urls)
-        producer = await fleet.producer("producer", server.url, "--batch-size", str(BATCH),
+        producer = await fleet.producer("producer", server.url, "--enqueue-batch", str(BATCH),
                                         "--meta", PAD, path)
         assert await producer.wait(60) == 3, producer.log_text()[-3000:]
 
