@@ -54,16 +54,12 @@ NAMESPACE: Final = "crawlq"
 # Outcomes of a task, pre-created at 0 so dashboards see every series from the start.
 OUTCOMES: Final = (
     "ok",
-    "http_3xx",
     "http_4xx",
-    "http_5xx",
     "robots_disallowed",
-    "host_budget",
     "retried",
     "dead",
     "stale",
     "released",
-    "error",
 )
 STATUS_CLASSES: Final = ("1xx", "2xx", "3xx", "4xx", "5xx", "error")
 # Web fetches: from a cached 10 ms to a 60 s timeout.

@@ -334,3 +334,11 @@ async def test_every_command_runs_on_uvloop(command: str, redis_url: str, crawl_
             proc.terminate()
         await proc.communicate()
     assert loops == ["uvloop.Loop"]
+
+
+def test_every_precreated_outcome_is_one_the_consumer_emits() -> None:
+    """A series created at 0 that nothing ever counts would mislead a dashboard."""
+    root = Path(__file__).resolve().parents[1] / "consumer"
+    source = "\n".join(p.read_text() for p in root.rglob("*.py"))
+    silent = [o for o in OUTCOMES if f'"{o}"' not in source]
+    assert silent == []
