@@ -4,7 +4,7 @@
 
 1. **ceiling**: a bare aiohttp loop (one ClientSession, ``TCPConnector(limit=C)``, C
    worker coroutines reading every body), no Redis, in this process; then the same loop
-   through ``consumer.fetcher.Fetcher``, which tells the fetcher's own cost apart;
+   through ``common.http.fetcher.Fetcher``, which tells the fetcher's own cost apart;
 2. **one consumer**: ``python -m consumer --exit-when-empty ...`` with concurrency C on
    a crawl of the same N URLs, enqueued beforehand with ``CrawlQueue.enqueue``, then the
    ceiling once more: the ratio is taken against the mean of the two ceilings around
@@ -234,7 +234,7 @@ def bare_share(spec: str, concurrency: int) -> None:
 
 async def fetcher_loop(urls: list[str], concurrency: int) -> tuple[float, float]:
     """The same loop through the consumer's Fetcher (SSRF guard off, caps and timeouts on)."""
-    from consumer.fetcher import Fetcher, FetchSettings  # noqa: PLC0415
+    from common.http.fetcher import Fetcher, FetchSettings  # noqa: PLC0415
 
     it: Iterator[str] = iter(urls)
     done = 0

@@ -35,16 +35,8 @@ from typing import Any
 
 import aiohttp
 from redis.exceptions import (
-    AuthenticationError,
-    BusyLoadingError,
-    NoPermissionError,
-    OutOfMemoryError,
-    ReadOnlyError,
     RedisError,
-    ResponseError,
 )
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from common import codec
 from common.cli_hosts import add_host_commands
@@ -55,69 +47,24 @@ from common.dashboard.command import DASHBOARD_OPTIONS, cmd_dashboard
 from common.deadletters import select_dead
 from common.demo.run import DEMO_OPTIONS, run_demo
 from common.errors import BadRequestError, ConfigError, CrawlqError
+from common.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_REDIS, EXIT_USAGE
 from common.keys import CRAWLS, PREFIX, CrawlKeys
 from common.logs import setup_logging
 from common.queue import CrawlQueue, CrawlSettings
+from common.redis_errors import redis_error_message
 from common.runtime import run_loop
 from common.workers import read_workers
 
 __all__ = ["EXIT_FAIL", "EXIT_OK", "EXIT_REDIS", "EXIT_USAGE", "build_parser", "main",
            "main_async", "redis_error_message"]
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_REDIS = 0, 1, 2, 3
 WATCH_EVERY_S = 2.0
-_REFUSALS = ("OOM", "NOPERM", "NOAUTH", "WRONGPASS", "READONLY", "LOADING", "MISCONF")
 
 
 class UsageError(CrawlqError):
     """The command line asked for something that can't be done as asked."""
 
 
-_SCRIPT_ERROR = re.compile(r"-([A-Z]{3,}) ")
-
-
-def _script_error_code(text: str) -> str:
-    """A refusal inside a Lua script, rewritten to start with its code.
-
-    Redis < 7 wraps it: ``Error running script (call to f_...): @user_script:..:
-    -OOM command not allowed ...``; an ACL refusal there says "can't run this command".
-    """
-    if "Error running script" not in text and "user_script" not in text:
-        return text
-    if "can't run this command" in text or "no permissions" in text:
-        return f"NOPERM {text}"
-    m = _SCRIPT_ERROR.search(text)
-    return f"{m.group(1)} {text}" if m else text
-
-
-def redis_error_message(exc: RedisError, url: str) -> str | None:
-    """A plain message for a Redis failure that is the environment's fault, else None.
-
-    Covers unreachable, login refused, ACL refused, out of memory, read-only replica,
-    still loading; None for anything else (a bug: let it raise).
-    """
-    where = f"Redis at {redact_url(url)}"
-    raw = str(exc)
-    text = _script_error_code(raw)  # what is matched; raw is what is shown
-    if isinstance(exc, AuthenticationError) or text.startswith(("NOAUTH", "WRONGPASS")):
-        return (f"{where} refused the login ({raw}); check the user and password in "
-                "--redis-url / REDIS_URL")
-    if isinstance(exc, NoPermissionError) or text.startswith("NOPERM"):
-        return (f"{where} refused a command for this ACL user ({raw}); grant the user "
-                "the commands and the crawlq:* keys it needs")
-    if isinstance(exc, OutOfMemoryError) or "OOM" in text.split(" ", 1)[0]:
-        return (f"{where} is out of memory and refused a write ({raw}); free memory "
-                "(crawlq reset an old crawl) or raise maxmemory")
-    if isinstance(exc, ReadOnlyError) or text.startswith("READONLY"):
-        return f"{where} is a read-only replica ({raw}); point --redis-url at the primary"
-    if isinstance(exc, BusyLoadingError) or text.startswith("LOADING"):
-        return f"{where} is still loading its data ({raw}); retry in a moment"
-    if isinstance(exc, RedisConnectionError | RedisTimeoutError):
-        return (f"cannot reach {where}: {raw or type(exc).__name__}; check --redis-url / "
-                "REDIS_URL and that Redis is running")
-    if isinstance(exc, ResponseError) and text.startswith(_REFUSALS):
-        return f"{where} refused the command: {raw}"
-    return None
 
 
 # -- helpers ------------------------------------------------------------------------------

@@ -20,8 +20,8 @@ from common.config import (
 )
 from common.errors import ConfigError
 from common.headers import parse_header_lines
+from common.http.fetcher import FetchSettings
 from common.urls import canonical_domain
-from consumer.fetcher import FetchSettings
 from consumer.sinks import SINK_KINDS
 
 

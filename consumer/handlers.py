@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.errors import ConfigError
+from common.http.fetcher import FetchResult
 from common.task import Task
-from consumer.fetcher import FetchResult
 
 
 class LeaseLostError(Exception):

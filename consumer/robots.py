@@ -66,7 +66,7 @@ from common.locks import TokenLocks
 
 if TYPE_CHECKING:
 
-    from consumer.fetcher import Fetcher
+    from common.http.fetcher import Fetcher
 
 __all__ = ["MAX_ROBOTS_BYTES", "RobotsCache", "RobotsVerdict", "product_token"]
 

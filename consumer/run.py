@@ -13,12 +13,12 @@ from redis.exceptions import OutOfMemoryError, ResponseError
 from common.connection import RedisClient, open_redis
 from common.errors import ConfigError
 from common.frontier import Frontier
+from common.http.fetcher import Fetcher
 from common.keys import CrawlKeys
 from common.metrics import Metrics
 from common.queue import CrawlQueue, RetryPolicy
 from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
-from consumer.fetcher import Fetcher
 from consumer.flush import REDIS_ERRORS
 from consumer.handlers import load_handler
 from consumer.http_server import SideServer

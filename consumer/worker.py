@@ -28,12 +28,12 @@ from typing import Any
 
 from common.errors import FetchError, RedisUnavailableError
 from common.frontier import Frontier
+from common.http.fetcher import Fetcher, FetchResult
 from common.metrics import Metrics
 from common.queue import Code, CrawlQueue, Failure, Lease, LeaseBatch
 from common.workers import WorkerRegistry
 from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
-from consumer.fetcher import Fetcher, FetchResult
 from consumer.flush import REDIS_ERRORS, Completion, Flusher
 from consumer.handlers import Handler, HandlerContext, LeaseLostError, as_result
 from consumer.housekeeping import Housekeeping

@@ -32,7 +32,6 @@ from typing import Any, BinaryIO, TextIO
 
 from redis.exceptions import RedisError
 
-from common.cli import redis_error_message
 from common.config import (
     COMMON_OPTIONS,
     CommonSettings,
@@ -43,11 +42,13 @@ from common.config import (
 )
 from common.connection import RedisClient, open_redis
 from common.errors import ConfigError, CrawlConflictError, SourceError
+from common.exitcodes import EXIT_LOCKED, EXIT_OK, EXIT_REDIS, EXIT_SOURCE, EXIT_USAGE
 from common.headers import parse_header_lines
+from common.http.fetcher import Fetcher
 from common.logs import setup_logging
 from common.queue import CrawlQueue, CrawlSettings, DedupMode
+from common.redis_errors import redis_error_message
 from common.runtime import run_loop
-from consumer.fetcher import Fetcher
 from producer.lock import LockHeldError, ProducerLock
 from producer.progress import Progress
 from producer.run import RejectWriter, TaskTemplate, produce
@@ -61,7 +62,6 @@ __all__ = ["EXIT_LOCKED", "EXIT_OK", "EXIT_REDIS", "EXIT_SOURCE", "EXIT_USAGE",
 
 log = logging.getLogger("producer")
 
-EXIT_OK, EXIT_USAGE, EXIT_REDIS, EXIT_SOURCE, EXIT_LOCKED = 0, 2, 3, 4, 5
 PROG = "crawlq-producer"
 
 

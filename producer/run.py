@@ -23,9 +23,9 @@ from typing import IO, Any
 
 from common import codec
 from common.errors import SourceError
+from common.http.fetcher import redact_url
 from common.queue import CrawlQueue, EnqueueResult, NewTask
 from common.urls import canonicalize
-from consumer.fetcher import redact_url
 from producer.progress import Progress
 from producer.sources import Chunk
 from producer.summary import MAX_SHOWN_REJECTS, Reject, Summary

@@ -1,6 +1,6 @@
 """Sitemap sources: robots.txt ``Sitemap:`` lines, sitemap indexes, gzipped sitemaps.
 
-Every document is fetched through the consumer's :class:`consumer.fetcher.Fetcher`, so the
+Every document is fetched through the consumer's :class:`common.http.fetcher.Fetcher`, so the
 same SSRF guard, timeouts and body cap apply as for crawling. XML is parsed with a
 streaming ``lxml.etree.iterparse`` (no DTDs, no entities, no network), each element is
 freed as soon as its ``<loc>`` is read, and gzip is decompressed while parsing with a cap
@@ -24,7 +24,7 @@ from lxml import etree
 from protego import Protego
 
 from common.errors import FetchError, SourceError
-from consumer.fetcher import Fetcher, FetchSettings, redact_url
+from common.http.fetcher import Fetcher, FetchSettings, redact_url
 from producer.sources import Chunk
 
 __all__ = ["MAX_DEPTH", "MAX_SITEMAPS", "SitemapReader", "fetch_settings"]

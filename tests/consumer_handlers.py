@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from consumer.fetcher import FetchResult
+from common.http.fetcher import FetchResult
 from consumer.handlers import HandlerContext, HandlerResult
 
 #: What the paginate handler saw, for the test to read: (task id, checkpoint at start).

@@ -28,9 +28,9 @@ import pytest
 from aiohttp import web
 from yarl import URL
 
-import consumer.fetcher as fetcher_mod
+import common.http.fetcher as fetcher_mod
 from common.errors import FetchError
-from consumer.fetcher import (
+from common.http.fetcher import (
     Fetcher,
     FetchResult,
     FetchSettings,
@@ -38,7 +38,7 @@ from consumer.fetcher import (
     parse_retry_after,
     redact_url,
 )
-from consumer.ssrf import GuardedResolver, SsrfGuard, SsrfSocketError, literal_host_ip
+from common.http.ssrf import GuardedResolver, SsrfGuard, SsrfSocketError, literal_host_ip
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.1/32"),)
 MIB = 1024 * 1024

@@ -30,12 +30,12 @@ from common.headers import (
     parse_header_lines,
     redacted_headers,
 )
+from common.http.fetcher import Fetcher, FetchSettings
 from common.queue import CrawlQueue, NewTask
 from common.task import decode_entry, encode_entry
 from common.urls import fingerprint
 from consumer.__main__ import main as consumer_main
 from consumer.config import CONSUMER_OPTIONS, build_parser, settings_from_args
-from consumer.fetcher import Fetcher, FetchSettings
 from consumer.run import run
 from producer.cli import PRODUCER_OPTIONS
 from producer.cli import main_async as producer_main

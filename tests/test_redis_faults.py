@@ -41,13 +41,13 @@ from redis.exceptions import OutOfMemoryError
 from redis_binaries import pause, resume
 from sites import start_site_process, test_site
 
+from common.http.fetcher import Fetcher
 from common.keys import CrawlKeys
 from common.metrics import Metrics
 from common.queue import Code, CrawlQueue, Lease, NewTask, Stats
 from common.redis_server import RedisServer
 from common.urls import canonicalize, fingerprint, task_id
 from consumer.config import build_parser, settings_from_args
-from consumer.fetcher import Fetcher
 from consumer.run import run as run_consumer
 from consumer.sinks import make_sink
 from consumer.worker import Consumer

@@ -19,8 +19,8 @@ from aiohttp import web
 
 from common import codec
 from common.errors import FetchError
+from common.http.fetcher import Fetcher, FetchSettings
 from common.keys import CrawlKeys
-from consumer.fetcher import Fetcher, FetchSettings
 from consumer.robots import MAX_ROBOTS_BYTES, RobotsCache, RobotsVerdict, product_token
 
 UA = "crawlq/0.1 (+https://github.com/crawlq/crawlq)"

@@ -26,6 +26,7 @@ from aiohttp.typedefs import Handler, Middleware
 from redis.exceptions import RedisError
 
 from common.errors import BadRequestError, ConfigError
+from common.redis_errors import redis_error_message
 
 log = logging.getLogger("dashboard")
 
@@ -107,8 +108,6 @@ class Guard:
 
 
 def _redis_message(exc: RedisError) -> str:
-    from common.cli import redis_error_message  # noqa: PLC0415 (common.cli imports us)
-
     return redis_error_message(exc, "the dashboard's --redis-url") or "Redis failed"
 
 

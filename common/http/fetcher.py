@@ -2,7 +2,7 @@
 
 `Fetcher.fetch(url)` returns a `FetchResult` or raises `FetchError` (see `classify_status`
 for the table of outcomes). Redirects are followed by hand so that every hop is checked by
-the SSRF guard (`consumer.ssrf`), counted, loop-checked and stripped of credentials when it
+the SSRF guard (`common.http.ssrf`), counted, loop-checked and stripped of credentials when it
 changes origin. Bodies are streamed and capped on decompressed bytes.
 
 Request headers: `FetchSettings.headers` are the crawl's (``--header``). Those that are not
@@ -46,7 +46,7 @@ from common import reasons
 from common.config import redact_url
 from common.errors import ConfigError, FetchError
 from common.headers import checked_headers, is_credential, redacted_headers
-from consumer.ssrf import GuardedResolver, SsrfGuard, literal_host_ip, ssrf_error_from
+from common.http.ssrf import GuardedResolver, SsrfGuard, literal_host_ip, ssrf_error_from
 
 __all__ = [
     "FetchResult",

@@ -1,0 +1,12 @@
+"""The exit codes of every crawlq command, in one place (the README's tables list them)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+EXIT_OK: Final = 0  # ran (rejected input lines don't fail a run)
+EXIT_FAIL: Final = 1  # a check failed (crawlq check)
+EXIT_USAGE: Final = 2  # usage or configuration error
+EXIT_REDIS: Final = 3  # Redis unreachable or refusing (auth, ACL, out of memory)
+EXIT_SOURCE: Final = 4  # a source could not be read (producer)
+EXIT_LOCKED: Final = 5  # another producer of this crawl is running
