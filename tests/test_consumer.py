@@ -389,16 +389,12 @@ async def test_checkpointed_task_resumes_after_its_consumer_dies(
         redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
     consumer_handlers.SEEN.clear()
     consumer_handlers.HANG_AFTER_PAGE_2.set()
+    consumer_handlers.HUNG_AFTER_PAGE_2.clear()
     async with serve({"/p/{i}": page}) as site:
         queue = await enqueue(redis_client, crawl_name, [site.url("/p/1")])
         handler = ("--handler", "consumer_handlers:paginate", "--lease", "1s")
         first = asyncio.create_task(consume(redis_url, crawl_name, tmp_path / "a", *handler))
-        # Page 2's checkpoint is in Redis: the handler hangs right after saving it.
-        tid = fingerprint(site.url("/p/1")).hex()
-        checkpoints = queue.partitions[0].checkpoints
-        async with asyncio.timeout(10):
-            while json.loads(await redis_client.hget(checkpoints, tid) or "null") != {"page": 2}:
-                await asyncio.sleep(0.01)
+        await asyncio.wait_for(consumer_handlers.HUNG_AFTER_PAGE_2.wait(), 10)
         # A crash: the task is abandoned without release, its lease left to expire. The
         # next consumer waits for it (a leased task is not "empty") and reclaims it.
         first.cancel()
