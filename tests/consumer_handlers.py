@@ -12,6 +12,8 @@ from consumer.handlers import HandlerContext, HandlerResult
 SEEN: list[tuple[str, Any]] = []
 #: Set by a test to make the paginate handler hang after saving page 2 (a "crash").
 HANG_AFTER_PAGE_2 = asyncio.Event()
+#: Set by the paginate handler once it saved page 2 and hangs.
+HUNG_AFTER_PAGE_2 = asyncio.Event()
 
 
 async def paginate(response: FetchResult, ctx: HandlerContext) -> HandlerResult:
@@ -23,6 +25,7 @@ async def paginate(response: FetchResult, ctx: HandlerContext) -> HandlerResult:
         items.append({"page": page})
         await ctx.save_checkpoint({"page": page})
         if page == 2 and HANG_AFTER_PAGE_2.is_set():
+            HUNG_AFTER_PAGE_2.set()
             await asyncio.sleep(3600)
     return HandlerResult(items=items)
 

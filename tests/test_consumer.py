@@ -389,21 +389,18 @@ async def test_checkpointed_task_resumes_after_its_consumer_dies(
         redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
     consumer_handlers.SEEN.clear()
     consumer_handlers.HANG_AFTER_PAGE_2.set()
+    consumer_handlers.HUNG_AFTER_PAGE_2.clear()
     async with serve({"/p/{i}": page}) as site:
         queue = await enqueue(redis_client, crawl_name, [site.url("/p/1")])
         handler = ("--handler", "consumer_handlers:paginate", "--lease", "1s")
         first = asyncio.create_task(consume(redis_url, crawl_name, tmp_path / "a", *handler))
-        for _ in range(100):
-            if consumer_handlers.SEEN:
-                break
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.3)
-        # A crash: the task is abandoned without release, its lease left to expire.
+        await asyncio.wait_for(consumer_handlers.HUNG_AFTER_PAGE_2.wait(), 10)
+        # A crash: the task is abandoned without release, its lease left to expire. The
+        # next consumer waits for it (a leased task is not "empty") and reclaims it.
         first.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await first
         consumer_handlers.HANG_AFTER_PAGE_2.clear()
-        await asyncio.sleep(1.2)
         assert await consume(redis_url, crawl_name, tmp_path / "b", *handler) == 0
     assert [cp for _, cp in consumer_handlers.SEEN] == [None, {"page": 2}]
     [rec] = records(tmp_path / "b")

@@ -236,7 +236,8 @@ def _proxy_app(state: Servers, client: Callable[[], aiohttp.ClientSession]) -> w
             return web.Response(status=403, text="this test proxy only forwards to 127.0.0.1")
         async with client().get(request.url, allow_redirects=False) as upstream:
             body = await upstream.read()
-            kept = {k: v for k, v in upstream.headers.items() if k in ("Retry-After", "ETag")}
+            kept = {k: v for k, v in upstream.headers.items()
+                    if k in ("Retry-After", "ETag", "Location")}
             return web.Response(status=upstream.status, body=body, headers=kept)
 
     app = web.Application()
@@ -963,6 +964,20 @@ async def test_proxy_cannot_reach_blocked_literal(servers: Servers, connect_log:
         err = await fetch_error(f, "http://169.254.169.254/latest/meta-data")
     assert err.reason == "ssrf_blocked"
     assert connect_log == []
+
+
+async def test_proxy_never_asked_for_a_blocked_literal_a_redirect_names(
+    servers: Servers, connect_log: list[str]
+) -> None:
+    """Through a proxy the connector only ever sees the proxy's address: the literal check
+    on every redirect hop is what refuses the metadata address here."""
+    proxies = (f"http://{PROXY_USER}:{PROXY_PASSWORD}@{servers.proxy}",)
+    start = redirect_via(servers, "http://169.254.169.254/latest/meta-data")
+    before = len(servers.seen.get("proxy", []))
+    async with Fetcher(settings(proxies=proxies)) as f:
+        err = await fetch_error(f, start)
+    assert err.reason == "ssrf_blocked"
+    assert [seen["url"] for seen in servers.seen["proxy"][before:]] == [start]
 
 
 def test_settings_repr_redacts_and_validates() -> None:

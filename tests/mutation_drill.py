@@ -1,0 +1,223 @@
+"""The mutation drill (issue 13): every guarantee, broken on purpose, must fail its tests.
+
+``tests/mutants/`` holds one small patch per guarantee; `MUTANTS` names each patch's
+guarantee and the tests that guard it. The drill copies the tree (the files git tracks
+or would track, as they are on disk) to a temporary directory, runs all those tests there
+once unpatched (they must pass, or a kill means nothing), then for each mutant applies its
+patch to a fresh copy (``git apply``) and runs only its tests, with ``PYTHONPATH`` the
+copy, stopping at the first failure. One line per mutant: killed by <test>, or SURVIVED.
+
+It exits 1 when a mutant survives, a patch no longer applies (a refactor must carry its
+mutant along), a patch has no table entry or an entry no patch, or the baseline fails.
+
+    python3 tests/mutation_drill.py          # every mutant (~30 s on 2 cores)
+    python3 tests/mutation_drill.py 03 07    # those whose names start so
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MUTANTS_DIR = Path(__file__).resolve().parent / "mutants"
+#: One mutant's tests may not take longer than this (the drill reports it as broken).
+MUTANT_TIMEOUT_S = 300.0
+
+_G = "tests/test_guarantees.py::"
+_Q = "tests/test_queue.py::"
+_F = "tests/test_fetcher.py::"
+_FR = "tests/test_frontier.py::"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """A patch in tests/mutants/ (`name`.patch), what it breaks, and the tests that guard it."""
+
+    name: str
+    guarantee: str
+    tests: tuple[str, ...]
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant("01-ack-before-sink-write", "a task is acked only after its result reached the sink",
+           (_G + "test_a_task_is_not_done_while_its_result_is_not_in_the_sink",)),
+    Mutant("02-heartbeat-slower-than-lease", "the heartbeat renews leases before they expire",
+           (_G + "test_a_fetch_longer_than_several_leases_keeps_its_lease",)),
+    Mutant("03-lease-deadline-from-worker-clock", "lease deadlines come from Redis TIME",
+           (_G + "test_a_lease_deadline_is_redis_time_whatever_the_worker_clock",)),
+    Mutant("04-ack-ignores-fencing-token", "a stale token can't ack (fencing)",
+           (_Q + "test_stale_token_is_refused_everywhere",)),
+    Mutant("05-lost-lease-result-written", "results of lost or expired leases are dropped",
+           (_G + "test_results_of_lost_or_expired_leases_are_not_written",)),
+    Mutant("06-reclaim-before-expiry", "reclaim takes only leases past their deadline",
+           (_G + "test_reclaim_checks_each_deadline_on_redis_time_itself",
+            _Q + "test_reclaim_only_after_expiry")),
+    Mutant("07-dedup-skipped", "a seen URL is not enqueued again",
+           (_Q + "test_exact_dedup_within_and_across_batches",)),
+    Mutant("08-ssrf-skipped-on-redirects", "the SSRF guard checks every redirect hop",
+           (_F + "test_proxy_never_asked_for_a_blocked_literal_a_redirect_names",
+            _F + "test_redirect_to_private_address_blocked_before_connecting")),
+    Mutant("09-body-cap-on-compressed-bytes", "the body cap counts decompressed bytes",
+           (_F + "test_gzip_bomb_stops_at_cap_on_decompressed_bytes[4]",
+            _F + "test_gzip_decompressing_to_exactly_the_cap_passes")),
+    Mutant("10-host-concurrency-ignored", "a host never has more leases than its concurrency",
+           (_FR + "test_concurrency_caps_leases_per_host_until_one_ends",)),
+    Mutant("11-host-delay-not-moved", "a lease moves its host's next turn by its delay",
+           (_FR + "test_a_host_with_a_delay_gives_one_task_per_turn_and_says_when_the_next_is",)),
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one mutant: `verdict` is killed, survived or broken (the drill can't
+    judge it: no patch, no entry, a patch that does not apply, a failed baseline)."""
+
+    name: str
+    verdict: str
+    detail: str
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        if self.verdict == "killed":
+            text = f"killed by {self.detail}"
+        elif self.verdict == "survived":
+            text = f"SURVIVED {self.detail}"
+        else:
+            text = f"BROKEN: {self.detail}"
+        return f"{self.name:<40} {text} ({self.seconds:.1f}s)"
+
+
+def copy_tree(root: Path, dest: Path) -> None:
+    """Copy the files git tracks, or would track, under `root` as they are on disk."""
+    listed = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True, check=True).stdout
+    for name in sorted({n for n in listed.decode().split("\0") if n}):
+        src = root / name
+        if src.is_file():  # a tracked file deleted on disk is not copied
+            target = dest / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target)
+
+
+def apply_patch(tree: Path, patch: Path) -> str | None:
+    """Apply `patch` inside `tree`; None, or why it does not apply."""
+    # Ceiling: git must not find a repository above the temporary tree and apply there.
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(tree.parent)}
+    done = subprocess.run(["git", "apply", str(patch)], cwd=tree, env=env, check=False,
+                          capture_output=True, text=True)
+    if done.returncode == 0:
+        return None
+    return " ".join(done.stderr.split())[:300] or f"git apply exited {done.returncode}"
+
+
+_FAILED = re.compile(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", re.MULTILINE)
+
+
+def run_tests(tree: Path, tests: Sequence[str], timeout_s: float
+              ) -> tuple[int, list[str], str]:
+    """Run `tests` in `tree` (stop at the first failure): exit code, failed test ids and
+    the output's tail. Exit code -1: timed out."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    # Plugins no guarding test uses are left out: hypothesis' alone takes ~1.5 s to load,
+    # paid by every run.
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-rfE", "-p", "no:cacheprovider",
+           "-p", "no:randomly", "-p", "no:hypothesispytest", "-p", "no:benchmark", *tests]
+    try:
+        done = subprocess.run(cmd, cwd=tree, env=env, check=False, capture_output=True, text=True,
+                              timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return -1, [], f"timed out after {timeout_s:g}s"
+    out = done.stdout + done.stderr
+    return done.returncode, _FAILED.findall(out), "\n".join(out.splitlines()[-15:])
+
+
+def judge(name: str, tree: Path, patch: Path, tests: Sequence[str], timeout_s: float
+          ) -> Outcome:
+    """Apply one mutant to `tree` (a fresh copy) and run its tests there."""
+    started = time.monotonic()
+    why = apply_patch(tree, patch)
+    if why is not None:
+        return Outcome(name, "broken", f"patch does not apply: {why}")
+    code, failed, tail = run_tests(tree, tests, timeout_s)
+    took = time.monotonic() - started
+    if code == 0:
+        return Outcome(name, "survived", f"(ran {', '.join(tests)})", took)
+    if code == 1 and failed:
+        return Outcome(name, "killed", failed[0], took)
+    return Outcome(name, "broken", f"pytest exited {code}:\n{tail}", took)
+
+
+def drill(root: Path, mutants_dir: Path, table: Sequence[Mutant], *, only: Sequence[str] = (),
+          timeout_s: float = MUTANT_TIMEOUT_S,
+          say: Callable[[str], None] = lambda line: None) -> list[Outcome]:
+    """Judge the mutants of `table` (those whose names start with one of `only`, if given)
+    on copies of `root`; their patches are `mutants_dir`/<name>.patch. `say` gets one line
+    per outcome as it is known."""
+    outcomes: list[Outcome] = []
+
+    def decided(outcome: Outcome) -> None:
+        outcomes.append(outcome)
+        say(outcome.line())
+
+    patches = {p.stem for p in mutants_dir.glob("*.patch")}
+    for stray in sorted(patches - {m.name for m in table}):
+        decided(Outcome(stray, "broken", "a patch with no entry in the drill's table"))
+    chosen = [m for m in table if not only or m.name.startswith(tuple(only))]
+    for m in chosen:
+        if m.name not in patches:
+            decided(Outcome(m.name, "broken", f"no {m.name}.patch in {mutants_dir}"))
+    runnable = [m for m in chosen if m.name in patches]
+    with tempfile.TemporaryDirectory(prefix="crawlq-drill-") as tmp:
+        pristine = Path(tmp) / "tree"
+        copy_tree(root, pristine)
+        baseline = Path(tmp) / "baseline"
+        shutil.copytree(pristine, baseline)
+        tests = list(dict.fromkeys(t for m in runnable for t in m.tests))
+        started = time.monotonic()
+        code, failed, tail = run_tests(baseline, tests, timeout_s) if tests else (0, [], "")
+        took = time.monotonic() - started
+        if code != 0:
+            decided(Outcome("baseline", "broken", "the guarding tests fail on the unpatched "
+                            f"tree: {', '.join(failed) or tail}", took))
+            return outcomes
+        say(f"{'baseline':<40} {len(tests)} guarding tests pass unpatched ({took:.1f}s)")
+        for m in runnable:
+            work = Path(tmp) / m.name
+            shutil.copytree(pristine, work)
+            decided(judge(m.name, work, mutants_dir / f"{m.name}.patch", m.tests, timeout_s))
+            shutil.rmtree(work, ignore_errors=True)
+    return outcomes
+
+
+def exit_code(outcomes: Sequence[Outcome]) -> int:
+    """0 when every mutant was killed, else 1."""
+    return 0 if outcomes and all(o.verdict == "killed" for o in outcomes) else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="The mutation drill: every guarantee, "
+                                                 "broken on purpose, must fail its tests.")
+    parser.add_argument("only", nargs="*", help="run only mutants whose names start so")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    outcomes = drill(ROOT, MUTANTS_DIR, MUTANTS, only=args.only,
+                     say=lambda line: print(line, flush=True))
+    killed = sum(o.verdict == "killed" for o in outcomes)
+    print(f"mutation drill: {killed} of {len(outcomes)} mutants killed "
+          f"in {time.monotonic() - started:.0f}s")
+    return exit_code(outcomes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""Guarantees that the other tests did not pin down, each a test that fails when it is
+broken (issue 13; `tests/mutation_drill.py` breaks each one on purpose and checks that
+these fail). Real redis-server, real local sites."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+from aiohttp import web
+from test_consumer import consume, enqueue, records, serve
+
+from common.keys import PartitionKeys
+from common.metrics import Metrics
+from common.queue import Code, CrawlQueue, Lease, NewTask
+from common.urls import fingerprint
+from consumer.flush import Completion, Flusher
+from consumer.leases import LeaseBook
+from consumer.sinks import Record
+
+LEASE_S = 30.0
+
+
+async def redis_ms(client: aioredis.Redis) -> int:
+    sec, usec = await client.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+async def until_redis_time(client: aioredis.Redis, ms: float) -> None:
+    """Return once Redis' clock reads `ms` or later."""
+    while True:
+        left = ms - await redis_ms(client)
+        if left <= 0:
+            return
+        await asyncio.sleep(left / 1000 + 0.01)
+
+
+async def queue_with(client: aioredis.Redis, crawl: str, n: int) -> CrawlQueue:
+    queue = await CrawlQueue.open(client, crawl)
+    urls = [f"http://g.test/{i}" for i in range(n)]
+    await queue.enqueue([NewTask(u, fingerprint(u)) for u in urls])
+    return queue
+
+
+class GatedSink:
+    """A sink whose writes wait until the test opens the gate."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.gate = asyncio.Event()
+        self.records: list[Record] = []
+
+    async def open(self) -> None:
+        pass
+
+    async def write(self, records: Sequence[Record]) -> None:
+        self.entered.set()
+        await self.gate.wait()
+        self.records.extend(records)
+
+    async def close(self) -> None:
+        pass
+
+
+def flusher(queue: CrawlQueue, sink: GatedSink) -> tuple[Flusher, LeaseBook]:
+    metrics = Metrics()
+    book = LeaseBook(LEASE_S, metrics)
+    return Flusher(queue, sink, metrics, book, worker="w", batch=8, max_depth=0,
+                   allow_domains=(), on_freed=lambda: None), book
+
+
+def record(lease: Lease) -> Record:
+    task = lease.task
+    return Record(task_id=task.id, url=task.url, final_url=task.url, status=200, outcome="ok",
+                  headers={}, raw_headers=(), body=b"", bytes=0, elapsed=0.0,
+                  attempt=task.attempt, fetched_at=time.time(), worker="w")
+
+
+async def test_a_task_is_not_done_while_its_result_is_not_in_the_sink(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    queue = await queue_with(redis_client, crawl_name, 1)
+    [lease] = await queue.lease("w", 1, int(LEASE_S * 1000))
+    sink = GatedSink()
+    flush, book = flusher(queue, sink)
+    book.hold(lease, time.monotonic())
+    flush.add(Completion(lease, "ack", record=record(lease)))
+    flushing = asyncio.create_task(flush.flush())
+    await asyncio.wait_for(sink.entered.wait(), 10)
+    # The sink has not confirmed the write: a crash now must leave the task leased (so it
+    # comes back), not done with its result nowhere.
+    assert await queue.state_of(lease.id) == "leased"
+    assert (await queue.stats()).done == 0
+    sink.gate.set()
+    await asyncio.wait_for(flushing, 10)
+    assert [r.task_id for r in sink.records] == [lease.id]
+    assert await queue.state_of(lease.id) == "done"
+
+
+async def test_results_of_lost_or_expired_leases_are_not_written(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    queue = await queue_with(redis_client, crawl_name, 2)
+    lost, expired = await queue.lease("w", 2, int(LEASE_S * 1000))
+    sink = GatedSink()
+    sink.gate.set()
+    flush, book = flusher(queue, sink)
+    book.hold(lost, time.monotonic())
+    book.drop(lost, lost=True)  # what a heartbeat does with a lease Redis says is gone
+    book.hold(expired, time.monotonic() - 2 * LEASE_S)  # e.g. the process was stopped
+    for lease in (lost, expired):
+        flush.add(Completion(lease, "ack", record=record(lease)))
+    await asyncio.wait_for(flush.flush(), 10)
+    # Someone else may own these tasks by now: their results would be duplicates.
+    assert sink.records == []
+    assert len(book) == 0
+    assert [await queue.state_of(lease.id) for lease in (lost, expired)] == ["leased"] * 2
+
+
+@pytest.mark.parametrize("skew_s", [-3600, 3600])
+async def test_a_lease_deadline_is_redis_time_whatever_the_worker_clock(
+        skew_s: int, monkeypatch: pytest.MonkeyPatch, redis_client: aioredis.Redis,
+        crawl_name: str) -> None:
+    queue = await queue_with(redis_client, crawl_name, 1)
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + skew_s)  # this worker's clock is off
+    before = await redis_ms(redis_client)
+    [lease] = await queue.lease("w", 1, 60_000)
+    after = await redis_ms(redis_client)
+    deadline = await redis_client.zscore(queue.partitions[0].leases, lease.id)
+    assert deadline is not None and before + 60_000 <= deadline <= after + 60_000
+    assert lease.deadline_ms == deadline
+    assert await queue.reclaim() == (0, 0)
+    assert await queue.ack("w", [(lease, "ok")]) == [Code.OK]
+
+
+async def test_reclaim_checks_each_deadline_on_redis_time_itself(
+        monkeypatch: pytest.MonkeyPatch, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """The candidates reclaim reads first may be out of date by the time its script runs
+    (a heartbeat renewed them in between): the script must check the deadline again."""
+    queue = await queue_with(redis_client, crawl_name, 1)
+    [lease] = await queue.lease("w", 1, 60_000)
+
+    async def every_lease(pk: PartitionKeys, zset: str, limit: int
+                          ) -> tuple[list[str], list[str]]:
+        ids = [m.decode() for m in await redis_client.zrange(zset, 0, limit - 1)]
+        values = await redis_client.hmget(pk.tasks, ids) if ids else []
+        return ids, [v.split(b" ", 1)[0].decode() for v in values]
+
+    monkeypatch.setattr(queue, "_due_ids", every_lease)
+    assert await queue.reclaim() == (0, 0)
+    assert await queue.state_of(lease.id) == "leased"
+    assert await queue.ack("w", [(lease, "ok")]) == [Code.OK]
+
+
+async def test_a_fetch_longer_than_several_leases_keeps_its_lease(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
+    """--lease 1s and a fetch of over 3 s: the heartbeat keeps the lease the whole time."""
+    asked, answer = asyncio.Event(), asyncio.Event()
+    hits = 0
+
+    async def slow(request: web.Request) -> web.Response:
+        nonlocal hits
+        hits += 1
+        asked.set()
+        await answer.wait()
+        return web.Response(text="slow")
+
+    async with serve({"/slow": slow}) as site:
+        url = site.url("/slow")
+        queue = await enqueue(redis_client, crawl_name, [url])
+        consumer = asyncio.create_task(consume(redis_url, crawl_name, tmp_path, "--lease", "1s",
+                                               "--timeout", "30s", "--concurrency", "1"))
+        await asyncio.wait_for(asked.wait(), 10)
+        first = await redis_client.zscore(queue.partitions[0].leases, fingerprint(url).hex())
+        assert first is not None
+        await until_redis_time(redis_client, first + 2000)  # 3 lease lengths in all
+        answer.set()
+        assert await asyncio.wait_for(consumer, 20) == 0
+    assert hits == 1, "the task was fetched again: its lease was lost mid-fetch"
+    stats = await queue.stats()
+    assert stats.done == 1
+    # (Redis' `lost` counter is not checked: a heartbeat that races the ack counts the
+    # just-acked lease there.)
+    assert stats.counters.get("reclaimed", 0) == 0
+    assert [r["url"] for r in records(tmp_path)] == [url]
