@@ -68,10 +68,32 @@ class Option:
     # A rule on the (converted) value, raising ConfigError; broken by a flag or by the
     # env variable, it is reported as one line, without argparse's usage text.
     check: Callable[[Any], Any] | None = None
+    # Where the value goes in the command's settings: an attribute ("" = the flag's
+    # dest), "group.attribute" for a nested settings object; `convert` shapes it.
+    field: str = ""
+    convert: Callable[[Any], Any] | None = None
 
     @property
     def dest(self) -> str:
         return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def target(self) -> str:
+        """The settings attribute this option fills."""
+        return self.field or self.dest
+
+
+def option_values(options: Sequence[Option], args: argparse.Namespace) -> dict[str, Any]:
+    """The settings values of parsed options, keyed by their target attribute; the ones of
+    a nested settings object ("group.attribute") under ``values[group]``."""
+    values: dict[str, Any] = {}
+    for opt in options:
+        value = getattr(args, opt.dest)
+        if opt.convert is not None:
+            value = opt.convert(value)
+        group, _, name = opt.target.rpartition(".")
+        (values.setdefault(group, {}) if group else values)[name] = value
+    return values
 
 
 def add_options(parser: argparse.ArgumentParser, options: Sequence[Option],

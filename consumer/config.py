@@ -16,6 +16,7 @@ from common.config import (
     Option,
     add_options,
     duration,
+    option_values,
     size,
 )
 from common.errors import ConfigError
@@ -33,51 +34,67 @@ def _network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
                                          ) from None
 
 
+def _headers(lines: list[str]) -> tuple[tuple[str, str], ...]:
+    return tuple(parse_header_lines(lines, ConfigError, "--header / CRAWLQ_HEADERS").items())
+
+
+def _domains(domains: list[str]) -> tuple[str, ...]:
+    return tuple(canonical_domain(d) for d in domains)
+
+
+def _worker_id(text: str) -> str:
+    return text or default_worker_id()
+
+
 CONSUMER_OPTIONS = (
     Option("--concurrency", "CRAWLQ_CONCURRENCY", 64, "fetches in flight in this process",
            type=int),
     Option("--lease", "CRAWLQ_LEASE", 60.0,
            "lease length; a dead consumer's tasks come back after this (e.g. 60s)",
-           type=duration),
+           type=duration, field="lease_s"),
     Option("--lease-batch", "CRAWLQ_LEASE_BATCH", 0,
-           "tasks per lease/ack round trip (0 = derived from --concurrency)", type=int),
+           "tasks per lease/ack round trip (0 = derived from --concurrency)", type=int,
+           field="batch_size"),
     Option("--per-host-concurrency", "CRAWLQ_PER_HOST_CONCURRENCY", 2,
            "most requests in flight to one host across the whole fleet (0 = no limit)",
            type=int),
     Option("--per-host-delay", "CRAWLQ_PER_HOST_DELAY", 1.0,
            "least time between requests to one host across the whole fleet",
-           type=duration),
+           type=duration, field="per_host_delay_s"),
     Option("--timeout", "CRAWLQ_TIMEOUT", 30.0, "total time for one fetch, redirects and "
-           "body included", type=duration),
+           "body included", type=duration, field="fetch.total_timeout"),
     Option("--connect-timeout", "CRAWLQ_CONNECT_TIMEOUT", 10.0, "TCP+TLS connect timeout",
-           type=duration),
+           type=duration, field="fetch.connect_timeout"),
     Option("--read-timeout", "CRAWLQ_READ_TIMEOUT", 15.0, "longest silence while reading",
-           type=duration),
+           type=duration, field="fetch.sock_read_timeout"),
     Option("--max-body-bytes", "CRAWLQ_MAX_BODY_BYTES", 10 * 2**20,
-           "body cap, counted on decompressed bytes (e.g. 10MiB)", type=size),
+           "body cap, counted on decompressed bytes (e.g. 10MiB)", type=size,
+           field="fetch.max_body_bytes"),
     Option("--user-agent", "CRAWLQ_USER_AGENT",
-           "crawlq/0.1 (+https://github.com/crawlq/crawlq)", "User-Agent header"),
+           "crawlq/0.1 (+https://github.com/crawlq/crawlq)", "User-Agent header",
+           field="fetch.user_agent"),
     Option("--header", "CRAWLQ_HEADERS", [], "'Name: value' sent on every request of the "
            "crawl, repeatable (env: one per line); credential headers are never shown, "
            "never sent to robots.txt, dropped on a redirect to another origin",
-           append=True, env_separator="\n", secret=True),
+           append=True, env_separator="\n", secret=True, field="fetch.headers", convert=_headers),
     Option("--proxy", "CRAWLQ_PROXIES", [], "HTTP(S) proxy URL, repeatable (env: comma "
-           "separated); rotated per request", append=True, secret=True),
+           "separated); rotated per request", append=True, secret=True,
+           field="fetch.proxies", convert=tuple),
     Option("--allow-private", "CRAWLQ_ALLOW_PRIVATE", False,
            "turn the SSRF guard off: allow loopback/private/link-local targets",
-           flag_only_bool=True),
+           flag_only_bool=True, field="fetch.allow_private"),
     Option("--allow-network", "CRAWLQ_ALLOW_NETWORKS", [],
            "a network the SSRF guard lets through, repeatable (e.g. 10.1.0.0/16)",
-           type=_network, append=True),
+           type=_network, append=True, field="fetch.allow_networks", convert=tuple),
     Option("--ignore-robots", "CRAWLQ_IGNORE_ROBOTS", False,
            "do not fetch or obey robots.txt (only for sites you own)", flag_only_bool=True),
     Option("--robots-ttl", "CRAWLQ_ROBOTS_TTL", 86400.0, "how long robots.txt is cached",
-           type=duration),
+           type=duration, field="robots_ttl_s"),
     Option("--sink", "CRAWLQ_SINK", "jsonl", "where results go", choices=SINK_KINDS),
     Option("--output", "CRAWLQ_OUTPUT", Path("crawlq-output"),
            "directory for jsonl/warc files", type=Path),
     Option("--rotate-size", "CRAWLQ_ROTATE_SIZE", 256 * 2**20,
-           "start a new result file past this size", type=size),
+           "start a new result file past this size", type=size, field="rotate_bytes"),
     Option("--gzip", "CRAWLQ_GZIP", False, "gzip jsonl files", flag_only_bool=True),
     Option("--store-body", "CRAWLQ_STORE_BODY", False, "store response bodies in jsonl "
            "and stream results (WARC always does)", flag_only_bool=True),
@@ -89,28 +106,28 @@ CONSUMER_OPTIONS = (
            type=int),
     Option("--allow-domains", "CRAWLQ_ALLOW_DOMAINS", [], "domain a handler's links may "
            "go to (and its subdomains), repeatable; none = the parent URL's host",
-           append=True),
+           append=True, convert=_domains),
     Option("--http-host", "CRAWLQ_HTTP_HOST", "127.0.0.1",
            "address of /healthz, /readyz and /metrics"),
     Option("--http-port", "CRAWLQ_HTTP_PORT", 9410,
            "port of /healthz, /readyz and /metrics (0 = any free port, -1 = off)", type=int),
     Option("--grace", "CRAWLQ_GRACE", 20.0, "on SIGTERM, how long in-flight fetches may "
-           "finish before the rest is released", type=duration),
+           "finish before the rest is released", type=duration, field="grace_s"),
     Option("--exit-when-empty", "CRAWLQ_EXIT_WHEN_EMPTY", False,
            "exit 0 once nothing is pending, leased or waiting in the whole crawl",
            flag_only_bool=True),
     Option("--empty-grace", "CRAWLQ_EMPTY_GRACE", 5.0, "with --exit-when-empty: keep "
-           "waiting this long after start for a producer", type=duration),
+           "waiting this long after start for a producer", type=duration, field="empty_grace_s"),
     Option("--retry-base", "CRAWLQ_RETRY_BASE", 2.0, "backoff before the first retry; "
-           "doubles per attempt, with full jitter", type=duration),
+           "doubles per attempt, with full jitter", type=duration, field="retry_base_s"),
     Option("--retry-cap", "CRAWLQ_RETRY_CAP", 600.0, "longest backoff between attempts",
-           type=duration),
+           type=duration, field="retry_cap_s"),
     Option("--max-retry-after", "CRAWLQ_MAX_RETRY_AFTER", 3600.0,
-           "longest Retry-After honoured", type=duration),
+           "longest Retry-After honoured", type=duration, field="max_retry_after_s"),
     Option("--max-stalls", "CRAWLQ_MAX_STALLS", 2, "lease expiries before a task is dead "
            "with reason 'stalled'", type=int),
     Option("--worker-id", "CRAWLQ_WORKER_ID", "", "this consumer's id (default "
-           "host-pid-random)"),
+           "host-pid-random)", convert=_worker_id),
     Option("--gc-threshold", "CRAWLQ_GC_THRESHOLD", 10_000,
            "Python GC generation-0 threshold (0 = Python's default, 700)", type=int),
 )
@@ -198,49 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def settings_from_args(args: argparse.Namespace) -> ConsumerSettings:
-    """Build the settings from parsed arguments (ConfigError on a bad combination)."""
-    fetch = FetchSettings(
-        user_agent=args.user_agent,
-        total_timeout=args.timeout,
-        connect_timeout=args.connect_timeout,
-        sock_read_timeout=args.read_timeout,
-        max_body_bytes=args.max_body_bytes,
-        allow_private=args.allow_private,
-        allow_networks=tuple(args.allow_network),
-        proxies=tuple(args.proxy),
-        headers=tuple(parse_header_lines(args.header, ConfigError,
-                                                 "--header / CRAWLQ_HEADERS").items()),
-        concurrency=args.concurrency,
-        limit_per_host=max(args.per_host_concurrency, 0),
-    )
-    return ConsumerSettings(
-        common=CommonSettings.from_args(args),
-        fetch=fetch,
-        concurrency=args.concurrency,
-        lease_s=args.lease,
-        batch_size=args.lease_batch,
-        per_host_concurrency=args.per_host_concurrency,
-        per_host_delay_s=args.per_host_delay,
-        ignore_robots=args.ignore_robots,
-        robots_ttl_s=args.robots_ttl,
-        sink=args.sink,
-        output=args.output,
-        rotate_bytes=args.rotate_size,
-        gzip=args.gzip,
-        store_body=args.store_body,
-        stream_maxlen=args.stream_maxlen,
-        handler=args.handler,
-        max_depth=args.max_depth,
-        allow_domains=tuple(canonical_domain(d) for d in args.allow_domains),
-        http_host=args.http_host,
-        http_port=args.http_port,
-        grace_s=args.grace,
-        exit_when_empty=args.exit_when_empty,
-        empty_grace_s=args.empty_grace,
-        retry_base_s=args.retry_base,
-        retry_cap_s=args.retry_cap,
-        max_retry_after_s=args.max_retry_after,
-        max_stalls=args.max_stalls,
-        worker_id=args.worker_id or default_worker_id(),
-        gc_threshold=args.gc_threshold,
-    )
+    """Build the settings from parsed arguments, through CONSUMER_OPTIONS (ConfigError on a
+    bad combination)."""
+    values = option_values(CONSUMER_OPTIONS, args)
+    fetch = FetchSettings(**values.pop("fetch"), concurrency=values["concurrency"],
+                          limit_per_host=max(values["per_host_concurrency"], 0))
+    return ConsumerSettings(common=CommonSettings.from_args(args), fetch=fetch, **values)
