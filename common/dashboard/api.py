@@ -14,6 +14,8 @@ whatever the crawl's size: no KEYS, no scan of all tasks.
                                          stale, in flight, done, failed, pages/s)
 ``GET /api/crawls/{crawl}/hosts``        a page of the frontier's hosts, sorted by a
                                          column: ``?sort=queued&desc=1&page=0&size=50``
+                                         (pages reach the first MAX_HOSTS_READ hosts
+                                         over all partitions, from either end)
 ``GET /api/crawls/{crawl}/dead``         a page of dead letters, newest first:
                                          ``?page=0&size=50&reason=R``
 =======================================  ===============================================
@@ -41,10 +43,12 @@ TOKEN_SET: web.AppKey[bool] = web.AppKey("token_set", bool)
 #: The chart's span and series.
 CHART_S = 3600.0
 CHART_SERIES = ("done", "failed", "enqueued")
-#: The most hosts one page may hold, and the deepest host a page may reach: a page
-#: reads the first (page + 1) x size hosts of each partition's sort ZSET.
+#: The most hosts one page may hold.
 MAX_HOSTS_PAGE = 200
-MAX_HOSTS_DEPTH = 100_000
+#: The most sort-ZSET entries one hosts page may read over all partitions: a page reads
+#: the first (page + 1) x size hosts of every partition's ZSET and merges them, so deep
+#: pages cost Redis in proportion to their depth (~1 us an entry).
+MAX_HOSTS_READ = 1000
 _BOOLS = {"1": True, "true": True, "0": False, "false": False}
 
 
@@ -139,11 +143,16 @@ async def get_hosts(request: web.Request) -> web.Response:
     if desc is None:
         raise BadRequestError("desc must be 1 or 0 (true or false)")
     size = int_param(request, "size", 50, 1, MAX_HOSTS_PAGE)
-    page = int_param(request, "page", 0, 0, MAX_HOSTS_DEPTH // size - 1)
+    last_page = max(0, MAX_HOSTS_READ // (size * queue.settings.partitions) - 1)
+    page = int_param(request, "page", 0, 0, 10**9)
+    if page > last_page:
+        raise BadRequestError(
+            f"page {page} is deeper than the dashboard reads ({last_page} at size {size}): "
+            "sort the other way (desc=0) for the other end, or use crawlq hosts --offset")
     found = await Frontier(queue).hosts(sort=sort, desc=desc, offset=page * size, limit=size)
     return web.json_response({"total": found.total, "now_ms": found.now_ms, "page": page,
-                              "size": size, "sort": sort, "desc": desc,
-                              "hosts": [asdict(r) for r in found.rows]})
+                              "size": size, "last_page": last_page, "sort": sort,
+                              "desc": desc, "hosts": [asdict(r) for r in found.rows]})
 
 
 def add_routes(app: web.Application) -> None:

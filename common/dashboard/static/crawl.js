@@ -144,10 +144,13 @@
         this.sort === "queued" ? null : el("p", { class: "hint" },
           `sorted by ${this.sort.replace("_", " ")}: only hosts that have a value in it are listed (queued lists every host)`));
       const first = data.page * data.size;
+      const deepest = data.page >= data.last_page;
       replace(this.node.querySelector(".pager"),
         el("button", { type: "button", class: "prev", disabled: data.page === 0, onclick: () => this.go(this.page - 1) }, "previous"),
         rows.length ? ` hosts ${fmt.int(first + 1)}-${fmt.int(first + rows.length)} of ${fmt.int(data.total)} ` : ` ${fmt.int(data.total)} hosts `,
-        el("button", { type: "button", class: "next", disabled: rows.length < data.size, onclick: () => this.go(this.page + 1) }, "next"));
+        el("button", { type: "button", class: "next", disabled: rows.length < data.size || deepest, onclick: () => this.go(this.page + 1) }, "next"),
+        deepest && rows.length === data.size ? el("span", { class: "hint" },
+          "the deepest page here: sort the other way for the other end, or crawlq hosts --offset") : null);
     },
     sortButton(c) {
       const on = c.sort === this.sort;
