@@ -264,11 +264,19 @@ async def many_hosts(client: aioredis.Redis, name: str) -> CrawlQueue:
     return queue
 
 
-async def test_hosts_view_sorts_and_pages(make_client: ClientFactory,
-                                          redis_client: aioredis.Redis, crawl_name: str) -> None:
+HostsApi = tuple[CrawlQueue, TestClient[Any, Any], str]
+
+
+@pytest.fixture
+async def hosts_api(make_client: ClientFactory, redis_client: aioredis.Redis,
+                    crawl_name: str) -> HostsApi:
+    """`many_hosts`, a dashboard with a token, and the crawl's /hosts path."""
     queue = await many_hosts(redis_client, crawl_name)
-    client = await make_client()
-    base = f"/api/crawls/{queue.crawl}/hosts"
+    return queue, await make_client(), f"/api/crawls/{queue.crawl}/hosts"
+
+
+async def test_hosts_view_sorts_and_pages(hosts_api: HostsApi) -> None:
+    _, client, base = hosts_api
     doc = await (await client.get(base)).json()
     assert (doc["total"], doc["page"], doc["size"], doc["sort"], doc["desc"]) == (
         3, 0, 50, "queued", True)
@@ -290,12 +298,9 @@ async def test_hosts_view_sorts_and_pages(make_client: ClientFactory,
     assert far["hosts"] == [] and far["total"] == 3
 
 
-async def test_hosts_view_refuses_bad_input(make_client: ClientFactory,
-                                            redis_client: aioredis.Redis, crawl_name: str
-                                            ) -> None:
-    queue = await many_hosts(redis_client, crawl_name)
-    client = await make_client()
-    base = f"/api/crawls/{queue.crawl}/hosts"
+async def test_hosts_view_refuses_bad_input(hosts_api: HostsApi,
+                                            make_client: ClientFactory) -> None:
+    _, client, base = hosts_api
     for query, words in (("sort=host", "unknown sort column"),
                          ("sort=%3Cscript%3E", "unknown sort column"),
                          ("page=-1", "page must be"), ("size=100000", "size must be"),
@@ -325,12 +330,9 @@ async def test_pause_and_resume(make_client: ClientFactory, crawl: CrawlQueue) -
     assert len(await again.lease("w1", 10, 60_000)) == 2
 
 
-async def test_host_settings_and_block(make_client: ClientFactory,
-                                       redis_client: aioredis.Redis, crawl_name: str) -> None:
-    queue = await many_hosts(redis_client, crawl_name)
+async def test_host_settings_and_block(hosts_api: HostsApi) -> None:
+    queue, client, url = hosts_api
     frontier = Frontier(queue)
-    client = await make_client()
-    url = f"/api/crawls/{queue.crawl}/hosts"
     body = {"host": "A.Test", "delay_s": 2.5, "concurrency": 3, "budget": 40}
     assert "token" in await error_of(await client.post(f"{url}/set", json=body), 401)
     assert (await frontier.host("a.test")).delay_ms != 2500  # type: ignore[union-attr]
@@ -354,12 +356,9 @@ async def test_host_settings_and_block(make_client: ClientFactory,
     assert row is not None and row.blocked_until_ms is None
 
 
-async def test_host_actions_refuse_bad_input(make_client: ClientFactory,
-                                             redis_client: aioredis.Redis, crawl_name: str
-                                             ) -> None:
-    queue = await many_hosts(redis_client, crawl_name)
-    client = await make_client()
-    url = f"/api/crawls/{queue.crawl}/hosts"
+async def test_host_actions_refuse_bad_input(hosts_api: HostsApi,
+                                             make_client: ClientFactory) -> None:
+    queue, client, url = hosts_api
     for body, words in (({"host": "a.test", "delay_s": -1}, "delay_s must be"),
                         ({"host": "a.test", "delay_s": "2s"}, "delay_s must be"),
                         ({"host": "a.test", "delay_s": True}, "delay_s must be"),
