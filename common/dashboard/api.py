@@ -14,8 +14,8 @@ whatever the crawl's size: no KEYS, no scan of all tasks.
                                          stale, in flight, done, failed, pages/s)
 ``GET /api/crawls/{crawl}/hosts``        a page of the frontier's hosts, sorted by a
                                          column: ``?sort=queued&desc=1&page=0&size=50``
-                                         (pages reach the first MAX_HOSTS_READ hosts
-                                         over all partitions, from either end)
+                                         (pages reach the first MAX_HOSTS_READ /
+                                         partitions hosts of a sort, from either end)
 ``GET /api/crawls/{crawl}/dead``         a page of dead letters, newest first:
                                          ``?page=0&size=50&reason=R``
 =======================================  ===============================================
