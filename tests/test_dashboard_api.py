@@ -15,6 +15,7 @@ from common.cli import main_async
 from common.dashboard.app import make_app
 from common.dashboard.security import check_bind
 from common.errors import ConfigError
+from common.frontier import Frontier
 from common.history import record
 from common.queue import CrawlQueue, CrawlSettings, Failure, NewTask
 from common.urls import fingerprint
@@ -246,3 +247,144 @@ async def test_cli_refuses_a_public_bind_without_token(
                              "--http-host", "0.0.0.0"])
     assert code == 2
     assert "refusing to listen on 0.0.0.0 without a token" in capsys.readouterr().err
+
+
+async def many_hosts(client: aioredis.Redis, name: str) -> CrawlQueue:
+    """Three hosts over two partitions: a.test 5 queued, b.test 3, c.test:8080 1; one task
+    of a.test leased and acked."""
+    queue = await CrawlQueue.open(client, name, CrawlSettings(partitions=2))
+    urls = ([f"https://a.test/{i}" for i in range(6)] + [f"https://b.test/{i}" for i in range(3)]
+            + ["https://c.test:8080/"])
+    await queue.enqueue([NewTask(u, fingerprint(u)) for u in urls])
+    await Frontier(queue).set_host("b.test", concurrency=0)  # let a.test go first below
+    await Frontier(queue).block_host("b.test", 60)
+    await Frontier(queue).block_host("c.test:8080", 60)
+    [lease] = await queue.lease("w1", 1, 60_000)
+    await queue.ack("w1", [(lease, "ok")])
+    return queue
+
+
+HostsApi = tuple[CrawlQueue, TestClient[Any, Any], str]
+
+
+@pytest.fixture
+async def hosts_api(make_client: ClientFactory, redis_client: aioredis.Redis,
+                    crawl_name: str) -> HostsApi:
+    """`many_hosts`, a dashboard with a token, and the crawl's /hosts path."""
+    queue = await many_hosts(redis_client, crawl_name)
+    return queue, await make_client(), f"/api/crawls/{queue.crawl}/hosts"
+
+
+async def test_hosts_view_sorts_and_pages(hosts_api: HostsApi) -> None:
+    _, client, base = hosts_api
+    doc = await (await client.get(base)).json()
+    assert (doc["total"], doc["page"], doc["size"], doc["sort"], doc["desc"]) == (
+        3, 0, 50, "queued", True)
+    assert doc["last_page"] == 9  # 1,000 entries read at most, over 2 partitions
+    assert [(h["host"], h["queued"], h["done"]) for h in doc["hosts"]] == [
+        ("a.test", 5, 1), ("b.test", 3, 0), ("c.test:8080", 1, 0)]
+    a, b, _ = doc["hosts"]
+    assert a["last_request_ms"] <= doc["now_ms"] and a["blocked_until_ms"] is None
+    assert b["blocked_until_ms"] > doc["now_ms"] + 50_000 and b["concurrency"] == 0
+    asc = await (await client.get(f"{base}?desc=0&size=2")).json()
+    assert [h["host"] for h in asc["hosts"]] == ["c.test:8080", "b.test"]
+    nxt = await (await client.get(f"{base}?desc=false&size=2&page=1")).json()
+    assert [h["host"] for h in nxt["hosts"]] == ["a.test"] and nxt["total"] == 3
+    done = await (await client.get(f"{base}?sort=done")).json()
+    assert [h["host"] for h in done["hosts"]] == ["a.test"]  # a sparse column
+    blocked = await (await client.get(f"{base}?sort=blocked_until&desc=0")).json()
+    assert {h["host"] for h in blocked["hosts"]} == {"b.test", "c.test:8080"}
+    far = await (await client.get(f"{base}?page=9")).json()  # the deepest page
+    assert far["hosts"] == [] and far["total"] == 3
+
+
+async def test_hosts_view_refuses_bad_input(hosts_api: HostsApi,
+                                            make_client: ClientFactory) -> None:
+    _, client, base = hosts_api
+    for query, words in (("sort=host", "unknown sort column"),
+                         ("sort=%3Cscript%3E", "unknown sort column"),
+                         ("page=-1", "page must be"), ("size=100000", "size must be"),
+                         ("size=0", "size must be"), ("page=x", "integer"),
+                         ("page=10&size=200", "deeper than the dashboard reads"),
+                         ("desc=maybe", "desc must")):
+        assert words in await error_of(await client.get(f"{base}?{query}"), 400), query
+    await error_of(await client.get("/api/crawls/nope/hosts"), 404)
+
+
+async def test_pause_and_resume(make_client: ClientFactory, crawl: CrawlQueue) -> None:
+    client = await make_client()
+    url = f"/api/crawls/{crawl.crawl}"
+    assert "token" in await error_of(await client.post(f"{url}/pause", json={}), 401)
+    assert (await (await client.get(url)).json())["paused"] is False
+    resp = await client.post(f"{url}/pause", json={}, headers=AUTH)
+    assert await resp.json() == {"action": "pause", "crawl": crawl.crawl, "paused": True}
+    assert await Frontier(crawl).is_paused()
+    assert await crawl.lease("w1", 10, 60_000) == []  # 2 pending, none leased
+    assert (await (await client.get(url)).json())["paused"] is True
+    listed = await (await client.get("/api/crawls")).json()
+    assert [c["paused"] for c in listed["crawls"] if c["crawl"] == crawl.crawl] == [True]
+    resp = await client.post(f"{url}/resume", json={}, headers=AUTH)
+    assert (await resp.json())["paused"] is False and not await Frontier(crawl).is_paused()
+    # A fresh queue object: `crawl` remembers for up to a second that nothing was ready.
+    again = await CrawlQueue.existing(crawl.client, crawl.crawl)
+    assert len(await again.lease("w1", 10, 60_000)) == 2
+
+
+async def test_host_settings_and_block(hosts_api: HostsApi) -> None:
+    queue, client, url = hosts_api
+    frontier = Frontier(queue)
+    body = {"host": "A.Test", "delay_s": 2.5, "concurrency": 3, "budget": 40}
+    assert "token" in await error_of(await client.post(f"{url}/set", json=body), 401)
+    assert (await frontier.host("a.test")).delay_ms != 2500  # type: ignore[union-attr]
+    doc = await (await client.post(f"{url}/set", json=body, headers=AUTH)).json()
+    assert (doc["action"], doc["host"]) == ("set_host", "a.test")
+    row = await frontier.host("a.test")
+    assert row is not None and (row.delay_ms, row.concurrency, row.budget) == (2500, 3, 40)
+    assert doc["row"]["delay_ms"] == 2500
+    await client.post(f"{url}/set", json={"host": "a.test", "clear": ["budget", "delay"]},
+                      headers=AUTH)
+    row = await frontier.host("a.test")
+    assert row is not None and (row.budget, row.concurrency) == (None, 3) and row.delay_ms < 2500
+
+    doc = await (await client.post(f"{url}/block", json={"host": "a.test", "seconds": 120},
+                                   headers=AUTH)).json()
+    assert doc["row"]["blocked_until_ms"] > 0
+    row = await frontier.host("a.test")
+    assert row is not None and row.blocked_until_ms is not None
+    await client.post(f"{url}/block", json={"host": "a.test", "seconds": 0}, headers=AUTH)
+    row = await frontier.host("a.test")
+    assert row is not None and row.blocked_until_ms is None
+
+
+async def test_host_actions_refuse_bad_input(hosts_api: HostsApi,
+                                             make_client: ClientFactory) -> None:
+    queue, client, url = hosts_api
+    for body, words in (({"host": "a.test", "delay_s": -1}, "delay_s must be"),
+                        ({"host": "a.test", "delay_s": "2s"}, "delay_s must be"),
+                        ({"host": "a.test", "delay_s": True}, "delay_s must be"),
+                        ({"host": "a.test", "delay_s": 1e300}, "delay_s must be"),
+                        ({"host": "a.test", "concurrency": 1.5}, "concurrency must be"),
+                        ({"host": "a.test", "budget": -3}, "budget must be"),
+                        ({"host": "a.test", "clear": ["host"]}, "clear must be"),
+                        ({"host": "a.test"}, "nothing to set"),
+                        ({"delay_s": 1}, "host must be"),
+                        ({"host": "", "delay_s": 1}, "host must be"),
+                        ({"host": ["a.test"], "delay_s": 1}, "host must be"),
+                        ({"host": "<script>", "delay_s": 1}, "not a host"),
+                        ({"host": "a b", "delay_s": 1}, "not a host"),
+                        ({"host": "a.test/path", "delay_s": 1}, "not a host"),
+                        ({"host": "http://a.test/", "delay_s": 1}, "not a host"),
+                        ({"host": "a.test:0", "delay_s": 1}, "not a host"),
+                        ({"host": "user@a.test", "delay_s": 1}, "not a host")):
+        resp = await client.post(f"{url}/set", json=body, headers=AUTH)
+        assert words in await error_of(resp, 400), body
+    for body, words in (({"host": "a.test"}, "seconds is required"),
+                        ({"host": "a.test", "seconds": -5}, "seconds must be"),
+                        ({"host": "a.%74est", "seconds": 5}, "not a host")):
+        resp = await client.post(f"{url}/block", json=body, headers=AUTH)
+        assert words in await error_of(resp, 400), body
+    for path in ("set", "block"):  # read-only refuses before looking at the body
+        resp = await (await make_client(token=None)).post(f"{url}/{path}", json={}, headers=AUTH)
+        assert "read-only" in await error_of(resp, 403)
+    row = await Frontier(queue).host("a.test")
+    assert row is not None and row.budget is None and row.blocked_until_ms is None

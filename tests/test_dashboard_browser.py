@@ -21,6 +21,7 @@ import pytest
 import redis.asyncio as aioredis
 from sites import start_site_process
 
+from common.frontier import Frontier
 from common.keys import CRAWLS
 from common.queue import CrawlQueue, Failure, NewTask
 from common.redis_server import free_port
@@ -88,6 +89,20 @@ async def child(*argv: str, log: Path) -> AsyncIterator[asyncio.subprocess.Proce
                 await proc.wait()
 
 
+def dashboard_argv(redis_url: str, port: int) -> list[str]:
+    return ["-c", "import sys; from common.cli import main; sys.exit(main(sys.argv[1:]))",
+            "dashboard", "--redis-url", redis_url, "--cluster", "no",
+            "--http-port", str(port), "--token", TOKEN]
+
+
+def consumer_argv(redis_url: str, crawl: str, tmp_path: Path) -> list[str]:
+    return ["-m", "consumer", "--redis-url", redis_url, "--crawl", crawl,
+            "--worker-id", "w-browser", "--allow-private", "--ignore-robots",
+            "--output", str(tmp_path / "out"), "--http-port", "-1",
+            "--concurrency", "2", "--lease", "3s", "--per-host-concurrency", "0",
+            "--per-host-delay", "0"]
+
+
 def wait_for(pred: Callable[[], Any], what: str, within: float = 20) -> Any:
     """Poll `pred` until it returns something truthy; fail after `within` seconds."""
     deadline = time.monotonic() + within
@@ -139,16 +154,9 @@ async def test_dashboard_pages_live(browser: Any, redis_url: str, redis_client: 
             for i in range(3)])
         urls = [site.url(f"/p/{i}") for i in range(PAGES)]
         await queue.enqueue([NewTask(u, fingerprint(u)) for u in urls])
-        dashboard = ["-c", "import sys; from common.cli import main; sys.exit(main(sys.argv[1:]))",
-                     "dashboard", "--redis-url", redis_url, "--cluster", "no",
-                     "--http-port", str(port), "--token", TOKEN]
-        consumer = ["-m", "consumer", "--redis-url", redis_url, "--crawl", crawl_name,
-                    "--worker-id", "w-browser", "--allow-private", "--ignore-robots",
-                    "--output", str(tmp_path / "out"), "--http-port", "-1",
-                    "--concurrency", "2", "--lease", "3s", "--per-host-concurrency", "0",
-                    "--per-host-delay", "0"]
-        async with child(*dashboard, log=tmp_path / "dashboard.log"), \
-                child(*consumer, log=tmp_path / "consumer.log"):
+        async with child(*dashboard_argv(redis_url, port), log=tmp_path / "dashboard.log"), \
+                child(*consumer_argv(redis_url, crawl_name, tmp_path),
+                      log=tmp_path / "consumer.log"):
             # The crawls page: every crawl, the hostile name shown as text.
             wait_for(lambda: browser.get(base + "/") or True, "the dashboard to answer", 20)
             wait_for(lambda: browser.find_elements("css selector", "a.crawl-link"),
@@ -224,3 +232,130 @@ async def test_dashboard_pages_live(browser: Any, redis_url: str, redis_client: 
                      "the chart's lines", 20)
             browser.save_screenshot(str(ARTIFACTS / "dashboard-crawl.png"))
             assert browser.execute_script("return window.__xss") is None
+
+
+async def until(pred: Callable[[], Any], what: str, within: float = 20) -> Any:
+    """`wait_for` for an async predicate (a read of Redis)."""
+    deadline = time.monotonic() + within
+    while not (got := await pred()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {within:g}s waiting for {what}")
+        await asyncio.sleep(0.1)
+    return got
+
+
+def host_rows(driver: Any) -> dict[str, list[str]]:
+    """The hosts table: host -> its cells' text (read whole; redone if redrawn meanwhile)."""
+    rows = driver.find_elements("css selector", "#hosts tbody tr[data-host]")
+    return {r.get_attribute("data-host"): [c.text for c in r.find_elements("css selector", "td")]
+            for r in rows}
+
+
+def click(driver: Any, selector: str) -> None:
+    """Click an element of a panel that every refresh redraws."""
+    wait_for(lambda: driver.find_element("css selector", selector).click() or True,
+             f"a click on {selector}")
+
+
+HOSTS = 4
+HOST_PAGES = 400
+XSS_HOST = '<img src=x onerror="window.__xss=8">'
+
+
+async def test_hosts_panel_pause_and_host_settings(
+        browser: Any, redis_url: str, redis_client: aioredis.Redis, crawl_name: str,
+        tmp_path: Path) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    queue = await CrawlQueue.open(redis_client, crawl_name)
+    frontier = Frontier(queue)
+    port = free_port()
+    async with start_site_process(delay_ms=100, hosts=HOSTS) as site:
+        hosts = [f"127.0.0.{i + 1}:{site.port}" for i in range(HOSTS)]
+        urls = [site.url(f"/p/{i}", host=i % HOSTS) for i in range(HOST_PAGES)]
+        await queue.enqueue([NewTask(u, fingerprint(u)) for u in urls])
+        # A host name no URL can have, as a hostile writer could leave it in the state.
+        await redis_client.zadd(queue.partitions[0].queued, {XSS_HOST: 0})
+        async with child(*dashboard_argv(redis_url, port),
+                         log=tmp_path / "dashboard.log"), \
+                child(*consumer_argv(redis_url, crawl_name, tmp_path),
+                      log=tmp_path / "consumer.log"):
+            wait_for(lambda: browser.get(f"{base(port)}/crawls/{crawl_name}") or True,
+                     "the dashboard to answer")
+
+            # The table fills while the crawl runs: a row per host, pages done on them.
+            def filling() -> bool:
+                rows = host_rows(browser)
+                return set(hosts) <= set(rows) and sum(int(rows[h][3]) for h in hosts) > 0
+            wait_for(filling, "the hosts table to fill", 30)
+            rows = host_rows(browser)
+            assert rows[XSS_HOST][0] == XSS_HOST  # the hostile name, as text
+            assert browser.find_elements("css selector", "#hosts img, #hosts script") == []
+            assert (await queue.stats()).pending > 0, "the crawl ended before the checks"
+
+            # Sorting by a column header: done, most first; hosts with none aren't listed.
+            click(browser, '#hosts th button.sort[data-sort="done"]')
+
+            def sorted_by_done() -> bool:
+                rows = host_rows(browser)
+                done = [int(cells[3].replace(",", "")) for cells in rows.values()]
+                return XSS_HOST not in rows and bool(done) and done == sorted(done, reverse=True)
+            wait_for(sorted_by_done, "the table sorted by done")
+            click(browser, '#hosts th button.sort[data-sort="queued"]')
+
+            # Pause, with the token: the consumer ends what it holds, then nothing moves.
+            browser.find_element("css selector", "#token-form input").send_keys(TOKEN)
+            browser.find_element("css selector", "#token-form button").click()
+            wait_for(lambda: browser.find_element("css selector", "#summary button.pause")
+                     .is_enabled(), "the pause button")
+            click(browser, "#summary button.pause")
+            wait_for(lambda: browser.find_element("css selector", "#paused").text == "paused",
+                     "the paused badge")
+            assert await frontier.is_paused()
+            await until(lambda: _leased_none(queue), "the held leases to end")
+            stats = await queue.stats()
+            assert stats.pending > 0, "the crawl ended before the pause"
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline:  # ~2 s with nothing leased or done
+                now = await queue.stats()
+                assert (now.done, now.leased) == (stats.done, 0), "work went on while paused"
+                await asyncio.sleep(0.1)
+
+            # A host's delay, set from its row's form while paused.
+            target = hosts[1]
+            click(browser, f'#hosts tr[data-host="{target}"] button.pick')
+            assert browser.find_element(
+                "css selector", '#hosts input[name="host"]').get_attribute("value") == target
+            browser.find_element("css selector", '#hosts input[name="delay_s"]').send_keys(
+                "0.05")
+            click(browser, "#hosts button.set-host")
+            wait_for(lambda: f"host {target}: set" in browser.find_element(
+                "css selector", "#notice").text, "the set notice")
+            row = await frontier.host(target)
+            assert row is not None and row.delay_ms == 50
+            wait_for(lambda: host_rows(browser)[target][6] == "0.05s",
+                     "the new delay in the table")
+
+            # Resume: the crawl goes on and finishes.
+            click(browser, "#summary button.resume")
+            wait_for(lambda: browser.find_element("css selector", "#paused").text == "",
+                     "the paused badge to go")
+            assert not await frontier.is_paused()
+            await until(lambda: _done_more_than(queue, stats.done), "progress after resume")
+            wait_for(lambda: browser.find_elements("css selector", "svg.chart path.line"),
+                     "the chart's lines", 30)
+            browser.save_screenshot(str(ARTIFACTS / "dashboard-hosts.png"))  # mid-crawl
+            await until(lambda: _done_more_than(queue, HOST_PAGES - 1), "the crawl to finish",
+                        60)
+            assert browser.execute_script("return window.__xss") is None
+
+
+async def _leased_none(queue: CrawlQueue) -> bool:
+    return (await queue.stats()).leased == 0
+
+
+async def _done_more_than(queue: CrawlQueue, n: int) -> bool:
+    return (await queue.stats()).done > n
+
+
+def base(port: int) -> str:
+    return f"http://127.0.0.1:{port}"

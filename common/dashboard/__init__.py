@@ -5,10 +5,11 @@
 ``app.py``         the aiohttp application: pages, ``/static``, the API, the actions
 ``security.py``    the security model: token, same-origin, Host check, headers, errors
 ``api.py``         ``GET /api/...``: one JSON view per panel of the pages
-``actions.py``     ``POST /api/...``: requeue and purge dead letters
+``actions.py``     ``POST /api/...``: pause, resume, host settings and blocks, requeue
+                   and purge dead letters
 ``static/``        plain HTML, CSS and JavaScript (no build step, no CDN)
 =================  ===================================================================
 
 Every read and write goes through the ``common`` modules that own the data
-(``crawls``, ``workers``, ``history``, ``deadletters``, ``queue``).
+(``crawls``, ``workers``, ``history``, ``deadletters``, ``frontier``, ``queue``).
 """

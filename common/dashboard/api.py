@@ -12,6 +12,10 @@ whatever the crawl's size: no KEYS, no scan of all tasks.
                                          last hour; ``?since=<unix s>``: newer points only
 ``GET /api/crawls/{crawl}/workers``      live workers (id, host, pid, heartbeat age,
                                          stale, in flight, done, failed, pages/s)
+``GET /api/crawls/{crawl}/hosts``        a page of the frontier's hosts, sorted by a
+                                         column: ``?sort=queued&desc=1&page=0&size=50``
+                                         (pages reach the first MAX_HOSTS_READ /
+                                         partitions hosts of a sort, from either end)
 ``GET /api/crawls/{crawl}/dead``         a page of dead letters, newest first:
                                          ``?page=0&size=50&reason=R``
 =======================================  ===============================================
@@ -20,6 +24,7 @@ whatever the crawl's size: no KEYS, no scan of all tasks.
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 from typing import Any
 
 from aiohttp import web
@@ -29,6 +34,7 @@ from common.connection import RedisClient
 from common.crawls import MAX_CRAWLS, summaries, summary
 from common.deadletters import MAX_PAGE_SIZE, DeadPage, dead_page
 from common.errors import BadRequestError, ConfigError
+from common.frontier import SORT_COLUMNS, Frontier
 from common.queue import CrawlQueue
 from common.workers import read_workers
 
@@ -37,6 +43,13 @@ TOKEN_SET: web.AppKey[bool] = web.AppKey("token_set", bool)
 #: The chart's span and series.
 CHART_S = 3600.0
 CHART_SERIES = ("done", "failed", "enqueued")
+#: The most hosts one page may hold.
+MAX_HOSTS_PAGE = 200
+#: The most sort-ZSET entries one hosts page may read over all partitions: a page reads
+#: the first (page + 1) x size hosts of every partition's ZSET and merges them, so deep
+#: pages cost Redis in proportion to their depth (~1 us an entry).
+MAX_HOSTS_READ = 1000
+_BOOLS = {"1": True, "true": True, "0": False, "false": False}
 
 
 def int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
@@ -120,6 +133,28 @@ async def get_dead(request: web.Request) -> web.Response:
     return web.json_response(_dead_json(found))
 
 
+async def get_hosts(request: web.Request) -> web.Response:
+    queue = await open_crawl(request)
+    sort = request.query.get("sort") or "queued"
+    if sort not in SORT_COLUMNS:
+        raise BadRequestError(f"unknown sort column {sort[:40]!r}: one of "
+                              f"{', '.join(SORT_COLUMNS)}")
+    desc = _BOOLS.get((request.query.get("desc") or "1").lower())
+    if desc is None:
+        raise BadRequestError("desc must be 1 or 0 (true or false)")
+    size = int_param(request, "size", 50, 1, MAX_HOSTS_PAGE)
+    last_page = max(0, MAX_HOSTS_READ // (size * queue.settings.partitions) - 1)
+    page = int_param(request, "page", 0, 0, 10**9)
+    if page > last_page:
+        raise BadRequestError(
+            f"page {page} is deeper than the dashboard reads ({last_page} at size {size}): "
+            "sort the other way (desc=0) for the other end, or use crawlq hosts --offset")
+    found = await Frontier(queue).hosts(sort=sort, desc=desc, offset=page * size, limit=size)
+    return web.json_response({"total": found.total, "now_ms": found.now_ms, "page": page,
+                              "size": size, "last_page": last_page, "sort": sort,
+                              "desc": desc, "hosts": [asdict(r) for r in found.rows]})
+
+
 def add_routes(app: web.Application) -> None:
     """Register the read API on `app`."""
     app.router.add_get("/api/session", get_session)
@@ -127,4 +162,5 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/api/crawls/{crawl}", get_crawl)
     app.router.add_get("/api/crawls/{crawl}/history", get_history)
     app.router.add_get("/api/crawls/{crawl}/workers", get_workers)
+    app.router.add_get("/api/crawls/{crawl}/hosts", get_hosts)
     app.router.add_get("/api/crawls/{crawl}/dead", get_dead)

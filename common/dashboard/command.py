@@ -21,8 +21,9 @@ DASHBOARD_OPTIONS = (
            "listen on this address; anything but loopback needs --token"),
     Option("--http-port", "CRAWLQ_DASHBOARD_PORT", 9420, "listen on this port", type=int),
     Option("--token", "CRAWLQ_DASHBOARD_TOKEN", None,
-           "allow actions (requeue, purge) to requests that carry this token; without "
-           "it the dashboard is read-only", secret=True),
+           "allow actions (pause, resume, host settings and blocks, dead-letter requeue "
+           "and purge) to requests that carry this token; without it the dashboard is "
+           "read-only", secret=True),
 )
 
 

@@ -47,6 +47,14 @@ const dash = (() => {
       return `${Math.floor(s / 86400)}d ${Math.floor((s % 86400) / 3600)}h`;
     },
     time: (ms) => new Date(ms).toISOString().replace("T", " ").slice(0, 19) + "Z",
+    // A moment relative to `now` (both ms of one clock): "now", "in 0.4s", "in 9m 59s".
+    until(ms, now) {
+      if (ms === null || ms === undefined) return "-";
+      const left = ms - now;
+      if (left <= 0) return "now";
+      return left < 60000 ? `in ${(left / 1000).toFixed(1)}s` : `in ${fmt.age(left)}`;
+    },
+    seconds: (ms) => `${Number((ms / 1000).toFixed(3))}s`,
   };
 
   function table(headers, rows, empty) {

@@ -14,16 +14,18 @@
   replace(document.getElementById("crawl-name"), crawl);
   document.title = `crawlq · ${crawl}`;
 
-  // POST an action; on success refresh at once, on refusal show the server's reason.
-  async function act(path, body, what) {
+  // POST an action; on success say what happened (describe(answer) gives the text) and
+  // refresh at once, on refusal show the server's reason.
+  async function act(path, body, describe) {
     const got = await dash.post(`${api}/${path}`, body);
     if (got.ok) {
-      dash.notice(`${what}: ${got.data.changed} of ${got.data.selected} dead letters`, "ok");
-      deadPanel.stale = true;
+      dash.notice(describe(got.data), "ok");
+      deadPanel.stale = true; // any action may have moved dead letters
       ctx.tick();
     } else {
       dash.notice(`refused (${got.status}): ${got.data.error}`, "bad");
     }
+    return got.ok;
   }
 
   function actionButton(label, cls, attrs, onclick) {
@@ -35,10 +37,11 @@
   }
 
   function deadActions(body, label) {
+    const moved = (what) => (d) => `${what} ${label}: ${d.changed} of ${d.selected} dead letters`;
     return [
-      actionButton("requeue", "requeue", { "data-target": label }, () => act("dead/requeue", body, `requeued ${label}`)),
+      actionButton("requeue", "requeue", { "data-target": label }, () => act("dead/requeue", body, moved("requeued"))),
       actionButton("purge", "purge danger", { "data-target": label }, () => {
-        if (window.confirm(`Delete ${label} for good?`)) act("dead/purge", body, `purged ${label}`);
+        if (window.confirm(`Delete ${label} for good?`)) act("dead/purge", body, moved("purged"));
       }),
     ];
   }
@@ -49,10 +52,16 @@
       const s = await dash.getJSON(api);
       ctx.summary = s;
       const rates = s.rates || {};
+      replace(document.getElementById("paused"), s.paused
+        ? el("span", { class: "badge warn", title: "consumers lease nothing until it is resumed" }, "paused") : null);
+      replace(this.node.querySelector(".pause"), s.paused
+        ? actionButton("resume", "resume", null, () => act("resume", {}, () => `resumed ${crawl}`))
+        : actionButton("pause", "pause", null, () => act("pause", {}, () => `paused ${crawl}: consumers lease nothing`)));
       replace(this.node.querySelector(".meta"),
         `${s.settings.partitions} partition${s.settings.partitions === 1 ? "" : "s"} · dedup ${s.settings.dedup}`,
         ` · age ${s.created_ms ? fmt.age(s.now_ms - s.created_ms) : "-"}`,
         ` · ${s.workers} live worker${s.workers === 1 ? "" : "s"}`,
+        ` · ${fmt.int(s.hosts_due)} host${s.hosts_due === 1 ? "" : "s"} ready`,
         rates.window_s ? ` · rates over the last ${Math.round(rates.window_s)}s` : " · rates: no history yet");
       const rateOf = { done: rates.done_per_s, dead: rates.dead_per_s, leased: rates.leased_per_s };
       replace(this.node.querySelector(".cards"), STATES.map((name) =>
@@ -89,6 +98,113 @@
       const end = ctx.summary ? ctx.summary.now_ms / 1000 : Date.now() / 1000;
       this.points = this.points.filter((p) => p.t >= end - this.span);
       chart.draw(this.node, this.series, this.points, this.span, end);
+    },
+  };
+
+  // Columns of the hosts table; `sort` names the API's sort column (SORT_COLUMNS).
+  const HOST_COLUMNS = [
+    { label: "host" },
+    { label: "queued", num: true, sort: "queued" },
+    { label: "in flight", num: true, sort: "in_flight" },
+    { label: "done", num: true, sort: "done" },
+    { label: "errors", num: true, sort: "errors", title: "failed attempts" },
+    { label: "next allowed", num: true, sort: "next_allowed", title: "when its next request may start (Redis clock); - : nothing pending, or every slot in use" },
+    { label: "delay", num: true, sort: "delay", title: "least time between two requests (its own, the crawl's, or robots.txt Crawl-delay)" },
+    { label: "concurrency", num: true, title: "most requests in flight at once" },
+    { label: "budget", num: true, title: "pages used / page budget" },
+    { label: "blocked until", num: true, sort: "blocked_until" },
+    { label: "" },
+  ];
+
+  const hostsPanel = {
+    node: document.getElementById("hosts"),
+    page: 0, size: 25, sort: "queued", desc: true, form: null,
+    async refresh() {
+      if (!this.form) this.renderForm();
+      const query = new URLSearchParams({ sort: this.sort, desc: this.desc ? 1 : 0, page: this.page, size: this.size });
+      const data = await dash.getJSON(`${api}/hosts?${query}`);
+      const until = (ms) => fmt.until(ms, data.now_ms);
+      const rows = data.hosts.map((h) => el("tr", { "data-host": h.host },
+        el("td", { class: "host", title: h.host }, h.host),
+        el("td", { class: "num" }, fmt.int(h.queued)),
+        el("td", { class: "num" }, fmt.int(h.in_flight)),
+        el("td", { class: "num" }, fmt.int(h.done)),
+        el("td", { class: "num" }, fmt.int(h.errors)),
+        el("td", { class: "num" }, until(h.next_allowed_ms)),
+        el("td", { class: "num" }, fmt.seconds(h.delay_ms)),
+        el("td", { class: "num" }, h.concurrency ? fmt.int(h.concurrency) : "no limit"),
+        el("td", { class: "num" }, h.budget === null ? "-" : `${fmt.int(h.used)}/${fmt.int(h.budget)}`),
+        el("td", { class: h.blocked_until_ms > data.now_ms ? "num blocked" : "num" }, until(h.blocked_until_ms)),
+        el("td", { class: "actions" }, el("button", {
+          type: "button", class: "action pick", title: "put this host in the form above",
+          onclick: () => this.pick(h.host) }, "edit"))));
+      const headers = HOST_COLUMNS.map((c) => ({ ...c, label: c.sort ? this.sortButton(c) : c.label }));
+      replace(this.node.querySelector(".body"), table(headers, rows,
+        data.page ? "no hosts on this page" : "no hosts yet"),
+        this.sort === "queued" ? null : el("p", { class: "hint" },
+          `sorted by ${this.sort.replace("_", " ")}: only hosts that have a value in it are listed (queued lists every host)`));
+      const first = data.page * data.size;
+      const deepest = data.page >= data.last_page;
+      replace(this.node.querySelector(".pager"),
+        el("button", { type: "button", class: "prev", disabled: data.page === 0, onclick: () => this.go(this.page - 1) }, "previous"),
+        rows.length ? ` hosts ${fmt.int(first + 1)}-${fmt.int(first + rows.length)} of ${fmt.int(data.total)} ` : ` ${fmt.int(data.total)} hosts `,
+        el("button", { type: "button", class: "next", disabled: rows.length < data.size || deepest, onclick: () => this.go(this.page + 1) }, "next"),
+        deepest && rows.length === data.size ? el("span", { class: "hint" },
+          "the deepest page here: sort the other way for the other end, or crawlq hosts --offset") : null);
+    },
+    sortButton(c) {
+      const on = c.sort === this.sort;
+      return el("button", {
+        type: "button", class: on ? "sort on" : "sort", "data-sort": c.sort, title: c.title,
+        onclick: () => { this.desc = on ? !this.desc : true; this.sort = c.sort; this.go(0); },
+      }, c.label, on ? (this.desc ? " \u25bc" : " \u25b2") : "");
+    },
+    // The host form: one host's delay / concurrency / budget, or a block. Built once,
+    // outside the table that every refresh redraws.
+    renderForm() {
+      const field = (name, label, attrs) => el("label", null, label, " ",
+        el("input", { name, autocomplete: "off", ...attrs }));
+      const number = { type: "number", min: 0, class: "short" };
+      const button = (label, cls, onclick) => actionButton(label, cls, null, onclick);
+      this.form = el("form", { class: "host-form", onsubmit: (e) => { e.preventDefault(); this.setHost(); } },
+        field("host", "host", { placeholder: "example.com:8080", class: "host-input" }),
+        field("delay_s", "delay (s)", { ...number, step: "any" }),
+        field("concurrency", "concurrency", { ...number, step: 1, title: "0: no limit" }),
+        field("budget", "budget", { ...number, step: 1, title: "most pages to fetch from it" }),
+        button("set", "set-host", () => this.setHost()),
+        button("defaults", "clear-host", () => this.post("hosts/set", { clear: ["delay", "concurrency", "budget"] }, "back to the crawl's defaults")),
+        el("span", { class: "sep" }, "\u00b7"),
+        field("seconds", "block for (s)", { ...number, step: "any", value: 600 }),
+        button("block", "block-host danger", () => this.post("hosts/block", { seconds: this.value("seconds") }, "blocked")),
+        button("unblock", "unblock-host", () => this.post("hosts/block", { seconds: 0 }, "unblocked")));
+      replace(this.node.querySelector(".tools"), this.form);
+    },
+    value(name) {
+      const raw = this.form.elements[name].value.trim();
+      return raw === "" ? undefined : Number(raw);
+    },
+    setHost() {
+      const body = {};
+      for (const name of ["delay_s", "concurrency", "budget"]) {
+        const v = this.value(name);
+        if (v !== undefined) body[name] = v;
+      }
+      this.post("hosts/set", body, "set");
+    },
+    async post(path, body, what) {
+      const host = this.form.elements.host.value.trim();
+      const ok = await act(path, { host, ...body }, (d) => `host ${d.host}: ${what}` + (d.row
+        ? ` (delay ${fmt.seconds(d.row.delay_ms)}, concurrency ${d.row.concurrency || "no limit"}, budget ${d.row.budget === null ? "none" : d.row.budget})`
+        : " (not queued in this crawl yet)"));
+      if (ok) for (const name of ["delay_s", "concurrency", "budget"]) this.form.elements[name].value = "";
+    },
+    pick(host) {
+      this.form.elements.host.value = host;
+      this.form.elements.host.focus();
+    },
+    go(page) {
+      this.page = Math.max(0, page);
+      ctx.tick();
     },
   };
 
@@ -156,7 +272,7 @@
     },
   };
 
-  const panels = [summaryPanel, chartPanel, workersPanel, deadPanel];
+  const panels = [summaryPanel, chartPanel, hostsPanel, workersPanel, deadPanel];
 
   async function refresh() {
     await summaryPanel.refresh();

@@ -14,8 +14,8 @@
         el("td", { colspan: 10 }, "no settings: partly deleted? crawlq reset removes it"));
     }
     const rates = c.rates || {};
-    return el("tr", { "data-crawl": c.crawl },
-      el("td", null, link),
+    return el("tr", { "data-crawl": c.crawl, class: c.paused ? "paused" : null },
+      el("td", null, link, c.paused ? el("span", { class: "badge warn", title: "consumers lease nothing until it is resumed" }, "paused") : null),
       el("td", { class: "num" }, c.settings.partitions),
       el("td", null, c.settings.dedup),
       STATES.map((s) => el("td", { class: `num state-${s}` }, fmt.int(c.states[s]))),
