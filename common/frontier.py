@@ -14,6 +14,7 @@ from typing import Any
 
 from common.errors import ConfigError
 from common.hosts import host_key
+from common.urls import canonicalize
 from common.keys import PartitionKeys
 from common.queue import CrawlQueue
 
@@ -59,16 +60,16 @@ def _column_key(pk: PartitionKeys, column: str) -> str:
 
 
 def normalize_host(text: str) -> str:
-    """A host as the operator typed it (``Example.com``, ``a.test:8080``, a URL) in the
-    form the frontier keys it by."""
+    """A host as the operator typed it (``Bücher.example``, ``a.test:8080``, a URL) in the
+    form the frontier keys it by: through the same canonicalization as every URL, so a
+    setting can't be written for a host no URL can have."""
     text = text.strip()
-    if "://" in text:
-        return host_key(text)
-    try:
-        return host_key(f"http://{text}/")
-    except ValueError:
-        raise ConfigError(f"not a host: {text!r} (e.g. example.com or example.com:8080)"
-                          ) from None
+    url = text if "://" in text else f"http://{text}/"
+    canonical = canonicalize(url)
+    if not isinstance(canonical, str) or ("://" not in text and "/" in text):
+        raise ConfigError(f"not a host: {text[:100]!r} (e.g. example.com or "
+                          "example.com:8080)")
+    return host_key(canonical)
 
 
 def _conf(value: bytes | None) -> list[int | None]:
@@ -119,33 +120,39 @@ class Frontier:
         return rows[0] if rows and rows[0].queued + rows[0].done + rows[0].in_flight else None
 
     async def _rows(self, hosts: list[tuple[str, int]]) -> list[HostRow]:
+        """The rows of `hosts`: per partition, one ZMSCORE a column and two hash reads."""
         if not hosts:
             return []
+        by_partition: dict[int, list[str]] = {}
+        for host, p in hosts:
+            by_partition.setdefault(p, []).append(host)
         async with self.client.pipeline(transaction=False) as pipe:
-            for host, p in hosts:
+            for p, names in by_partition.items():
                 pk = self.queue.partitions[p]
                 for key in (pk.queued, pk.inflight, pk.done, pk.errors_by_host, pk.last,
                             pk.due):
-                    pipe.zscore(key, host)
-                pipe.hget(pk.hostconf, host)
+                    pipe.zmscore(key, names)
+                pipe.hmget(pk.hostconf, names)
                 pipe.hmget(pk.conf, "delay", "concurrency")
             replies = await pipe.execute()
-        rows = []
-        for i, (host, p) in enumerate(hosts):
-            queued, inflight, done, errors, last, due, conf, defaults = replies[8 * i:8 * i + 8]
-            delay, conc, budget, used, blocked, robots = _conf(conf)
+        found: dict[tuple[str, int], HostRow] = {}
+        for i, (p, names) in enumerate(by_partition.items()):
+            queued, inflight, done, errors, last, due, confs, defaults = replies[8 * i:8 * i + 8]
             default_delay, default_conc = (int(v) if v else 0 for v in defaults)
-            own_delay = default_delay if delay is None else delay
-            rows.append(HostRow(
-                host=host, partition=p, queued=int(queued or 0), in_flight=int(inflight or 0),
-                done=int(done or 0), errors=int(errors or 0),
-                last_request_ms=None if last is None else int(last),
-                next_allowed_ms=None if due is None else int(due),
-                delay_ms=max(own_delay, robots or 0),
-                concurrency=default_conc if conc is None else conc,
-                budget=budget, used=used or 0,
-                blocked_until_ms=blocked or None, robots_delay_ms=robots))
-        return rows
+            for j, host in enumerate(names):
+                delay, conc, budget, used, blocked, robots = _conf(confs[j])
+                own_delay = default_delay if delay is None else delay
+                found[(host, p)] = HostRow(
+                    host=host, partition=p, queued=int(queued[j] or 0),
+                    in_flight=int(inflight[j] or 0), done=int(done[j] or 0),
+                    errors=int(errors[j] or 0),
+                    last_request_ms=None if last[j] is None else int(last[j]),
+                    next_allowed_ms=None if due[j] is None else int(due[j]),
+                    delay_ms=max(own_delay, robots or 0),
+                    concurrency=default_conc if conc is None else conc,
+                    budget=budget, used=used or 0,
+                    blocked_until_ms=blocked or None, robots_delay_ms=robots)
+        return [found[h] for h in hosts]
 
     async def _host_set(self, host: str, *pairs: Any) -> None:
         pk = self._pk(host)
