@@ -14,9 +14,9 @@ from typing import Any
 
 from common.errors import ConfigError
 from common.hosts import host_key
-from common.urls import canonicalize
 from common.keys import PartitionKeys
 from common.queue import CrawlQueue
+from common.urls import canonicalize
 
 #: Sortable columns and the ZSET of each (sparse ones list only hosts that have a value).
 SORT_COLUMNS = ("queued", "in_flight", "done", "errors", "next_allowed", "last_request",
