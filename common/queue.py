@@ -486,12 +486,19 @@ class CrawlQueue:
         pk = self.partitions[p]
         # Bounded: each is read in the script, and a host without a delay can give many.
         k = min(2 * n, CANDIDATE_HOSTS) + 8
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.time()
+        client = self.client
+        cluster = isinstance(client, aioredis.RedisCluster)
+        async with client.pipeline(transaction=False) as pipe:
+            if not cluster:  # a cluster pipeline takes only keyed commands
+                pipe.time()
             pipe.zrange(pk.due, 0, k - 1, withscores=True)
             pipe.zrange(pk.prio_hosts, 0, k - 1)
             pipe.zrange(pk.delayed, 0, 0, withscores=True)
-            (seconds, micros), due, prio, retry = await pipe.execute()
+            replies = await pipe.execute()
+        if isinstance(client, aioredis.RedisCluster):  # the clock of the partition's shard
+            replies.insert(0, await client.time(
+                target_nodes=client.get_node_from_key(pk.due)))
+        (seconds, micros), due, prio, retry = replies
         now = int(seconds) * 1000 + int(micros) // 1000
         ready = [_text(h) for h, at in due if at <= now]
         if not ready and not prio:
