@@ -622,8 +622,11 @@ class CrawlQueue:
                               lambda reply, i: (Code(int(reply[2 * i])),
                                                 int(reply[2 * i + 1])))
 
-    async def release(self, worker: str, leases: Sequence[Lease]) -> list[Code]:
-        """Hand leases back to the head of their hosts' queues without counting an attempt."""
+    async def release(self, worker: str, leases: Sequence[Lease], *,
+                      restart_turn: bool = False) -> list[Code]:
+        """Hand leases back to the head of their hosts' queues without counting an attempt;
+        `restart_turn`: their hosts were just asked (robots.txt), so their next turn is a
+        full delay from now."""
         groups = self._by_partition(leases, lambda x: x)
         self._slots_freed(groups)
         calls = []
@@ -631,7 +634,7 @@ class CrawlQueue:
             pk = self.partitions[p]
             host_keys, host_head = self._host_args(
                 pk, list(dict.fromkeys(lease.host for lease in group)))
-            args: list[Any] = [worker, *host_head]
+            args: list[Any] = [worker, *host_head, int(restart_turn)]
             for lease in group:
                 args += [lease.id, lease.token]
             calls.append((self.scripts.release, [*pk.host_state, pk.leases, pk.owners,

@@ -133,8 +133,10 @@ class Flusher:
             self._account([f.lease for f in fails], [c for c, _ in results],
                           [""] * len(fails))
         if releases:
-            codes = await self._retry("release",
-                                      lambda: self.queue.release(self.worker, releases))
+            # A release here is a robots.txt fetch that took the task's turn: the host's
+            # next turn counts from now, after that request.
+            codes = await self._retry("release", lambda: self.queue.release(
+                self.worker, releases, restart_turn=True))
             self._account(releases, codes, ["released"] * len(releases))
         self.metrics.publish()
 

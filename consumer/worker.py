@@ -47,6 +47,10 @@ log = logging.getLogger("consumer")
 #: every cool-down at --max-retry-after).
 DEFAULT_COOLDOWN_S = 30.0
 SHUTDOWN_WAIT_S = 5.0
+#: In a polite crawl, a lease's request starts this long after the lease call returned
+#: (see Consumer._dispatch): event-loop delays up to this long don't bring two requests to
+#: a host closer than its delay.
+DISPATCH_S = 0.05
 #: Shortest sleep between lease calls when a host's turn is close.
 MIN_IDLE_WAIT_S = 0.005
 
@@ -88,6 +92,7 @@ class Consumer:
         self._pending: deque[Lease] = deque()  # leased, waiting for a worker
         self._running: dict[str, tuple[asyncio.Task[None], Lease]] = {}  # id -> worker
         self._waiting: dict[str, asyncio.Task[None]] = {}  # robots.txt lookups
+        self._scheduled: dict[str, asyncio.TimerHandle] = {}  # leased, to start soon
         self._dropping: dict[asyncio.Task[None], Lease] = {}  # workers told to drop it
         self._idle: deque[asyncio.Future[None]] = deque()
         self._workers: list[asyncio.Task[None]] = []
@@ -104,11 +109,11 @@ class Consumer:
         metrics.in_flight.set_function(lambda: len(self._fetching))
         # Prefetch (leases queued ahead of free workers) only when nothing is polite:
         # a polite lease is its host's turn and must be fetched when it is granted.
-        polite = settings.per_host_delay_s > 0 or settings.per_host_concurrency > 0
-        self._max_active = settings.concurrency * (1 if polite else 2)
+        self._polite = settings.per_host_delay_s > 0 or settings.per_host_concurrency > 0
+        self._max_active = settings.concurrency * (1 if self._polite else 2)
         self._max_held = 4 * settings.concurrency
-        self._lease_min = 1 if polite else max(1, min(settings.lease_batch,
-                                                      self._max_active) // 4)
+        self._lease_min = 1 if self._polite else max(1, min(settings.lease_batch,
+                                                            self._max_active) // 4)
 
     @property
     def done(self) -> int:
@@ -203,8 +208,7 @@ class Consumer:
                     old = self.book.hold(lease, t0)
                     if old is not None:
                         self._drop_work(old)
-                self._pending.extend(batch.leases)
-                self._wake_workers()
+                self._dispatch(batch.leases)
                 idle.reset()
                 continue
             if self.s.exit_when_empty and await self._crawl_finished():
@@ -235,11 +239,33 @@ class Consumer:
         if freed.done() and not freed.cancelled():
             idle.reset()
 
+    def _dispatch(self, leases: Sequence[Lease]) -> None:
+        """Hand new leases to the workers. In a polite crawl, all of one call's at the same
+        moment, DISPATCH_S after the reply: each lease is its host's turn on Redis' clock,
+        and starting every request a fixed time after its turn (rather than whenever the
+        event loop gets to it) keeps two requests to a host at least the host's delay
+        apart at the server, whichever consumers send them."""
+        if not self._polite:
+            self._pending.extend(leases)
+            self._wake_workers()
+            return
+        handle = asyncio.get_running_loop().call_later(DISPATCH_S, self._start, leases)
+        for lease in leases:
+            self._scheduled[lease.id] = handle
+
+    def _start(self, leases: Sequence[Lease]) -> None:
+        for lease in leases:
+            if self._scheduled.pop(lease.id, None) is not None and self.book.holds(lease) \
+                    and not self.draining:
+                self._pending.append(lease)
+        self._wake_workers()
+
     def _lease_room(self) -> int:
         # Leases not yet finished keep every worker fed; finished ones waiting for their
         # flush don't count, or leasing would stall in waves. Held leases in all are
         # capped too, so a stuck flush can't make a consumer hoard work.
-        unfinished = len(self._pending) + len(self._running) + len(self._waiting)
+        unfinished = (len(self._pending) + len(self._running) + len(self._waiting)
+                      + len(self._scheduled))
         return min(self._max_active - unfinished, self._max_held - len(self.book))
 
     def _wake_leaser(self) -> None:
@@ -312,6 +338,7 @@ class Consumer:
         waiter = self._waiting.pop(lease.id, None)
         if waiter is not None:
             waiter.cancel()
+        self._scheduled.pop(lease.id, None)  # _start skips it
 
     def _wake_workers(self) -> None:
         """Wake one idle worker per queued lease (all of them when draining, to return)."""
@@ -482,6 +509,7 @@ class Consumer:
         log.info("consumer_draining", extra={"held": len(self.book),
                                              "in_flight": len(self._fetching)})
         self._pending.clear()  # never started: released below
+        self._scheduled.clear()
         parked = list(self._waiting.values())
         self._waiting.clear()
         await self._cancel(parked)

@@ -15,7 +15,9 @@
 -- KEYS[14..] per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
 -- ARGV[1]  worker id
 -- ARGV[2]  H, the number of hosts; ARGV[3..2+H] the hosts of the tasks
--- ARGV[3+H..] pairs: id, token
+-- ARGV[3+H] restart: 1 = the hosts' last request was just now (a robots.txt fetch that
+--           took the turn ended): their next turn is a full delay from now; 0 = as is
+-- ARGV[4+H..] pairs: id, token
 -- Returns {code per item} (0 OK, 3 STALE, 4 EXPIRED, 5 UNKNOWN)
 local leases, owners, attempts, tasks = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local stats, pending, prio_hosts = KEYS[11], KEYS[12], KEYS[13]
@@ -23,7 +25,8 @@ local worker = ARGV[1]
 local nhosts = int_arg(ARGV[2], 'hosts')
 local hosts = {}
 for i = 1, nhosts do hosts[i] = ARGV[2 + i] end
-local first = 3 + nhosts
+local restart = ARGV[3 + nhosts] == '1'
+local first = 4 + nhosts
 if (#ARGV - first + 1) % 2 ~= 0 or #KEYS ~= 13 + 2 * nhosts then
   error('crawlq: release needs 2 keys per host and (id, token) pairs')
 end
@@ -51,6 +54,14 @@ for i = first, #ARGV, 2 do
   codes[#codes + 1] = state
 end
 add_counts(H.inflight, freed)
+if restart and #back > 0 then
+  local last = {}
+  for host in pairs(freed) do
+    last[#last + 1] = now
+    last[#last + 1] = host
+  end
+  redis.call('ZADD', H.last, unpack(last))
+end
 refresh_hosts(requeue_entries(back, qkeys, prio_hosts, pending, true))
 bump(stats, {released = #back, stale = stale})
 return codes
