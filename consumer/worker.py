@@ -312,10 +312,15 @@ class Consumer:
             try:
                 await self._work(lease)
             except asyncio.CancelledError:
-                # Told to drop this lease (lost at a heartbeat): go on with the next one.
-                # Any other cancellation stops the worker.
-                if self._dropping.pop(me, None) is not lease or me.uncancel() > 0:
+                # Told to drop a lease (lost at a heartbeat): go on with the next one. The
+                # drop may have been meant for the lease before this one, if the worker moved
+                # on before the cancellation reached it: then this lease starts again. Any
+                # other cancellation stops the worker.
+                dropped = self._dropping.pop(me, None)
+                if dropped is None or me.uncancel() > 0:
                     raise
+                if dropped is not lease and book.holds(lease):
+                    pending.appendleft(lease)
             finally:
                 if running.get(lease.id) is entry:
                     del running[lease.id]
