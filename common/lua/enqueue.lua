@@ -20,9 +20,7 @@
 -- Returns {enqueued, duplicates, recrawled}
 local stats, pending, prio_hosts = KEYS[8], KEYS[9], KEYS[10]
 local recrawl_after = int_arg(ARGV[1], 'recrawl_after')
-local nhosts = int_arg(ARGV[2], 'hosts')
-local hosts = {}
-for i = 1, nhosts do hosts[i] = ARGV[2 + i] end
+local hosts, nhosts = argv_hosts(2)
 local first = 3 + nhosts
 local n = (#ARGV - first + 1) / 5
 if n ~= math.floor(n) or #KEYS ~= 10 + 2 * nhosts + n then

@@ -29,9 +29,7 @@ if capacity0 < 1 or not err or err <= 0 or err >= 1 then
   error('crawlq: bloom needs capacity >= 1 and 0 < error < 1')
 end
 local max_layers = int_arg(ARGV[3], 'layers')
-local nhosts = int_arg(ARGV[4], 'hosts')
-local hosts = {}
-for i = 1, nhosts do hosts[i] = ARGV[4 + i] end
+local hosts, nhosts = argv_hosts(4)
 local first = 5 + nhosts
 local n = (#ARGV - first + 1) / 6
 if n ~= math.floor(n) or #KEYS ~= 11 + max_layers + 2 * nhosts then

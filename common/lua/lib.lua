@@ -275,3 +275,12 @@ local function host_queue_keys(first, hosts)
   end
   return qkeys
 end
+
+-- The hosts a script is given: ARGV[at] holds their number H, ARGV[at+1 .. at+H] the
+-- hosts. Returns the hosts and H.
+local function argv_hosts(at)
+  local nhosts = int_arg(ARGV[at], 'hosts')
+  local hosts = {}
+  for i = 1, nhosts do hosts[i] = ARGV[at + i] end
+  return hosts, nhosts
+end

@@ -15,9 +15,7 @@
 -- ARGV[2+H..] candidate ids
 -- Returns {promoted, ms until the next retry is due or -1 if none waits}
 local delayed, tasks, stats, pending, prio_hosts = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
-local nhosts = int_arg(ARGV[1], 'hosts')
-local hosts = {}
-for i = 1, nhosts do hosts[i] = ARGV[1 + i] end
+local hosts, nhosts = argv_hosts(1)
 if #KEYS ~= 11 + 2 * nhosts then error('crawlq: promote needs 2 keys per host') end
 local qkeys = host_queue_keys(12, hosts)
 allow_at_maxmemory(stats)

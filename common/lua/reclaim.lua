@@ -28,9 +28,7 @@ local dead, errors, dead_reasons, stats = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
 local pending, prio_hosts, errors_by_host = KEYS[15], KEYS[16], KEYS[17]
 local max_stalls = int_arg(ARGV[1], 'max_stalls')
 if max_stalls < 0 then error('crawlq: reclaim needs max_stalls >= 0') end
-local nhosts = int_arg(ARGV[2], 'hosts')
-local hosts = {}
-for i = 1, nhosts do hosts[i] = ARGV[2 + i] end
+local hosts, nhosts = argv_hosts(2)
 if #KEYS ~= 17 + 2 * nhosts then error('crawlq: reclaim needs 2 keys per host') end
 local qkeys = host_queue_keys(18, hosts)
 allow_at_maxmemory(stats)

@@ -22,9 +22,7 @@
 local leases, owners, attempts, tasks = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local stats, pending, prio_hosts = KEYS[11], KEYS[12], KEYS[13]
 local worker = ARGV[1]
-local nhosts = int_arg(ARGV[2], 'hosts')
-local hosts = {}
-for i = 1, nhosts do hosts[i] = ARGV[2 + i] end
+local hosts, nhosts = argv_hosts(2)
 local restart = ARGV[3 + nhosts] == '1'
 local first = 4 + nhosts
 if (#ARGV - first + 1) % 2 ~= 0 or #KEYS ~= 13 + 2 * nhosts then

@@ -19,9 +19,7 @@
 -- Returns {code per id} (0 OK, 5 UNKNOWN: not dead here)
 local dead, errors, attempts, stalls, dead_reasons = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local tasks, stats, pending, prio_hosts = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
-local nhosts = int_arg(ARGV[1], 'hosts')
-local hosts = {}
-for i = 1, nhosts do hosts[i] = ARGV[1 + i] end
+local hosts, nhosts = argv_hosts(1)
 if #KEYS ~= 15 + 2 * nhosts then error('crawlq: requeue needs 2 keys per host') end
 local qkeys = host_queue_keys(16, hosts)
 allow_at_maxmemory(stats)
