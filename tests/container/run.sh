@@ -235,7 +235,10 @@ docker stop -t 15 "$STOPPED" >/dev/null
 took=$((SECONDS - t))
 code=$(docker inspect -f '{{.State.ExitCode}}' "$STOPPED")
 [ "$code" = 0 ] || fail "stopped consumer exited $code, expected 0 (graceful drain)"
-docker logs "$STOPPED" 2>&1 | grep -q consumer_draining \
+# Into a file first: under pipefail, `docker logs | grep -q` fails when grep stops reading
+# before docker has written the lines after the match.
+docker logs "$STOPPED" >"$WORK/stopped.log" 2>&1
+grep -q consumer_draining "$WORK/stopped.log" \
   || fail "stopped consumer logged no consumer_draining (did SIGTERM reach Python?)"
 docker kill -s KILL "$KILLED" >/dev/null
 sleep 1
