@@ -5,6 +5,7 @@ these fail). Real redis-server, real local sites."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,15 +13,18 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
-from test_consumer import consume, enqueue, records, serve
+from test_consumer import consume, consumer_args, enqueue, records, serve
 
+from common.http.fetcher import Fetcher
 from common.keys import PartitionKeys
 from common.metrics import Metrics
 from common.queue import Code, CrawlQueue, Lease, NewTask
 from common.urls import fingerprint
+from consumer.config import build_parser, settings_from_args
 from consumer.flush import Completion, Flusher
 from consumer.leases import LeaseBook
 from consumer.sinks import Record
+from consumer.worker import Consumer
 
 LEASE_S = 30.0
 
@@ -186,3 +190,35 @@ async def test_a_fetch_longer_than_several_leases_keeps_its_lease(
     # just-acked lease there.)
     assert stats.counters.get("reclaimed", 0) == 0
     assert [r["url"] for r in records(tmp_path)] == [url]
+
+
+async def test_a_worker_survives_a_drop_meant_for_its_previous_lease(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
+    """A heartbeat's drop can reach a worker after it moved on to its next lease: that
+    lease starts again and the worker goes on (it used to end, and with every worker
+    ended a consumer held its leases and fetched nothing)."""
+    asked, answer = asyncio.Event(), asyncio.Event()
+
+    async def hang(request: web.Request) -> web.Response:
+        asked.set()
+        await answer.wait()
+        return web.Response(text="ok")
+
+    async with serve({"/p/{i}": hang}) as site:
+        urls = [site.url("/p/1"), site.url("/p/2")]
+        queue = await enqueue(redis_client, crawl_name, urls)
+        settings = settings_from_args(build_parser().parse_args(
+            consumer_args(redis_url, crawl_name, tmp_path, "--concurrency", "1")))
+        sink = GatedSink()
+        sink.gate.set()
+        async with Fetcher(settings.fetch) as fetcher:
+            consumer = Consumer(settings, queue, fetcher, sink, Metrics())  # type: ignore[arg-type]
+            running = asyncio.create_task(consumer.run())
+            await asyncio.wait_for(asked.wait(), 10)
+            [(worker, lease)] = consumer._running.values()
+            consumer._dropping[worker] = copy.copy(lease)  # an earlier lease, as it were
+            worker.cancel()
+            answer.set()
+            assert await asyncio.wait_for(running, 20) == 0
+    assert (await queue.stats()).done == 2
+    assert sorted(r.url for r in sink.records) == sorted(urls)
