@@ -187,7 +187,12 @@ class Consumer:
     async def _leaser(self) -> None:
         idle = Backoff(base=0.02, cap=1.0)
         errors = Backoff()
+        me = asyncio.current_task()
         while not self.draining:
+            if me is not None and me.cancelling():
+                # Python 3.11's asyncio.wait_for (redis-py's socket writes) drops a cancel
+                # that lands as the write completes; the task still counts it: honour it.
+                raise asyncio.CancelledError
             room = self._lease_room()
             if room < self._lease_min:
                 self._room.clear()

@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 from aiohttp import web
 
 from common.errors import ConfigError
-from common.queue import CrawlQueue, NewTask
+from common.queue import CrawlQueue, LeaseBatch, NewTask
 from common.runtime import tune_gc
 from common.urls import fingerprint
 from consumer.config import build_parser, settings_from_args
@@ -406,6 +406,33 @@ async def test_checkpointed_task_resumes_after_its_consumer_dies(
     [rec] = records(tmp_path / "b")
     assert rec["items"] == [{"page": 3}, {"page": 4}]
     assert (await queue.stats()).done == 1
+
+
+async def test_a_cancel_that_a_library_call_dropped_still_stops_the_consumer(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python 3.11's asyncio.wait_for, which redis-py's socket writes use, drops a cancel
+    that lands as the write completes. The task still counts it: the consumer stops."""
+    inside, original = asyncio.Event(), CrawlQueue.lease_turns
+
+    async def dropping(self: CrawlQueue, *args: Any, **kwargs: Any) -> LeaseBatch:
+        if inside.is_set():
+            return await original(self, *args, **kwargs)
+        inside.set()
+        with contextlib.suppress(asyncio.CancelledError):  # as wait_for does
+            await asyncio.sleep(3600)
+        return LeaseBatch(leases=[])
+
+    monkeypatch.setattr(CrawlQueue, "lease_turns", dropping)
+    async with serve({"/p/{i}": page}) as site:
+        queue = await enqueue(redis_client, crawl_name, [site.url("/p/1")])
+        task = asyncio.create_task(run(settings_from_args(build_parser().parse_args(
+            consumer_args(redis_url, crawl_name, tmp_path)))))
+        await asyncio.wait_for(inside.wait(), 10)
+        task.cancel()
+        await asyncio.wait({task}, timeout=10)
+        assert task.cancelled()
+        assert site.paths == [] and (await queue.stats()).pending == 1
 
 
 async def test_handler_error_fails_the_task_not_the_consumer(
