@@ -38,6 +38,7 @@ from common.config import (
     Option,
     add_options,
     duration,
+    option_values,
     redact_url,
 )
 from common.connection import RedisClient, open_redis
@@ -78,6 +79,18 @@ def _int_at_least(low: int) -> Any:
     return parse
 
 
+def _task_headers(lines: list[str]) -> dict[str, str]:
+    return parse_header_lines(lines, ConfigError, "--header / CRAWLQ_TASK_HEADERS")
+
+
+def _dedup(value: str | None) -> DedupMode | None:
+    return DedupMode(value) if value else None
+
+
+def _whole_seconds(value: float) -> int:
+    return ceil(value) if value > 0 else 0
+
+
 def _meta_pair(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
@@ -88,44 +101,47 @@ def _meta_pair(text: str) -> tuple[str, str]:
 PRODUCER_OPTIONS = (
     Option("--input", "CRAWLQ_INPUT", [], "a file of URLs, one per line (.gz read "
            "transparently), or - for stdin; repeatable, positional arguments work too",
-           append=True),
-    Option("--url", "CRAWLQ_URL", [], "a URL to enqueue (repeatable)", append=True),
+           append=True, field="inputs", convert=tuple),
+    Option("--url", "CRAWLQ_URL", [], "a URL to enqueue (repeatable)", append=True,
+           field="urls", convert=tuple),
     Option("--sitemap", "CRAWLQ_SITEMAP", [], "a sitemap, sitemap index or robots.txt URL "
-           "whose URLs to enqueue (repeatable)", append=True),
+           "whose URLs to enqueue (repeatable)", append=True, field="sitemaps", convert=tuple),
     Option("--priority", "CRAWLQ_PRIORITY", 0, "task priority: 0 is first come first "
-           "served, higher is leased first", type=_int_at_least(0)),
+           "served, higher is leased first", type=_int_at_least(0), field="template.priority"),
     Option("--max-attempts", "CRAWLQ_MAX_ATTEMPTS", 3, "fetch attempts before a task is "
-           "dead-lettered", type=_int_at_least(1)),
+           "dead-lettered", type=_int_at_least(1), field="template.max_attempts"),
     Option("--meta", "CRAWLQ_META", [], "key=value stored in every task's meta "
-           "(repeatable)", type=_meta_pair, append=True),
+           "(repeatable)", type=_meta_pair, append=True, field="template.meta", convert=dict),
     # Not CRAWLQ_HEADERS: that is the consumer's, and a settings file both read would
     # copy the crawl's headers into every task entry.
     Option("--header", "CRAWLQ_TASK_HEADERS", [], "'Name: value' stored on every task of "
            "this run and sent with its request over the consumer's --header, repeatable "
            "(env: one per line); credential headers are never shown", append=True,
-           env_separator="\n", secret=True),
+           env_separator="\n", secret=True, field="template.headers", convert=_task_headers),
     Option("--depth", "CRAWLQ_DEPTH", 0, "link depth recorded on the tasks",
-           type=_int_at_least(0)),
+           type=_int_at_least(0), field="template.depth"),
     Option("--dedup", "CRAWLQ_DEDUP", None, "dedup mode, fixed when the crawl is created "
-           "(exact if unset)", choices=("exact", "bloom")),
+           "(exact if unset)", choices=("exact", "bloom"), convert=_dedup),
     Option("--partitions", "CRAWLQ_PARTITIONS", None, "partitions, fixed when the crawl is "
            "created (1 if unset)", type=_int_at_least(1)),
     Option("--recrawl-after", "CRAWLQ_RECRAWL_AFTER", 0.0, "enqueue again a URL whose last "
-           "enqueue is older than this and that is done (e.g. 7d); 0 never", type=duration),
+           "enqueue is older than this and that is done (e.g. 7d); 0 never", type=duration,
+           field="recrawl_after_s", convert=_whole_seconds),
     Option("--sort-query", "CRAWLQ_SORT_QUERY", False, "sort query parameters by key when "
            "canonicalizing", flag_only_bool=True),
     Option("--reject-file", "CRAWLQ_REJECT_FILE", None, "write every rejected line there, "
            "one JSON object per line (credentials removed)"),
     Option("--enqueue-batch", "CRAWLQ_ENQUEUE_BATCH", 1000, "URLs per enqueue call",
-           type=_int_at_least(1)),
+           type=_int_at_least(1), field="batch_size"),
     Option("--dry-run", "CRAWLQ_DRY_RUN", False, "canonicalize and count, write nothing "
            "(Redis is not contacted)", flag_only_bool=True),
     Option("--json", "CRAWLQ_JSON", False, "print the summary as one JSON object on stdout",
            flag_only_bool=True),
     Option("--every", "CRAWLQ_EVERY", 0.0, "run again this long after each run, +-10%% "
-           "jitter (e.g. 1h); 0 runs once", type=duration),
+           "jitter (e.g. 1h); 0 runs once", type=duration, field="every_s"),
     Option("--lock-wait", "CRAWLQ_LOCK_WAIT", 0.0, "how long to wait for another "
-           "producer of the same crawl to finish before exiting 5", type=duration),
+           "producer of the same crawl to finish before exiting 5", type=duration,
+           field="lock_wait_s"),
     Option("--allow-private", "CRAWLQ_ALLOW_PRIVATE", False, "let sitemap fetches reach "
            "private and loopback addresses (off: the SSRF guard refuses them)",
            flag_only_bool=True),
@@ -158,40 +174,20 @@ class ProducerSettings:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ProducerSettings:
-        inputs = tuple([*args.input, *args.files])
-        if not (inputs or args.url or args.sitemap):
+        """Build the settings through PRODUCER_OPTIONS (ConfigError on a bad combination)."""
+        values = option_values(PRODUCER_OPTIONS, args)
+        inputs = (*values.pop("inputs"), *args.files)
+        if not (inputs or values["urls"] or values["sitemaps"]):
             raise ConfigError("no input: give files (or - for stdin), --url or --sitemap")
         if inputs.count(STDIN) > 1:
             raise ConfigError("stdin (-) can be read only once")
-        if args.every and STDIN in inputs:
+        if values["every_s"] and STDIN in inputs:
             raise ConfigError("--every re-reads the inputs each run; stdin (-) can't be "
                               "re-read: use a file")
-        recrawl = ceil(args.recrawl_after) if args.recrawl_after > 0 else 0
-        if recrawl and args.dedup == DedupMode.BLOOM.value:
+        if values["recrawl_after_s"] and values["dedup"] is DedupMode.BLOOM:
             raise ConfigError("--recrawl-after needs exact dedup: bloom keeps no timestamps")
-        return cls(
-            common=CommonSettings.from_args(args),
-            inputs=inputs,
-            urls=tuple(args.url),
-            sitemaps=tuple(args.sitemap),
-            template=TaskTemplate(priority=args.priority, max_attempts=args.max_attempts,
-                                  meta=dict(args.meta), depth=args.depth,
-                                  headers=parse_header_lines(
-                                      args.header, ConfigError,
-                                      "--header / CRAWLQ_TASK_HEADERS")),
-            dedup=DedupMode(args.dedup) if args.dedup else None,
-            partitions=args.partitions,
-            recrawl_after_s=recrawl,
-            sort_query=args.sort_query,
-            reject_file=args.reject_file,
-            batch_size=args.enqueue_batch,
-            dry_run=args.dry_run,
-            json=args.json,
-            every_s=args.every,
-            lock_wait_s=args.lock_wait,
-            allow_private=args.allow_private,
-            progress=args.progress,
-        )
+        return cls(common=CommonSettings.from_args(args), inputs=inputs,
+                   template=TaskTemplate(**values.pop("template")), **values)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,4 +1,4 @@
-"""One declaration per option: the consumer's settings are built from its option table,
+"""One declaration per option: each command's settings are built from its option table,
 and every settings field is filled by exactly one option whose default is the field's."""
 
 from __future__ import annotations
@@ -6,42 +6,71 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import pytest
+
+from common.config import Option
 from common.http.fetcher import FetchSettings
 from consumer.config import CONSUMER_OPTIONS, ConsumerSettings, build_parser, settings_from_args
-
-# Filled from other settings, not from an option of their own; or fixed (the README's
-# "more than 5 redirects").
-DERIVED = {"common", "fetch", "fetch.concurrency", "fetch.limit_per_host",
-           "fetch.max_redirects"}
+from producer.cli import PRODUCER_OPTIONS, ProducerSettings
+from producer.cli import build_parser as producer_parser
+from producer.run import TaskTemplate
 
 
-def fields() -> dict[str, dataclasses.Field[Any]]:
-    out = {f.name: f for f in dataclasses.fields(ConsumerSettings)}
-    out.update({f"fetch.{f.name}": f for f in dataclasses.fields(FetchSettings)})
+@dataclasses.dataclass(frozen=True)
+class Table:
+    options: tuple[Option, ...]
+    settings: type[Any]
+    nested: dict[str, type[Any]]  # "group" -> the nested settings class
+    derived: frozenset[str]  # fields filled from other settings, or fixed
+
+
+CONSUMER = Table(CONSUMER_OPTIONS, ConsumerSettings, {"fetch": FetchSettings},
+                 # the fetcher's concurrency comes from the consumer's; the README's
+                 # "more than 5 redirects" is fixed
+                 frozenset({"common", "fetch", "fetch.concurrency", "fetch.limit_per_host",
+                            "fetch.max_redirects"}))
+PRODUCER = Table(PRODUCER_OPTIONS, ProducerSettings, {"template": TaskTemplate},
+                 frozenset({"common", "template"}))
+TABLES = pytest.mark.parametrize("table", [CONSUMER, PRODUCER], ids=["consumer", "producer"])
+
+
+def fields(table: Table) -> dict[str, dataclasses.Field[Any]]:
+    out = {f.name: f for f in dataclasses.fields(table.settings)}
+    for group, cls in table.nested.items():
+        out.update({f"{group}.{f.name}": f for f in dataclasses.fields(cls)})
     return out
 
 
-def test_every_field_has_exactly_one_option() -> None:
-    targets = [opt.target for opt in CONSUMER_OPTIONS]
+@TABLES
+def test_every_field_has_exactly_one_option(table: Table) -> None:
+    targets = [opt.target for opt in table.options]
     assert sorted(t for t in set(targets) if targets.count(t) > 1) == []
-    assert sorted(set(targets) - set(fields())) == [], "options filling no settings field"
-    assert sorted(set(fields()) - set(targets) - DERIVED) == [], "fields no option fills"
+    assert sorted(set(targets) - set(fields(table))) == [], "options filling no settings field"
+    assert sorted(set(fields(table)) - set(targets) - table.derived) == [], \
+        "fields no option fills"
 
 
-def test_each_option_default_is_its_fields_default() -> None:
-    all_fields = fields()
+@TABLES
+def test_each_option_default_is_its_fields_default(table: Table) -> None:
+    all_fields = fields(table)
     wrong = {}
-    for opt in CONSUMER_OPTIONS:
+    for opt in table.options:
         f = all_fields[opt.target]
-        if f.default is dataclasses.MISSING:
-            continue  # a factory (the worker id): checked by the next test
+        if f.default is not dataclasses.MISSING:
+            expected = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            expected = f.default_factory()
+            if expected != f.default_factory():
+                continue  # a fresh value per run (the worker id): the next test
+        else:
+            continue
         default = opt.convert(opt.default) if opt.convert else opt.default
-        if default != f.default:
-            wrong[opt.flag] = (default, f.default)
+        if default != expected:
+            wrong[opt.flag] = (default, expected)
     assert wrong == {}
 
 
-def test_settings_built_from_no_flags_are_the_defaults(monkeypatch: Any) -> None:
+def test_consumer_settings_built_from_no_flags_are_the_defaults(monkeypatch: Any) -> None:
     for opt in CONSUMER_OPTIONS:
         monkeypatch.delenv(opt.env, raising=False)
     built = settings_from_args(build_parser().parse_args([]))
@@ -49,3 +78,22 @@ def test_settings_built_from_no_flags_are_the_defaults(monkeypatch: Any) -> None
     assert dataclasses.replace(built, common=defaults.common) == dataclasses.replace(
         defaults, fetch=dataclasses.replace(defaults.fetch, concurrency=built.concurrency,
                                             limit_per_host=built.per_host_concurrency))
+
+
+def test_producer_settings_built_from_one_file_are_the_defaults(monkeypatch: Any) -> None:
+    for opt in PRODUCER_OPTIONS:
+        monkeypatch.delenv(opt.env, raising=False)
+    built = ProducerSettings.from_args(producer_parser().parse_args(["seeds.txt"]))
+    assert built == ProducerSettings(common=built.common, inputs=("seeds.txt",))
+
+
+def test_producer_flags_reach_their_fields() -> None:
+    built = ProducerSettings.from_args(producer_parser().parse_args([
+        "a.txt", "--input", "b.txt", "--priority", "2", "--meta", "k=v",
+        "--header", "Accept-Language: de", "--depth", "1", "--dedup", "exact",
+        "--recrawl-after", "1.2s", "--enqueue-batch", "7", "--every", "1h"]))
+    assert built.inputs == ("b.txt", "a.txt")
+    assert built.template == TaskTemplate(priority=2, meta={"k": "v"}, depth=1,
+                                          headers={"Accept-Language": "de"})
+    assert (built.recrawl_after_s, built.batch_size, built.every_s) == (2, 7, 3600.0)
+    assert built.dedup is not None and built.dedup.value == "exact"
