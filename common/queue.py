@@ -249,6 +249,12 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def _candidates_for(n: int) -> int:
+    """Candidate hosts for a lease of n. Bounded: each is read in the script, and a host
+    without a delay can give many."""
+    return min(2 * n, CANDIDATE_HOSTS) + 8
+
+
 class CrawlQueue:
     """One crawl's queue on one Redis (or Redis Cluster) client."""
 
@@ -273,6 +279,7 @@ class CrawlQueue:
         self.scripts = Scripts(client)
         self._next_partition = random.randrange(settings.partitions)
         self._idle_until = [0.0] * settings.partitions  # monotonic: nothing ready before
+        self._candidates: list[list[str]] = [[] for _ in range(settings.partitions)]
 
     # -- creation ---------------------------------------------------------------------
 
@@ -476,16 +483,24 @@ class CrawlQueue:
 
     async def _lease_partition(self, p: int, worker: str, n: int, lease_ms: int
                                ) -> tuple[Any, bool]:
-        """One lease call; and whether the ready hosts filled a page (more may wait).
+        """One lease call; and whether more ready hosts may wait.
 
-        The hosts whose time has come are read first (with Redis TIME, one round trip),
-        and only they go to the script, which checks them again: a call costs what is
-        ready, not what is queued. With none ready, the answer (how long until a host's
-        turn or a retry) comes from that read alone, with no script call.
+        The script is given candidate hosts and checks them again: a call costs what is
+        ready, not what is queued. The candidates are the ones the partition's previous
+        reply named, so a steady crawl leases in one round trip; when it named none, the
+        hosts whose time has come are read first (with Redis TIME, one round trip), and
+        with none ready that read alone answers how long until a host's turn or a
+        retry, with no script call.
         """
         pk = self.partitions[p]
-        # Bounded: each is read in the script, and a host without a delay can give many.
-        k = min(2 * n, CANDIDATE_HOSTS) + 8
+        k = _candidates_for(n)
+        hosts, self._candidates[p] = self._candidates[p], []
+        if hosts:
+            reply = await self._lease_script(pk, worker, n, lease_ms, hosts=hosts)
+            if len(reply) == 6 and self._candidates[p]:  # they gave nothing, others may
+                hosts = self._candidates[p]
+                reply = await self._lease_script(pk, worker, n, lease_ms, hosts=hosts)
+            return reply, len(hosts) >= k
         client = self.client
         cluster = isinstance(client, aioredis.RedisCluster)
         async with client.pipeline(transaction=False) as pipe:
@@ -504,25 +519,30 @@ class CrawlQueue:
         if not ready and not prio:
             wait = max(0, int(due[0][1]) - now) if due else -1
             retry_ms = max(0, int(retry[0][1]) - now) if retry else -1
-            return [now, now + lease_ms, wait, retry_ms, 0], False
+            return [now, now + lease_ms, wait, retry_ms, 0, []], False
         hosts = list(dict.fromkeys([*(_text(h) for h in prio), *ready]))
+        reply = await self._lease_script(pk, worker, n, lease_ms, hosts=hosts)
+        return reply, len(ready) == k
+
+    async def _lease_script(self, pk: PartitionKeys, worker: str, n: int, lease_ms: int, *,
+                            hosts: list[str]) -> Any:
+        """lease.lua on these candidate hosts; keeps the ones it names for the next call."""
         host_keys, _ = self._host_args(pk, hosts)
         reply = await self.scripts.lease(
             keys=[*pk.host_state, pk.tasks, pk.attempts, pk.leases, pk.owners, pk.seq,
                   pk.stats, pk.checkpoints, pk.errors, pk.pending, pk.prio_hosts, pk.delayed,
                   pk.done, pk.dead, pk.dead_reasons, *host_keys],
-            args=[worker, n, lease_ms, *hosts],
+            args=[worker, n, lease_ms, _candidates_for(n), *hosts],
         )
-        if int(reply[2]) < 0 and len(ready) < len(due):  # the first host not yet due
-            reply[2] = max(0, int(due[len(ready)][1]) - now)
-        return reply, len(ready) == k
+        self._candidates[pk.partition] = list(dict.fromkeys(_text(h) for h in reply[5]))
+        return reply
 
     @staticmethod
     def _parse_lease(
         reply: list[Any], partition: int, leases: list[Lease], malformed: list[Failure]
     ) -> None:
         deadline = int(reply[1])
-        for i in range(5, len(reply), 7):
+        for i in range(6, len(reply), 7):
             tid, token, attempt, entry, cp, err, host = reply[i:i + 7]
             tid, token, host = _text(tid), _text(token), _text(host)
             try:

@@ -64,6 +64,34 @@ async def test_hosts_are_served_in_rotation_whatever_the_seed_order(
     assert sorted(lease.host for lease in got) == ["a.test", "b.test", "c.test"]
 
 
+async def commands(client: aioredis.Redis) -> dict[str, int]:
+    return {k.removeprefix("cmdstat_"): v["calls"]
+            for k, v in (await client.info("commandstats")).items()}
+
+
+async def test_a_steady_lease_is_one_round_trip_on_the_hosts_the_last_one_named(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await polite_queue(redis_client, crawl_name)
+    await q.enqueue(tasks([f"http://a.test/{i}" for i in range(30)]))
+    assert len(await q.lease("w", 10, 60_000)) == 10  # reads `due` first: nothing named
+    await redis_client.config_resetstat()
+    assert len(await q.lease("w", 10, 60_000)) == 10
+    used = await commands(redis_client)  # commands in scripts count: the lease's own TIME
+    assert (used.get("evalsha"), used.get("time")) == (1, 1), used
+
+
+async def test_hosts_the_last_lease_did_not_name_are_found_when_the_named_give_nothing(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await polite_queue(redis_client, crawl_name, concurrency=1)
+    await q.enqueue(tasks(["http://a.test/1", "http://b.test/1"]))
+    [first] = await q.lease("w", 1, 60_000)  # names the other host, ready
+    other = CrawlQueue(redis_client, crawl_name, q.settings)
+    [second] = await other.lease("w2", 1, 60_000)  # another consumer takes its turn
+    assert {first.host, second.host} == {"a.test", "b.test"}
+    await q.enqueue(tasks(["http://c.test/1"]))
+    assert [x.host for x in await q.lease("w", 10, 60_000)] == ["c.test"]
+
+
 async def test_priority_goes_first_within_a_host_and_across_hosts(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
     q = await polite_queue(redis_client, crawl_name, delay_s=60)

@@ -231,17 +231,23 @@ class QueueMachine(RuleBasedStateMachine):
 
     def lease_partition(self, p: int, n: int, now: int) -> list[str]:
         """What lease.lua pops in partition p: hosts whose turn has come, priority work
-        first, then the longest-waiting (then by name); each gives its free slots."""
+        first, then the longest-waiting (then by name); each gives its free slots. Only
+        the candidates the partition's previous reply named, when it named any, unless
+        they give nothing."""
         due = self.due(p)
         ready = [self.hosts[name] for name, at in due.items() if at <= now]
         ready.sort(key=lambda h: (-max((self.tasks[i].priority for i in h.hp), default=0),
                                   due[h.name], h.name))
+        named = set(self.q._candidates[p])
         popped: list[str] = []
-        for h in ready:
-            if len(popped) >= n:
+        for hosts in ([h for h in ready if h.name in named] if named else [], ready):
+            for h in hosts:
+                if len(popped) >= n:
+                    break
+                free = self.concurrency(h) - self.inflight(h)
+                popped += self.pop_host(h, min(n - len(popped), free))
+            if popped:
                 break
-            free = self.concurrency(h) - self.inflight(h)
-            popped += self.pop_host(h, min(n - len(popped), free))
         return popped
 
     def promote_partition(self, p: int, now: int) -> int:

@@ -1,7 +1,7 @@
 -- lease.lua: lease up to n tasks from hosts whose turn has come (the host-fair frontier).
 --
--- The caller names candidate hosts (the head of `due` and of `prio_hosts`, read just
--- before); this script decides, on Redis TIME, which of them may be served now: a host
+-- The caller names candidate hosts (the head of `due` and of `prio_hosts`: read just
+-- before, or as the previous call's reply named them); this script decides, on Redis TIME, which of them may be served now: a host
 -- is served when its time in `due` has come and it has fewer leases than its
 -- concurrency. Hosts holding priority work go first, then the longest-waiting. A host
 -- with a delay gives one task per call and moves its next turn to now + delay; a host
@@ -33,13 +33,17 @@
 -- ARGV[1]  worker id
 -- ARGV[2]  n, the most tasks to lease
 -- ARGV[3]  lease_ms, lease length in milliseconds
--- ARGV[4..] candidate hosts
--- Returns {now_ms, deadline_ms, wait_ms, retry_ms, paused,
+-- ARGV[4]  k, how many candidates to name for the next call
+-- ARGV[5..] candidate hosts
+-- Returns {now_ms, deadline_ms, wait_ms, retry_ms, paused, next,
 --          id, token, attempt, entry, checkpoint|false, last_error|false, host, ...}:
---   wait_ms  -1: no candidate holds work; 0: ready hosts were left (n reached);
---            else ms until the earliest candidate's turn
+--   wait_ms  -1: no host holds work; 0: hosts are ready (after this call's leases);
+--            else ms until the earliest host's turn
 --   retry_ms ms until the next retry is due (0: one is due now), -1 if none waits
 --   paused   1 if the crawl is paused (nothing leased)
+--   next     the candidates for the next call, read after this one's leases: up to k
+--            hosts of `prio_hosts`, then up to k of `due` whose time has come (so a
+--            steady crawl leases in one round trip, with no read before)
 local tasks, attempts, leases, owners = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local seq, stats, checkpoints, errors = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
 local pending, prio_hosts, delayed, done_by_host = KEYS[15], KEYS[16], KEYS[17], KEYS[18]
@@ -47,9 +51,10 @@ local dead, dead_reasons = KEYS[19], KEYS[20]
 local worker = ARGV[1]
 local n = int_arg(ARGV[2], 'n')
 local lease_ms = int_arg(ARGV[3], 'lease_ms')
+local next_k = int_arg(ARGV[4], 'k')
 if n < 1 or lease_ms < 1 then error('crawlq: lease needs n >= 1 and lease_ms >= 1') end
 local hosts = {}
-for i = 4, #ARGV do hosts[#hosts + 1] = ARGV[i] end
+for i = 5, #ARGV do hosts[#hosts + 1] = ARGV[i] end
 if #KEYS ~= 20 + 2 * #hosts then error('crawlq: lease needs 2 keys per candidate host') end
 
 local now = now_ms()
@@ -57,9 +62,30 @@ local deadline = now + lease_ms
 local retry_ms = -1
 local next_retry = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
 if next_retry[2] then retry_ms = math.max(0, tonumber(next_retry[2]) - now) end
+-- The next call's candidates, and how long until a host's turn when none is ready.
+local function next_hosts(wait)
+  local out = {}
+  if redis.call('EXISTS', prio_hosts) == 1 then
+    out = redis.call('ZRANGE', prio_hosts, 0, next_k - 1)
+  end
+  local ready = redis.call('ZRANGEBYSCORE', H.due, '-inf', now, 'LIMIT', 0, next_k)
+  if #ready > 0 then
+    wait = 0
+  else
+    local first = redis.call('ZRANGE', H.due, 0, 0, 'WITHSCORES')
+    if first[2] and (wait < 0 or tonumber(first[2]) - now < wait) then
+      wait = math.max(0, tonumber(first[2]) - now)
+    end
+  end
+  for _, h in ipairs(ready) do out[#out + 1] = h end
+  return out, wait
+end
+
 local cc = crawl_conf()
-if cc.paused or #hosts == 0 then
-  return {now, deadline, -1, retry_ms, cc.paused and 1 or 0}
+if cc.paused then return {now, deadline, -1, retry_ms, 1, {}} end
+if #hosts == 0 then
+  local nxt, wait = next_hosts(-1)
+  return {now, deadline, wait, retry_ms, 0, nxt}
 end
 
 local due = call_sliced('ZMSCORE', H.due, hosts, 1000)
@@ -211,7 +237,9 @@ refresh_hosts(refresh)
 local taken = #popped + budget_ended
 if taken > 0 then redis.call('DECRBY', pending, taken) end
 
-local result = {now, deadline, wait, retry_ms, 0}
+local nxt
+nxt, wait = next_hosts(wait)
+local result = {now, deadline, wait, retry_ms, 0, nxt}
 if #keep > 0 then
   local kids = {}
   for k, p in ipairs(keep) do kids[k] = p[1] end
@@ -224,7 +252,7 @@ if #keep > 0 then
   local first = redis.call('INCRBY', seq, #kids) - #kids + 1
   -- Explicit indexes, not #t: the length operator is a search in Lua 5.1.
   local zargs, hargs, aargs, targs = {}, {}, {}, {}
-  local owner_suffix, deadline_arg, r = ':' .. worker, tostring(deadline), 5
+  local owner_suffix, deadline_arg, r = ':' .. worker, tostring(deadline), 6
   for k, p in ipairs(keep) do
     local id, entry, host = p[1], p[2], hosts[p[3]]
     local token = tostring(first + k - 1)
