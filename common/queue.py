@@ -160,6 +160,10 @@ class Lease:
     token: str
     deadline_ms: int
     host: str
+    granted_ms: int = 0  # Redis time of the lease: its host's turn
+    # Redis time its request went out when later than the turn allows for (0: on time):
+    # the host's next turn then counts from it (ack/fail).
+    sent_ms: int = 0
     id: str = field(init=False)  # the task's id, copied: it is read many times per task
 
     def __post_init__(self) -> None:
@@ -541,7 +545,7 @@ class CrawlQueue:
     def _parse_lease(
         reply: list[Any], partition: int, leases: list[Lease], malformed: list[Failure]
     ) -> None:
-        deadline = int(reply[1])
+        granted, deadline = int(reply[0]), int(reply[1])
         for i in range(6, len(reply), 7):
             tid, token, attempt, entry, cp, err, host = reply[i:i + 7]
             tid, token, host = _text(tid), _text(token), _text(host)
@@ -555,7 +559,7 @@ class CrawlQueue:
                 malformed.append(Failure(Lease(stub, partition, token, deadline, host),
                                          MALFORMED, str(exc), permanent=True))
                 continue
-            leases.append(Lease(task, partition, token, deadline, host))
+            leases.append(Lease(task, partition, token, deadline, host, granted))
 
     # -- transitions on held leases --------------------------------------------------
 
@@ -610,7 +614,7 @@ class CrawlQueue:
                     pk.checkpoints, pk.errors, pk.stalls, pk.stats, pk.done]
             args: list[Any] = [worker, int(marks)]
             for lease, outcome in group:
-                args.extend((lease.id, lease.token, outcome))
+                args.extend((lease.id, lease.token, outcome, lease.sent_ms))
                 if marks:
                     bucket, seen_field = self._seen_mark(pk, lease.id)
                     keys.append(bucket)
@@ -633,7 +637,8 @@ class CrawlQueue:
                 retry_after = -1 if f.retry_after is None else max(0, int(f.retry_after * 1000))
                 args += [f.lease.id, f.lease.token, f.lease.task.max_attempts, reason,
                          f.message[:1000], retry_after, int(f.permanent),
-                         repr(self._jitter()), max(0, int(f.cooldown * 1000))]
+                         repr(self._jitter()), max(0, int(f.cooldown * 1000)),
+                         f.lease.sent_ms]
             calls.append((self.scripts.fail, [*pk.host_state, pk.leases, pk.owners,
                                               pk.attempts, pk.delayed, pk.dead, pk.errors,
                                               pk.dead_reasons, pk.stats, pk.tasks,

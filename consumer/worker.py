@@ -33,6 +33,7 @@ from common.metrics import Metrics
 from common.queue import Code, CrawlQueue, Failure, Lease, LeaseBatch
 from common.workers import WorkerRegistry
 from consumer.backoff import Backoff
+from consumer.clock import RedisClock
 from consumer.config import ConsumerSettings
 from consumer.flush import REDIS_ERRORS, Completion, Flusher
 from consumer.handlers import Handler, HandlerContext, LeaseLostError, as_result
@@ -51,6 +52,10 @@ SHUTDOWN_WAIT_S = 5.0
 #: (see Consumer._dispatch): event-loop delays up to this long don't bring two requests to
 #: a host closer than its delay.
 DISPATCH_S = 0.05
+DISPATCH_MS = int(DISPATCH_S * 1000)
+#: A polite request this much later than DISPATCH_S after its turn is on time: its host's
+#: next turn is not moved (each move is a write, and a late turn a slower crawl).
+LATE_SLACK_MS = 10
 #: Shortest sleep between lease calls when a host's turn is close.
 MIN_IDLE_WAIT_S = 0.005
 
@@ -93,6 +98,7 @@ class Consumer:
         self._running: dict[str, tuple[asyncio.Task[None], Lease]] = {}  # id -> worker
         self._waiting: dict[str, asyncio.Task[None]] = {}  # robots.txt lookups
         self._scheduled: dict[str, asyncio.TimerHandle] = {}  # leased, to start soon
+        self._clock = RedisClock()
         self._dropping: dict[asyncio.Task[None], Lease] = {}  # workers told to drop it
         self._idle: deque[asyncio.Future[None]] = deque()
         self._workers: list[asyncio.Task[None]] = []
@@ -209,6 +215,7 @@ class Consumer:
                 continue
             errors.reset()
             if batch.leases:
+                self._clock.observe(time.monotonic(), batch.leases[-1].granted_ms)
                 for lease in batch.leases:
                     old = self.book.hold(lease, t0)
                     if old is not None:
@@ -438,10 +445,21 @@ class Consumer:
             self._complete(Completion(lease, "fail", failure=Failure(
                 lease, "internal_error", f"{type(exc).__name__}: {exc}")))
 
+    def _note_sent(self, lease: Lease, started: float) -> None:
+        """A polite request that goes out later than DISPATCH_S after its turn (a busy
+        event loop) has its time sent with its ack, and its host's next turn counts from
+        it: another consumer's on-time request then can't follow it too closely."""
+        if not self._polite:
+            return
+        sent = self._clock.to_redis_ms(started)
+        if sent is not None and sent - DISPATCH_MS - LATE_SLACK_MS > lease.granted_ms:
+            lease.sent_ms = sent - DISPATCH_MS
+
     async def _fetch(self, lease: Lease) -> None:
         self._started.add(lease.id)
         self._fetching.add(lease.id)
         started = time.monotonic()
+        self._note_sent(lease, started)
         try:
             task = lease.task
             result = await self.fetcher.fetch(task.url, headers=task.headers or None,

@@ -92,6 +92,38 @@ async def test_hosts_the_last_lease_did_not_name_are_found_when_the_named_give_n
     assert [x.host for x in await q.lease("w", 10, 60_000)] == ["c.test"]
 
 
+async def test_a_request_sent_late_moves_its_hosts_next_turn_on_ack_and_on_fail(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """Politeness counts from when a request went out: a consumer whose event loop held a
+    request back reports it, and the host's next turn is a full delay after it."""
+    q = await polite_queue(redis_client, crawl_name, delay_s=0.3)
+    await q.enqueue(tasks(["http://a.test/1", "http://a.test/2", "http://a.test/3"]))
+    pk = q.partitions[0]
+    for settle in ("ack", "fail"):
+        [lease] = await q.lease("w", 1, 60_000)
+        assert await redis_client.zscore(pk.last, "a.test") == lease.granted_ms
+        lease.sent_ms = lease.granted_ms + 200
+        if settle == "ack":
+            await q.ack("w", [(lease, "ok")])
+        else:
+            await q.fail("w", [Failure(lease, "http_5xx", "503", permanent=True)])
+        assert await redis_client.zscore(pk.last, "a.test") == lease.granted_ms + 200
+        assert await redis_client.zscore(pk.due, "a.test") == lease.granted_ms + 500
+        await asyncio.sleep(0.55)
+
+
+async def test_an_earlier_sent_time_never_moves_a_turn_back(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await polite_queue(redis_client, crawl_name, delay_s=0.3, concurrency=2)
+    await q.enqueue(tasks(["http://a.test/1", "http://a.test/2", "http://a.test/3"]))
+    [first] = await q.lease("w", 1, 60_000)
+    await asyncio.sleep(0.35)
+    [second] = await q.lease("w", 1, 60_000)
+    first.sent_ms = first.granted_ms + 10  # sent late, but before the second turn
+    await q.ack("w", [(first, "ok")])
+    assert await redis_client.zscore(q.partitions[0].last, "a.test") == second.granted_ms
+
+
 async def test_priority_goes_first_within_a_host_and_across_hosts(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
     q = await polite_queue(redis_client, crawl_name, delay_s=60)

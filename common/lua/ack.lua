@@ -5,7 +5,8 @@
 -- and bookkeeping are deleted, and its host gets its slot back. Reads and deletes are
 -- batched (a few commands per call, not per task); an id given twice is acked once,
 -- the repeat answers UNKNOWN. With exact dedup its seen mark becomes -(now), the time it
--- ended, which a recrawl window counts from (enqueue.lua).
+-- ended, which a recrawl window counts from (enqueue.lua). An item sent late (sent_ms)
+-- moves its host's last request to then (note_sent, lib.lua).
 --
 -- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
 -- KEYS[7]  leases       ZSET
@@ -20,27 +21,29 @@
 -- KEYS[16..] with marks: per item i, its seen bucket HASH
 -- ARGV[1]  worker id
 -- ARGV[2]  marks: 1 = each item also names its seen field (exact dedup), 0 = not
--- ARGV[3..] per item: id, token, outcome (a short code such as ok, http_4xx)[, seen field]
+-- ARGV[3..] per item: id, token, outcome (a short code such as ok, http_4xx), sent_ms
+--           (Redis ms its request went out when later than its turn, else 0)[, seen field]
 -- Returns {code per item} (0 OK, 3 STALE, 4 EXPIRED, 5 UNKNOWN)
 local leases, owners, tasks, attempts = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local checkpoints, errors, stalls, stats = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
 local done_by_host = KEYS[15]
 local worker = ARGV[1]
 local marks = ARGV[2] == '1'
-local width = marks and 4 or 3
+local width = marks and 5 or 4
 if (#ARGV - 2) % width ~= 0 or (marks and #KEYS ~= 15 + (#ARGV - 2) / width) then
-  error('crawlq: ack needs (id, token, outcome[, seen field]) per item, and seen keys')
+  error('crawlq: ack needs (id, token, outcome, sent_ms[, seen field]) per item, and seen keys')
 end
 allow_at_maxmemory(stats)
 local now = now_ms()
-local ids, tokens, outcome_of = {}, {}, {}
+local ids, tokens, outcome_of, sent_of = {}, {}, {}, {}
 for i = 3, #ARGV, width do
   ids[#ids + 1] = ARGV[i]
   tokens[#tokens + 1] = ARGV[i + 1]
   outcome_of[#outcome_of + 1] = ARGV[i + 2]
+  sent_of[#sent_of + 1] = tonumber(ARGV[i + 3]) or 0
 end
 local states = lease_states(leases, owners, ids, tokens, worker, now)
-local codes, gone, acked, stale, outcomes = {}, {}, {}, 0, {}
+local codes, gone, gone_sent, acked, stale, outcomes = {}, {}, {}, {}, 0, {}
 for i, id in ipairs(ids) do
   local state = states[i]
   if state == OK and acked[id] then state = UNKNOWN end
@@ -50,6 +53,7 @@ for i, id in ipairs(ids) do
     if marks then
       redis.call('HSET', KEYS[15 + i], ARGV[2 + width * i], -math.floor(now / 1000))
     end
+    gone_sent[#gone] = sent_of[i]
     local key = 'outcome:' .. outcome_of[i]
     outcomes[key] = (outcomes[key] or 0) + 1
   else
@@ -59,14 +63,16 @@ for i, id in ipairs(ids) do
 end
 if #gone > 0 then
   local values = call_sliced('HMGET', tasks, gone, 1000)
-  local per_host, hosts = {}, {}
-  for _, v in ipairs(values) do
+  local per_host, hosts, sent = {}, {}, {}
+  for k, v in ipairs(values) do
     local host = split_value(v)
     if host then
       per_host[host] = (per_host[host] or 0) + 1
       hosts[#hosts + 1] = host
+      if gone_sent[k] > (sent[host] or 0) then sent[host] = gone_sent[k] end
     end
   end
+  note_sent(sent)
   call_sliced('ZREM', leases, gone, 1000)
   for _, h in ipairs({owners, tasks, attempts}) do
     call_sliced('HDEL', h, gone, 1000)

@@ -7,7 +7,8 @@
 --   still waits the normal backoff);
 -- otherwise -> `dead` with the reason. Jitter comes in ARGV so tests are deterministic.
 -- A cooldown (a 429/503) blocks the task's host for the whole fleet for
--- min(cooldown_ms, max_retry_after_ms). Either way the host gets its slot back.
+-- min(cooldown_ms, max_retry_after_ms). Either way the host gets its slot back, and an
+-- item sent late (sent_ms) moves its host's last request to then (note_sent, lib.lua).
 -- Only the current lease holder, before its deadline, can fail a task.
 --
 -- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
@@ -26,8 +27,9 @@
 -- ARGV[2]  base_ms, backoff of the first retry, milliseconds
 -- ARGV[3]  cap_ms, the longest backoff, milliseconds
 -- ARGV[4]  max_retry_after_ms, the longest Retry-After or cooldown honoured, milliseconds
--- ARGV[5..] per item 9 values: id, token, max_attempts, reason (no spaces), message,
---           retry_after_ms (-1 = none), permanent (0/1), jitter (0..1), cooldown_ms (0 = none)
+-- ARGV[5..] per item 10 values: id, token, max_attempts, reason (no spaces), message,
+--           retry_after_ms (-1 = none), permanent (0/1), jitter (0..1), cooldown_ms (0 =
+--           none), sent_ms (Redis ms its request went out when later than its turn, else 0)
 -- Returns {code, delay_ms, code, delay_ms, ...} per item: 1 RETRY (delay_ms until due),
 --         2 DEAD, 3 STALE, 4 EXPIRED, 5 UNKNOWN (delay_ms is -1 but for RETRY)
 local leases, owners, attempts, delayed = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
@@ -37,9 +39,9 @@ local worker = ARGV[1]
 local base_ms = int_arg(ARGV[2], 'base_ms')
 local cap_ms = int_arg(ARGV[3], 'cap_ms')
 local max_retry_after_ms = int_arg(ARGV[4], 'max_retry_after_ms')
-if (#ARGV - 4) % 9 ~= 0 then error('crawlq: fail needs 9 values per item') end
+if (#ARGV - 4) % 10 ~= 0 then error('crawlq: fail needs 10 values per item') end
 local items = {}
-for i = 5, #ARGV, 9 do
+for i = 5, #ARGV, 10 do
   local jitter = tonumber(ARGV[i + 7])
   if not jitter or jitter < 0 or jitter > 1 then error('crawlq: jitter must be in [0, 1]') end
   if string.find(ARGV[i + 3], ' ', 1, true) or ARGV[i + 3] == '' then
@@ -50,7 +52,7 @@ for i = 5, #ARGV, 9 do
     reason = ARGV[i + 3], message = ARGV[i + 4],
     retry_after = int_arg(ARGV[i + 5], 'retry_after_ms'),
     permanent = ARGV[i + 6] == '1', jitter = jitter,
-    cooldown = int_arg(ARGV[i + 8], 'cooldown_ms'),
+    cooldown = int_arg(ARGV[i + 8], 'cooldown_ms'), sent = int_arg(ARGV[i + 9], 'sent_ms'),
   }
 end
 
@@ -58,7 +60,7 @@ allow_at_maxmemory(stats)
 local now = now_ms()
 local result = {}
 local retried, died, stale = 0, 0, 0
-local freed, failed_by_host, hosts, cool = {}, {}, {}, {}
+local freed, failed_by_host, hosts, cool, sent = {}, {}, {}, {}, {}
 for _, it in ipairs(items) do
   local state = lease_state(leases, owners, it.id, it.token, worker, now)
   local delay = -1
@@ -69,6 +71,7 @@ for _, it in ipairs(items) do
       freed[host] = (freed[host] or 0) - 1
       failed_by_host[host] = (failed_by_host[host] or 0) + 1
       hosts[#hosts + 1] = host
+      if it.sent > (sent[host] or 0) then sent[host] = it.sent end
       if it.cooldown > 0 then
         local until_ms = now + math.min(it.cooldown, max_retry_after_ms)
         if until_ms > (cool[host] or 0) then cool[host] = until_ms end
@@ -107,6 +110,7 @@ for host, until_ms in pairs(cool) do
 end
 add_counts(H.inflight, freed)
 add_counts(errors_by_host, failed_by_host)
+note_sent(sent)
 refresh_hosts(hosts)
 bump(stats, {failed = retried + died, retried = retried, dead = died, stale = stale})
 return result

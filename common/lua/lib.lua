@@ -221,6 +221,22 @@ local function refresh_hosts(hosts)
   if #rem > 0 then call_sliced('ZREM', H.due, rem, 1000) end
 end
 
+-- A request that went out later than its turn moves its host's last request to when it
+-- went (`sent`: host -> Redis ms, the latest per host), so the host's next turn counts its
+-- delay from the request itself. GT: an earlier time never moves it back.
+local function note_sent(sent)
+  local args = {'GT'}
+  for host, at in pairs(sent) do
+    args[#args + 1] = at
+    args[#args + 1] = host
+    if #args > 1000 then
+      redis.call('ZADD', H.last, unpack(args))
+      args = {'GT'}
+    end
+  end
+  if #args > 1 then redis.call('ZADD', H.last, unpack(args)) end
+end
+
 -- A stored task value "<host> <priority> <entry>" as its three parts (nil if malformed).
 local function split_value(value)
   if not value then return nil end
