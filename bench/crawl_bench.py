@@ -360,6 +360,7 @@ async def run_consumers(env: Env, n: int, *, profile: str = "none") -> Run:
     started = time.perf_counter()
     first = last = None
     cpu_first: float | None = None
+    cpu_seen: float | None = None
     servers_first: dict[str, float] = {}
     next_rss = 0.0
     target = procs[0].pid
@@ -372,6 +373,10 @@ async def run_consumers(env: Env, n: int, *, profile: str = "none") -> Run:
                 if rss is not None and first is not None:  # from the first lease on
                     run.rss_kib.append(rss)
                 next_rss = now + 0.5
+            if first is not None and last is None:
+                # The latest reading while it runs: the consumer may exit (done, empty)
+                # before the poll that sees the last ack reads /proc.
+                cpu_seen = cpu_seconds(target) or cpu_seen
             leased, done = await progress(env.client, queue)
             if first is None and leased > 0 and (
                     n == 1 or await env.client.zcard(queue.crawl_keys.workers) >= n):
@@ -385,7 +390,7 @@ async def run_consumers(env: Env, n: int, *, profile: str = "none") -> Run:
                 servers_first = {k: tree_cpu_seconds(p) for k, p in env.servers.items()}
             if done >= len(urls) and last is None:
                 last = time.perf_counter()
-                cpu_last = cpu_seconds(target)
+                cpu_last = cpu_seconds(target) or cpu_seen
                 if cpu_first is not None and cpu_last is not None:
                     run.cpu_s = cpu_last - cpu_first
                 run.server_cpu_s = {k: tree_cpu_seconds(p) - servers_first.get(k, 0.0)
