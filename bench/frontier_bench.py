@@ -246,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.serve:
         # The server is the instrument: on a shared machine its own scheduling delays
         # would read as requests arriving closer together than they were sent.
-        os.nice(-10)
+        with contextlib.suppress(PermissionError):  # raising priority needs root
+            os.nice(-10)
         args.out.write_text(json.dumps(uvloop.run(serve(args.serve, args.latency))))
         return 0
     return asyncio.run(run(args))

@@ -253,6 +253,11 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+#: lease.lua's reply: {now, deadline, wait, retry, paused, next hosts} before the tasks.
+_LEASE_HEAD = 6
+_NEXT_HOSTS = 5
+
+
 def _candidates_for(n: int) -> int:
     """Candidate hosts for a lease of n. Bounded: each is read in the script, and a host
     without a delay can give many."""
@@ -501,7 +506,7 @@ class CrawlQueue:
         hosts, self._candidates[p] = self._candidates[p], []
         if hosts:
             reply = await self._lease_script(pk, worker, n, lease_ms, hosts=hosts)
-            if len(reply) == 6 and self._candidates[p]:  # they gave nothing, others may
+            if len(reply) == _LEASE_HEAD and self._candidates[p]:  # none given, others may
                 hosts = self._candidates[p]
                 reply = await self._lease_script(pk, worker, n, lease_ms, hosts=hosts)
             return reply, len(hosts) >= k
@@ -538,7 +543,8 @@ class CrawlQueue:
                   pk.done, pk.dead, pk.dead_reasons, *host_keys],
             args=[worker, n, lease_ms, _candidates_for(n), *hosts],
         )
-        self._candidates[pk.partition] = list(dict.fromkeys(_text(h) for h in reply[5]))
+        self._candidates[pk.partition] = list(dict.fromkeys(
+            _text(h) for h in reply[_NEXT_HOSTS]))
         return reply
 
     @staticmethod
@@ -546,7 +552,7 @@ class CrawlQueue:
         reply: list[Any], partition: int, leases: list[Lease], malformed: list[Failure]
     ) -> None:
         granted, deadline = int(reply[0]), int(reply[1])
-        for i in range(6, len(reply), 7):
+        for i in range(_LEASE_HEAD, len(reply), 7):
             tid, token, attempt, entry, cp, err, host = reply[i:i + 7]
             tid, token, host = _text(tid), _text(token), _text(host)
             try:

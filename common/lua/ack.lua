@@ -40,7 +40,7 @@ for i = 3, #ARGV, width do
   ids[#ids + 1] = ARGV[i]
   tokens[#tokens + 1] = ARGV[i + 1]
   outcome_of[#outcome_of + 1] = ARGV[i + 2]
-  sent_of[#sent_of + 1] = tonumber(ARGV[i + 3]) or 0
+  sent_of[#sent_of + 1] = int_arg(ARGV[i + 3], 'sent_ms')
 end
 local states = lease_states(leases, owners, ids, tokens, worker, now)
 local codes, gone, gone_sent, acked, stale, outcomes = {}, {}, {}, {}, 0, {}

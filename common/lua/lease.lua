@@ -1,9 +1,9 @@
 -- lease.lua: lease up to n tasks from hosts whose turn has come (the host-fair frontier).
 --
 -- The caller names candidate hosts (the head of `due` and of `prio_hosts`: read just
--- before, or as the previous call's reply named them); this script decides, on Redis TIME, which of them may be served now: a host
--- is served when its time in `due` has come and it has fewer leases than its
--- concurrency. Hosts holding priority work go first, then the longest-waiting. A host
+-- before, or as the previous call's reply named them); this script decides, on Redis
+-- TIME, which of them may be served now: a host is served when its time in `due` has
+-- come and it has fewer leases than its concurrency. Hosts holding priority work go first, then the longest-waiting. A host
 -- with a delay gives one task per call and moves its next turn to now + delay; a host
 -- without one gives as many as its free slots. Within a host, priority entries come
 -- first, then FIFO. Each task gets a fresh fencing token and a deadline of TIME +
