@@ -8,7 +8,8 @@ enqueued through the crawl's dedup with depth + 1 (bounded by ``--max-depth`` an
 reclaimed task resumes from (``ctx.checkpoint``). An exception fails the task with
 reason ``handler_error``; it never stops the consumer.
 
-``consumer.handlers:links`` is a ready-made handler that follows ``<a href>`` links.
+``consumer.handlers:links`` is a ready-made handler that follows ``<a href>`` and
+``<area href>`` links.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from common.errors import ConfigError
 from common.http.fetcher import FetchResult
 from common.task import Task
+from consumer.links import extract_links
 
 
 class LeaseLostError(Exception):
@@ -42,6 +44,8 @@ class HandlerContext:
     task: Task
     worker: str
     _save: Callable[[Any], Awaitable[bool]]
+    #: the most links taken from one page; the consumer drops the rest and counts it
+    max_links: int = 10_000
 
     @property
     def checkpoint(self) -> Any:
@@ -86,16 +90,13 @@ def as_result(value: HandlerResult | dict[str, Any] | None) -> HandlerResult:
 
 
 async def links(response: FetchResult, ctx: HandlerContext) -> HandlerResult:
-    """Follow every ``<a href>`` of an HTML page (resolved against its final URL)."""
+    """Follow the ``<a href>`` and ``<area href>`` links of an HTML page.
+
+    Links are resolved against the page's ``<base href>`` or final URL; at most
+    ``ctx.max_links + 1`` are returned, so the caller can tell the cap was hit.
+    """
     ctype = response.headers.get("content-type", "")
     if "html" not in ctype or not response.body:
         return HandlerResult()
-    import lxml.html  # noqa: PLC0415 - lxml is only needed by this optional handler
-
-    try:
-        doc = lxml.html.document_fromstring(response.body, base_url=response.final_url)
-    except (ValueError, lxml.etree.ParserError):
-        return HandlerResult()
-    doc.make_links_absolute(response.final_url, handle_failures="discard")
-    urls = [href for el in doc.iter("a") if (href := el.get("href"))]
-    return HandlerResult(urls=urls)
+    return HandlerResult(urls=extract_links(response.body, response.final_url,
+                                            ctx.max_links + 1))
