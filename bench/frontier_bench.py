@@ -2,13 +2,33 @@
 
     python bench/frontier_bench.py [--hosts 1000] [--pages 20] [--delay 1] [--latency 0.1]
                                    [--wide-hosts 5000] [--wide-pages 5] [--redis-server PATH]
+                                   [--discovery | --no-discovery] [--fanout 3] [--cross-links 2]
 
 One local server answers on H loopback addresses (127.0.x.y, one port: each its own host
 to a crawler), sleeps ``--latency`` before every answer (robots.txt included) and records
 when every request started, per host. For each run the bench enqueues H x P URLs (sorted
 by host, as sitemaps and most seed lists are, or interleaved across hosts), starts 1 or 2
 ``crawlq-consumer`` processes (``--per-host-delay``, ``--per-host-concurrency 2``,
-``--concurrency 128``, robots.txt on) and waits for them to finish. It prints:
+``--concurrency 128``, robots.txt on) and waits for them to finish.
+
+The discovery run (in the default set; ``--discovery`` runs only it, ``--no-discovery``
+skips it) enqueues only each host's root page, ``/p/0``, and 2 consumers find the rest
+with ``--handler consumer.handlers:links``. Page i of a host links to pages
+``i*k+1 .. i*k+k`` of its host (``--fanout`` k: a tree, every page reachable from the root
+in ``log_k(P)`` levels, the bench's ``--max-depth``) and to ``--cross-links`` pages of
+other hosts, each that host's root or one of its leaves. A seed per host, not one seed in
+all: hosts found through links would start one discovery chain (fetch, flush, lease) late
+each, so the span would hold that chain too, which the politeness bound does not count.
+Cross links go to roots and leaves only, so a page first found through one never has
+children that it would hand a depth past the tree's: every page is found within
+``--max-depth`` and the crawl must still end with H x P pages done. The hosts are IP
+addresses, which ``--allow-domains`` matches exactly (``canonical_domain`` keeps an IP as
+it is; no suffix of one names them all), so the consumers get every host's address in
+``CRAWLQ_ALLOW_DOMAINS``, and a cross link is in scope. The bound is the same: after the
+root, each page fetched reveals k >= 1 more, so a host never runs dry as long as a page's
+links are enqueued within one delay of its fetch.
+
+Each run prints:
 
 - the span (first request start to last answer) against the politeness bound: every host
   gets robots.txt and P pages, one request per ``--delay``: ``P x delay + latency``, as a
@@ -16,11 +36,15 @@ by host, as sitemaps and most seed lists are, or interleaved across hosts), star
 - politeness violations the server saw: two requests to one host closer than the delay
   minus 50 ms of jitter, robots.txt included;
 - Redis CPU per page (INFO cpu) and Redis commands per page (INFO commandstats, which
-  counts the commands scripts run).
+  counts the commands scripts run);
+- the consumers' CPU per page (user + system, from getrusage of the exited processes);
+  no target, for comparing runs.
 
 Targets (H=1000, P=20, delay 1 s, latency 100 ms): >= 0.95 of the bound in both orders,
 0 violations, <= 30 us of Redis CPU and <= 20 Redis commands per page; the wide run
-(H=5000, P=5, most time spent discovering hosts): >= 0.9. Exits 1 if one is missed.
+(H=5000, P=5, most time spent discovering hosts): >= 0.9; the discovery run (H=1000,
+P=20, 2 consumers): the same targets as the first four. Exits 1 if one is missed.
+The default set (six runs) takes about 2.5 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -31,6 +55,7 @@ import contextlib
 import itertools
 import json
 import os
+import random
 import re
 import resource
 import signal
@@ -58,6 +83,7 @@ TARGET_RATIO = 0.95
 TARGET_WIDE_RATIO = 0.9
 TARGET_CPU_US = 30.0
 TARGET_COMMANDS = 20.0
+HANDLER = "consumer.handlers:links"
 
 
 def address(i: int) -> str:
@@ -65,22 +91,70 @@ def address(i: int) -> str:
     return f"127.{i // 62_500 % 250}.{i // 250 % 250}.{i % 250 + 1}"
 
 
+@dataclass(frozen=True)
+class Site:
+    """The pages every host serves: P of them, linked as a tree of fan-out k (0 = pages
+    without links, the plain runs), each page also linking to `cross` other hosts."""
+
+    hosts: int
+    pages: int
+    fanout: int = 0
+    cross: int = 0
+
+    def depth(self, page: int) -> int:
+        """The tree level of a page (the root is 0)."""
+        level = 0
+        while page:
+            page, level = (page - 1) // self.fanout, level + 1
+        return level
+
+    @property
+    def max_depth(self) -> int:
+        """The consumers' --max-depth: the deepest page of the tree."""
+        return self.depth(self.pages - 1)
+
+    def links(self, host: int, page: int, port: int) -> list[str]:
+        """The URLs page `page` of host `host` links to: its children in the tree, then
+        `cross` pages of other hosts, each its root or a leaf (the same every time)."""
+        k, pages = self.fanout, self.pages
+        urls = [f"/p/{c}" for c in range(page * k + 1, min(page * k + k, pages - 1) + 1)]
+        first_leaf = -(-(pages - 1) // k)  # the first page with no children
+        rnd = random.Random(host * pages + page)
+        for _ in range(self.cross if self.hosts > 1 else 0):
+            other = (host + rnd.randrange(1, self.hosts)) % self.hosts
+            target = 0 if rnd.random() < 0.5 else rnd.randrange(first_leaf, pages)
+            urls.append(f"http://{address(other)}:{port}/p/{target}")
+        return urls
+
+    def html(self, host: int, page: int, port: int) -> str:
+        if not self.fanout:
+            return "<html><body>page</body></html>"
+        anchors = "".join(f'<a href="{u}">{u}</a>\n' for u in self.links(host, page, port))
+        return f"<html><body><h1>page {page}</h1>\n{anchors}</body></html>"
+
+
 # -- the server (a child process) ---------------------------------------------------------
 
 
-async def serve(hosts: int, latency: float) -> dict[str, list[list[Any]]]:
-    """Answer on `hosts` loopback addresses until SIGTERM; returns every request's start
-    and path, per host."""
+async def serve(site: Site, latency: float) -> dict[str, list[list[Any]]]:
+    """Answer on `site.hosts` loopback addresses until SIGTERM; returns every request's
+    start and path, per host."""
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     seen: dict[str, list[list[Any]]] = defaultdict(list)
+    number = {address(i): i for i in range(site.hosts)}
 
     async def answer(request: web.Request) -> web.Response:
         seen[request.host].append([time.monotonic(), request.path])
         await asyncio.sleep(latency)
         if request.path == "/robots.txt":
             return web.Response(text="User-agent: *\nAllow: /\n")
-        return web.Response(text="<html><body>page</body></html>", content_type="text/html")
+        name, _, port = request.host.partition(":")
+        page = request.path.removeprefix("/p/")
+        if name not in number or not page.isdigit() or int(page) >= site.pages:
+            raise web.HTTPNotFound
+        body = site.html(number[name], int(page), int(port or 80))
+        return web.Response(text=body, content_type="text/html")
 
     app = web.Application()
     app.router.add_get("/{tail:.*}", answer)
@@ -89,7 +163,7 @@ async def serve(hosts: int, latency: float) -> dict[str, list[list[Any]]]:
     first = web.TCPSite(runner, address(0), 0, backlog=1024)
     await first.start()
     port = int(runner.addresses[0][1])
-    for i in range(1, hosts):
+    for i in range(1, site.hosts):
         await web.TCPSite(runner, address(i), port, backlog=128).start()
     print(port, flush=True)
     stop = asyncio.Event()
@@ -113,6 +187,7 @@ class Result:
     cpu_us: float
     commands: float
     closest_s: float = 0.0  # the closest two requests to one host came
+    consumer_cpu_us: float = 0.0  # the consumers' CPU (user + system) per page
 
     @property
     def ratio(self) -> float:
@@ -126,35 +201,56 @@ async def redis_counters(client: aioredis.Redis) -> tuple[float, int]:
     return float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]), calls
 
 
-async def crawl(server: RedisServer, port: int, *, hosts: int, pages: int, delay: float,
+def seeds(site: Site, port: int, *, interleaved: bool) -> list[str]:
+    """The URLs enqueued up front: every page, or each host's root when the site links."""
+    hosts, pages = range(site.hosts), range(1 if site.fanout else site.pages)
+    if interleaved:
+        return [f"http://{address(h)}:{port}/p/{i}" for i in pages for h in hosts]
+    return [f"http://{address(h)}:{port}/p/{i}" for h in hosts for i in pages]
+
+
+def discovery_options(site: Site) -> tuple[list[str], dict[str, str]]:
+    """The consumers' extra flags and environment for a site that links, else none."""
+    if not site.fanout:
+        return [], {}
+    every_host = ",".join(address(h) for h in range(site.hosts))
+    return (["--handler", HANDLER, "--max-depth", str(site.max_depth)],
+            {"CRAWLQ_ALLOW_DOMAINS": every_host})
+
+
+async def crawl(server: RedisServer, port: int, *, site: Site, delay: float,
                 latency: float, interleaved: bool, consumers: int, label: str,
                 work: Path) -> Result:
     crawl_name = "fb-" + re.sub(r"[^A-Za-z0-9]+", "-", label).strip("-")
-    urls = [f"http://{address(h)}:{port}/p/{i}" for h in range(hosts) for i in range(pages)]
-    if interleaved:
-        urls = [f"http://{address(h)}:{port}/p/{i}" for i in range(pages) for h in range(hosts)]
+    urls = seeds(site, port, interleaved=interleaved)
     client = aioredis.Redis.from_url(server.url)
     q = await CrawlQueue.open(client, crawl_name)
     for lo in range(0, len(urls), 2_000):
         await q.enqueue([NewTask(u, fingerprint(u)) for u in urls[lo:lo + 2_000]])
     await client.config_resetstat()
     cpu0, calls0 = await redis_counters(client)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CRAWLQ_LOG_LEVEL": "WARNING"}
+    flags, extra_env = discovery_options(site)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CRAWLQ_LOG_LEVEL": "WARNING", **extra_env}
+    children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     procs = [await asyncio.create_subprocess_exec(
         sys.executable, "-m", "consumer", "--redis-url", server.url, "--crawl", crawl_name,
         "--per-host-delay", f"{delay}", "--per-host-concurrency", "2", "--concurrency", "128",
         "--allow-private", "--exit-when-empty", "--empty-grace", "0", "--http-port", "-1",
-        "--output", str(work / f"{crawl_name}-{i}"), "--lease", "30s",
+        "--output", str(work / f"{crawl_name}-{i}"), "--lease", "30s", *flags,
         cwd=ROOT, env=env, stdin=asyncio.subprocess.DEVNULL) for i in range(consumers)]
     for proc in procs:
         assert await proc.wait() == 0, f"{label}: a consumer exited {proc.returncode}"
+    children1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # the site is still running
     cpu1, calls1 = await redis_counters(client)
     stats = await q.stats()
     await client.aclose()
-    n = hosts * pages
-    assert stats.done == n, f"{label}: {stats}"
-    return Result(label, pages * delay + latency, 0.0, 0, 0, n, (cpu1 - cpu0) * 1e6 / n,
-                  (calls1 - calls0) / n)
+    n = site.hosts * site.pages
+    assert stats.done == n, f"{label}: {n} pages, {stats}"
+    consumer_s = (children1.ru_utime + children1.ru_stime
+                  - children0.ru_utime - children0.ru_stime)
+    return Result(label, site.pages * delay + latency, 0.0, 0, 0, n,
+                  (cpu1 - cpu0) * 1e6 / n, (calls1 - calls0) / n,
+                  consumer_cpu_us=consumer_s * 1e6 / n)
 
 
 def judge(result: Result, seen: dict[str, list[list[Any]]], delay: float,
@@ -177,24 +273,28 @@ def judge(result: Result, seen: dict[str, list[list[Any]]], delay: float,
     return result
 
 
-async def one_run(args: argparse.Namespace, server: RedisServer, work: Path, *, hosts: int,
-                  pages: int, interleaved: bool, consumers: int) -> Result:
+async def one_run(args: argparse.Namespace, server: RedisServer, work: Path, *, site: Site,
+                  interleaved: bool, consumers: int) -> Result:
     out = work / "seen.json"
-    site = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--serve", str(hosts), "--latency", str(args.latency),
-        "--out", str(out), stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL)
+    server_proc = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--serve", str(site.hosts), "--pages", str(site.pages),
+        "--fanout", str(site.fanout), "--cross-links", str(site.cross),
+        "--latency", str(args.latency), "--out", str(out),
+        stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL)
     try:
-        assert site.stdout is not None
-        port = int(await asyncio.wait_for(site.stdout.readline(), 120))
+        assert server_proc.stdout is not None
+        port = int(await asyncio.wait_for(server_proc.stdout.readline(), 120))
         order = "interleaved" if interleaved else "sorted by host"
-        label = f"H={hosts} P={pages}, {order}, {consumers} consumer(s)"
-        result = await crawl(server, port, hosts=hosts, pages=pages, delay=args.delay,
+        if site.fanout:
+            order = f"discovery k={site.fanout} depth {site.max_depth}"
+        label = f"H={site.hosts} P={site.pages}, {order}, {consumers} consumer(s)"
+        result = await crawl(server, port, site=site, delay=args.delay,
                              latency=args.latency, interleaved=interleaved,
                              consumers=consumers, label=label, work=work)
     finally:
         with contextlib.suppress(ProcessLookupError):
-            site.send_signal(signal.SIGTERM)
-        await site.wait()
+            server_proc.send_signal(signal.SIGTERM)
+        await server_proc.wait()
     return judge(result, json.loads(out.read_text()), args.delay, args.latency)
 
 
@@ -206,6 +306,7 @@ def report(r: Result, target: float) -> bool:
           f"(closest {r.closest_s:.3f}s)  "
           f"requests {r.requests:,}  Redis {r.cpu_us:5.1f} us/page (<= {TARGET_CPU_US:g}), "
           f"{r.commands:4.1f} commands/page (<= {TARGET_COMMANDS:g})  "
+          f"consumers {r.consumer_cpu_us:4.0f} us/page  "
           f"{'OK' if ok else 'MISSED'}", flush=True)
     return ok
 
@@ -218,15 +319,22 @@ async def run(args: argparse.Namespace) -> int:
         print(f"frontier bench: redis-server {version} ({server.binary}), {os.cpu_count()} "
               f"CPUs, delay {args.delay}s, latency {args.latency}s, --per-host-concurrency 2,"
               f" --concurrency 128, load average {os.getloadavg()[0]:.2f}", flush=True)
+        plain = Site(args.hosts, args.pages)
         for interleaved in (False, True):
             for consumers in (1, 2):
-                r = await one_run(args, server, work, hosts=args.hosts, pages=args.pages,
+                if args.discovery:
+                    break
+                r = await one_run(args, server, work, site=plain,
                                   interleaved=interleaved, consumers=consumers)
                 missed += not report(r, TARGET_RATIO)
-        if args.wide_hosts:
-            r = await one_run(args, server, work, hosts=args.wide_hosts, pages=args.wide_pages,
+        if args.wide_hosts and not args.discovery:
+            r = await one_run(args, server, work, site=Site(args.wide_hosts, args.wide_pages),
                               interleaved=False, consumers=2)
             missed += not report(r, TARGET_WIDE_RATIO)
+        if args.discovery is not False:
+            linked = Site(args.hosts, args.pages, args.fanout, args.cross_links)
+            r = await one_run(args, server, work, site=linked, interleaved=False, consumers=2)
+            missed += not report(r, TARGET_RATIO)
     print("all targets met" if not missed else f"{missed} run(s) missed a target")
     return 1 if missed else 0
 
@@ -239,16 +347,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency", type=float, default=0.1)
     p.add_argument("--wide-hosts", type=int, default=5000, help="0 skips the wide run")
     p.add_argument("--wide-pages", type=int, default=5)
+    p.add_argument("--discovery", action=argparse.BooleanOptionalAction, default=None,
+                   help="run only the discovery run (--no-discovery: all runs but it)")
+    p.add_argument("--fanout", type=int, default=3,
+                   help="discovery: each page links to this many pages of its host")
+    p.add_argument("--cross-links", type=int, default=2,
+                   help="discovery: each page links to this many pages of other hosts")
     p.add_argument("--redis-server", default=None, help="redis-server binary (default: PATH)")
     p.add_argument("--serve", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.fanout < 1 and not args.serve:
+        p.error("--fanout must be at least 1: the tree is how the consumers find pages")
     if args.serve:
         # The server is the instrument: on a shared machine its own scheduling delays
         # would read as requests arriving closer together than they were sent.
         with contextlib.suppress(PermissionError):  # raising priority needs root
             os.nice(-10)
-        args.out.write_text(json.dumps(uvloop.run(serve(args.serve, args.latency))))
+        site = Site(args.serve, args.pages, args.fanout, args.cross_links)
+        args.out.write_text(json.dumps(uvloop.run(serve(site, args.latency))))
         return 0
     return asyncio.run(run(args))
 
