@@ -1,0 +1,202 @@
+"""``crawlq fsck`` as a real command against a real crawl, broken on purpose behind its
+back, and the lease's own repair of a host queue that was lost (a crawl must not hang)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import redis.asyncio as aioredis
+from test_consumer import consume, page, serve
+
+from common.exitcodes import EXIT_INCONSISTENT, EXIT_OK
+from common.frontier import Frontier
+from common.queue import CrawlQueue, CrawlSettings, Failure, NewTask
+from common.urls import fingerprint
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def fsck(redis_url: str, crawl: str, *extra: str) -> tuple[int, str]:
+    """``python -m common.cli fsck``, as a subprocess: its exit code and stdout."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "common.cli", "fsck", "--crawl", crawl, "--redis-url",
+        redis_url, "--cluster", "no", *extra, cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    assert not err or proc.returncode != 0 or b"Traceback" not in err, err.decode()
+    return proc.returncode, out.decode()
+
+
+def tasks(*urls: str, priority: int = 0) -> list[NewTask]:
+    return [NewTask(u, fingerprint(u), priority=priority) for u in urls]
+
+
+async def crawl_of(client: aioredis.Redis, name: str, partitions: int = 2) -> CrawlQueue:
+    """a.test: 4 plain + 2 priority pending; b.test and c.test: 3 each; concurrency 2."""
+    q = await CrawlQueue.open(client, name, CrawlSettings(partitions=partitions))
+    await Frontier(q).set_defaults(delay_s=0, concurrency=2)
+    await q.enqueue(tasks(*(f"http://a.test/{i}" for i in range(4))))
+    await q.enqueue(tasks("http://a.test/p1", "http://a.test/p2", priority=5))
+    await q.enqueue(tasks(*(f"http://{h}.test/{i}" for h in "bc" for i in range(3))))
+    return q
+
+
+async def drain(q: CrawlQueue) -> int:
+    """Lease and ack everything; the number done."""
+    done = 0
+    for _ in range(100):
+        got = await q.lease("w", 10, 60_000)
+        if not got:
+            if await q.is_empty():
+                return done
+            await asyncio.sleep(0.01)
+            continue
+        await q.ack("w", [(x, "ok") for x in got])
+        done += len(got)
+    raise AssertionError("the crawl did not finish")
+
+
+async def test_a_clean_crawl_is_clean(redis_url: str, redis_client: aioredis.Redis,
+                                      crawl_name: str) -> None:
+    q = await crawl_of(redis_client, crawl_name)
+    leases = await q.lease("w", 5, 60_000)
+    assert len(leases) == 5
+    await q.ack("w", [(leases[0], "ok")])
+    await q.fail("w", [Failure(leases[1], "gone", "404", permanent=True),
+                       Failure(leases[2], "http_5xx", "503", retry_after=600)])
+    code, out = await fsck(redis_url, crawl_name)
+    assert code == EXIT_OK, out
+    assert out.splitlines() == [f"crawl {crawl_name}: clean (2 partitions, 3 hosts, 7 pending, "
+                                "2 leased, 1 waiting, 1 dead)"]
+    code, out = await fsck(redis_url, crawl_name, "--json")
+    doc = json.loads(out)
+    assert (code, doc["clean"], doc["problems"]) == (EXIT_OK, True, [])
+    assert doc["checked"] == {"hosts": 3, "pending": 7, "leased": 2, "waiting": 1, "dead": 1}
+
+
+async def test_a_lost_host_queue_is_found_repaired_and_the_crawl_finishes(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await crawl_of(redis_client, crawl_name)
+    pk = q.partitions[q.partition_of("a.test")]
+    p = pk.partition
+    await redis_client.delete(pk.host_queue("a.test"), pk.host_prio("a.test"))
+
+    code, out = await fsck(redis_url, crawl_name)
+    assert code == EXIT_INCONSISTENT, out
+    lines = out.splitlines()
+    assert f"partition {p} host a.test: h:queued counts 6, its queues hold 0 (hq 0, hp 0)" \
+        in lines
+    assert f"partition {p} host a.test: in due with no pending entries" in lines
+    assert any(line.startswith(f"partition {p}: pending is ") for line in lines)
+    assert lines[-1].startswith(f"crawl {crawl_name}: ") and "run again with --repair" in out
+
+    code, out = await fsck(redis_url, crawl_name, "--repair")
+    assert code == EXIT_OK, out
+    assert f"partition {p}: repaired h:queued of 1 host recounted from the queues (6 " \
+        "entries were missing); pending " in out
+    assert "due: 0 added, 1 removed" in out
+    assert "all repaired" in out.splitlines()[-1]
+    code, out = await fsck(redis_url, crawl_name)
+    assert (code, "clean" in out) == (EXIT_OK, True), out
+
+    stats = await q.stats()
+    assert stats.pending == 6 and stats.hosts_due == 2  # b.test and c.test
+    assert (stats.counters["repaired_hosts"], stats.counters["lost_pending"]) == (1, 6)
+    assert await drain(q) == 6
+    assert await q.is_empty() and (await q.stats()).pending == 0
+
+
+async def test_a_wrong_inflight_count_is_found_and_repaired(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await crawl_of(redis_client, crawl_name, partitions=1)
+    pk = q.partitions[0]
+    leased = await q.lease("w", 10, 60_000)
+    on_b = sum(1 for x in leased if x.host == "b.test")
+    assert on_b == 2  # its concurrency: b.test is full, out of `due`
+    assert await redis_client.zscore(pk.due, "b.test") is None
+    await redis_client.zadd(pk.inflight, {"b.test": 0})  # a count lost: b.test looks free
+
+    code, out = await fsck(redis_url, crawl_name, "--json")
+    assert code == EXIT_INCONSISTENT
+    doc = json.loads(out)
+    assert [(x["kind"], x["host"], x["message"]) for x in doc["problems"]] == [
+        ("inflight", "b.test", "partition 0 host b.test: h:inflight counts 0, it holds 2 "
+                               "leases")]
+    assert doc["problems"][0]["repairable"] and not doc["clean"]
+
+    code, out = await fsck(redis_url, crawl_name, "--repair", "--json")
+    doc = json.loads(out)
+    assert (code, doc["clean"], doc["remaining"]) == (EXIT_OK, True, [])
+    assert doc["repaired"][0]["inflight_fixed"] == 1
+    assert await redis_client.zscore(pk.inflight, "b.test") == 2
+    assert (await fsck(redis_url, crawl_name))[0] == EXIT_OK
+
+
+async def test_a_host_missing_from_due_is_found_and_repaired(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await CrawlQueue.open(redis_client, crawl_name)
+    await q.enqueue(tasks("http://solo.test/1"))
+    pk = q.partitions[0]
+    await redis_client.zrem(pk.due, "solo.test")
+    assert await q.lease("w", 5, 60_000) == []  # nothing is served: the crawl would hang
+
+    code, out = await fsck(redis_url, crawl_name)
+    assert code == EXIT_INCONSISTENT
+    assert out.splitlines()[0] == ("partition 0 host solo.test: not in due, but it has 1 "
+                                   "pending and a free slot (0 of unlimited in flight)")
+    code, out = await fsck(redis_url, crawl_name, "--repair")
+    assert code == EXIT_OK, out
+    assert "due: 1 added, 0 removed" in out
+    [lease] = await q.lease("w", 5, 60_000)
+    assert lease.task.url == "http://solo.test/1"
+
+
+async def test_what_fsck_cannot_repair_it_reports_and_exits_non_zero(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await crawl_of(redis_client, crawl_name, partitions=1)
+    pk = q.partitions[0]
+    [x] = await q.lease("w", 1, 60_000)
+    await redis_client.zadd(pk.dead, {x.id: 1})  # leased and dead at once
+    await redis_client.hset(pk.tasks, "f" * 32, "a.test 0 " + "f" * 32 + "http://a.test/z")
+    code, out = await fsck(redis_url, crawl_name, "--repair")
+    assert code == EXIT_INCONSISTENT
+    assert f"partition 0 task {x.id}: in 2 places (leased, dead)  [not repairable]" in out
+    assert f"partition 0 task {'f' * 32}: a body in tasks but not leased, waiting or dead" \
+        in out
+    assert "still wrong: " in out
+
+
+# -- the lease repairs a lost host queue itself ---------------------------------------------
+
+
+async def evalsha_calls(client: aioredis.Redis) -> int:
+    stats = await client.info("commandstats")
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+async def test_a_consumer_finishes_a_crawl_whose_host_queue_was_lost(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str, tmp_path: Path) -> None:
+    """Before: h:queued and pending still counted the lost entries, the host stayed due,
+    every lease popped nothing, and an --exit-when-empty consumer leased ~300 times a
+    second forever."""
+    async with serve({"/p/{i}": page}) as site:
+        q = await CrawlQueue.open(redis_client, crawl_name)
+        await q.enqueue(tasks(*(site.url(f"/p/{i}") for i in range(5))))
+        await q.enqueue(tasks(*(f"http://lost.test/{i}" for i in range(4))))
+        await q.enqueue(tasks("http://lost.test/p", priority=3))
+        pk = q.partitions[0]
+        await redis_client.delete(pk.host_queue("lost.test"), pk.host_prio("lost.test"))
+        before = await evalsha_calls(redis_client)
+        assert await consume(redis_url, crawl_name, tmp_path, limit_s=20) == 0
+        calls = await evalsha_calls(redis_client) - before
+    stats = await q.stats()
+    assert (stats.pending, stats.leased, stats.done) == (0, 0, 5)
+    assert stats.counters["repaired_hosts"] == 1 and stats.counters["lost_pending"] == 5
+    assert await redis_client.zscore(pk.queued, "lost.test") == 0
+    assert await redis_client.zscore(pk.due, "lost.test") is None
+    assert calls < 50, calls  # every script: leases, acks, heartbeats, history
+    assert (await fsck(redis_url, crawl_name))[0] == EXIT_OK
