@@ -1,7 +1,8 @@
 """The consumer's side HTTP server: /healthz, /readyz and /metrics.
 
 ``/healthz`` answers from the event loop alone (a Redis outage is not fixed by
-restarting workers); ``/readyz`` checks Redis and turns 503 while draining.
+restarting workers); ``/readyz`` checks Redis and turns 503 while draining or while the
+result sink refuses writes.
 """
 
 from __future__ import annotations

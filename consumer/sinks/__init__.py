@@ -5,7 +5,8 @@
 ``redis-stream``: XADD to a capped Redis Stream (`StreamSink`).
 
 Every sink follows the `Sink` protocol: `open()`, `write(records)` returning only once
-the records have reached the sink (the consumer acks after it), `close()`.
+the records have reached the sink (the consumer acks after it), `close()`. File sinks
+also have `probe()` (`ProbingSink`): whether the directory takes writes again.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from common.errors import ConfigError
-from consumer.sinks.base import DEFAULT_ROTATE_BYTES, Record, Sink
+from consumer.sinks.base import DEFAULT_ROTATE_BYTES, ProbingSink, Record, RotatingFileSink, Sink
 from consumer.sinks.jsonl import JsonlSink
 from consumer.sinks.stream import StreamSink
 from consumer.sinks.warc import WarcSink
@@ -26,11 +27,13 @@ __all__ = [
     "DEFAULT_ROTATE_BYTES",
     "SINK_KINDS",
     "JsonlSink",
+    "ProbingSink",
     "Record",
     "Sink",
     "StreamSink",
     "WarcSink",
     "make_sink",
+    "sink_target",
 ]
 
 SINK_KINDS = ("jsonl", "warc", "redis-stream")
@@ -76,3 +79,13 @@ def make_sink(
             redis, stream_key=stream_key, stream_maxlen=stream_maxlen, store_body=store_body
         )
     raise ConfigError(f"unknown sink {kind!r}; use one of {', '.join(SINK_KINDS)}")
+
+
+def sink_target(sink: Sink) -> tuple[str, str]:
+    """The kind of `sink` and where it writes (a directory, a stream key), for operators."""
+    if isinstance(sink, StreamSink):
+        return "redis-stream", f"stream {sink.stream_key}"
+    if isinstance(sink, RotatingFileSink):
+        kind = "warc" if isinstance(sink, WarcSink) else "jsonl"
+        return kind, f"directory {sink.output_dir}"
+    return type(sink).__name__, "?"

@@ -19,6 +19,10 @@ Files are created lazily on the first batch (no empty files), named
 in the directory, and closed once they pass `rotate_bytes`, so a file may exceed it by
 one batch. If a write fails (disk full), the file is closed and
 the next batch starts a new one rather than appending after a torn write.
+
+`probe()` tells whether the directory takes writes again after a failure (the consumer
+calls it while its sink fails and it has no results to try with): it writes and syncs
+`PROBE_BYTES` to a hidden file, ``.<crawl>-<worker>-probe``, then removes it.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import abc
 import asyncio
 import builtins
 import logging
+import os
 import re
 import threading
 import time
@@ -37,7 +42,8 @@ from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 from common.errors import ConfigError
 
-__all__ = ["DEFAULT_ROTATE_BYTES", "Record", "RotatingFileSink", "Sink", "safe_name"]
+__all__ = ["DEFAULT_ROTATE_BYTES", "PROBE_BYTES", "ProbingSink", "Record", "RotatingFileSink",
+           "Sink", "safe_name"]
 
 log = logging.getLogger("consumer.sinks")
 
@@ -46,6 +52,8 @@ DEFAULT_ROTATE_BYTES = 256 * 1024 * 1024
 INLINE_WRITE_BYTES = 1024 * 1024
 #: A write on the loop that took longer sends every later batch through a thread.
 SLOW_WRITE_S = 0.05
+#: What a probe writes: a typical batch of results without bodies.
+PROBE_BYTES = 64 * 1024
 _UNSAFE_RE = re.compile(r"[^A-Za-z0-9._\-]+")
 
 
@@ -81,6 +89,14 @@ class Sink(Protocol):
     async def write(self, records: Sequence[Record]) -> None: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class ProbingSink(Protocol):
+    """A sink that can tell, without results to write, whether it takes writes again."""
+
+    async def probe(self) -> None:
+        """Return if a write would succeed now; raise what a write would raise."""
 
 
 def safe_name(value: str) -> str:
@@ -154,6 +170,13 @@ class RotatingFileSink(abc.ABC):
             return
         await asyncio.to_thread(self._write_sync, batch)
 
+    async def probe(self) -> None:
+        """Write, sync and remove a hidden file of PROBE_BYTES in the output directory:
+        returns if that worked (space, permissions and a writable volume again)."""
+        if self._closed:
+            raise RuntimeError("sink is closed")
+        await asyncio.to_thread(self._probe_sync)
+
     async def close(self) -> None:
         """Flush and close the current file. Idempotent."""
         if self._closed:
@@ -193,6 +216,17 @@ class RotatingFileSink(abc.ABC):
             self._file_records += len(records)
             if fh.tell() >= self.rotate_bytes:
                 self._finish_file(reason="rotated")
+
+    def _probe_sync(self) -> None:
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        path = self.output_dir / f".{self._prefix}probe"
+        try:
+            with path.open("wb") as fh:
+                fh.write(bytes(PROBE_BYTES))
+                fh.flush()
+                os.fsync(fh.fileno())
+        finally:
+            path.unlink(missing_ok=True)
 
     def _close_sync(self) -> None:
         with self._lock:
