@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from math import ceil
 from typing import Any, BinaryIO, TextIO
 
-from redis.exceptions import RedisError
+from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 
 from common.config import (
     COMMON_OPTIONS,
@@ -47,6 +47,7 @@ from common.exitcodes import EXIT_LOCKED, EXIT_OK, EXIT_REDIS, EXIT_SOURCE, EXIT
 from common.headers import parse_header_lines
 from common.http.fetcher import Fetcher
 from common.logs import setup_logging
+from common.policy import CrawlPolicy, ensure_policy
 from common.queue import CrawlQueue, CrawlSettings, DedupMode
 from common.redis_errors import redis_error_message
 from common.runtime import run_loop
@@ -239,6 +240,21 @@ async def open_queue(client: RedisClient, settings: ProducerSettings) -> CrawlQu
     return queue
 
 
+async def ensure_crawl_policy(client: RedisClient, crawl: str) -> None:
+    """Give the crawl its policy with the defaults if nobody (``crawlq crawl create``, a
+    consumer) gave it one; never change one that exists (``common.policy``). A full
+    Redis (at maxmemory) refuses the write: the run goes on, its enqueue says so."""
+    try:
+        _, created = await ensure_policy(client, crawl, CrawlPolicy(), by="producer")
+    except ResponseError as exc:
+        if not isinstance(exc, OutOfMemoryError) and "OOM" not in str(exc):
+            raise
+        log.warning("crawl_policy_not_written", extra={"error": str(exc)[:200]})
+        return
+    if created:
+        log.info("crawl_policy_created", extra={"crawl": crawl, **CrawlPolicy().texts()})
+
+
 def _sources(settings: ProducerSettings, stdin: BinaryIO | None,
              fetcher: Fetcher | None) -> list[AsyncGenerator[Chunk, None]]:
     sources: list[AsyncGenerator[Chunk, None]] = []
@@ -282,6 +298,7 @@ async def run_once(settings: ProducerSettings, client: RedisClient | None, *,
                 await stack.enter_async_context(
                     ProducerLock(client, settings.common.crawl, settings.lock_wait_s))
                 queue = await open_queue(client, settings)
+                await ensure_crawl_policy(client, settings.common.crawl)
             progress = Progress(summary, settings.progress, stream=progress_stream)
             stack.callback(progress.close)
             await produce(_sources(settings, stdin, fetcher), queue=queue, summary=summary,

@@ -26,6 +26,7 @@ from redis_binaries import all_redis_servers
 from sites import test_site
 
 from common.keys import CrawlKeys
+from common.policy import create_policy
 from common.queue import CrawlQueue
 from common.redis_server import RedisServer
 
@@ -109,6 +110,9 @@ async def test_producer_consumer_and_operator_commands_work_as_the_acl_user(
     async with test_site(robots="User-agent: *\nAllow: /\n") as site:
         urls = tmp_path / "urls.txt"
         urls.write_text("".join(site.url(f"/p/{i}") + "\n" for i in range(n)))
+        # The crawl's policy, before the producer would give it the defaults (1 s a host).
+        await create_policy(admin, crawl_name, {"per_host_delay": 0, "per_host_concurrency": 2},
+                            by="test")
         code, out, err = await run_child(tmp_path, "producer", [
             "-m", "producer", *common, "--partitions", "2", "--json", "--progress", "off",
             str(urls)])

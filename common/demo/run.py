@@ -35,6 +35,7 @@ from common.connection import RedisClient, connect
 from common.demo.site import SiteSpec, sample_site
 from common.keys import CRAWLS
 from common.names import validate_crawl_name
+from common.policy import CrawlPolicy, ensure_policy
 from common.queue import CrawlQueue, Stats
 from common.redis_server import RedisServer
 
@@ -193,6 +194,14 @@ async def run_demo(args: argparse.Namespace, *, crawl_keys: CrawlKeysFn) -> int:
                    "CRAWLQ_CRAWL": args.crawl}
             common = ["--redis-url", redis_url, "--crawl", args.crawl,
                       "--log-level", args.log_level, "--log-format", args.log_format]
+            # The demo crawls its own local site fast: its policy says so before the
+            # producer would give the crawl the defaults (1 s a host).
+            client = connect(redis_url)
+            try:
+                await ensure_policy(client, args.crawl, CrawlPolicy(
+                    per_host_delay=0, per_host_concurrency=32), by="crawlq demo")
+            finally:
+                await client.aclose()
             produced = await _run_producer(children, common, env, paths)
             if produced is None:
                 return 1

@@ -1,0 +1,34 @@
+-- policy_apply.lua: give one partition its crawl's politeness (common/policy.py): the
+-- policy's default delay and concurrency into `conf`, with the policy version they come
+-- from, and every host waiting in `due` moved to its turn under them (refresh_hosts,
+-- lib.lua: max(last request + its delay, blocked until)), so a lower delay moves
+-- scheduled turns earlier and a higher one later. A version older than the one `conf`
+-- holds is refused, so a slower writer never undoes a newer policy.
+--
+-- Hosts are refreshed a slice at a time: ZSCAN of `due` from a cursor, the caller calling
+-- again with the cursor returned until it is 0 (every host in `due` for the whole scan is
+-- seen at least once). The first call (cursor 0) also refreshes the hosts with requests
+-- in flight, which a higher concurrency may give a free slot.
+--
+-- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
+-- ARGV[1] version  ARGV[2] delay_ms  ARGV[3] concurrency (0 = no limit)
+-- ARGV[4] cursor (0 to start)  ARGV[5] count: hosts a slice
+-- Returns {applied, cursor}: applied 1, or 0 when `conf` holds a newer version (nothing
+--   written); cursor 0 once every host was refreshed
+local version = int_arg(ARGV[1], 'version')
+local delay = int_arg(ARGV[2], 'delay_ms')
+local conc = int_arg(ARGV[3], 'concurrency')
+local cursor = ARGV[4]
+local count = int_arg(ARGV[5], 'count')
+if delay < 0 or conc < 0 or count < 1 then
+  error('crawlq: policy_apply needs delay_ms >= 0, concurrency >= 0 and count >= 1')
+end
+local held = tonumber(redis.call('HGET', H.conf, 'policy_version')) or 0
+if held > version then return {0, '0'} end
+redis.call('HSET', H.conf, 'delay', delay, 'concurrency', conc, 'policy_version', version)
+local hosts = {}
+if cursor == '0' then hosts = redis.call('ZRANGEBYSCORE', H.inflight, 1, '+inf') end
+local scan = redis.call('ZSCAN', H.due, cursor, 'COUNT', count)
+for i = 1, #scan[2], 2 do hosts[#hosts + 1] = scan[2][i] end
+refresh_hosts(hosts)
+return {1, scan[1]}

@@ -1,0 +1,366 @@
+"""A crawl's policy: what the whole fleet must agree on, stored once in Redis.
+
+Today the policy holds the crawl's politeness defaults, ``per_host_delay`` and
+``per_host_concurrency`` (the other crawl-level options move here in a later slice).
+Each option is declared once, in `POLICY_OPTIONS`: its name (the flag's, in snake_case),
+how its text parses (the flags' syntax: ``1s``, ``500ms``, ``2``), its default, its rule
+and its help; the `CrawlPolicy` defaults, validation, ``crawlq crawl show`` and parsing of
+``KEY=VALUE`` and TOML all come from that table.
+
+Storage (``common/keys.py``): the crawl-wide HASH ``policy`` (``version`` and one field
+per option, its value as text in the flag's syntax) and the LIST ``policy:log`` (newest
+first, capped at `LOG_LEN`: one JSON entry per change, ``{at, version, changes {key:
+[old, new]}, by}``). Every change is validated here, then version, values and log entry
+are written by one script (``policy_set.lua``). Then the politeness values are given to
+every partition's ``conf`` with the version they come from (``policy_apply.lua``, which
+also moves each scheduled host's turn to match), so the lease script reads them where
+it always did. The policy is written first, each partition after (they live under other
+hash tags); a partition's ``policy_version`` says which version it holds.
+
+Who creates it: ``crawlq crawl create``, else the first consumer (from its flags, before
+it waits for the crawl), else the producer (the defaults), whichever comes first; nobody
+overwrites it but ``crawlq crawl set`` (and `set_policy` callers: the API's
+``Frontier.set_defaults``). A crawl an earlier crawlq made has per-partition ``conf`` and
+no policy: the first `ensure_policy` or `create_policy` adopts partition 0's values
+(logged ``by: migration``), so nothing changes for a running crawl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tomllib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from common import codec
+from common.config import duration
+from common.connection import RedisClient
+from common.errors import ConfigError
+from common.keys import CrawlKeys, PartitionKeys
+from common.queue import CrawlSettings
+from common.scripts import source
+
+#: Entries ``policy:log`` keeps (newest first).
+LOG_LEN = 200
+#: Hosts of ``due`` one ``policy_apply.lua`` call refreshes.
+APPLY_SLICE = 1000
+#: Who a change is by, when it is not a person's command.
+BY_MIGRATION = "migration"
+
+
+class PolicyError(ConfigError):
+    """A policy key or value is not valid; the message names the key, the value and the
+    valid keys."""
+
+
+class PolicyExistsError(ConfigError):
+    """``create`` found a policy already there."""
+
+
+class NoPolicyError(ConfigError):
+    """``set`` or ``show`` found no policy."""
+
+
+def _non_negative(value: float) -> None:
+    if value < 0:
+        raise ConfigError(f"must be >= 0, got {value:g}")
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+
+
+def _ms_seconds(text: str) -> float:
+    """A duration in the flags' syntax, to the millisecond (what the frontier keeps)."""
+    return round(duration(text) * 1000) / 1000
+
+
+def _show_seconds(value: float) -> str:
+    return f"{value:.3f}".rstrip("0").rstrip(".") + "s"
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyOption:
+    """One policy option: ``name`` as the flag spells it, in snake_case."""
+
+    name: str
+    flag: str
+    parse: Callable[[str], Any]
+    default: Any
+    help: str
+    check: Callable[[Any], None] = _non_negative
+    show: Callable[[Any], str] = str
+    toml_string: bool = False  # written as a TOML string ("1s"), else a number
+
+
+POLICY_OPTIONS: tuple[PolicyOption, ...] = (
+    PolicyOption("per_host_delay", "--per-host-delay", _ms_seconds, 1.0,
+                 "least time between requests to one host across the whole fleet, unless "
+                 "the host has its own (crawlq hosts set) or a longer robots.txt "
+                 "Crawl-delay (e.g. 1s, 500ms)", show=_show_seconds, toml_string=True),
+    PolicyOption("per_host_concurrency", "--per-host-concurrency", _whole, 2,
+                 "most requests in flight to one host across the whole fleet, unless the "
+                 "host has its own (0 = no limit)"),
+)
+OPTIONS: dict[str, PolicyOption] = {o.name: o for o in POLICY_OPTIONS}
+VALID_KEYS = ", ".join(OPTIONS)
+
+
+@dataclass(frozen=True, slots=True)
+class CrawlPolicy:
+    """A crawl's policy values (defaults and rules from `POLICY_OPTIONS`)."""
+
+    per_host_delay: float = OPTIONS["per_host_delay"].default
+    per_host_concurrency: int = OPTIONS["per_host_concurrency"].default
+
+    def __post_init__(self) -> None:
+        for opt in POLICY_OPTIONS:
+            try:
+                opt.check(getattr(self, opt.name))
+            except ConfigError as exc:
+                raise PolicyError(f"{opt.name}: {exc}; valid keys: {VALID_KEYS}") from None
+
+    @property
+    def delay_ms(self) -> int:
+        return round(self.per_host_delay * 1000)
+
+    def texts(self) -> dict[str, str]:
+        """Each value as text in the flags' syntax (what Redis stores)."""
+        return {o.name: o.show(getattr(self, o.name)) for o in POLICY_OPTIONS}
+
+    def replace(self, values: Mapping[str, Any]) -> CrawlPolicy:
+        """This policy with some values changed (checked: PolicyError)."""
+        for name, value in values.items():
+            if name not in OPTIONS:
+                raise PolicyError(f"unknown policy key {name!r} (value {value!r}); valid "
+                                  f"keys: {VALID_KEYS}")
+        return CrawlPolicy(**{**asdict(self), **values})
+
+
+def parse_value(name: str, text: Any) -> Any:
+    """One option's value from its text (or a TOML number); PolicyError names the key,
+    the value and the valid keys."""
+    opt = OPTIONS.get(name)
+    if opt is None:
+        raise PolicyError(f"unknown policy key {name!r} (value {text!r}); valid keys: "
+                          f"{VALID_KEYS}")
+    if isinstance(text, bool) or not isinstance(text, str | int | float):
+        raise PolicyError(f"{name}: bad value {text!r}; valid keys: {VALID_KEYS}")
+    try:
+        value = opt.parse(str(text))
+        opt.check(value)
+    except (argparse.ArgumentTypeError, ValueError) as exc:
+        raise PolicyError(f"{name}: bad value {text!r} ({exc}); valid keys: "
+                          f"{VALID_KEYS}") from None
+    return value
+
+
+def parse_assignments(items: Iterable[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` words as option values; every one is checked before any is used."""
+    values: dict[str, Any] = {}
+    for item in items:
+        name, eq, text = item.partition("=")
+        if not eq:
+            raise PolicyError(f"not KEY=VALUE: {item!r}; valid keys: {VALID_KEYS}")
+        values[name.strip()] = parse_value(name.strip(), text.strip())
+    return values
+
+
+def parse_toml(text: str, where: str = "TOML") -> dict[str, Any]:
+    """Flat ``key = value`` TOML (what ``crawlq crawl show --toml`` writes) as values."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PolicyError(f"{where} is not valid TOML: {exc}") from None
+    return {name: parse_value(name, value) for name, value in doc.items()}
+
+
+def to_toml(policy: CrawlPolicy, crawl: str, version: int) -> str:
+    """The policy as flat TOML that `parse_toml` (``crawl create --config``) reads back."""
+    lines = [f"# crawl {crawl}, policy version {version} (crawlq crawl show --toml)"]
+    for opt in POLICY_OPTIONS:
+        value = getattr(policy, opt.name)
+        shown = f'"{opt.show(value)}"' if opt.toml_string else opt.show(value)
+        lines.append(f"{opt.name} = {shown}")
+    return "\n".join(lines) + "\n"
+
+
+def from_texts(stored: Mapping[str, str]) -> CrawlPolicy:
+    """A policy from its stored fields (an option not stored takes its default)."""
+    return CrawlPolicy(**{n: parse_value(n, t) for n, t in stored.items() if n in OPTIONS})
+
+
+@dataclass(frozen=True, slots=True)
+class StoredPolicy:
+    """A crawl's policy as Redis holds it, with its newest log entries."""
+
+    version: int
+    policy: CrawlPolicy
+    log: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self, crawl: str) -> dict[str, Any]:
+        return {"crawl": crawl, "version": self.version, "values": asdict(self.policy),
+                "text": self.policy.texts(), "log": self.log}
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+async def read_policy(client: RedisClient, crawl: str, *, log_limit: int = 5
+                      ) -> StoredPolicy | None:
+    """The crawl's policy and its newest `log_limit` log entries, or None."""
+    keys = CrawlKeys.build(crawl)
+    async with client.pipeline(transaction=False) as pipe:
+        pipe.hgetall(keys.policy)
+        pipe.lrange(keys.policy_log, 0, max(log_limit, 0) - 1)
+        raw, log = await pipe.execute()
+    fields = {_text(k): _text(v) for k, v in raw.items()}
+    if "version" not in fields:
+        return None
+    entries = [codec.loads(e) for e in log] if log_limit > 0 else []
+    return StoredPolicy(int(fields.pop("version")), from_texts(fields), entries)
+
+
+async def partitions_of(client: RedisClient, crawl: str) -> list[PartitionKeys]:
+    """The crawl's partitions, or none when the crawl has no settings yet."""
+    raw = await client.hget(CrawlKeys.build(crawl).meta, "settings")
+    if raw is None:
+        return []
+    settings = CrawlSettings.from_json(raw, crawl)
+    return [PartitionKeys.build(crawl, p) for p in range(settings.partitions)]
+
+
+async def legacy_conf(client: RedisClient, crawl: str) -> CrawlPolicy | None:
+    """The politeness an earlier crawlq wrote into partition 0's ``conf`` (its consumers'
+    flags), for a crawl without a policy; None when it holds none."""
+    delay, conc = await client.hmget(PartitionKeys.build(crawl, 0).conf, "delay",
+                                     "concurrency")
+    if delay is None and conc is None:
+        return None
+    base = CrawlPolicy()
+    return CrawlPolicy(
+        per_host_delay=base.per_host_delay if delay is None else int(delay) / 1000,
+        per_host_concurrency=base.per_host_concurrency if conc is None else int(conc))
+
+
+async def _write(client: RedisClient, crawl: str, mode: str, texts: Mapping[str, str],
+                 by: str) -> tuple[int, int]:
+    keys = CrawlKeys.build(crawl)
+    script = client.register_script(source("policy_set"))
+    pairs = [x for name, text in texts.items() for x in (name, text)]
+    code, version = await script(keys=[keys.policy, keys.policy_log],
+                                 args=[mode, by, LOG_LEN, *pairs])
+    return int(code), int(version)
+
+
+async def apply_policy(client: RedisClient, crawl: str, version: int, policy: CrawlPolicy,
+                       partitions: Sequence[PartitionKeys] | None = None) -> None:
+    """Give every partition (its ``conf``) the policy's politeness of `version`, and move
+    each scheduled host's turn to match (``policy_apply.lua``, a slice of hosts a call)."""
+    if partitions is None:
+        partitions = await partitions_of(client, crawl)
+    script = client.register_script(source("policy_apply"))
+    for pk in partitions:
+        cursor: Any = "0"
+        while True:
+            applied, cursor = await script(
+                keys=pk.host_state,
+                args=[version, policy.delay_ms, policy.per_host_concurrency, _text(cursor),
+                      APPLY_SLICE])
+            if not int(applied) or _text(cursor) == "0":
+                break
+
+
+async def sync_partitions(client: RedisClient, crawl: str, stored: StoredPolicy) -> int:
+    """Apply the policy to the partitions whose ``conf`` holds an older version (a crawl
+    created after its policy, a writer stopped half-way); returns how many."""
+    partitions = await partitions_of(client, crawl)
+    if not partitions:
+        return 0
+    async with client.pipeline(transaction=False) as pipe:
+        for pk in partitions:
+            pipe.hget(pk.conf, "policy_version")
+        held = await pipe.execute()
+    behind = [pk for pk, v in zip(partitions, held, strict=True)
+              if v is None or int(v) < stored.version]
+    await apply_policy(client, crawl, stored.version, stored.policy, behind)
+    return len(behind)
+
+
+async def _adopt(client: RedisClient, crawl: str) -> bool:
+    """Make a policy of what an earlier crawlq left in partition 0's ``conf``; whether
+    there was anything to adopt."""
+    found = await legacy_conf(client, crawl)
+    if found is None:
+        return False
+    await _write(client, crawl, "create", found.texts(), BY_MIGRATION)
+    return True
+
+
+async def create_policy(client: RedisClient, crawl: str, values: Mapping[str, Any], *,
+                        by: str) -> StoredPolicy:
+    """Create the crawl's policy: the defaults with `values` over them. A crawl an
+    earlier crawlq made adopts its partitions' values first (logged as a migration), then
+    `values` are set. PolicyExistsError when the crawl has a policy already."""
+    policy = CrawlPolicy().replace(values)  # validated before anything is written
+    existing = await read_policy(client, crawl, log_limit=0)
+    if existing is not None:
+        raise PolicyExistsError(
+            f"crawl {crawl} already has a policy (version {existing.version}): change it "
+            f"with `crawlq crawl set --crawl {crawl} KEY=VALUE`")
+    if await _adopt(client, crawl):
+        return await set_policy(client, crawl, values, by=by)
+    code, _ = await _write(client, crawl, "create", policy.texts(), by)
+    if code == 1:
+        raise PolicyExistsError(f"crawl {crawl} got a policy while this one was created: "
+                                f"see `crawlq crawl show --crawl {crawl}`")
+    return await _finish(client, crawl)
+
+
+async def set_policy(client: RedisClient, crawl: str, values: Mapping[str, Any], *,
+                     by: str, create: bool = False) -> StoredPolicy:
+    """Change some of the policy's values (all checked first: a bad one writes nothing);
+    with `create`, a crawl without a policy gets one (the defaults under `values`).
+    NoPolicyError when there is none (and not `create`)."""
+    CrawlPolicy().replace(values)  # every value checked before anything is written
+    texts = {n: OPTIONS[n].show(v) for n, v in values.items()}
+    if await read_policy(client, crawl, log_limit=0) is None:
+        if await _adopt(client, crawl):
+            pass
+        elif create:
+            texts = CrawlPolicy().replace(values).texts()
+        else:
+            raise NoPolicyError(f"crawl {crawl} has no policy: create it with `crawlq "
+                                f"crawl create --crawl {crawl}`")
+    if texts:
+        code, _ = await _write(client, crawl, "upsert" if create else "set", texts, by)
+        if code == 2:
+            raise NoPolicyError(f"crawl {crawl}'s policy was deleted while it was set")
+    return await _finish(client, crawl)
+
+
+async def ensure_policy(client: RedisClient, crawl: str, wanted: CrawlPolicy, *,
+                        by: str) -> tuple[StoredPolicy, bool]:
+    """The crawl's policy, created from `wanted` if it has none (adopted from an earlier
+    crawlq's partitions if those hold values); never changes one that exists. Then every
+    partition that holds an older version gets this one. Returns it, and whether this
+    call created it from `wanted`."""
+    stored = await read_policy(client, crawl, log_limit=0)
+    created = False
+    if stored is None and not await _adopt(client, crawl):
+        code, _ = await _write(client, crawl, "create", wanted.texts(), by)
+        created = code == 0
+    return await _finish(client, crawl), created
+
+
+async def _finish(client: RedisClient, crawl: str) -> StoredPolicy:
+    stored = await read_policy(client, crawl)
+    if stored is None:
+        raise NoPolicyError(f"crawl {crawl}'s policy was deleted while it was written")
+    await sync_partitions(client, crawl, stored)
+    return stored

@@ -1,0 +1,369 @@
+"""A crawl's policy (common/policy.py): one versioned, logged object in Redis that every
+consumer reads and none overwrites. Real redis-server; the commands run as processes."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+from test_consumer import consumer_args, page, serve
+
+from common.frontier import Frontier
+from common.keys import CrawlKeys
+from common.policy import (
+    LOG_LEN,
+    POLICY_OPTIONS,
+    CrawlPolicy,
+    apply_policy,
+    create_policy,
+    ensure_policy,
+    read_policy,
+    set_policy,
+)
+from common.queue import CrawlQueue, CrawlSettings, NewTask
+from common.urls import fingerprint
+from consumer.config import CONSUMER_OPTIONS, build_parser, settings_from_args
+from consumer.run import run
+from producer.cli import main_async as producer_main
+
+ROOT = Path(__file__).resolve().parent.parent
+VALID = "valid keys: per_host_delay, per_host_concurrency"
+
+
+async def crawlq(redis_url: str, *args: str) -> tuple[int, str, str]:
+    """``crawlq <args>`` in its own process against the test Redis."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLQ_")}
+    env |= {"PYTHONPATH": str(ROOT), "REDIS_URL": redis_url, "CRAWLQ_CLUSTER": "no"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "import sys; from common.cli import main; sys.exit(main())",
+        *args, cwd=ROOT, env=env, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    assert "Traceback" not in err.decode(), err.decode()
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def ok(redis_url: str, *args: str) -> str:
+    code, out, err = await crawlq(redis_url, *args)
+    assert code == 0, (args, out, err)
+    return out
+
+
+async def redis_ms(client: aioredis.Redis) -> int:
+    secs, micros = await client.time()
+    return int(secs) * 1000 + int(micros) // 1000
+
+
+async def confs(client: aioredis.Redis, queue: CrawlQueue) -> list[dict[bytes, bytes]]:
+    return [await client.hgetall(pk.conf) for pk in queue.partitions]
+
+
+# -- the table ---------------------------------------------------------------------------
+
+
+def test_the_policy_is_declared_once_and_the_consumer_flags_agree() -> None:
+    """The dataclass is the table: same names, same defaults; each option's consumer flag
+    (used when a consumer creates the policy) has the same default."""
+    fields = dataclasses.fields(CrawlPolicy)
+    assert [f.name for f in fields] == [o.name for o in POLICY_OPTIONS]
+    assert [f.default for f in fields] == [o.default for o in POLICY_OPTIONS]
+    flags = {o.flag: o.default for o in CONSUMER_OPTIONS}
+    assert {o.flag: flags[o.flag] for o in POLICY_OPTIONS} == {
+        o.flag: o.default for o in POLICY_OPTIONS}
+    assert CrawlPolicy().texts() == {"per_host_delay": "1s", "per_host_concurrency": "2"}
+
+
+# -- the commands ------------------------------------------------------------------------
+
+
+async def test_create_show_set_round_trip_with_versions_and_a_log(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    before = await redis_ms(redis_client)
+    out = await ok(redis_url, "crawl", "create", "--crawl", crawl_name, "per_host_delay=500ms")
+    assert out == (f"crawl {crawl_name}: policy version 1 created: per_host_delay=0.5s, "
+                   "per_host_concurrency=2\n")
+    code, _, err = await crawlq(redis_url, "crawl", "create", "--crawl", crawl_name)
+    assert code == 2 and "already has a policy (version 1)" in err and "crawlq crawl set" in err
+
+    out = await ok(redis_url, "crawl", "set", "--crawl", crawl_name,
+                   "per_host_concurrency=3", "per_host_delay=0.5s")
+    assert out == (f"crawl {crawl_name}: policy version 2 set: per_host_delay=0.5s, "
+                   "per_host_concurrency=3\n")
+    out = await ok(redis_url, "crawl", "set", "--crawl", crawl_name, "per_host_concurrency=3")
+    assert "policy version 2 unchanged" in out  # not a change: no version, no log entry
+
+    doc = json.loads(await ok(redis_url, "crawl", "show", "--crawl", crawl_name, "--json"))
+    assert (doc["version"], doc["values"], doc["text"]) == (
+        2, {"per_host_delay": 0.5, "per_host_concurrency": 3},
+        {"per_host_delay": "0.5s", "per_host_concurrency": "3"})
+    second, first = doc["log"]
+    assert first | {"version": 1, "by": "crawlq crawl create", "changes": {
+        "per_host_delay": [None, "0.5s"], "per_host_concurrency": [None, "2"]}} == first
+    assert second | {"version": 2, "by": "crawlq crawl set",
+                     "changes": {"per_host_concurrency": ["2", "3"]}} == second
+    assert before <= first["at"] <= second["at"] <= await redis_ms(redis_client)
+
+    text = await ok(redis_url, "crawl", "show", "--crawl", crawl_name)
+    lines = text.splitlines()
+    assert lines[0] == f"crawl {crawl_name}: policy version 2"
+    assert lines[1].split()[:2] == ["per_host_delay", "0.5s"]
+    assert lines[2].split()[:2] == ["per_host_concurrency", "3"]
+    assert lines[3] == "changes, newest first:"
+    assert lines[4].endswith("v2  crawlq crawl set: per_host_concurrency 2 -> 3")
+    assert lines[5].endswith("v1  crawlq crawl create: per_host_concurrency - -> 2, "
+                             "per_host_delay - -> 0.5s")
+    # `crawl` and `crawls` are two commands.
+    assert "crawl" in await ok(redis_url, "crawls")
+
+
+async def test_a_bad_key_or_value_exits_2_naming_it_and_writes_nothing(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    for args, shown in (
+            (("per_host_delay=2s", "per_host_dealy=3s"), "unknown policy key 'per_host_dealy' "
+                                                         "(value '3s')"),
+            (("per_host_concurrency=5", "per_host_delay=fast"), "per_host_delay: bad value "
+                                                                "'fast'"),
+            (("per_host_concurrency=-1",), "per_host_concurrency: bad value '-1'"),
+            (("per_host_concurrency=2.5",), "per_host_concurrency: bad value '2.5'"),
+            (("per_host_delay",), "not KEY=VALUE: 'per_host_delay'")):
+        code, out, err = await crawlq(redis_url, "crawl", "create", "--crawl", crawl_name,
+                                      *args)
+        assert (code, out) == (2, ""), (args, err)
+        [line] = err.splitlines()
+        assert shown in line and VALID in line, line
+    assert await read_policy(redis_client, crawl_name) is None  # create wrote nothing
+
+    await ok(redis_url, "crawl", "create", "--crawl", crawl_name)
+    keys = CrawlKeys.build(crawl_name)
+    stored = await redis_client.hgetall(keys.policy)
+    code, _, err = await crawlq(redis_url, "crawl", "set", "--crawl", crawl_name,
+                                "per_host_delay=0s", "per_host_concurrency=0", "robots=off")
+    assert code == 2 and "unknown policy key 'robots' (value 'off')" in err and VALID in err
+    assert await redis_client.hgetall(keys.policy) == stored  # the good ones too: no partial
+    assert await redis_client.llen(keys.policy_log) == 1
+    code, _, err = await crawlq(redis_url, "crawl", "set", "--crawl", crawl_name)
+    assert code == 2  # set needs at least one KEY=VALUE (argparse)
+    code, _, err = await crawlq(redis_url, "crawl", "show", "--crawl", crawl_name + "x")
+    assert code == 2 and "has no policy: create it with `crawlq crawl create" in err
+
+
+async def test_show_toml_round_trips_into_create_config(
+        redis_url: str, crawl_name: str, tmp_path: Path) -> None:
+    await ok(redis_url, "crawl", "create", "--crawl", crawl_name, "per_host_delay=2.25s",
+             "per_host_concurrency=0")
+    toml = await ok(redis_url, "crawl", "show", "--crawl", crawl_name, "--toml")
+    assert toml.splitlines()[1:] == ['per_host_delay = "2.25s"', "per_host_concurrency = 0"]
+    path = tmp_path / "crawl.toml"
+    path.write_text(toml)
+    await ok(redis_url, "crawl", "create", "--crawl", crawl_name + "-copy", "--config",
+             str(path))
+    assert await ok(redis_url, "crawl", "show", "--crawl", crawl_name + "-copy",
+                    "--toml") == toml.replace(crawl_name, crawl_name + "-copy")
+    # KEY=VALUE goes over the file; a bad key in the file is a usage error.
+    out = await ok(redis_url, "crawl", "create", "--crawl", crawl_name + "-more", "--config",
+                   str(path), "per_host_concurrency=5")
+    assert "per_host_delay=2.25s, per_host_concurrency=5" in out
+    path.write_text('per_host_delay = "1s"\nbudget = 3\n')
+    code, _, err = await crawlq(redis_url, "crawl", "create", "--crawl", crawl_name + "-bad",
+                                "--config", str(path))
+    assert code == 2 and "unknown policy key 'budget' (value 3)" in err
+
+
+async def test_the_log_is_capped_newest_first(redis_client: aioredis.Redis,
+                                              crawl_name: str) -> None:
+    await create_policy(redis_client, crawl_name, {}, by="test")
+    for i in range(LOG_LEN + 5):
+        await set_policy(redis_client, crawl_name, {"per_host_concurrency": i % 7 + 3},
+                         by=f"test {i}")
+    log = CrawlKeys.build(crawl_name).policy_log
+    assert await redis_client.llen(log) == LOG_LEN
+    entries = [json.loads(e) for e in await redis_client.lrange(log, 0, -1)]
+    versions = [e["version"] for e in entries]
+    assert versions == list(range(LOG_LEN + 6, 6, -1))
+    assert entries[0]["by"] == f"test {LOG_LEN + 4}"
+
+
+# -- who creates it, and what the frontier sees -------------------------------------------
+
+
+async def test_hosts_show_the_policy_before_any_consumer_starts(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    await ok(redis_url, "crawl", "create", "--crawl", crawl_name, "per_host_delay=3s",
+             "per_host_concurrency=4")
+    assert await producer_main(["--redis-url", redis_url, "--crawl", crawl_name, "--cluster",
+                                "no", "--partitions", "2", "--progress", "off", "--url",
+                                "http://a.test/1", "--url", "http://b.test/1"]) == 0
+    doc = json.loads(await ok(redis_url, "hosts", "--crawl", crawl_name, "--json"))
+    assert {(h["host"], h["delay_ms"], h["concurrency"]) for h in doc["hosts"]} == {
+        ("a.test", 3000, 4), ("b.test", 3000, 4)}
+    stored = await read_policy(redis_client, crawl_name)
+    assert stored is not None and stored.version == 1  # the producer changed nothing
+
+    # Without `crawl create`, the producer gives the crawl the defaults.
+    other = crawl_name + "-p"
+    assert await producer_main(["--redis-url", redis_url, "--crawl", other, "--cluster", "no",
+                                "--progress", "off", "--url", "http://a.test/1"]) == 0
+    doc = json.loads(await ok(redis_url, "hosts", "--crawl", other, "--json"))
+    assert [(h["delay_ms"], h["concurrency"]) for h in doc["hosts"]] == [(1000, 2)]
+    stored = await read_policy(redis_client, other)
+    assert stored is not None and [e["by"] for e in stored.log] == ["producer"]
+
+
+async def test_set_defaults_is_a_policy_change(redis_client: aioredis.Redis,
+                                               crawl_name: str) -> None:
+    q = await CrawlQueue.open(redis_client, crawl_name, CrawlSettings(partitions=2))
+    await Frontier(q).set_defaults(delay_s=0.25, concurrency=0)
+    await Frontier(q).set_defaults(delay_s=0.25, concurrency=1)
+    stored = await read_policy(redis_client, crawl_name)
+    assert stored is not None and stored.version == 2
+    assert [e["by"] for e in stored.log] == ["api", "api"]
+    assert await confs(redis_client, q) == [
+        {b"delay": b"250", b"concurrency": b"1", b"policy_version": b"2"}] * 2
+
+
+def consumer_settings(redis_url: str, crawl: str, out: Path, *extra: str):  # type: ignore[no-untyped-def]
+    return settings_from_args(build_parser().parse_args(
+        consumer_args(redis_url, crawl, out, *extra)))
+
+
+async def test_restarting_a_consumer_leaves_the_policy_as_it_was(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A consumer whose flags (0 / no limit) differ from the crawl's policy changes
+    nothing: not the policy, not a partition's conf; it says so once per flag."""
+    q = await CrawlQueue.open(redis_client, crawl_name, CrawlSettings(partitions=2))
+    await create_policy(redis_client, crawl_name,
+                        {"per_host_delay": 0.05, "per_host_concurrency": 1}, by="test")
+    await q.enqueue([NewTask(u, fingerprint(u)) for u in ("http://a.test/", "http://b.test/")])
+    policy_before = await redis_client.hgetall(CrawlKeys.build(crawl_name).policy)
+    confs_before = await confs(redis_client, q)
+    assert confs_before == [{b"delay": b"50", b"concurrency": b"1",
+                             b"policy_version": b"1"}] * 2
+    caplog.set_level(logging.INFO, logger="consumer")
+    for run_no in range(2):  # a start, and a restart
+        caplog.clear()
+        settings = consumer_settings(redis_url, crawl_name, tmp_path / f"r{run_no}",
+                                     "--worker-id", f"w{run_no}")
+        assert await asyncio.wait_for(run(settings), 60) == 0
+        assert await redis_client.hgetall(CrawlKeys.build(crawl_name).policy) == policy_before
+        assert await confs(redis_client, q) == confs_before
+        warned = {(r.flag, r.flag_value, r.crawl_value): r for r in caplog.records  # type: ignore[attr-defined]
+                  if r.getMessage() == "crawl_policy_differs"}
+        assert set(warned) == {("--per-host-delay", "0s", "0.05s"),
+                               ("--per-host-concurrency", "0", "1")}
+        assert all(r.levelno == logging.WARNING for r in warned.values())
+        assert f"crawlq crawl set --crawl {crawl_name} per_host_delay=0s" in warned[
+            ("--per-host-delay", "0s", "0.05s")].advice  # type: ignore[attr-defined]
+    stored = await read_policy(redis_client, crawl_name)
+    assert stored is not None and stored.version == 1 and len(stored.log) == 1
+
+
+async def test_the_first_consumer_creates_the_policy_from_its_flags(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str, tmp_path: Path) -> None:
+    q = await CrawlQueue.open(redis_client, crawl_name)
+    settings = consumer_settings(redis_url, crawl_name, tmp_path, "--worker-id", "first",
+                                 "--per-host-delay", "0.1s", "--per-host-concurrency", "3")
+    assert await asyncio.wait_for(run(settings), 60) == 0
+    stored = await read_policy(redis_client, crawl_name)
+    assert stored is not None and stored.policy == CrawlPolicy(0.1, 3)
+    assert [e["by"] for e in stored.log] == ["consumer first (created the crawl)"]
+    assert await confs(redis_client, q) == [
+        {b"delay": b"100", b"concurrency": b"3", b"policy_version": b"1"}]
+
+
+async def test_a_mixed_fleet_keeps_the_crawls_delay(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str, tmp_path: Path) -> None:
+    """Two consumers, one started with --per-host-delay 0, the other 2s: the crawl's
+    policy (0.3 s, one at a time) holds at the server. (Before the policy, each consumer
+    wrote its flags as the crawl's defaults at start, and the `0` one turned the delay
+    off for everyone.)"""
+    delay = 0.3
+    await create_policy(redis_client, crawl_name,
+                        {"per_host_delay": delay, "per_host_concurrency": 1}, by="test")
+    async with serve({"/p/{i}": page}) as site:
+        q = await CrawlQueue.open(redis_client, crawl_name)
+        await q.enqueue([NewTask(u, fingerprint(u)) for u in
+                         (site.url(f"/p/{i}") for i in range(4))])
+        fleet = [consumer_settings(redis_url, crawl_name, tmp_path / "a", "--worker-id", "a"),
+                 consumer_settings(redis_url, crawl_name, tmp_path / "b", "--worker-id", "b",
+                                   "--per-host-delay", "2s", "--per-host-concurrency", "4")]
+        assert await asyncio.wait_for(asyncio.gather(*(run(s) for s in fleet)), 60) == [0, 0]
+        starts = sorted(t for path, ts in site.hits.items() if path.startswith("/p/")
+                        for t in ts)
+    assert len(starts) == 4
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert min(gaps) >= delay - 0.03, gaps
+    stored = await read_policy(redis_client, crawl_name)
+    assert stored is not None and stored.policy == CrawlPolicy(delay, 1)
+
+
+async def test_lowering_the_delay_moves_a_scheduled_turn_earlier(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await CrawlQueue.open(redis_client, crawl_name)
+    await create_policy(redis_client, crawl_name, {"per_host_delay": 5}, by="test")
+    await q.enqueue([NewTask(u, fingerprint(u)) for u in
+                     ("http://a.test/1", "http://a.test/2", "http://a.test/3")])
+    [lease] = await q.lease("w", 10, 60_000)  # a.test's turn now; its next in 5 s
+    pk = q.partitions[0]
+    last = await redis_client.zscore(pk.last, "a.test")
+    assert last is not None and await redis_client.zscore(pk.due, "a.test") == last + 5000
+    await set_policy(redis_client, crawl_name, {"per_host_delay": 0.2}, by="test")
+    assert await redis_client.zscore(pk.due, "a.test") == last + 200
+    await set_policy(redis_client, crawl_name, {"per_host_delay": 1}, by="test")
+    assert await redis_client.zscore(pk.due, "a.test") == last + 1000
+    # Concurrency 1 with one request in flight: no free slot, the host leaves `due`;
+    # back to 2, it comes back at its turn.
+    await set_policy(redis_client, crawl_name, {"per_host_concurrency": 1}, by="test")
+    assert await redis_client.zscore(pk.due, "a.test") is None
+    await set_policy(redis_client, crawl_name, {"per_host_concurrency": 2}, by="test")
+    assert await redis_client.zscore(pk.due, "a.test") == last + 1000
+    assert (await redis_client.hgetall(pk.conf))[b"policy_version"] == b"5"
+    del lease
+
+
+async def test_an_older_version_never_overwrites_a_newer_one(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await CrawlQueue.open(redis_client, crawl_name)
+    await create_policy(redis_client, crawl_name, {"per_host_delay": 2}, by="test")
+    await set_policy(redis_client, crawl_name, {"per_host_delay": 3}, by="test")
+    await apply_policy(redis_client, crawl_name, 1, CrawlPolicy(per_host_delay=2))
+    assert await redis_client.hmget(q.partitions[0].conf, "delay", "policy_version") == [
+        b"3000", b"2"]
+
+
+async def test_a_crawl_made_without_a_policy_is_adopted(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """The previous crawlq wrote the consumers' flags into every partition's conf and
+    kept no policy: show says so, and the first ensure adopts partition 0's values."""
+    q = await CrawlQueue.open(redis_client, crawl_name, CrawlSettings(partitions=2))
+    for pk in q.partitions:  # as the old Frontier.set_defaults wrote them
+        await redis_client.hset(pk.conf, mapping={"delay": 700, "concurrency": 3})
+    code, _, err = await crawlq(redis_url, "crawl", "show", "--crawl", crawl_name)
+    assert code == 2 and "has no policy object: an earlier crawlq made it" in err
+    assert "per_host_delay=0.7s, per_host_concurrency=3" in err
+
+    stored, created = await ensure_policy(redis_client, crawl_name, CrawlPolicy(0, 0),
+                                          by="consumer w (created the crawl)")
+    assert not created and stored.policy == CrawlPolicy(0.7, 3)
+    assert [(e["by"], e["version"]) for e in stored.log] == [("migration", 1)]
+    assert await confs(redis_client, q) == [
+        {b"delay": b"700", b"concurrency": b"3", b"policy_version": b"1"}] * 2
+
+    # `crawl create` on such a crawl: adopted first, then its values, each logged.
+    other = crawl_name + "-c"
+    q2 = await CrawlQueue.open(redis_client, other)
+    await redis_client.hset(q2.partitions[0].conf, mapping={"delay": 700, "concurrency": 3})
+    await ok(redis_url, "crawl", "create", "--crawl", other, "per_host_delay=1s")
+    doc = json.loads(await ok(redis_url, "crawl", "show", "--crawl", other, "--json"))
+    assert [(e["by"], e["changes"]) for e in doc["log"]] == [
+        ("crawlq crawl create", {"per_host_delay": ["0.7s", "1s"]}),
+        ("migration", {"per_host_delay": [None, "0.7s"], "per_host_concurrency": [None, "3"]})]
