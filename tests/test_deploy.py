@@ -23,7 +23,6 @@ import argparse
 import copy
 import functools
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -32,12 +31,12 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from shared_data import SHARED, require
 
 from common.config import duration
 from common.keys import PartitionKeys
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("CRAWLQ_SHARED") or REPO.parent / "shared")
 COMPOSE_SCHEMA = SHARED / "schemas" / "compose-spec.json"
 K8S = REPO / "deploy" / "k8s"
 DEFAULT_GRACE_S = 20.0  # consumer --grace default (consumer/config.py)
@@ -147,10 +146,7 @@ def compose_ci() -> dict[str, Any]:
 @pytest.mark.parametrize("name", ["docker-compose.yml", "deploy/compose.ci.yml"])
 def test_compose_files_match_the_compose_spec(name: str) -> None:
     jsonschema = pytest.importorskip("jsonschema")
-    if not COMPOSE_SCHEMA.is_file():
-        pytest.skip(f"the Compose Specification schema is not at {COMPOSE_SCHEMA} "
-                    "(shared/ beside the repository; set CRAWLQ_SHARED to its path)")
-    schema = json.loads(COMPOSE_SCHEMA.read_text())
+    schema = json.loads(require(COMPOSE_SCHEMA, "the Compose Specification schema").read_text())
     validator = jsonschema.Draft7Validator(schema)
     errors = sorted(validator.iter_errors(_load_compose(name)), key=lambda e: list(e.path))
     assert not errors, "\n".join(f"{list(e.path)}: {e.message}" for e in errors)
@@ -376,10 +372,7 @@ def _closed(schema: Any) -> Any:
 
 @functools.cache
 def _keda_validator(kind: str, api_version: str) -> jsonschema.Draft7Validator:
-    path = KEDA_CRDS / KEDA_KINDS[kind]
-    if not path.is_file():
-        pytest.skip(f"KEDA's CRD is not at {path} (shared/ beside the repository; set "
-                    "CRAWLQ_SHARED to its path)")
+    path = require(KEDA_CRDS / KEDA_KINDS[kind], f"KEDA's {kind} CRD")
     crd = yaml.safe_load(path.read_text())
     assert crd["spec"]["names"]["kind"] == kind
     group, version = api_version.split("/")

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import string
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import pytest
 from ada_url import parse_url
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
+from shared_data import SHARED, require
 from yarl import URL
 
 from common import urls
@@ -460,10 +459,8 @@ def test_non_str_input_is_rejected_not_raised() -> None:
 # --------------------------------------------------------------------------- WHATWG
 
 _C0_AND_SPACE = "".join(map(chr, range(0x21)))
-WPT_URLTESTDATA = Path(
-    os.environ.get("CRAWLQ_WPT_URLTESTDATA")
-    or Path(__file__).parent / "data" / "urltestdata.json"
-)
+# The WPT URL data, in shared/ beside the repository (tests/shared_data.py).
+WPT_URLTESTDATA = SHARED / "data" / "urltestdata.json"
 
 
 def _is_http(text: str | None) -> bool:
@@ -520,10 +517,9 @@ def whatwg_case(raw: str) -> dict[str, Any]:
     return {"input": raw, "base": None, **parsed}
 
 
-@pytest.mark.skipif(not WPT_URLTESTDATA.is_file(),
-                    reason=f"no {WPT_URLTESTDATA} (see tests/data/README.md)")
 def test_web_platform_tests_url_data() -> None:
-    cases = [c for c in json.loads(WPT_URLTESTDATA.read_text("utf-8")) if isinstance(c, dict)]
+    data = require(WPT_URLTESTDATA, "the WPT URL data (urltestdata.json)")
+    cases = [c for c in json.loads(data.read_text("utf-8")) if isinstance(c, dict)]
     assert len(cases) > 800
     assert whatwg_disagreements(cases) == []
     # Not vacuous: many http(s) failures are there, and many inputs are accepted.
