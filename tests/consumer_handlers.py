@@ -33,3 +33,19 @@ async def paginate(response: FetchResult, ctx: HandlerContext) -> HandlerResult:
 async def broken(response: FetchResult, ctx: HandlerContext) -> None:
     """Always raises: the task must fail with handler_error, the consumer must live on."""
     raise RuntimeError("handler bug")
+
+
+#: The links the idn_links handler returns (an international domain, spelled both ways).
+IDN_LINKS = [
+    "http://bücher.example/a",
+    "http://xn--bcher-kva.example/b",
+    "http://sub.bücher.example/",
+    "http://other.example/",
+    "http://evilxn--bcher-kva.example/",  # ends with the domain, but is not in it
+]
+
+
+async def idn_links(response: FetchResult, ctx: HandlerContext) -> HandlerResult:
+    """Returns `IDN_LINKS` for the crawl's seed, nothing for anything deeper."""
+    return HandlerResult(items=[{"status": response.status}],
+                         urls=IDN_LINKS if ctx.task.depth == 0 else [])

@@ -374,3 +374,99 @@ def test_allow_domains_are_compared_in_their_canonical_form(
     assert consumer_main(["--allow-domains", "https://example.com/", "--http-port", "-1",
                           "--redis-url", f"redis://127.0.0.1:{free_port()}/0"]) == 2
     assert "invalid domain 'https://example.com/'" in capsys.readouterr().err
+
+
+# -- hosts, pause, resume: run as the command -----------------------------------------------
+
+async def _crawlq_command(redis_url: str, *args: str) -> str:
+    """``crawlq <args>`` in its own process against the test Redis; its stdout (exit 0)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLQ_")}
+    env |= {"PYTHONPATH": str(ROOT), "REDIS_URL": redis_url, "CRAWLQ_CLUSTER": "no"}
+    code, out, err = await _run((*_CRAWLQ, *args), env)
+    assert code == 0, (args, out, err)
+    assert "Traceback" not in err
+    return out
+
+
+async def test_pause_and_resume_as_commands(redis_url: str, redis_client: aioredis.Redis,
+                                            crawl: Crawl) -> None:
+    out = await _crawlq_command(redis_url, "pause", "--crawl", crawl.name)
+    assert out == f"crawl {crawl.name} paused: consumers lease nothing\n"
+    assert [await redis_client.hget(pk.conf, "paused") for pk in crawl.queue.partitions] \
+        == [b"1", b"1"]
+    paused = await crawl.queue.lease_turns("w2", 10, 60_000)
+    assert paused.paused and paused.leases == []
+    assert "PAUSED" in await _crawlq_command(redis_url, "stats", "--crawl", crawl.name)
+
+    out = await _crawlq_command(redis_url, "resume", "--crawl", crawl.name)
+    assert out == f"crawl {crawl.name} resumed\n"
+    assert [await redis_client.hget(pk.conf, "paused") for pk in crawl.queue.partitions] \
+        == [b"0", b"0"]
+    deadline = time.monotonic() + 10  # the host's delay may hold its next turn back
+    while not (resumed := await crawl.queue.lease_turns("w2", 10, 60_000)).leases:
+        assert not resumed.paused and time.monotonic() < deadline
+        await asyncio.sleep(min(resumed.wait_s, 0.1))
+    assert not resumed.paused
+
+
+async def test_hosts_list_set_and_block_as_commands(redis_url: str,
+                                                    redis_client: aioredis.Redis,
+                                                    crawl: Crawl) -> None:
+    q = crawl.queue
+    urls = [f"http://other.example:8080/{i}" for i in range(7)]
+    await q.enqueue([NewTask(u, fingerprint(u)) for u in urls])
+    pk = q.partitions[q.partition_of("cli.example")]
+
+    # The table, biggest queue first: other.example:8080 (7 queued), then cli.example
+    # (5 queued, 4 done, 3 failed attempts).
+    out = await _crawlq_command(redis_url, "hosts", "--crawl", crawl.name)
+    lines = out.splitlines()
+    assert lines[0].split() == ["host", "queued", "flight", "done", "errors", "next",
+                                "delay", "conc", "budget", "blocked"]
+    assert lines[1].split()[:5] == ["other.example:8080", "7", "0", "0", "0"]
+    assert lines[2].split()[:5] == ["cli.example", "5", "0", "4", "3"]
+    assert lines[-1] == "hosts 1-2 of 2"
+    doc = json.loads(await _crawlq_command(redis_url, "hosts", "--crawl", crawl.name,
+                                           "--json", "--sort", "done", "--limit", "1"))
+    assert doc["total"] == 2
+    [row] = doc["hosts"]
+    assert (row["host"], row["queued"], row["done"], row["errors"], row["budget"]) == (
+        "cli.example", 5, 4, 3, None)
+
+    # set: the host's settings in its hostconf entry, its delay in h:delay.
+    out = await _crawlq_command(redis_url, "hosts", "set", "https://CLI.example/x",
+                                "--crawl", crawl.name, "--delay", "2.5s",
+                                "--concurrency", "3", "--budget", "100")
+    assert out == "host cli.example: delay 2.5s, concurrency 3, budget 100\n"
+    conf = (await redis_client.hget(pk.hostconf, "cli.example") or b"").decode().split(",")
+    assert conf[:3] == ["2500", "3", "100"]
+    assert await redis_client.zscore(pk.delay, "cli.example") == 2500
+    row = json.loads(await _crawlq_command(redis_url, "hosts", "--crawl", crawl.name,
+                                           "--json", "--sort", "delay", "--limit", "1"))
+    assert row["hosts"][0] | {"host": "cli.example", "delay_ms": 2500, "concurrency": 3,
+                              "budget": 100} == row["hosts"][0]
+    out = await _crawlq_command(redis_url, "hosts", "set", "cli.example", "--crawl",
+                                crawl.name, "--clear", "delay", "--clear", "budget")
+    assert out == "host cli.example: delay 0s, concurrency 3, budget none\n"
+    conf = (await redis_client.hget(pk.hostconf, "cli.example") or b"").decode().split(",")
+    assert conf[:3] == ["", "3", ""]
+    assert await redis_client.zscore(pk.delay, "cli.example") is None
+
+    # block: h:blocked holds the end (Redis clock), the host's turn waits for it, and a
+    # lease serves only the other host; --for 0 unblocks.
+    now_ms = int((await redis_client.time())[0]) * 1000
+    out = await _crawlq_command(redis_url, "hosts", "block", "cli.example", "--crawl",
+                                crawl.name, "--for", "10m")
+    assert out == "host cli.example: blocked for 600s\n"
+    until = await redis_client.zscore(pk.blocked, "cli.example")
+    assert until is not None and now_ms + 599_000 <= until <= now_ms + 610_000
+    assert (await redis_client.zscore(pk.due, "cli.example") or 0) >= until
+    leased = await q.lease("w2", 20, 60_000)
+    assert {lease.task.url.split("/")[2] for lease in leased} == {"other.example:8080"}
+    await q.release("w2", leased)
+    out = await _crawlq_command(redis_url, "hosts", "block", "cli.example", "--crawl",
+                                crawl.name, "--for", "0")
+    assert out == "host cli.example: unblocked\n"
+    assert await redis_client.zscore(pk.blocked, "cli.example") is None
+    leased = await q.lease("w2", 20, 60_000)
+    assert "cli.example" in {lease.task.url.split("/")[2] for lease in leased}
