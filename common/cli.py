@@ -11,15 +11,21 @@ Subcommands (each takes the common options: --redis-url, --crawl, --log-level, .
                                    or ``--all``)
 ``crawlq dead purge ... --yes``    delete dead tasks for good
 ``crawlq crawls [--json]``         the crawls in this Redis with their sizes
+``crawlq crawl create|show|set``   a crawl's policy (``common.cli_crawl``): create it
+                                   (``--config FILE``, ``KEY=VALUE``), show it (``--json``,
+                                   ``--toml``), change it (``KEY=VALUE ...``)
 ``crawlq dashboard``               the web dashboard (``--http-host``, ``--http-port``,
                                    ``--token``)
 ``crawlq reset --crawl C --yes``   delete every key of one crawl, nothing else
 ``crawlq check``                   0 if Redis answers (and --http-url if given), else 1
+``crawlq fsck [--repair] [--json]`` check a crawl's invariants (every task in one state,
+                                   counts, ``due``); ``--repair`` fixes the counts and
+                                   ``due`` (``common.fsck``)
 ``crawlq demo``                    a local Redis, a sample site, a producer, two consumers
 =================================  =====================================================
 
 Exit codes: 0 done; 1 ``check`` found a problem; 2 usage error (unknown crawl, missing
-``--yes``); 3 Redis unreachable or refusing.
+``--yes``); 3 Redis unreachable or refusing; 7 ``fsck`` found problems it did not repair.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from redis.exceptions import (
 )
 
 from common import codec
+from common.cli_crawl import add_crawl_commands
 from common.cli_hosts import add_host_commands
 from common.config import COMMON_OPTIONS, Option, add_options, duration, redact_url
 from common.connection import RedisClient, connect, open_redis
@@ -47,7 +54,8 @@ from common.dashboard.command import DASHBOARD_OPTIONS, cmd_dashboard
 from common.deadletters import select_dead
 from common.demo.run import DEMO_OPTIONS, run_demo
 from common.errors import BadRequestError, ConfigError, CrawlqError
-from common.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_REDIS, EXIT_USAGE
+from common.exitcodes import EXIT_FAIL, EXIT_INCONSISTENT, EXIT_OK, EXIT_REDIS, EXIT_USAGE
+from common.fsck import fsck, report_text
 from common.keys import CRAWLS, PREFIX, CrawlKeys
 from common.logs import setup_logging
 from common.queue import CrawlQueue, CrawlSettings
@@ -55,8 +63,8 @@ from common.redis_errors import redis_error_message
 from common.runtime import run_loop
 from common.workers import read_workers
 
-__all__ = ["EXIT_FAIL", "EXIT_OK", "EXIT_REDIS", "EXIT_USAGE", "build_parser", "main",
-           "main_async", "redis_error_message"]
+__all__ = ["EXIT_FAIL", "EXIT_INCONSISTENT", "EXIT_OK", "EXIT_REDIS", "EXIT_USAGE",
+           "build_parser", "main", "main_async", "redis_error_message"]
 
 WATCH_EVERY_S = 2.0
 
@@ -109,6 +117,8 @@ def _stats_text(doc: dict[str, Any]) -> str:
     lines.append("dead letters by reason: "
                  + (", ".join(f"{k} {v:,}" for k, v in reasons.items()) or "none"))
     lines.append(f"hosts with work and a free slot: {doc['hosts_due']:,}")
+    if doc.get("parked"):
+        lines.append(f"parked (pending on hosts past their page budget): {doc['parked']:,}")
     lines.append(f"live workers: {doc['workers']}")
     return "\n".join(lines)
 
@@ -297,6 +307,17 @@ async def cmd_check(args: argparse.Namespace, client: RedisClient) -> int:
     return EXIT_OK
 
 
+async def cmd_fsck(args: argparse.Namespace, client: RedisClient) -> int:
+    queue = await _queue(client, args.crawl)
+    report = await fsck(queue, fix=args.repair)
+    code = EXIT_OK if report.clean else EXIT_INCONSISTENT
+    if args.json:
+        _emit({**report.to_json(), "exit_code": code})
+    else:
+        print(report_text(report), flush=True)
+    return code
+
+
 # -- parser -------------------------------------------------------------------------------
 
 _JSON = Option("--json", "CRAWLQ_JSON", False, "print one JSON document", flag_only_bool=True)
@@ -308,9 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``crawlq`` parser; every option also reads a CRAWLQ_* variable."""
     parser = argparse.ArgumentParser(
         prog="crawlq", description="Operate crawlq crawls: stats, workers, dead letters, "
-        "crawls, a web dashboard, reset, health check, and a local demo.",
+        "crawls and their policy, a web dashboard, reset, health check, and a local demo.",
         epilog="exit codes: 0 ok, 1 check failed, 2 usage error, 3 Redis unreachable or "
-               "refused")
+               "refused, 7 fsck found problems it did not repair")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name: str, help_text: str, *options: Option) -> argparse.ArgumentParser:
@@ -352,6 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_host_commands(sub, command, COMMON_OPTIONS)
     command("crawls", "the crawls in this Redis with their sizes",
             _JSON).set_defaults(handler=cmd_crawls)
+    add_crawl_commands(sub, COMMON_OPTIONS)
     command("dashboard", "serve the web dashboard (read-only unless --token is set)",
             *DASHBOARD_OPTIONS).set_defaults(handler=cmd_dashboard)
     command("reset", "delete every key of one crawl (--crawl), and nothing else",
@@ -361,6 +383,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "also GET this URL, e.g. a consumer's http://127.0.0.1:9410/healthz"),
             Option("--timeout", "CRAWLQ_CHECK_TIMEOUT", 3.0, "give up after this long",
                    type=duration)).set_defaults(handler=cmd_check)
+
+    command("fsck", "check a crawl's invariants (every task in one state, counts, due); "
+            "exit 7 when problems are left", _JSON,
+            Option("--repair", "CRAWLQ_FSCK_REPAIR", False, "fix the counts and due, then "
+                   "check again", flag_only_bool=True)).set_defaults(handler=cmd_fsck)
 
     p = sub.add_parser("demo", help="run a local crawl end to end: Redis, a sample site, "
                        "a producer and two consumers (under a minute)",
@@ -429,3 +456,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         return EXIT_OK if getattr(args, "watch", False) else 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

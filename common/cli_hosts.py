@@ -127,7 +127,8 @@ def add_host_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     p.add_argument("--concurrency", type=_non_negative_int, default=None,
                    help="most requests in flight to it (0 = no limit)")
     p.add_argument("--budget", type=_non_negative_int, default=None,
-                   help="most pages to fetch from it; the rest end `host_budget`")
+                   help="most pages to fetch from it (pages that got a response); the rest "
+                        "wait, parked, until the budget is raised or cleared")
     p.add_argument("--clear", action="append", default=[],
                    choices=("delay", "concurrency", "budget"),
                    help="back to the crawl's default (repeatable)")

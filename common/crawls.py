@@ -51,6 +51,7 @@ class CrawlSummary:
             "states": dict(zip(STATES, (s.pending, s.leased, s.waiting, s.dead, s.done),
                                strict=True)),
             "hosts_due": s.hosts_due,
+            "parked": s.parked,
             "paused": self.paused,
             "counters": dict(sorted(s.counters.items())),
             "outcomes": {k[len(_OUTCOME):]: v for k, v in sorted(s.counters.items())

@@ -10,3 +10,5 @@ EXIT_USAGE: Final = 2  # usage or configuration error
 EXIT_REDIS: Final = 3  # Redis unreachable or refusing (auth, ACL, out of memory)
 EXIT_SOURCE: Final = 4  # a source could not be read (producer)
 EXIT_LOCKED: Final = 5  # another producer of this crawl is running
+EXIT_SINK: Final = 6  # the result sink kept failing for --sink-retry-for (consumer)
+EXIT_INCONSISTENT: Final = 7  # crawlq fsck found problems it did not repair

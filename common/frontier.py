@@ -1,5 +1,5 @@
 """Steering the frontier while a crawl runs: list hosts, change a host's settings, block
-it, pause and resume the crawl, set the crawl's defaults.
+it, pause and resume the crawl, set the crawl's defaults (through its policy).
 
 Every change is one script or one single-key write per partition and takes effect on
 the fleet's next lease call (consumers ask at least once a second). Listing is O(page)
@@ -15,6 +15,7 @@ from typing import Any
 from common.errors import ConfigError
 from common.hosts import host_key
 from common.keys import PartitionKeys
+from common.policy import set_policy
 from common.queue import CrawlQueue
 from common.urls import canonicalize
 
@@ -39,9 +40,10 @@ class HostRow:
     delay_ms: int
     concurrency: int
     budget: int | None
-    used: int
+    used: int  # pages fetched (a response came back) while it had a budget
     blocked_until_ms: int | None
     robots_delay_ms: int | None
+    reserved: int = 0  # its leases holding a page of its budget (settled at their end)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +75,10 @@ def normalize_host(text: str) -> str:
 
 
 def _conf(value: bytes | None) -> list[int | None]:
+    """A hostconf value (lib.lua's conf_encode): delay, conc, budget, used, blocked,
+    robots, reserved."""
     fields = (value or b",,,,,").decode().split(",")
-    return [int(f) if f else None for f in (fields + [""] * 6)[:6]]
+    return [int(f) if f else None for f in (fields + [""] * 7)[:7]]
 
 
 class Frontier:
@@ -140,7 +144,7 @@ class Frontier:
             queued, inflight, done, errors, last, due, confs, defaults = replies[8 * i:8 * i + 8]
             default_delay, default_conc = (int(v) if v else 0 for v in defaults)
             for j, host in enumerate(names):
-                delay, conc, budget, used, blocked, robots = _conf(confs[j])
+                delay, conc, budget, used, blocked, robots, reserved = _conf(confs[j])
                 own_delay = default_delay if delay is None else delay
                 found[(host, p)] = HostRow(
                     host=host, partition=p, queued=int(queued[j] or 0),
@@ -151,19 +155,23 @@ class Frontier:
                     delay_ms=max(own_delay, robots or 0),
                     concurrency=default_conc if conc is None else conc,
                     budget=budget, used=used or 0,
-                    blocked_until_ms=blocked or None, robots_delay_ms=robots)
+                    blocked_until_ms=blocked or None, robots_delay_ms=robots,
+                    reserved=reserved or 0)
         return [found[h] for h in hosts]
 
     async def _host_set(self, host: str, *pairs: Any) -> None:
         pk = self._pk(host)
-        await self.queue.scripts.host_set(keys=[*pk.host_state, pk.delay, pk.blocked],
-                                          args=[host, *pairs])
+        await self.queue.scripts.host_set(
+            keys=[*pk.host_state, pk.delay, pk.blocked, pk.budget], args=[host, *pairs])
 
     async def set_host(self, host: str, *, delay_s: float | None = None,
                        concurrency: int | None = None, budget: int | None = None,
                        clear: tuple[str, ...] = ()) -> str:
         """Change a host's delay, concurrency or page budget (``clear``: back to the
-        crawl's default / no budget); returns the host as keyed."""
+        crawl's default / no budget); returns the host as keyed.
+
+        A budget counts pages whose request got a response; a host whose budget is
+        spent is not served and its tasks wait, parked, until the budget is raised."""
         host = normalize_host(host)
         pairs: list[Any] = []
         if delay_s is not None:
@@ -212,12 +220,12 @@ class Frontier:
         return await self.client.hget(self.queue.partitions[0].conf, "paused") == b"1"
 
     async def set_defaults(self, *, delay_s: float, concurrency: int) -> None:
-        """The crawl's default per-host delay and concurrency (0 = no limit): the
-        consumers' --per-host-delay and --per-host-concurrency, written at their start."""
+        """Set the crawl's default per-host delay and concurrency (0 = no limit) through
+        its policy (``common.policy``, logged ``by: api``; created if the crawl has none),
+        the one place they are written: every partition gets them, and scheduled turns
+        move to match."""
         if delay_s < 0 or concurrency < 0:
             raise ConfigError("the default delay and concurrency must be >= 0")
-        async with self.client.pipeline(transaction=False) as pipe:
-            for pk in self.queue.partitions:
-                pipe.hset(pk.conf, mapping={"delay": int(delay_s * 1000),
-                                            "concurrency": concurrency})
-            await pipe.execute()
+        await set_policy(self.client, self.queue.crawl,
+                         {"per_host_delay": delay_s, "per_host_concurrency": concurrency},
+                         by="api", create=True)

@@ -26,17 +26,22 @@ prio_hosts     ZSET    host -> -(highest pending priority)         enqueue, leas
 h:queued       ZSET    host -> pending tasks (every host seen)     enqueue, lease, ...
 h:inflight     ZSET    host -> leased tasks                        lease, ack, fail,
                                                                    release, reclaim
-h:done         ZSET    host -> tasks done                          ack, lease (budget)
+h:done         ZSET    host -> tasks done                          ack
 h:errors       ZSET    host -> failed attempts                     fail, reclaim
 h:last         ZSET    host -> last request start (a lease), ms    lease
 h:delay        ZSET    host -> its delay when not the default, ms  host_set
 h:blocked      ZSET    host -> blocked until, ms (cool-downs,      fail, host_set
                        ``crawlq hosts block``)
+h:budget       ZSET    host -> its page budget (hosts with one)    host_set
 hostconf       HASH    host -> "delay,concurrency,budget,used,     host_set, lease,
-                       blocked,robots_delay" (ms; '' = unset),     fail
+                       blocked,robots_delay,reserved" (ms;         ack, fail,
+                       '' = unset; used: pages fetched, reserved:  release, reclaim
+                       leases holding a page of the budget),
                        only hosts with a setting
-conf           HASH    the crawl's defaults (delay, concurrency)   consumer start,
-                       and ``paused``                              pause/resume
+conf           HASH    the crawl's politeness, copied from its     policy_apply,
+                       policy (delay ms, concurrency,              pause/resume
+                       policy_version: the policy version they
+                       came from), and ``paused``
 pending        STRING  pending tasks in this partition             enqueue, lease, ...
 =============  ======  ==========================================  ===================
 
@@ -91,7 +96,12 @@ TIME) and ``worker:<id>`` HASH (id, host, pid, state, started_ms, heartbeat_ms,
 interval_ms, in_flight, done, failed, pages_per_s; times in ms of Redis TIME; expires
 unless refreshed; ``common.workers``), ``history`` LIST (newest first, at most 720 JSON
 snapshots ``{"t": unix s of Redis TIME, "done": n, ...}`` of the summed counters, about
-one per 5 s fleet-wide: an hour, for rates and the dashboard's chart; ``common.history``).
+one per 5 s fleet-wide: an hour, for rates and the dashboard's chart; ``common.history``),
+``policy`` HASH (the crawl's policy, ``common.policy``: ``version``, bumped by every
+change, and one field per policy option, its value as text in the flag's syntax, e.g.
+``per_host_delay`` ``1s``; written only by ``policy_set.lua``) and ``policy:log`` LIST
+(newest first, at most 200 JSON ``{"at": ms of Redis TIME, "version", "changes": {key:
+[old, new]}, "by"}``, one per change of the policy; ``policy_set.lua``).
 
 Robots (``crawlq:{<crawl>}:robots:<origin>``, origin ``scheme://host[:port]``): STRING,
 JSON ``{"status", "body", "fetched_at"}`` of that origin's robots.txt (``"error"`` set
@@ -115,9 +125,9 @@ HASHTABLE_FIELD = "~" * 128
 # Names of the fixed per-partition keys, in the order PartitionKeys declares them.
 _PARTITION_NAMES = (
     "due", "h:queued", "h:inflight", "h:last", "hostconf", "conf", "prio_hosts", "h:done",
-    "h:errors", "h:delay", "h:blocked", "pending", "tasks", "attempts", "leases", "owners",
-    "seq", "delayed", "dead", "errors", "dead_reasons", "checkpoints", "stalls", "stats",
-    "bloom", "lock:reap",
+    "h:errors", "h:delay", "h:blocked", "h:budget", "pending", "tasks", "attempts", "leases",
+    "owners", "seq", "delayed", "dead", "errors", "dead_reasons", "checkpoints", "stalls",
+    "stats", "bloom", "lock:reap",
 )
 
 
@@ -152,6 +162,7 @@ class PartitionKeys:
     errors_by_host: str
     delay: str
     blocked: str
+    budget: str
     pending: str
     tasks: str
     attempts: str
@@ -212,12 +223,16 @@ class CrawlKeys:
     results: str
     workers: str
     history: str
+    wake: str  # a pub/sub channel, not a key (common.wake)
+    policy: str
+    policy_log: str
 
     @classmethod
     def build(cls, crawl: str) -> CrawlKeys:
         return cls(crawl, crawl_key(crawl, "meta"), crawl_key(crawl, "lock:producer"),
                    crawl_key(crawl, "results"), crawl_key(crawl, "workers"),
-                   crawl_key(crawl, "history"))
+                   crawl_key(crawl, "history"), crawl_key(crawl, "wake"),
+                   crawl_key(crawl, "policy"), crawl_key(crawl, "policy:log"))
 
     def robots(self, origin: str) -> str:
         """One origin's cached robots.txt; `origin` is ``scheme://host[:port]``."""

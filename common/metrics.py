@@ -27,6 +27,12 @@ custom collector (`FetchHistogram`) rather than prometheus-client's locked Histo
     crawlq_robots_turns_total               robots.txt fetches that took a task's turn
     crawlq_response_bytes_total             response body bytes received
     crawlq_redis_errors_total               Redis commands that failed
+    crawlq_sink_errors_total                result sink writes (and probes) that failed:
+                                            full or read-only volume, Redis refusing the
+                                            results stream
+    crawlq_links_total{fate}                links handlers found: cached (skipped by the
+                                            consumer's seen cache), sent (to the crawl's
+                                            dedup), invalid, out_of_scope, capped
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import HistogramMetricFamily, Metric
 
-__all__ = ["FETCH_BUCKETS", "OUTCOMES", "STATUS_CLASSES", "FetchHistogram", "Metrics",
+__all__ = ["FETCH_BUCKETS", "LINK_FATES", "OUTCOMES", "STATUS_CLASSES", "FetchHistogram", "Metrics",
            "status_class"]
 
 NAMESPACE: Final = "crawlq"
@@ -61,6 +67,8 @@ OUTCOMES: Final = (
     "stale",
     "released",
 )
+# What becomes of a link a handler found (consumer.intake), pre-created at 0 too.
+LINK_FATES: Final = ("cached", "sent", "invalid", "out_of_scope", "capped")
 STATUS_CLASSES: Final = ("1xx", "2xx", "3xx", "4xx", "5xx", "error")
 # Web fetches: from a cached 10 ms to a 60 s timeout.
 FETCH_BUCKETS: Final = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
@@ -209,6 +217,21 @@ class Metrics:
             namespace=NAMESPACE,
             registry=reg,
         )
+        self.sink_errors_total = Counter(
+            "sink_errors_total",
+            "Result sink writes and probes that failed (the tasks of a failed write are "
+            "released, not acked).",
+            namespace=NAMESPACE,
+            registry=reg,
+        )
+        self.links_total = Counter(
+            "links_total",
+            "Links handlers found, by fate: cached (seen lately by this consumer), sent "
+            "(to the crawl's dedup), invalid, out_of_scope, capped (past --max-links).",
+            ["fate"],
+            namespace=NAMESPACE,
+            registry=reg,
+        )
         # Labelled children by raw value: `labels()` costs a few us (lock, tuple key,
         # validation) and the consumer counts every page.
         self._tasks: dict[str, Counter] = {}
@@ -220,6 +243,7 @@ class Metrics:
             self.tasks_total.labels(outcome=outcome)
         for cls in STATUS_CLASSES:
             self.responses_total.labels(status_class=cls)
+        self._links = {fate: self.links_total.labels(fate=fate) for fate in LINK_FATES}
 
     def task(self, outcome: str, n: int = 1) -> None:
         """Count `n` tasks finished with `outcome` (an OUTCOMES entry or another code)."""
@@ -241,6 +265,10 @@ class Metrics:
         if self._pending_bytes > 0:
             self.response_bytes_total.inc(self._pending_bytes)
         self._pending_bytes = 0
+
+    def links(self, fate: str, n: int) -> None:
+        """Count `n` links a handler found that met `fate` (one of LINK_FATES)."""
+        self._links[fate].inc(n)
 
     def error(self, kind: str) -> None:
         """Count one error by reason code (``timeout``, ``dns``, ``http_500`` ...)."""

@@ -31,6 +31,7 @@ from common.connection import RedisClient
 from common.errors import ConfigError, CrawlConflictError, MalformedTaskError
 from common.hosts import host_key, partition_of_host
 from common.keys import CRAWLS, CrawlKeys, PartitionKeys
+from common.reasons import HANDLER_ERROR, HTTP_5XX, HTTP_408, HTTP_429, ROBOTS_DISALLOWED
 from common.scripts import Scripts
 from common.task import Task, decode_entry, encode_entry, entry_url, stored_entry
 from common.urls import task_id
@@ -38,13 +39,19 @@ from common.urls import task_id
 T = TypeVar("T")
 
 #: Every counter of a partition's ``stats`` hash (plus ``outcome:<code>`` per ack outcome).
+#: ``repaired_hosts``: hosts whose pending count was found larger than their queues
+#: (a lost ``hq``/``hp`` key), set right by lease.lua or ``crawlq fsck --repair``;
+#: ``lost_pending``: the entries those counts held that no queue did (tasks lost).
 COUNTERS = (
     "enqueued", "duplicates", "recrawled", "leased", "renewed", "lost", "done", "failed",
     "retried", "dead", "stalled", "stale", "released", "promoted", "reclaimed", "requeued",
-    "purged", "checkpoints",
+    "purged", "checkpoints", "repaired_hosts", "lost_pending",
 )
 
 MALFORMED = "malformed"
+#: Fail reasons that say the request got a response from the host (a page of its
+#: budget) when the lease doesn't say (``Lease.responded``).
+RESPONSE_REASONS = frozenset({HTTP_5XX, HTTP_408, HTTP_429, HANDLER_ERROR})
 #: The schema version a crawl's settings carry; a crawl of another version must be
 #: re-created (its keys mean something else).
 FORMAT = 2
@@ -161,9 +168,18 @@ class Lease:
     deadline_ms: int
     host: str
     granted_ms: int = 0  # Redis time of the lease: its host's turn
+    # The host's delay when leased: with one, the request goes out at its turn.
+    delay_ms: int = 0
+    # The host's concurrency when leased (0: unlimited): with a limit, the host's slot is
+    # given back as soon as the response is in (lease_turns' `fetched`).
+    concurrency: int = 0
     # Redis time its request went out when later than the turn allows for (0: on time):
     # the host's next turn then counts from it (ack/fail).
     sent_ms: int = 0
+    # Whether its request to the host got a response (any status): then it is a page of
+    # the host's budget (ack/fail settle it). None: not said; ack counts every outcome
+    # but robots_disallowed, fail only the reasons of a response (RESPONSE_REASONS).
+    responded: bool | None = None
     id: str = field(init=False)  # the task's id, copied: it is read many times per task
 
     def __post_init__(self) -> None:
@@ -224,6 +240,8 @@ class Stats:
     """Counts of every state and the running counters, summed over partitions.
 
     ``hosts_due``: hosts holding pending work with a free slot (what KEDA scales on).
+    ``parked``: the pending tasks of hosts whose page budget is spent (counted in
+    ``pending``): no consumer serves them until the budget is raised.
     """
 
     pending: int = 0
@@ -231,6 +249,7 @@ class Stats:
     waiting: int = 0
     dead: int = 0
     hosts_due: int = 0
+    parked: int = 0
     counters: dict[str, int] = field(default_factory=dict)
     dead_reasons: dict[str, int] = field(default_factory=dict)
 
@@ -244,6 +263,14 @@ class Stats:
         return self.pending + self.leased + self.waiting
 
 
+def budget_spent(conf: str) -> bool:
+    """Whether a hostconf value (lib.lua's conf_encode: delay, conc, budget, used,
+    blocked, robots[, reserved]) has a budget that its pages used and held fill."""
+    fields = (conf.split(",") + [""] * 7)[:7]
+    budget, used, reserved = fields[2], fields[3], fields[6]
+    return budget != "" and int(used or 0) + int(reserved or 0) >= int(budget)
+
+
 def _chunks(items: Sequence[T], size: int) -> Iterable[Sequence[T]]:
     for i in range(0, len(items), size):
         yield items[i:i + size]
@@ -255,6 +282,8 @@ def _text(value: bytes | str) -> str:
 
 #: lease.lua's reply: {now, deadline, wait, retry, paused, next hosts} before the tasks.
 _LEASE_HEAD = 6
+# per lease: id, token, attempt, entry, checkpoint, error, host, delay, concurrency
+_LEASE_FIELDS = 9
 _NEXT_HOSTS = 5
 
 
@@ -434,9 +463,14 @@ class CrawlQueue:
         """Lease up to n tasks from hosts whose turn has come (see `lease_turns`)."""
         return (await self.lease_turns(worker, n, lease_ms)).leases
 
-    async def lease_turns(self, worker: str, n: int, lease_ms: int) -> LeaseBatch:
+    async def lease_turns(self, worker: str, n: int, lease_ms: int,
+                          fetched: list[Lease] | None = None) -> LeaseBatch:
         """Lease up to n tasks from hosts whose turn has come, taking partitions in turn
         so none starves; with none, say how long until a host's turn comes.
+
+        `fetched`: leases of `worker` whose response is in; their hosts get their slots
+        back in the same calls, before the leasing (n may be 0 to only do that). The
+        list is emptied.
 
         A partition with nothing ready is skipped until its next turn (at most
         MAX_IDLE_WAIT_S; UNKNOWN_WAIT_S when no host is due), so an idle partition costs
@@ -449,17 +483,24 @@ class CrawlQueue:
         count = len(self.partitions)
         now = time.monotonic()
         waits: list[float] = []
+        responses_in: dict[int, list[Lease]] = defaultdict(list)
+        for lease in fetched or ():
+            responses_in[lease.partition].append(lease)
+        if fetched:
+            fetched.clear()
         for step in range(count):
-            if len(batch.leases) >= n:
-                break
             p = (self._next_partition + step) % count
-            if now < self._idle_until[p]:
+            mine = responses_in.pop(p, [])
+            if len(batch.leases) >= n and not mine:
+                continue
+            if now < self._idle_until[p] and not mine:
                 waits.append(self._idle_until[p] - now)
                 continue
             got = False
             while True:  # again while a full page of candidate hosts gave tasks
-                reply, full = await self._lease_partition(p, worker, n - len(batch.leases),
-                                                          lease_ms)
+                reply, full = await self._lease_partition(
+                    p, worker, max(0, n - len(batch.leases)), lease_ms, mine)
+                mine = []
                 wait_ms, retry_ms, paused = int(reply[2]), int(reply[3]), int(reply[4]) == 1
                 batch.paused = batch.paused or paused
                 if retry_ms == 0:
@@ -490,8 +531,8 @@ class CrawlQueue:
             batch.wait_s = min(waits)
         return batch
 
-    async def _lease_partition(self, p: int, worker: str, n: int, lease_ms: int
-                               ) -> tuple[Any, bool]:
+    async def _lease_partition(self, p: int, worker: str, n: int, lease_ms: int,
+                               fetched: Sequence[Lease] = ()) -> tuple[Any, bool]:
         """One lease call; and whether more ready hosts may wait.
 
         The script is given candidate hosts and checks them again: a call costs what is
@@ -505,11 +546,17 @@ class CrawlQueue:
         k = _candidates_for(n)
         hosts, self._candidates[p] = self._candidates[p], []
         if hosts:
-            reply = await self._lease_script(pk, worker, n, lease_ms, hosts=hosts)
-            if len(reply) == _LEASE_HEAD and self._candidates[p]:  # none given, others may
-                hosts = self._candidates[p]
+            reply = await self._lease_script(pk, worker, n, lease_ms, hosts=hosts,
+                                             fetched=fetched)
+            if len(reply) == _LEASE_HEAD and self._candidates[p] and n > 0:
+                hosts = self._candidates[p]  # none given, others may
                 reply = await self._lease_script(pk, worker, n, lease_ms, hosts=hosts)
             return reply, len(hosts) >= k
+        if fetched:  # their hosts are the likely ones to have work: no read first
+            hosts = list(dict.fromkeys(lease.host for lease in fetched))
+            reply = await self._lease_script(pk, worker, n, lease_ms, hosts=hosts,
+                                             fetched=fetched)
+            return reply, False
         client = self.client
         cluster = isinstance(client, aioredis.RedisCluster)
         async with client.pipeline(transaction=False) as pipe:
@@ -534,14 +581,18 @@ class CrawlQueue:
         return reply, len(ready) == k
 
     async def _lease_script(self, pk: PartitionKeys, worker: str, n: int, lease_ms: int, *,
-                            hosts: list[str]) -> Any:
-        """lease.lua on these candidate hosts; keeps the ones it names for the next call."""
-        host_keys, _ = self._host_args(pk, hosts)
+                            hosts: list[str], fetched: Sequence[Lease] = ()) -> Any:
+        """lease.lua on these candidate hosts (and the leases whose response is in);
+        keeps the hosts it names for the next call."""
+        host_keys, host_head = self._host_args(pk, hosts)
+        args: list[Any] = [worker, n, lease_ms, _candidates_for(n), *host_head]
+        for lease in fetched:
+            args += [lease.id, lease.token]
         reply = await self.scripts.lease(
             keys=[*pk.host_state, pk.tasks, pk.attempts, pk.leases, pk.owners, pk.seq,
                   pk.stats, pk.checkpoints, pk.errors, pk.pending, pk.prio_hosts, pk.delayed,
-                  pk.done, pk.dead, pk.dead_reasons, *host_keys],
-            args=[worker, n, lease_ms, _candidates_for(n), *hosts],
+                  pk.dead, pk.dead_reasons, *host_keys],
+            args=args,
         )
         self._candidates[pk.partition] = list(dict.fromkeys(
             _text(h) for h in reply[_NEXT_HOSTS]))
@@ -552,8 +603,8 @@ class CrawlQueue:
         reply: list[Any], partition: int, leases: list[Lease], malformed: list[Failure]
     ) -> None:
         granted, deadline = int(reply[0]), int(reply[1])
-        for i in range(_LEASE_HEAD, len(reply), 7):
-            tid, token, attempt, entry, cp, err, host = reply[i:i + 7]
+        for i in range(_LEASE_HEAD, len(reply), _LEASE_FIELDS):
+            tid, token, attempt, entry, cp, err, host, delay, conc = reply[i:i + _LEASE_FIELDS]
             tid, token, host = _text(tid), _text(token), _text(host)
             try:
                 checkpoint = codec.loads(cp) if cp else None
@@ -565,7 +616,8 @@ class CrawlQueue:
                 malformed.append(Failure(Lease(stub, partition, token, deadline, host),
                                          MALFORMED, str(exc), permanent=True))
                 continue
-            leases.append(Lease(task, partition, token, deadline, host, granted))
+            leases.append(Lease(task, partition, token, deadline, host, granted,
+                                delay_ms=int(delay), concurrency=int(conc)))
 
     # -- transitions on held leases --------------------------------------------------
 
@@ -575,6 +627,10 @@ class CrawlQueue:
         for item in items:
             groups[lease_of(item).partition].append(item)
         return groups
+
+    def woken(self) -> None:
+        """Another process says work may be ready: ask every partition on the next call."""
+        self._slots_freed(range(len(self.partitions)))
 
     def _slots_freed(self, partitions: Iterable[int]) -> None:
         """A lease ended here: its partition may have a host ready again at once."""
@@ -620,7 +676,9 @@ class CrawlQueue:
                     pk.checkpoints, pk.errors, pk.stalls, pk.stats, pk.done]
             args: list[Any] = [worker, int(marks)]
             for lease, outcome in group:
-                args.extend((lease.id, lease.token, outcome, lease.sent_ms))
+                responded = (outcome != ROBOTS_DISALLOWED if lease.responded is None
+                             else lease.responded)
+                args.extend((lease.id, lease.token, outcome, lease.sent_ms, int(responded)))
                 if marks:
                     bucket, seen_field = self._seen_mark(pk, lease.id)
                     keys.append(bucket)
@@ -641,10 +699,12 @@ class CrawlQueue:
             for f in group:
                 reason = "".join(f.reason.split()) or "error"
                 retry_after = -1 if f.retry_after is None else max(0, int(f.retry_after * 1000))
+                responded = (f.reason in RESPONSE_REASONS if f.lease.responded is None
+                             else f.lease.responded)
                 args += [f.lease.id, f.lease.token, f.lease.task.max_attempts, reason,
                          f.message[:1000], retry_after, int(f.permanent),
                          repr(self._jitter()), max(0, int(f.cooldown * 1000)),
-                         f.lease.sent_ms]
+                         f.lease.sent_ms, int(responded)]
             calls.append((self.scripts.fail, [*pk.host_state, pk.leases, pk.owners,
                                               pk.attempts, pk.delayed, pk.dead, pk.errors,
                                               pk.dead_reasons, pk.stats, pk.tasks,
@@ -876,10 +936,14 @@ class CrawlQueue:
                 pipe.zcard(pk.due)
                 pipe.hgetall(pk.stats)
                 pipe.hgetall(pk.dead_reasons)
+                pipe.zrange(pk.budget, 0, -1)
             replies = await pipe.execute()
         s = Stats()
-        for i in range(0, len(replies), 7):
-            pending, leased, waiting, dead, due, counters, reasons = replies[i:i + 7]
+        budgeted: list[tuple[PartitionKeys, list[str]]] = []
+        for i in range(0, len(replies), 8):
+            pending, leased, waiting, dead, due, counters, reasons, hosts = replies[i:i + 8]
+            if hosts:
+                budgeted.append((self.partitions[i // 8], [_text(h) for h in hosts]))
             s.pending += int(pending or 0)
             s.leased += leased
             s.waiting += waiting
@@ -889,16 +953,34 @@ class CrawlQueue:
                 s.counters[_text(k)] = s.counters.get(_text(k), 0) + int(v)
             for k, v in reasons.items():
                 s.dead_reasons[_text(k)] = s.dead_reasons.get(_text(k), 0) + int(v)
+        if budgeted:
+            s.parked = await self._parked(budgeted)
         return s
 
+    async def _parked(self, budgeted: list[tuple[PartitionKeys, list[str]]]) -> int:
+        """The pending tasks of the hosts (those with a budget, per partition) whose
+        budget is spent by pages used and held (lib.lua's budget_left)."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for pk, hosts in budgeted:
+                pipe.hmget(pk.hostconf, hosts)
+                pipe.zmscore(pk.queued, hosts)
+            replies = await pipe.execute()
+        parked = 0
+        for confs, queued in zip(replies[::2], replies[1::2], strict=True):
+            for conf, n in zip(confs, queued, strict=True):
+                if conf and budget_spent(_text(conf)):
+                    parked += int(n or 0)
+        return parked
+
     async def is_empty(self) -> bool:
-        """Whether nothing is pending, leased or waiting in the whole crawl, read atomically
+        """Whether nothing is pending (but tasks parked by a spent budget), leased or
+        waiting in the whole crawl, read atomically
         (one script over every partition on one Redis; per partition on a cluster, where a
         task never moves between partitions and children are enqueued before their
         parent's ack, so a crawl read empty partition by partition twice in a row is
         empty)."""
         def keys(pk: PartitionKeys) -> list[str]:
-            return [pk.pending, pk.leases, pk.delayed]
+            return [pk.pending, pk.leases, pk.delayed, pk.due]
 
         if not isinstance(self.client, aioredis.RedisCluster):
             every = [k for pk in self.partitions for k in keys(pk)]

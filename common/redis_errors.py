@@ -18,6 +18,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from common.config import redact_url
 
+#: What a Redis call raises when Redis refuses or can't be reached: loops that must
+#: outlive an outage catch these.
+REDIS_ERRORS = (RedisError, OSError)
+
 _REFUSALS = ("OOM", "NOPERM", "NOAUTH", "WRONGPASS", "READONLY", "LOADING", "MISCONF")
 _SCRIPT_ERROR = re.compile(r"-([A-Z]{3,}) ")
 

@@ -56,10 +56,14 @@ CONSUMER_OPTIONS = (
            "tasks per lease/ack round trip (0 = derived from --concurrency)", type=int,
            field="batch_size"),
     Option("--per-host-concurrency", "CRAWLQ_PER_HOST_CONCURRENCY", 2,
-           "most requests in flight to one host across the whole fleet (0 = no limit)",
-           type=int),
+           "most requests in flight to one host across the whole fleet (0 = no limit); "
+           "a crawl policy value: used only when this consumer creates the crawl's policy, "
+           "else the crawl's holds (a WARNING if they differ; change it with crawlq crawl "
+           "set)", type=int),
     Option("--per-host-delay", "CRAWLQ_PER_HOST_DELAY", 1.0,
-           "least time between requests to one host across the whole fleet",
+           "least time between requests to one host across the whole fleet; a crawl "
+           "policy value: used only when this consumer creates the crawl's policy, else "
+           "the crawl's holds (a WARNING if they differ; change it with crawlq crawl set)",
            type=duration, field="per_host_delay_s"),
     Option("--timeout", "CRAWLQ_TIMEOUT", 30.0, "total time for one fetch, redirects and "
            "body included", type=duration, field="fetch.total_timeout"),
@@ -100,10 +104,20 @@ CONSUMER_OPTIONS = (
            "and stream results (WARC always does)", flag_only_bool=True),
     Option("--stream-maxlen", "CRAWLQ_STREAM_MAXLEN", 1_000_000,
            "approximate cap of the redis-stream sink", type=int),
+    Option("--sink-retry-for", "CRAWLQ_SINK_RETRY_FOR", 60.0, "when the sink refuses "
+           "writes (disk full, read-only, Redis refusing the stream): stop leasing, release "
+           "the unwritten tasks, retry this long, then exit 6", type=duration,
+           field="sink_retry_for_s"),
     Option("--handler", "CRAWLQ_HANDLER", "", "async handler module:function, given each "
            "response; may return items and new URLs (e.g. consumer.handlers:links)"),
     Option("--max-depth", "CRAWLQ_MAX_DEPTH", 3, "deepest link depth a handler may enqueue",
            type=int),
+    Option("--max-links", "CRAWLQ_MAX_LINKS", 10_000, "most links taken from one page; "
+           "the rest are dropped and counted (crawlq_links_total{fate=\"capped\"})",
+           type=int),
+    Option("--link-cache", "CRAWLQ_LINK_CACHE", 50_000, "discovered URLs this consumer "
+           "remembers having sent to the crawl's dedup, so links repeated on every page "
+           "skip it (0 = off; ~200 bytes each)", type=int),
     Option("--allow-domains", "CRAWLQ_ALLOW_DOMAINS", [], "domain a handler's links may "
            "go to (and its subdomains), repeatable; none = the parent URL's host",
            append=True, convert=_domains),
@@ -157,8 +171,11 @@ class ConsumerSettings:
     gzip: bool = False
     store_body: bool = False
     stream_maxlen: int = 1_000_000
+    sink_retry_for_s: float = 60.0
     handler: str = ""
     max_depth: int = 3
+    max_links: int = 10_000
+    link_cache: int = 50_000
     allow_domains: tuple[str, ...] = ()
     http_host: str = "127.0.0.1"
     http_port: int = 9410
@@ -177,11 +194,14 @@ class ConsumerSettings:
             raise ConfigError("--concurrency must be >= 1")
         if self.lease_s < 1:
             raise ConfigError("--lease must be at least 1s (heartbeats renew at a third)")
+        if self.sink_retry_for_s < 0:
+            raise ConfigError("--sink-retry-for must be >= 0")
         if self.per_host_concurrency < 0 or self.per_host_delay_s < 0:
             raise ConfigError("--per-host-concurrency and --per-host-delay must be >= 0")
-        if min(self.max_depth, self.max_stalls, self.batch_size, self.gc_threshold) < 0:
-            raise ConfigError("--max-depth, --max-stalls, --lease-batch and --gc-threshold "
-                              "must be >= 0")
+        if min(self.max_depth, self.max_stalls, self.batch_size, self.gc_threshold,
+               self.max_links, self.link_cache) < 0:
+            raise ConfigError("--max-depth, --max-stalls, --lease-batch, --gc-threshold, "
+                              "--max-links and --link-cache must be >= 0")
 
     @property
     def lease_ms(self) -> int:

@@ -1,5 +1,10 @@
 """The consumer's flush path: results to the sink, discovered links to the queue, then
-ack / fail / release in batches — acks only after the sink has the result."""
+ack / fail / release in batches — acks only after the sink has the result.
+
+Queue calls are retried through a Redis outage. A sink write that fails is not an
+outage: its tasks are released instead of acked, and `SinkHealth` takes over (see
+``consumer.sinkhealth``): while the sink fails, batches wait for its next try.
+"""
 
 from __future__ import annotations
 
@@ -11,21 +16,40 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import RedisError
-from yarl import URL
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from common.errors import RedisUnavailableError
 from common.metrics import Metrics
-from common.queue import Code, CrawlQueue, Failure, Lease, NewTask
-from common.urls import canonicalize, fingerprint
+from common.queue import Code, CrawlQueue, Failure, Lease
+from common.redis_errors import REDIS_ERRORS
 from consumer.backoff import Backoff
+from consumer.intake import LinkIntake
 from consumer.leases import LeaseBook
-from consumer.sinks import Record, Sink
+from consumer.sinkhealth import SinkHealth
+from consumer.sinks import ProbingSink, Record, Sink
 
 log = logging.getLogger("consumer")
 
 FLUSH_INTERVAL_S = 0.02
-REDIS_ERRORS = (RedisError, OSError)
 _LOST = frozenset({Code.STALE, Code.EXPIRED, Code.UNKNOWN})  # the lease was not ours anymore
+DEFAULT_SINK_RETRY_FOR_S = 60.0
+
+
+def sink_outage(exc: BaseException) -> bool:
+    """Whether a sink write failed because Redis can't be reached (the redis-stream sink,
+    ``consumer.sinks.stream``): that is the queue's outage too, retried like its calls.
+    Anything else the sink raises (a full or read-only volume, Redis refusing the
+    stream: out of memory, ACL, wrong type) is a sink failure."""
+    return isinstance(exc, RedisUnavailableError) and isinstance(
+        exc.__cause__, RedisConnectionError | RedisTimeoutError)
+
+
+def describe_error(exc: BaseException | None) -> str:
+    """`exc` in one short line, for logs and /readyz."""
+    if exc is None:
+        return ""
+    return f"{type(exc).__name__}: {exc}"[:300]
 
 
 @dataclass(slots=True)
@@ -48,38 +72,63 @@ class Flusher:
     """Collects completions and flushes them in batches."""
 
     def __init__(self, queue: CrawlQueue, sink: Sink, metrics: Metrics, book: LeaseBook,
-                 *, worker: str, batch: int, max_depth: int,
-                 allow_domains: Sequence[str], on_freed: Callable[[], None]) -> None:
+                 *, worker: str, batch: int, intake: LinkIntake,
+                 on_freed: Callable[[], None],
+                 urgent: Callable[[], bool] = lambda: False,
+                 notify: Callable[[], Awaitable[None]] | None = None,
+                 health: SinkHealth | None = None) -> None:
         self.queue = queue
         self.sink = sink
         self.metrics = metrics
         self.book = book
         self.worker = worker
-        self.max_depth = max_depth
-        self.allow_domains = tuple(allow_domains)
+        self.intake = intake
         self._on_freed = on_freed
+        self._urgent = urgent
+        self._notify = notify
         self._flush_at = batch
+        self.health = health if health is not None else SinkHealth(DEFAULT_SINK_RETRY_FOR_S)
         self.completions: list[Completion] = []
+        self._in_flush: set[str] = set()  # ids of the batches being flushed
+        self._quiet = asyncio.Event()  # no batch is being flushed
+        self._quiet.set()
         self._completed = asyncio.Event()
         self.done = 0
         self.failed = 0
 
     def add(self, completion: Completion) -> None:
-        """Queue a completion; wakes the flusher for the first one and for a full batch."""
+        """Queue a completion; wakes the flusher for the first one, a full batch, or
+        any while the consumer is urgent."""
         self.completions.append(completion)
-        if len(self.completions) >= self._flush_at or len(self.completions) == 1:
+        if len(self.completions) >= self._flush_at or len(self.completions) == 1 \
+                or self._urgent():
             self._completed.set()
 
     def finishing(self) -> set[str]:
-        """Ids whose results wait to be flushed (they are not to be released)."""
-        return {c.lease.id for c in self.completions if c.kind != "drop"}
+        """Ids whose results wait to be flushed or are being flushed (they are not to be
+        released)."""
+        return {c.lease.id for c in self.completions if c.kind != "drop"} | self._in_flush
 
     async def run(self, closing: Callable[[], bool]) -> None:
-        """Flush as soon as a good batch is ready, else at most FLUSH_INTERVAL_S late."""
+        """Flush as soon as a good batch is ready, else at most FLUSH_INTERVAL_S late; at
+        once when the consumer is `urgent` (a fetch slot waits for what a flush frees:
+        batching would only leave it idle). Completions that arrive during a flush make
+        the next batch. While the sink fails, flush only at its next try (the results
+        that came meanwhile are that try), or probe it when none came."""
         while not closing():
+            if self.health.failing:
+                await asyncio.sleep(max(0.0, self.health.next_try - time.monotonic()))
+                if not self.health.failing:
+                    continue
+                if not self.completions:
+                    await self._probe()
+                    continue
+                self._completed.clear()
+                await self.flush()
+                continue
             await self._completed.wait()
             deadline = time.monotonic() + FLUSH_INTERVAL_S
-            while len(self.completions) < self._flush_at:
+            while len(self.completions) < self._flush_at and not self._urgent():
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -94,7 +143,19 @@ class Flusher:
         while self.completions:
             batch = self.completions[:1000]
             del self.completions[:1000]
-            await self._flush_batch(batch)
+            ids = {c.lease.id for c in batch}
+            self._in_flush |= ids
+            self._quiet.clear()
+            try:
+                await self._flush_batch(batch)
+            finally:
+                self._in_flush -= ids
+                if not self._in_flush:
+                    self._quiet.set()
+
+    async def settle(self) -> None:
+        """Wait for batches another caller is flushing (shutdown: under a timeout)."""
+        await self._quiet.wait()
 
     async def _flush_batch(self, batch: list[Completion]) -> None:
         live: list[Completion] = []
@@ -102,6 +163,7 @@ class Flusher:
         acks: list[tuple[Lease, str]] = []
         fails: list[Failure] = []
         releases: list[Lease] = []
+        recorded: list[Lease] = []  # the lease of each record
         book = self.book
         for c in batch:
             lease = c.lease
@@ -116,15 +178,25 @@ class Flusher:
                 acks.append((lease, c.outcome))
                 if c.record is not None:
                     records.append(c.record)
+                    recorded.append(lease)
             elif c.kind == "fail" and c.failure is not None:
                 fails.append(c.failure)
             elif c.kind == "release":
                 releases.append(lease)
-        children = self._children(live)
-        if records:
-            await self._retry("sink", lambda: self.sink.write(records))
+        unwritten: set[str] = set()
+        if records and not await self._write(records):
+            # Never ack what the sink does not have: these tasks go back to their hosts'
+            # queues (fetched again, by whoever leases them next), links not sent.
+            unwritten = {lease.id for lease in recorded}
+            acks = [a for a in acks if a[0].id not in unwritten]
+            codes = await self._retry("release", lambda: self.queue.release(
+                self.worker, recorded, restart_turn=True))
+            self._account(recorded, codes, ["released"] * len(recorded))
+        children, seen = self.intake.children(
+            (c.lease.task, c.urls) for c in live if c.urls and c.lease.id not in unwritten)
         if children:
             await self._retry("enqueue", lambda: self.queue.enqueue(children))
+        self.intake.sent(seen)
         if acks:
             codes = await self._retry("ack", lambda: self.queue.ack(self.worker, acks))
             self._account([a[0] for a in acks], codes, [a[1] for a in acks])
@@ -139,6 +211,9 @@ class Flusher:
                 self.worker, releases, restart_turn=True))
             self._account(releases, codes, ["released"] * len(releases))
         self.metrics.publish()
+        self.intake.publish()
+        if self._notify is not None and (children or acks or fails or releases):
+            await self._notify()  # slots freed, links queued: idle peers may lease now
 
     def _account(self, leases: Sequence[Lease], codes: Sequence[Code],
                  outcomes: Sequence[str]) -> None:
@@ -166,28 +241,42 @@ class Flusher:
             self.metrics.leases_lost_total.inc(lost)
         self._on_freed()
 
-    def _children(self, live: Sequence[Completion]) -> list[NewTask]:
-        """Discovered URLs, canonical, within --max-depth and --allow-domains."""
-        out: list[NewTask] = []
-        for c in live:
-            if not c.urls or c.lease.task.depth + 1 > self.max_depth:
-                continue
-            task = c.lease.task
-            parent_host = URL(task.url, encoded=True).raw_host or ""
-            for raw in c.urls:
-                url = canonicalize(raw)
-                if not isinstance(url, str):
+    async def _write(self, records: list[Record]) -> bool:
+        """Write `records` to the sink; False when the sink refused them (reported to
+        `health`). A redis-stream sink that can't reach Redis is retried as an outage."""
+        outage = Backoff()
+        while True:
+            try:
+                await self.sink.write(records)
+            except Exception as exc:
+                if sink_outage(exc):
+                    self.metrics.redis_errors_total.inc()
+                    log.warning("flush_retry", extra={"step": "sink", "error": str(exc)[:200]})
+                    await outage.sleep()
                     continue
-                host = URL(url, encoded=True).raw_host or ""
-                if not self._allowed(host, parent_host):
-                    continue
-                out.append(NewTask(url, fingerprint(url), max_attempts=task.max_attempts,
-                                   meta=task.meta, depth=task.depth + 1))
-        return out
+                self.metrics.sink_errors_total.inc()
+                log.warning("sink_write_failed", extra={"records": len(records),
+                                                        "error": describe_error(exc)})
+                self.health.failed(exc)
+                return False
+            self.health.written()
+            return True
 
-    def _allowed(self, host: str, parent_host: str) -> bool:
-        domains = self.allow_domains or (parent_host,)
-        return any(host == d or host.endswith("." + d) for d in domains)
+    async def _probe(self) -> None:
+        """Try a failing sink without results to write: its probe() (file sinks), else
+        (no probe) let the consumer lease again and try with the next batch."""
+        if not isinstance(self.sink, ProbingSink):
+            self.health.trial()
+            return
+        try:
+            await self.sink.probe()
+        except Exception as exc:
+            self.metrics.sink_errors_total.inc()
+            log.warning("sink_probe_failed", extra={"error": describe_error(exc)})
+            self.health.failed(exc)
+            return
+        log.info("sink_probe_passed", extra={"failures": self.health.failures})
+        self.health.trial()
 
     async def _retry(self, what: str, call: Callable[[], Awaitable[Any]]) -> Any:
         """Run a flush step until it succeeds: results are never dropped for an outage."""

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from common import history
 from common.metrics import Metrics
 from common.queue import CrawlQueue, Lease
+from common.redis_errors import REDIS_ERRORS
 from common.workers import WorkerRegistry
-from consumer.flush import REDIS_ERRORS
 from consumer.leases import LeaseBook
 
 log = logging.getLogger("consumer")

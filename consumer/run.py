@@ -12,18 +12,26 @@ from redis.exceptions import OutOfMemoryError, ResponseError
 
 from common.connection import RedisClient, open_redis
 from common.errors import ConfigError
-from common.frontier import Frontier
+from common.exitcodes import EXIT_SINK
 from common.http.fetcher import Fetcher
 from common.keys import CrawlKeys
 from common.metrics import Metrics
+from common.policy import (
+    POLICY_OPTIONS,
+    CrawlPolicy,
+    ensure_policy,
+    read_policy,
+    sync_partitions,
+)
 from common.queue import CrawlQueue, RetryPolicy
+from common.redis_errors import REDIS_ERRORS
 from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
-from consumer.flush import REDIS_ERRORS
+from consumer.flush import describe_error
 from consumer.handlers import load_handler
 from consumer.http_server import SideServer
 from consumer.robots import RobotsCache
-from consumer.sinks import make_sink
+from consumer.sinks import make_sink, sink_target
 from consumer.worker import Consumer
 
 log = logging.getLogger("consumer")
@@ -37,9 +45,12 @@ async def _wait_for_crawl(settings: ConsumerSettings, client: RedisClient,
                          max_stalls=settings.max_stalls)
     backoff = Backoff(base=0.1, cap=2.0)
     started = time.monotonic()
-    announced = False
+    announced = ensured = False
     while not stop.is_set():
         try:
+            if not ensured:  # a consumer that starts first gives the crawl its policy
+                await _ensure_policy(client, settings)
+                ensured = True
             if await client.exists(CrawlKeys.build(settings.common.crawl).meta):
                 return await CrawlQueue.existing(client, settings.common.crawl,
                                                  policy=policy)
@@ -68,16 +79,56 @@ async def _connect(settings: ConsumerSettings, stop: asyncio.Event) -> RedisClie
     return None
 
 
-async def _write_defaults(queue: CrawlQueue, settings: ConsumerSettings) -> None:
-    """Make this consumer's politeness flags the crawl's defaults; a full Redis (at
-    maxmemory) refuses the write, and the consumer goes on with the ones stored."""
+def _out_of_memory(exc: ResponseError) -> bool:
+    return isinstance(exc, OutOfMemoryError) or "OOM" in str(exc)
+
+
+def _flag_policy(settings: ConsumerSettings) -> CrawlPolicy:
+    """The policy this consumer's crawl-level flags ask for."""
+    return CrawlPolicy(per_host_delay=settings.per_host_delay_s,
+                       per_host_concurrency=settings.per_host_concurrency)
+
+
+async def _ensure_policy(client: RedisClient, settings: ConsumerSettings) -> None:
+    """Create the crawl's policy from this consumer's flags if the crawl has none; never
+    change one that exists: a flag that differs from it gets one WARNING (the crawl's
+    value wins; `crawlq crawl set` changes it). A full Redis (at maxmemory) refuses the
+    write, and the consumer goes on with what is stored."""
+    crawl, wanted = settings.common.crawl, _flag_policy(settings)
     try:
-        await Frontier(queue).set_defaults(delay_s=settings.per_host_delay_s,
-                                           concurrency=settings.per_host_concurrency)
+        stored, created = await ensure_policy(
+            client, crawl, wanted, by=f"consumer {settings.worker_id} (created the crawl)")
     except ResponseError as exc:
-        if not isinstance(exc, OutOfMemoryError) and "OOM" not in str(exc):
+        if not _out_of_memory(exc):
             raise
-        log.warning("crawl_defaults_not_written", extra={"error": str(exc)[:200]})
+        log.warning("crawl_policy_not_written", extra={"error": str(exc)[:200]})
+        return
+    if created:
+        log.info("crawl_policy_created", extra={"crawl": crawl, **wanted.texts()})
+        return
+    theirs, mine = stored.policy.texts(), wanted.texts()
+    for opt in POLICY_OPTIONS:
+        if theirs[opt.name] != mine[opt.name]:
+            log.warning("crawl_policy_differs", extra={
+                "crawl": crawl, "flag": opt.flag, "flag_value": mine[opt.name],
+                "crawl_value": theirs[opt.name],
+                "advice": f"{opt.flag} applies only when a consumer creates the crawl's "
+                          f"policy; the crawl's {opt.name}={theirs[opt.name]} holds. Change "
+                          f"it with: crawlq crawl set --crawl {crawl} "
+                          f"{opt.name}={mine[opt.name]}"})
+
+
+async def _sync_policy(queue: CrawlQueue) -> None:
+    """Give the crawl's partitions its policy if they hold an older version (the crawl
+    was created after the policy)."""
+    try:
+        stored = await read_policy(queue.client, queue.crawl, log_limit=0)
+        if stored is not None:
+            await sync_partitions(queue.client, queue.crawl, stored)
+    except ResponseError as exc:
+        if not _out_of_memory(exc):
+            raise
+        log.warning("crawl_policy_not_written", extra={"error": str(exc)[:200]})
 
 
 async def run(settings: ConsumerSettings) -> int:
@@ -123,8 +174,17 @@ async def run(settings: ConsumerSettings) -> int:
                              gzip=settings.gzip, store_body=settings.store_body,
                              stream_maxlen=settings.stream_maxlen,
                              stream_key=CrawlKeys.build(settings.common.crawl).results)
-            await _write_defaults(queue, settings)
-            await sink.open()
+            await _sync_policy(queue)
+            try:
+                await sink.open()
+            except OSError as exc:  # e.g. --output on a read-only volume
+                kind, target = sink_target(sink)
+                log.error("sink_failed", extra={
+                    "sink": kind, "target": target, "error": describe_error(exc),
+                    "exit_code": EXIT_SINK,
+                    "advice": f"the {kind} sink ({target}) can't be opened; fix the volume "
+                              "(permissions, read-only mount, space), then restart"})
+                return EXIT_SINK
             fetcher = await stack.enter_async_context(Fetcher(settings.fetch))
             robots = None
             if not settings.ignore_robots:

@@ -11,9 +11,17 @@ Coroutines of one process:
   is not known yet waits outside the workers while it is looked up; when this consumer
   fetched robots.txt itself, that request was the host's turn, so the task goes back to
   the head of its host's queue for the next one;
-- the flusher (``consumer.flush``) writes results, enqueues discovered URLs, then
-  acks/fails/releases in batches;
+- the flusher (``consumer.flush``) writes results, enqueues discovered URLs (through
+  ``consumer.intake``), then acks/fails/releases in batches; at once when a fetch slot
+  idles waiting for what a flush frees, and then tells the crawl's idle consumers
+  (``common.wake``);
+- the wake listener: another process freed a host's slot or queued work, so the leaser
+  asks again now instead of at the end of its back-off;
 - the heartbeat and the reaper (``consumer.housekeeping``).
+
+When the sink refuses a write (``consumer.sinkhealth``) the leaser stops, what is held
+and not started is released, and the consumer waits for the sink to take writes again;
+after ``--sink-retry-for`` it gives up: drains at once and exits ``EXIT_SINK``.
 """
 
 from __future__ import annotations
@@ -27,20 +35,26 @@ from collections.abc import Sequence
 from typing import Any
 
 from common.errors import FetchError, RedisUnavailableError
+from common.exitcodes import EXIT_OK, EXIT_SINK
 from common.frontier import Frontier
 from common.http.fetcher import Fetcher, FetchResult
 from common.metrics import Metrics
 from common.queue import Code, CrawlQueue, Failure, Lease, LeaseBatch
+from common.reasons import CONNECT_ERROR
+from common.redis_errors import REDIS_ERRORS
+from common.wake import WakeChannel
 from common.workers import WorkerRegistry
 from consumer.backoff import Backoff
 from consumer.clock import RedisClock
 from consumer.config import ConsumerSettings
-from consumer.flush import REDIS_ERRORS, Completion, Flusher
+from consumer.flush import Completion, Flusher, describe_error
 from consumer.handlers import Handler, HandlerContext, LeaseLostError, as_result
 from consumer.housekeeping import Housekeeping
+from consumer.intake import LinkIntake
 from consumer.leases import LeaseBook
 from consumer.robots import RobotsCache, RobotsVerdict
-from consumer.sinks import Record, Sink
+from consumer.sinkhealth import SinkHealth
+from consumer.sinks import Record, Sink, sink_target
 
 log = logging.getLogger("consumer")
 
@@ -58,6 +72,10 @@ DISPATCH_MS = int(DISPATCH_S * 1000)
 #: A polite request this much later than DISPATCH_S after its turn is on time: its host's
 #: next turn is not moved (each move is a write, and a late turn a slower crawl).
 LATE_SLACK_MS = 10
+#: Responses waiting for (or in) the handler past which the consumer leases nothing: its
+#: CPU is the bottleneck, and leases it took would wait for it while another consumer of
+#: the fleet could serve them (a host's slot comes back when the response is in).
+MAX_HANDLING = 4
 #: Shortest sleep between lease calls when a host's turn is close.
 MIN_IDLE_WAIT_S = 0.005
 
@@ -85,11 +103,16 @@ class Consumer:
         self.robots = robots
         self.handler = handler
         self.book = LeaseBook(settings.lease_s, metrics)
+        intake = LinkIntake(metrics, max_depth=settings.max_depth,
+                            allow_domains=settings.allow_domains,
+                            cache_size=settings.link_cache,
+                            recrawl_after_s=queue.recrawl_after_s)
+        self.wake = WakeChannel(queue.client, queue.crawl_keys.wake, listening=True)
+        self.sink_health = SinkHealth(settings.sink_retry_for_s)
         self.flusher = Flusher(queue, sink, metrics, self.book, worker=self.worker,
-                               batch=max(8, settings.lease_batch // 4),
-                               max_depth=settings.max_depth,
-                               allow_domains=settings.allow_domains,
-                               on_freed=self._slot_freed)
+                               batch=max(8, settings.lease_batch // 4), intake=intake,
+                               on_freed=self._slot_freed, urgent=self._starved,
+                               notify=self.wake.notify, health=self.sink_health)
         self.housekeeping = Housekeeping(
             queue, self.book, metrics,
             WorkerRegistry(queue.client, queue.crawl, self.worker, ttl_s=settings.lease_s),
@@ -105,6 +128,7 @@ class Consumer:
         self._idle: deque[asyncio.Future[None]] = deque()
         self._workers: list[asyncio.Task[None]] = []
         self._fetching: set[str] = set()
+        self._handling = 0  # responses in the handler (or waiting for the CPU to run it)
         self._started: set[str] = set()  # fetch begun: drained within --grace, not cut
         self._room = asyncio.Event()
         self._freed = asyncio.Event()
@@ -113,15 +137,26 @@ class Consumer:
         self.draining = False
         self._closing = False
         self.stop_reason = ""
+        self.exit_code = EXIT_OK
         self.started = time.monotonic()
         metrics.in_flight.set_function(lambda: len(self._fetching))
-        # Prefetch (leases queued ahead of free workers) only when nothing is polite:
-        # a polite lease is its host's turn and must be fetched when it is granted.
-        self._polite = settings.per_host_delay_s > 0 or settings.per_host_concurrency > 0
-        self._max_active = settings.concurrency * (1 if self._polite else 2)
+        self._leaser_idle = False  # the leaser waits for a host's slot or new work
+        # Leases whose response is in, to a host with a concurrency limit: the next lease
+        # call gives their hosts' slots back (the ack comes after the handler and sink).
+        self._responses_in: list[Lease] = []
         self._max_held = 4 * settings.concurrency
-        self._lease_min = 1 if self._polite else max(1, min(settings.lease_batch,
-                                                            self._max_active) // 4)
+        # Whether the crawl's leases come with a delay (the lease reply says, host by
+        # host): then each is its host's turn, to be fetched when granted, so nothing is
+        # prefetched. Assumed until a lease call shows otherwise.
+        self._set_timed(True)
+
+    def _set_timed(self, timed: bool) -> None:
+        """Size leasing for timed leases (one slot, one turn) or untimed (prefetch up to
+        2x --concurrency, in calls of a quarter batch)."""
+        self._timed = timed
+        c = self.s.concurrency
+        self._max_active = c if timed else 2 * c
+        self._lease_min = 1 if timed else max(1, min(self.s.lease_batch, 2 * c) // 4)
 
     @property
     def done(self) -> int:
@@ -136,8 +171,10 @@ class Consumer:
         return self.book.held
 
     def _status(self) -> dict[str, int | str]:
+        state = "draining" if self.draining else \
+            "sink_failing" if self.sink_health.failing else "running"
         return {"in_flight": len(self._fetching), "done": self.done, "failed": self.failed,
-                "state": "draining" if self.draining else "running"}
+                "state": state}
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -153,6 +190,10 @@ class Consumer:
         """Why /readyz should fail, or None."""
         if self.draining:
             return "draining"
+        if self.sink_health.episode_open:
+            kind, target = sink_target(self.sink)
+            return (f"sink failing: {kind} {target}: "
+                    f"{describe_error(self.sink_health.last_error)}")
         try:
             await self.queue.client.ping()
         except REDIS_ERRORS as exc:
@@ -166,7 +207,7 @@ class Consumer:
         closing = self._is_closing
         helpers = [asyncio.create_task(c) for c in (
             self.housekeeping.heartbeat(closing), self.housekeeping.reaper(closing),
-            self.flusher.run(closing))]
+            self.flusher.run(closing), self.wake.listen(self._woken, closing))]
         self._workers = [asyncio.create_task(self._worker())
                          for _ in range(self.s.concurrency)]
         try:
@@ -185,7 +226,7 @@ class Consumer:
                 await self.housekeeping.registry.leave()
         log.info("consumer_stopped", extra={"worker": self.worker, "reason": self.stop_reason,
                                             "done": self.done, "failed": self.failed})
-        return 0
+        return self.exit_code
 
     def _is_closing(self) -> bool:
         return self._closing
@@ -201,15 +242,20 @@ class Consumer:
                 # Python 3.11's asyncio.wait_for (redis-py's socket writes) drops a cancel
                 # that lands as the write completes; the task still counts it: honour it.
                 raise asyncio.CancelledError
+            if self.sink_health.failing:
+                await self._sink_failing()
+                continue
             room = self._lease_room()
-            if room < self._lease_min:
+            if room < self._lease_min and not self._responses_in:
                 self._room.clear()
                 await self._room.wait()
                 continue
+            n = min(room, self.s.lease_batch) if room >= self._lease_min else 0
             t0 = time.monotonic()
             try:
-                batch = await self.queue.lease_turns(self.worker, min(room, self.s.lease_batch),
-                                                     self.s.lease_ms)
+                # Hosts whose responses are in get their slots back in the same call.
+                batch = await self.queue.lease_turns(self.worker, n, self.s.lease_ms,
+                                                     self._responses_in)
             except REDIS_ERRORS as exc:
                 self.metrics.redis_errors_total.inc()
                 log.warning("redis_error", extra={"during": "lease", "error": str(exc)[:200]})
@@ -222,14 +268,23 @@ class Consumer:
                     old = self.book.hold(lease, t0)
                     if old is not None:
                         self._drop_work(old)
+                timed = any(lease.delay_ms > 0 for lease in batch.leases)
+                if timed != self._timed:
+                    self._set_timed(timed)
                 self._dispatch(batch.leases)
                 idle.reset()
                 continue
+            if not n:
+                continue  # only gave slots back: wait for room
             if self.s.exit_when_empty and await self._crawl_finished():
                 self.stop_reason = "crawl empty"
                 self.draining = True
                 return
-            await self._idle_wait(batch, idle)
+            self._leaser_idle = True
+            try:
+                await self._idle_wait(batch, idle)
+            finally:
+                self._leaser_idle = False
         if not self.stop_reason:
             self.stop_reason = "signal"
 
@@ -253,18 +308,75 @@ class Consumer:
         if freed.done() and not freed.cancelled():
             idle.reset()
 
+    async def _sink_failing(self) -> None:
+        """The sink refused a write: lease nothing, release what is held and not started
+        (fetches in flight go on: their results are the flusher's next try), until the
+        sink takes writes again or the episode has lasted --sink-retry-for (give up)."""
+        health = self.sink_health
+        log.warning("sink_failing", extra={"error": describe_error(health.last_error),
+                                           "held": len(self.book),
+                                           "left_s": round(health.left_s(), 1)})
+        while health.failing and not self.draining:
+            await self._shed()
+            if health.gave_up():
+                self._give_up()
+                return
+            health.changed.clear()
+            stop = asyncio.ensure_future(self._stop.wait())
+            changed = asyncio.ensure_future(health.changed.wait())
+            try:  # at least once a second: a release that met a Redis outage is retried
+                await asyncio.wait({stop, changed}, timeout=min(1.0, health.left_s()),
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stop.cancel()
+                changed.cancel()
+        if not health.failing and not self.draining:
+            log.info("sink_trying_again", extra={"failures": health.failures})
+
+    async def _shed(self) -> None:
+        """Give back every held lease that is not being fetched and has no result waiting."""
+        self._pending.clear()
+        self._scheduled.clear()
+        parked = list(self._waiting.values())
+        self._waiting.clear()
+        await self._cancel(parked)
+        await self._release_unfinished()
+
+    def _give_up(self) -> None:
+        """The sink failed for the whole --sink-retry-for: say so once, then stop now
+        (no grace: results can't be written) and exit EXIT_SINK."""
+        health = self.sink_health
+        kind, target = sink_target(self.sink)
+        log.error("sink_failed", extra={
+            "sink": kind, "target": target, "error": describe_error(health.last_error),
+            "failures": health.failures, "retried_s": round(health.retry_for_s, 1),
+            "exit_code": EXIT_SINK,
+            "advice": f"the {kind} sink ({target}) refused every write for "
+                      f"--sink-retry-for; its tasks were released for other consumers. "
+                      f"Fix the volume (space, permissions, read-only mount) or the "
+                      f"stream's Redis, then restart this consumer"})
+        self.stop_reason = "sink failed"
+        self.exit_code = EXIT_SINK
+        self.draining = True
+        self._hard_stop.set()
+        self._stop.set()
+        self._room.set()
+
     def _dispatch(self, leases: Sequence[Lease]) -> None:
-        """Hand new leases to the workers. In a polite crawl, all of one call's at the same
-        moment, DISPATCH_S after the reply: each lease is its host's turn on Redis' clock,
-        and starting every request a fixed time after its turn (rather than whenever the
-        event loop gets to it) keeps two requests to a host at least the host's delay
-        apart at the server, whichever consumers send them."""
-        if not self._polite:
-            self._pending.extend(leases)
+        """Hand new leases to the workers. Those whose host has a delay (the lease reply
+        says, whatever this consumer's flags), all of one call's at the same moment,
+        DISPATCH_S after the reply: each is its host's turn on Redis' clock, and starting
+        every such request a fixed time after its turn (rather than whenever the event
+        loop gets to it) keeps two requests to a host at least the host's delay apart at
+        the server, whichever consumers send them. The others start at once."""
+        timed = [lease for lease in leases if lease.delay_ms > 0]
+        if len(timed) < len(leases):
+            self._pending.extend(lease for lease in leases if lease.delay_ms <= 0)
             self._wake_workers()
+        if not timed:
             return
-        handle = asyncio.get_running_loop().call_later(DISPATCH_S, self._start, leases)
-        for lease in leases:
+        handle = asyncio.get_running_loop().call_later(DISPATCH_S, self._start, timed)
+        for lease in timed:
             self._scheduled[lease.id] = handle
 
     def _start(self, leases: Sequence[Lease]) -> None:
@@ -280,12 +392,24 @@ class Consumer:
         # capped too, so a stuck flush can't make a consumer hoard work.
         unfinished = (len(self._pending) + len(self._running) + len(self._waiting)
                       + len(self._scheduled))
+        if self._handling >= MAX_HANDLING:
+            return 0  # CPU-bound: what it would lease would wait here, not at the host
         return min(self._max_active - unfinished, self._max_held - len(self.book))
 
     def _wake_leaser(self) -> None:
         """Wake the leaser once a lease call's worth of room is free (not every page)."""
         if not self._room.is_set() and self._lease_room() >= self._lease_min:
             self._room.set()
+
+    def _woken(self) -> None:
+        """Another process freed a host's slot or queued work: look again now."""
+        self.queue.woken()
+        self._slot_freed()
+
+    def _starved(self) -> bool:
+        """A fetch slot idles while the leaser waits for a host's slot to free or for new
+        work: what a flush sends (acks, discovered links) is what it waits for."""
+        return self._leaser_idle and bool(self._idle)
 
     def _slot_freed(self) -> None:
         """A lease of ours ended in Redis: its host may take another request now."""
@@ -448,10 +572,11 @@ class Consumer:
                 lease, "internal_error", f"{type(exc).__name__}: {exc}")))
 
     def _note_sent(self, lease: Lease, started: float) -> None:
-        """A polite request that goes out later than DISPATCH_S after its turn (a busy
-        event loop) has its time sent with its ack, and its host's next turn counts from
-        it: another consumer's on-time request then can't follow it too closely."""
-        if not self._polite:
+        """A request to a host with a delay that goes out later than DISPATCH_S after its
+        turn (a busy event loop) has its time sent with its ack, and its host's next turn
+        counts from it: another consumer's on-time request then can't follow it too
+        closely."""
+        if lease.delay_ms <= 0:
             return
         sent = self._clock.to_redis_ms(started)
         if sent is not None and sent - DISPATCH_MS - LATE_SLACK_MS > lease.granted_ms:
@@ -468,16 +593,25 @@ class Consumer:
                                               crawl_credentials=True)
         except FetchError as exc:
             self.metrics.response(exc.status)
+            # A status is the host's response, a page of its budget (a proxy's refusal
+            # of CONNECT is not); a timeout or a refused connection is not.
+            lease.responded = exc.status is not None and exc.reason != CONNECT_ERROR
             self._complete_error(lease, exc)
             return
         finally:
             self.metrics.fetch_duration_seconds.observe(time.monotonic() - started)
             self._fetching.discard(lease.id)
+            if lease.concurrency > 0 and not self.draining:
+                self._responses_in.append(lease)
+                self._freed.set()  # ends the leaser's idle wait
+                self._room.set()  # and its wait for room
+        lease.responded = True  # a page of its host's budget, whatever becomes of it
         self.metrics.response(result.status, len(result.body))
         outcome = "ok" if result.status < 400 else "http_4xx"
         record = self._record(lease, result, outcome)
         urls: Sequence[str] = ()
         if self.handler is not None:
+            self._handling += 1
             try:
                 handled = as_result(await self.handler(result, self._context(lease)))
             except LeaseLostError:
@@ -488,14 +622,20 @@ class Consumer:
                 self._complete(Completion(lease, "fail", failure=Failure(
                     lease, "handler_error", f"{type(exc).__name__}: {exc}"[:500])))
                 return
+            finally:
+                self._handling -= 1
             record.items = handled.items
             urls = handled.urls
+            if len(urls) > self.s.max_links:
+                self.flusher.intake.capped(len(urls) - self.s.max_links)
+                urls = urls[:self.s.max_links]
         self._complete(Completion(lease, "ack", outcome, record=record, urls=urls))
 
     def _context(self, lease: Lease) -> HandlerContext:
         async def save(value: Any) -> bool:
             return await self.queue.checkpoint(self.worker, lease, value) == Code.OK
-        return HandlerContext(task=lease.task, worker=self.worker, _save=save)
+        return HandlerContext(task=lease.task, worker=self.worker, _save=save,
+                              max_links=self.s.max_links)
 
     def _complete_error(self, lease: Lease, exc: FetchError) -> None:
         self.metrics.error(exc.reason)
@@ -559,8 +699,15 @@ class Consumer:
                 log.warning("drain_grace_over", extra={"releasing": len(running)})
         await self._cancel(self._workers)
         await self.flush()
+        with contextlib.suppress(TimeoutError):  # the flusher's own batch, if one is on
+            await asyncio.wait_for(self.flusher.settle(), SHUTDOWN_WAIT_S)
         await self._release_unfinished()
-        await self.sink.close()
+        try:
+            await self.sink.close()
+        except Exception as exc:
+            if self.exit_code != EXIT_SINK and not self.sink_health.episode_open:
+                raise
+            log.warning("sink_close_failed", extra={"error": describe_error(exc)})
 
     async def _cancel(self, tasks: Sequence[asyncio.Task[None]]) -> None:
         tasks = [t for t in tasks if not t.done()]

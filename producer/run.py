@@ -26,6 +26,7 @@ from common.errors import SourceError
 from common.http.fetcher import redact_url
 from common.queue import CrawlQueue, EnqueueResult, NewTask
 from common.urls import canonicalize
+from common.wake import WakeChannel
 from producer.progress import Progress
 from producer.sources import Chunk
 from producer.summary import MAX_SHOWN_REJECTS, Reject, Summary
@@ -80,6 +81,7 @@ class _Sender:
         self._depth = depth
         self._inflight: deque[asyncio.Task[EnqueueResult]] = deque()
         self._warned_layers: set[int] = set()
+        self._fresh = False  # enqueued something consumers have not been told of
 
     async def send(self, batch: list[NewTask]) -> None:
         if self._queue is None:  # dry run
@@ -101,6 +103,9 @@ class _Sender:
                 failure = failure or outcome
             else:
                 self._fold(outcome)
+        if self._fresh and self._queue is not None:
+            self._fresh = False  # idle consumers lease now, not at their next poll
+            await WakeChannel(self._queue.client, self._queue.crawl_keys.wake).notify()
         if failure is not None:
             raise failure
 
@@ -108,6 +113,7 @@ class _Sender:
         self._fold(await task)
 
     def _fold(self, result: EnqueueResult) -> None:
+        self._fresh = self._fresh or result.enqueued > 0
         s = self._summary
         s.enqueued += result.enqueued
         s.duplicates += result.duplicates

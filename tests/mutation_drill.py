@@ -74,6 +74,12 @@ MUTANTS: tuple[Mutant, ...] = (
            (_FR + "test_concurrency_caps_leases_per_host_until_one_ends",)),
     Mutant("11-host-delay-not-moved", "a lease moves its host's next turn by its delay",
            (_FR + "test_a_host_with_a_delay_gives_one_task_per_turn_and_says_when_the_next_is",)),
+    Mutant("12-politeness-from-consumer-flags", "requests are timed by the lease's delay, "
+           "not by the consumer's flags",
+           (_FR + "test_each_lease_says_its_hosts_delay_whatever_the_consumers_flags",)),
+    Mutant("13-slot-given-back-twice", "a host's slot comes back once: at the response "
+           "or at the lease's end",
+           (_FR + "test_a_hosts_slot_comes_back_once_when_the_response_is_in",)),
 )
 
 

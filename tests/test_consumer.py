@@ -23,6 +23,7 @@ import redis.asyncio as aioredis
 from aiohttp import web
 
 from common.errors import ConfigError
+from common.frontier import Frontier
 from common.queue import CrawlQueue, LeaseBatch, NewTask
 from common.runtime import tune_gc
 from common.urls import fingerprint
@@ -278,6 +279,37 @@ async def test_robots_disallow_is_honoured(
     assert outcomes[urls[1]] == "robots_disallowed"
 
 
+async def test_a_page_budget_lets_exactly_that_many_pages_reach_the_host(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
+    # robots.txt on (a 404 here: allow all): its fetch takes a lease's turn and releases
+    # it, which must not spend a page; four fetch slots and no host limit, so leases race.
+    async with serve({"/p/{i}": page}) as site:
+        host = site.base.removeprefix("http://")
+        urls = [site.url(f"/p/{i}") for i in range(10)]
+        queue = await enqueue(redis_client, crawl_name, urls)
+        front = Frontier(queue)
+        await front.set_host(host, budget=3)
+        args = [a for a in consumer_args(redis_url, crawl_name, tmp_path, "--concurrency", "4")
+                if a != "--ignore-robots"]
+        settings = settings_from_args(build_parser().parse_args(args))
+        assert await asyncio.wait_for(run(settings), 30) == 0  # parked tasks: empty
+        pages = sorted(p for p in site.hits if p.startswith("/p/"))
+        assert len(site.hits["/robots.txt"]) == 1
+        assert sum(len(site.hits[p]) for p in pages) == 3
+        stats = await queue.stats()
+        assert (stats.done, stats.pending, stats.parked) == (3, 7, 7)
+        row = await front.host(host)
+        assert row is not None and (row.used, row.reserved, row.queued) == (3, 0, 7)
+
+        # Raising the budget brings the parked URLs back: each fetched once.
+        await front.set_host(host, budget=10)
+        assert await asyncio.wait_for(run(settings), 30) == 0
+        assert sorted(r["url"] for r in records(tmp_path)) == sorted(urls)
+        assert all(len(site.hits[f"/p/{i}"]) == 1 for i in range(10))
+    stats = await queue.stats()
+    assert (stats.done, stats.pending, stats.parked) == (10, 0, 0)
+
+
 async def test_sigterm_releases_leases_parked_for_robots_txt(
         redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
         tmp_path: Path) -> None:
@@ -383,6 +415,42 @@ async def test_links_handler_crawls_to_the_depth_limit(
     assert stats.done == 7 and stats.counters["enqueued"] == 7
     depths = {r["url"].rsplit("/", 1)[1]: r["depth"] for r in records(tmp_path)}
     assert depths["raa"] == 2 and depths["r"] == 0
+
+
+async def test_allow_domains_keeps_links_to_an_international_domain_in_either_spelling(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
+    """--allow-domains bücher.example (Unicode): a handler's links to bücher.example, to
+    its punycode spelling and to a subdomain are enqueued; other.example and
+    evilxn--bcher-kva.example are not."""
+    kept = ["xn--bcher-kva.example", "sub.xn--bcher-kva.example"]
+    async with serve({"/p/{i}": page}) as site:
+        queue = await enqueue(redis_client, crawl_name, [site.url("/p/seed")])
+        # The children's hosts don't exist: blocked, the consumer leaves them queued.
+        front = Frontier(queue)
+        for host in [*kept, "other.example", "evilxn--bcher-kva.example"]:
+            await front.block_host(host, 600)
+        consumer = asyncio.create_task(consume(
+            redis_url, crawl_name, tmp_path, "--handler", "consumer_handlers:idn_links",
+            "--allow-domains", "bücher.example", "--max-depth", "1"))
+        deadline = time.monotonic() + 20
+        while (await queue.stats()).done < 1:  # children are enqueued before the ack
+            assert not consumer.done() and time.monotonic() < deadline, \
+                await queue.dead_list()
+            await asyncio.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGTERM)  # it would wait for the blocked hosts
+        assert await asyncio.wait_for(consumer, 10) == 0
+    stats = await queue.stats()
+    assert stats.counters["enqueued"] == 1 + 3, stats.counters
+    assert stats.pending == 3
+    page_ = await front.hosts(sort="queued")
+    assert {r.host: r.queued for r in page_.rows if r.queued} == {kept[0]: 2, kept[1]: 1}
+    for host in kept:
+        await front.block_host(host, 0)
+    leased = await queue.lease("t", 10, 60_000)
+    assert sorted((x.task.url, x.task.depth) for x in leased) == [
+        ("http://sub.xn--bcher-kva.example/", 1),
+        ("http://xn--bcher-kva.example/a", 1),
+        ("http://xn--bcher-kva.example/b", 1)]
 
 
 async def test_checkpointed_task_resumes_after_its_consumer_dies(

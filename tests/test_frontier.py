@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from pathlib import Path
 
 import pytest
@@ -12,16 +13,48 @@ import redis.asyncio as aioredis
 
 from common.errors import ConfigError
 from common.frontier import Frontier
+from common.http.fetcher import Fetcher
 from common.keys import PartitionKeys
-from common.queue import CrawlFormatError, CrawlQueue, CrawlSettings, Failure, NewTask
+from common.metrics import Metrics
+from common.queue import (
+    Code,
+    CrawlFormatError,
+    CrawlQueue,
+    CrawlSettings,
+    Failure,
+    Lease,
+    NewTask,
+)
 from common.urls import fingerprint
 from consumer.config import build_parser, settings_from_args
 from consumer.run import run
+from consumer.sinks import Record
+from consumer.worker import Consumer
 from tests.sites import test_site
 
 
 def tasks(urls: list[str], **kw: int) -> list[NewTask]:
     return [NewTask(u, fingerprint(u), **kw) for u in urls]  # type: ignore[arg-type]
+
+
+async def lease_when_due(q: CrawlQueue, worker: str, n: int, lease_ms: int,
+                         within: float = 10.0) -> list[Lease]:
+    """Lease until something is granted: a host's turn comes on Redis' clock, which a
+    wall-clock sleep only approximates."""
+    deadline = time.monotonic() + within
+    while not (got := await q.lease(worker, n, lease_ms)):
+        assert time.monotonic() < deadline, f"nothing leased within {within:g}s"
+        await asyncio.sleep(0.01)
+    return got
+
+
+async def reclaimed_when_expired(q: CrawlQueue, within: float = 10.0) -> tuple[int, int]:
+    """reclaim() until it takes something back (a lease's deadline passes on Redis' clock)."""
+    deadline = time.monotonic() + within
+    while (got := await q.reclaim()) == (0, 0):
+        assert time.monotonic() < deadline, f"nothing reclaimed within {within:g}s"
+        await asyncio.sleep(0.005)
+    return got
 
 
 async def polite_queue(client: aioredis.Redis, crawl: str, *, delay_s: float = 0.0,
@@ -40,7 +73,7 @@ async def test_a_host_with_a_delay_gives_one_task_per_turn_and_says_when_the_nex
     second = await q.lease_turns("w", 10, 60_000)
     assert second.leases == [] and second.wait_s is not None and 0.2 < second.wait_s <= 0.4
     await asyncio.sleep(second.wait_s)
-    assert len(await q.lease("w", 10, 60_000)) == 1
+    assert len(await lease_when_due(q, "w", 10, 60_000)) == 1
 
 
 async def test_concurrency_caps_leases_per_host_until_one_ends(
@@ -100,7 +133,7 @@ async def test_a_request_sent_late_moves_its_hosts_next_turn_on_ack_and_on_fail(
     await q.enqueue(tasks(["http://a.test/1", "http://a.test/2", "http://a.test/3"]))
     pk = q.partitions[0]
     for settle in ("ack", "fail"):
-        [lease] = await q.lease("w", 1, 60_000)
+        [lease] = await lease_when_due(q, "w", 1, 60_000)  # the second: after the 500 ms
         assert await redis_client.zscore(pk.last, "a.test") == lease.granted_ms
         lease.sent_ms = lease.granted_ms + 200
         if settle == "ack":
@@ -109,7 +142,6 @@ async def test_a_request_sent_late_moves_its_hosts_next_turn_on_ack_and_on_fail(
             await q.fail("w", [Failure(lease, "http_5xx", "503", permanent=True)])
         assert await redis_client.zscore(pk.last, "a.test") == lease.granted_ms + 200
         assert await redis_client.zscore(pk.due, "a.test") == lease.granted_ms + 500
-        await asyncio.sleep(0.55)
 
 
 async def test_an_earlier_sent_time_never_moves_a_turn_back(
@@ -117,8 +149,8 @@ async def test_an_earlier_sent_time_never_moves_a_turn_back(
     q = await polite_queue(redis_client, crawl_name, delay_s=0.3, concurrency=2)
     await q.enqueue(tasks(["http://a.test/1", "http://a.test/2", "http://a.test/3"]))
     [first] = await q.lease("w", 1, 60_000)
-    await asyncio.sleep(0.35)
-    [second] = await q.lease("w", 1, 60_000)
+    await asyncio.sleep(0.3)
+    [second] = await lease_when_due(q, "w", 1, 60_000)
     first.sent_ms = first.granted_ms + 10  # sent late, but before the second turn
     await q.ack("w", [(first, "ok")])
     assert await redis_client.zscore(q.partitions[0].last, "a.test") == second.granted_ms
@@ -150,8 +182,8 @@ async def test_a_cooldown_blocks_the_host_for_every_consumer_within_the_cap(
     page = await Frontier(q).hosts(sort="blocked_until")
     assert [r.host for r in page.rows] == ["a.test"]
     assert 0 < row.blocked_until_ms - page.now_ms <= 800
-    await asyncio.sleep(0.85)
-    assert {x.host for x in await q.lease("w2", 10, 60_000)} == {"a.test"}
+    await asyncio.sleep(0.8)
+    assert {x.host for x in await lease_when_due(q, "w2", 10, 60_000)} == {"a.test"}
 
 
 async def test_a_retry_after_of_zero_still_waits_the_normal_backoff(
@@ -188,19 +220,76 @@ async def test_host_settings_pause_and_resume_apply_to_the_next_lease(
         await front.set_host("a.test")
 
 
-async def test_a_budget_ends_the_rest_of_a_host_as_host_budget(
+async def test_a_budget_counts_pages_that_got_a_response_and_parks_the_rest(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
     q = await polite_queue(redis_client, crawl_name)
-    await Frontier(q).set_host("a.test", budget=3)
+    front = Frontier(q)
+    await front.set_host("a.test", budget=3)
     await q.enqueue(tasks([f"http://a.test/{i}" for i in range(10)]))
-    first = await q.lease("w", 100, 60_000)
-    assert len(first) == 3
-    await q.ack("w", [(x, "ok") for x in first])
+
+    async def used() -> tuple[int, int]:
+        row = await front.host("a.test")
+        assert row is not None
+        return row.used, row.reserved
+
+    # A lease holds a page of the budget: three leases at most, however many are asked.
+    a, b, c = await q.lease("w", 100, 60_000)
+    assert await q.lease("w", 100, 60_000) == [] and await used() == (0, 3)
+    # A release (shutdown, a robots.txt turn) gives its page back...
+    assert await q.release("w", [a]) == [Code.OK]
+    [a] = await q.lease("w", 100, 60_000)
+    # ... and so does a failure with no response (a timeout, a refused connection).
+    await q.fail("w", [Failure(b, "timeout", "read timed out", permanent=True)])
+    assert await used() == (0, 2)
+    [d] = await q.lease("w", 100, 60_000)
+    # A 503 is a request the host answered: it spends a page, retried or not.
+    await q.fail("w", [Failure(c, "http_5xx", "HTTP 503", permanent=True)])
+    assert await used() == (1, 2)
+    await q.ack("w", [(a, "ok"), (d, "http_4xx")])
+    assert await used() == (3, 0)
+
+    # Spent: the host is not served; its 6 tasks wait, parked, and the crawl is empty
+    # for its consumers (--exit-when-empty exits).
     assert await q.lease("w", 100, 60_000) == []
     s = await q.stats()
-    assert (s.pending, s.done, s.counters["outcome:host_budget"]) == (0, 10, 7)
-    row = await Frontier(q).host("a.test")
-    assert row is not None and (row.done, row.queued, row.used, row.budget) == (10, 0, 3, 3)
+    assert (s.pending, s.parked, s.done, s.dead, s.hosts_due) == (6, 6, 2, 2, 0)
+    assert "outcome:host_budget" not in s.counters
+    assert await q.is_empty()
+
+    # Raising the budget serves the parked tasks again.
+    await front.set_host("a.test", budget=5)
+    assert (await q.stats()).parked == 0 and not await q.is_empty()
+    more = await q.lease("w", 100, 60_000)
+    assert len(more) == 2
+    await q.ack("w", [(x, "ok") for x in more])
+    assert await used() == (5, 0) and (await q.stats()).parked == 4
+    await front.set_host("a.test", clear=("budget",))
+    rest = await q.lease("w", 100, 60_000)
+    assert len(rest) == 4 and (await q.stats()).parked == 0
+
+
+async def test_an_ack_without_a_request_and_an_expired_lease_give_their_page_back(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await polite_queue(redis_client, crawl_name)
+    front = Frontier(q)
+    await front.set_host("a.test", budget=2)
+    await q.enqueue(tasks([f"http://a.test/{i}" for i in range(5)]))
+    x, y = await q.lease("w", 100, 1)
+    await asyncio.sleep(0.01)
+    assert await q.reclaim() == (2, 0)  # its consumer died: not known to be a page
+    x, y = await q.lease("w", 100, 60_000)
+    y.responded = False  # the consumer says: no request went out
+    await q.ack("w", [(x, "robots_disallowed"), (y, "ok")])
+    row = await front.host("a.test")
+    assert row is not None and (row.used, row.reserved, row.budget) == (0, 0, 2)
+    # A budget set while a lease was out counts its page at its end.
+    await front.set_host("a.test", clear=("budget",))
+    [z] = await q.lease("w", 1, 60_000)
+    await front.set_host("a.test", budget=2)
+    await q.ack("w", [(z, "ok")])
+    row = await front.host("a.test")
+    assert row is not None and (row.used, row.reserved) == (1, 0)
+    assert len(await q.lease("w", 100, 60_000)) == 1
 
 
 async def test_hosts_lists_pages_sorted_by_any_column_across_partitions(
@@ -247,8 +336,7 @@ async def test_release_and_reclaim_put_tasks_back_at_the_head_of_their_host(
     assert await q.release("w", [one]) == [0]
     [again] = await q.lease("w", 5, 1)
     assert again.task.url == "http://a.test/1"
-    await asyncio.sleep(0.01)
-    assert await q.reclaim() == (1, 0)
+    assert await reclaimed_when_expired(q) == (1, 0)
     [third] = await q.lease("w", 5, 60_000)
     assert third.task.url == "http://a.test/1" and third.task.attempt == 2
 
@@ -283,3 +371,66 @@ async def test_three_consumers_keep_each_hosts_delay_and_concurrency_robots_incl
             gaps = [b - a for a, b in itertools.pairwise(times)]
             assert min(gaps) >= delay - 0.05, gaps
         assert (await q.stats()).done == 12
+
+
+class NullSink:
+    async def open(self) -> None:
+        pass
+
+    async def write(self, records: list[Record]) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_each_lease_says_its_hosts_delay_whatever_the_consumers_flags(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """Politeness comes from the lease: the reply carries each host's delay (the crawl's
+    default, the host's own setting, or robots.txt's Crawl-delay when longer), and a
+    consumer times those requests whatever its own flags say."""
+    q = await polite_queue(redis_client, crawl_name, delay_s=0, concurrency=0)
+    front = Frontier(q)
+    await front.set_host("slow.test", delay_s=0.25)
+    await front.set_robots_delay("robots.test", 0.5)
+    await q.enqueue(tasks(["http://fast.test/", "http://slow.test/", "http://robots.test/"]))
+    leases = {lease.host: lease for lease in await q.lease("w", 10, 60_000)}
+    assert {h: lease.delay_ms for h, lease in leases.items()} == {
+        "fast.test": 0, "slow.test": 250, "robots.test": 500}
+
+    settings = settings_from_args(build_parser().parse_args(
+        ["--per-host-delay", "0", "--per-host-concurrency", "0"]))
+    consumer = Consumer(settings, q, Fetcher(settings.fetch), NullSink(), Metrics())
+    consumer._dispatch(list(leases.values()))
+    assert [lease.host for lease in consumer._pending] == ["fast.test"]
+    assert set(consumer._scheduled) == {leases["slow.test"].id, leases["robots.test"].id}
+    for handle in set(consumer._scheduled.values()):
+        handle.cancel()
+    await consumer.fetcher.close()
+
+
+async def test_a_hosts_slot_comes_back_once_when_the_response_is_in(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """With concurrency 1, naming a lease whose response is in gives its host's slot back
+    in the same lease call, before the ack; the ack then doesn't give it back again. A
+    lease named by a worker that doesn't hold it (another worker, a stale token) frees
+    nothing."""
+    q = await polite_queue(redis_client, crawl_name, delay_s=0, concurrency=1)
+    await q.enqueue(tasks([f"http://a.test/{i}" for i in range(4)]))
+    [first] = await q.lease("w1", 5, 60_000)
+    assert first.concurrency == 1
+    assert await q.lease("w1", 5, 60_000) == []  # the host's one slot is taken
+    stranger = Lease(first.task, first.partition, first.token, first.deadline_ms, first.host)
+    assert (await q.lease_turns("w2", 5, 60_000, fetched=[stranger])).leases == []
+    forged = Lease(first.task, first.partition, "999", first.deadline_ms, first.host)
+    assert (await q.lease_turns("w1", 5, 60_000, fetched=[forged])).leases == []
+
+    fetched = [first]
+    second = (await q.lease_turns("w1", 5, 60_000, fetched=fetched)).leases
+    assert fetched == []  # the list is taken
+    assert [x.task.url for x in second] == ["http://a.test/1"]
+    assert await q.ack("w1", [(first, "ok")]) == [Code.OK]
+    assert await q.lease("w1", 5, 60_000) == []  # the ack gave nothing back twice
+    await q.lease_turns("w1", 0, 60_000, fetched=[second[0], second[0]])  # named twice
+    assert len(await q.lease("w1", 5, 60_000)) == 1
+    assert await q.lease("w1", 5, 60_000) == []

@@ -22,6 +22,7 @@ from common.queue import Code, CrawlQueue, Lease, NewTask
 from common.urls import fingerprint
 from consumer.config import build_parser, settings_from_args
 from consumer.flush import Completion, Flusher
+from consumer.intake import LinkIntake
 from consumer.leases import LeaseBook
 from consumer.sinks import Record
 from consumer.worker import Consumer
@@ -73,8 +74,9 @@ class GatedSink:
 def flusher(queue: CrawlQueue, sink: GatedSink) -> tuple[Flusher, LeaseBook]:
     metrics = Metrics()
     book = LeaseBook(LEASE_S, metrics)
-    return Flusher(queue, sink, metrics, book, worker="w", batch=8, max_depth=0,
-                   allow_domains=(), on_freed=lambda: None), book
+    intake = LinkIntake(metrics, max_depth=0, allow_domains=(), cache_size=0)
+    return Flusher(queue, sink, metrics, book, worker="w", batch=8, intake=intake,
+                   on_freed=lambda: None), book
 
 
 def record(lease: Lease) -> Record:

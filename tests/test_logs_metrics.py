@@ -279,7 +279,7 @@ def test_labels_are_bounded_never_a_url() -> None:
             for value in sample.labels.values():
                 assert "://" not in value
                 assert "example.test" not in value
-    assert names <= {"outcome", "status_class", "kind", "le"}
+    assert names <= {"outcome", "status_class", "kind", "fate", "le"}
     text = m.render()[0].decode()
     assert 'crawlq_tasks_total{outcome="other"} 1.0' in text
     assert 'crawlq_errors_total{kind="other"} 2.0' in text

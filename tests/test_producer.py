@@ -23,6 +23,7 @@ import redis.asyncio as aioredis
 
 from common.demo.site import sample_site
 from common.errors import SourceError
+from common.frontier import Frontier
 from common.keys import CRAWLS, CrawlKeys, PartitionKeys
 from common.queue import CrawlQueue
 from common.redis_server import free_port
@@ -239,6 +240,8 @@ async def test_recrawl_after_reenqueues_done_urls_only(
     code, s = await produce_json(redis_url, crawl_name, *flags)
     assert s["enqueued"] == 5
     queue = await CrawlQueue.existing(redis_client, crawl_name)
+    # The producer gave the crawl the default policy (1 s, 2 a host): lease freely here.
+    await Frontier(queue).set_defaults(delay_s=0, concurrency=0)
     leases = await queue.lease("w1", 3, 60_000)
     assert len(leases) == 3
     await queue.ack("w1", [(lease, "ok") for lease in leases])

@@ -11,6 +11,7 @@ import hashlib
 import math
 import random
 import re
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -86,6 +87,16 @@ async def expire(q: CrawlQueue, *leases: Lease) -> None:
         if wait < 0:
             return
         await asyncio.sleep(wait / 1000 + 0.01)
+
+
+async def promoted_when_due(q: CrawlQueue, within: float = 10.0) -> int:
+    """promote() until it moves something (a retry comes due on Redis' clock, which a
+    wall-clock sleep only approximates); how many it moved."""
+    deadline = time.monotonic() + within
+    while not (moved := (await q.promote())[0]):
+        assert time.monotonic() < deadline, f"no retry came due within {within:g}s"
+        await asyncio.sleep(0.005)
+    return moved
 
 
 async def all_ops(q: CrawlQueue, worker: str, lease: Lease) -> dict[str, Code]:
@@ -616,8 +627,8 @@ async def test_backoff_delays_exact_with_full_jitter(redis_client: aioredis.Redi
         due = await redis_client.zscore(pk.delayed, lease.id)
         assert before + want <= due <= after + want, (attempt, due - before)
         assert await q.state_of(lease.id) == "waiting"
-        await asyncio.sleep(want / 1000 + 0.01)
-        assert (await q.promote())[0] == 1
+        await asyncio.sleep(want / 1000)
+        assert await promoted_when_due(q) == 1
     lease = await lease_one(q)
     assert lease.task.attempt == 6 and lease.task.last_error == "http_503 try 5"
     assert await q.fail("w1", [Failure(lease, "http_503", "last")]) == [(Code.DEAD, -1)]

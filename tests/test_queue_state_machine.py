@@ -2,16 +2,19 @@
 Python model.
 
 Hypothesis drives enqueue (several hosts, priorities), lease (per-host concurrency,
-changed by ``Frontier.set_host`` while the crawl runs; delay 0), renew, ack, fail (retry,
-dead, a host cool-down), release, checkpoint, expiry, reclaim, promote, dead-letter
-requeue and purge, and stale calls (a worker acting with a lease it lost), by several
-workers. The model predicts every result code and which ids each lease returns, in
-order; after every step the invariant reads the raw partition keys and checks that
-each id is in exactly the place the model says (one host queue, at its position, or
-leased, waiting, dead, done), that ``pending`` == the entries in the host queues == the
-sum of ``h:queued``, that ``h:inflight`` counts each host's leases, that ``due`` holds
-exactly the hosts with pending work and a free slot (at their next turn), and that the
-counters add up.
+changed by ``Frontier.set_host`` while the crawl runs; delay 0), responses in (a lease
+call naming leases whose response is in: their hosts' slots come back before the ack),
+renew, ack, fail (retry, dead, a host cool-down), release, checkpoint, expiry, reclaim,
+promote, dead-letter requeue and purge, stale calls (a worker acting with a lease it
+lost), by several workers, and a host's queue key lost behind the crawl's back (its
+counts then hold entries no queue does, until a lease finds the queue short and sets
+them right). The model predicts every result code and which ids each lease returns, in
+order; after every step the invariant reads the raw partition keys and checks that each
+id is in exactly the place the model says (one host queue, at its position, or leased,
+waiting, dead, done), that ``pending`` == the entries in the host queues == the sum of
+``h:queued``, that ``h:inflight`` counts each host's leases whose response is not in,
+that ``due`` holds exactly the hosts with pending work and a free slot (at their next
+turn), and that the counters add up.
 
 Time is the Redis clock. Retries and cool-downs are either due at once or a minute
 away, so a lease never depends on when it runs. A lease's validity is judged against
@@ -89,7 +92,7 @@ class Model:
     priority: int
     max_attempts: int
     url: str
-    state: str = "pending"  # pending, leased, waiting, dead, done, purged
+    state: str = "pending"  # pending, leased, waiting, dead, done, purged, lost
     attempts: int = 0
     stalls: int = 0
     token: str = ""
@@ -97,6 +100,7 @@ class Model:
     deadline: int = 0
     due: int = 0
     reason: str = ""
+    fetched: bool = False  # leased, its response in: its host's slot given back
 
 
 @dataclass
@@ -111,6 +115,7 @@ class HostModel:
     last: int = 0  # ms of its last lease
     blocked: int = 0  # ms it is blocked until (a cool-down)
     seen: bool = False  # ever queued (h:queued has it)
+    lost: int = 0  # entries its counts hold that its queue key lost (lose_queue)
 
 
 class QueueMachine(RuleBasedStateMachine):
@@ -194,12 +199,13 @@ class QueueMachine(RuleBasedStateMachine):
         return c or UNLIMITED
 
     def inflight(self, h: HostModel) -> int:
-        return sum(1 for t in self.tasks.values() if t.state == "leased" and t.host == h.name)
+        return sum(1 for t in self.tasks.values()
+                   if t.state == "leased" and t.host == h.name and not t.fetched)
 
     def due(self, p: int) -> dict[str, int]:
         """The hosts of partition p that `due` must hold, with their next turn (delay 0)."""
         return {h.name: max(h.last, h.blocked) for h in self.hosts.values()
-                if h.partition == p and (h.hq or h.hp)
+                if h.partition == p and (h.hq or h.hp or h.lost)
                 and self.inflight(h) < self.concurrency(h)}
 
     def push_all(self, ts: list[Model], front: bool) -> None:
@@ -245,7 +251,13 @@ class QueueMachine(RuleBasedStateMachine):
                 if len(popped) >= n:
                     break
                 free = self.concurrency(h) - self.inflight(h)
-                popped += self.pop_host(h, min(n - len(popped), free))
+                take = min(n - len(popped), free)
+                ids = self.pop_host(h, take)
+                if len(ids) < take and h.lost:  # lease.lua finds the queue short
+                    self.counters["repaired_hosts"] += 1
+                    self.counters["lost_pending"] += h.lost
+                    h.lost = 0
+                popped += ids
             if popped:
                 break
         return popped
@@ -350,9 +362,30 @@ class QueueMachine(RuleBasedStateMachine):
             assert (x.task.url, x.task.priority, x.task.max_attempts, x.task.attempt) == (
                 t.url, t.priority, t.max_attempts, t.attempts)
             t.state, t.token, t.worker, t.deadline = "leased", x.token, worker, x.deadline_ms
+            t.fetched = False
             self.hosts[t.host].last = x.deadline_ms - lease_ms  # the script's Redis TIME
             self.pool.append((worker, x))
         del self.pool[:-40]
+
+    @rule(picks=st.lists(st.integers(0, 39), min_size=1, max_size=4),
+          worker=st.sampled_from(WORKERS))
+    def responses_in(self, picks: list[int], worker: str) -> None:
+        """A worker says responses are in (a lease call of 0 tasks): the hosts of the
+        leases it still holds get their slots back, once; any other lease is left as is.
+        Leases whose deadline is too close to call are not named."""
+        before = self.now()
+        named = [x for w, x in self.pick(self.pool, picks) if w == worker
+                 and not (before <= self.tasks[x.id].deadline <= before + 1000)]
+        if not named:
+            return
+        self.q._idle_until = [0.0] * self.partitions
+        for p in dict.fromkeys(x.partition for x in named):
+            self.promote_partition(p, before)
+        self.run(self.q.lease_turns(worker, 0, 30_000, fetched=list(named)))
+        for x in named:
+            t = self.tasks[x.id]
+            if self.holds(x) and t.worker == worker and t.deadline > before:
+                t.fetched = True
 
     def renew(self, chosen: list[tuple[str, Lease]], worker: str, lease_ms: int) -> None:
         # One lease per task id: lost leases are reported by id, so two leases of one
@@ -453,6 +486,20 @@ class QueueMachine(RuleBasedStateMachine):
             until = int(self.run(self.client.zscore(pk.blocked, host)) or 0)
             assert now + LONG_MS <= until <= after + LONG_MS or until == h.blocked > now
             h.blocked = until
+
+    @rule(host=st.sampled_from(HOSTS), go=st.integers(0, 3))
+    def lose_queue(self, host: str, go: int) -> None:
+        """A host's FIFO key is lost behind the crawl's back (deleted, evicted, an older
+        snapshot restored; kept rare): its tasks are gone, its counts still hold them."""
+        h = self.hosts[host]
+        if go or not h.hq:
+            return
+        pk = self.q.partitions[h.partition]
+        self.run(self.client.delete(pk.host_queue(host)))
+        for tid in h.hq:
+            self.tasks[tid].state = "lost"
+        h.lost += len(h.hq)
+        h.hq.clear()
 
     @rule(go=st.integers(0, 1))
     def expire(self, go: int) -> None:
@@ -579,9 +626,11 @@ class QueueMachine(RuleBasedStateMachine):
                 seen.update(e[:32].decode() for e in hq)
                 seen.update(e[:32].decode() for e, _ in hp)
             # pending == entries in the host queues == sum of h:queued, per host exact.
-            assert int(pending or 0) == entries == sum(s for _, s in queued)
+            # (Entries of a lost queue stay counted until a lease finds it short.)
+            lost = sum(h.lost for h in hosts)
+            assert int(pending or 0) == entries + lost == sum(s for _, s in queued)
             assert {k.decode(): int(s) for k, s in queued} == {
-                h.name: len(h.hq) + len(h.hp) for h in hosts if h.seen}
+                h.name: len(h.hq) + len(h.hp) + h.lost for h in hosts if h.seen}
             # h:inflight per host == that host's leases.
             assert {k.decode(): int(s) for k, s in inflight if s} == {
                 h.name: n for h in hosts if (n := self.inflight(h))}
@@ -609,7 +658,8 @@ class QueueMachine(RuleBasedStateMachine):
             owners.pop(marker, None)
             attempts.pop(marker, None)
             assert {k.decode(): v.decode() for k, v in owners.items()} == {
-                t.id: f"{t.token}:{t.worker}" for t in mine.values() if t.state == "leased"}
+                t.id: f"{'f' if t.fetched else ''}{t.token}:{t.worker}"
+                for t in mine.values() if t.state == "leased"}
             got_attempts = {k.decode(): int(v) for k, v in attempts.items()}
             got_stalls = {k.decode(): int(v) for k, v in stalls.items()}
             assert set(got_attempts) <= live and set(got_stalls) <= live
@@ -622,18 +672,19 @@ class QueueMachine(RuleBasedStateMachine):
             reasons.update({k.decode(): int(v) for k, v in why.items()})
         # Every live id is in exactly one place; done and purged ids in none.
         assert seen == Counter(i for i, t in self.tasks.items()
-                               if t.state not in ("done", "purged"))
+                               if t.state not in ("done", "purged", "lost"))
         assert reasons == Counter(t.reason for t in self.in_state("dead"))
 
         stats = self.run(self.q.stats())
         c = stats.counters
         states = Counter(t.state for t in self.tasks.values())
+        lost = sum(h.lost for h in self.hosts.values())
         assert (stats.pending, stats.leased, stats.waiting, stats.dead) == (
-            states["pending"], states["leased"], states["waiting"], states["dead"])
+            states["pending"] + lost, states["leased"], states["waiting"], states["dead"])
         assert stats.hosts_due == sum(len(self.due(p)) for p in range(self.partitions))
         assert c.get("enqueued", 0) == (
             stats.pending + stats.leased + stats.waiting + stats.dead + c.get("done", 0)
-            + c.get("purged", 0))
+            + c.get("purged", 0) + c.get("lost_pending", 0))
         assert c == {k: v for k, v in self.counters.items() if v}
 
 

@@ -131,8 +131,7 @@ def test_every_reason_literal_in_the_sources_is_a_known_code() -> None:
                     unknown.append(f"{path.relative_to(ROOT)}:{line}: {code!r}")
     assert unknown == [], "reason codes missing from common/reasons.py (and the README)"
     # The scan really reads the worker's literals and the Lua scripts' dead reasons.
-    assert {"ok", "http_4xx", "robots_disallowed", "handler_error", "stalled",
-            "host_budget"} <= seen
+    assert {"ok", "http_4xx", "robots_disallowed", "handler_error", "stalled"} <= seen
 
 
 def test_the_scan_finds_every_kind_of_use() -> None:

@@ -37,13 +37,14 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 from procs import JsonLog
-from redis.exceptions import OutOfMemoryError
+from redis.exceptions import OutOfMemoryError, RedisError
 from redis_binaries import pause, resume
 from sites import start_site_process, test_site
 
 from common.http.fetcher import Fetcher
 from common.keys import CrawlKeys
 from common.metrics import Metrics
+from common.policy import CrawlPolicy, ensure_policy
 from common.queue import Code, CrawlQueue, Lease, NewTask, Stats
 from common.redis_server import RedisServer
 from common.urls import canonicalize, fingerprint, task_id
@@ -102,6 +103,18 @@ class Fleet:
         self.tmp_path = tmp_path
         self.output = tmp_path / "out"
         self.children: list[Child] = []
+        #: The crawl's policy, given to it before its first producer runs (a producer
+        #: gives a crawl without one the defaults, 1 s a host; consumers' flags never
+        #: change it): no host limits, as CONSUMER_FLAGS say.
+        self.policy = CrawlPolicy(per_host_delay=0, per_host_concurrency=0)
+
+    async def _ensure_policy(self, redis_url: str, crawl: str) -> None:
+        client = aioredis.Redis.from_url(redis_url)
+        try:
+            with contextlib.suppress(RedisError, OSError, TimeoutError):
+                await asyncio.wait_for(ensure_policy(client, crawl, self.policy, by="test"), 5)
+        finally:
+            await client.aclose()
 
     def _env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items()
@@ -134,6 +147,7 @@ class Fleet:
 
     async def producer(self, name: str, redis_url: str, *args: str, crawl: str = "",
                        stdin_pipe: bool = False) -> Child:
+        await self._ensure_policy(redis_url, crawl or self.crawl)
         return await self._spawn(name, [
             sys.executable, "-m", "producer", "--redis-url", redis_url,
             "--crawl", crawl or self.crawl, "--json", "--progress", "off", *args],
@@ -377,6 +391,7 @@ async def test_redis_down_past_the_lease_reclaims_without_stampeding_a_host(
     # frontier leases a task only when its host may be asked), so the outage finds one.
     async with start_site_process(delay_ms=400) as site:
         path, ids = url_file(tmp_path / "urls.txt", [site.url(f"/p/{i}") for i in range(n)])
+        fleet.policy = CrawlPolicy(per_host_delay=delay_s, per_host_concurrency=1)
         producer = await fleet.producer("producer", server.url, "--partitions", "2", path)
         assert await producer.wait(30) == 0, producer.log_text()[-2000:]
 

@@ -2,15 +2,18 @@
 --
 -- Only the current lease holder, before its deadline, can ack; anything else is
 -- refused and counted as `stale`. A done task keeps only its seen mark: its body
--- and bookkeeping are deleted, and its host gets its slot back. Reads and deletes are
+-- and bookkeeping are deleted, and its host gets its slot back (unless it got it back
+-- when the response was in: lease.lua's fetched list). Reads and deletes are
 -- batched (a few commands per call, not per task); an id given twice is acked once,
 -- the repeat answers UNKNOWN. With exact dedup its seen mark becomes -(now), the time it
 -- ended, which a recrawl window counts from (enqueue.lua). An item sent late (sent_ms)
--- moves its host's last request to then (note_sent, lib.lua).
+-- moves its host's last request to then (note_sent, lib.lua). A lease's page of its
+-- host's budget is settled (settle_pages, lib.lua): used if its request got a response,
+-- given back if not (robots_disallowed: no request).
 --
 -- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
 -- KEYS[7]  leases       ZSET
--- KEYS[8]  owners       HASH
+-- KEYS[8]  owners       HASH  id -> "[f][b]<token>:<worker>"
 -- KEYS[9]  tasks        HASH  id -> "<host> <priority> <entry>"
 -- KEYS[10] attempts     HASH
 -- KEYS[11] checkpoints  HASH
@@ -22,28 +25,34 @@
 -- ARGV[1]  worker id
 -- ARGV[2]  marks: 1 = each item also names its seen field (exact dedup), 0 = not
 -- ARGV[3..] per item: id, token, outcome (a short code such as ok, http_4xx), sent_ms
---           (Redis ms its request went out when later than its turn, else 0)[, seen field]
+--           (Redis ms its request went out when later than its turn, else 0),
+--           responded (1 = its request to the host got a response, 0 = no request
+--           went out)[, seen field]
 -- Returns {code per item} (0 OK, 3 STALE, 4 EXPIRED, 5 UNKNOWN)
 local leases, owners, tasks, attempts = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local checkpoints, errors, stalls, stats = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
 local done_by_host = KEYS[15]
 local worker = ARGV[1]
 local marks = ARGV[2] == '1'
-local width = marks and 5 or 4
+local width = marks and 6 or 5
 if (#ARGV - 2) % width ~= 0 or (marks and #KEYS ~= 15 + (#ARGV - 2) / width) then
-  error('crawlq: ack needs (id, token, outcome, sent_ms[, seen field]) per item, and seen keys')
+  error('crawlq: ack needs (id, token, outcome, sent_ms, responded[, seen field]) per item, '
+    .. 'and seen keys')
 end
 allow_at_maxmemory(stats)
 local now = now_ms()
-local ids, tokens, outcome_of, sent_of = {}, {}, {}, {}
+local ids, tokens, outcome_of, sent_of, responded_of = {}, {}, {}, {}, {}
 for i = 3, #ARGV, width do
   ids[#ids + 1] = ARGV[i]
   tokens[#tokens + 1] = ARGV[i + 1]
   outcome_of[#outcome_of + 1] = ARGV[i + 2]
   sent_of[#sent_of + 1] = int_arg(ARGV[i + 3], 'sent_ms')
+  responded_of[#responded_of + 1] = ARGV[i + 4] == '1'
 end
-local states = lease_states(leases, owners, ids, tokens, worker, now)
+local states, held = lease_states(leases, owners, ids, tokens, worker, now)
 local codes, gone, gone_sent, acked, stale, outcomes = {}, {}, {}, {}, 0, {}
+local slot_taken = {}  -- per gone id: its host's slot is still taken (not fetched)
+local pages = {}  -- per gone id: {reserved, responded} (settle_pages)
 for i, id in ipairs(ids) do
   local state = states[i]
   if state == OK and acked[id] then state = UNKNOWN end
@@ -54,6 +63,9 @@ for i, id in ipairs(ids) do
       redis.call('HSET', KEYS[15 + i], ARGV[2 + width * i], -math.floor(now / 1000))
     end
     gone_sent[#gone] = sent_of[i]
+    slot_taken[#gone] = not fetched_owner(held[i])
+    local _, reserved = owner_marks(held[i])
+    pages[#gone] = {reserved, responded_of[i]}
     local key = 'outcome:' .. outcome_of[i]
     outcomes[key] = (outcomes[key] or 0) + 1
   else
@@ -63,11 +75,13 @@ for i, id in ipairs(ids) do
 end
 if #gone > 0 then
   local values = call_sliced('HMGET', tasks, gone, 1000)
-  local per_host, hosts, sent = {}, {}, {}
+  local per_host, hosts, sent, freed, settle = {}, {}, {}, {}, {}
   for k, v in ipairs(values) do
     local host = split_value(v)
     if host then
       per_host[host] = (per_host[host] or 0) + 1
+      settle[#settle + 1] = {host, pages[k][1], pages[k][2]}
+      if slot_taken[k] then freed[host] = (freed[host] or 0) - 1 end
       hosts[#hosts + 1] = host
       if gone_sent[k] > (sent[host] or 0) then sent[host] = gone_sent[k] end
     end
@@ -82,10 +96,9 @@ if #gone > 0 then
   for _, h in ipairs({checkpoints, errors, stalls}) do
     if redis.call('EXISTS', h) == 1 then call_sliced('HDEL', h, gone, 1000) end
   end
-  local freed = {}
-  for host, k in pairs(per_host) do freed[host] = -k end
   add_counts(H.inflight, freed)
   add_counts(done_by_host, per_host)
+  settle_pages(settle, now)
   refresh_hosts(hosts)
 end
 outcomes.done = #gone

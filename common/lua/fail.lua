@@ -9,11 +9,14 @@
 -- A cooldown (a 429/503) blocks the task's host for the whole fleet for
 -- min(cooldown_ms, max_retry_after_ms). Either way the host gets its slot back, and an
 -- item sent late (sent_ms) moves its host's last request to then (note_sent, lib.lua).
+-- A lease's page of its host's budget is settled (settle_pages, lib.lua): used if its
+-- request got a response (a 5xx, 429, a handler's error on a page), given back if not
+-- (a timeout, a refused connection, a robots.txt failure).
 -- Only the current lease holder, before its deadline, can fail a task.
 --
 -- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
 -- KEYS[7]  leases        ZSET
--- KEYS[8]  owners        HASH
+-- KEYS[8]  owners        HASH  id -> "[f][b]<token>:<worker>"
 -- KEYS[9]  attempts      HASH
 -- KEYS[10] delayed       ZSET  id -> due (ms)
 -- KEYS[11] dead          ZSET  id -> died (ms)
@@ -27,9 +30,10 @@
 -- ARGV[2]  base_ms, backoff of the first retry, milliseconds
 -- ARGV[3]  cap_ms, the longest backoff, milliseconds
 -- ARGV[4]  max_retry_after_ms, the longest Retry-After or cooldown honoured, milliseconds
--- ARGV[5..] per item 10 values: id, token, max_attempts, reason (no spaces), message,
+-- ARGV[5..] per item 11 values: id, token, max_attempts, reason (no spaces), message,
 --           retry_after_ms (-1 = none), permanent (0/1), jitter (0..1), cooldown_ms (0 =
---           none), sent_ms (Redis ms its request went out when later than its turn, else 0)
+--           none), sent_ms (Redis ms its request went out when later than its turn, else 0),
+--           responded (1 = its request to the host got a response, 0 = none came back)
 -- Returns {code, delay_ms, code, delay_ms, ...} per item: 1 RETRY (delay_ms until due),
 --         2 DEAD, 3 STALE, 4 EXPIRED, 5 UNKNOWN (delay_ms is -1 but for RETRY)
 local leases, owners, attempts, delayed = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
@@ -39,9 +43,9 @@ local worker = ARGV[1]
 local base_ms = int_arg(ARGV[2], 'base_ms')
 local cap_ms = int_arg(ARGV[3], 'cap_ms')
 local max_retry_after_ms = int_arg(ARGV[4], 'max_retry_after_ms')
-if (#ARGV - 4) % 10 ~= 0 then error('crawlq: fail needs 10 values per item') end
+if (#ARGV - 4) % 11 ~= 0 then error('crawlq: fail needs 11 values per item') end
 local items = {}
-for i = 5, #ARGV, 10 do
+for i = 5, #ARGV, 11 do
   local jitter = tonumber(ARGV[i + 7])
   if not jitter or jitter < 0 or jitter > 1 then error('crawlq: jitter must be in [0, 1]') end
   if string.find(ARGV[i + 3], ' ', 1, true) or ARGV[i + 3] == '' then
@@ -53,6 +57,7 @@ for i = 5, #ARGV, 10 do
     retry_after = int_arg(ARGV[i + 5], 'retry_after_ms'),
     permanent = ARGV[i + 6] == '1', jitter = jitter,
     cooldown = int_arg(ARGV[i + 8], 'cooldown_ms'), sent = int_arg(ARGV[i + 9], 'sent_ms'),
+    responded = ARGV[i + 10] == '1',
   }
 end
 
@@ -60,15 +65,16 @@ allow_at_maxmemory(stats)
 local now = now_ms()
 local result = {}
 local retried, died, stale = 0, 0, 0
-local freed, failed_by_host, hosts, cool, sent = {}, {}, {}, {}, {}
+local freed, failed_by_host, hosts, cool, sent, settle = {}, {}, {}, {}, {}, {}
 for _, it in ipairs(items) do
   local state = lease_state(leases, owners, it.id, it.token, worker, now)
   local delay = -1
   if state == OK then
-    drop_lease(leases, owners, it.id)
+    local slot_taken, reserved = drop_lease(leases, owners, it.id)
     local host = split_value(redis.call('HGET', tasks, it.id))
     if host then
-      freed[host] = (freed[host] or 0) - 1
+      if slot_taken then freed[host] = (freed[host] or 0) - 1 end
+      settle[#settle + 1] = {host, reserved, it.responded}
       failed_by_host[host] = (failed_by_host[host] or 0) + 1
       hosts[#hosts + 1] = host
       if it.sent > (sent[host] or 0) then sent[host] = it.sent end
@@ -111,6 +117,7 @@ end
 add_counts(H.inflight, freed)
 add_counts(errors_by_host, failed_by_host)
 note_sent(sent)
+settle_pages(settle, now)
 refresh_hosts(hosts)
 bump(stats, {failed = retried + died, retried = retried, dead = died, stale = stale})
 return result

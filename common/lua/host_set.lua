@@ -2,17 +2,20 @@
 -- `crawlq hosts block`, a robots.txt Crawl-delay), and move its turn to match.
 --
 -- Its next turn is recomputed at once: last request + its new delay, or the block's end,
--- so a change takes effect on the fleet's next lease.
+-- so a change takes effect on the fleet's next lease. A budget raised past the pages
+-- used puts a host whose budget was spent back in `due`: its parked tasks are served.
+-- Pages used are kept across budget changes (lowering a budget below them parks the host).
 --
 -- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
 -- KEYS[7]  h:delay    ZSET  host -> its delay when not the default (ms)
 -- KEYS[8]  h:blocked  ZSET  host -> blocked until (ms)
+-- KEYS[9]  h:budget   ZSET  host -> its page budget (hosts with one)
 -- ARGV[1]  host
 -- ARGV[2..] pairs: setting, value. Settings: delay (ms), concurrency, budget (pages),
 --           robots_delay (ms) -- value -1 clears it (back to the default); block (ms from
 --           now; 0 unblocks)
--- Returns the host's settings after the change: "delay,conc,budget,used,blocked,robots"
-local delays, blocked = KEYS[7], KEYS[8]
+-- Returns the host's settings after the change: "delay,conc,budget,used,blocked,robots,reserved"
+local delays, blocked, budgets = KEYS[7], KEYS[8], KEYS[9]
 local host = ARGV[1]
 if not host or host == '' or string.find(host, '%s') then error('crawlq: host_set needs a host') end
 if #ARGV % 2 ~= 1 then error('crawlq: host_set needs (setting, value) pairs') end
@@ -40,5 +43,6 @@ local own = c.delay
 if c.robots and (not own or c.robots > own) then own = c.robots end
 if own then redis.call('ZADD', delays, own, host) else redis.call('ZREM', delays, host) end
 if c.blocked > now then redis.call('ZADD', blocked, c.blocked, host) else redis.call('ZREM', blocked, host) end
+if c.budget then redis.call('ZADD', budgets, c.budget, host) else redis.call('ZREM', budgets, host) end
 refresh_hosts({host})
 return conf_encode(c)

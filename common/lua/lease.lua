@@ -3,16 +3,24 @@
 -- The caller names candidate hosts (the head of `due` and of `prio_hosts`: read just
 -- before, or as the previous call's reply named them); this script decides, on Redis
 -- TIME, which of them may be served now: a host is served when its time in `due` has
--- come and it has fewer leases than its concurrency. Hosts holding priority work go first, then the longest-waiting. A host
+-- come and it has fewer requests in flight (leases whose response is not in) than its
+-- concurrency. Hosts holding priority work go first, then the longest-waiting. A host
 -- with a delay gives one task per call and moves its next turn to now + delay; a host
 -- without one gives as many as its free slots. Within a host, priority entries come
 -- first, then FIFO. Each task gets a fresh fencing token and a deadline of TIME +
--- lease_ms; its attempt is counted now. A host past its page budget has its pending
--- entries ended as done, outcome `host_budget`, instead. An entry whose id is already
+-- lease_ms; its attempt is counted now. A lease of a host with a page budget holds a
+-- page of it (its owner marked "b", its host's `reserved` counted: lib.lua), settled at
+-- the lease's end; a host gives at most what its budget has left after its pages used
+-- and held, so concurrent leases can't pass it. A host whose budget is spent is not
+-- served (lib.lua's refresh_hosts keeps it out of `due`): its tasks stay pending,
+-- parked, until its budget is raised. An entry whose id is already
 -- live (leased, waiting or dead: a URL queued twice) is dropped, counted `duplicates`.
 -- An entry that does not start with a 32-hex-digit id (corrupted state) goes to `dead`
 -- as `malformed` under the id sha1(entry)[:32], its bytes kept. A paused crawl leases
--- nothing.
+-- nothing. A host whose queues hold fewer entries than h:queued counts (a lost or
+-- restored hq/hp key) gets its count set to what they hold, `pending` corrected and
+-- `repaired_hosts` (and `lost_pending` by the missing entries) counted, so it leaves
+-- `due` when empty instead of staying ready with nothing to pop.
 --
 -- KEYS[1..6]  host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
 -- KEYS[7]  tasks        HASH  id -> "<host> <priority> <entry>"
@@ -20,44 +28,89 @@
 -- KEYS[9]  leases       ZSET  id -> deadline (ms)
 -- KEYS[10] owners       HASH  id -> "<token>:<worker>"
 -- KEYS[11] seq          STRING fencing-token counter
--- KEYS[12] stats        HASH  counters (leased, duplicates, done, outcome:host_budget)
+-- KEYS[12] stats        HASH  counters (leased, duplicates, dead, repaired_hosts,
+--                       lost_pending)
 -- KEYS[13] checkpoints  HASH  id -> checkpoint JSON
 -- KEYS[14] errors       HASH  id -> last error
 -- KEYS[15] pending      STRING pending tasks
 -- KEYS[16] prio_hosts   ZSET  host -> -highest pending priority
 -- KEYS[17] delayed      ZSET  id -> due (ms): only read, for the next retry's time
--- KEYS[18] h:done       ZSET  host -> done
--- KEYS[19] dead         ZSET  id -> died (ms)
--- KEYS[20] dead_reasons HASH  reason -> count
--- KEYS[21..] per candidate host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
+-- KEYS[18] dead         ZSET  id -> died (ms)
+-- KEYS[19] dead_reasons HASH  reason -> count
+-- KEYS[20..] per candidate host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
 -- ARGV[1]  worker id
--- ARGV[2]  n, the most tasks to lease
+-- ARGV[2]  n, the most tasks to lease (0: only give back the slots of `fetched` ones)
 -- ARGV[3]  lease_ms, lease length in milliseconds
 -- ARGV[4]  k, how many candidates to name for the next call
--- ARGV[5..] candidate hosts
+-- ARGV[5]  H, the number of candidate hosts; ARGV[6..5+H] the candidate hosts
+-- ARGV[6+H..] pairs: id, token
+--          (this worker's leases whose response is in. Their hosts get their slots
+--          back now, before this call's leases; the owners entry is marked, so the
+--          lease's end does not give the slot back again. A lease that is not this
+--          worker's anymore is left alone.)
 -- Returns {now_ms, deadline_ms, wait_ms, retry_ms, paused, next,
---          id, token, attempt, entry, checkpoint|false, last_error|false, host, ...}:
+--          id, token, attempt, entry, checkpoint|false, last_error|false, host,
+--          delay_ms, concurrency, ...}:
 --   wait_ms  -1: no host holds work; 0: hosts are ready (after this call's leases);
 --            else ms until the earliest host's turn
 --   retry_ms ms until the next retry is due (0: one is due now), -1 if none waits
 --   paused   1 if the crawl is paused (nothing leased)
+--   concurrency the lease's host's concurrency, 0 if unlimited: with a limit, the
+--            consumer names the lease in its next call once the response is in
+--   delay_ms the lease's host's delay (its policy, or robots.txt's Crawl-delay): with
+--            a delay, the request must go out at its turn (the consumer times it)
 --   next     the candidates for the next call, read after this one's leases: up to k
 --            hosts of `prio_hosts`, then up to k of `due` whose time has come (so a
 --            steady crawl leases in one round trip, with no read before)
 local tasks, attempts, leases, owners = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local seq, stats, checkpoints, errors = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
-local pending, prio_hosts, delayed, done_by_host = KEYS[15], KEYS[16], KEYS[17], KEYS[18]
-local dead, dead_reasons = KEYS[19], KEYS[20]
+local pending, prio_hosts, delayed = KEYS[15], KEYS[16], KEYS[17]
+local dead, dead_reasons = KEYS[18], KEYS[19]
 local worker = ARGV[1]
 local n = int_arg(ARGV[2], 'n')
 local lease_ms = int_arg(ARGV[3], 'lease_ms')
 local next_k = int_arg(ARGV[4], 'k')
-if n < 1 or lease_ms < 1 then error('crawlq: lease needs n >= 1 and lease_ms >= 1') end
-local hosts = {}
-for i = 5, #ARGV do hosts[#hosts + 1] = ARGV[i] end
-if #KEYS ~= 20 + 2 * #hosts then error('crawlq: lease needs 2 keys per candidate host') end
+if n < 0 or lease_ms < 1 then error('crawlq: lease needs n >= 0 and lease_ms >= 1') end
+local hosts, nhosts = argv_hosts(5)
+local first = 6 + nhosts
+if #KEYS ~= 19 + 2 * nhosts or (#ARGV - first + 1) % 2 ~= 0 then
+  error('crawlq: lease needs 2 keys per candidate host and (id, token) pairs')
+end
 
 local now = now_ms()
+-- Responses in: give their hosts' slots back (what ack.lua would do at the lease's end).
+if #ARGV >= first then
+  local ids, tokens = {}, {}
+  for i = first, #ARGV, 2 do
+    ids[#ids + 1] = ARGV[i]
+    tokens[#tokens + 1] = ARGV[i + 1]
+  end
+  local states, held = lease_states(leases, owners, ids, tokens, worker, now)
+  local marks, owner_of, marked = {}, {}, {}
+  for i, id in ipairs(ids) do
+    if states[i] == OK and not fetched_owner(held[i]) and not marked[id] then
+      marked[id] = true
+      marks[#marks + 1] = id
+      owner_of[#marks] = held[i]
+    end
+  end
+  if #marks > 0 then
+    local values = call_sliced('HMGET', tasks, marks, 1000)
+    local freed, touched, hargs = {}, {}, {}
+    for k, id in ipairs(marks) do
+      local host = split_value(values[k])
+      if host then
+        freed[host] = (freed[host] or 0) - 1
+        touched[#touched + 1] = host
+        hargs[#hargs + 1] = id
+        hargs[#hargs + 1] = 'f' .. owner_of[k]
+      end
+    end
+    if #hargs > 0 then call_sliced('HSET', owners, hargs, 1000) end
+    add_counts(H.inflight, freed)
+    refresh_hosts(touched)
+  end
+end
 local deadline = now + lease_ms
 local retry_ms = -1
 local next_retry = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
@@ -128,35 +181,37 @@ table.sort(ready, function(a, b)
 end)
 
 local popped = {}  -- {id, entry, host index, priority}
-local dq, dinf, ddone, last_args, conf_args = {}, {}, {}, {}, {}
-local budget_ended, budget_ids = 0, {}
+local delays, concs = {}, {}  -- host index -> delay (ms), concurrency (0: unlimited)
+local budgeted = {}  -- host index -> its conf, when it has a page budget
+local dq, dinf, last_args = {}, {}, {}
+-- Called when a host's pops came up short (its queues are empty, but for `left`
+-- priority entries `prio_hosts` did not name): h:queued becomes what is left.
+local function recount(i, host, got, left)
+  local lost = (tonumber(queued[i]) or 0) + (dq[host] or 0) - got - left
+  if lost == 0 then return end
+  dq[host] = (dq[host] or 0) - lost
+  redis.call('DECRBY', pending, lost)
+  bump(stats, {repaired_hosts = 1, lost_pending = math.max(lost, 0)})
+end
 for r, i in ipairs(ready) do
   if #popped >= n then
     wait = 0
     break
   end
   local host = hosts[i]
-  local hq, hp = KEYS[19 + 2 * i], KEYS[20 + 2 * i]
+  local hq, hp = KEYS[18 + 2 * i], KEYS[19 + 2 * i]
   local c = conf_decode(confs[i])
   local delay, conc = host_limits(c, cc)
+  delays[i] = delay
+  concs[i] = conc < UNLIMITED and conc or 0
   local free = conc - (tonumber(inflight[i]) or 0)
-  if c.budget and c.used >= c.budget then
-    -- Past its budget: end what it holds (a bounded number per call) without fetching.
-    local ended = redis.call('LPOP', hq, 1000) or {}
-    if #ended < 1000 then
-      local z = redis.call('ZPOPMIN', hp, 1000 - #ended)
-      for k = 1, #z, 2 do ended[#ended + 1] = z[k] end
-    end
-    for _, e in ipairs(ended) do budget_ids[#budget_ids + 1] = string.sub(e, 1, 32) end
-    budget_ended = budget_ended + #ended
-    dq[host] = (dq[host] or 0) - #ended
-    ddone[host] = (ddone[host] or 0) + #ended
-    refresh[#refresh + 1] = host
-  elseif free > 0 then
+  local left = budget_left(c)
+  if c.budget then budgeted[i] = c end
+  if free > 0 and left > 0 then
     local take = n - #popped
     if delay > 0 then take = 1 end
     if take > free then take = free end
-    if c.budget and take > c.budget - c.used then take = c.budget - c.used end
+    if take > left then take = left end
     local got = 0
     if prio[i] then
       local z = redis.call('ZPOPMIN', hp, take)
@@ -177,20 +232,22 @@ for r, i in ipairs(ready) do
         got = got + 1
       end
     end
+    if got < take then
+      local left = redis.call('ZCARD', hp)
+      if left > 0 and not prio[i] then  -- priority work prio_hosts did not name
+        redis.call('ZADD', prio_hosts, redis.call('ZRANGE', hp, 0, 0, 'WITHSCORES')[2], host)
+      end
+      recount(i, host, got, left)
+    end
     dq[host] = (dq[host] or 0) - got
     dinf[host] = (dinf[host] or 0) + got
     if got > 0 then
       last_args[#last_args + 1] = now
       last_args[#last_args + 1] = host
-      if c.budget then
-        c.used = c.used + got
-        conf_args[#conf_args + 1] = host
-        conf_args[#conf_args + 1] = conf_encode(c)
-      end
     end
     refresh[#refresh + 1] = host
   else
-    refresh[#refresh + 1] = host  -- full: out of `due` until a lease ends
+    refresh[#refresh + 1] = host  -- full or budget spent: out of `due` until that changes
   end
 end
 
@@ -223,19 +280,27 @@ for k, p in ipairs(popped) do
   end
 end
 
+-- Each lease kept from a host with a budget holds a page of it until its end.
+local conf_args, reserved_by = {}, {}
+for _, p in ipairs(keep) do
+  local c = budgeted[p[3]]
+  if c then
+    if not reserved_by[p[3]] then
+      reserved_by[p[3]] = true
+      conf_args[#conf_args + 1] = hosts[p[3]]
+      conf_args[#conf_args + 1] = c
+    end
+    c.reserved = c.reserved + 1
+  end
+end
+for k = 2, #conf_args, 2 do conf_args[k] = conf_encode(conf_args[k]) end
+
 if #last_args > 0 then call_sliced('ZADD', H.last, last_args, 1000) end
 if #conf_args > 0 then call_sliced('HSET', H.hostconf, conf_args, 1000) end
 add_counts(H.queued, dq)
 add_counts(H.inflight, dinf)
-if budget_ended > 0 then
-  add_counts(done_by_host, ddone)
-  for _, h in ipairs({attempts, errors, checkpoints}) do
-    if redis.call('EXISTS', h) == 1 then call_sliced('HDEL', h, budget_ids, 1000) end
-  end
-end
 refresh_hosts(refresh)
-local taken = #popped + budget_ended
-if taken > 0 then redis.call('DECRBY', pending, taken) end
+if #popped > 0 then redis.call('DECRBY', pending, #popped) end
 
 local nxt
 nxt, wait = next_hosts(wait)
@@ -260,22 +325,17 @@ if #keep > 0 then
     local j = 2 * (k - 1)
     aargs[j + 1], aargs[j + 2] = id, attempt
     zargs[j + 1], zargs[j + 2] = deadline_arg, id
-    hargs[j + 1], hargs[j + 2] = id, token .. owner_suffix
+    hargs[j + 1], hargs[j + 2] = id, (budgeted[p[3]] and 'b' or '') .. token .. owner_suffix
     targs[j + 1], targs[j + 2] = id, host .. ' ' .. p[4] .. ' ' .. entry
     result[r + 1], result[r + 2], result[r + 3] = id, token, attempt
     result[r + 4], result[r + 5], result[r + 6] = entry, cps[k] or false, errs[k] or false
-    result[r + 7] = host
-    r = r + 7
+    result[r + 7], result[r + 8], result[r + 9] = host, delays[p[3]], concs[p[3]]
+    r = r + 9
   end
   call_sliced('HSET', tasks, targs, 1000)
   call_sliced('HSET', attempts, aargs, 1000)
   call_sliced('ZADD', leases, zargs, 1000)
   call_sliced('HSET', owners, hargs, 1000)
 end
-local counters = {leased = #keep, duplicates = dropped, dead = malformed}
-if budget_ended > 0 then
-  counters.done = budget_ended
-  counters['outcome:host_budget'] = budget_ended
-end
-bump(stats, counters)
+bump(stats, {leased = #keep, duplicates = dropped, dead = malformed})
 return result

@@ -16,11 +16,27 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- An `owners` entry is "<token>:<worker>", or "f<token>:<worker>" once the lease's
+-- response is in (lease.lua's fetched list): its host's slot was given back then, so
+-- the lease's end must not give it back again. A lease of a host with a page budget
+-- holds a page of it (reserved at lease, settled at its end: settle_pages) and is
+-- "b<token>:<worker>" ("fb..." once its response is in).
+local function fetched_owner(owner)
+  return owner and string.byte(owner, 1) == 102  -- 'f'
+end
+
+-- The owner with its marks taken off, and whether it holds a page of its host's budget.
+local function owner_marks(owner)
+  if fetched_owner(owner) then owner = string.sub(owner, 2) end
+  if string.byte(owner, 1) == 98 then return string.sub(owner, 2), true end  -- 'b'
+  return owner, false
+end
+
 -- The result code of a lease from its `owners` entry and its deadline in `leases`
 -- (either false when absent): whether `worker` still holds it under `token`.
 local function judge_lease(owner, deadline, token, worker, now)
   if not owner then return UNKNOWN end
-  if owner ~= token .. ':' .. worker then return STALE end
+  if owner_marks(owner) ~= token .. ':' .. worker then return STALE end
   deadline = deadline and tonumber(deadline)
   if (not deadline) or deadline <= now then return EXPIRED end
   return OK
@@ -33,10 +49,15 @@ local function lease_state(leases, owners, id, token, worker, now)
   return judge_lease(owner, redis.call('ZSCORE', leases, id), token, worker, now)
 end
 
--- Ends a lease (the caller already checked it).
+-- Ends a lease (the caller already checked it); true when its host's slot is still
+-- taken (not given back at its fetch), so the caller gives it back; and whether it
+-- held a page of its host's budget (owner_marks), for settle_pages.
 local function drop_lease(leases, owners, id)
+  local owner = redis.call('HGET', owners, id)
   redis.call('ZREM', leases, id)
   redis.call('HDEL', owners, id)
+  local _, reserved = owner_marks(owner)
+  return not fetched_owner(owner), reserved
 end
 
 -- Runs `cmd key args...` in slices of at most `step` values (even, for pairs) and returns
@@ -54,7 +75,7 @@ local function call_sliced(cmd, key, args, step)
 end
 
 -- lease_state of many (id, token) pairs in two commands (HMGET owners, ZMSCORE leases),
--- sliced like call_sliced.
+-- sliced like call_sliced; and the `owners` entries read.
 local function lease_states(leases, owners, ids, tokens, worker, now)
   local held = call_sliced('HMGET', owners, ids, 1000)
   local deadlines = call_sliced('ZMSCORE', leases, ids, 1000)
@@ -62,7 +83,7 @@ local function lease_states(leases, owners, ids, tokens, worker, now)
   for i = 1, #ids do
     states[i] = judge_lease(held[i], deadlines[i], tokens[i], worker, now)
   end
-  return states
+  return states, held
 end
 
 -- Moves an id to the dead-letter set with a short reason code and a message.
@@ -130,8 +151,10 @@ local function crawl_conf()
   return {paused = c[1] == '1', delay = tonumber(c[2]) or 0, conc = tonumber(c[3]) or 0}
 end
 
--- A host's settings from its hostconf value "delay,conc,budget,used,blocked,robots"
--- (ms, counts; '' = unset).
+-- A host's settings from its hostconf value "delay,conc,budget,used,blocked,robots,reserved"
+-- (ms, counts; '' = unset; a value written before `reserved` existed has six fields).
+-- `used`: pages of the host fetched (a response came back) while it had a budget;
+-- `reserved`: its leases holding a page of the budget, not settled yet.
 local function conf_decode(value)
   local f = {}
   if value then
@@ -142,13 +165,20 @@ local function conf_decode(value)
     end
   end
   return {delay = f[1], conc = f[2], budget = f[3], used = f[4] or 0, blocked = f[5] or 0,
-          robots = f[6]}
+          robots = f[6], reserved = f[7] or 0}
 end
 
 local function conf_encode(c)
   local function s(v) return v and string.format('%d', v) or '' end
   return s(c.delay) .. ',' .. s(c.conc) .. ',' .. s(c.budget) .. ',' .. s(c.used) .. ','
-    .. s(c.blocked) .. ',' .. s(c.robots)
+    .. s(c.blocked) .. ',' .. s(c.robots) .. ',' .. s(c.reserved)
+end
+
+-- How many more pages a host may be leased under its budget (UNLIMITED without one):
+-- pages fetched and leases holding a page together never pass the budget.
+local function budget_left(c)
+  if not c.budget then return UNLIMITED end
+  return math.max(0, c.budget - c.used - c.reserved)
 end
 
 -- Whether a conf holds nothing worth keeping (then its hostconf field is deleted).
@@ -194,7 +224,9 @@ local function add_counts(zset, deltas)
 end
 
 -- Puts each host in `due` (at max(last request + delay, blocked until)) or takes it out,
--- from its pending count, leases, settings and the crawl defaults. Six commands for any
+-- from its pending count, leases, settings and the crawl defaults. A host whose page
+-- budget is spent (or held by its leases: budget_left) stays out: its pending tasks are
+-- parked until its budget is raised or a lease gives its page back. Six commands for any
 -- number of hosts.
 local function refresh_hosts(hosts)
   hosts = unique(hosts)
@@ -208,7 +240,8 @@ local function refresh_hosts(hosts)
   for i, host in ipairs(hosts) do
     local c = conf_decode(confs[i])
     local delay, conc = host_limits(c, cc)
-    if (tonumber(queued[i]) or 0) > 0 and (tonumber(inflight[i]) or 0) < conc then
+    if (tonumber(queued[i]) or 0) > 0 and (tonumber(inflight[i]) or 0) < conc
+        and budget_left(c) > 0 then
       local at = (tonumber(last[i]) or 0) + delay
       if c.blocked > at then at = c.blocked end
       add[#add + 1] = at
@@ -219,6 +252,45 @@ local function refresh_hosts(hosts)
   end
   if #add > 0 then call_sliced('ZADD', H.due, add, 1000) end
   if #rem > 0 then call_sliced('ZREM', H.due, rem, 1000) end
+end
+
+-- Settles the budget pages of ended leases. `items` holds {host, reserved, responded}:
+-- a lease that held a page (reserved) gives it back; one whose request got a response
+-- (any status) counts a page used, if it held one or its host has a budget now. One
+-- HMGET for the hosts (`now`: ms of Redis TIME); a host with no setting left keeps no
+-- hostconf entry.
+local function settle_pages(items, now)
+  local per_host, hosts = {}, {}
+  for _, it in ipairs(items) do
+    if it[2] or it[3] then
+      local d = per_host[it[1]]
+      if not d then
+        d = {back = 0, held = 0, free = 0}
+        per_host[it[1]] = d
+        hosts[#hosts + 1] = it[1]
+      end
+      if it[2] then d.back = d.back + 1 end
+      if it[2] and it[3] then d.held = d.held + 1 end
+      if it[3] and not it[2] then d.free = d.free + 1 end
+    end
+  end
+  if #hosts == 0 then return end
+  local confs = call_sliced('HMGET', H.hostconf, hosts, 1000)
+  local args = {}
+  for i, host in ipairs(hosts) do
+    local c, d = conf_decode(confs[i]), per_host[host]
+    local used = d.held
+    if c.budget then used = used + d.free end
+    if d.back > 0 or used > 0 then
+      c.reserved = math.max(0, c.reserved - d.back)
+      c.used = c.used + used
+      if confs[i] and not conf_empty(c, now) then
+        args[#args + 1] = host
+        args[#args + 1] = conf_encode(c)
+      end
+    end
+  end
+  if #args > 0 then call_sliced('HSET', H.hostconf, args, 1000) end
 end
 
 -- A request that went out later than its turn moves its host's last request to when it

@@ -1,8 +1,10 @@
 -- reclaim.lua: take back expired leases (their consumer died or stalled).
 --
 -- An expired task goes back to the head of its host's queue and the host gets its slot
--- back. A task reclaimed more than max_stalls times goes to `dead` with reason
--- `stalled`, so a poison task that kills its consumer cannot crash-loop a fleet. The
+-- back, and the page of its budget the lease held (settle_pages, lib.lua): whether its
+-- request went out is not known, so a consumer that died after a response can let one
+-- more page than the budget reach the host. A task reclaimed more than max_stalls
+-- times goes to `dead` with reason `stalled`, so a poison task that kills its consumer cannot crash-loop a fleet. The
 -- caller names candidate ids (the head of `leases`) and their hosts; each is checked
 -- here against Redis TIME, so the script is safe to run from every consumer at once.
 --
@@ -33,14 +35,17 @@ if #KEYS ~= 17 + 2 * nhosts then error('crawlq: reclaim needs 2 keys per host') 
 local qkeys = host_queue_keys(18, hosts)
 allow_at_maxmemory(stats)
 local now = now_ms()
-local back, freed, stalled_by_host, died = {}, {}, {}, 0
+local back, freed, stalled_by_host, died, touched_hosts = {}, {}, {}, 0, {}
+local settle = {}
 for i = 3 + nhosts, #ARGV do
   local id = ARGV[i]
   local deadline = tonumber(redis.call('ZSCORE', leases, id))
   local host, prio, entry = split_value(redis.call('HGET', tasks, id))
   if deadline and deadline <= now and host and qkeys[host] then
-    drop_lease(leases, owners, id)
-    freed[host] = (freed[host] or 0) - 1
+    local slot_taken, reserved = drop_lease(leases, owners, id)
+    if slot_taken then freed[host] = (freed[host] or 0) - 1 end
+    if reserved then settle[#settle + 1] = {host, true, false} end
+    touched_hosts[host] = true
     local stalled = redis.call('HINCRBY', stalls, id, 1)
     if stalled > max_stalls then
       to_dead(dead, errors, dead_reasons, id, 'stalled',
@@ -55,8 +60,9 @@ for i = 3 + nhosts, #ARGV do
 end
 add_counts(H.inflight, freed)
 add_counts(errors_by_host, stalled_by_host)
+settle_pages(settle, now)
 local touched = requeue_entries(back, qkeys, prio_hosts, pending, true)
-for host in pairs(freed) do touched[#touched + 1] = host end
+for host in pairs(touched_hosts) do touched[#touched + 1] = host end
 refresh_hosts(touched)
 bump(stats, {reclaimed = #back, dead = died, stalled = died})
 return {#back, died}

@@ -2,7 +2,8 @@
 -- or a robots.txt fetch that used the task's turn).
 --
 -- The task goes back to the head of its host's queue, so the host's next turn serves it
--- instead of waiting for the lease to expire; the host gets its slot back.
+-- instead of waiting for the lease to expire; the host gets its slot back, and the page
+-- of its budget the lease held (settle_pages, lib.lua): a release is not a page.
 --
 -- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
 -- KEYS[7]  leases      ZSET
@@ -31,7 +32,7 @@ end
 local qkeys = host_queue_keys(14, hosts)
 allow_at_maxmemory(stats)
 local now = now_ms()
-local codes, back, freed, stale = {}, {}, {}, 0
+local codes, back, freed, stale, released_hosts, settle = {}, {}, {}, 0, {}, {}
 for i = first, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
   local state = lease_state(leases, owners, id, token, worker, now)
@@ -41,20 +42,23 @@ for i = first, #ARGV, 2 do
     if not (host and qkeys[host]) then state = UNKNOWN end
   end
   if state == OK then
-    drop_lease(leases, owners, id)
+    local slot_taken, reserved = drop_lease(leases, owners, id)
+    if slot_taken then freed[host] = (freed[host] or 0) - 1 end
+    if reserved then settle[#settle + 1] = {host, true, false} end
     redis.call('HINCRBY', attempts, id, -1)
     redis.call('HDEL', tasks, id)
     back[#back + 1] = {host, prio, entry}
-    freed[host] = (freed[host] or 0) - 1
+    released_hosts[host] = true
   else
     stale = stale + 1
   end
   codes[#codes + 1] = state
 end
 add_counts(H.inflight, freed)
+settle_pages(settle, now)
 if restart and #back > 0 then
   local last = {}
-  for host in pairs(freed) do
+  for host in pairs(released_hosts) do
     last[#last + 1] = now
     last[#last + 1] = host
   end

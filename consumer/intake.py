@@ -1,0 +1,155 @@
+"""The link intake: URLs a handler found, made into tasks for the queue, cheaply.
+
+A page of a real site links to ~100-300 URLs, most of them the same navigation links
+as on every other page. Each is canonicalized, scoped (``--max-depth``,
+``--allow-domains``) and fingerprinted here, and only then sent to Redis, which decides
+whether it is new (the crawl's dedup). :class:`SeenCache` remembers the URLs this
+consumer sent recently, so a link seen again skips all of that and the round trip.
+
+Redis stays the authority: the cache only ever skips a URL that this process already
+sent to the queue's dedup (it is marked after the enqueue returned), so a URL the cache
+evicted, or never saw, goes to Redis and is deduplicated there. With a recrawl window
+the cache also forgets within half of it, so it never holds back a URL the window lets
+in again by more than that.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+from common.metrics import LINK_FATES, Metrics
+from common.queue import NewTask
+from common.task import Task
+from common.urls import canonicalize, fingerprint
+
+
+class SeenCache:
+    """A bounded set of recently sent URLs: two generations of at most ``size // 2``
+    each; when the newer fills (or is older than ``max_age_s``), the older is dropped.
+    O(1) per lookup, no per-entry bookkeeping, memory at most ``size`` strings."""
+
+    def __init__(self, size: int, *, max_age_s: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._half = max(1, size // 2) if size > 0 else 0
+        self._max_age_s = max_age_s
+        self._clock = clock
+        self._new: set[str] = set()
+        self._old: set[str] = set()
+        self._born = clock()
+
+    def __contains__(self, url: object) -> bool:
+        return url in self._new or url in self._old
+
+    def __len__(self) -> int:
+        return len(self._new) + len(self._old)
+
+    def add_all(self, urls: Iterable[str]) -> None:
+        """Remember these URLs (they were just sent to the queue's dedup)."""
+        if not self._half:
+            return
+        if self._max_age_s and self._clock() - self._born > self._max_age_s:
+            self._rotate()
+        new = self._new
+        for url in urls:
+            new.add(url)
+            if len(new) >= self._half:
+                self._rotate()
+                new = self._new
+
+    def _rotate(self) -> None:
+        self._old, self._new = self._new, set()
+        self._born = self._clock()
+
+
+class LinkIntake:
+    """Turns the URLs handlers returned for finished tasks into new tasks to enqueue."""
+
+    def __init__(self, metrics: Metrics, *, max_depth: int, allow_domains: Sequence[str],
+                 cache_size: int, recrawl_after_s: float = 0.0) -> None:
+        self.metrics = metrics
+        self.max_depth = max_depth
+        self.allow_domains = frozenset(allow_domains)
+        # A URL recrawled after the window is not kept out by the cache for more than
+        # half of it: each generation lives at most a quarter.
+        self.cache = SeenCache(cache_size, max_age_s=recrawl_after_s / 4)
+        self._fates = dict.fromkeys(LINK_FATES, 0)
+
+    def children(self, found: Iterable[tuple[Task, Sequence[str]]]
+                 ) -> tuple[list[NewTask], list[str]]:
+        """The new tasks for ``(parent task, its URLs)`` pairs, and the URLs to mark seen
+        once they are enqueued (:meth:`sent`)."""
+        out: list[NewTask] = []
+        mark: list[str] = []
+        cache, fates = self.cache, self._fates
+        batch: set[str] = set()  # canonical URLs already taken in this batch
+        for task, urls in found:
+            if not urls or task.depth + 1 > self.max_depth:
+                continue
+            domains = self.allow_domains or frozenset((_host(task.url),))
+            for raw in urls:
+                if raw in cache or raw in batch:
+                    fates["cached"] += 1
+                    continue
+                url = canonicalize(raw)
+                if not isinstance(url, str):
+                    fates["invalid"] += 1
+                    mark.append(raw)  # invalid whoever links to it
+                    continue
+                if url in cache or url in batch:
+                    fates["cached"] += 1
+                    if url != raw:
+                        mark.append(raw)
+                    continue
+                if not _in_scope(_host(url), domains):
+                    fates["out_of_scope"] += 1
+                    if self.allow_domains:  # else the scope is the parent's host
+                        mark.append(raw)
+                    continue
+                batch.add(url)
+                mark.append(url)
+                if url != raw:
+                    mark.append(raw)
+                fates["sent"] += 1
+                out.append(NewTask(url, fingerprint(url), max_attempts=task.max_attempts,
+                                   meta=task.meta, depth=task.depth + 1))
+        return out, mark
+
+    def sent(self, mark: Sequence[str]) -> None:
+        """The queue has deduplicated these URLs: later copies may skip it."""
+        self.cache.add_all(mark)
+
+    def capped(self, n: int) -> None:
+        """Count links dropped past the per-page cap."""
+        self._fates["capped"] += n
+
+    def publish(self) -> None:
+        """Fold the tallies into crawlq_links_total (once per flush, not per link)."""
+        for fate, n in self._fates.items():
+            if n:
+                self.metrics.links(fate, n)
+                self._fates[fate] = 0
+
+
+def _in_scope(host: str, domains: frozenset[str]) -> bool:
+    """Whether `host` is one of `domains` or a subdomain of one: a lookup per label, not
+    per domain (a fleet may allow thousands)."""
+    while True:
+        if host in domains:
+            return True
+        dot = host.find(".")
+        if dot < 0:
+            return False
+        host = host[dot + 1:]
+
+
+def _host(url: str) -> str:
+    """The host of an http(s) URL (no port, no userinfo), lowercase as canonical URLs
+    carry it; cheaper than a URL parse."""
+    authority = url.partition("://")[2]
+    for stop in "/?#":
+        authority = authority.partition(stop)[0]
+    authority = authority.rpartition("@")[2]
+    if authority.startswith("["):
+        return authority[: authority.find("]") + 1].lower()
+    return authority.partition(":")[0].lower()
