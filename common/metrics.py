@@ -62,6 +62,7 @@ OUTCOMES: Final = (
     "ok",
     "http_4xx",
     "robots_disallowed",
+    "filtered",
     "retried",
     "dead",
     "stale",

@@ -1,7 +1,8 @@
 """A crawl's policy: what the whole fleet must agree on, stored once in Redis.
 
 Today the policy holds the crawl's politeness defaults, ``per_host_delay`` and
-``per_host_concurrency`` (the other crawl-level options move here in a later slice).
+``per_host_concurrency``, and the content types its consumers read, ``accept_content_type``
+(the other crawl-level options move here in a later slice).
 Each option is declared once, in `POLICY_OPTIONS`: its name (the flag's, in snake_case),
 how its text parses (the flags' syntax: ``1s``, ``500ms``, ``2``), its default, its rule
 and its help; the `CrawlPolicy` defaults, validation, ``crawlq crawl show`` and parsing of
@@ -15,7 +16,9 @@ are written by one script (``policy_set.lua``). Then the politeness values are g
 every partition's ``conf`` with the version they come from (``policy_apply.lua``, which
 also moves each scheduled host's turn to match), so the lease script reads them where
 it always did. The policy is written first, each partition after (they live under other
-hash tags); a partition's ``policy_version`` says which version it holds.
+hash tags); a partition's ``policy_version`` says which version it holds. Last, a
+``policy`` message on the crawl's wake channel (``common.wake``) tells running consumers
+to read it again (they also do at every heartbeat, in case the message was lost).
 
 Who creates it: ``crawlq crawl create``, else the first consumer (from its flags, before
 it waits for the crawl), else the producer (the defaults), whichever comes first; nobody
@@ -28,6 +31,7 @@ no policy: the first `ensure_policy` or `create_policy` adopts partition 0's val
 from __future__ import annotations
 
 import argparse
+import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -40,6 +44,7 @@ from common.errors import ConfigError
 from common.keys import CrawlKeys, PartitionKeys
 from common.queue import CrawlSettings
 from common.scripts import source
+from common.wake import WakeChannel
 
 #: Entries ``policy:log`` keeps (newest first).
 LOG_LEN = 200
@@ -83,6 +88,34 @@ def _show_seconds(value: float) -> str:
     return f"{value:.3f}".rstrip("0").rstrip(".") + "s"
 
 
+#: A media type as `accept_content_type` takes it: ``type/subtype`` or ``type/*``.
+_MEDIA_TYPE = re.compile(r"^(?:[a-z0-9][a-z0-9!#$&^_.+-]*)/(?:\*|[a-z0-9][a-z0-9!#$&^_.+-]*)$")
+ACCEPT_ALL = "*/*"
+
+
+def media_types(text: str) -> tuple[str, ...]:
+    """A comma-separated list of media types, lowercased; ``*/*`` (alone or in the list)
+    or an empty text accepts everything: the empty tuple."""
+    items = tuple(dict.fromkeys(i.strip().lower() for i in str(text).split(",") if i.strip()))
+    if ACCEPT_ALL in items:
+        return ()
+    _media_types_ok(items)
+    return items
+
+
+def _media_types_ok(value: tuple[str, ...]) -> None:
+    if not isinstance(value, tuple):
+        raise ConfigError(f"must be a tuple of media types, got {value!r}")
+    for item in value:
+        if not isinstance(item, str) or not _MEDIA_TYPE.match(item):
+            raise ConfigError(f"{item!r} is not a media type: type/subtype or type/* "
+                              "(e.g. text/html,application/xhtml+xml; */* = everything)")
+
+
+def _show_media_types(value: tuple[str, ...]) -> str:
+    return ",".join(value) or ACCEPT_ALL
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyOption:
     """One policy option: ``name`` as the flag spells it, in snake_case."""
@@ -105,6 +138,11 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
     PolicyOption("per_host_concurrency", "--per-host-concurrency", _whole, 2,
                  "most requests in flight to one host across the whole fleet, unless the "
                  "host has its own (0 = no limit)"),
+    PolicyOption("accept_content_type", "--accept-content-type", media_types, (),
+                 "media types whose bodies are read, comma-separated, type/* allowed "
+                 "(*/* = all); any other response ends done, outcome filtered, its body "
+                 "never read; no Content-Type is accepted",
+                 check=_media_types_ok, show=_show_media_types, toml_string=True),
 )
 OPTIONS: dict[str, PolicyOption] = {o.name: o for o in POLICY_OPTIONS}
 VALID_KEYS = ", ".join(OPTIONS)
@@ -116,6 +154,7 @@ class CrawlPolicy:
 
     per_host_delay: float = OPTIONS["per_host_delay"].default
     per_host_concurrency: int = OPTIONS["per_host_concurrency"].default
+    accept_content_type: tuple[str, ...] = OPTIONS["accept_content_type"].default
 
     def __post_init__(self) -> None:
         for opt in POLICY_OPTIONS:
@@ -224,6 +263,22 @@ async def read_policy(client: RedisClient, crawl: str, *, log_limit: int = 5
         return None
     entries = [codec.loads(e) for e in log] if log_limit > 0 else []
     return StoredPolicy(int(fields.pop("version")), from_texts(fields), entries)
+
+
+async def read_values(client: RedisClient, crawl: str) -> CrawlPolicy | None:
+    """The crawl's policy values (one HGETALL, what a running consumer re-reads), or
+    None when it has none."""
+    raw = await client.hgetall(CrawlKeys.build(crawl).policy)
+    fields = {_text(k): _text(v) for k, v in raw.items()}
+    if "version" not in fields:
+        return None
+    fields.pop("version")
+    return from_texts(fields)
+
+
+async def announce(client: RedisClient, crawl: str) -> None:
+    """Tell the crawl's running consumers its policy changed (a hint: never raises)."""
+    await WakeChannel(client, CrawlKeys.build(crawl).wake).notify_policy()
 
 
 async def partitions_of(client: RedisClient, crawl: str) -> list[PartitionKeys]:
@@ -341,7 +396,10 @@ async def set_policy(client: RedisClient, crawl: str, values: Mapping[str, Any],
         code, _ = await _write(client, crawl, "upsert" if create else "set", texts, by)
         if code == 2:
             raise NoPolicyError(f"crawl {crawl}'s policy was deleted while it was set")
-    return await _finish(client, crawl)
+    stored = await _finish(client, crawl)
+    if texts:
+        await announce(client, crawl)
+    return stored
 
 
 async def ensure_policy(client: RedisClient, crawl: str, wanted: CrawlPolicy, *,

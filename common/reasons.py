@@ -38,6 +38,9 @@ OK: Final = _reason("ok", "done", "a 2xx, or a final 3xx such as 304; result wri
 HTTP_4XX: Final = _reason("http_4xx", "done", "a 4xx other than 408/429; result written")
 ROBOTS_DISALLOWED: Final = _reason(
     "robots_disallowed", "done", "robots.txt disallows the URL for our user agent")
+FILTERED: Final = _reason(
+    "filtered", "done", "a 2xx whose Content-Type the crawl's accept_content_type does not "
+    "accept: closed unread, result written without a body")
 
 CONNECT_ERROR: Final = _reason(
     "connect_error", "retry", "DNS failure, connection refused or reset, proxy refused")

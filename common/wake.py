@@ -8,6 +8,10 @@ one poll interval, and a consumer that can't subscribe polls as before.
 
 A publish costs a round trip, so a publisher that found nobody else listening (PUBLISH
 returns how many did: itself, or none) stays quiet for `quiet_s` before it looks again.
+
+The same channel carries one other message, `POLICY` (``notify_policy``, sent by
+``common.policy`` after a change): the crawl's policy changed, read it again. It is
+never held back by the quiet time (changes are rare and a listener may have just come).
 """
 
 from __future__ import annotations
@@ -23,11 +27,21 @@ from common.redis_errors import REDIS_ERRORS
 
 log = logging.getLogger("crawlq.wake")
 
+#: A wake-up's payload (work may be ready) and a policy change's.
+WAKE = b"1"
+POLICY = b"policy"
+_POLICIES = (POLICY, POLICY.decode())  # as bytes, or as text from a decoding client
+
+
+#: How often a listener looks whether it should stop (a wait on its socket, no command).
+LISTEN_POLL_S = 0.1
+
+
 class WakeChannel:
     """One crawl's wake channel: `notify` publishes, `listen` calls back on each message."""
 
     def __init__(self, client: RedisClient, channel: str, *, listening: bool = False,
-                 quiet_s: float = 1.0) -> None:
+                 quiet_s: float = 0.1) -> None:
         self.client = client
         self.channel = channel
         self._self = 1 if listening else 0  # a listener's own publish reaches itself
@@ -41,15 +55,27 @@ class WakeChannel:
         if now < self._quiet_until:
             return
         try:
-            heard = int(await self.client.publish(self.channel, b"1"))
+            heard = int(await self.client.publish(self.channel, WAKE))
         except REDIS_ERRORS as exc:
             log.debug("wake_publish_failed", extra={"error": str(exc)[:200]})
             heard = 0
         if heard <= self._self:
             self._quiet_until = now + self._quiet_s
 
-    async def listen(self, on_wake: Callable[[], None], closing: Callable[[], bool]) -> None:
-        """Call `on_wake` for every message until `closing()`; resubscribe after errors."""
+    async def notify_policy(self) -> None:
+        """Publish a policy change; errors are logged, never raised."""
+        try:
+            await self.client.publish(self.channel, POLICY)
+        except REDIS_ERRORS as exc:
+            log.debug("wake_publish_failed", extra={"error": str(exc)[:200]})
+
+    async def listen(self, on_wake: Callable[[], None], closing: Callable[[], bool], *,
+                     on_policy: Callable[[], None] | None = None) -> None:
+        """Call `on_wake` for every wake-up and `on_policy` for every policy change until
+        `closing()` (looked at every LISTEN_POLL_S); resubscribe after errors.
+
+        Stop it through `closing`, not by cancelling it: a cancel that lands while
+        redis-py opens the subscription's connection loses that connection unclosed."""
         delay = 0.1
         while not closing():
             pubsub = self.client.pubsub()
@@ -58,8 +84,13 @@ class WakeChannel:
                 delay = 0.1
                 while not closing():
                     message = await pubsub.get_message(ignore_subscribe_messages=True,
-                                                       timeout=1.0)
-                    if message is not None:
+                                                       timeout=LISTEN_POLL_S)
+                    if message is None:
+                        continue
+                    if message.get("data") in _POLICIES:
+                        if on_policy is not None:
+                            on_policy()
+                    else:
                         on_wake()
             except REDIS_ERRORS as exc:
                 log.debug("wake_listen_failed", extra={"error": str(exc)[:200]})

@@ -22,6 +22,7 @@ from common.config import (
 from common.errors import ConfigError
 from common.headers import parse_header_lines
 from common.http.fetcher import FetchSettings
+from common.policy import media_types
 from common.urls import canonical_domain
 from consumer.sinks import SINK_KINDS
 
@@ -65,6 +66,12 @@ CONSUMER_OPTIONS = (
            "policy value: used only when this consumer creates the crawl's policy, else "
            "the crawl's holds (a WARNING if they differ; change it with crawlq crawl set)",
            type=duration, field="per_host_delay_s"),
+    Option("--accept-content-type", "CRAWLQ_ACCEPT_CONTENT_TYPE", (),
+           "media types whose bodies are read, comma-separated, type/* allowed (e.g. "
+           "text/html,application/xhtml+xml; */* = all); any other 2xx ends done, outcome "
+           "filtered, unread; a crawl policy value: used only when this consumer creates "
+           "the crawl's policy, else the crawl's holds (a WARNING if they differ; change "
+           "it with crawlq crawl set)", type=media_types),
     Option("--timeout", "CRAWLQ_TIMEOUT", 30.0, "total time for one fetch, redirects and "
            "body included", type=duration, field="fetch.total_timeout"),
     Option("--connect-timeout", "CRAWLQ_CONNECT_TIMEOUT", 10.0, "TCP+TLS connect timeout",
@@ -163,6 +170,7 @@ class ConsumerSettings:
     batch_size: int = 0
     per_host_concurrency: int = 2
     per_host_delay_s: float = 1.0
+    accept_content_type: tuple[str, ...] = ()
     ignore_robots: bool = False
     robots_ttl_s: float = 86400.0
     sink: str = "jsonl"

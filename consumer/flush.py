@@ -85,6 +85,7 @@ class Flusher:
         self.intake = intake
         self._on_freed = on_freed
         self._urgent = urgent
+        self._links_waiting = False
         self._notify = notify
         self._flush_at = batch
         self.health = health if health is not None else SinkHealth(DEFAULT_SINK_RETRY_FOR_S)
@@ -98,11 +99,18 @@ class Flusher:
 
     def add(self, completion: Completion) -> None:
         """Queue a completion; wakes the flusher for the first one, a full batch, or
-        any while the consumer is urgent."""
+        discovered links while the consumer is urgent."""
         self.completions.append(completion)
+        if completion.urls:
+            self._links_waiting = True
         if len(self.completions) >= self._flush_at or len(self.completions) == 1 \
-                or self._urgent():
+                or self._flush_now():
             self._completed.set()
+
+    def _flush_now(self) -> bool:
+        """Discovered links wait here while the consumer has nothing to fetch: they are
+        its next work (a host's slot comes back without the ack: lease_turns)."""
+        return self._links_waiting and self._urgent()
 
     def finishing(self) -> set[str]:
         """Ids whose results wait to be flushed or are being flushed (they are not to be
@@ -111,10 +119,11 @@ class Flusher:
 
     async def run(self, closing: Callable[[], bool]) -> None:
         """Flush as soon as a good batch is ready, else at most FLUSH_INTERVAL_S late; at
-        once when the consumer is `urgent` (a fetch slot waits for what a flush frees:
-        batching would only leave it idle). Completions that arrive during a flush make
-        the next batch. While the sink fails, flush only at its next try (the results
-        that came meanwhile are that try), or probe it when none came."""
+        once when discovered links wait and the consumer is `urgent` (its fetch slots
+        idle for want of work: batching would only leave them idle). Completions that
+        arrive during a flush make the next batch. While the sink fails, flush only at
+        its next try (the results that came meanwhile are that try), or probe it when
+        none came."""
         while not closing():
             if self.health.failing:
                 await asyncio.sleep(max(0.0, self.health.next_try - time.monotonic()))
@@ -128,7 +137,7 @@ class Flusher:
                 continue
             await self._completed.wait()
             deadline = time.monotonic() + FLUSH_INTERVAL_S
-            while len(self.completions) < self._flush_at and not self._urgent():
+            while len(self.completions) < self._flush_at and not self._flush_now():
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -143,6 +152,7 @@ class Flusher:
         while self.completions:
             batch = self.completions[:1000]
             del self.completions[:1000]
+            self._links_waiting = any(c.urls for c in self.completions)
             ids = {c.lease.id for c in batch}
             self._in_flush |= ids
             self._quiet.clear()

@@ -1,6 +1,6 @@
 """The consumer's housekeeping loops: the heartbeat (renew held leases, refresh the worker
-registry, log progress) and the reaper (reclaim expired leases, promote due retries,
-record the crawl's history)."""
+registry, read the crawl's policy again, log progress) and the reaper (reclaim expired
+leases, promote due retries, record the crawl's history)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from common import history
 from common.metrics import Metrics
@@ -29,7 +29,8 @@ class Housekeeping:
     def __init__(self, queue: CrawlQueue, book: LeaseBook, metrics: Metrics,
                  registry: WorkerRegistry, *, worker: str, lease_s: float,
                  status: Callable[[], dict[str, int | str]],
-                 on_lost: Callable[[Lease], None]) -> None:
+                 on_lost: Callable[[Lease], None],
+                 on_beat: Callable[[], Awaitable[None]] | None = None) -> None:
         self.queue = queue
         self.book = book
         self.metrics = metrics
@@ -38,6 +39,9 @@ class Housekeeping:
         self.lease_s = lease_s
         self._status = status
         self._on_lost = on_lost
+        #: Run after each renewal (the consumer re-reads the crawl's policy: a fallback
+        #: for a lost policy message).
+        self.on_beat = on_beat
         self._last_history = 0.0
 
     async def heartbeat(self, closing: Callable[[], bool]) -> None:
@@ -52,6 +56,8 @@ class Housekeeping:
                     failed=int(status["failed"]), state=str(status["state"]))
             await asyncio.sleep(interval)
             await self.renew()
+            if self.on_beat is not None:
+                await self.on_beat()
             now = time.monotonic()
             if now - last_log >= PROGRESS_EVERY_S:
                 done = int(status["done"])

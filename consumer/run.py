@@ -86,7 +86,8 @@ def _out_of_memory(exc: ResponseError) -> bool:
 def _flag_policy(settings: ConsumerSettings) -> CrawlPolicy:
     """The policy this consumer's crawl-level flags ask for."""
     return CrawlPolicy(per_host_delay=settings.per_host_delay_s,
-                       per_host_concurrency=settings.per_host_concurrency)
+                       per_host_concurrency=settings.per_host_concurrency,
+                       accept_content_type=settings.accept_content_type)
 
 
 async def _ensure_policy(client: RedisClient, settings: ConsumerSettings) -> None:

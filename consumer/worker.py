@@ -16,7 +16,9 @@ Coroutines of one process:
   idles waiting for what a flush frees, and then tells the crawl's idle consumers
   (``common.wake``);
 - the wake listener: another process freed a host's slot or queued work, so the leaser
-  asks again now instead of at the end of its back-off;
+  asks again now instead of at the end of its back-off; or the crawl's policy changed, so
+  it is read again (one HGETALL; also at every heartbeat, in case a message was lost):
+  its ``accept_content_type`` applies to the fetches that start after;
 - the heartbeat and the reaper (``consumer.housekeeping``).
 
 When the sink refuses a write (``consumer.sinkhealth``) the leaser stops, what is held
@@ -34,11 +36,12 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from common.errors import FetchError, RedisUnavailableError
+from common.errors import ConfigError, FetchError, RedisUnavailableError
 from common.exitcodes import EXIT_OK, EXIT_SINK
 from common.frontier import Frontier
 from common.http.fetcher import Fetcher, FetchResult
 from common.metrics import Metrics
+from common.policy import read_values
 from common.queue import Code, CrawlQueue, Failure, Lease, LeaseBatch
 from common.reasons import CONNECT_ERROR
 from common.redis_errors import REDIS_ERRORS
@@ -117,7 +120,12 @@ class Consumer:
             queue, self.book, metrics,
             WorkerRegistry(queue.client, queue.crawl, self.worker, ttl_s=settings.lease_s),
             worker=self.worker, lease_s=settings.lease_s, status=self._status,
-            on_lost=self._lost)
+            on_lost=self._lost, on_beat=self.read_policy)
+        #: The media types whose bodies are read (the crawl policy's accept_content_type;
+        #: empty: all), read at start and again on a policy change.
+        self.accept: tuple[str, ...] = settings.accept_content_type
+        self._policy_read: asyncio.Task[None] | None = None
+        self._policy_again = False
         self.sink = sink
         self._pending: deque[Lease] = deque()  # leased, waiting for a worker
         self._running: dict[str, tuple[asyncio.Task[None], Lease]] = {}  # id -> worker
@@ -205,9 +213,12 @@ class Consumer:
         log.info("consumer_started", extra={"worker": self.worker, "crawl": self.queue.crawl,
                                              "concurrency": self.s.concurrency})
         closing = self._is_closing
+        await self.read_policy()
         helpers = [asyncio.create_task(c) for c in (
             self.housekeeping.heartbeat(closing), self.housekeeping.reaper(closing),
-            self.flusher.run(closing), self.wake.listen(self._woken, closing))]
+            self.flusher.run(closing))]
+        listener = asyncio.create_task(
+            self.wake.listen(self._woken, closing, on_policy=self._policy_changed))
         self._workers = [asyncio.create_task(self._worker())
                          for _ in range(self.s.concurrency)]
         try:
@@ -219,9 +230,17 @@ class Consumer:
             # and shutdown waits for them a bounded time.
             self._closing = True
             everything = [*helpers, *self._workers]
+            if self._policy_read is not None:
+                everything.append(self._policy_read)
             for task in everything:
                 task.cancel()
             await asyncio.wait(everything, timeout=SHUTDOWN_WAIT_S)
+            # The listener stops on _closing by itself (a cancel could lose its
+            # connection mid-connect); cancelled only if it doesn't.
+            await asyncio.wait({listener}, timeout=1.0)
+            if not listener.done():
+                listener.cancel()
+                await asyncio.wait({listener}, timeout=SHUTDOWN_WAIT_S)
             with contextlib.suppress(*REDIS_ERRORS):
                 await self.housekeeping.registry.leave()
         log.info("consumer_stopped", extra={"worker": self.worker, "reason": self.stop_reason,
@@ -230,6 +249,40 @@ class Consumer:
 
     def _is_closing(self) -> bool:
         return self._closing
+
+    # -- the crawl's policy -------------------------------------------------------------
+
+    async def read_policy(self) -> None:
+        """Read the crawl's policy (one HGETALL) and apply what the consumer takes from
+        it live (`accept`); on a Redis error keep what it had (the next heartbeat reads
+        it again)."""
+        try:
+            policy = await read_values(self.queue.client, self.queue.crawl)
+        except REDIS_ERRORS as exc:
+            log.warning("redis_error", extra={"during": "policy", "error": str(exc)[:200]})
+            return
+        except ConfigError as exc:  # a stored value this crawlq can't read
+            log.warning("crawl_policy_unreadable", extra={"error": str(exc)[:200]})
+            return
+        if policy is None or policy.accept_content_type == self.accept:
+            return
+        self.accept = policy.accept_content_type
+        log.info("crawl_policy_applied", extra={
+            "accept_content_type": ",".join(self.accept) or "*/*"})
+
+    def _policy_changed(self) -> None:
+        """A policy message: read it again, one read at a time (a message during a read
+        gets one more)."""
+        if self._policy_read is not None and not self._policy_read.done():
+            self._policy_again = True
+            return
+        self._policy_read = asyncio.create_task(self._read_policy_again())
+
+    async def _read_policy_again(self) -> None:
+        self._policy_again = True
+        while self._policy_again and not self._closing:
+            self._policy_again = False
+            await self.read_policy()
 
     # -- leasing ----------------------------------------------------------------------
 
@@ -275,7 +328,10 @@ class Consumer:
                 idle.reset()
                 continue
             if not n:
-                continue  # only gave slots back: wait for room
+                # Only gave slots back, with no room to use them: the fleet's idle
+                # consumers may (this one's handlers are behind).
+                await self.wake.notify()
+                continue
             if self.s.exit_when_empty and await self._crawl_finished():
                 self.stop_reason = "crawl empty"
                 self.draining = True
@@ -407,8 +463,7 @@ class Consumer:
         self._slot_freed()
 
     def _starved(self) -> bool:
-        """A fetch slot idles while the leaser waits for a host's slot to free or for new
-        work: what a flush sends (acks, discovered links) is what it waits for."""
+        """A fetch slot idles while the leaser waits for a host's turn or new work."""
         return self._leaser_idle and bool(self._idle)
 
     def _slot_freed(self) -> None:
@@ -590,7 +645,8 @@ class Consumer:
         try:
             task = lease.task
             result = await self.fetcher.fetch(task.url, headers=task.headers or None,
-                                              crawl_credentials=True)
+                                              crawl_credentials=True,
+                                              accept=self.accept or None)
         except FetchError as exc:
             self.metrics.response(exc.status)
             # A status is the host's response, a page of its budget (a proxy's refusal
@@ -601,12 +657,19 @@ class Consumer:
         finally:
             self.metrics.fetch_duration_seconds.observe(time.monotonic() - started)
             self._fetching.discard(lease.id)
-            if lease.concurrency > 0 and not self.draining:
+            # A host with a delay is bound by it: its next turn is a delay away whatever
+            # its slots do, so its slot comes back with the ack (no extra script work).
+            if lease.concurrency > 0 and not lease.delay_ms and not self.draining:
                 self._responses_in.append(lease)
                 self._freed.set()  # ends the leaser's idle wait
                 self._room.set()  # and its wait for room
         lease.responded = True  # a page of its host's budget, whatever becomes of it
         self.metrics.response(result.status, len(result.body))
+        if result.filtered:  # its Content-Type is not accepted: no body, no handler
+            outcome = "filtered"
+            self._complete(Completion(lease, "ack", outcome,
+                                      record=self._record(lease, result, outcome)))
+            return
         outcome = "ok" if result.status < 400 else "http_4xx"
         record = self._record(lease, result, outcome)
         urls: Sequence[str] = ()
@@ -655,7 +718,8 @@ class Consumer:
                           worker=self.worker, depth=task.depth, meta=task.meta)
         return Record(task_id=task.id, url=task.url, final_url=result.final_url,
                       status=result.status, outcome=outcome, headers=result.headers,
-                      raw_headers=result.raw_headers, body=result.body,
+                      raw_headers=result.raw_headers,
+                      body=None if result.filtered else result.body,
                       bytes=len(result.body), elapsed=result.elapsed, attempt=task.attempt,
                       fetched_at=time.time(), worker=self.worker,
                       http_version=result.http_version, depth=task.depth, meta=task.meta)

@@ -35,7 +35,7 @@ from consumer.run import run
 from producer.cli import main_async as producer_main
 
 ROOT = Path(__file__).resolve().parent.parent
-VALID = "valid keys: per_host_delay, per_host_concurrency"
+VALID = "valid keys: per_host_delay, per_host_concurrency, accept_content_type"
 
 
 async def crawlq(redis_url: str, *args: str) -> tuple[int, str, str]:
@@ -79,7 +79,8 @@ def test_the_policy_is_declared_once_and_the_consumer_flags_agree() -> None:
     flags = {o.flag: o.default for o in CONSUMER_OPTIONS}
     assert {o.flag: flags[o.flag] for o in POLICY_OPTIONS} == {
         o.flag: o.default for o in POLICY_OPTIONS}
-    assert CrawlPolicy().texts() == {"per_host_delay": "1s", "per_host_concurrency": "2"}
+    assert CrawlPolicy().texts() == {"per_host_delay": "1s", "per_host_concurrency": "2",
+                                     "accept_content_type": "*/*"}
 
 
 # -- the commands ------------------------------------------------------------------------
@@ -90,24 +91,25 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
     before = await redis_ms(redis_client)
     out = await ok(redis_url, "crawl", "create", "--crawl", crawl_name, "per_host_delay=500ms")
     assert out == (f"crawl {crawl_name}: policy version 1 created: per_host_delay=0.5s, "
-                   "per_host_concurrency=2\n")
+                   "per_host_concurrency=2, accept_content_type=*/*\n")
     code, _, err = await crawlq(redis_url, "crawl", "create", "--crawl", crawl_name)
     assert code == 2 and "already has a policy (version 1)" in err and "crawlq crawl set" in err
 
     out = await ok(redis_url, "crawl", "set", "--crawl", crawl_name,
                    "per_host_concurrency=3", "per_host_delay=0.5s")
     assert out == (f"crawl {crawl_name}: policy version 2 set: per_host_delay=0.5s, "
-                   "per_host_concurrency=3\n")
+                   "per_host_concurrency=3, accept_content_type=*/*\n")
     out = await ok(redis_url, "crawl", "set", "--crawl", crawl_name, "per_host_concurrency=3")
     assert "policy version 2 unchanged" in out  # not a change: no version, no log entry
 
     doc = json.loads(await ok(redis_url, "crawl", "show", "--crawl", crawl_name, "--json"))
     assert (doc["version"], doc["values"], doc["text"]) == (
-        2, {"per_host_delay": 0.5, "per_host_concurrency": 3},
-        {"per_host_delay": "0.5s", "per_host_concurrency": "3"})
+        2, {"per_host_delay": 0.5, "per_host_concurrency": 3, "accept_content_type": []},
+        {"per_host_delay": "0.5s", "per_host_concurrency": "3", "accept_content_type": "*/*"})
     second, first = doc["log"]
     assert first | {"version": 1, "by": "crawlq crawl create", "changes": {
-        "per_host_delay": [None, "0.5s"], "per_host_concurrency": [None, "2"]}} == first
+        "per_host_delay": [None, "0.5s"], "per_host_concurrency": [None, "2"],
+        "accept_content_type": [None, "*/*"]}} == first
     assert second | {"version": 2, "by": "crawlq crawl set",
                      "changes": {"per_host_concurrency": ["2", "3"]}} == second
     assert before <= first["at"] <= second["at"] <= await redis_ms(redis_client)
@@ -117,10 +119,11 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
     assert lines[0] == f"crawl {crawl_name}: policy version 2"
     assert lines[1].split()[:2] == ["per_host_delay", "0.5s"]
     assert lines[2].split()[:2] == ["per_host_concurrency", "3"]
-    assert lines[3] == "changes, newest first:"
-    assert lines[4].endswith("v2  crawlq crawl set: per_host_concurrency 2 -> 3")
-    assert lines[5].endswith("v1  crawlq crawl create: per_host_concurrency - -> 2, "
-                             "per_host_delay - -> 0.5s")
+    assert lines[3].split()[:2] == ["accept_content_type", "*/*"]
+    assert lines[4] == "changes, newest first:"
+    assert lines[5].endswith("v2  crawlq crawl set: per_host_concurrency 2 -> 3")
+    assert lines[6].endswith("v1  crawlq crawl create: accept_content_type - -> */*, "
+                             "per_host_concurrency - -> 2, per_host_delay - -> 0.5s")
     # `crawl` and `crawls` are two commands.
     assert "crawl" in await ok(redis_url, "crawls")
 
@@ -134,7 +137,10 @@ async def test_a_bad_key_or_value_exits_2_naming_it_and_writes_nothing(
                                                                 "'fast'"),
             (("per_host_concurrency=-1",), "per_host_concurrency: bad value '-1'"),
             (("per_host_concurrency=2.5",), "per_host_concurrency: bad value '2.5'"),
-            (("per_host_delay",), "not KEY=VALUE: 'per_host_delay'")):
+            (("per_host_delay",), "not KEY=VALUE: 'per_host_delay'"),
+            (("accept_content_type=pdf",), "accept_content_type: bad value 'pdf'"),
+            (("accept_content_type=text/html,*/html",),
+             "accept_content_type: bad value 'text/html,*/html'")):
         code, out, err = await crawlq(redis_url, "crawl", "create", "--crawl", crawl_name,
                                       *args)
         assert (code, out) == (2, ""), (args, err)
@@ -159,9 +165,10 @@ async def test_a_bad_key_or_value_exits_2_naming_it_and_writes_nothing(
 async def test_show_toml_round_trips_into_create_config(
         redis_url: str, crawl_name: str, tmp_path: Path) -> None:
     await ok(redis_url, "crawl", "create", "--crawl", crawl_name, "per_host_delay=2.25s",
-             "per_host_concurrency=0")
+             "per_host_concurrency=0", "accept_content_type=Text/HTML, image/*")
     toml = await ok(redis_url, "crawl", "show", "--crawl", crawl_name, "--toml")
-    assert toml.splitlines()[1:] == ['per_host_delay = "2.25s"', "per_host_concurrency = 0"]
+    assert toml.splitlines()[1:] == ['per_host_delay = "2.25s"', "per_host_concurrency = 0",
+                                     'accept_content_type = "text/html,image/*"']
     path = tmp_path / "crawl.toml"
     path.write_text(toml)
     await ok(redis_url, "crawl", "create", "--crawl", crawl_name + "-copy", "--config",
@@ -366,4 +373,22 @@ async def test_a_crawl_made_without_a_policy_is_adopted(
     doc = json.loads(await ok(redis_url, "crawl", "show", "--crawl", other, "--json"))
     assert [(e["by"], e["changes"]) for e in doc["log"]] == [
         ("crawlq crawl create", {"per_host_delay": ["0.7s", "1s"]}),
-        ("migration", {"per_host_delay": [None, "0.7s"], "per_host_concurrency": [None, "3"]})]
+        ("migration", {"per_host_delay": [None, "0.7s"], "per_host_concurrency": [None, "3"],
+                       "accept_content_type": [None, "*/*"]})]
+
+
+async def test_accept_content_type_is_set_shown_and_normalized(
+        redis_url: str, crawl_name: str) -> None:
+    await ok(redis_url, "crawl", "create", "--crawl", crawl_name)
+    out = await ok(redis_url, "crawl", "set", "--crawl", crawl_name,
+                   "accept_content_type=Text/HTML, application/xhtml+xml")
+    assert "version 2 set" in out and \
+        "accept_content_type=text/html,application/xhtml+xml" in out
+    text = await ok(redis_url, "crawl", "show", "--crawl", crawl_name)
+    assert [ln.split()[:2] for ln in text.splitlines()[1:4]][2] == [
+        "accept_content_type", "text/html,application/xhtml+xml"]
+    code, out, err = await crawlq(redis_url, "crawl", "set", "--crawl", crawl_name,
+                                  "accept_content_type=pdf")
+    assert (code, out) == (2, "") and "accept_content_type: bad value 'pdf'" in err
+    out = await ok(redis_url, "crawl", "set", "--crawl", crawl_name, "accept_content_type=*/*")
+    assert "version 3 set" in out and "accept_content_type=*/*" in out

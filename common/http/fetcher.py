@@ -18,6 +18,14 @@ runs it anyway, so a second layer (an `asyncio.timeout` per fetch cost ~5-10 us 
 not paid. The first hop gets the full `total_timeout`; each later hop (redirect or proxy
 retry) only what is left of it, and a hop with nothing left is not sent.
 
+Content types: `fetch(..., accept=("text/html", "image/*"))` reads a final response's
+body only when its Content-Type media type (parameters dropped, case-insensitive) is one
+of them (``type/*`` matches the type); a 2xx response of another type is closed unread
+(its connection is not reused) and returned with ``filtered`` set and an empty body. A
+response without a Content-Type is read. Only the final response is checked, never a
+redirect hop; `accept=None` (robots.txt) reads everything. Other statuses (4xx, a final
+3xx) are read as ever: their outcome says more than their type.
+
 Proxies: with `FetchSettings.proxies`, each fetch goes through the next proxy round-robin.
 An HTTP proxy resolves host names itself, so for names the SSRF guard can only check the
 proxy's own address (keep proxies inside `allow_networks` if they live on a private
@@ -53,6 +61,7 @@ __all__ = [
     "FetchSettings",
     "Fetcher",
     "classify_status",
+    "content_type_accepted",
     "parse_retry_after",
     "redact_url",
 ]
@@ -138,6 +147,18 @@ class FetchResult:
     elapsed: float  # seconds, whole redirect chain
     redirects: tuple[str, ...]  # each hop's URL after the first, in order
     http_version: str  # "HTTP/1.1"
+    filtered: bool = False  # its Content-Type is not accepted: closed unread, body b""
+
+
+def content_type_accepted(value: str | None, accept: tuple[str, ...] | None) -> bool:
+    """Whether a Content-Type header `value` is one of `accept` (``type/subtype`` or
+    ``type/*``, lowercase); no `accept` (None or empty) and no Content-Type accept all."""
+    if not accept or value is None:
+        return True
+    media = value.partition(";")[0].strip().lower()
+    if not media:
+        return True
+    return media in accept or f"{media.partition('/')[0]}/*" in accept
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -286,12 +307,14 @@ class Fetcher:
         *,
         headers: Mapping[str, str] | None = None,
         crawl_credentials: bool = False,
+        accept: tuple[str, ...] | None = None,
     ) -> Coroutine[Any, Any, FetchResult]:
         """GET `url`, following up to `max_redirects` redirects; raise FetchError.
 
         `headers` go over the crawl's; `crawl_credentials` adds the crawl's credential
         headers (a task's fetch, not robots.txt). Credentials are dropped at the first hop
-        to another origin.
+        to another origin. `accept`: the media types whose bodies are read (see the
+        module's docstring); a 2xx of another type comes back `filtered`, unread.
         The whole fetch (every hop, every proxy retry, the body) runs under one
         `total_timeout` deadline, so a server dripping one byte at a time cannot outlast it.
         Await it like a coroutine function (it returns the fetch's coroutine: no extra
@@ -305,9 +328,10 @@ class Fetcher:
             headers = self._with_credentials(headers)
         if not self._proxies:
             return self._fetch_via(
-                session, url, headers, None, started=started, limits=self._timeout
+                session, url, headers, None, started=started, limits=self._timeout,
+                accept=accept,
             )
-        return self._fetch_proxied(session, url, headers, started)
+        return self._fetch_proxied(session, url, headers, started, accept)
 
     async def _fetch_proxied(
         self,
@@ -315,6 +339,7 @@ class Fetcher:
         url: str,
         headers: Mapping[str, str] | None,
         started: float,
+        accept: tuple[str, ...] | None,
     ) -> FetchResult:
         proxies = self._proxies
         n = len(proxies)
@@ -326,7 +351,8 @@ class Fetcher:
             limits = self._timeout if attempt == 0 else self._time_left(started)
             try:
                 result = await self._fetch_via(
-                    session, url, headers, proxy, started=started, limits=limits
+                    session, url, headers, proxy, started=started, limits=limits,
+                    accept=accept,
                 )
             except FetchError as exc:
                 if last or exc.reason not in _PROXY_RETRY_REASONS:
@@ -349,6 +375,7 @@ class Fetcher:
         *,
         started: float,
         limits: ClientTimeout,
+        accept: tuple[str, ...] | None = None,
     ) -> FetchResult:
         """Fetch `url` through `proxy`: the first hop under `limits` (aiohttp's timeouts,
         `total` included), each redirect hop under what is left of the deadline."""
@@ -394,6 +421,13 @@ class Fetcher:
                     error = classify_status(status, resp.headers)
                     if error is not None:
                         raise error
+                    if accept and 200 <= status < 300 and not content_type_accepted(
+                            resp.headers.get("Content-Type"), accept):
+                        resp.close()  # the body is never read: drop the connection
+                        return _result(
+                            url, current_text, resp=resp, body=b"", started=started,
+                            redirects=redirects, filtered=True,
+                        )
                     body = await self._read_body(resp)
                     return _result(
                         url, current_text, resp=resp, body=body, started=started,
@@ -607,6 +641,7 @@ def _result(
     body: bytes,
     started: float,
     redirects: list[str],
+    filtered: bool = False,
 ) -> FetchResult:
     h = resp.headers
     kept = {}
@@ -632,6 +667,7 @@ def _result(
         elapsed=time.monotonic() - started,
         redirects=tuple(redirects),
         http_version=http_version,
+        filtered=filtered,
     )
 
 

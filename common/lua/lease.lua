@@ -55,8 +55,9 @@
 --            else ms until the earliest host's turn
 --   retry_ms ms until the next retry is due (0: one is due now), -1 if none waits
 --   paused   1 if the crawl is paused (nothing leased)
---   concurrency the lease's host's concurrency, 0 if unlimited: with a limit, the
---            consumer names the lease in its next call once the response is in
+--   concurrency the lease's host's concurrency, 0 if unlimited: with a limit and no
+--            delay, the consumer names the lease in its next call once the response
+--            is in
 --   delay_ms the lease's host's delay (its policy, or robots.txt's Crawl-delay): with
 --            a delay, the request must go out at its turn (the consumer times it)
 --   next     the candidates for the next call, read after this one's leases: up to k

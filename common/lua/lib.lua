@@ -255,23 +255,23 @@ local function refresh_hosts(hosts)
 end
 
 -- Settles the budget pages of ended leases. `items` holds {host, reserved, responded}:
--- a lease that held a page (reserved) gives it back; one whose request got a response
--- (any status) counts a page used, if it held one or its host has a budget now. One
--- HMGET for the hosts (`now`: ms of Redis TIME); a host with no setting left keeps no
--- hostconf entry.
+-- a lease that held a page (reserved: its host had a budget when it was leased) gives it
+-- back, and counts it used if its request got a response (any status). Leases of hosts
+-- without a budget cost nothing here (a budget counts the pages leased after it is
+-- set). One HMGET for the hosts (`now`: ms of Redis TIME); a host with no setting left
+-- keeps no hostconf entry.
 local function settle_pages(items, now)
   local per_host, hosts = {}, {}
   for _, it in ipairs(items) do
-    if it[2] or it[3] then
+    if it[2] then
       local d = per_host[it[1]]
       if not d then
-        d = {back = 0, held = 0, free = 0}
+        d = {back = 0, held = 0}
         per_host[it[1]] = d
         hosts[#hosts + 1] = it[1]
       end
-      if it[2] then d.back = d.back + 1 end
-      if it[2] and it[3] then d.held = d.held + 1 end
-      if it[3] and not it[2] then d.free = d.free + 1 end
+      d.back = d.back + 1
+      if it[3] then d.held = d.held + 1 end
     end
   end
   if #hosts == 0 then return end
@@ -280,7 +280,6 @@ local function settle_pages(items, now)
   for i, host in ipairs(hosts) do
     local c, d = conf_decode(confs[i]), per_host[host]
     local used = d.held
-    if c.budget then used = used + d.free end
     if d.back > 0 or used > 0 then
       c.reserved = math.max(0, c.reserved - d.back)
       c.used = c.used + used

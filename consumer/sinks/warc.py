@@ -20,10 +20,12 @@ Records with an HTTP response (``status`` not None) become ``response`` records:
     ``X-Crawlq-Orig-Content-Length`` when it differs).
   - The body is always stored: `store_body` does not apply to WARC, whose point is the
     payload. A response without a body (HEAD, 204) is stored with an empty payload.
-Records without an HTTP response (robots_disallowed, DNS or connect errors) become
-``metadata`` records (``application/warc-fields``) for the task URL, holding the
-outcome, task id, attempt, worker and elapsed time, so the archive shows what was not
-fetched and why. `items` returned by a user handler are not written to WARC files.
+Records without an HTTP response (robots_disallowed, DNS or connect errors), and
+``filtered`` ones (a response whose body was never read), become ``metadata`` records
+(``application/warc-fields``) for the task URL, holding the outcome, task id, attempt,
+worker and elapsed time (a filtered one also its status and Content-Type), so the archive
+shows what was not fetched and why. `items` returned by a user handler are not written to
+WARC files.
 """
 
 from __future__ import annotations
@@ -115,7 +117,7 @@ class WarcSink(RotatingFileSink):
         writer = self._writer
         assert writer is not None
         for record in records:
-            if record.status is None:
+            if record.status is None or record.outcome == "filtered":
                 writer.write_record(self._metadata_record(writer, record))
             else:
                 writer.write_record(self._response_record(writer, record))
@@ -151,6 +153,9 @@ class WarcSink(RotatingFileSink):
             "crawlq-elapsed": f"{record.elapsed:.6f}",
             "crawlq-depth": str(record.depth),
         }
+        if record.status is not None:
+            fields["crawlq-status"] = str(record.status)
+            fields["crawlq-content-type"] = record.headers.get("content-type", "")
         block = "".join(f"{k}: {_clean(v)}\r\n" for k, v in fields.items()).encode("utf-8")
         return writer.create_warc_record(
             record.url,
