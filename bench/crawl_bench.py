@@ -43,12 +43,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import pstats
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -65,6 +63,8 @@ import redis.asyncio as aioredis
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
+
+from benchlib import apt_install, cpu_seconds, wait_port, which_nginx  # noqa: E402
 
 from common.queue import CrawlQueue, CrawlSettings, NewTask  # noqa: E402
 from common.redis_server import RedisServer, free_port  # noqa: E402
@@ -121,27 +121,11 @@ class StaticServer:
 
 
 def ensure_nginx(install: bool) -> str | None:
-    found = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
+    found = which_nginx()
     if found or not install:
         return found
-    print("installing nginx (apt-get install -y nginx) ...", flush=True)
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    cmd = ["apt-get", "install", "-y", "-q", "nginx"]
-    if subprocess.run(cmd, env=env, check=False, capture_output=True).returncode != 0:
-        subprocess.run(["apt-get", "update", "-q"], env=env, check=False, capture_output=True)
-        subprocess.run(cmd, env=env, check=False, capture_output=True)
-    return shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
-
-
-def wait_port(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"{what} exited with {proc.returncode}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
-            return
-        time.sleep(0.05)
-    raise SystemExit(f"{what} did not listen on {port}")
+    apt_install("nginx")
+    return which_nginx()
 
 
 def start_static(args: argparse.Namespace, workdir: Path) -> StaticServer:
@@ -272,15 +256,6 @@ class Run:
     @property
     def rate(self) -> float:
         return self.pages / self.window_s if self.window_s else 0.0
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of a process so far (/proc/<pid>/stat)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def tree_cpu_seconds(pid: int) -> float:

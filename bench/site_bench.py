@@ -72,7 +72,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -89,6 +88,8 @@ import redis.asyncio
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
+
+from benchlib import apt_install, cpu_seconds, wait_port, which_nginx  # noqa: E402
 
 from common.queue import CrawlQueue, CrawlSettings, NewTask  # noqa: E402
 from common.redis_server import RedisServer, free_port  # noqa: E402
@@ -231,38 +232,6 @@ def on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt  # unwinds through every finally, as Ctrl-C does
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of a process so far (/proc/<pid>/stat)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def wait_port(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"{what} exited with {proc.returncode}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
-            return
-        time.sleep(0.05)
-    raise SystemExit(f"{what} did not listen on {port}")
-
-
-# -- the site: the tree, nginx, its access log --------------------------------------------------
-
-
-def apt_install(package: str) -> None:
-    print(f"installing {package} (apt-get install -y {package}) ...", flush=True)
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    cmd = ["apt-get", "install", "-y", "-q", package]
-    if subprocess.run(cmd, env=env, check=False, capture_output=True).returncode != 0:
-        subprocess.run(["apt-get", "update", "-q"], env=env, check=False, capture_output=True)
-        subprocess.run(cmd, env=env, check=False, capture_output=True)
-
-
 def find_root(root: Path | None) -> Path:
     if root is None:
         if not (DEFAULT_ROOT / "index.html").exists():
@@ -274,10 +243,10 @@ def find_root(root: Path | None) -> Path:
 
 
 def find_nginx() -> str:
-    found = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
+    found = which_nginx()
     if found is None:
         apt_install("nginx")
-        found = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
+        found = which_nginx()
     if found is None:
         raise SystemExit("no nginx on PATH (apt-get install nginx)")
     return found

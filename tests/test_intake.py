@@ -4,13 +4,14 @@ that finds its own work without waiting on timers."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 from test_consumer import consume, enqueue, serve
+from test_frontier import NullSink
 
 import consumer.flush
 import consumer.worker
@@ -21,7 +22,6 @@ from common.task import Task
 from consumer.backoff import Backoff
 from consumer.config import build_parser, settings_from_args
 from consumer.intake import LinkIntake, SeenCache
-from consumer.sinks import Record
 from consumer.worker import Consumer
 from producer.run import TaskTemplate, produce
 from producer.sources import Chunk
@@ -162,17 +162,6 @@ async def test_a_chain_of_pages_is_crawled_without_waiting_on_timers(
     assert len(site.paths) == pages
 
 
-class _Sink:
-    async def open(self) -> None:
-        pass
-
-    async def write(self, records: Sequence[Record]) -> None:
-        pass
-
-    async def close(self) -> None:
-        pass
-
-
 async def test_an_idle_consumer_leases_at_once_when_work_is_enqueued(
         redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -197,7 +186,7 @@ async def test_an_idle_consumer_leases_at_once_when_work_is_enqueued(
         return web.Response(text="<html></html>", content_type="text/html")
 
     async with serve({"/p": page}) as site, Fetcher(settings.fetch) as fetcher:
-        worker = Consumer(settings, queue, fetcher, _Sink(), Metrics())
+        worker = Consumer(settings, queue, fetcher, NullSink(), Metrics())
         running = asyncio.create_task(worker.run())
         try:
             for _ in range(1000):  # until it found nothing and backs off for 30 s

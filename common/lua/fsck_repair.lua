@@ -52,12 +52,7 @@ for i, host in ipairs(hosts) do
     if was and was > held then lost = lost + was - held end
     delta = delta + held - (was or 0)
   end
-  local top = redis.call('ZRANGE', hp, 0, 0, 'WITHSCORES')
-  if top[2] then
-    redis.call('ZADD', prio_hosts, top[2], host)
-  else
-    redis.call('ZREM', prio_hosts, host)
-  end
+  refresh_prio(prio_hosts, hp, host)
   touched[#touched + 1] = host
 end
 if #qargs > 0 then call_sliced('ZADD', H.queued, qargs, 1000) end

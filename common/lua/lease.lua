@@ -220,12 +220,7 @@ for r, i in ipairs(ready) do
         popped[#popped + 1] = {string.sub(z[k], 1, 32), z[k], i, -tonumber(z[k + 1])}
         got = got + 1
       end
-      local top = redis.call('ZRANGE', hp, 0, 0, 'WITHSCORES')
-      if top[2] then
-        redis.call('ZADD', prio_hosts, top[2], host)
-      else
-        redis.call('ZREM', prio_hosts, host)
-      end
+      refresh_prio(prio_hosts, hp, host)
     end
     if got < take then
       for _, e in ipairs(redis.call('LPOP', hq, take - got) or {}) do

@@ -316,6 +316,16 @@ local function split_value(value)
   return host, tonumber(prio), entry
 end
 
+-- `prio_hosts` names `host` by the highest priority left in its ZSET `hp`, or not at all.
+local function refresh_prio(prio_hosts, hp, host)
+  local top = redis.call('ZRANGE', hp, 0, 0, 'WITHSCORES')
+  if top[2] then
+    redis.call('ZADD', prio_hosts, top[2], host)
+  else
+    redis.call('ZREM', prio_hosts, host)
+  end
+end
+
 -- Puts pending entries back in their hosts' queues. `items` holds {host, priority,
 -- entry}; `qkeys[host]` = {hq key, hp key}; front=true puts priority-0 entries at the
 -- head (they already waited their turn). Counts them pending; returns the hosts touched.

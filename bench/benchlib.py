@@ -1,0 +1,49 @@
+"""What the benchmarks share: reading a process's CPU, waiting for a port, installing a
+Debian package they need (nginx, python3-doc) when it is missing."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process so far (/proc/<pid>/stat)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
+    """Wait until something listens on 127.0.0.1:port (SystemExit if `proc` exits first
+    or after 15 s)."""
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{what} exited with {proc.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+            return
+        time.sleep(0.05)
+    raise SystemExit(f"{what} did not listen on {port}")
+
+
+def apt_install(package: str) -> None:
+    """apt-get install -y `package` (an apt-get update first if that fails)."""
+    print(f"installing {package} (apt-get install -y {package}) ...", flush=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    cmd = ["apt-get", "install", "-y", "-q", package]
+    if subprocess.run(cmd, env=env, check=False, capture_output=True).returncode != 0:
+        subprocess.run(["apt-get", "update", "-q"], env=env, check=False, capture_output=True)
+        subprocess.run(cmd, env=env, check=False, capture_output=True)
+
+
+def which_nginx() -> str | None:
+    """nginx on PATH or in /usr/sbin."""
+    return shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
