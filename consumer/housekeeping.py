@@ -54,7 +54,11 @@ class Housekeeping:
                 await self.registry.beat(
                     in_flight=int(status["in_flight"]), done=int(status["done"]),
                     failed=int(status["failed"]), state=str(status["state"]))
+            if self._stopped(closing):
+                return
             await asyncio.sleep(interval)
+            if self._stopped(closing):
+                return
             await self.renew()
             if self.on_beat is not None:
                 await self.on_beat()
@@ -66,6 +70,14 @@ class Housekeeping:
                     "in_flight": status["in_flight"],
                     "per_s": round((done - last_done) / (now - last_log), 1)})
                 last_log, last_done = now, done
+
+    @staticmethod
+    def _stopped(closing: Callable[[], bool]) -> bool:
+        """The consumer is closing, or a cancel reached this task and redis-py turned it
+        into a connection error (or Python 3.11's wait_for dropped it): stop now, since
+        the client may be closed and a command would open a connection nobody closes."""
+        me = asyncio.current_task()
+        return closing() or (me is not None and me.cancelling() > 0)
 
     async def renew(self) -> None:
         """Renew every held lease; hand the ones lost to `on_lost`."""
