@@ -89,6 +89,16 @@ async def expire(q: CrawlQueue, *leases: Lease) -> None:
         await asyncio.sleep(wait / 1000 + 0.01)
 
 
+async def window_passed(client: aioredis.Redis, window_s: int, within: float = 10.0) -> None:
+    """Return once Redis TIME's seconds are `window_s` past what they read now: a seen mark
+    written before this call (whole seconds of Redis TIME) is then that old at least."""
+    start = int((await client.time())[0])
+    deadline = time.monotonic() + within
+    while int((await client.time())[0]) < start + window_s:
+        assert time.monotonic() < deadline, f"Redis TIME not {window_s}s on within {within:g}s"
+        await asyncio.sleep(0.02)
+
+
 async def promoted_when_due(q: CrawlQueue, within: float = 10.0) -> int:
     """promote() until it moves something (a retry comes due on Redis' clock, which a
     wall-clock sleep only approximates); how many it moved."""
@@ -920,7 +930,7 @@ async def test_recrawl_after_window(redis_client: aioredis.Redis, crawl_name: st
                               Failure(ls["waiting"], "e", "m", retry_after=60.0)]
                         ) == [(Code.DEAD, -1), (Code.RETRY, 60_000)]
     assert (await q.enqueue([tasks["done"]])).duplicates == 1  # inside the window
-    await asyncio.sleep(1.1)
+    await window_passed(redis_client, 1)
     res = await q.enqueue(list(tasks.values()))
     # Only the done URL is enqueued again; the live ones (pending in its host's queue,
     # leased, waiting, dead) are not.
@@ -944,7 +954,7 @@ async def test_a_pending_url_enqueued_again_with_other_fields_is_a_duplicate(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
     q = await open_queue(redis_client, crawl_name, recrawl_after_s=1)
     await q.enqueue([nt("http://recrawl.test/p")])
-    await asyncio.sleep(1.1)
+    await window_passed(redis_client, 1)
     res = await q.enqueue([nt("http://recrawl.test/p", priority=5)])
     assert (res.enqueued, res.recrawled, res.duplicates) == (0, 0, 1)
     assert (await q.stats()).pending == 1
@@ -958,7 +968,7 @@ async def test_recrawl_after_purge(redis_client: aioredis.Redis, crawl_name: str
     await q.fail("w1", [Failure(lease, "gone", "", permanent=True)])
     assert await q.dead_purge([lease.id]) == 1
     assert (await q.enqueue([t])).duplicates == 1
-    await asyncio.sleep(1.1)
+    await window_passed(redis_client, 1)
     assert (await q.enqueue([t])).recrawled == 1
     assert_conserved(await q.stats())
 

@@ -40,6 +40,7 @@ from procs import JsonLog
 from redis.exceptions import OutOfMemoryError, RedisError
 from redis_binaries import pause, resume
 from sites import start_site_process, test_site
+from test_queue import expire
 
 from common.http.fetcher import Fetcher
 from common.keys import CrawlKeys
@@ -593,7 +594,7 @@ async def full_redis(servers: list[RedisServer], crawl: str
     await queue.enqueue([NewTask(u, fingerprint(u)) for u in urls])
     live = await queue.lease("w", 4, 600_000)
     expired = await queue.lease("w", 2, 1)
-    await asyncio.sleep(0.01)
+    await expire(queue, *expired)  # on Redis' clock, before Redis is full
     used = int((await client.info("memory"))["used_memory"])
     await client.config_set("maxmemory", used - 200_000)
     with pytest.raises(OutOfMemoryError):

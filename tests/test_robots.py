@@ -21,7 +21,13 @@ from common import codec
 from common.errors import FetchError
 from common.http.fetcher import Fetcher, FetchSettings
 from common.keys import CrawlKeys
-from consumer.robots import MAX_ROBOTS_BYTES, RobotsCache, RobotsVerdict, product_token
+from consumer.robots import (
+    MAX_ROBOTS_BYTES,
+    RobotsCache,
+    RobotsVerdict,
+    origin_of,
+    product_token,
+)
 
 UA = "crawlq/0.1 (+https://github.com/crawlq/crawlq)"
 
@@ -118,6 +124,28 @@ def make_cache(
         return RobotsCache(redis_client, crawl_name, fetcher, **options)  # type: ignore[arg-type]
 
     return make
+
+
+async def gone_everywhere(redis_client: aioredis.Redis, crawl: str, cache: RobotsCache,
+                          url: str, *, by: float, within: float = 10.0) -> None:
+    """Poll until `url`'s robots.txt copy is gone from Redis and from `cache`'s own copies.
+
+    `by` (time.monotonic()) is when the own copy must be gone at the latest: one still
+    held after it fails at once, however late the poll runs.
+    """
+    key = CrawlKeys.build(crawl).robots(origin_of(url)[0])
+    deadline = time.monotonic() + within
+    while True:
+        now = time.monotonic()
+        try:
+            held = cache.cached(url) is not None
+        except FetchError:  # a cached failure
+            held = True
+        assert not (held and now > by), f"the own copy of {key} outlived its TTL"
+        if not held and not await redis_client.exists(key):
+            return
+        assert now < deadline, f"{key} still in Redis after {within:g}s"
+        await asyncio.sleep(0.02)
 
 
 async def _stored(redis_client: aioredis.Redis, crawl: str, origin: str) -> dict[str, object]:
@@ -247,16 +275,23 @@ async def test_unavailable_is_retryable_and_cached_briefly(
 
 
 async def test_failure_expires_then_refetched(serve: ServeFn,
-                                              make_cache: Callable[..., RobotsCache]) -> None:
+                                              make_cache: Callable[..., RobotsCache],
+                                              redis_client: aioredis.Redis,
+                                              crawl_name: str) -> None:
     o = await serve(status=500)
     cache = make_cache(failure_ttl_s=0.5)
     with pytest.raises(FetchError):
         await cache.check(f"{o.url}/private/x")
+    fetched = time.monotonic()
+    key = CrawlKeys.build(crawl_name).robots(o.url)
+    assert 0 < await redis_client.pttl(key) <= 500
     o.status, o.body = 200, ROBOTS.encode()
-    with pytest.raises(FetchError):  # still cached
+    with pytest.raises(FetchError) as info:  # still cached
         await cache.check(f"{o.url}/private/x")
+    assert info.value.retry_after is not None and info.value.retry_after <= 0.5
     assert o.hits == 1
-    await asyncio.sleep(0.6)
+    await gone_everywhere(redis_client, crawl_name, cache, f"{o.url}/private/x",
+                          by=fetched + 0.5)
     assert await cache.check(f"{o.url}/private/x") == RobotsVerdict(False, 5.0)
     assert o.hits == 2
 
@@ -389,28 +424,39 @@ async def test_ttl_expiry_refetches(serve: ServeFn, make_cache: Callable[..., Ro
     o = await serve(body=ROBOTS)
     cache = make_cache(ttl_s=1)
     assert not (await cache.check(f"{o.url}/private/x")).allowed
+    fetched = time.monotonic()
     assert 0 < await redis_client.pttl(CrawlKeys.build(crawl_name).robots(o.url)) <= 1000
     assert not (await cache.check(f"{o.url}/private/y")).allowed
     assert o.hits == 1
     o.body = b"User-agent: *\nDisallow:\n"  # robots.txt changed on the site
-    await asyncio.sleep(1.1)
+    await gone_everywhere(redis_client, crawl_name, cache, f"{o.url}/private/x",
+                          by=fetched + 1)
     assert (await cache.check(f"{o.url}/private/x")).allowed
     assert o.hits == 2
 
 
 async def test_local_copy_expires_with_the_redis_copy(
-    serve: ServeFn, make_cache: Callable[..., RobotsCache]
+    serve: ServeFn, make_cache: Callable[..., RobotsCache],
+    redis_client: aioredis.Redis, crawl_name: str
 ) -> None:
     """A consumer that reads a copy written earlier by another keeps it only as long."""
     o = await serve(body=ROBOTS)
     writer = make_cache(ttl_s=2)
     assert not (await writer.check(f"{o.url}/private/x")).allowed
-    await asyncio.sleep(0.5)
+    key = CrawlKeys.build(crawl_name).robots(o.url)
+    deadline = time.monotonic() + 10
+    while (left_ms := int(await redis_client.pttl(key))) > 1500:  # 0.5 s on Redis' clock
+        assert time.monotonic() < deadline, f"PTTL of {key} stuck at {left_ms} ms"
+        await asyncio.sleep(0.02)
+    assert left_ms > 0, "the copy expired before the reader read it"
     reader = make_cache()  # default 24 h TTL: must still follow the copy's remaining ~1.5 s
     assert not (await reader.check(f"{o.url}/private/x")).allowed
+    read = time.monotonic()
     assert o.hits == 1
     o.body = b"User-agent: *\nDisallow:\n"
-    await asyncio.sleep(1.6)
+    # The reader's copy lives at most what was left of the Redis copy before it read it.
+    await gone_everywhere(redis_client, crawl_name, reader, f"{o.url}/private/x",
+                          by=read + left_ms / 1000)
     assert (await reader.check(f"{o.url}/private/x")).allowed
     assert o.hits == 2
 
@@ -454,7 +500,11 @@ async def test_cancelled_caller_does_not_cancel_shared_lookup(
     cache = make_cache()
     first = asyncio.create_task(cache.check(f"{o.url}/private/x"))
     second = asyncio.create_task(cache.check(f"{o.url}/public"))
-    await asyncio.sleep(0.1)
+    deadline = time.monotonic() + 10
+    while o.hits == 0:  # the lookup is in flight: the server holds its request 0.3 s
+        assert time.monotonic() < deadline, "robots.txt not requested within 10s"
+        await asyncio.sleep(0.01)
+    assert not first.done()
     first.cancel()
     assert await second == RobotsVerdict(True, 5.0)
     with pytest.raises(asyncio.CancelledError):
