@@ -107,6 +107,12 @@ class Flusher:
                 or self._flush_now():
             self._completed.set()
 
+    def poke(self) -> None:
+        """The consumer's state changed (its leaser went idle): flush now if that made
+        waiting links urgent."""
+        if self.completions and self._flush_now():
+            self._completed.set()
+
     def _flush_now(self) -> bool:
         """Discovered links wait here while the consumer has nothing to fetch: they are
         its next work (a host's slot comes back without the ack: lease_turns)."""

@@ -337,6 +337,7 @@ class Consumer:
                 self.draining = True
                 return
             self._leaser_idle = True
+            self.flusher.poke()  # links a handler found meanwhile are this consumer's work
             try:
                 await self._idle_wait(batch, idle)
             finally:
