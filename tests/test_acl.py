@@ -232,3 +232,20 @@ async def test_dangerous_commands_and_foreign_keys_are_refused(
     assert await admin.config_get("maxmemory") == {"maxmemory": "0"}
     assert (await admin.config_get("maxmemory-policy"))["maxmemory-policy"] == "noeviction"
     assert acl_server.ping()
+
+
+async def test_the_acl_user_wakes_consumers_on_its_wake_channel_only(
+        acl_server: RedisServer, admin: aioredis.Redis, crawl_name: str) -> None:
+    """Idle consumers are woken over pub/sub (common.wake, and lease.lua's PUBLISH): the
+    documented user may publish and subscribe on crawlq's channels, and on no other."""
+    user = aioredis.Redis.from_url(user_url(acl_server))
+    pubsub = user.pubsub()
+    try:
+        channel = CrawlKeys.build(crawl_name).wake
+        await pubsub.subscribe(channel)
+        assert await user.publish(channel, b"1") == 1
+        with pytest.raises(NoPermissionError):
+            await user.publish("other-app:events", b"1")
+    finally:
+        await pubsub.aclose()
+        await user.aclose()
