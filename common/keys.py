@@ -38,6 +38,10 @@ hostconf       HASH    host -> "delay,concurrency,budget,used,     host_set, lea
                        '' = unset; used: pages fetched, reserved:  release, reclaim
                        leases holding a page of the budget),
                        only hosts with a setting
+hungry         ZSET    worker -> when its lease call last came     lease
+                       back empty, ms of Redis TIME: while one
+                       is recent, the other workers take only
+                       their fair share of a host's slots
 conf           HASH    the crawl's politeness, copied from its     policy_apply,
                        policy (delay ms, concurrency,              pause/resume
                        policy_version: the policy version they
@@ -127,7 +131,7 @@ _PARTITION_NAMES = (
     "due", "h:queued", "h:inflight", "h:last", "hostconf", "conf", "prio_hosts", "h:done",
     "h:errors", "h:delay", "h:blocked", "h:budget", "pending", "tasks", "attempts", "leases",
     "owners", "seq", "delayed", "dead", "errors", "dead_reasons", "checkpoints", "stalls",
-    "stats", "bloom", "lock:reap",
+    "stats", "bloom", "lock:reap", "hungry",
 )
 
 
@@ -178,6 +182,7 @@ class PartitionKeys:
     stats: str
     bloom: str
     reap_lock: str
+    hungry: str
     prefix: str
 
     @classmethod

@@ -464,13 +464,16 @@ class CrawlQueue:
         return (await self.lease_turns(worker, n, lease_ms)).leases
 
     async def lease_turns(self, worker: str, n: int, lease_ms: int,
-                          fetched: list[Lease] | None = None) -> LeaseBatch:
+                          fetched: list[Lease] | None = None,
+                          held: Callable[[str], int] | None = None) -> LeaseBatch:
         """Lease up to n tasks from hosts whose turn has come, taking partitions in turn
         so none starves; with none, say how long until a host's turn comes.
 
         `fetched`: leases of `worker` whose response is in; their hosts get their slots
         back in the same calls, before the leasing (n may be 0 to only do that). The
-        list is emptied.
+        list is emptied. `held(host)`: how many of a host's slots `worker`'s leases take
+        now; with it, a host's slots are shared with the consumers whose lease calls came
+        back empty (lease.lua's fair share), else this worker may take them all.
 
         A partition with nothing ready is skipped until its next turn (at most
         MAX_IDLE_WAIT_S; UNKNOWN_WAIT_S when no host is due), so an idle partition costs
@@ -499,7 +502,8 @@ class CrawlQueue:
             got = False
             while True:  # again while a full page of candidate hosts gave tasks
                 reply, full = await self._lease_partition(
-                    p, worker, max(0, n - len(batch.leases)), lease_ms, mine)
+                    p, worker, max(0, n - len(batch.leases)), lease_ms, fetched=mine,
+                    held=held)
                 mine = []
                 wait_ms, retry_ms, paused = int(reply[2]), int(reply[3]), int(reply[4]) == 1
                 batch.paused = batch.paused or paused
@@ -531,67 +535,45 @@ class CrawlQueue:
             batch.wait_s = min(waits)
         return batch
 
-    async def _lease_partition(self, p: int, worker: str, n: int, lease_ms: int,
-                               fetched: Sequence[Lease] = ()) -> tuple[Any, bool]:
+    async def _lease_partition(self, p: int, worker: str, n: int, lease_ms: int, *,
+                               fetched: Sequence[Lease] = (),
+                               held: Callable[[str], int] | None = None
+                               ) -> tuple[Any, bool]:
         """One lease call; and whether more ready hosts may wait.
 
         The script is given candidate hosts and checks them again: a call costs what is
         ready, not what is queued. The candidates are the ones the partition's previous
-        reply named, so a steady crawl leases in one round trip; when it named none, the
-        hosts whose time has come are read first (with Redis TIME, one round trip), and
-        with none ready that read alone answers how long until a host's turn or a
-        retry, with no script call.
+        reply named (or the hosts of `fetched`), so a steady crawl leases in one round
+        trip; with none, a call on no hosts names them (and how long until a host's turn
+        or a retry: with none ready, that call is all), and a second call leases.
         """
         pk = self.partitions[p]
         k = _candidates_for(n)
         hosts, self._candidates[p] = self._candidates[p], []
-        if hosts:
-            reply = await self._lease_script(pk, worker, n, lease_ms, hosts=hosts,
-                                             fetched=fetched)
-            if len(reply) == _LEASE_HEAD and self._candidates[p] and n > 0:
-                hosts = self._candidates[p]  # none given, others may
-                reply = await self._lease_script(pk, worker, n, lease_ms, hosts=hosts)
-            return reply, len(hosts) >= k
-        if fetched:  # their hosts are the likely ones to have work: no read first
+        if not hosts and fetched:  # their hosts are the likely ones to have work
             hosts = list(dict.fromkeys(lease.host for lease in fetched))
+        reply = await self._lease_script(pk, worker, n, lease_ms, hosts=hosts,
+                                         fetched=fetched, held=held)
+        if len(reply) == _LEASE_HEAD and self._candidates[p] and n > 0:
+            hosts = self._candidates[p]  # none given, others may
             reply = await self._lease_script(pk, worker, n, lease_ms, hosts=hosts,
-                                             fetched=fetched)
-            return reply, False
-        client = self.client
-        cluster = isinstance(client, aioredis.RedisCluster)
-        async with client.pipeline(transaction=False) as pipe:
-            if not cluster:  # a cluster pipeline takes only keyed commands
-                pipe.time()
-            pipe.zrange(pk.due, 0, k - 1, withscores=True)
-            pipe.zrange(pk.prio_hosts, 0, k - 1)
-            pipe.zrange(pk.delayed, 0, 0, withscores=True)
-            replies = await pipe.execute()
-        if isinstance(client, aioredis.RedisCluster):  # the clock of the partition's shard
-            replies.insert(0, await client.time(
-                target_nodes=client.get_node_from_key(pk.due)))
-        (seconds, micros), due, prio, retry = replies
-        now = int(seconds) * 1000 + int(micros) // 1000
-        ready = [_text(h) for h, at in due if at <= now]
-        if not ready and not prio:
-            wait = max(0, int(due[0][1]) - now) if due else -1
-            retry_ms = max(0, int(retry[0][1]) - now) if retry else -1
-            return [now, now + lease_ms, wait, retry_ms, 0, []], False
-        hosts = list(dict.fromkeys([*(_text(h) for h in prio), *ready]))
-        reply = await self._lease_script(pk, worker, n, lease_ms, hosts=hosts)
-        return reply, len(ready) == k
+                                             held=held)
+        return reply, len(hosts) >= k
 
     async def _lease_script(self, pk: PartitionKeys, worker: str, n: int, lease_ms: int, *,
-                            hosts: list[str], fetched: Sequence[Lease] = ()) -> Any:
+                            hosts: list[str], fetched: Sequence[Lease] = (),
+                            held: Callable[[str], int] | None = None) -> Any:
         """lease.lua on these candidate hosts (and the leases whose response is in);
         keeps the hosts it names for the next call."""
         host_keys, host_head = self._host_args(pk, hosts)
-        args: list[Any] = [worker, n, lease_ms, _candidates_for(n), *host_head]
+        args: list[Any] = [worker, n, lease_ms, _candidates_for(n), self.crawl_keys.wake,
+                           *host_head, ",".join(str(held(h)) for h in hosts) if held else ""]
         for lease in fetched:
             args += [lease.id, lease.token]
         reply = await self.scripts.lease(
             keys=[*pk.host_state, pk.tasks, pk.attempts, pk.leases, pk.owners, pk.seq,
                   pk.stats, pk.checkpoints, pk.errors, pk.pending, pk.prio_hosts, pk.delayed,
-                  pk.dead, pk.dead_reasons, *host_keys],
+                  pk.dead, pk.dead_reasons, pk.hungry, *host_keys],
             args=args,
         )
         self._candidates[pk.partition] = list(dict.fromkeys(

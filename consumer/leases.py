@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 from common.metrics import Metrics
 from common.queue import Lease
@@ -22,6 +23,10 @@ class LeaseBook:
         self._deadline: dict[str, float] = {}
         self._margin_s = min(1.0, lease_s / 10)
         self._metrics = metrics
+        # Host -> held leases still taking one of its slots; a lease whose slot came back
+        # when its response was in (`slot_back`) is in `_back` until it ends.
+        self._slots: Counter[str] = Counter()
+        self._back: set[str] = set()
 
     def __len__(self) -> int:
         return len(self.held)
@@ -30,9 +35,35 @@ class LeaseBook:
         """Hold a new lease taken at monotonic `since`; returns an older lease of the same
         task this one replaces (reclaimed, then leased to us again: the old one is dead)."""
         old = self.held.get(lease.id)
+        if old is not None:
+            self._end_slot(old)
         self.held[lease.id] = lease
         self._deadline[lease.id] = since + self.lease_s
+        self._slots[lease.host] += 1
         return old
+
+    def slot_back(self, lease: Lease) -> None:
+        """`lease`'s host slot goes back (its response is in) while the lease is held."""
+        if self.holds(lease) and lease.id not in self._back:
+            self._back.add(lease.id)
+            self._take_slot(lease.host)
+
+    def slots(self, host: str) -> int:
+        """How many of `host`'s slots this consumer's leases take now."""
+        return self._slots.get(host, 0)
+
+    def _end_slot(self, lease: Lease) -> None:
+        if lease.id in self._back:
+            self._back.discard(lease.id)
+        else:
+            self._take_slot(lease.host)
+
+    def _take_slot(self, host: str) -> None:
+        left = self._slots.get(host, 0) - 1
+        if left > 0:
+            self._slots[host] = left
+        else:
+            self._slots.pop(host, None)
 
     def holds(self, lease: Lease) -> bool:
         """Whether `lease` (not an older or newer lease of its task) is held."""
@@ -53,6 +84,7 @@ class LeaseBook:
             return False
         del self.held[lease.id]
         self._deadline.pop(lease.id, None)
+        self._end_slot(lease)
         if lost:
             self._metrics.leases_lost_total.inc()
         return True

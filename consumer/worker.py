@@ -79,6 +79,8 @@ LATE_SLACK_MS = 10
 #: CPU is the bottleneck, and leases it took would wait for it while another consumer of
 #: the fleet could serve them (a host's slot comes back when the response is in).
 MAX_HANDLING = 4
+#: The fewest unfinished leases the CPU window (Consumer._window) allows.
+MIN_WINDOW = 2
 #: Shortest sleep between lease calls when a host's turn is close.
 MIN_IDLE_WAIT_S = 0.005
 
@@ -137,6 +139,12 @@ class Consumer:
         self._workers: list[asyncio.Task[None]] = []
         self._fetching: set[str] = set()
         self._handling = 0  # responses in the handler (or waiting for the CPU to run it)
+        # How many unfinished leases this consumer's CPU keeps up with: shrinks by one for
+        # each response that finds MAX_HANDLING others waiting for the handler, grows by
+        # one for each that finds the handler idle. An I/O-bound consumer stays at its
+        # full room; a CPU-bound one holds only what it can handle, and its hosts' other
+        # slots go to the fleet.
+        self._window = float(2 * settings.concurrency)
         self._started: set[str] = set()  # fetch begun: drained within --grace, not cut
         self._room = asyncio.Event()
         self._freed = asyncio.Event()
@@ -298,17 +306,17 @@ class Consumer:
             if self.sink_health.failing:
                 await self._sink_failing()
                 continue
-            room = self._lease_room()
-            if room < self._lease_min and not self._responses_in:
+            room, least = self._lease_room(), self._least()
+            if room < least and not self._responses_in:
                 self._room.clear()
                 await self._room.wait()
                 continue
-            n = min(room, self.s.lease_batch) if room >= self._lease_min else 0
+            n = min(room, self.s.lease_batch) if room >= least else 0
             t0 = time.monotonic()
             try:
                 # Hosts whose responses are in get their slots back in the same call.
                 batch = await self.queue.lease_turns(self.worker, n, self.s.lease_ms,
-                                                     self._responses_in)
+                                                     self._responses_in, self.book.slots)
             except REDIS_ERRORS as exc:
                 self.metrics.redis_errors_total.inc()
                 log.warning("redis_error", extra={"during": "lease", "error": str(exc)[:200]})
@@ -328,9 +336,8 @@ class Consumer:
                 idle.reset()
                 continue
             if not n:
-                # Only gave slots back, with no room to use them: the fleet's idle
-                # consumers may (this one's handlers are behind).
-                await self.wake.notify()
+                # Only gave slots back, with no room to use them: lease.lua told the
+                # fleet's idle consumers at once (this one's handlers are behind).
                 continue
             if self.s.exit_when_empty and await self._crawl_finished():
                 self.stop_reason = "crawl empty"
@@ -451,11 +458,18 @@ class Consumer:
                       + len(self._scheduled))
         if self._handling >= MAX_HANDLING:
             return 0  # CPU-bound: what it would lease would wait here, not at the host
-        return min(self._max_active - unfinished, self._max_held - len(self.book))
+        # The CPU window sizes untimed leasing only: a timed lease is its host's turn,
+        # and a turn not taken is a turn lost.
+        active = self._max_active if self._timed else min(self._max_active, int(self._window))
+        return min(active - unfinished, self._max_held - len(self.book))
+
+    def _least(self) -> int:
+        """The least room worth a lease call (a batch's quarter, less in a small window)."""
+        return min(self._lease_min, max(1, int(self._window) // 4))
 
     def _wake_leaser(self) -> None:
         """Wake the leaser once a lease call's worth of room is free (not every page)."""
-        if not self._room.is_set() and self._lease_room() >= self._lease_min:
+        if not self._room.is_set() and self._lease_room() >= self._least():
             self._room.set()
 
     def _woken(self) -> None:
@@ -662,6 +676,7 @@ class Consumer:
             # its slots do, so its slot comes back with the ack (no extra script work).
             if lease.concurrency > 0 and not lease.delay_ms and not self.draining:
                 self._responses_in.append(lease)
+                self.book.slot_back(lease)
                 self._freed.set()  # ends the leaser's idle wait
                 self._room.set()  # and its wait for room
         lease.responded = True  # a page of its host's budget, whatever becomes of it
@@ -675,8 +690,17 @@ class Consumer:
         record = self._record(lease, result, outcome)
         urls: Sequence[str] = ()
         if self.handler is not None:
+            # Counted before the handler's CPU work, and the loop goes round once: the
+            # responses that came in together are all counted when the leaser runs next,
+            # so a consumer whose CPU is behind gives its hosts' slots back (to the
+            # fleet) instead of taking them all again.
+            if self._handling >= MAX_HANDLING:
+                self._window = max(MIN_WINDOW, self._window - 1)
+            elif not self._handling:
+                self._window = min(2 * self.s.concurrency, self._window + 1)
             self._handling += 1
             try:
+                await asyncio.sleep(0)
                 handled = as_result(await self.handler(result, self._context(lease)))
             except LeaseLostError:
                 self._complete(Completion(lease, "drop"))

@@ -80,6 +80,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("13-slot-given-back-twice", "a host's slot comes back once: at the response "
            "or at the lease's end",
            (_FR + "test_a_hosts_slot_comes_back_once_when_the_response_is_in",)),
+    Mutant("14-fair-share-ignores-held-slots", "a worker takes no more than its share of a "
+           "host's slots while another is hungry, counting the slots it holds",
+           (_FR + "test_a_hosts_slots_are_shared_with_a_worker_whose_lease_came_back_empty",)),
 )
 
 

@@ -24,10 +24,13 @@ from aiohttp import web
 
 from common.errors import ConfigError
 from common.frontier import Frontier
-from common.queue import CrawlQueue, LeaseBatch, NewTask
+from common.metrics import Metrics
+from common.queue import CrawlQueue, Lease, LeaseBatch, NewTask
 from common.runtime import tune_gc
+from common.task import Task
 from common.urls import fingerprint
 from consumer.config import build_parser, settings_from_args
+from consumer.leases import LeaseBook
 from consumer.robots import RobotsCache
 from consumer.run import run
 
@@ -556,3 +559,27 @@ def test_gc_threshold_flag_env_and_tuning(monkeypatch: pytest.MonkeyPatch) -> No
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_the_lease_book_counts_the_host_slots_its_leases_take() -> None:
+    """What lease.lua's fair share is told a worker holds of a host: every held lease
+    until its response is in (its slot went back) or it ends, once each."""
+    book = LeaseBook(30.0, Metrics())
+    a1, a2, b1 = (Lease(Task(id=f"{i:032x}", url=f"http://{h}/"), 0, "1", 0, h)
+                  for i, h in enumerate(("a.test", "a.test", "b.test")))
+    for lease in (a1, a2, b1):
+        book.hold(lease, time.monotonic())
+    assert (book.slots("a.test"), book.slots("b.test")) == (2, 1)
+    book.slot_back(a1)
+    book.slot_back(a1)  # named twice: one slot
+    assert book.slots("a.test") == 1
+    book.drop(a1)  # its slot went back already
+    assert book.slots("a.test") == 1
+    book.drop(a2)
+    book.drop(b1)
+    book.slot_back(b1)  # not held any more: nothing to give back
+    assert (book.slots("a.test"), book.slots("b.test")) == (0, 0)
+    again = Lease(Task(id=a2.id, url=a2.task.url), 0, "2", 0, "a.test")
+    book.hold(again, time.monotonic())
+    book.hold(Lease(Task(id=a2.id, url=a2.task.url), 0, "3", 0, "a.test"), time.monotonic())
+    assert book.slots("a.test") == 1  # a lease replaced by a newer one of its task

@@ -435,3 +435,45 @@ async def test_a_hosts_slot_comes_back_once_when_the_response_is_in(
     await q.lease_turns("w1", 0, 60_000, fetched=[second[0], second[0]])  # named twice
     assert len(await q.lease("w1", 5, 60_000)) == 1
     assert await q.lease("w1", 5, 60_000) == []
+
+
+async def test_a_hosts_slots_are_shared_with_a_worker_whose_lease_came_back_empty(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """Fair share (lease.lua): w1 holds all four slots of a host; w2 asks and gets none, so
+    it is hungry. When w1's responses are in, w1 takes back only its share (two, counting
+    what it holds), says so on the wake channel, and w2 takes the other two. With nobody
+    hungry (w2 got work, or its mark is old), a worker takes every free slot."""
+    q = await polite_queue(redis_client, crawl_name, concurrency=4)
+    await q.enqueue(tasks([f"http://a.test/{i}" for i in range(20)]))
+    pk = q.partitions[0]
+    first = (await q.lease_turns("w1", 10, 60_000)).leases
+    assert len(first) == 4  # nobody else asked: every slot
+    pubsub = redis_client.pubsub()
+    await pubsub.subscribe(q.crawl_keys.wake)
+    assert (await q.lease_turns("w2", 10, 60_000)).leases == []
+    assert await redis_client.zscore(pk.hungry, "w2") is not None
+
+    def none(host: str) -> int:
+        return 0
+
+    again = (await q.lease_turns("w1", 10, 60_000, fetched=list(first), held=none)).leases
+    assert len(again) == 2
+    deadline = time.monotonic() + 5
+    while (woken := await pubsub.get_message(ignore_subscribe_messages=True,
+                                             timeout=0.1)) is None:
+        assert time.monotonic() < deadline, "the capped lease published no wake-up"
+    assert woken["data"] == b"1"
+    assert (await q.lease_turns("w1", 10, 60_000, held=lambda host: 2)).leases == []
+    theirs = (await q.lease_turns("w2", 10, 60_000, held=none)).leases
+    assert len(theirs) == 2
+    assert await redis_client.zscore(pk.hungry, "w2") is None  # fed: not hungry
+
+    # Nobody hungry: w1's two freed slots and nothing held elsewhere by w1 -> all it may.
+    assert len((await q.lease_turns("w1", 10, 60_000, fetched=list(again),
+                                    held=none)).leases) == 2
+    # A hungry mark older than HUNGRY_MS (2 s) no longer caps anyone.
+    seconds, micros = await redis_client.time()
+    await redis_client.zadd(pk.hungry, {"w3": seconds * 1000 + micros // 1000 - 3000})
+    assert len((await q.lease_turns("w2", 10, 60_000, fetched=list(theirs),
+                                    held=none)).leases) == 2
+    await pubsub.aclose()

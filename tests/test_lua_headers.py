@@ -473,7 +473,7 @@ def test_argv_header_checks_can_fail() -> None:
     renew = argv_header("renew")
     assert args_problems("renew", renew, ["w", "1000", "ab" * 16]) != []
     lease = argv_header("lease")
-    assert args_problems("lease", lease, ["w", "10", "x", "4", "1", "a.test"]) == [
+    assert args_problems("lease", lease, ["w", "10", "x", "4", "", "1", "a.test", "0"]) == [
         "lease.lua ARGV[3]: 'lease_ms' is 'x'"]
 
 

@@ -72,6 +72,7 @@ MAX_STALLS = 1
 LONG_MS = 60_000  # a retry or cool-down this long never comes within a run
 DEFAULT_CONCURRENCY = 3
 UNLIMITED = 10**9
+HUNGRY_MS = 2000  # lease.lua: how long an empty lease call keeps its worker hungry
 
 
 def priority_of(i: int) -> int:
@@ -141,6 +142,8 @@ class QueueMachine(RuleBasedStateMachine):
         self.hosts = {h: HostModel(h, self.q.partition_of(h)) for h in HOSTS}
         self.pool: list[tuple[str, Lease]] = []  # every lease a worker was given
         self.counters: Counter[str] = Counter()
+        # (partition, worker) -> Redis ms of its last lease call there that got nothing
+        self.hungry: dict[tuple[int, str], int] = {}
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.loop.run_until_complete(coro)
@@ -235,11 +238,13 @@ class QueueMachine(RuleBasedStateMachine):
             ids.append(h.hq.popleft())
         return ids
 
-    def lease_partition(self, p: int, n: int, now: int) -> list[str]:
+    def lease_partition(self, p: int, n: int, now: int, worker: str) -> list[str]:
         """What lease.lua pops in partition p: hosts whose turn has come, priority work
-        first, then the longest-waiting (then by name); each gives its free slots. Only
-        the candidates the partition's previous reply named, when it named any, unless
-        they give nothing."""
+        first, then the longest-waiting (then by name); each gives its free slots, or no
+        more than its fair share while other workers are hungry. Only the candidates the
+        partition's previous reply named, when it named any, unless they give nothing."""
+        others = sum(1 for (q, w), at in self.hungry.items()
+                     if q == p and w != worker and at >= now - HUNGRY_MS)
         due = self.due(p)
         ready = [self.hosts[name] for name, at in due.items() if at <= now]
         ready.sort(key=lambda h: (-max((self.tasks[i].priority for i in h.hp), default=0),
@@ -252,6 +257,8 @@ class QueueMachine(RuleBasedStateMachine):
                     break
                 free = self.concurrency(h) - self.inflight(h)
                 take = min(n - len(popped), free)
+                if others and self.concurrency(h) < UNLIMITED:
+                    take = min(take, -(-self.concurrency(h) // (others + 1)))
                 ids = self.pop_host(h, take)
                 if len(ids) < take and h.lost:  # lease.lua finds the queue short
                     self.counters["repaired_hosts"] += 1
@@ -340,19 +347,30 @@ class QueueMachine(RuleBasedStateMachine):
         # optimisation tested in test_queue.py); the model looks at every partition.
         self.q._idle_until = [0.0] * self.partitions
         start = self.q._next_partition
-        before = self.now()
+        before = self.settle(at + HUNGRY_MS for at in self.hungry.values())
         expected: list[str] = []
+        asked: dict[int, bool] = {}  # partition -> whether its call leased anything
         for step in range(self.partitions):
             if len(expected) >= n:
                 break
             p = (start + step) % self.partitions
-            expected += self.lease_partition(p, n - len(expected), before)
+            got = self.lease_partition(p, n - len(expected), before, worker)
+            asked[p] = bool(got)
+            expected += got
             # A retry due now is put back in its host's queue on the way (after this
             # partition's lease: not leased by this call).
             self.promote_partition(p, before)
         leases = self.run(self.q.lease(worker, n, lease_ms))
         after = self.now()
         assert [x.id for x in leases] == expected
+        for p, fed in asked.items():  # an empty call marks its worker hungry, a lease not
+            at = self.run(self.client.zscore(self.q.partitions[p].hungry, worker))
+            if fed:
+                assert at is None
+                self.hungry.pop((p, worker), None)
+            else:
+                assert at is not None and before <= at <= after
+                self.hungry[p, worker] = int(at)
         self.counters["leased"] += len(leases)
         for x in leases:
             t = self.tasks[x.id]

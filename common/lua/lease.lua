@@ -21,6 +21,11 @@
 -- restored hq/hp key) gets its count set to what they hold, `pending` corrected and
 -- `repaired_hosts` (and `lost_pending` by the missing entries) counted, so it leaves
 -- `due` when empty instead of staying ready with nothing to pop.
+-- Fair share: a call that asked for tasks (n > 0) and got none marks its worker hungry
+-- (`hungry`, for HUNGRY_MS); while another worker is hungry, a call takes no more of a
+-- host with a concurrency limit than ceil(concurrency / (hungry workers + 1)), counting
+-- the slots it holds (ARGV held), and publishes a wake-up so the hungry take the rest.
+-- With nobody hungry a worker may take every free slot: no slot idles for fairness.
 --
 -- KEYS[1..6]  host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
 -- KEYS[7]  tasks        HASH  id -> "<host> <priority> <entry>"
@@ -37,13 +42,19 @@
 -- KEYS[17] delayed      ZSET  id -> due (ms): only read, for the next retry's time
 -- KEYS[18] dead         ZSET  id -> died (ms)
 -- KEYS[19] dead_reasons HASH  reason -> count
--- KEYS[20..] per candidate host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
+-- KEYS[20] hungry       ZSET  worker -> when its lease call last came back empty (ms)
+-- KEYS[21..] per candidate host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
 -- ARGV[1]  worker id
 -- ARGV[2]  n, the most tasks to lease (0: only give back the slots of `fetched` ones)
 -- ARGV[3]  lease_ms, lease length in milliseconds
 -- ARGV[4]  k, how many candidates to name for the next call
--- ARGV[5]  H, the number of candidate hosts; ARGV[6..5+H] the candidate hosts
--- ARGV[6+H..] pairs: id, token
+-- ARGV[5]  the crawl's wake channel (common/wake.py; '' for none): a call with n = 0
+--          that gave slots back publishes on it, so the fleet's idle consumers take
+--          them while this one's CPU is behind (a failed PUBLISH is ignored: a hint)
+-- ARGV[6]  H, the number of candidate hosts; ARGV[7..6+H] the candidate hosts
+-- ARGV[7+H] held: how many of each candidate host's slots this worker's leases take now
+--          (not counting the pairs below), comma-separated in host order ('': none)
+-- ARGV[8+H..] pairs: id, token
 --          (this worker's leases whose response is in. Their hosts get their slots
 --          back now, before this call's leases; the owners entry is marked, so the
 --          lease's end does not give the slot back again. A lease that is not this
@@ -72,11 +83,17 @@ local n = int_arg(ARGV[2], 'n')
 local lease_ms = int_arg(ARGV[3], 'lease_ms')
 local next_k = int_arg(ARGV[4], 'k')
 if n < 0 or lease_ms < 1 then error('crawlq: lease needs n >= 0 and lease_ms >= 1') end
-local hosts, nhosts = argv_hosts(5)
-local first = 6 + nhosts
-if #KEYS ~= 19 + 2 * nhosts or (#ARGV - first + 1) % 2 ~= 0 then
-  error('crawlq: lease needs 2 keys per candidate host and (id, token) pairs')
+local hosts, nhosts = argv_hosts(6)
+local first = 8 + nhosts
+if #KEYS ~= 20 + 2 * nhosts or #ARGV < first - 1 or (#ARGV - first + 1) % 2 ~= 0 then
+  error('crawlq: lease needs 2 keys per candidate host, held counts and (id, token) pairs')
 end
+local hungry = KEYS[20]
+local held = {}
+for v in string.gmatch(ARGV[7 + nhosts], '[^,]+') do held[#held + 1] = tonumber(v) end
+-- How long an empty call keeps its worker hungry: longer than a consumer's idle poll
+-- (a second at most), so a hungry worker that is still asking stays counted.
+local HUNGRY_MS = 2000
 
 local now = now_ms()
 -- Responses in: give their hosts' slots back (what ack.lua would do at the lease's end).
@@ -118,10 +135,7 @@ local next_retry = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
 if next_retry[2] then retry_ms = math.max(0, tonumber(next_retry[2]) - now) end
 -- The next call's candidates, and how long until a host's turn when none is ready.
 local function next_hosts(wait)
-  local out = {}
-  if redis.call('EXISTS', prio_hosts) == 1 then
-    out = redis.call('ZRANGE', prio_hosts, 0, next_k - 1)
-  end
+  local out = redis.call('ZRANGE', prio_hosts, 0, next_k - 1)
   local ready = redis.call('ZRANGEBYSCORE', H.due, '-inf', now, 'LIMIT', 0, next_k)
   if #ready > 0 then
     wait = 0
@@ -135,12 +149,31 @@ local function next_hosts(wait)
   return out, wait
 end
 
-local cc = crawl_conf()
-if cc.paused then return {now, deadline, -1, retry_ms, 1, {}} end
-if #hosts == 0 then
+-- A worker whose call asked for tasks and got none is hungry (read below). A hint: a
+-- Redis at maxmemory refuses the mark (the script's first write may not grow memory)
+-- and the call goes on without it.
+local function hungry_now()
+  if redis.pcall('ZADD', hungry, now, worker) == 1 then  -- a new worker: forget old ones
+    redis.call('ZREMRANGEBYSCORE', hungry, '-inf', now - HUNGRY_MS)
+  end
+end
+
+if #hosts == 0 then  -- a pause shows in the call that names hosts
   local nxt, wait = next_hosts(-1)
+  if n > 0 and #nxt == 0 then hungry_now() end
   return {now, deadline, wait, retry_ms, 0, nxt}
 end
+local cc = crawl_conf()
+if cc.paused then return {now, deadline, -1, retry_ms, 1, {}} end
+
+-- Fair share: while other workers' lease calls came back empty lately, this one takes
+-- no more of a host's slots than its share (its concurrency over the hungry workers and
+-- this one), counting what it holds; the slots it leaves are for them.
+local others, me_hungry = 0, false
+for _, w in ipairs(redis.call('ZRANGEBYSCORE', hungry, now - HUNGRY_MS, '+inf')) do
+  if w == worker then me_hungry = true else others = others + 1 end
+end
+local capped = false
 
 local due = call_sliced('ZMSCORE', H.due, hosts, 1000)
 local inflight = call_sliced('ZMSCORE', H.inflight, hosts, 1000)
@@ -200,7 +233,7 @@ for r, i in ipairs(ready) do
     break
   end
   local host = hosts[i]
-  local hq, hp = KEYS[18 + 2 * i], KEYS[19 + 2 * i]
+  local hq, hp = KEYS[19 + 2 * i], KEYS[20 + 2 * i]
   local c = conf_decode(confs[i])
   local delay, conc = host_limits(c, cc)
   delays[i] = delay
@@ -213,8 +246,15 @@ for r, i in ipairs(ready) do
     if delay > 0 then take = 1 end
     if take > free then take = free end
     if take > left then take = left end
+    if others > 0 and conc < UNLIMITED then
+      local share = math.ceil(conc / (others + 1)) - (held[i] or 0)
+      if take > share then
+        take = math.max(share, 0)
+        capped = true
+      end
+    end
     local got = 0
-    if prio[i] then
+    if take > 0 and prio[i] then
       local z = redis.call('ZPOPMIN', hp, take)
       for k = 1, #z, 2 do
         popped[#popped + 1] = {string.sub(z[k], 1, 32), z[k], i, -tonumber(z[k + 1])}
@@ -332,6 +372,16 @@ if #keep > 0 then
   call_sliced('HSET', attempts, aargs, 1000)
   call_sliced('ZADD', leases, zargs, 1000)
   call_sliced('HSET', owners, hargs, 1000)
+end
+if n > 0 and #keep == 0 then
+  hungry_now()
+elseif me_hungry and #keep > 0 then
+  redis.call('ZREM', hungry, worker)
+end
+-- Slots left for hungry workers (or given back by a worker whose CPU is behind): wake
+-- them now.
+if (capped or (n == 0 and #ARGV >= first)) and ARGV[5] ~= '' then
+  redis.pcall('PUBLISH', ARGV[5], '1')
 end
 bump(stats, {leased = #keep, duplicates = dropped, dead = malformed})
 return result
