@@ -265,15 +265,14 @@ async def read_policy(client: RedisClient, crawl: str, *, log_limit: int = 5
     return StoredPolicy(int(fields.pop("version")), from_texts(fields), entries)
 
 
-async def read_values(client: RedisClient, crawl: str) -> CrawlPolicy | None:
-    """The crawl's policy values (one HGETALL, what a running consumer re-reads), or
-    None when it has none."""
+async def read_values(client: RedisClient, crawl: str) -> StoredPolicy | None:
+    """The crawl's policy version and values, without its log (one HGETALL, what a
+    running consumer re-reads), or None when it has none."""
     raw = await client.hgetall(CrawlKeys.build(crawl).policy)
     fields = {_text(k): _text(v) for k, v in raw.items()}
     if "version" not in fields:
         return None
-    fields.pop("version")
-    return from_texts(fields)
+    return StoredPolicy(int(fields.pop("version")), from_texts(fields))
 
 
 async def announce(client: RedisClient, crawl: str) -> None:

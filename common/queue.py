@@ -192,12 +192,14 @@ class LeaseBatch:
 
     ``wait_s`` is how long until some host's turn comes (None: no host holds pending
     work; then a retry's due time or new work is what to wait for); ``paused``: the
-    crawl is paused.
+    crawl is paused; ``policy_version``: the newest crawl policy version a partition's
+    reply named (-1: none said).
     """
 
     leases: list[Lease]
     wait_s: float | None = None
     paused: bool = False
+    policy_version: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,11 +282,13 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-#: lease.lua's reply: {now, deadline, wait, retry, paused, next hosts} before the tasks.
-_LEASE_HEAD = 6
+#: lease.lua's reply: {now, deadline, wait, retry, paused, next hosts, policy version}
+#: before the tasks.
+_LEASE_HEAD = 7
 # per lease: id, token, attempt, entry, checkpoint, error, host, delay, concurrency
 _LEASE_FIELDS = 9
 _NEXT_HOSTS = 5
+_POLICY_VERSION = 6
 
 
 def _candidates_for(n: int) -> int:
@@ -507,6 +511,7 @@ class CrawlQueue:
                 mine = []
                 wait_ms, retry_ms, paused = int(reply[2]), int(reply[3]), int(reply[4]) == 1
                 batch.paused = batch.paused or paused
+                batch.policy_version = max(batch.policy_version, int(reply[_POLICY_VERSION]))
                 if retry_ms == 0:
                     await self._promote_partition(self.partitions[p], 1000)
                     wait_ms = 0

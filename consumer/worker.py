@@ -128,6 +128,8 @@ class Consumer:
         self.accept: tuple[str, ...] = settings.accept_content_type
         self._policy_read: asyncio.Task[None] | None = None
         self._policy_again = False
+        self._policy_version = -1  # the version read last (-1: none yet)
+        self._policy_named = -1  # the newest version a lease reply named
         self.sink = sink
         self._pending: deque[Lease] = deque()  # leased, waiting for a worker
         self._running: dict[str, tuple[asyncio.Task[None], Lease]] = {}  # id -> worker
@@ -265,22 +267,28 @@ class Consumer:
         it live (`accept`); on a Redis error keep what it had (the next heartbeat reads
         it again)."""
         try:
-            policy = await read_values(self.queue.client, self.queue.crawl)
+            stored = await read_values(self.queue.client, self.queue.crawl)
         except REDIS_ERRORS as exc:
             log.warning("redis_error", extra={"during": "policy", "error": str(exc)[:200]})
             return
         except ConfigError as exc:  # a stored value this crawlq can't read
             log.warning("crawl_policy_unreadable", extra={"error": str(exc)[:200]})
             return
-        if policy is None or policy.accept_content_type == self.accept:
+        if stored is None or stored.version == self._policy_version:
             return
+        self._policy_version = stored.version
+        policy = stored.policy
         self.accept = policy.accept_content_type
         log.info("crawl_policy_applied", extra={
-            "accept_content_type": ",".join(self.accept) or "*/*"})
+            "version": stored.version, "accept_content_type": ",".join(self.accept) or "*/*",
+            "per_host_delay": policy.per_host_delay,
+            "per_host_concurrency": policy.per_host_concurrency})
 
     def _policy_changed(self) -> None:
-        """A policy message: read it again, one read at a time (a message during a read
-        gets one more)."""
+        """The policy changed (a policy message, or a lease reply naming a newer version):
+        read it again, one read at a time (a change during a read gets one more); and
+        lease again now: the change may have moved hosts' turns earlier."""
+        self._woken()
         if self._policy_read is not None and not self._policy_read.done():
             self._policy_again = True
             return
@@ -323,6 +331,9 @@ class Consumer:
                 await errors.sleep(self._stop)
                 continue
             errors.reset()
+            if batch.policy_version > max(self._policy_version, self._policy_named):
+                self._policy_named = batch.policy_version
+                self._policy_changed()
             if batch.leases:
                 self._clock.observe(time.monotonic(), batch.leases[-1].granted_ms)
                 for lease in batch.leases:

@@ -83,6 +83,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("14-fair-share-ignores-held-slots", "a worker takes no more than its share of a "
            "host's slots while another is hungry, counting the slots it holds",
            (_FR + "test_a_hosts_slots_are_shared_with_a_worker_whose_lease_came_back_empty",)),
+    Mutant("15-policy-change-waits-for-the-idle-poll", "a policy change reaches running "
+           "consumers within a second, and moves their next turns at once",
+           (_FR + "test_a_policy_change_reaches_three_running_consumers_within_a_second",)),
 )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from common.frontier import Frontier
 from common.http.fetcher import Fetcher
 from common.keys import PartitionKeys
 from common.metrics import Metrics
+from common.policy import create_policy, set_policy
 from common.queue import (
     Code,
     CrawlFormatError,
@@ -477,3 +479,55 @@ async def test_a_hosts_slots_are_shared_with_a_worker_whose_lease_came_back_empt
     assert len((await q.lease_turns("w2", 10, 60_000, fetched=list(theirs),
                                     held=none)).leases) == 2
     await pubsub.aclose()
+
+
+async def test_a_lease_reply_names_the_policy_version_its_partition_holds(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """A busy consumer learns of a policy change from its next lease reply, with no round
+    trip of its own (a lost pub/sub message then costs nothing)."""
+    q = await polite_queue(redis_client, crawl_name, concurrency=0)
+    await q.enqueue(tasks([f"http://a.test/{i}" for i in range(4)]))
+    first = await q.lease_turns("w", 1, 60_000)
+    await set_policy(redis_client, crawl_name, {"per_host_concurrency": 3}, by="test")
+    second = await q.lease_turns("w", 1, 60_000)
+    assert len(first.leases) == len(second.leases) == 1
+    assert second.policy_version == first.policy_version + 1 > 0
+
+
+async def test_a_policy_change_reaches_three_running_consumers_within_a_second(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Three consumers wait for a host's next turn under a 5 s delay; the delay is set to
+    0.1 s (policy version 3). Each applies the new version within a second, and the
+    host's next request comes within a second too (the change moved its turn earlier and
+    woke the consumers) instead of at the old turn."""
+    caplog.set_level(logging.INFO, logger="consumer")
+    async with test_site(robots="User-agent: *\nAllow: /") as site:
+        await CrawlQueue.open(redis_client, crawl_name)
+        await create_policy(redis_client, crawl_name,
+                            {"per_host_delay": 0.1, "per_host_concurrency": 1}, by="test")
+        q = await CrawlQueue.existing(redis_client, crawl_name)
+        await q.enqueue(tasks([site.url(f"/p/{i}") for i in range(8)]))
+        runs = [asyncio.create_task(run(_consumer_settings(
+            redis_url, crawl_name, tmp_path / f"c{i}", "--concurrency", "4")))
+            for i in range(3)]
+        deadline = time.monotonic() + 10
+        while not site.times.get("/p/1"):
+            assert time.monotonic() < deadline, "the first pages were never fetched"
+            await asyncio.sleep(0.01)
+        await set_policy(redis_client, crawl_name, {"per_host_delay": 5.0}, by="test")
+        await asyncio.sleep(0.5)  # every consumer is waiting for the host's next turn
+        changed = time.monotonic()
+        stored = await set_policy(redis_client, crawl_name, {"per_host_delay": 0.1},
+                                  by="test")
+        assert await asyncio.wait_for(asyncio.gather(*runs), 20) == [0, 0, 0]
+    applied = [r.created for r in caplog.records if r.getMessage() == "crawl_policy_applied"
+               and getattr(r, "version", None) == stored.version]
+    assert len(applied) == 3, "each consumer applies the new version once"
+    wall_changed = time.time() - (time.monotonic() - changed)
+    assert max(applied) - wall_changed < 1.0
+    after = sorted(t for path, ts in site.times.items() if path.startswith("/p/")
+                   for t in ts if t > changed)
+    assert after and after[0] - changed < 1.0, "the next turn waited for the old delay"
+    assert len(after) + sum(1 for i in range(8) if site.times.get(f"/p/{i}", [changed])[0]
+                            < changed) == 8

@@ -59,13 +59,16 @@
 --          back now, before this call's leases; the owners entry is marked, so the
 --          lease's end does not give the slot back again. A lease that is not this
 --          worker's anymore is left alone.)
--- Returns {now_ms, deadline_ms, wait_ms, retry_ms, paused, next,
+-- Returns {now_ms, deadline_ms, wait_ms, retry_ms, paused, next, policy_version,
 --          id, token, attempt, entry, checkpoint|false, last_error|false, host,
 --          delay_ms, concurrency, ...}:
 --   wait_ms  -1: no host holds work; 0: hosts are ready (after this call's leases);
 --            else ms until the earliest host's turn
 --   retry_ms ms until the next retry is due (0: one is due now), -1 if none waits
 --   paused   1 if the crawl is paused (nothing leased)
+--   policy_version the crawl policy's version this partition's conf holds (-1 in a call
+--            on no hosts, which does not read it): a consumer that knows an older one
+--            reads the policy again, with no round trip of its own
 --   concurrency the lease's host's concurrency, 0 if unlimited: with a limit and no
 --            delay, the consumer names the lease in its next call once the response
 --            is in
@@ -161,10 +164,10 @@ end
 if #hosts == 0 then  -- a pause shows in the call that names hosts
   local nxt, wait = next_hosts(-1)
   if n > 0 and #nxt == 0 then hungry_now() end
-  return {now, deadline, wait, retry_ms, 0, nxt}
+  return {now, deadline, wait, retry_ms, 0, nxt, -1}
 end
 local cc = crawl_conf()
-if cc.paused then return {now, deadline, -1, retry_ms, 1, {}} end
+if cc.paused then return {now, deadline, -1, retry_ms, 1, {}, cc.version} end
 
 -- Fair share: while other workers' lease calls came back empty lately, this one takes
 -- no more of a host's slots than its share (its concurrency over the hungry workers and
@@ -340,7 +343,7 @@ if #popped > 0 then redis.call('DECRBY', pending, #popped) end
 
 local nxt
 nxt, wait = next_hosts(wait)
-local result = {now, deadline, wait, retry_ms, 0, nxt}
+local result = {now, deadline, wait, retry_ms, 0, nxt, cc.version}
 if #keep > 0 then
   local kids = {}
   for k, p in ipairs(keep) do kids[k] = p[1] end
@@ -353,7 +356,7 @@ if #keep > 0 then
   local first = redis.call('INCRBY', seq, #kids) - #kids + 1
   -- Explicit indexes, not #t: the length operator is a search in Lua 5.1.
   local zargs, hargs, aargs, targs = {}, {}, {}, {}
-  local owner_suffix, deadline_arg, r = ':' .. worker, tostring(deadline), 6
+  local owner_suffix, deadline_arg, r = ':' .. worker, tostring(deadline), 7
   for k, p in ipairs(keep) do
     local id, entry, host = p[1], p[2], hosts[p[3]]
     local token = tostring(first + k - 1)

@@ -145,10 +145,12 @@ local H = {due = KEYS[1], queued = KEYS[2], inflight = KEYS[3], last = KEYS[4],
            hostconf = KEYS[5], conf = KEYS[6]}
 local UNLIMITED = 1000000000
 
--- The crawl's defaults and pause flag (the consumers' flags, written at their start).
+-- The crawl's politeness defaults, the policy version they came from (policy_apply.lua)
+-- and the pause flag.
 local function crawl_conf()
-  local c = redis.call('HMGET', H.conf, 'paused', 'delay', 'concurrency')
-  return {paused = c[1] == '1', delay = tonumber(c[2]) or 0, conc = tonumber(c[3]) or 0}
+  local c = redis.call('HMGET', H.conf, 'paused', 'delay', 'concurrency', 'policy_version')
+  return {paused = c[1] == '1', delay = tonumber(c[2]) or 0, conc = tonumber(c[3]) or 0,
+          version = tonumber(c[4]) or 0}
 end
 
 -- A host's settings from its hostconf value "delay,conc,budget,used,blocked,robots,reserved"
