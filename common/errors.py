@@ -58,3 +58,8 @@ class FetchError(CrawlqError):
 
 class RedisServerError(CrawlqError, RuntimeError):
     """The embedded redis-server could not be found or started."""
+
+
+class LuaIncludeError(CrawlqError, ValueError):
+    """A Lua script's ``--- @include`` names no module under common/lua, is malformed, or
+    the includes form a cycle."""

@@ -75,7 +75,7 @@ def normalize_host(text: str) -> str:
 
 
 def _conf(value: bytes | None) -> list[int | None]:
-    """A hostconf value (lib.lua's conf_encode): delay, conc, budget, used, blocked,
+    """A hostconf value (lib/hosts.lua's conf_encode): delay, conc, budget, used, blocked,
     robots, reserved."""
     fields = (value or b",,,,,").decode().split(",")
     return [int(f) if f else None for f in (fields + [""] * 7)[:7]]

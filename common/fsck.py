@@ -34,14 +34,14 @@ from typing import Any
 
 from common.keys import HASHTABLE_FIELD, PartitionKeys
 from common.queue import CrawlQueue, budget_spent
-from common.scripts import source
+from common.scripts import register
 
 #: The most values one read asks Redis for (SCAN COUNT, a page of LRANGE or ZRANGE) and
 #: the most hosts one repair call takes.
 PAGE = 1000
 UNLIMITED = 10**9
 #: The mark of an ``owners`` entry whose lease's response is in: its host's slot was
-#: given back then (lib.lua's fetched_owner), so h:inflight no longer counts it.
+#: given back then (lib/leases.lua's fetched_owner), so h:inflight no longer counts it.
 FETCHED = b"f"
 #: Problems the repair fixes (the others are reported only).
 REPAIRABLE = frozenset({"host_queued", "pending", "inflight", "due_missing", "due_extra",
@@ -351,7 +351,7 @@ async def repair_hosts(queue: CrawlQueue, partition: int, hosts: Iterable[str], 
     PAGE hosts a call; the recounts of the whole partition go with the first and the
     last call)."""
     pk = queue.partitions[partition]
-    script = queue.client.register_script(source("fsck_repair"))
+    script = register(queue.client, "fsck_repair")
     todo = sorted(set(hosts))
     batches = [todo[i:i + PAGE] for i in range(0, len(todo), PAGE)] or [[]]
     out = Repair(partition)

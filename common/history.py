@@ -16,7 +16,7 @@ from typing import Any
 from common import codec
 from common.connection import RedisClient
 from common.keys import CrawlKeys
-from common.scripts import source
+from common.scripts import register
 
 HISTORY_EVERY_S = 5.0
 HISTORY_LEN = 720
@@ -32,7 +32,7 @@ Snapshot = dict[str, Any]
 
 async def record(client: RedisClient, crawl: str, counters: dict[str, int]) -> bool:
     """Push one snapshot of `counters`, stamped with Redis TIME; False if one is too recent."""
-    script = client.register_script(source("history_push"))
+    script = register(client, "history_push")
     pushed = await script(keys=[CrawlKeys.build(crawl).history],
                           args=[codec.dumps(counters), MIN_GAP_MS, HISTORY_LEN])
     return bool(pushed)

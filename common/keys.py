@@ -123,7 +123,7 @@ from common.names import validate_crawl_name
 
 PREFIX = "crawlq"
 CRAWLS = f"{PREFIX}:crawls"
-#: The non-task field of ``owners`` and ``attempts`` (mirrors ``lib.lua``).
+#: The non-task field of ``owners`` and ``attempts`` (mirrors ``lib/memory.lua``).
 HASHTABLE_FIELD = "~" * 128
 
 # Names of the fixed per-partition keys, in the order PartitionKeys declares them.
@@ -193,7 +193,7 @@ class PartitionKeys:
 
     @property
     def host_state(self) -> list[str]:
-        """The six keys every host-changing script takes first, in this order (lib.lua)."""
+        """The six keys every host-changing script takes first, in this order (lib/hosts.lua)."""
         return [self.due, self.queued, self.inflight, self.last, self.hostconf, self.conf]
 
     def seen(self, bucket: int) -> str:

@@ -9,15 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 from common.connection import RedisClient
-from common.scripts import source
+from common.scripts import register
 
 
 class TokenLocks:
     """The two lock scripts, registered once on a client."""
 
     def __init__(self, client: RedisClient) -> None:
-        self._release: Any = client.register_script(source("release_lock"))
-        self._refresh: Any = client.register_script(source("refresh_lock"))
+        self._release: Any = register(client, "release_lock")
+        self._refresh: Any = register(client, "refresh_lock")
 
     async def release(self, key: str, token: str) -> bool:
         """Delete `key` if it still holds `token`; whether it did."""

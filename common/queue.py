@@ -67,7 +67,7 @@ UNKNOWN_WAIT_S = 0.05
 
 
 class Code(IntEnum):
-    """Per-item result of a lifecycle script (mirrors ``common/lua/lib.lua``)."""
+    """Per-item result of a lifecycle script (mirrors ``common/lua/lib/codes.lua``)."""
 
     OK = 0
     RETRY = 1
@@ -266,7 +266,7 @@ class Stats:
 
 
 def budget_spent(conf: str) -> bool:
-    """Whether a hostconf value (lib.lua's conf_encode: delay, conc, budget, used,
+    """Whether a hostconf value (lib/hosts.lua's conf_encode: delay, conc, budget, used,
     blocked, robots[, reserved]) has a budget that its pages used and held fill."""
     fields = (conf.split(",") + [""] * 7)[:7]
     budget, used, reserved = fields[2], fields[3], fields[6]
@@ -946,7 +946,7 @@ class CrawlQueue:
 
     async def _parked(self, budgeted: list[tuple[PartitionKeys, list[str]]]) -> int:
         """The pending tasks of the hosts (those with a budget, per partition) whose
-        budget is spent by pages used and held (lib.lua's budget_left)."""
+        budget is spent by pages used and held (lib/hosts.lua's budget_left)."""
         async with self.client.pipeline(transaction=False) as pipe:
             for pk, hosts in budgeted:
                 pipe.hmget(pk.hostconf, hosts)

@@ -1,27 +1,133 @@
 """Loads the Lua scripts of ``common/lua`` and registers them with a Redis client.
 
-Each script file gets ``lib.lua`` (shared helpers) prepended, then is registered once
-with redis-py's ``register_script``, which runs it by EVALSHA and reloads it on NOSCRIPT
-(so a ``SCRIPT FLUSH`` or a Redis restart mid-run is harmless).
+A script names the helper modules it uses (``common/lua/lib/*.lua``) in lines
+``--- @include "lib/<module>"`` after its header, and a module the modules it uses the
+same way (paths relative to ``common/lua``). `source` assembles a script: each module it
+needs once, after the modules that module includes, then the script. `where` maps a line
+of that source back to its file and line.
+
+`register` wraps redis-py's ``register_script`` (EVALSHA, reloaded on NOSCRIPT, so a
+``SCRIPT FLUSH`` or a Redis restart mid-run is harmless): the message of a Lua error of a
+direct call ends with where it was raised, e.g. ``(at lib/codes.lua:46)``. A pipelined
+call's error is raised by the pipeline's ``execute``, unchanged.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+from redis.exceptions import ResponseError
+
+from common.errors import LuaIncludeError
+
+LUA = Path(__file__).parent / "lua"
 
 NAMES = (
     "enqueue", "enqueue_bloom", "lease", "renew", "ack", "fail", "release", "checkpoint",
     "reclaim", "promote", "requeue", "purge", "host_set", "is_empty",
 )
 
+_INCLUDE = re.compile(r'--- @include "([\w/.-]+)"')
+#: Where Redis says a script failed: "Error running script (call to f_<sha>):
+#: @user_script:541: ..." (6.2), "user_script:541: ... script: <sha>, on @user_script:541."
+#: (7); 6.2 writes "@user_script: 541" in a failed redis.call's message.
+_LINE = re.compile(r"user_script: ?(\d+)")
+
+
+@dataclass(frozen=True)
+class Assembled:
+    """A script's source with its includes, and where each of its lines comes from."""
+
+    text: str
+    lines: tuple[tuple[str, int], ...]  # (file relative to the lua directory, its line)
+
+
+def _assemble(name: str, root: Path) -> Assembled:
+    """Script `name` of directory `root` with every module it includes, each once, each
+    after the modules it includes itself."""
+    text: list[str] = []
+    lines: list[tuple[str, int]] = []
+    done: set[str] = set()
+
+    def add(path: str, chain: tuple[str, ...]) -> None:
+        if path in chain:
+            raise LuaIncludeError(f"Lua include cycle: {' -> '.join((*chain, path))}")
+        if path in done:
+            return
+        try:
+            own = (root / path).read_text().removesuffix("\n").split("\n")
+        except FileNotFoundError:
+            what = f"{chain[-1]} includes {path}" if chain else f"Lua script {path}"
+            raise LuaIncludeError(f"{what}: no such file in {root}") from None
+        for number, line in enumerate(own, 1):
+            if line.startswith("--- @include"):
+                m = _INCLUDE.fullmatch(line.rstrip())
+                if not m:
+                    raise LuaIncludeError(f'{path}:{number}: not --- @include "<module>"')
+                add(f"{m.group(1)}.lua", (*chain, path))
+        done.add(path)
+        text.extend(own)
+        lines.extend((path, number) for number in range(1, len(own) + 1))
+
+    add(f"{name}.lua", ())
+    return Assembled("\n".join(text) + "\n", tuple(lines))
+
 
 @cache
+def _assembled(name: str) -> Assembled:
+    return _assemble(name, LUA)
+
+
 def source(name: str) -> str:
-    """The full source of one script, library prepended."""
-    lua = Path(__file__).parent / "lua"
-    return (lua / "lib.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
+    """The full source of one script, its includes resolved."""
+    return _assembled(name).text
+
+
+def where(name: str, line: int) -> tuple[str, int]:
+    """The file (relative to common/lua) and line a line of script `name`'s assembled
+    source comes from."""
+    lines = _assembled(name).lines
+    if not 1 <= line <= len(lines):
+        raise ValueError(f"{name}.lua assembled has {len(lines)} lines, not line {line}")
+    return lines[line - 1]
+
+
+def _locate(exc: ResponseError, name: str) -> None:
+    """Add to a Lua error's message the file and line its ``user_script`` line is."""
+    message = str(exc)
+    m = _LINE.search(message)
+    if m and 1 <= (line := int(m.group(1))) <= len(_assembled(name).lines):
+        path, number = where(name, line)
+        exc.args = (f"{message} (at {path}:{number})", *exc.args[1:])
+
+
+class LuaScript:
+    """A script registered on a client, called like redis-py's: a Lua error raised by a
+    direct call says which file and line it came from."""
+
+    __slots__ = ("name", "script")
+
+    def __init__(self, name: str, script: Any) -> None:
+        self.name = name
+        self.script = script
+
+    async def __call__(self, keys: Sequence[Any] | None = None,
+                       args: Sequence[Any] | None = None, client: Any = None) -> Any:
+        try:
+            return await self.script(keys=keys, args=args, client=client)
+        except ResponseError as exc:
+            _locate(exc, self.name)
+            raise
+
+
+def register(client: Any, name: str) -> LuaScript:
+    """Script `name`, registered on `client`."""
+    return LuaScript(name, client.register_script(source(name)))
 
 
 class Scripts:
@@ -29,19 +135,19 @@ class Scripts:
 
     def __init__(self, client: Any) -> None:
         for name in NAMES:
-            setattr(self, name, client.register_script(source(name)))
+            setattr(self, name, register(client, name))
 
-    enqueue: Any
-    enqueue_bloom: Any
-    lease: Any
-    renew: Any
-    ack: Any
-    fail: Any
-    release: Any
-    checkpoint: Any
-    reclaim: Any
-    promote: Any
-    requeue: Any
-    purge: Any
-    host_set: Any
-    is_empty: Any
+    enqueue: LuaScript
+    enqueue_bloom: LuaScript
+    lease: LuaScript
+    renew: LuaScript
+    ack: LuaScript
+    fail: LuaScript
+    release: LuaScript
+    checkpoint: LuaScript
+    reclaim: LuaScript
+    promote: LuaScript
+    requeue: LuaScript
+    purge: LuaScript
+    host_set: LuaScript
+    is_empty: LuaScript

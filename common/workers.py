@@ -19,7 +19,7 @@ from typing import Any
 
 from common.connection import RedisClient
 from common.keys import CrawlKeys
-from common.scripts import source
+from common.scripts import register
 
 #: At most this many workers are read per call (the freshest heartbeats first).
 MAX_WORKERS = 500
@@ -38,7 +38,7 @@ class WorkerRegistry:
         self.ttl_ms = max(1000, int(ttl_s * 1000))
         # The consumer beats every lease/3 and the TTL is the lease: three beats.
         self.interval_ms = int(interval_s * 1000) if interval_s else self.ttl_ms // 3
-        self._beat = client.register_script(source("worker_beat"))
+        self._beat = register(client, "worker_beat")
         self._host = socket.gethostname()
 
     async def beat(self, *, in_flight: int, done: int, failed: int, state: str) -> int:

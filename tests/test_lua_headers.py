@@ -42,7 +42,7 @@ from common.workers import WorkerRegistry
 
 LUA = Path(scripts.__file__).parent / "lua"
 FIXED = re.compile(r"^-- KEYS\[(\d+)\]\s+(\S+)")
-RANGE = re.compile(r"^-- KEYS\[(\d+)\.\.(\d+)\]\s+host state: ([^(]+)\(lib\.lua\)")
+RANGE = re.compile(r"^-- KEYS\[(\d+)\.\.(\d+)\]\s+host state: ([^(]+)\(lib/hosts\.lua\)")
 TAIL = re.compile(r"^-- KEYS\[(\d+)[^\]]*\.\.\]")
 CYCLE = re.compile(r"^-- KEYS\[(\d+)\(i-1\)\+(\d+)\]\s+(\S+)")
 OTHERS = ("worker_beat", "history_push", "release_lock", "refresh_lock", "fsck_repair",

@@ -7,11 +7,11 @@
 -- batched (a few commands per call, not per task); an id given twice is acked once,
 -- the repeat answers UNKNOWN. With exact dedup its seen mark becomes -(now), the time it
 -- ended, which a recrawl window counts from (enqueue.lua). An item sent late (sent_ms)
--- moves its host's last request to then (note_sent, lib.lua). A lease's page of its
--- host's budget is settled (settle_pages, lib.lua): used if its request got a response,
+-- moves its host's last request to then (note_sent, lib/hosts.lua). A lease's page of its
+-- host's budget is settled (settle_pages, lib/hosts.lua): used if its request got a response,
 -- given back if not (robots_disallowed: no request).
 --
--- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
+-- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib/hosts.lua)
 -- KEYS[7]  leases       ZSET
 -- KEYS[8]  owners       HASH  id -> "[f][b]<token>:<worker>"
 -- KEYS[9]  tasks        HASH  id -> "<host> <priority> <entry>"
@@ -29,6 +29,12 @@
 --           responded (1 = its request to the host got a response, 0 = no request
 --           went out)[, seen field]
 -- Returns {code per item} (0 OK, 3 STALE, 4 EXPIRED, 5 UNKNOWN)
+--- @include "lib/codes"
+--- @include "lib/leases"
+--- @include "lib/memory"
+--- @include "lib/hosts"
+--- @include "lib/queues"
+
 local leases, owners, tasks, attempts = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local checkpoints, errors, stalls, stats = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
 local done_by_host = KEYS[15]

@@ -12,6 +12,9 @@
 -- ARGV[3]  token
 -- ARGV[4]  checkpoint JSON
 -- Returns a code (0 OK, 3 STALE, 4 EXPIRED, 5 UNKNOWN)
+--- @include "lib/codes"
+--- @include "lib/leases"
+
 local leases, owners, checkpoints, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local worker, id, token, value = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local state = lease_state(leases, owners, id, token, worker, now_ms())

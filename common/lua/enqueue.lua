@@ -6,7 +6,7 @@
 -- window and it ended longer ago than that: a live task (pending, leased, waiting,
 -- dead) is never queued twice.
 --
--- KEYS[1..6]   host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
+-- KEYS[1..6]   host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib/hosts.lua)
 -- KEYS[7]      tasks       HASH  (unused here; same layout as enqueue_bloom.lua)
 -- KEYS[8]      stats       HASH  counters (enqueued, duplicates, recrawled)
 -- KEYS[9]      pending     STRING pending tasks
@@ -18,6 +18,10 @@
 -- ARGV[3+H..]  per item 5 values: id, seen field (binary fingerprint tail), priority
 --              (>= 0), host index (1..H), entry (common.task.encode_entry)
 -- Returns {enqueued, duplicates, recrawled}
+--- @include "lib/codes"
+--- @include "lib/hosts"
+--- @include "lib/queues"
+
 local stats, pending, prio_hosts = KEYS[8], KEYS[9], KEYS[10]
 local recrawl_after = int_arg(ARGV[1], 'recrawl_after')
 local hosts, nhosts = argv_hosts(2)

@@ -6,7 +6,7 @@
 -- Membership is tested in every layer; new URLs are added to the newest one.
 -- A bloom crawl has no recrawl window (the filter keeps no timestamps).
 --
--- KEYS[1..6]   host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
+-- KEYS[1..6]   host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib/hosts.lua)
 -- KEYS[7]      tasks       HASH  (unused here; same layout as enqueue.lua)
 -- KEYS[8]      stats       HASH  counters (enqueued, duplicates)
 -- KEYS[9]      pending     STRING pending tasks
@@ -22,6 +22,10 @@
 -- ARGV[5+H..]  per item 6 values: id, h1, h2 (32-bit ints), priority (>= 0),
 --              host index (1..H), entry
 -- Returns {enqueued, duplicates, 0, fullest layer past 80% this call or -1}
+--- @include "lib/codes"
+--- @include "lib/hosts"
+--- @include "lib/queues"
+
 local stats, pending, prio_hosts, meta = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local capacity0 = int_arg(ARGV[1], 'capacity')
 local err = tonumber(ARGV[2])

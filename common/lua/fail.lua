@@ -8,13 +8,13 @@
 -- otherwise -> `dead` with the reason. Jitter comes in ARGV so tests are deterministic.
 -- A cooldown (a 429/503) blocks the task's host for the whole fleet for
 -- min(cooldown_ms, max_retry_after_ms). Either way the host gets its slot back, and an
--- item sent late (sent_ms) moves its host's last request to then (note_sent, lib.lua).
--- A lease's page of its host's budget is settled (settle_pages, lib.lua): used if its
+-- item sent late (sent_ms) moves its host's last request to then (note_sent, lib/hosts.lua).
+-- A lease's page of its host's budget is settled (settle_pages, lib/hosts.lua): used if its
 -- request got a response (a 5xx, 429, a handler's error on a page), given back if not
 -- (a timeout, a refused connection, a robots.txt failure).
 -- Only the current lease holder, before its deadline, can fail a task.
 --
--- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
+-- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib/hosts.lua)
 -- KEYS[7]  leases        ZSET
 -- KEYS[8]  owners        HASH  id -> "[f][b]<token>:<worker>"
 -- KEYS[9]  attempts      HASH
@@ -36,6 +36,13 @@
 --           responded (1 = its request to the host got a response, 0 = none came back)
 -- Returns {code, delay_ms, code, delay_ms, ...} per item: 1 RETRY (delay_ms until due),
 --         2 DEAD, 3 STALE, 4 EXPIRED, 5 UNKNOWN (delay_ms is -1 but for RETRY)
+--- @include "lib/codes"
+--- @include "lib/leases"
+--- @include "lib/dead"
+--- @include "lib/memory"
+--- @include "lib/hosts"
+--- @include "lib/queues"
+
 local leases, owners, attempts, delayed = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local dead, errors, dead_reasons, stats = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
 local tasks, errors_by_host, blocked = KEYS[15], KEYS[16], KEYS[17]

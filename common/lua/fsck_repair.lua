@@ -5,15 +5,15 @@
 -- hp), `pending` moves by the same difference, and its `prio_hosts` entry follows the
 -- head of its priority queue. With inflight = 1, h:inflight is recounted for every host
 -- of the partition from `leases` and the hosts their bodies in `tasks` name, less the
--- leases whose response is in (their `owners` entry marked fetched, lib.lua) (O(leases)).
+-- leases whose response is in (their `owners` entry marked fetched, lib/leases.lua) (O(leases)).
 -- With pending = 1, `pending` becomes the sum of h:queued once the hosts are recounted
 -- (O(hosts with work)). Then every host given or recounted is put in `due` or taken out
--- as every transition does (refresh_hosts, lib.lua). A host counted with more entries
+-- as every transition does (refresh_hosts, lib/hosts.lua). A host counted with more entries
 -- than its queues hold adds to `repaired_hosts`, the missing entries to `lost_pending`
 -- (what lease.lua counts when it finds a host's queue short). Atomic: one call reads
 -- and fixes one consistent state of its partition, so it is safe on a running crawl.
 --
--- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
+-- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib/hosts.lua)
 -- KEYS[7]  pending      STRING pending tasks
 -- KEYS[8]  prio_hosts   ZSET  host -> -highest pending priority
 -- KEYS[9]  leases       ZSET  id -> deadline (ms): only read
@@ -29,6 +29,12 @@
 --   recounted       hosts whose h:queued changed
 --   lost            entries counted in h:queued that no queue held
 --   inflight_fixed  hosts whose h:inflight changed
+--- @include "lib/codes"
+--- @include "lib/leases"
+--- @include "lib/memory"
+--- @include "lib/hosts"
+--- @include "lib/queues"
+
 local pending, prio_hosts, leases, tasks = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local owners, stats = KEYS[11], KEYS[12]
 local recount_inflight = int_arg(ARGV[1], 'inflight') == 1

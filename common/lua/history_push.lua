@@ -8,6 +8,8 @@
 -- ARGV[1] counters: a JSON object of numbers, without "t"
 -- ARGV[2] min_gap_ms   ARGV[3] length kept (LTRIM)
 -- Returns 1 if pushed, 0 if skipped.
+--- @include "lib/codes"
+
 local history = KEYS[1]
 local now_s = now_ms() / 1000
 local head = redis.call('LINDEX', history, 0)

@@ -6,7 +6,7 @@
 -- used puts a host whose budget was spent back in `due`: its parked tasks are served.
 -- Pages used are kept across budget changes (lowering a budget below them parks the host).
 --
--- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
+-- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib/hosts.lua)
 -- KEYS[7]  h:delay    ZSET  host -> its delay when not the default (ms)
 -- KEYS[8]  h:blocked  ZSET  host -> blocked until (ms)
 -- KEYS[9]  h:budget   ZSET  host -> its page budget (hosts with one)
@@ -15,6 +15,9 @@
 --           robots_delay (ms) -- value -1 clears it (back to the default); block (ms from
 --           now; 0 unblocks)
 -- Returns the host's settings after the change: "delay,conc,budget,used,blocked,robots,reserved"
+--- @include "lib/codes"
+--- @include "lib/hosts"
+
 local delays, blocked, budgets = KEYS[7], KEYS[8], KEYS[9]
 local host = ARGV[1]
 if not host or host == '' or string.find(host, '%s') then error('crawlq: host_set needs a host') end

@@ -3,7 +3,7 @@
 -- atomic step.
 --
 -- With nothing leased, a host with pending work is in `due` unless its budget is spent
--- (lib.lua's refresh_hosts), so pending tasks with an empty `due` are all parked: they
+-- (lib/hosts.lua's refresh_hosts), so pending tasks with an empty `due` are all parked: they
 -- wait for a budget to be raised, which no consumer can do. Reads only, so it also
 -- answers on a full Redis (at maxmemory, where a MULTI is refused). On one Redis the
 -- caller passes every partition's keys; on a cluster, one partition's (each call stays

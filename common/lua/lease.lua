@@ -9,10 +9,10 @@
 -- without one gives as many as its free slots. Within a host, priority entries come
 -- first, then FIFO. Each task gets a fresh fencing token and a deadline of TIME +
 -- lease_ms; its attempt is counted now. A lease of a host with a page budget holds a
--- page of it (its owner marked "b", its host's `reserved` counted: lib.lua), settled at
+-- page of it (its owner marked "b", its host's `reserved` counted: lib/hosts.lua), settled at
 -- the lease's end; a host gives at most what its budget has left after its pages used
 -- and held, so concurrent leases can't pass it. A host whose budget is spent is not
--- served (lib.lua's refresh_hosts keeps it out of `due`): its tasks stay pending,
+-- served (lib/hosts.lua's refresh_hosts keeps it out of `due`): its tasks stay pending,
 -- parked, until its budget is raised. An entry whose id is already
 -- live (leased, waiting or dead: a URL queued twice) is dropped, counted `duplicates`.
 -- An entry that does not start with a 32-hex-digit id (corrupted state) goes to `dead`
@@ -27,7 +27,7 @@
 -- the slots it holds (ARGV held), and publishes a wake-up so the hungry take the rest.
 -- With nobody hungry a worker may take every free slot: no slot idles for fairness.
 --
--- KEYS[1..6]  host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
+-- KEYS[1..6]  host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib/hosts.lua)
 -- KEYS[7]  tasks        HASH  id -> "<host> <priority> <entry>"
 -- KEYS[8]  attempts     HASH  id -> attempts
 -- KEYS[9]  leases       ZSET  id -> deadline (ms)
@@ -77,6 +77,13 @@
 --   next     the candidates for the next call, read after this one's leases: up to k
 --            hosts of `prio_hosts`, then up to k of `due` whose time has come (so a
 --            steady crawl leases in one round trip, with no read before)
+--- @include "lib/codes"
+--- @include "lib/leases"
+--- @include "lib/dead"
+--- @include "lib/memory"
+--- @include "lib/hosts"
+--- @include "lib/queues"
+
 local tasks, attempts, leases, owners = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local seq, stats, checkpoints, errors = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
 local pending, prio_hosts, delayed = KEYS[15], KEYS[16], KEYS[17]

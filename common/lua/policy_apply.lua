@@ -1,7 +1,7 @@
 -- policy_apply.lua: give one partition its crawl's politeness (common/policy.py): the
 -- policy's default delay and concurrency into `conf`, with the policy version they come
 -- from, and every host waiting in `due` moved to its turn under them (refresh_hosts,
--- lib.lua: max(last request + its delay, blocked until)), so a lower delay moves
+-- lib/hosts.lua: max(last request + its delay, blocked until)), so a lower delay moves
 -- scheduled turns earlier and a higher one later. A version older than the one `conf`
 -- holds is refused, so a slower writer never undoes a newer policy.
 --
@@ -10,11 +10,14 @@
 -- seen at least once). The first call (cursor 0) also refreshes the hosts with requests
 -- in flight, which a higher concurrency may give a free slot.
 --
--- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
+-- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib/hosts.lua)
 -- ARGV[1] version  ARGV[2] delay_ms  ARGV[3] concurrency (0 = no limit)
 -- ARGV[4] cursor (0 to start)  ARGV[5] count: hosts a slice
 -- Returns {applied, cursor}: applied 1, or 0 when `conf` holds a newer version (nothing
 --   written); cursor 0 once every host was refreshed
+--- @include "lib/codes"
+--- @include "lib/hosts"
+
 local version = int_arg(ARGV[1], 'version')
 local delay = int_arg(ARGV[2], 'delay_ms')
 local conc = int_arg(ARGV[3], 'concurrency')

@@ -12,6 +12,8 @@
 -- Returns {code, version}: 0 CHANGED (the new version), 1 EXISTS (create: a policy is
 --   there; its version), 2 MISSING (set: no policy; 0), 3 SAME (nothing differs; the
 --   version stays)
+--- @include "lib/codes"
+
 local policy, log = KEYS[1], KEYS[2]
 local mode, by = ARGV[1], ARGV[2]
 local keep = int_arg(ARGV[3], 'length kept')

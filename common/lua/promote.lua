@@ -4,7 +4,7 @@
 -- checked here against Redis TIME. A retry joins the tail of its host's queue, so it
 -- takes its host's turn like any other task.
 --
--- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
+-- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib/hosts.lua)
 -- KEYS[7]  delayed     ZSET  id -> due (ms)
 -- KEYS[8]  tasks       HASH  id -> "<host> <priority> <entry>"
 -- KEYS[9]  stats       HASH  counters (promoted)
@@ -14,6 +14,11 @@
 -- ARGV[1]  H, the number of hosts; ARGV[2..1+H] the hosts
 -- ARGV[2+H..] candidate ids
 -- Returns {promoted, ms until the next retry is due or -1 if none waits}
+--- @include "lib/codes"
+--- @include "lib/memory"
+--- @include "lib/hosts"
+--- @include "lib/queues"
+
 local delayed, tasks, stats, pending, prio_hosts = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local hosts, nhosts = argv_hosts(1)
 if #KEYS ~= 11 + 2 * nhosts then error('crawlq: promote needs 2 keys per host') end

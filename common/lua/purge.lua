@@ -13,6 +13,10 @@
 -- ARGV[1]  marks: 1 = each id is followed by its seen field (exact dedup), 0 = not
 -- ARGV[2..] ids (with marks: id, seen field pairs)
 -- Returns {code per id} (0 OK, 5 UNKNOWN: not dead)
+--- @include "lib/codes"
+--- @include "lib/dead"
+--- @include "lib/memory"
+
 local dead, errors, dead_reasons, tasks = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempts, stalls, checkpoints, stats = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local marks = ARGV[1] == '1'

@@ -1,14 +1,14 @@
 -- reclaim.lua: take back expired leases (their consumer died or stalled).
 --
 -- An expired task goes back to the head of its host's queue and the host gets its slot
--- back, and the page of its budget the lease held (settle_pages, lib.lua): whether its
+-- back, and the page of its budget the lease held (settle_pages, lib/hosts.lua): whether its
 -- request went out is not known, so a consumer that died after a response can let one
 -- more page than the budget reach the host. A task reclaimed more than max_stalls
 -- times goes to `dead` with reason `stalled`, so a poison task that kills its consumer cannot crash-loop a fleet. The
 -- caller names candidate ids (the head of `leases`) and their hosts; each is checked
 -- here against Redis TIME, so the script is safe to run from every consumer at once.
 --
--- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
+-- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib/hosts.lua)
 -- KEYS[7]  leases        ZSET  id -> deadline (ms)
 -- KEYS[8]  owners        HASH
 -- KEYS[9]  stalls        HASH  id -> times reclaimed
@@ -25,6 +25,13 @@
 -- ARGV[2]  H, the number of hosts; ARGV[3..2+H] the hosts
 -- ARGV[3+H..] candidate ids
 -- Returns {reclaimed, dead}
+--- @include "lib/codes"
+--- @include "lib/leases"
+--- @include "lib/dead"
+--- @include "lib/memory"
+--- @include "lib/hosts"
+--- @include "lib/queues"
+
 local leases, owners, stalls, tasks = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local dead, errors, dead_reasons, stats = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
 local pending, prio_hosts, errors_by_host = KEYS[15], KEYS[16], KEYS[17]

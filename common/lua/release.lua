@@ -3,9 +3,9 @@
 --
 -- The task goes back to the head of its host's queue, so the host's next turn serves it
 -- instead of waiting for the lease to expire; the host gets its slot back, and the page
--- of its budget the lease held (settle_pages, lib.lua): a release is not a page.
+-- of its budget the lease held (settle_pages, lib/hosts.lua): a release is not a page.
 --
--- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
+-- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib/hosts.lua)
 -- KEYS[7]  leases      ZSET
 -- KEYS[8]  owners      HASH
 -- KEYS[9]  attempts    HASH
@@ -20,6 +20,12 @@
 --           took the turn ended): their next turn is a full delay from now; 0 = as is
 -- ARGV[4+H..] pairs: id, token
 -- Returns {code per item} (0 OK, 3 STALE, 4 EXPIRED, 5 UNKNOWN)
+--- @include "lib/codes"
+--- @include "lib/leases"
+--- @include "lib/memory"
+--- @include "lib/hosts"
+--- @include "lib/queues"
+
 local leases, owners, attempts, tasks = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local stats, pending, prio_hosts = KEYS[11], KEYS[12], KEYS[13]
 local worker = ARGV[1]

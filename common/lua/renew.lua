@@ -10,6 +10,10 @@
 -- ARGV[2]  lease_ms, new lease length from now, milliseconds
 -- ARGV[3..] pairs: id, token
 -- Returns {deadline_ms, lost id, lost code, lost id, lost code, ...}
+--- @include "lib/codes"
+--- @include "lib/leases"
+--- @include "lib/memory"
+
 local leases, owners, stats = KEYS[1], KEYS[2], KEYS[3]
 local worker = ARGV[1]
 local lease_ms = int_arg(ARGV[2], 'lease_ms')

@@ -3,7 +3,7 @@
 -- Bypasses dedup on purpose: a dead URL is still seen, and requeueing it must not
 -- depend on the seen set (a failure never poisons dedup).
 --
--- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib.lua)
+-- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib/hosts.lua)
 -- KEYS[7]  dead          ZSET
 -- KEYS[8]  errors        HASH  id -> "<reason> <message>" (kept as last_error)
 -- KEYS[9]  attempts      HASH
@@ -17,6 +17,12 @@
 -- ARGV[1]  H, the number of hosts; ARGV[2..1+H] the hosts
 -- ARGV[2+H..] ids
 -- Returns {code per id} (0 OK, 5 UNKNOWN: not dead here)
+--- @include "lib/codes"
+--- @include "lib/dead"
+--- @include "lib/memory"
+--- @include "lib/hosts"
+--- @include "lib/queues"
+
 local dead, errors, attempts, stalls, dead_reasons = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local tasks, stats, pending, prio_hosts = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
 local hosts, nhosts = argv_hosts(1)

@@ -9,6 +9,8 @@
 -- ARGV[1] id  ARGV[2] host  ARGV[3] pid  ARGV[4] state  ARGV[5] in_flight  ARGV[6] done
 -- ARGV[7] failed  ARGV[8] ttl_ms (the hash expires unless refreshed)  ARGV[9] interval_ms
 -- Returns the heartbeat time, ms of Redis TIME.
+--- @include "lib/codes"
+
 local worker, workers = KEYS[1], KEYS[2]
 local ttl = tonumber(ARGV[8])
 local now = now_ms()
