@@ -2,9 +2,10 @@
 live (``common.policy``).
 
 Values are ``KEY=VALUE`` words in the flags' syntax (``per_host_delay=1s``,
-``per_host_concurrency=2``), or a flat TOML file (``create --config``, what ``show
---toml`` prints). Every value is checked before anything is written: a bad one exits 2
-naming the key, the value and the valid keys, and changes nothing.
+``per_host_concurrency=2``, ``ignore_robots=true``, ``allow_domains=a.example,b.example``),
+or a flat TOML file (``create --config``, what ``show --toml`` prints). Every value is
+checked before anything is written: a bad one exits 2 naming the key, the value and the
+valid keys, and changes nothing.
 """
 
 from __future__ import annotations
@@ -119,11 +120,13 @@ def add_crawl_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                        common: tuple[Option, ...]) -> None:
     """Register ``crawl create|show|set`` on the crawlq parser."""
     keys_help = (f"KEY=VALUE in the flags' syntax; keys: {VALID_KEYS} "
-                 "(e.g. per_host_delay=1s per_host_concurrency=2)")
+                 "(e.g. per_host_delay=1s per_host_concurrency=2 ignore_robots=false "
+                 "'user_agent=mybot/1.0 (+https://example.com/bot)')")
     crawl = sub.add_parser(
         "crawl", help="a crawl's policy: create, show or set it",
         description="A crawl's policy: the values the whole fleet shares (today the "
-        "per-host delay and concurrency defaults, the content types read), versioned and "
+        "per-host delay and concurrency defaults, the content types read, the user agent, "
+        "robots.txt on or off, the link depth and domains followed), versioned and "
         "logged in Redis.")
     crawl_sub = crawl.add_subparsers(dest="crawl_command", metavar="ACTION", required=True)
 

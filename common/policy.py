@@ -1,12 +1,15 @@
 """A crawl's policy: what the whole fleet must agree on, stored once in Redis.
 
 Today the policy holds the crawl's politeness defaults, ``per_host_delay`` and
-``per_host_concurrency``, and the content types its consumers read, ``accept_content_type``
-(the other crawl-level options move here in a later slice).
+``per_host_concurrency``; what its consumers read, ``accept_content_type``; who they say
+they are and whether they obey robots.txt, ``user_agent`` and ``ignore_robots``; and
+which links they follow, ``max_depth`` and ``allow_domains`` (the other crawl-level
+options move here in a later slice).
 Each option is declared once, in `POLICY_OPTIONS`: its name (the flag's, in snake_case),
-how its text parses (the flags' syntax: ``1s``, ``500ms``, ``2``), its default, its rule
-and its help; the `CrawlPolicy` defaults, validation, ``crawlq crawl show`` and parsing of
-``KEY=VALUE`` and TOML all come from that table.
+how its text parses (the flags' syntax: ``1s``, ``500ms``, ``2``, ``true``,
+``a.example,b.example``), its default, its rule and its help; the `CrawlPolicy`
+defaults, validation, ``crawlq crawl show`` and parsing of ``KEY=VALUE`` and TOML all
+come from that table.
 
 Storage (``common/keys.py``): the crawl-wide HASH ``policy`` (``version`` and one field
 per option, its value as text in the flag's syntax) and the LIST ``policy:log`` (newest
@@ -25,12 +28,15 @@ it waits for the crawl), else the producer (the defaults), whichever comes first
 overwrites it but ``crawlq crawl set`` (and `set_policy` callers: the API's
 ``Frontier.set_defaults``). A crawl an earlier crawlq made has per-partition ``conf`` and
 no policy: the first `ensure_policy` or `create_policy` adopts partition 0's values
-(logged ``by: migration``), so nothing changes for a running crawl.
+(logged ``by: migration``), so nothing changes for a running crawl. A policy an earlier
+crawlq made lacks the options added since: the first `ensure_policy` adds them, from what
+it wants (the first consumer's flags, or the producer's defaults), and keeps the others.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -38,12 +44,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from common import codec
-from common.config import duration
+from common.config import boolean, duration
 from common.connection import RedisClient
 from common.errors import ConfigError
+from common.http.fetcher import DEFAULT_USER_AGENT
 from common.keys import CrawlKeys, PartitionKeys
 from common.queue import CrawlSettings
-from common.scripts import source
+from common.scripts import register
+from common.urls import canonical_domain
 from common.wake import WakeChannel
 
 #: Entries ``policy:log`` keeps (newest first).
@@ -116,6 +124,75 @@ def _show_media_types(value: tuple[str, ...]) -> str:
     return ",".join(value) or ACCEPT_ALL
 
 
+#: Longest `user_agent` taken (a header value; servers cap all headers at ~8 KiB).
+MAX_USER_AGENT = 512
+_PRINTABLE = re.compile(r"[\x20-\x7e]+")
+
+
+def product_token(user_agent: str) -> str:
+    """The token robots.txt groups are matched on: the first word of `user_agent`, up to '/'."""
+    words = user_agent.split(None, 1)
+    token = words[0].split("/", 1)[0] if words else ""
+    if not token:
+        raise ConfigError(f"user agent {user_agent!r} has no product token")
+    return token
+
+
+def _user_agent_ok(value: str) -> None:
+    if (not isinstance(value, str) or len(value) > MAX_USER_AGENT
+            or not _PRINTABLE.fullmatch(value) or value != value.strip()):
+        raise ConfigError(f"must be 1-{MAX_USER_AGENT} printable ASCII characters without "
+                          f"leading or trailing spaces (a User-Agent header), got {value!r}")
+    product_token(value)
+
+
+def _true_false(text: str) -> bool:
+    """``true`` or ``false`` (or the environment's 1/0, yes/no, on/off); not empty."""
+    if not str(text).strip():
+        raise argparse.ArgumentTypeError("empty: use true or false")
+    return boolean(text)
+
+
+def _is_bool(value: bool) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"must be true or false, got {value!r}")
+
+
+def _show_bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _depth_ok(value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"must be a whole number >= 0, got {value!r}")
+
+
+#: What `allow_domains` shows (and takes) for no list: a link must stay on its page's host.
+PARENT_HOST = "@parent"
+
+
+def domains(text: str) -> tuple[str, ...]:
+    """Comma-separated domains in their canonical form (``Bücher.example`` ->
+    ``xn--bcher-kva.example``), repeats dropped; `PARENT_HOST` or nothing: the empty tuple."""
+    items = [i.strip() for i in str(text).split(",") if i.strip()]
+    if items == [PARENT_HOST]:
+        return ()
+    return tuple(dict.fromkeys(canonical_domain(i) for i in items))
+
+
+def _domains_ok(value: tuple[str, ...]) -> None:
+    if not isinstance(value, tuple):
+        raise ConfigError(f"must be a tuple of domains, got {value!r}")
+    for item in value:
+        if not isinstance(item, str) or canonical_domain(item) != item:
+            raise ConfigError(f"{item!r} is not a domain in canonical form (e.g. "
+                              "xn--bcher-kva.example for Bücher.example)")
+
+
+def _show_domains(value: tuple[str, ...]) -> str:
+    return ",".join(value) or PARENT_HOST
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyOption:
     """One policy option: ``name`` as the flag spells it, in snake_case."""
@@ -143,6 +220,20 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  "(*/* = all); any other response ends done, outcome filtered, its body "
                  "never read; no Content-Type is accepted",
                  check=_media_types_ok, show=_show_media_types, toml_string=True),
+    PolicyOption("user_agent", "--user-agent", str.strip, DEFAULT_USER_AGENT,
+                 "the User-Agent of every request, robots.txt's included; robots.txt "
+                 "groups are matched on its product token (its first word up to /)",
+                 check=_user_agent_ok, toml_string=True),
+    PolicyOption("ignore_robots", "--ignore-robots", _true_false, False,
+                 "true: neither fetch nor obey robots.txt (only for sites you own)",
+                 check=_is_bool, show=_show_bool),
+    PolicyOption("max_depth", "--max-depth", _whole, 3,
+                 "deepest link depth a handler's links are enqueued at (seeds are 0)",
+                 check=_depth_ok),
+    PolicyOption("allow_domains", "--allow-domains", domains, (),
+                 "domains a handler's links may go to (and their subdomains), "
+                 f"comma-separated; {PARENT_HOST} = the linking page's host",
+                 check=_domains_ok, show=_show_domains, toml_string=True),
 )
 OPTIONS: dict[str, PolicyOption] = {o.name: o for o in POLICY_OPTIONS}
 VALID_KEYS = ", ".join(OPTIONS)
@@ -155,6 +246,10 @@ class CrawlPolicy:
     per_host_delay: float = OPTIONS["per_host_delay"].default
     per_host_concurrency: int = OPTIONS["per_host_concurrency"].default
     accept_content_type: tuple[str, ...] = OPTIONS["accept_content_type"].default
+    user_agent: str = OPTIONS["user_agent"].default
+    ignore_robots: bool = OPTIONS["ignore_robots"].default
+    max_depth: int = OPTIONS["max_depth"].default
+    allow_domains: tuple[str, ...] = OPTIONS["allow_domains"].default
 
     def __post_init__(self) -> None:
         for opt in POLICY_OPTIONS:
@@ -181,12 +276,14 @@ class CrawlPolicy:
 
 
 def parse_value(name: str, text: Any) -> Any:
-    """One option's value from its text (or a TOML number); PolicyError names the key,
-    the value and the valid keys."""
+    """One option's value from its text (or a TOML number or boolean); PolicyError names
+    the key, the value and the valid keys."""
     opt = OPTIONS.get(name)
     if opt is None:
         raise PolicyError(f"unknown policy key {name!r} (value {text!r}); valid keys: "
                           f"{VALID_KEYS}")
+    if isinstance(text, bool) and isinstance(opt.default, bool):
+        text = _show_bool(text)  # TOML's true/false
     if isinstance(text, bool) or not isinstance(text, str | int | float):
         raise PolicyError(f"{name}: bad value {text!r}; valid keys: {VALID_KEYS}")
     try:
@@ -223,7 +320,9 @@ def to_toml(policy: CrawlPolicy, crawl: str, version: int) -> str:
     lines = [f"# crawl {crawl}, policy version {version} (crawlq crawl show --toml)"]
     for opt in POLICY_OPTIONS:
         value = getattr(policy, opt.name)
-        shown = f'"{opt.show(value)}"' if opt.toml_string else opt.show(value)
+        # A JSON string of printable ASCII is a TOML basic string (a user agent may
+        # hold quotes or backslashes).
+        shown = json.dumps(opt.show(value)) if opt.toml_string else opt.show(value)
         lines.append(f"{opt.name} = {shown}")
     return "\n".join(lines) + "\n"
 
@@ -254,14 +353,16 @@ async def read_policy(client: RedisClient, crawl: str, *, log_limit: int = 5
                       ) -> StoredPolicy | None:
     """The crawl's policy and its newest `log_limit` log entries, or None."""
     keys = CrawlKeys.build(crawl)
+    if log_limit <= 0:  # LRANGE 0 -1 would read the whole log
+        return await read_values(client, crawl)
     async with client.pipeline(transaction=False) as pipe:
         pipe.hgetall(keys.policy)
-        pipe.lrange(keys.policy_log, 0, max(log_limit, 0) - 1)
+        pipe.lrange(keys.policy_log, 0, log_limit - 1)
         raw, log = await pipe.execute()
     fields = {_text(k): _text(v) for k, v in raw.items()}
     if "version" not in fields:
         return None
-    entries = [codec.loads(e) for e in log] if log_limit > 0 else []
+    entries = [codec.loads(e) for e in log]
     return StoredPolicy(int(fields.pop("version")), from_texts(fields), entries)
 
 
@@ -305,7 +406,7 @@ async def legacy_conf(client: RedisClient, crawl: str) -> CrawlPolicy | None:
 async def _write(client: RedisClient, crawl: str, mode: str, texts: Mapping[str, str],
                  by: str) -> tuple[int, int]:
     keys = CrawlKeys.build(crawl)
-    script = client.register_script(source("policy_set"))
+    script = register(client, "policy_set")
     pairs = [x for name, text in texts.items() for x in (name, text)]
     code, version = await script(keys=[keys.policy, keys.policy_log],
                                  args=[mode, by, LOG_LEN, *pairs])
@@ -318,7 +419,7 @@ async def apply_policy(client: RedisClient, crawl: str, version: int, policy: Cr
     each scheduled host's turn to match (``policy_apply.lua``, a slice of hosts a call)."""
     if partitions is None:
         partitions = await partitions_of(client, crawl)
-    script = client.register_script(source("policy_apply"))
+    script = register(client, "policy_apply")
     for pk in partitions:
         cursor: Any = "0"
         while True:
@@ -404,15 +505,30 @@ async def set_policy(client: RedisClient, crawl: str, values: Mapping[str, Any],
 async def ensure_policy(client: RedisClient, crawl: str, wanted: CrawlPolicy, *,
                         by: str) -> tuple[StoredPolicy, bool]:
     """The crawl's policy, created from `wanted` if it has none (adopted from an earlier
-    crawlq's partitions if those hold values); never changes one that exists. Then every
-    partition that holds an older version gets this one. Returns it, and whether this
-    call created it from `wanted`."""
+    crawlq's partitions if those hold values); never changes a value that exists, only
+    adds the options an earlier crawlq's policy lacks. Then every partition that holds an
+    older version gets this one. Returns it, and whether this call created it from
+    `wanted`."""
     stored = await read_policy(client, crawl, log_limit=0)
     created = False
     if stored is None and not await _adopt(client, crawl):
         code, _ = await _write(client, crawl, "create", wanted.texts(), by)
         created = code == 0
+    elif stored is not None:
+        await _add_missing(client, crawl, wanted, by)
     return await _finish(client, crawl), created
+
+
+async def _add_missing(client: RedisClient, crawl: str, wanted: CrawlPolicy,
+                       by: str) -> None:
+    """Give the options a policy lacks (an earlier crawlq made it) `wanted`'s values."""
+    stored = {_text(k) for k in await client.hkeys(CrawlKeys.build(crawl).policy)}
+    texts = wanted.texts()
+    missing = {name: text for name, text in texts.items() if name not in stored}
+    if missing and "version" in stored:
+        code, _ = await _write(client, crawl, "set", missing, by)
+        if code == 0:
+            await announce(client, crawl)
 
 
 async def _finish(client: RedisClient, crawl: str) -> StoredPolicy:

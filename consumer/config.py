@@ -22,8 +22,8 @@ from common.config import (
 from common.errors import ConfigError
 from common.headers import parse_header_lines
 from common.http.fetcher import FetchSettings
-from common.policy import media_types
-from common.urls import canonical_domain
+from common.policy import OPTIONS as POLICY
+from common.policy import domains, media_types
 from consumer.sinks import SINK_KINDS
 
 
@@ -39,12 +39,19 @@ def _headers(lines: list[str]) -> tuple[tuple[str, str], ...]:
     return tuple(parse_header_lines(lines, ConfigError, "--header / CRAWLQ_HEADERS").items())
 
 
-def _domains(domains: list[str]) -> tuple[str, ...]:
-    return tuple(canonical_domain(d) for d in domains)
+def _domains(texts: list[str]) -> tuple[str, ...]:
+    """Every flag's (or the env list's) comma-separated domains, canonical, in order."""
+    return tuple(dict.fromkeys(d for text in texts for d in domains(text)))
 
 
 def _worker_id(text: str) -> str:
     return text or default_worker_id()
+
+
+#: How a crawl-level flag relates to the crawl's policy (``common.policy``).
+_POLICY_VALUE = ("a crawl policy value: used only when this consumer creates the crawl's "
+                 "policy, else the crawl's holds (a WARNING if they differ; change it with "
+                 "crawlq crawl set)")
 
 
 CONSUMER_OPTIONS = (
@@ -58,20 +65,14 @@ CONSUMER_OPTIONS = (
            field="batch_size"),
     Option("--per-host-concurrency", "CRAWLQ_PER_HOST_CONCURRENCY", 2,
            "most requests in flight to one host across the whole fleet (0 = no limit); "
-           "a crawl policy value: used only when this consumer creates the crawl's policy, "
-           "else the crawl's holds (a WARNING if they differ; change it with crawlq crawl "
-           "set)", type=int),
+           + _POLICY_VALUE, type=int),
     Option("--per-host-delay", "CRAWLQ_PER_HOST_DELAY", 1.0,
-           "least time between requests to one host across the whole fleet; a crawl "
-           "policy value: used only when this consumer creates the crawl's policy, else "
-           "the crawl's holds (a WARNING if they differ; change it with crawlq crawl set)",
-           type=duration, field="per_host_delay_s"),
+           "least time between requests to one host across the whole fleet; "
+           + _POLICY_VALUE, type=duration, field="per_host_delay_s"),
     Option("--accept-content-type", "CRAWLQ_ACCEPT_CONTENT_TYPE", (),
            "media types whose bodies are read, comma-separated, type/* allowed (e.g. "
            "text/html,application/xhtml+xml; */* = all); any other 2xx ends done, outcome "
-           "filtered, unread; a crawl policy value: used only when this consumer creates "
-           "the crawl's policy, else the crawl's holds (a WARNING if they differ; change "
-           "it with crawlq crawl set)", type=media_types),
+           "filtered, unread; " + _POLICY_VALUE, type=media_types),
     Option("--timeout", "CRAWLQ_TIMEOUT", 30.0, "total time for one fetch, redirects and "
            "body included", type=duration, field="fetch.total_timeout"),
     Option("--connect-timeout", "CRAWLQ_CONNECT_TIMEOUT", 10.0, "TCP+TLS connect timeout",
@@ -81,8 +82,10 @@ CONSUMER_OPTIONS = (
     Option("--max-body-bytes", "CRAWLQ_MAX_BODY_BYTES", 10 * 2**20,
            "body cap, counted on decompressed bytes (e.g. 10MiB)", type=size,
            field="fetch.max_body_bytes"),
-    Option("--user-agent", "CRAWLQ_USER_AGENT",
-           "crawlq/0.1 (+https://github.com/crawlq/crawlq)", "User-Agent header",
+    Option("--user-agent", "CRAWLQ_USER_AGENT", POLICY["user_agent"].default,
+           "User-Agent header of every request; robots.txt groups are matched on its "
+           "product token (its first word up to /); " + _POLICY_VALUE,
+           type=POLICY["user_agent"].parse, check=POLICY["user_agent"].check,
            field="fetch.user_agent"),
     Option("--header", "CRAWLQ_HEADERS", [], "'Name: value' sent on every request of the "
            "crawl, repeatable (env: one per line); credential headers are never shown, "
@@ -98,7 +101,8 @@ CONSUMER_OPTIONS = (
            "a network the SSRF guard lets through, repeatable (e.g. 10.1.0.0/16)",
            type=_network, append=True, field="fetch.allow_networks", convert=tuple),
     Option("--ignore-robots", "CRAWLQ_IGNORE_ROBOTS", False,
-           "do not fetch or obey robots.txt (only for sites you own)", flag_only_bool=True),
+           "do not fetch or obey robots.txt (only for sites you own); " + _POLICY_VALUE,
+           flag_only_bool=True),
     Option("--robots-ttl", "CRAWLQ_ROBOTS_TTL", 86400.0, "how long robots.txt is cached",
            type=duration, field="robots_ttl_s"),
     Option("--sink", "CRAWLQ_SINK", "jsonl", "where results go", choices=SINK_KINDS),
@@ -117,7 +121,8 @@ CONSUMER_OPTIONS = (
            field="sink_retry_for_s"),
     Option("--handler", "CRAWLQ_HANDLER", "", "async handler module:function, given each "
            "response; may return items and new URLs (e.g. consumer.handlers:links)"),
-    Option("--max-depth", "CRAWLQ_MAX_DEPTH", 3, "deepest link depth a handler may enqueue",
+    Option("--max-depth", "CRAWLQ_MAX_DEPTH", POLICY["max_depth"].default,
+           "deepest link depth a handler may enqueue (seeds are 0); " + _POLICY_VALUE,
            type=int),
     Option("--max-links", "CRAWLQ_MAX_LINKS", 10_000, "most links taken from one page; "
            "the rest are dropped and counted (crawlq_links_total{fate=\"capped\"})",
@@ -125,9 +130,9 @@ CONSUMER_OPTIONS = (
     Option("--link-cache", "CRAWLQ_LINK_CACHE", 50_000, "discovered URLs this consumer "
            "remembers having sent to the crawl's dedup, so links repeated on every page "
            "skip it (0 = off; ~200 bytes each)", type=int),
-    Option("--allow-domains", "CRAWLQ_ALLOW_DOMAINS", [], "domain a handler's links may "
-           "go to (and its subdomains), repeatable; none = the parent URL's host",
-           append=True, convert=_domains),
+    Option("--allow-domains", "CRAWLQ_ALLOW_DOMAINS", [], "domains a handler's links may "
+           "go to (and their subdomains), comma-separated, repeatable; none (or @parent) = "
+           "the parent URL's host; " + _POLICY_VALUE, append=True, convert=_domains),
     Option("--http-host", "CRAWLQ_HTTP_HOST", "127.0.0.1",
            "address of /healthz, /readyz and /metrics"),
     Option("--http-port", "CRAWLQ_HTTP_PORT", 9410,

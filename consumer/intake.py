@@ -11,6 +11,10 @@ sent to the queue's dedup (it is marked after the enqueue returned), so a URL th
 evicted, or never saw, goes to Redis and is deduplicated there. With a recrawl window
 the cache also forgets within half of it, so it never holds back a URL the window lets
 in again by more than that.
+
+The scope is the crawl policy's (``max_depth``, ``allow_domains``) and changes while the
+consumer runs (`LinkIntake.set_scope`): a new depth applies to the pages finished after
+it; new domains also empty the cache, which remembers the links out of the old ones.
 """
 
 from __future__ import annotations
@@ -57,9 +61,24 @@ class SeenCache:
                 self._rotate()
                 new = self._new
 
+    def clear(self) -> None:
+        """Forget every URL."""
+        self._old, self._new = set(), set()
+        self._born = self._clock()
+
     def _rotate(self) -> None:
         self._old, self._new = self._new, set()
         self._born = self._clock()
+
+
+class _Marks(list[str]):
+    """URLs to remember once enqueued, and the scope they were judged in."""
+
+    __slots__ = ("scope",)
+
+    def __init__(self, scope: int) -> None:
+        super().__init__()
+        self.scope = scope
 
 
 class LinkIntake:
@@ -74,13 +93,25 @@ class LinkIntake:
         # half of it: each generation lives at most a quarter.
         self.cache = SeenCache(cache_size, max_age_s=recrawl_after_s / 4)
         self._fates = dict.fromkeys(LINK_FATES, 0)
+        self._scope = 0  # bumped when the domains change
+
+    def set_scope(self, max_depth: int, allow_domains: Sequence[str]) -> None:
+        """Take links up to `max_depth` into `allow_domains` (none: each page's own host)
+        from the next batch on."""
+        self.max_depth = max_depth
+        domains = frozenset(allow_domains)
+        if domains != self.allow_domains:
+            # Links out of the old domains were remembered as handled: forget them.
+            self.cache.clear()
+            self.allow_domains = domains
+            self._scope += 1
 
     def children(self, found: Iterable[tuple[Task, Sequence[str]]]
                  ) -> tuple[list[NewTask], list[str]]:
         """The new tasks for ``(parent task, its URLs)`` pairs, and the URLs to mark seen
         once they are enqueued (:meth:`sent`)."""
         out: list[NewTask] = []
-        mark: list[str] = []
+        mark = _Marks(self._scope)
         cache, fates = self.cache, self._fates
         batch: set[str] = set()  # canonical URLs already taken in this batch
         for task, urls in found:
@@ -116,7 +147,10 @@ class LinkIntake:
         return out, mark
 
     def sent(self, mark: Sequence[str]) -> None:
-        """The queue has deduplicated these URLs: later copies may skip it."""
+        """The queue has deduplicated these URLs: later copies may skip it (unless the
+        domains changed meanwhile: some were marked for being out of the old ones)."""
+        if isinstance(mark, _Marks) and mark.scope != self._scope:
+            return
         self.cache.add_all(mark)
 
     def capped(self, n: int) -> None:

@@ -41,6 +41,9 @@ Crawl-delay is Protego's ``crawl_delay(agent)``; without one, a ``Request-rate: 
 gives ``s / n`` seconds. Groups are matched on the product token of `user_agent` (its
 first word up to ``/``: ``crawlq`` for ``crawlq/0.1 (+https://...)``), so a group for a
 word that merely appears in our full User-Agent string (``github``) does not apply to us.
+The crawl policy may change the user agent while a consumer runs (`set_user_agent`):
+what is cached is the parsed robots.txt, the same for every agent, and each verdict,
+Crawl-delay included, is judged for the agent of the moment.
 """  # noqa: E501
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ from common.connection import RedisClient
 from common.errors import ConfigError, FetchError, RedisUnavailableError
 from common.keys import CrawlKeys
 from common.locks import TokenLocks
+from common.policy import product_token
 
 if TYPE_CHECKING:
 
@@ -105,22 +109,14 @@ class _Entry:
     """One origin in the in-process cache."""
 
     robots: Protego | None  # None: allow all
-    crawl_delay: float | None
+    crawl_delay: float | None  # for `agent`
     error: str | None  # set: robots.txt unavailable, raise robots_unavailable
     expires: float  # time.monotonic()
     fetched: bool = False  # made by a fetch over HTTP in this process (not read from Redis)
+    agent: str = ""  # the product token `crawl_delay` was read for
 
 
 _ALLOW_ALL = RobotsVerdict(allowed=True, crawl_delay=None)
-
-
-def product_token(user_agent: str) -> str:
-    """The token robots.txt groups are matched on: the first word of `user_agent`, up to '/'."""
-    words = user_agent.split(None, 1)
-    token = words[0].split("/", 1)[0] if words else ""
-    if not token:
-        raise ConfigError(f"user agent {user_agent!r} has no product token")
-    return token
 
 
 def origin_of(url: str) -> tuple[str, str]:
@@ -220,6 +216,16 @@ class RobotsCache:
         entry = self._local_get(origin)
         return None if entry is None else self._verdict(entry, path)
 
+    @property
+    def agent(self) -> str:
+        """The product token robots.txt groups are matched on."""
+        return self._agent
+
+    def set_user_agent(self, user_agent: str) -> None:
+        """Match robots.txt groups on `user_agent`'s product token from now on (ConfigError
+        when it has none); cached robots.txt is judged again for it, none is fetched."""
+        self._agent = product_token(user_agent)
+
     async def close(self) -> None:
         """Cancel lookups in flight (their callers get CancelledError) and forget them."""
         tasks = list(self._inflight.values())
@@ -241,7 +247,10 @@ class RobotsCache:
         robots = entry.robots
         if robots is None:
             return _ALLOW_ALL
-        return RobotsVerdict(robots.can_fetch(path, self._agent), entry.crawl_delay)
+        agent = self._agent
+        if entry.agent != agent:  # read for another agent (the policy changed it)
+            entry.crawl_delay, entry.agent = _crawl_delay(robots, agent), agent
+        return RobotsVerdict(robots.can_fetch(path, agent), entry.crawl_delay)
 
     def _local_get(self, origin: str) -> _Entry | None:
         local = self._local
@@ -287,17 +296,14 @@ class RobotsCache:
         status = doc["status"]
         if not 200 <= status < 300:
             return _Entry(None, None, None, expires)
+        agent = self._agent
         try:
             robots = Protego.parse(doc["body"])
-            delay = robots.crawl_delay(self._agent)
-            if delay is None:
-                rate = robots.request_rate(self._agent)
-                if rate is not None:
-                    delay = rate.seconds / rate.requests
+            delay = _crawl_delay(robots, agent)
         except Exception as exc:  # content must never fail a crawl: treat as no robots.txt
             log.warning("robots_unparseable", extra={"error": repr(exc)[:200]})
             return _Entry(None, None, None, expires)
-        return _Entry(robots, delay, None, expires)
+        return _Entry(robots, delay, None, expires, agent=agent)
 
     # --- Redis and the fetch ---------------------------------------------------------------
 
@@ -386,6 +392,17 @@ class RobotsCache:
             await self._locks.release(lock, token)
         except (RedisConnectionError, RedisTimeoutError) as exc:  # it expires by itself
             log.warning("robots_unlock_failed", extra={"key": lock, "error": str(exc)})
+
+
+def _crawl_delay(robots: Protego, agent: str) -> float | None:
+    """Seconds between requests robots.txt asks of `agent`: its Crawl-delay, else its
+    Request-rate, else None."""
+    delay: float | None = robots.crawl_delay(agent)
+    if delay is None:
+        rate = robots.request_rate(agent)
+        if rate is not None:
+            delay = rate.seconds / rate.requests
+    return delay
 
 
 def _parse_doc(raw: Any) -> RobotsDoc | None:

@@ -87,7 +87,11 @@ def _flag_policy(settings: ConsumerSettings) -> CrawlPolicy:
     """The policy this consumer's crawl-level flags ask for."""
     return CrawlPolicy(per_host_delay=settings.per_host_delay_s,
                        per_host_concurrency=settings.per_host_concurrency,
-                       accept_content_type=settings.accept_content_type)
+                       accept_content_type=settings.accept_content_type,
+                       user_agent=settings.fetch.user_agent,
+                       ignore_robots=settings.ignore_robots,
+                       max_depth=settings.max_depth,
+                       allow_domains=settings.allow_domains)
 
 
 async def _ensure_policy(client: RedisClient, settings: ConsumerSettings) -> None:
@@ -187,12 +191,11 @@ async def run(settings: ConsumerSettings) -> int:
                               "(permissions, read-only mount, space), then restart"})
                 return EXIT_SINK
             fetcher = await stack.enter_async_context(Fetcher(settings.fetch))
-            robots = None
-            if not settings.ignore_robots:
-                robots = RobotsCache(client, settings.common.crawl, fetcher,
-                                     user_agent=settings.fetch.user_agent,
-                                     ttl_s=settings.robots_ttl_s)
-                stack.push_async_callback(robots.close)
+            # Always made: whether robots.txt is obeyed is the crawl policy's, live.
+            robots = RobotsCache(client, settings.common.crawl, fetcher,
+                                 user_agent=settings.fetch.user_agent,
+                                 ttl_s=settings.robots_ttl_s)
+            stack.push_async_callback(robots.close)
             consumer = Consumer(settings, queue, fetcher, sink, metrics, robots=robots,
                                 handler=handler)
             if stop.is_set():

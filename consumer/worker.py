@@ -17,8 +17,10 @@ Coroutines of one process:
   (``common.wake``);
 - the wake listener: another process freed a host's slot or queued work, so the leaser
   asks again now instead of at the end of its back-off; or the crawl's policy changed, so
-  it is read again (one HGETALL; also at every heartbeat, in case a message was lost):
-  its ``accept_content_type`` applies to the fetches that start after;
+  it is read again (one HGETALL; also when a lease reply names a newer version, and at
+  every heartbeat): its content types, user agent, robots.txt rule and link scope apply
+  to the work that starts after, and the leaser asks again at once (turns may have
+  moved earlier);
 - the heartbeat and the reaper (``consumer.housekeeping``).
 
 When the sink refuses a write (``consumer.sinkhealth``) the leaser stops, what is held
@@ -126,6 +128,8 @@ class Consumer:
         #: The media types whose bodies are read (the crawl policy's accept_content_type;
         #: empty: all), read at start and again on a policy change.
         self.accept: tuple[str, ...] = settings.accept_content_type
+        #: Whether robots.txt is skipped (the crawl policy's ignore_robots), likewise.
+        self.ignore_robots = settings.ignore_robots
         self._policy_read: asyncio.Task[None] | None = None
         self._policy_again = False
         self._policy_version = -1  # the version read last (-1: none yet)
@@ -264,8 +268,9 @@ class Consumer:
 
     async def read_policy(self) -> None:
         """Read the crawl's policy (one HGETALL) and apply what the consumer takes from
-        it live (`accept`); on a Redis error keep what it had (the next heartbeat reads
-        it again)."""
+        it live (`accept`, `ignore_robots`, the user agent of the fetcher and of robots.txt,
+        the link intake's scope); on a Redis error keep what it had (the next heartbeat
+        reads it again)."""
         try:
             stored = await read_values(self.queue.client, self.queue.crawl)
         except REDIS_ERRORS as exc:
@@ -279,10 +284,18 @@ class Consumer:
         self._policy_version = stored.version
         policy = stored.policy
         self.accept = policy.accept_content_type
+        self.ignore_robots = policy.ignore_robots
+        self.fetcher.set_user_agent(policy.user_agent)
+        if self.robots is not None:
+            self.robots.set_user_agent(policy.user_agent)
+        self.flusher.intake.set_scope(policy.max_depth, policy.allow_domains)
+        texts = policy.texts()
         log.info("crawl_policy_applied", extra={
             "version": stored.version, "accept_content_type": ",".join(self.accept) or "*/*",
             "per_host_delay": policy.per_host_delay,
-            "per_host_concurrency": policy.per_host_concurrency})
+            "per_host_concurrency": policy.per_host_concurrency,
+            **{k: texts[k] for k in ("user_agent", "ignore_robots", "max_depth",
+                                     "allow_domains")}})
 
     def _policy_changed(self) -> None:
         """The policy changed (a policy message, or a lease reply naming a newer version):
@@ -626,7 +639,7 @@ class Consumer:
         or hand it to a robots.txt lookup outside the workers."""
         try:
             url = lease.task.url
-            if self.robots is not None:
+            if self.robots is not None and not self.ignore_robots:
                 try:
                     verdict = self.robots.cached(url)
                 except FetchError as exc:  # a cached failure (robots_unavailable)

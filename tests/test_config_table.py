@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from common.config import Option
+from common.errors import ConfigError
 from common.http.fetcher import FetchSettings
 from consumer.config import CONSUMER_OPTIONS, ConsumerSettings, build_parser, settings_from_args
 from producer.cli import PRODUCER_OPTIONS, ProducerSettings
@@ -78,6 +79,25 @@ def test_consumer_settings_built_from_no_flags_are_the_defaults(monkeypatch: Any
     assert dataclasses.replace(built, common=defaults.common) == dataclasses.replace(
         defaults, fetch=dataclasses.replace(defaults.fetch, concurrency=built.concurrency,
                                             limit_per_host=built.per_host_concurrency))
+
+
+def test_crawl_policy_flags_take_the_policys_syntax(monkeypatch: Any) -> None:
+    """A crawl policy value is written the same as a flag, in its env variable and in
+    ``crawlq crawl set``: comma-separated domains, a user agent with a product token."""
+    for opt in CONSUMER_OPTIONS:
+        monkeypatch.delenv(opt.env, raising=False)
+    built = settings_from_args(build_parser().parse_args([
+        "--allow-domains", "a.example,B.example", "--allow-domains", "c.example,a.example",
+        "--user-agent", " bot/1 (+https://example.com) "]))
+    assert built.allow_domains == ("a.example", "b.example", "c.example")
+    assert built.fetch.user_agent == "bot/1 (+https://example.com)"
+    monkeypatch.setenv("CRAWLQ_ALLOW_DOMAINS", "@parent")
+    assert settings_from_args(build_parser().parse_args([])).allow_domains == ()
+    with pytest.raises(ConfigError, match=r"--user-agent: user agent '/1\.0' has no product"):
+        build_parser().parse_args(["--user-agent", "/1.0"])
+    monkeypatch.setenv("CRAWLQ_USER_AGENT", "bot/1\tx")
+    with pytest.raises(ConfigError, match="CRAWLQ_USER_AGENT: must be 1-512 printable"):
+        build_parser()
 
 
 def test_producer_settings_built_from_one_file_are_the_defaults(monkeypatch: Any) -> None:

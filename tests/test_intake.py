@@ -112,6 +112,48 @@ def test_depth_limit() -> None:
     assert [t.depth for t in out] == [2]
 
 
+def test_a_new_scope_applies_to_the_next_batch() -> None:
+    """The crawl policy's max_depth and allow_domains change while a consumer runs."""
+    i = intake(max_depth=0)
+    assert i.children([(parent(), ["http://a.test/x"])])[0] == []
+    i.set_scope(1, ())
+    assert [t.url for t in i.children([(parent(), ["http://a.test/x"])])[0]] == [
+        "http://a.test/x"]
+    i.set_scope(1, ("b.test",))
+    out, _ = i.children([(parent(), ["http://a.test/x", "http://sub.b.test/y"])])
+    assert [t.url for t in out] == ["http://sub.b.test/y"]
+    i.set_scope(0, ("b.test",))
+    assert i.children([(parent(), ["http://b.test/z"])])[0] == []
+
+
+def test_new_domains_forget_links_out_of_the_old_ones() -> None:
+    """A link out of the allowed domains is cached as handled; once the domains take it
+    in, it must be sent, not skipped as seen."""
+    i = intake(allow_domains=("a.test",))
+    out, mark = i.children([(parent(), ["http://a.test/in", "http://b.test/out"])])
+    assert [t.url for t in out] == ["http://a.test/in"]
+    i.sent(mark)
+    assert "http://b.test/out" in i.cache
+    i.set_scope(5, ("a.test",))  # the same domains: the cache stays
+    assert "http://b.test/out" in i.cache
+    i.set_scope(5, ("a.test", "b.test"))
+    out, _ = i.children([(parent(), ["http://a.test/in", "http://b.test/out"])])
+    assert [t.url for t in out] == ["http://a.test/in", "http://b.test/out"]
+
+
+def test_marks_judged_under_old_domains_are_not_cached() -> None:
+    """The domains changed while a batch was being enqueued: its out-of-scope marks
+    are stale, so none of the batch is remembered."""
+    i = intake(allow_domains=("a.test",))
+    _, mark = i.children([(parent(), ["http://b.test/out"])])
+    assert mark == ["http://b.test/out"]
+    i.set_scope(5, ("b.test",))
+    i.sent(mark)
+    assert "http://b.test/out" not in i.cache
+    out, _ = i.children([(parent(), ["http://b.test/out"])])
+    assert [t.url for t in out] == ["http://b.test/out"]
+
+
 async def test_a_url_the_cache_evicted_still_dedups_in_redis(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
     queue = await CrawlQueue.open(redis_client, crawl_name)

@@ -4,17 +4,22 @@ consumer reads and none overwrites. Real redis-server; the commands run as proce
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import itertools
 import json
 import logging
 import os
+import signal
 import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
-from test_consumer import consumer_args, page, serve
+from aiohttp import web
+from test_consumer import Handler, Site, consumer_args, page, serve
 
 from common.frontier import Frontier
 from common.keys import CrawlKeys
@@ -30,12 +35,17 @@ from common.policy import (
 )
 from common.queue import CrawlQueue, CrawlSettings, NewTask
 from common.urls import fingerprint
-from consumer.config import CONSUMER_OPTIONS, build_parser, settings_from_args
+from common.wake import WakeChannel
+from consumer.config import CONSUMER_OPTIONS, ConsumerSettings, build_parser, settings_from_args
 from consumer.run import run
 from producer.cli import main_async as producer_main
 
 ROOT = Path(__file__).resolve().parent.parent
-VALID = "valid keys: per_host_delay, per_host_concurrency, accept_content_type"
+VALID = ("valid keys: per_host_delay, per_host_concurrency, accept_content_type, "
+         "user_agent, ignore_robots, max_depth, allow_domains")
+UA = "crawlq/0.1 (+https://github.com/crawlq/crawlq)"
+#: The new keys' defaults, as `crawl create` and `crawl set` print them.
+REST = f"user_agent={UA}, ignore_robots=false, max_depth=3, allow_domains=@parent"
 
 
 async def crawlq(redis_url: str, *args: str) -> tuple[int, str, str]:
@@ -76,11 +86,17 @@ def test_the_policy_is_declared_once_and_the_consumer_flags_agree() -> None:
     fields = dataclasses.fields(CrawlPolicy)
     assert [f.name for f in fields] == [o.name for o in POLICY_OPTIONS]
     assert [f.default for f in fields] == [o.default for o in POLICY_OPTIONS]
-    flags = {o.flag: o.default for o in CONSUMER_OPTIONS}
+    flags = {o.flag: o.convert(o.default) if o.convert else o.default
+             for o in CONSUMER_OPTIONS}
     assert {o.flag: flags[o.flag] for o in POLICY_OPTIONS} == {
         o.flag: o.default for o in POLICY_OPTIONS}
     assert CrawlPolicy().texts() == {"per_host_delay": "1s", "per_host_concurrency": "2",
-                                     "accept_content_type": "*/*"}
+                                     "accept_content_type": "*/*", "user_agent": UA,
+                                     "ignore_robots": "false", "max_depth": "3",
+                                     "allow_domains": "@parent"}
+    # Each such flag says it is a crawl policy value.
+    helps = {o.flag: o.help for o in CONSUMER_OPTIONS}
+    assert all("a crawl policy value" in helps[o.flag] for o in POLICY_OPTIONS)
 
 
 # -- the commands ------------------------------------------------------------------------
@@ -91,39 +107,69 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
     before = await redis_ms(redis_client)
     out = await ok(redis_url, "crawl", "create", "--crawl", crawl_name, "per_host_delay=500ms")
     assert out == (f"crawl {crawl_name}: policy version 1 created: per_host_delay=0.5s, "
-                   "per_host_concurrency=2, accept_content_type=*/*\n")
+                   f"per_host_concurrency=2, accept_content_type=*/*, {REST}\n")
     code, _, err = await crawlq(redis_url, "crawl", "create", "--crawl", crawl_name)
     assert code == 2 and "already has a policy (version 1)" in err and "crawlq crawl set" in err
 
     out = await ok(redis_url, "crawl", "set", "--crawl", crawl_name,
                    "per_host_concurrency=3", "per_host_delay=0.5s")
     assert out == (f"crawl {crawl_name}: policy version 2 set: per_host_delay=0.5s, "
-                   "per_host_concurrency=3, accept_content_type=*/*\n")
+                   f"per_host_concurrency=3, accept_content_type=*/*, {REST}\n")
     out = await ok(redis_url, "crawl", "set", "--crawl", crawl_name, "per_host_concurrency=3")
     assert "policy version 2 unchanged" in out  # not a change: no version, no log entry
 
+    # The keys that came with the user agent, robots and link scope.
+    out = await ok(redis_url, "crawl", "set", "--crawl", crawl_name,
+                   "user_agent= probe/2.0 (+https://example.com/probe) ", "ignore_robots=TRUE",
+                   "max_depth=0", "allow_domains=Bücher.example, example.com,example.com")
+    assert out == (f"crawl {crawl_name}: policy version 3 set: per_host_delay=0.5s, "
+                   "per_host_concurrency=3, accept_content_type=*/*, "
+                   "user_agent=probe/2.0 (+https://example.com/probe), ignore_robots=true, "
+                   "max_depth=0, allow_domains=xn--bcher-kva.example,example.com\n")
+
     doc = json.loads(await ok(redis_url, "crawl", "show", "--crawl", crawl_name, "--json"))
     assert (doc["version"], doc["values"], doc["text"]) == (
-        2, {"per_host_delay": 0.5, "per_host_concurrency": 3, "accept_content_type": []},
-        {"per_host_delay": "0.5s", "per_host_concurrency": "3", "accept_content_type": "*/*"})
-    second, first = doc["log"]
+        3, {"per_host_delay": 0.5, "per_host_concurrency": 3, "accept_content_type": [],
+            "user_agent": "probe/2.0 (+https://example.com/probe)", "ignore_robots": True,
+            "max_depth": 0, "allow_domains": ["xn--bcher-kva.example", "example.com"]},
+        {"per_host_delay": "0.5s", "per_host_concurrency": "3", "accept_content_type": "*/*",
+         "user_agent": "probe/2.0 (+https://example.com/probe)", "ignore_robots": "true",
+         "max_depth": "0", "allow_domains": "xn--bcher-kva.example,example.com"})
+    third, second, first = doc["log"]
     assert first | {"version": 1, "by": "crawlq crawl create", "changes": {
         "per_host_delay": [None, "0.5s"], "per_host_concurrency": [None, "2"],
-        "accept_content_type": [None, "*/*"]}} == first
+        "accept_content_type": [None, "*/*"], "user_agent": [None, UA],
+        "ignore_robots": [None, "false"], "max_depth": [None, "3"],
+        "allow_domains": [None, "@parent"]}} == first
     assert second | {"version": 2, "by": "crawlq crawl set",
                      "changes": {"per_host_concurrency": ["2", "3"]}} == second
+    assert third["changes"] == {
+        "user_agent": [UA, "probe/2.0 (+https://example.com/probe)"],
+        "ignore_robots": ["false", "true"], "max_depth": ["3", "0"],
+        "allow_domains": ["@parent", "xn--bcher-kva.example,example.com"]}
     assert before <= first["at"] <= second["at"] <= await redis_ms(redis_client)
 
+    out = await ok(redis_url, "crawl", "set", "--crawl", crawl_name, "ignore_robots=false",
+                   "allow_domains=@parent")
+    assert out.endswith("ignore_robots=false, max_depth=0, allow_domains=@parent\n")
     text = await ok(redis_url, "crawl", "show", "--crawl", crawl_name)
     lines = text.splitlines()
-    assert lines[0] == f"crawl {crawl_name}: policy version 2"
+    assert lines[0] == f"crawl {crawl_name}: policy version 4"
     assert lines[1].split()[:2] == ["per_host_delay", "0.5s"]
     assert lines[2].split()[:2] == ["per_host_concurrency", "3"]
     assert lines[3].split()[:2] == ["accept_content_type", "*/*"]
-    assert lines[4] == "changes, newest first:"
-    assert lines[5].endswith("v2  crawlq crawl set: per_host_concurrency 2 -> 3")
-    assert lines[6].endswith("v1  crawlq crawl create: accept_content_type - -> */*, "
-                             "per_host_concurrency - -> 2, per_host_delay - -> 0.5s")
+    assert lines[4].split()[:3] == ["user_agent", "probe/2.0", "(+https://example.com/probe)"]
+    assert lines[5].split()[:2] == ["ignore_robots", "false"]
+    assert lines[6].split()[:2] == ["max_depth", "0"]
+    assert lines[7].split()[:2] == ["allow_domains", "@parent"]
+    assert lines[8] == "changes, newest first:"
+    assert lines[9].endswith("v4  crawlq crawl set: allow_domains xn--bcher-kva.example,"
+                             "example.com -> @parent, ignore_robots true -> false")
+    assert lines[11].endswith("v2  crawlq crawl set: per_host_concurrency 2 -> 3")
+    assert lines[12].endswith(f"v1  crawlq crawl create: accept_content_type - -> */*, "
+                              "allow_domains - -> @parent, ignore_robots - -> false, "
+                              "max_depth - -> 3, per_host_concurrency - -> 2, "
+                              f"per_host_delay - -> 0.5s, user_agent - -> {UA}")
     # `crawl` and `crawls` are two commands.
     assert "crawl" in await ok(redis_url, "crawls")
 
@@ -140,7 +186,20 @@ async def test_a_bad_key_or_value_exits_2_naming_it_and_writes_nothing(
             (("per_host_delay",), "not KEY=VALUE: 'per_host_delay'"),
             (("accept_content_type=pdf",), "accept_content_type: bad value 'pdf'"),
             (("accept_content_type=text/html,*/html",),
-             "accept_content_type: bad value 'text/html,*/html'")):
+             "accept_content_type: bad value 'text/html,*/html'"),
+            (("user_agent=",), "user_agent: bad value ''"),
+            (("user_agent=/1.0 (no product)",), "user_agent: bad value '/1.0 (no product)' "
+                                                "(user agent '/1.0 (no product)' has no "
+                                                "product token)"),
+            (("user_agent=bot/1\tx",), "user_agent: bad value 'bot/1\\tx'"),
+            (("ignore_robots=maybe",), "ignore_robots: bad value 'maybe'"),
+            (("ignore_robots=",), "ignore_robots: bad value '' (empty: use true or false)"),
+            (("max_depth=-1",), "max_depth: bad value '-1'"),
+            (("max_depth=two",), "max_depth: bad value 'two'"),
+            (("allow_domains=https://example.com/",),
+             "allow_domains: bad value 'https://example.com/' (invalid domain"),
+            (("allow_domains=a.example,@parent",), "allow_domains: bad value "
+                                                   "'a.example,@parent'")):
         code, out, err = await crawlq(redis_url, "crawl", "create", "--crawl", crawl_name,
                                       *args)
         assert (code, out) == (2, ""), (args, err)
@@ -165,10 +224,16 @@ async def test_a_bad_key_or_value_exits_2_naming_it_and_writes_nothing(
 async def test_show_toml_round_trips_into_create_config(
         redis_url: str, crawl_name: str, tmp_path: Path) -> None:
     await ok(redis_url, "crawl", "create", "--crawl", crawl_name, "per_host_delay=2.25s",
-             "per_host_concurrency=0", "accept_content_type=Text/HTML, image/*")
+             "per_host_concurrency=0", "accept_content_type=Text/HTML, image/*",
+             'user_agent=probe/2.0 ("quoted" \\ +https://example.com)', "ignore_robots=true",
+             "max_depth=7", "allow_domains=a.example,Bücher.example")
     toml = await ok(redis_url, "crawl", "show", "--crawl", crawl_name, "--toml")
-    assert toml.splitlines()[1:] == ['per_host_delay = "2.25s"', "per_host_concurrency = 0",
-                                     'accept_content_type = "text/html,image/*"']
+    assert toml.splitlines()[1:] == [
+        'per_host_delay = "2.25s"', "per_host_concurrency = 0",
+        'accept_content_type = "text/html,image/*"',
+        'user_agent = "probe/2.0 (\\"quoted\\" \\\\ +https://example.com)"',
+        "ignore_robots = true", "max_depth = 7",
+        'allow_domains = "a.example,xn--bcher-kva.example"']
     path = tmp_path / "crawl.toml"
     path.write_text(toml)
     await ok(redis_url, "crawl", "create", "--crawl", crawl_name + "-copy", "--config",
@@ -183,6 +248,13 @@ async def test_show_toml_round_trips_into_create_config(
     code, _, err = await crawlq(redis_url, "crawl", "create", "--crawl", crawl_name + "-bad",
                                 "--config", str(path))
     assert code == 2 and "unknown policy key 'budget' (value 3)" in err
+    # A TOML boolean is for ignore_robots only.
+    for line, shown in (("max_depth = true", "max_depth: bad value True"),
+                        ('ignore_robots = "maybe"', "ignore_robots: bad value 'maybe'")):
+        path.write_text(line + "\n")
+        code, _, err = await crawlq(redis_url, "crawl", "create", "--crawl",
+                                    crawl_name + "-bad", "--config", str(path))
+        assert code == 2 and shown in err, err
 
 
 async def test_the_log_is_capped_newest_first(redis_client: aioredis.Redis,
@@ -248,8 +320,9 @@ async def test_restarting_a_consumer_leaves_the_policy_as_it_was(
     """A consumer whose flags (0 / no limit) differ from the crawl's policy changes
     nothing: not the policy, not a partition's conf; it says so once per flag."""
     q = await CrawlQueue.open(redis_client, crawl_name, CrawlSettings(partitions=2))
-    await create_policy(redis_client, crawl_name,
-                        {"per_host_delay": 0.05, "per_host_concurrency": 1}, by="test")
+    await create_policy(redis_client, crawl_name, {
+        "per_host_delay": 0.05, "per_host_concurrency": 1, "user_agent": "crawl/1.0",
+        "ignore_robots": True, "max_depth": 2, "allow_domains": ("a.test",)}, by="test")
     await q.enqueue([NewTask(u, fingerprint(u)) for u in ("http://a.test/", "http://b.test/")])
     policy_before = await redis_client.hgetall(CrawlKeys.build(crawl_name).policy)
     confs_before = await confs(redis_client, q)
@@ -259,17 +332,23 @@ async def test_restarting_a_consumer_leaves_the_policy_as_it_was(
     for run_no in range(2):  # a start, and a restart
         caplog.clear()
         settings = consumer_settings(redis_url, crawl_name, tmp_path / f"r{run_no}",
-                                     "--worker-id", f"w{run_no}")
+                                     "--worker-id", f"w{run_no}", "--user-agent", "flag/9.9",
+                                     "--max-depth", "5", "--allow-domains", "B.test")
         assert await asyncio.wait_for(run(settings), 60) == 0
         assert await redis_client.hgetall(CrawlKeys.build(crawl_name).policy) == policy_before
         assert await confs(redis_client, q) == confs_before
         warned = {(r.flag, r.flag_value, r.crawl_value): r for r in caplog.records  # type: ignore[attr-defined]
                   if r.getMessage() == "crawl_policy_differs"}
         assert set(warned) == {("--per-host-delay", "0s", "0.05s"),
-                               ("--per-host-concurrency", "0", "1")}
+                               ("--per-host-concurrency", "0", "1"),
+                               ("--user-agent", "flag/9.9", "crawl/1.0"),
+                               ("--max-depth", "5", "2"),
+                               ("--allow-domains", "b.test", "a.test")}  # robots: both off
         assert all(r.levelno == logging.WARNING for r in warned.values())
         assert f"crawlq crawl set --crawl {crawl_name} per_host_delay=0s" in warned[
             ("--per-host-delay", "0s", "0.05s")].advice  # type: ignore[attr-defined]
+        assert f"crawlq crawl set --crawl {crawl_name} allow_domains=b.test" in warned[
+            ("--allow-domains", "b.test", "a.test")].advice  # type: ignore[attr-defined]
     stored = await read_policy(redis_client, crawl_name)
     assert stored is not None and stored.version == 1 and len(stored.log) == 1
 
@@ -278,10 +357,15 @@ async def test_the_first_consumer_creates_the_policy_from_its_flags(
         redis_url: str, redis_client: aioredis.Redis, crawl_name: str, tmp_path: Path) -> None:
     q = await CrawlQueue.open(redis_client, crawl_name)
     settings = consumer_settings(redis_url, crawl_name, tmp_path, "--worker-id", "first",
-                                 "--per-host-delay", "0.1s", "--per-host-concurrency", "3")
+                                 "--per-host-delay", "0.1s", "--per-host-concurrency", "3",
+                                 "--user-agent", "first/1.0 (+https://example.com)",
+                                 "--max-depth", "1", "--allow-domains", "Bücher.example,a.example",
+                                 "--allow-domains", "b.example")
     assert await asyncio.wait_for(run(settings), 60) == 0
     stored = await read_policy(redis_client, crawl_name)
-    assert stored is not None and stored.policy == CrawlPolicy(0.1, 3)
+    assert stored is not None and stored.policy == CrawlPolicy(
+        0.1, 3, user_agent="first/1.0 (+https://example.com)", ignore_robots=True,
+        max_depth=1, allow_domains=("xn--bcher-kva.example", "a.example", "b.example"))
     assert [e["by"] for e in stored.log] == ["consumer first (created the crawl)"]
     assert await confs(redis_client, q) == [
         {b"delay": b"100", b"concurrency": b"3", b"policy_version": b"1"}]
@@ -374,7 +458,28 @@ async def test_a_crawl_made_without_a_policy_is_adopted(
     assert [(e["by"], e["changes"]) for e in doc["log"]] == [
         ("crawlq crawl create", {"per_host_delay": ["0.7s", "1s"]}),
         ("migration", {"per_host_delay": [None, "0.7s"], "per_host_concurrency": [None, "3"],
-                       "accept_content_type": [None, "*/*"]})]
+                       "accept_content_type": [None, "*/*"], "user_agent": [None, UA],
+                       "ignore_robots": [None, "false"], "max_depth": [None, "3"],
+                       "allow_domains": [None, "@parent"]})]
+
+
+async def test_a_policy_without_the_newer_keys_takes_them_from_the_first_consumer(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """A policy an earlier crawlq made holds only the keys it knew: the first consumer
+    (or producer) adds the others, from its flags; the values it holds stay."""
+    await create_policy(redis_client, crawl_name, {"per_host_delay": 0.5}, by="test")
+    newer = ("user_agent", "ignore_robots", "max_depth", "allow_domains")
+    await redis_client.hdel(CrawlKeys.build(crawl_name).policy, *newer)
+    wanted = CrawlPolicy(per_host_delay=2, user_agent="mine/1", ignore_robots=True,
+                         max_depth=1)
+    stored, created = await ensure_policy(redis_client, crawl_name, wanted, by="consumer w")
+    assert not created
+    assert stored.policy == CrawlPolicy(per_host_delay=0.5, user_agent="mine/1",
+                                        ignore_robots=True, max_depth=1)
+    assert stored.version == 2
+    assert (stored.log[0]["by"], set(stored.log[0]["changes"])) == ("consumer w", set(newer))
+    again, _ = await ensure_policy(redis_client, crawl_name, CrawlPolicy(), by="producer")
+    assert (again.version, again.policy) == (2, stored.policy)
 
 
 async def test_accept_content_type_is_set_shown_and_normalized(
@@ -392,3 +497,177 @@ async def test_accept_content_type_is_set_shown_and_normalized(
     assert (code, out) == (2, "") and "accept_content_type: bad value 'pdf'" in err
     out = await ok(redis_url, "crawl", "set", "--crawl", crawl_name, "accept_content_type=*/*")
     assert "version 3 set" in out and "accept_content_type=*/*" in out
+
+
+# -- applied live by running consumers ---------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def running(settings: ConsumerSettings) -> AsyncIterator[None]:
+    """A consumer running in this process until the block ends (then SIGTERM: it drains)."""
+    consumer = asyncio.create_task(run(settings))
+    await asyncio.sleep(0.05)  # its signal handlers are in place
+    try:
+        yield
+    finally:
+        if not consumer.done():
+            os.kill(os.getpid(), signal.SIGTERM)
+        assert await asyncio.wait_for(consumer, 10) == 0
+
+
+def live_settings(redis_url: str, crawl: str, out: Path, *extra: str) -> ConsumerSettings:
+    """A consumer that keeps running when the crawl is empty; heartbeats every second."""
+    args = [a for a in consumer_args(redis_url, crawl, out, "--lease", "3s", "--grace", "1s",
+                                     *extra) if a != "--exit-when-empty"]
+    return settings_from_args(build_parser().parse_args(args))
+
+
+async def until(what: str, check: Callable[[], Awaitable[bool]], limit_s: float = 5.0
+                ) -> None:
+    deadline = time.monotonic() + limit_s
+    while not await check():
+        assert time.monotonic() < deadline, f"not within {limit_s}s: {what}"
+        await asyncio.sleep(0.01)
+
+
+async def changed(redis_client: aioredis.Redis, crawl: str, caplog: pytest.LogCaptureFixture,
+                  **values: object) -> None:
+    """Change the policy; the running consumer applies the new version within a second."""
+    stored = await set_policy(redis_client, crawl, values, by="test")
+
+    async def applied() -> bool:
+        return any(r.getMessage() == "crawl_policy_applied"
+                   and getattr(r, "version", None) == stored.version for r in caplog.records)
+    await until(f"policy version {stored.version} applied", applied, limit_s=1.0)
+
+
+class Probe:
+    """Enqueues a site's pages for a running consumer and sees what became of them."""
+
+    def __init__(self, queue: CrawlQueue, site: Site,
+                 seen: list[tuple[str, str]] | None = None) -> None:
+        self.queue, self.site, self.seen = queue, site, seen if seen is not None else []
+        self.wake = WakeChannel(queue.client, queue.crawl_keys.wake)
+
+    async def enqueue(self, path: str) -> None:
+        url = self.site.url(path)
+        await self.queue.enqueue([NewTask(url, fingerprint(url))])
+        await self.wake.notify()
+
+    def agents(self, path: str) -> list[str]:
+        """The User-Agent of each request to `path`."""
+        return [agent for p, agent in self.seen if p == path]
+
+    async def fetched(self, path: str) -> str:
+        """Enqueue `path` and wait for its request: its User-Agent."""
+        await self.enqueue(path)
+
+        async def asked() -> bool:
+            return bool(self.agents(path) or self.site.hits.get(path))
+        await until(f"{path} fetched", asked)
+        return (self.agents(path) or [""])[0]
+
+    async def disallowed(self, path: str) -> None:
+        """Enqueue `path` and wait until it ends robots_disallowed, never requested."""
+        before = await self.outcomes("robots_disallowed")
+        await self.enqueue(path)
+
+        async def ended() -> bool:
+            return await self.outcomes("robots_disallowed") > before
+        await until(f"{path} disallowed", ended)
+        assert not self.agents(path)
+
+    async def outcomes(self, outcome: str) -> int:
+        return (await self.queue.stats()).counters.get(f"outcome:{outcome}", 0)
+
+
+ROBOTS_BY_AGENT = "User-agent: *\nDisallow: /private/\n\nUser-agent: second\nDisallow: /secret/\n"
+
+
+async def test_a_running_consumer_takes_a_new_user_agent_and_robots_rule(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """user_agent and ignore_robots apply without a restart: the requests after a change
+    carry the new User-Agent, the cached robots.txt is judged for its product token, and
+    robots.txt is ignored, then obeyed again. The consumer's own flags (robots off,
+    another agent) lose to the crawl's values throughout."""
+    caplog.set_level(logging.INFO, logger="consumer")
+    seen: list[tuple[str, str]] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        seen.append((request.path, request.headers.get("User-Agent", "")))
+        if request.path == "/robots.txt":
+            return web.Response(text=ROBOTS_BY_AGENT)
+        return web.Response(text="<html><body>ok</body></html>", content_type="text/html")
+
+    await create_policy(redis_client, crawl_name, {
+        "per_host_delay": 0, "per_host_concurrency": 0, "user_agent": "first/1.0"}, by="test")
+    queue = await CrawlQueue.open(redis_client, crawl_name)
+    routes: dict[str, Handler] = {
+        path: answer for path in ("/robots.txt", "/p/{i}", "/private/{i}", "/secret/{i}")}
+    async with serve(routes) as site, running(live_settings(
+            redis_url, crawl_name, tmp_path, "--user-agent", "flag/9.9")):
+        probe = Probe(queue, site, seen)
+        assert await probe.fetched("/p/1") == "first/1.0"
+        assert probe.agents("/robots.txt") == ["first/1.0"]
+        await probe.disallowed("/private/1")  # group *
+        assert await probe.fetched("/secret/1") == "first/1.0"
+
+        await changed(redis_client, crawl_name, caplog, user_agent="second/2.0")
+        assert await probe.fetched("/p/2") == "second/2.0"
+        await probe.disallowed("/secret/2")  # the cached robots.txt, group second
+        assert await probe.fetched("/private/2") == "second/2.0"
+        assert probe.agents("/robots.txt") == ["first/1.0"]  # not fetched again
+
+        await changed(redis_client, crawl_name, caplog, ignore_robots=True)
+        assert await probe.fetched("/secret/3") == "second/2.0"
+        await changed(redis_client, crawl_name, caplog, ignore_robots=False)
+        await probe.disallowed("/secret/4")
+    assert "flag/9.9" not in {agent for _, agent in seen}
+
+
+async def test_a_running_consumer_takes_a_new_link_depth_and_domains(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """max_depth and allow_domains apply to the pages finished after a change: a seed's
+    links (depth 1) are dropped under max_depth 0, enqueued under 1, and those to another
+    host once allow_domains names it. The consumer's own flags lose to the crawl's."""
+    caplog.set_level(logging.INFO, logger="consumer")
+
+    async def seed(request: web.Request) -> web.Response:
+        i, port = request.match_info["i"], request.url.port
+        return web.Response(text=f'<a href="/child/{i}">same host</a> '
+                                 f'<a href="http://localhost:{port}/other/{i}">other</a>',
+                            content_type="text/html")
+
+    await create_policy(redis_client, crawl_name, {
+        "per_host_delay": 0, "per_host_concurrency": 0, "ignore_robots": True,
+        "max_depth": 0}, by="test")
+    queue = await CrawlQueue.open(redis_client, crawl_name)
+
+    def done(n: int) -> Callable[[], Awaitable[bool]]:
+        async def check() -> bool:
+            return (await queue.stats()).done >= n
+        return check
+
+    routes: dict[str, Handler] = {"/seed/{i}": seed, "/child/{i}": page, "/other/{i}": page}
+    async with serve(routes) as site, running(live_settings(
+            redis_url, crawl_name, tmp_path, "--handler", "consumer.handlers:links",
+            "--max-depth", "3", "--allow-domains", "localhost")):
+        probe = Probe(queue, site)
+        await probe.enqueue("/seed/1")
+        await until("seed 1 done", done(1))
+        stats = await queue.stats()
+        assert (stats.done, stats.pending, stats.leased, stats.waiting) == (1, 0, 0, 0)
+
+        await changed(redis_client, crawl_name, caplog, max_depth=1)
+        await probe.enqueue("/seed/2")
+        await until("seed 2 and its child done", done(3))
+        assert "/child/2" in site.hits and "/other/2" not in site.hits  # the page's host
+        assert "/child/1" not in site.hits
+
+        await changed(redis_client, crawl_name, caplog,
+                      allow_domains=("127.0.0.1", "localhost"))
+        await probe.enqueue("/seed/3")
+        await until("seed 3 and both its links done", done(6))
+        assert "/child/3" in site.hits and "/other/3" in site.hits

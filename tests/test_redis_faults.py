@@ -106,8 +106,8 @@ class Fleet:
         self.children: list[Child] = []
         #: The crawl's policy, given to it before its first producer runs (a producer
         #: gives a crawl without one the defaults, 1 s a host; consumers' flags never
-        #: change it): no host limits, as CONSUMER_FLAGS say.
-        self.policy = CrawlPolicy(per_host_delay=0, per_host_concurrency=0)
+        #: change it): no host limits and no robots.txt, as CONSUMER_FLAGS say.
+        self.policy = CrawlPolicy(per_host_delay=0, per_host_concurrency=0, ignore_robots=True)
 
     async def _ensure_policy(self, redis_url: str, crawl: str) -> None:
         client = aioredis.Redis.from_url(redis_url)
@@ -392,7 +392,8 @@ async def test_redis_down_past_the_lease_reclaims_without_stampeding_a_host(
     # frontier leases a task only when its host may be asked), so the outage finds one.
     async with start_site_process(delay_ms=400) as site:
         path, ids = url_file(tmp_path / "urls.txt", [site.url(f"/p/{i}") for i in range(n)])
-        fleet.policy = CrawlPolicy(per_host_delay=delay_s, per_host_concurrency=1)
+        fleet.policy = CrawlPolicy(per_host_delay=delay_s, per_host_concurrency=1,
+                                   ignore_robots=True)
         producer = await fleet.producer("producer", server.url, "--partitions", "2", path)
         assert await producer.wait(30) == 0, producer.log_text()[-2000:]
 

@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 from aiohttp import web
 
 from common import codec
-from common.errors import FetchError
+from common.errors import ConfigError, FetchError
 from common.http.fetcher import Fetcher, FetchSettings
 from common.keys import CrawlKeys
 from consumer.robots import (
@@ -201,6 +201,30 @@ async def test_groups_match_our_product_token_only(
     assert (await cache.check(f"{o.url}/a")).allowed
     assert not (await cache.check(f"{o.url}/x")).allowed  # protego: a prefix of our token
     assert not (await make_cache(user_agent="GitHub-Hookshot/1").check(f"{o.url}/a")).allowed
+
+
+async def test_a_new_user_agent_judges_cached_robots_txt_again(
+    serve: ServeFn, make_cache: Callable[..., RobotsCache]
+) -> None:
+    """The crawl policy changed the user agent: the cached robots.txt (in this process
+    and in Redis) is judged for the new product token, Crawl-delay included; nothing is
+    fetched again."""
+    o = await serve(body=ROBOTS)
+    cache = make_cache()
+    assert await cache.check(f"{o.url}/private/open/a") == RobotsVerdict(False, 5.0)
+    cache.set_user_agent("OtherBot/2.0 (+https://example.com)")
+    assert cache.agent == "OtherBot"
+    assert cache.cached(f"{o.url}/private/open/a") == RobotsVerdict(True, 2.0)  # group *
+    assert await cache.check(f"{o.url}/private/x") == RobotsVerdict(False, 2.0)
+    cache.set_user_agent(UA)
+    assert cache.cached(f"{o.url}/private/open/a") == RobotsVerdict(False, 5.0)
+    # Another process that reads the Redis copy judges it for its own agent.
+    other = make_cache(user_agent="GitHub-Hookshot/1")
+    assert await other.check(f"{o.url}/a") == RobotsVerdict(False, None)
+    assert o.hits == 1
+    with pytest.raises(ConfigError, match="no product token"):
+        cache.set_user_agent("/1.0")
+    assert cache.agent == "crawlq"  # a refused agent changes nothing
 
 
 async def test_request_rate_gives_crawl_delay(serve: ServeFn,

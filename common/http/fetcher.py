@@ -11,6 +11,8 @@ request, robots.txt included; the credential ones are added only when a fetch as
 them (`fetch(..., crawl_credentials=True)`: the worker does, robots.txt does not).
 A fetch's own `headers` (a task's) override the crawl's, name by name. Every credential
 header, the crawl's or a task's, is dropped from the first hop that changes origin on.
+The User-Agent (the crawl policy's ``user_agent``) is a session default too;
+`Fetcher.set_user_agent` changes it for the requests made after.
 
 One deadline covers the whole fetch, kept by aiohttp's own per-request `total` timer: it
 cancels any wait of the request (pool, DNS, connect, headers, every body read) and aiohttp
@@ -57,6 +59,7 @@ from common.headers import checked_headers, is_credential, redacted_headers
 from common.http.ssrf import GuardedResolver, SsrfGuard, literal_host_ip, ssrf_error_from
 
 __all__ = [
+    "DEFAULT_USER_AGENT",
     "FetchResult",
     "FetchSettings",
     "Fetcher",
@@ -83,6 +86,7 @@ KEPT_HEADERS = (
 )
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _HTTP_SCHEMES = frozenset({"http", "https"})
+DEFAULT_USER_AGENT = "crawlq/0.1 (+https://github.com/crawlq/crawlq)"
 # After these, a proxied fetch is tried again once on the next proxy.
 _PROXY_RETRY_STATUSES = frozenset({403, 407, 429})
 _PROXY_RETRY_REASONS = frozenset({reasons.CONNECT_ERROR, reasons.HTTP_429})
@@ -92,7 +96,7 @@ _PROXY_RETRY_REASONS = frozenset({reasons.CONNECT_ERROR, reasons.HTTP_429})
 class FetchSettings:
     """How the fetcher behaves: built once from flags/env, passed down; repr redacts proxies."""
 
-    user_agent: str = "crawlq/0.1 (+https://github.com/crawlq/crawlq)"
+    user_agent: str = DEFAULT_USER_AGENT
     total_timeout: float = 30.0
     connect_timeout: float = 10.0
     sock_read_timeout: float = 15.0
@@ -258,6 +262,7 @@ class Fetcher:
         self._timeout = _client_timeout(settings, settings.total_timeout)
         self._cap = settings.max_body_bytes
         self._credentials = {k: v for k, v in settings.headers if is_credential(k)}
+        self._user_agent = settings.user_agent
         # raw host -> why the guard refuses it as an IP literal, or None (also for names).
         self._literal_verdicts: dict[str | None, str | None] = {}
 
@@ -280,7 +285,7 @@ class Fetcher:
         self._session = ClientSession(
             connector=connector,
             timeout=self._timeout,
-            headers={"User-Agent": s.user_agent,
+            headers={"User-Agent": self._user_agent,
                      **{k: v for k, v in s.headers if not is_credential(k)}},
             cookie_jar=aiohttp.DummyCookieJar(),
             read_bufsize=CHUNK_SIZE,
@@ -288,6 +293,20 @@ class Fetcher:
             max_field_size=16 * 1024,
             trust_env=False,
         )
+
+    @property
+    def user_agent(self) -> str:
+        """The User-Agent every request sends (robots.txt's included)."""
+        return self._user_agent
+
+    def set_user_agent(self, user_agent: str) -> None:
+        """Send `user_agent` from the next request on (the crawl policy changed it).
+
+        The session's default headers are copied into each request when it is made, so
+        replacing the entry there changes later requests only, never one under way."""
+        self._user_agent = user_agent
+        if self._session is not None:
+            self._session.headers["User-Agent"] = user_agent
 
     async def close(self) -> None:
         session, self._session = self._session, None
