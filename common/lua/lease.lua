@@ -216,18 +216,20 @@ for i = 1, #hosts do
     end
   end
 end
+local pkey, dkey = {}, {}
+for _, i in ipairs(ready) do
+  pkey[i], dkey[i] = tonumber(prio[i]) or 0, tonumber(due[i])
+end
 table.sort(ready, function(a, b)
-  local pa, pb = tonumber(prio[a]) or 0, tonumber(prio[b]) or 0
-  if pa ~= pb then return pa < pb end
-  local da, db = tonumber(due[a]), tonumber(due[b])
-  if da ~= db then return da < db end
+  if pkey[a] ~= pkey[b] then return pkey[a] < pkey[b] end
+  if dkey[a] ~= dkey[b] then return dkey[a] < dkey[b] end
   return a < b
 end)
 
 local popped = {}  -- {id, entry, host index, priority}
 local delays, concs = {}, {}  -- host index -> delay (ms), concurrency (0: unlimited)
 local budgeted = {}  -- host index -> its conf, when it has a page budget
-local dq, dinf, last_args = {}, {}, {}
+local dq, dinf, last_args, stamped = {}, {}, {}, {}
 -- Called when a host's pops came up short (its queues are empty, but for `left`
 -- priority entries `prio_hosts` did not name): h:queued becomes what is left.
 local function recount(i, host, got, left)
@@ -290,6 +292,7 @@ for r, i in ipairs(ready) do
     if got > 0 then
       last_args[#last_args + 1] = now
       last_args[#last_args + 1] = host
+      stamped[host] = true
     end
     refresh[#refresh + 1] = host
   else
@@ -343,9 +346,35 @@ for k = 2, #conf_args, 2 do conf_args[k] = conf_encode(conf_args[k]) end
 
 if #last_args > 0 then call_sliced('ZADD', H.last, last_args, 1000) end
 if #conf_args > 0 then call_sliced('HSET', H.hostconf, conf_args, 1000) end
-add_counts(H.queued, dq)
-add_counts(H.inflight, dinf)
-refresh_hosts(refresh)
+-- The touched hosts' new counts and places in `due`, from the state read above and this
+-- call's changes: what lib/hosts.lua's add_counts and refresh_hosts would read again.
+do
+  local index, seen, qargs, iargs, add, rem = {}, {}, {}, {}, {}, {}
+  for i = #hosts, 1, -1 do index[hosts[i]] = i end
+  for _, host in ipairs(refresh) do
+    if not seen[host] then
+      seen[host] = true
+      local i, q_by, f_by = index[host], dq[host] or 0, dinf[host] or 0
+      local q = math.max(0, (tonumber(queued[i]) or 0) + q_by)
+      local f = math.max(0, (tonumber(inflight[i]) or 0) + f_by)
+      if q_by ~= 0 then qargs[#qargs + 1], qargs[#qargs + 2] = q, host end
+      if f_by ~= 0 then iargs[#iargs + 1], iargs[#iargs + 2] = f, host end
+      local c = budgeted[i] or conf_decode(confs[i])
+      local delay, conc = host_limits(c, cc)
+      if q > 0 and f < conc and budget_left(c) > 0 then
+        local at = (stamped[host] and now or tonumber(last[i]) or 0) + delay
+        if c.blocked > at then at = c.blocked end
+        add[#add + 1], add[#add + 2] = at, host
+      else
+        rem[#rem + 1] = host
+      end
+    end
+  end
+  if #qargs > 0 then call_sliced('ZADD', H.queued, qargs, 1000) end
+  if #iargs > 0 then call_sliced('ZADD', H.inflight, iargs, 1000) end
+  if #add > 0 then call_sliced('ZADD', H.due, add, 1000) end
+  if #rem > 0 then call_sliced('ZREM', H.due, rem, 1000) end
+end
 if #popped > 0 then redis.call('DECRBY', pending, #popped) end
 
 local nxt
