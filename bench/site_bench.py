@@ -29,9 +29,11 @@ until nothing new is found:
    (``pip install scrapy``; ``--skip-scrapy`` skips it).
 
 The server is the instrument: nginx writes one access-log line per request (``$msec``,
-``$request_time``, status, bytes, User-Agent, URI) and every figure but CPU is read from
-the lines of that run (the log's offset is noted before a run starts). Each client sends
-its own User-Agent, so each process's first request is known. Per run:
+``$request_time``, status, bytes, User-Agent, ``X-Bench-Client``, URI) and every figure
+but CPU is read from the lines of that run (the log's offset is noted before a run
+starts). Each client process is known by its User-Agent, or for crawlq (whose consumers
+send their crawl's User-Agent) by the ``X-Bench-Client`` header each consumer adds
+(``--header``), so each process's first request is known. Per run:
 
 - **pages**: distinct URIs (query dropped) answered 200 whose path ends in ``.html`` (or
   ``/``); crawlq's and Scrapy's sets are compared with wget's, and any difference is
@@ -116,7 +118,7 @@ error_log {dir}/error.log warn;
 events {{ worker_connections 4096; }}
 http {{
     log_format bench '$msec\\t$request_time\\t$status\\t$body_bytes_sent\\t'
-                     '$http_user_agent\\t$request_uri';
+                     '$http_user_agent\\t$http_x_bench_client\\t$request_uri';
     access_log {log} bench;
     client_body_temp_path {dir}/body;
     proxy_temp_path {dir}/proxy;
@@ -297,11 +299,13 @@ class Hit:
 
 def parse_line(line: str) -> Hit | None:
     parts = line.rstrip("\n").split("\t")
-    if len(parts) != 6:
+    if len(parts) != 7:
         return None
-    msec, rt, status, _, agent, uri = parts
+    msec, rt, status, _, agent, client, uri = parts
     end = float(msec)
-    return Hit(end - float(rt), end, int(status), agent, uri)
+    # A crawl's consumers share its User-Agent (the crawl policy's): each names itself
+    # in an X-Bench-Client header.
+    return Hit(end - float(rt), end, int(status), agent if client == "-" else client, uri)
 
 
 class AccessLog:
@@ -521,7 +525,7 @@ def run_crawlq(env: Env, consumers: int) -> Run:
         agent = f"crawlq-bench-{i}"
         clients.append(Client([
             sys.executable, "-m", "consumer", "--redis-url", env.redis.url, "--crawl", crawl,
-            "--worker-id", agent, "--user-agent", agent,
+            "--worker-id", agent, "--header", f"X-Bench-Client: {agent}",
             "--handler", "consumer.handlers:links", "--max-depth", "1000",
             "--per-host-delay", "0", "--per-host-concurrency", str(args.per_host_concurrency),
             "--allow-private", "--exit-when-empty", "--empty-grace", "0",
