@@ -456,3 +456,55 @@ def test_every_crawlq_variable_is_one_crawlq_reads(
     unknown = {k: where for k, where in used.items()
                if (k.startswith("CRAWLQ_") or k == "REDIS_URL") and k not in known}
     assert not unknown, f"variables no crawlq command reads: {unknown}"
+
+
+# -- what the docs name -----------------------------------------------------------------------
+
+#: Where operators read about crawlq (the README, deploy/, docs/, the compose files).
+DOCS = sorted({REPO / "README.md", REPO / "docker-compose.yml",
+               *(p for p in (REPO / "deploy").rglob("*") if p.suffix in (".md", ".yml", ".yaml")),
+               *(REPO / "docs").rglob("*.md")})
+_KEY = re.compile(r"crawlq:\{[^}\s`]*\}:([A-Za-z_:<>.\-]*[A-Za-z_>])")
+#: A CRAWLQ_* name, not a compose file's own ${VAR} substitution (read by compose).
+_VAR = re.compile(r"(?<!\$\{)\bCRAWLQ_[A-Z0-9_]*[A-Z0-9]\b(?!_)")
+_POLICY_LINE = re.compile(r"crawlq crawl (?:set|create)\b(.*)")
+_ASSIGNMENT = re.compile(r"(?<![-\w])([a-z][a-z_]*)=")
+
+
+def _key_names() -> tuple[set[str], set[str]]:
+    """The names of crawlq's keys after their hash tag, and the prefixes of the families
+    (``hq:<host>``, ``robots:<origin>``, ...), from common/keys.py itself."""
+    from common.keys import _PARTITION_NAMES, CrawlKeys  # noqa: PLC0415
+
+    part, crawl = PartitionKeys.build("x", 0), CrawlKeys.build("x")
+    names = set(_PARTITION_NAMES) | {
+        getattr(crawl, f).removeprefix("crawlq:{x}:") for f in crawl.__dataclass_fields__
+        if f != "crawl"}
+    samples = (part.host_queue("H"), part.host_prio("H"), part.seen(1), part.bloom_layer(1),
+               crawl.worker("H"), crawl.robots("H"))
+    prefixes = {s.split("}:", 1)[1].split(":", 1)[0] + ":" for s in samples}
+    return names, prefixes
+
+
+def test_the_docs_name_only_keys_variables_and_policy_keys_that_exist() -> None:
+    """A Redis key, a CRAWLQ_* variable or a `crawlq crawl set` key in the README, deploy/
+    or docs/ that crawlq does not have fails here (the docs once described a removed
+    ':ready' list for months)."""
+    from common.policy import OPTIONS  # noqa: PLC0415
+
+    names, prefixes = _key_names()
+    known_vars = _known_env_vars() | {"CRAWLQ_SOME_FLAG"}  # the naming rule's example
+    known_vars |= set(_VAR.findall((REPO / "tests/container/run.sh").read_text()))
+    problems = []
+    for doc in DOCS:
+        for n, line in enumerate(doc.read_text().splitlines(), 1):
+            where = f"{doc.relative_to(REPO)}:{n}"
+            for name in _KEY.findall(line):
+                if name not in names and not any(name.startswith(p) for p in prefixes):
+                    problems.append(f"{where}: no key {name!r}")
+            problems += [f"{where}: no variable {v}" for v in _VAR.findall(line)
+                         if v not in known_vars]
+            if m := _POLICY_LINE.search(line):
+                problems += [f"{where}: no policy key {k!r}"
+                             for k in _ASSIGNMENT.findall(m.group(1)) if k not in OPTIONS]
+    assert len(DOCS) > 5 and problems == []
