@@ -35,7 +35,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from common.errors import ConfigError, FetchError, RedisUnavailableError
@@ -667,25 +667,37 @@ class Consumer:
 
     def _note_sent(self, lease: Lease, started: float) -> None:
         """A request to a host with a delay that goes out later than DISPATCH_S after its
-        turn (a busy event loop) has its time sent with its ack, and its host's next turn
-        counts from it: another consumer's on-time request then can't follow it too
-        closely."""
-        if lease.delay_ms <= 0:
-            return
+        turn (a busy event loop, a slow connect) has its time sent with its ack, and its
+        host's next turn counts from it: another consumer's on-time request then can't
+        follow it too closely."""
         sent = self._clock.to_redis_ms(started)
         if sent is not None and sent - DISPATCH_MS - LATE_SLACK_MS > lease.granted_ms:
-            lease.sent_ms = sent - DISPATCH_MS
+            lease.sent_ms = max(lease.sent_ms, sent - DISPATCH_MS)
+
+    def _on_sent(self, lease: Lease) -> Callable[[], None] | None:
+        """For a request to a host with a delay: note when its headers really go out
+        (after the connect; the first hop's, a redirect's are later requests)."""
+        if lease.delay_ms <= 0:
+            return None
+        first = True
+
+        def sent() -> None:
+            nonlocal first
+            if first:
+                first = False
+                self._note_sent(lease, time.monotonic())
+        return sent
 
     async def _fetch(self, lease: Lease) -> None:
         self._started.add(lease.id)
         self._fetching.add(lease.id)
         started = time.monotonic()
-        self._note_sent(lease, started)
         try:
             task = lease.task
             result = await self.fetcher.fetch(task.url, headers=task.headers or None,
                                               crawl_credentials=True,
-                                              accept=self.accept or None)
+                                              accept=self.accept or None,
+                                              on_sent=self._on_sent(lease))
         except FetchError as exc:
             self.metrics.response(exc.status)
             # A status is the host's response, a page of its budget (a proxy's refusal

@@ -531,3 +531,31 @@ async def test_a_policy_change_reaches_three_running_consumers_within_a_second(
     assert after and after[0] - changed < 1.0, "the next turn waited for the old delay"
     assert len(after) + sum(1 for i in range(8) if site.times.get(f"/p/{i}", [changed])[0]
                             < changed) == 8
+
+
+async def test_a_polite_request_counts_from_when_its_headers_went_out(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """The late-send report (sent_ms, which moves the host's next turn at the ack) is taken
+    when the request's headers are written (after a slow connect or a busy loop), not when
+    the fetch began; only its first hop counts. A host without a delay reports nothing.
+    (frontier_bench: a host's first request, on a new connection, reached the server up to
+    90 ms after its fetch began, and the next turn, counted from the fetch, came 0.92 s
+    after it.)"""
+    q = await polite_queue(redis_client, crawl_name, delay_s=1.0, concurrency=1)
+    await q.enqueue(tasks(["http://a.test/"]))
+    [lease] = await q.lease("w", 10, 60_000)
+    settings = settings_from_args(build_parser().parse_args([]))
+    consumer = Consumer(settings, q, Fetcher(settings.fetch), NullSink(), Metrics())
+    consumer._clock.observe(time.monotonic(), lease.granted_ms)
+    sent = consumer._on_sent(lease)
+    assert sent is not None and lease.sent_ms == 0
+    await asyncio.sleep(0.15)  # the headers go out 150 ms after the turn
+    sent()
+    assert lease.granted_ms + 100 <= lease.sent_ms <= lease.granted_ms + 400
+    first = lease.sent_ms
+    await asyncio.sleep(0.05)
+    sent()  # a redirect's hop: a later request, not this one's start
+    assert lease.sent_ms == first
+    untimed = Lease(lease.task, lease.partition, lease.token, lease.deadline_ms, lease.host)
+    assert consumer._on_sent(untimed) is None
+    await consumer.fetcher.close()

@@ -42,7 +42,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, fields
 from datetime import UTC
 from email.utils import parsedate_to_datetime
@@ -244,6 +244,13 @@ def _bad_status(status: int) -> FetchError:
     )
 
 
+async def _headers_sent(session: ClientSession, ctx: Any, params: Any) -> None:
+    """aiohttp's trace signal: a request's headers went out; tell its fetch's `on_sent`."""
+    on_sent = ctx.trace_request_ctx
+    if on_sent is not None:
+        on_sent()
+
+
 class Fetcher:
     """One pooled aiohttp session with SSRF guard, caps and hand-followed redirects.
 
@@ -255,6 +262,9 @@ class Fetcher:
         self._settings = settings
         self._guard = SsrfGuard(settings.allow_private, settings.allow_networks)
         self._session: ClientSession | None = None
+        # A second pool for requests that say when they went out (fetch's `on_sent`):
+        # aiohttp's trace signals cost every request of a session, so only these pay.
+        self._sent_session: ClientSession | None = None
         self._proxies: tuple[URL, ...] = tuple(URL(p) for p in settings.proxies)
         self._proxy_cursor = 0
         self._secrets = _proxy_secrets(self._proxies)
@@ -271,9 +281,11 @@ class Fetcher:
         return f"Fetcher({state}, {self._settings!r})"
 
     async def start(self) -> None:
-        """Create the one session and its connection pool (idempotent)."""
-        if self._session is not None:
-            return
+        """Create the session and its connection pool (idempotent)."""
+        if self._session is None:
+            self._session = self._new_session()
+
+    def _new_session(self, traces: list[aiohttp.TraceConfig] | None = None) -> ClientSession:
         s = self._settings
         connector = TCPConnector(
             limit=s.concurrency,
@@ -282,7 +294,7 @@ class Fetcher:
             socket_factory=None if s.allow_private else self._guard.socket_factory,
             ttl_dns_cache=60,
         )
-        self._session = ClientSession(
+        return ClientSession(
             connector=connector,
             timeout=self._timeout,
             headers={"User-Agent": self._user_agent,
@@ -292,7 +304,16 @@ class Fetcher:
             max_line_size=16 * 1024,
             max_field_size=16 * 1024,
             trust_env=False,
+            trace_configs=traces,
         )
+
+    def _sent_pool(self) -> ClientSession:
+        """The session of `on_sent` fetches, made on first use."""
+        if self._sent_session is None:
+            trace = aiohttp.TraceConfig()
+            trace.on_request_headers_sent.append(_headers_sent)
+            self._sent_session = self._new_session([trace])
+        return self._sent_session
 
     @property
     def user_agent(self) -> str:
@@ -305,13 +326,16 @@ class Fetcher:
         The session's default headers are copied into each request when it is made, so
         replacing the entry there changes later requests only, never one under way."""
         self._user_agent = user_agent
-        if self._session is not None:
-            self._session.headers["User-Agent"] = user_agent
+        for session in (self._session, self._sent_session):
+            if session is not None:
+                session.headers["User-Agent"] = user_agent
 
     async def close(self) -> None:
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+        sessions = (self._session, self._sent_session)
+        self._session = self._sent_session = None
+        for session in sessions:
+            if session is not None:
+                await session.close()
 
     async def __aenter__(self) -> Fetcher:
         await self.start()
@@ -327,6 +351,7 @@ class Fetcher:
         headers: Mapping[str, str] | None = None,
         crawl_credentials: bool = False,
         accept: tuple[str, ...] | None = None,
+        on_sent: Callable[[], None] | None = None,
     ) -> Coroutine[Any, Any, FetchResult]:
         """GET `url`, following up to `max_redirects` redirects; raise FetchError.
 
@@ -337,20 +362,24 @@ class Fetcher:
         The whole fetch (every hop, every proxy retry, the body) runs under one
         `total_timeout` deadline, so a server dripping one byte at a time cannot outlast it.
         Await it like a coroutine function (it returns the fetch's coroutine: no extra
-        coroutine frame per page).
+        coroutine frame per page). `on_sent` is called as each request's headers are
+        written to its connection (after any connect: a request's real start, for
+        politeness), through a pool of its own.
         """
         session = self._session
         if session is None:
             raise RuntimeError("Fetcher.start() has not been called")
+        if on_sent is not None:
+            session = self._sent_pool()
         started = time.monotonic()
         if crawl_credentials and self._credentials:
             headers = self._with_credentials(headers)
         if not self._proxies:
             return self._fetch_via(
                 session, url, headers, None, started=started, limits=self._timeout,
-                accept=accept,
+                accept=accept, on_sent=on_sent,
             )
-        return self._fetch_proxied(session, url, headers, started, accept)
+        return self._fetch_proxied(session, url, headers, started, accept, on_sent=on_sent)
 
     async def _fetch_proxied(
         self,
@@ -359,6 +388,8 @@ class Fetcher:
         headers: Mapping[str, str] | None,
         started: float,
         accept: tuple[str, ...] | None,
+        *,
+        on_sent: Callable[[], None] | None = None,
     ) -> FetchResult:
         proxies = self._proxies
         n = len(proxies)
@@ -371,7 +402,7 @@ class Fetcher:
             try:
                 result = await self._fetch_via(
                     session, url, headers, proxy, started=started, limits=limits,
-                    accept=accept,
+                    accept=accept, on_sent=on_sent,
                 )
             except FetchError as exc:
                 if last or exc.reason not in _PROXY_RETRY_REASONS:
@@ -395,6 +426,7 @@ class Fetcher:
         started: float,
         limits: ClientTimeout,
         accept: tuple[str, ...] | None = None,
+        on_sent: Callable[[], None] | None = None,
     ) -> FetchResult:
         """Fetch `url` through `proxy`: the first hop under `limits` (aiohttp's timeouts,
         `total` included), each redirect hop under what is left of the deadline."""
@@ -408,7 +440,8 @@ class Fetcher:
                 if check_literals:
                     self._check_literal(current.raw_host)
                 async with session.get(
-                    current, headers=headers, allow_redirects=False, proxy=proxy, timeout=limits
+                    current, headers=headers, allow_redirects=False, proxy=proxy, timeout=limits,
+                    trace_request_ctx=on_sent,
                 ) as resp:
                     status = resp.status
                     if status in _REDIRECT_STATUSES:
