@@ -3,13 +3,18 @@
 Today the policy holds the crawl's politeness defaults, ``per_host_delay`` and
 ``per_host_concurrency``; what its consumers read, ``accept_content_type``; who they say
 they are and whether they obey robots.txt, ``user_agent`` and ``ignore_robots``; and
-which links they follow, ``max_depth`` and ``allow_domains`` (the other crawl-level
-options move here in a later slice).
+which links they follow, ``max_depth`` and ``allow_domains``; how failed tasks are
+retried, ``retry_base``, ``retry_cap`` and ``max_retry_after``, and how many lease
+expiries kill one, ``max_stalls`` (the other crawl-level options move here in a later
+slice).
 Each option is declared once, in `POLICY_OPTIONS`: its name (the flag's, in snake_case),
 how its text parses (the flags' syntax: ``1s``, ``500ms``, ``2``, ``true``,
 ``a.example,b.example``), its default, its rule and its help; the `CrawlPolicy`
 defaults, validation, ``crawlq crawl show`` and parsing of ``KEY=VALUE`` and TOML all
-come from that table.
+come from that table. One rule spans two options, ``retry_cap >= retry_base``: checked
+on every change that sets either, against the values the change lands on
+(`CrawlPolicy.replace`). A stored pair that breaks it (two ``crawl set`` racing) still
+reads: the queue's backoff, ``min(retry_cap, retry_base * 2^n)``, is then ``retry_cap``.
 
 Storage (``common/keys.py``): the crawl-wide HASH ``policy`` (``version`` and one field
 per option, its value as text in the flag's syntax) and the LIST ``policy:log`` (newest
@@ -49,7 +54,7 @@ from common.connection import RedisClient
 from common.errors import ConfigError
 from common.http.fetcher import DEFAULT_USER_AGENT
 from common.keys import CrawlKeys, PartitionKeys
-from common.queue import CrawlSettings
+from common.queue import CrawlSettings, RetryPolicy
 from common.scripts import register
 from common.urls import canonical_domain
 from common.wake import WakeChannel
@@ -80,6 +85,11 @@ def _non_negative(value: float) -> None:
         raise ConfigError(f"must be >= 0, got {value:g}")
 
 
+def _positive(value: float) -> None:
+    if not value > 0:
+        raise ConfigError(f"must be > 0, got {value:g}")
+
+
 def _whole(text: str) -> int:
     try:
         return int(str(text).strip())
@@ -90,6 +100,12 @@ def _whole(text: str) -> int:
 def _ms_seconds(text: str) -> float:
     """A duration in the flags' syntax, to the millisecond (what the frontier keeps)."""
     return round(duration(text) * 1000) / 1000
+
+
+def _whole_ms_seconds(text: str) -> float:
+    """A duration in the flags' syntax, cut to whole milliseconds as the retry flags
+    always were (``1.5ms`` is 1 ms; ``round(..., 6)`` only drops float noise first)."""
+    return int(round(duration(text) * 1000, 6)) / 1000
 
 
 def _show_seconds(value: float) -> str:
@@ -162,7 +178,7 @@ def _show_bool(value: bool) -> str:
     return "true" if value else "false"
 
 
-def _depth_ok(value: int) -> None:
+def _whole_ok(value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigError(f"must be a whole number >= 0, got {value!r}")
 
@@ -229,11 +245,24 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  check=_is_bool, show=_show_bool),
     PolicyOption("max_depth", "--max-depth", _whole, 3,
                  "deepest link depth a handler's links are enqueued at (seeds are 0)",
-                 check=_depth_ok),
+                 check=_whole_ok),
     PolicyOption("allow_domains", "--allow-domains", domains, (),
                  "domains a handler's links may go to (and their subdomains), "
                  f"comma-separated; {PARENT_HOST} = the linking page's host",
                  check=_domains_ok, show=_show_domains, toml_string=True),
+    PolicyOption("retry_base", "--retry-base", _whole_ms_seconds, 2.0,
+                 "backoff before a failed task's first retry; doubles per attempt up to "
+                 "retry_cap, with full jitter (e.g. 2s, 500ms; > 0)",
+                 check=_positive, show=_show_seconds, toml_string=True),
+    PolicyOption("retry_cap", "--retry-cap", _whole_ms_seconds, 600.0,
+                 "longest backoff between attempts (>= retry_base)",
+                 show=_show_seconds, toml_string=True),
+    PolicyOption("max_retry_after", "--max-retry-after", _whole_ms_seconds, 3600.0,
+                 "longest Retry-After honoured, and longest a 429/503 blocks its host",
+                 show=_show_seconds, toml_string=True),
+    PolicyOption("max_stalls", "--max-stalls", _whole, 2,
+                 "lease expiries a task survives; one more and it is dead, reason stalled",
+                 check=_whole_ok),
 )
 OPTIONS: dict[str, PolicyOption] = {o.name: o for o in POLICY_OPTIONS}
 VALID_KEYS = ", ".join(OPTIONS)
@@ -250,6 +279,10 @@ class CrawlPolicy:
     ignore_robots: bool = OPTIONS["ignore_robots"].default
     max_depth: int = OPTIONS["max_depth"].default
     allow_domains: tuple[str, ...] = OPTIONS["allow_domains"].default
+    retry_base: float = OPTIONS["retry_base"].default
+    retry_cap: float = OPTIONS["retry_cap"].default
+    max_retry_after: float = OPTIONS["max_retry_after"].default
+    max_stalls: int = OPTIONS["max_stalls"].default
 
     def __post_init__(self) -> None:
         for opt in POLICY_OPTIONS:
@@ -262,17 +295,35 @@ class CrawlPolicy:
     def delay_ms(self) -> int:
         return round(self.per_host_delay * 1000)
 
+    def retry(self) -> RetryPolicy:
+        """The queue's backoff and stall limit (values in whole ms, as parsed)."""
+        return RetryPolicy(base_ms=round(self.retry_base * 1000),
+                           cap_ms=round(self.retry_cap * 1000),
+                           max_retry_after_ms=round(self.max_retry_after * 1000),
+                           max_stalls=self.max_stalls)
+
     def texts(self) -> dict[str, str]:
         """Each value as text in the flags' syntax (what Redis stores)."""
         return {o.name: o.show(getattr(self, o.name)) for o in POLICY_OPTIONS}
 
     def replace(self, values: Mapping[str, Any]) -> CrawlPolicy:
-        """This policy with some values changed (checked: PolicyError)."""
+        """This policy with some values changed (checked, with ``retry_cap >= retry_base``
+        when either is among them: PolicyError)."""
         for name, value in values.items():
             if name not in OPTIONS:
                 raise PolicyError(f"unknown policy key {name!r} (value {value!r}); valid "
                                   f"keys: {VALID_KEYS}")
-        return CrawlPolicy(**{**asdict(self), **values})
+        policy = CrawlPolicy(**{**asdict(self), **values})
+        if {"retry_base", "retry_cap"} & values.keys():
+            policy._check_retry_cap()
+        return policy
+
+    def _check_retry_cap(self) -> None:
+        """PolicyError unless ``retry_cap >= retry_base``."""
+        if self.retry_cap < self.retry_base:
+            texts = self.texts()
+            raise PolicyError(f"retry_cap: must be >= retry_base ({texts['retry_base']}), got "
+                              f"{texts['retry_cap']}; valid keys: {VALID_KEYS}")
 
 
 def parse_value(name: str, text: Any) -> Any:
@@ -482,9 +533,11 @@ async def set_policy(client: RedisClient, crawl: str, values: Mapping[str, Any],
     """Change some of the policy's values (all checked first: a bad one writes nothing);
     with `create`, a crawl without a policy gets one (the defaults under `values`).
     NoPolicyError when there is none (and not `create`)."""
-    CrawlPolicy().replace(values)  # every value checked before anything is written
+    current = await read_policy(client, crawl, log_limit=0)
+    # Every value checked before anything is written, retry_cap against what it lands on.
+    (CrawlPolicy() if current is None else current.policy).replace(values)
     texts = {n: OPTIONS[n].show(v) for n, v in values.items()}
-    if await read_policy(client, crawl, log_limit=0) is None:
+    if current is None:
         if await _adopt(client, crawl):
             pass
         elif create:

@@ -144,14 +144,19 @@ CONSUMER_OPTIONS = (
            flag_only_bool=True),
     Option("--empty-grace", "CRAWLQ_EMPTY_GRACE", 5.0, "with --exit-when-empty: keep "
            "waiting this long after start for a producer", type=duration, field="empty_grace_s"),
-    Option("--retry-base", "CRAWLQ_RETRY_BASE", 2.0, "backoff before the first retry; "
-           "doubles per attempt, with full jitter", type=duration, field="retry_base_s"),
-    Option("--retry-cap", "CRAWLQ_RETRY_CAP", 600.0, "longest backoff between attempts",
-           type=duration, field="retry_cap_s"),
-    Option("--max-retry-after", "CRAWLQ_MAX_RETRY_AFTER", 3600.0,
-           "longest Retry-After honoured", type=duration, field="max_retry_after_s"),
-    Option("--max-stalls", "CRAWLQ_MAX_STALLS", 2, "lease expiries before a task is dead "
-           "with reason 'stalled'", type=int),
+    Option("--retry-base", "CRAWLQ_RETRY_BASE", POLICY["retry_base"].default,
+           "backoff before the first retry, in whole ms (> 0); doubles per attempt, with "
+           "full jitter; " + _POLICY_VALUE, type=POLICY["retry_base"].parse,
+           check=POLICY["retry_base"].check, field="retry_base_s"),
+    Option("--retry-cap", "CRAWLQ_RETRY_CAP", POLICY["retry_cap"].default,
+           "longest backoff between attempts, in whole ms (>= --retry-base); "
+           + _POLICY_VALUE, type=POLICY["retry_cap"].parse, field="retry_cap_s"),
+    Option("--max-retry-after", "CRAWLQ_MAX_RETRY_AFTER", POLICY["max_retry_after"].default,
+           "longest Retry-After honoured (and 429/503 host block), in whole ms; "
+           + _POLICY_VALUE, type=POLICY["max_retry_after"].parse, field="max_retry_after_s"),
+    Option("--max-stalls", "CRAWLQ_MAX_STALLS", POLICY["max_stalls"].default,
+           "lease expiries before a task is dead with reason 'stalled'; " + _POLICY_VALUE,
+           type=int),
     Option("--worker-id", "CRAWLQ_WORKER_ID", "", "this consumer's id (default "
            "host-pid-random)", convert=_worker_id),
     Option("--gc-threshold", "CRAWLQ_GC_THRESHOLD", 10_000,
@@ -215,22 +220,13 @@ class ConsumerSettings:
                self.max_links, self.link_cache) < 0:
             raise ConfigError("--max-depth, --max-stalls, --lease-batch, --gc-threshold, "
                               "--max-links and --link-cache must be >= 0")
+        if self.retry_cap_s < self.retry_base_s:
+            raise ConfigError(f"--retry-cap ({self.retry_cap_s:g}s) must be >= --retry-base "
+                              f"({self.retry_base_s:g}s)")
 
     @property
     def lease_ms(self) -> int:
         return int(self.lease_s * 1000)
-
-    @property
-    def retry_base_ms(self) -> int:
-        return int(self.retry_base_s * 1000)
-
-    @property
-    def retry_cap_ms(self) -> int:
-        return int(self.retry_cap_s * 1000)
-
-    @property
-    def max_retry_after_ms(self) -> int:
-        return int(self.max_retry_after_s * 1000)
 
     @property
     def lease_batch(self) -> int:

@@ -23,7 +23,7 @@ from common.policy import (
     read_policy,
     sync_partitions,
 )
-from common.queue import CrawlQueue, RetryPolicy
+from common.queue import CrawlQueue
 from common.redis_errors import REDIS_ERRORS
 from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
@@ -40,9 +40,8 @@ log = logging.getLogger("consumer")
 async def _wait_for_crawl(settings: ConsumerSettings, client: RedisClient,
                           stop: asyncio.Event) -> CrawlQueue | None:
     """Open the crawl, waiting for a producer to create it (None: stopped or gave up)."""
-    policy = RetryPolicy(base_ms=settings.retry_base_ms, cap_ms=settings.retry_cap_ms,
-                         max_retry_after_ms=settings.max_retry_after_ms,
-                         max_stalls=settings.max_stalls)
+    # The flags' values until the consumer reads the crawl's policy, before its first lease.
+    policy = _flag_policy(settings).retry()
     backoff = Backoff(base=0.1, cap=2.0)
     started = time.monotonic()
     announced = ensured = False
@@ -91,7 +90,11 @@ def _flag_policy(settings: ConsumerSettings) -> CrawlPolicy:
                        user_agent=settings.fetch.user_agent,
                        ignore_robots=settings.ignore_robots,
                        max_depth=settings.max_depth,
-                       allow_domains=settings.allow_domains)
+                       allow_domains=settings.allow_domains,
+                       retry_base=settings.retry_base_s,
+                       retry_cap=settings.retry_cap_s,
+                       max_retry_after=settings.max_retry_after_s,
+                       max_stalls=settings.max_stalls)
 
 
 async def _ensure_policy(client: RedisClient, settings: ConsumerSettings) -> None:

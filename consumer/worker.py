@@ -18,9 +18,9 @@ Coroutines of one process:
 - the wake listener: another process freed a host's slot or queued work, so the leaser
   asks again now instead of at the end of its back-off; or the crawl's policy changed, so
   it is read again (one HGETALL; also when a lease reply names a newer version, and at
-  every heartbeat): its content types, user agent, robots.txt rule and link scope apply
-  to the work that starts after, and the leaser asks again at once (turns may have
-  moved earlier);
+  every heartbeat): its content types, user agent, robots.txt rule, link scope and
+  retry timing apply to the work that starts after, and the leaser asks again at once
+  (turns may have moved earlier);
 - the heartbeat and the reaper (``consumer.housekeeping``).
 
 When the sink refuses a write (``consumer.sinkhealth``) the leaser stops, what is held
@@ -64,7 +64,7 @@ from consumer.sinks import Record, Sink, sink_target
 log = logging.getLogger("consumer")
 
 #: A 429/503 without Retry-After blocks its host this long, fleet-wide (the queue caps
-#: every cool-down at --max-retry-after).
+#: every cool-down at the crawl policy's max_retry_after).
 DEFAULT_COOLDOWN_S = 30.0
 SHUTDOWN_WAIT_S = 5.0
 #: In a polite crawl, a lease's request starts this long after the lease call returned
@@ -269,8 +269,8 @@ class Consumer:
     async def read_policy(self) -> None:
         """Read the crawl's policy (one HGETALL) and apply what the consumer takes from
         it live (`accept`, `ignore_robots`, the user agent of the fetcher and of robots.txt,
-        the link intake's scope); on a Redis error keep what it had (the next heartbeat
-        reads it again)."""
+        the link intake's scope, the queue's retry policy); on a Redis error keep what it
+        had (the next heartbeat reads it again)."""
         try:
             stored = await read_values(self.queue.client, self.queue.crawl)
         except REDIS_ERRORS as exc:
@@ -289,13 +289,16 @@ class Consumer:
         if self.robots is not None:
             self.robots.set_user_agent(policy.user_agent)
         self.flusher.intake.set_scope(policy.max_depth, policy.allow_domains)
+        # The queue reads it at each fail and reclaim call: the next one takes it.
+        self.queue.policy = policy.retry()
         texts = policy.texts()
         log.info("crawl_policy_applied", extra={
             "version": stored.version, "accept_content_type": ",".join(self.accept) or "*/*",
             "per_host_delay": policy.per_host_delay,
             "per_host_concurrency": policy.per_host_concurrency,
             **{k: texts[k] for k in ("user_agent", "ignore_robots", "max_depth",
-                                     "allow_domains")}})
+                                     "allow_domains", "retry_base", "retry_cap",
+                                     "max_retry_after", "max_stalls")}})
 
     def _policy_changed(self) -> None:
         """The policy changed (a policy message, or a lease reply naming a newer version):

@@ -100,6 +100,29 @@ def test_crawl_policy_flags_take_the_policys_syntax(monkeypatch: Any) -> None:
         build_parser()
 
 
+def test_retry_flags_take_the_policys_rules(monkeypatch: Any) -> None:
+    """--retry-base, --retry-cap, --max-retry-after and --max-stalls seed the crawl's policy:
+    whole milliseconds (a fraction cut off, as the flags always took them), a base > 0, a
+    cap >= the base; broken in a flag or its env variable, the line names it."""
+    for opt in CONSUMER_OPTIONS:
+        monkeypatch.delenv(opt.env, raising=False)
+    built = settings_from_args(build_parser().parse_args([
+        "--retry-base", "1.0019s", "--retry-cap", "1.005s", "--max-retry-after", "0",
+        "--max-stalls", "0"]))
+    assert (built.retry_base_s, built.retry_cap_s, built.max_retry_after_s,
+            built.max_stalls) == (1.001, 1.005, 0.0, 0)
+    with pytest.raises(ConfigError, match=r"^--retry-base: must be > 0, got 0$"):
+        build_parser().parse_args(["--retry-base", "0.9ms"])
+    for args, shown in ((["--retry-cap", "1s"], r"--retry-cap \(1s\) must be >= --retry-base "
+                                                r"\(2s\)"),
+                        (["--max-stalls", "-1"], "--max-stalls.* must be >= 0")):
+        with pytest.raises(ConfigError, match=shown):
+            settings_from_args(build_parser().parse_args(args))
+    monkeypatch.setenv("CRAWLQ_RETRY_BASE", "0s")
+    with pytest.raises(ConfigError, match=r"^CRAWLQ_RETRY_BASE: must be > 0, got 0$"):
+        build_parser()
+
+
 def test_producer_settings_built_from_one_file_are_the_defaults(monkeypatch: Any) -> None:
     for opt in PRODUCER_OPTIONS:
         monkeypatch.delenv(opt.env, raising=False)

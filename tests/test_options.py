@@ -9,6 +9,8 @@ import re
 from collections import defaultdict
 
 from common.cli import build_parser as crawlq_parser
+from common.policy import POLICY_OPTIONS
+from consumer.config import CONSUMER_OPTIONS
 from consumer.config import build_parser as consumer_parser
 from producer.cli import build_parser as producer_parser
 
@@ -52,3 +54,14 @@ def test_the_batch_sizes_have_their_own_variables() -> None:
     assert found["CRAWLQ_LEASE_BATCH"] == {("--lease-batch", "0")}
     assert found["CRAWLQ_ENQUEUE_BATCH"] == {("--enqueue-batch", "1000")}
     assert "CRAWLQ_BATCH_SIZE" not in found
+
+
+def test_a_crawl_policy_variable_is_read_by_the_consumer_alone() -> None:
+    """A crawl policy value (the retry keys included) has one seed outside
+    ``crawlq crawl``: the consumer's flag, used when that consumer creates the policy. No
+    other command reads its variable, so a ConfigMap shared with the producer can't look
+    like it sets the crawl's value there too."""
+    _, where = every_option()
+    env_of = {o.flag: o.env for o in CONSUMER_OPTIONS}
+    assert {o.name: sorted(where[env_of[o.flag]]) for o in POLICY_OPTIONS} == {
+        o.name: ["crawlq-consumer"] for o in POLICY_OPTIONS}

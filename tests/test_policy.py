@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
+from sites import test_site
 from test_consumer import Handler, Site, consumer_args, page, serve
 
 from common.frontier import Frontier
@@ -30,10 +31,11 @@ from common.policy import (
     apply_policy,
     create_policy,
     ensure_policy,
+    parse_value,
     read_policy,
     set_policy,
 )
-from common.queue import CrawlQueue, CrawlSettings, NewTask
+from common.queue import CrawlQueue, CrawlSettings, NewTask, RetryPolicy
 from common.urls import fingerprint
 from common.wake import WakeChannel
 from consumer.config import CONSUMER_OPTIONS, ConsumerSettings, build_parser, settings_from_args
@@ -42,10 +44,14 @@ from producer.cli import main_async as producer_main
 
 ROOT = Path(__file__).resolve().parent.parent
 VALID = ("valid keys: per_host_delay, per_host_concurrency, accept_content_type, "
-         "user_agent, ignore_robots, max_depth, allow_domains")
+         "user_agent, ignore_robots, max_depth, allow_domains, retry_base, retry_cap, "
+         "max_retry_after, max_stalls")
 UA = "crawlq/0.1 (+https://github.com/crawlq/crawlq)"
 #: The new keys' defaults, as `crawl create` and `crawl set` print them.
-REST = f"user_agent={UA}, ignore_robots=false, max_depth=3, allow_domains=@parent"
+REST = (f"user_agent={UA}, ignore_robots=false, max_depth=3, allow_domains=@parent, "
+        "retry_base=2s, retry_cap=600s, max_retry_after=3600s, max_stalls=2")
+#: The retry keys' defaults, likewise.
+RETRY = "retry_base=2s, retry_cap=600s, max_retry_after=3600s, max_stalls=2"
 
 
 async def crawlq(redis_url: str, *args: str) -> tuple[int, str, str]:
@@ -93,10 +99,26 @@ def test_the_policy_is_declared_once_and_the_consumer_flags_agree() -> None:
     assert CrawlPolicy().texts() == {"per_host_delay": "1s", "per_host_concurrency": "2",
                                      "accept_content_type": "*/*", "user_agent": UA,
                                      "ignore_robots": "false", "max_depth": "3",
-                                     "allow_domains": "@parent"}
+                                     "allow_domains": "@parent", "retry_base": "2s",
+                                     "retry_cap": "600s", "max_retry_after": "3600s",
+                                     "max_stalls": "2"}
     # Each such flag says it is a crawl policy value.
     helps = {o.flag: o.help for o in CONSUMER_OPTIONS}
     assert all("a crawl policy value" in helps[o.flag] for o in POLICY_OPTIONS)
+
+
+def test_the_retry_keys_give_the_queue_whole_milliseconds() -> None:
+    """The queue gets what the retry flags always gave it: whole milliseconds, a fraction
+    cut off (1.0019s is 1001 ms), without float noise (1.005s is 1005 ms, not 1004); and
+    the policy's defaults are the queue's own."""
+    policy = CrawlPolicy().replace({
+        name: parse_value(name, text) for name, text in (
+            ("retry_base", "1.0019s"), ("retry_cap", "1.005s"), ("max_retry_after", "1.5h"),
+            ("max_stalls", " 7 "))})
+    assert policy.texts()["retry_base"] == "1.001s"
+    assert policy.retry() == RetryPolicy(base_ms=1001, cap_ms=1005,
+                                         max_retry_after_ms=5_400_000, max_stalls=7)
+    assert CrawlPolicy().retry() == RetryPolicy()
 
 
 # -- the commands ------------------------------------------------------------------------
@@ -118,40 +140,49 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
     out = await ok(redis_url, "crawl", "set", "--crawl", crawl_name, "per_host_concurrency=3")
     assert "policy version 2 unchanged" in out  # not a change: no version, no log entry
 
-    # The keys that came with the user agent, robots and link scope.
+    # The keys that came with the user agent, robots and link scope, and the retry keys.
     out = await ok(redis_url, "crawl", "set", "--crawl", crawl_name,
                    "user_agent= probe/2.0 (+https://example.com/probe) ", "ignore_robots=TRUE",
-                   "max_depth=0", "allow_domains=Bücher.example, example.com,example.com")
+                   "max_depth=0", "allow_domains=Bücher.example, example.com,example.com",
+                   "retry_base=500ms", "retry_cap=1m", "max_retry_after=0", "max_stalls=0")
     assert out == (f"crawl {crawl_name}: policy version 3 set: per_host_delay=0.5s, "
                    "per_host_concurrency=3, accept_content_type=*/*, "
                    "user_agent=probe/2.0 (+https://example.com/probe), ignore_robots=true, "
-                   "max_depth=0, allow_domains=xn--bcher-kva.example,example.com\n")
+                   "max_depth=0, allow_domains=xn--bcher-kva.example,example.com, "
+                   "retry_base=0.5s, retry_cap=60s, max_retry_after=0s, max_stalls=0\n")
 
     doc = json.loads(await ok(redis_url, "crawl", "show", "--crawl", crawl_name, "--json"))
     assert (doc["version"], doc["values"], doc["text"]) == (
         3, {"per_host_delay": 0.5, "per_host_concurrency": 3, "accept_content_type": [],
             "user_agent": "probe/2.0 (+https://example.com/probe)", "ignore_robots": True,
-            "max_depth": 0, "allow_domains": ["xn--bcher-kva.example", "example.com"]},
+            "max_depth": 0, "allow_domains": ["xn--bcher-kva.example", "example.com"],
+            "retry_base": 0.5, "retry_cap": 60.0, "max_retry_after": 0.0, "max_stalls": 0},
         {"per_host_delay": "0.5s", "per_host_concurrency": "3", "accept_content_type": "*/*",
          "user_agent": "probe/2.0 (+https://example.com/probe)", "ignore_robots": "true",
-         "max_depth": "0", "allow_domains": "xn--bcher-kva.example,example.com"})
+         "max_depth": "0", "allow_domains": "xn--bcher-kva.example,example.com",
+         "retry_base": "0.5s", "retry_cap": "60s", "max_retry_after": "0s", "max_stalls": "0"})
     third, second, first = doc["log"]
     assert first | {"version": 1, "by": "crawlq crawl create", "changes": {
         "per_host_delay": [None, "0.5s"], "per_host_concurrency": [None, "2"],
         "accept_content_type": [None, "*/*"], "user_agent": [None, UA],
         "ignore_robots": [None, "false"], "max_depth": [None, "3"],
-        "allow_domains": [None, "@parent"]}} == first
+        "allow_domains": [None, "@parent"], "retry_base": [None, "2s"],
+        "retry_cap": [None, "600s"], "max_retry_after": [None, "3600s"],
+        "max_stalls": [None, "2"]}} == first
     assert second | {"version": 2, "by": "crawlq crawl set",
                      "changes": {"per_host_concurrency": ["2", "3"]}} == second
     assert third["changes"] == {
         "user_agent": [UA, "probe/2.0 (+https://example.com/probe)"],
         "ignore_robots": ["false", "true"], "max_depth": ["3", "0"],
-        "allow_domains": ["@parent", "xn--bcher-kva.example,example.com"]}
+        "allow_domains": ["@parent", "xn--bcher-kva.example,example.com"],
+        "retry_base": ["2s", "0.5s"], "retry_cap": ["600s", "60s"],
+        "max_retry_after": ["3600s", "0s"], "max_stalls": ["2", "0"]}
     assert before <= first["at"] <= second["at"] <= await redis_ms(redis_client)
 
     out = await ok(redis_url, "crawl", "set", "--crawl", crawl_name, "ignore_robots=false",
                    "allow_domains=@parent")
-    assert out.endswith("ignore_robots=false, max_depth=0, allow_domains=@parent\n")
+    assert out.endswith("ignore_robots=false, max_depth=0, allow_domains=@parent, "
+                        "retry_base=0.5s, retry_cap=60s, max_retry_after=0s, max_stalls=0\n")
     text = await ok(redis_url, "crawl", "show", "--crawl", crawl_name)
     lines = text.splitlines()
     assert lines[0] == f"crawl {crawl_name}: policy version 4"
@@ -162,14 +193,19 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
     assert lines[5].split()[:2] == ["ignore_robots", "false"]
     assert lines[6].split()[:2] == ["max_depth", "0"]
     assert lines[7].split()[:2] == ["allow_domains", "@parent"]
-    assert lines[8] == "changes, newest first:"
-    assert lines[9].endswith("v4  crawlq crawl set: allow_domains xn--bcher-kva.example,"
-                             "example.com -> @parent, ignore_robots true -> false")
-    assert lines[11].endswith("v2  crawlq crawl set: per_host_concurrency 2 -> 3")
-    assert lines[12].endswith(f"v1  crawlq crawl create: accept_content_type - -> */*, "
+    assert [ln.split()[:2] for ln in lines[8:12]] == [
+        ["retry_base", "0.5s"], ["retry_cap", "60s"], ["max_retry_after", "0s"],
+        ["max_stalls", "0"]]
+    assert lines[12] == "changes, newest first:"
+    assert lines[13].endswith("v4  crawlq crawl set: allow_domains xn--bcher-kva.example,"
+                              "example.com -> @parent, ignore_robots true -> false")
+    assert lines[15].endswith("v2  crawlq crawl set: per_host_concurrency 2 -> 3")
+    assert lines[16].endswith(f"v1  crawlq crawl create: accept_content_type - -> */*, "
                               "allow_domains - -> @parent, ignore_robots - -> false, "
-                              "max_depth - -> 3, per_host_concurrency - -> 2, "
-                              f"per_host_delay - -> 0.5s, user_agent - -> {UA}")
+                              "max_depth - -> 3, max_retry_after - -> 3600s, "
+                              "max_stalls - -> 2, per_host_concurrency - -> 2, "
+                              "per_host_delay - -> 0.5s, retry_base - -> 2s, "
+                              f"retry_cap - -> 600s, user_agent - -> {UA}")
     # `crawl` and `crawls` are two commands.
     assert "crawl" in await ok(redis_url, "crawls")
 
@@ -199,7 +235,16 @@ async def test_a_bad_key_or_value_exits_2_naming_it_and_writes_nothing(
             (("allow_domains=https://example.com/",),
              "allow_domains: bad value 'https://example.com/' (invalid domain"),
             (("allow_domains=a.example,@parent",), "allow_domains: bad value "
-                                                   "'a.example,@parent'")):
+                                                   "'a.example,@parent'"),
+            (("retry_base=0",), "retry_base: bad value '0' (must be > 0, got 0)"),
+            (("retry_base=0.5ms",), "retry_base: bad value '0.5ms' (must be > 0, got 0)"),
+            (("retry_base=-1s",), "retry_base: bad value '-1s' (not a duration"),
+            (("retry_base=11m",), "retry_cap: must be >= retry_base (660s), got 600s"),
+            (("retry_cap=1s",), "retry_cap: must be >= retry_base (2s), got 1s"),
+            (("retry_cap=",), "retry_cap: bad value '' (not a duration"),
+            (("max_retry_after=-5s",), "max_retry_after: bad value '-5s' (not a duration"),
+            (("max_stalls=-1",), "max_stalls: bad value '-1' (must be a whole number >= 0"),
+            (("max_stalls=1.5",), "max_stalls: bad value '1.5' (not a whole number")):
         code, out, err = await crawlq(redis_url, "crawl", "create", "--crawl", crawl_name,
                                       *args)
         assert (code, out) == (2, ""), (args, err)
@@ -217,6 +262,19 @@ async def test_a_bad_key_or_value_exits_2_naming_it_and_writes_nothing(
     assert await redis_client.llen(keys.policy_log) == 1
     code, _, err = await crawlq(redis_url, "crawl", "set", "--crawl", crawl_name)
     assert code == 2  # set needs at least one KEY=VALUE (argparse)
+    # retry_cap is checked against the retry_base the change leaves, not the default's.
+    await ok(redis_url, "crawl", "set", "--crawl", crawl_name, "retry_base=100ms")
+    await ok(redis_url, "crawl", "set", "--crawl", crawl_name, "retry_cap=1s")
+    stored = await redis_client.hgetall(keys.policy)
+    for args, shown in ((("retry_base=2s",), "retry_cap: must be >= retry_base (2s), got 1s"),
+                        (("retry_cap=50ms", "max_stalls=5"),
+                         "retry_cap: must be >= retry_base (0.1s), got 0.05s")):
+        code, out, err = await crawlq(redis_url, "crawl", "set", "--crawl", crawl_name, *args)
+        assert (code, out) == (2, "") and shown in err and VALID in err, err
+    assert await redis_client.hgetall(keys.policy) == stored
+    out = await ok(redis_url, "crawl", "set", "--crawl", crawl_name, "retry_base=2s",
+                   "retry_cap=2s")
+    assert out.endswith("retry_base=2s, retry_cap=2s, max_retry_after=3600s, max_stalls=2\n")
     code, _, err = await crawlq(redis_url, "crawl", "show", "--crawl", crawl_name + "x")
     assert code == 2 and "has no policy: create it with `crawlq crawl create" in err
 
@@ -226,14 +284,16 @@ async def test_show_toml_round_trips_into_create_config(
     await ok(redis_url, "crawl", "create", "--crawl", crawl_name, "per_host_delay=2.25s",
              "per_host_concurrency=0", "accept_content_type=Text/HTML, image/*",
              'user_agent=probe/2.0 ("quoted" \\ +https://example.com)', "ignore_robots=true",
-             "max_depth=7", "allow_domains=a.example,Bücher.example")
+             "max_depth=7", "allow_domains=a.example,Bücher.example", "retry_base=250ms",
+             "retry_cap=1.5m", "max_retry_after=0s", "max_stalls=0")
     toml = await ok(redis_url, "crawl", "show", "--crawl", crawl_name, "--toml")
     assert toml.splitlines()[1:] == [
         'per_host_delay = "2.25s"', "per_host_concurrency = 0",
         'accept_content_type = "text/html,image/*"',
         'user_agent = "probe/2.0 (\\"quoted\\" \\\\ +https://example.com)"',
         "ignore_robots = true", "max_depth = 7",
-        'allow_domains = "a.example,xn--bcher-kva.example"']
+        'allow_domains = "a.example,xn--bcher-kva.example"', 'retry_base = "0.25s"',
+        'retry_cap = "90s"', 'max_retry_after = "0s"', "max_stalls = 0"]
     path = tmp_path / "crawl.toml"
     path.write_text(toml)
     await ok(redis_url, "crawl", "create", "--crawl", crawl_name + "-copy", "--config",
@@ -248,9 +308,17 @@ async def test_show_toml_round_trips_into_create_config(
     code, _, err = await crawlq(redis_url, "crawl", "create", "--crawl", crawl_name + "-bad",
                                 "--config", str(path))
     assert code == 2 and "unknown policy key 'budget' (value 3)" in err
-    # A TOML boolean is for ignore_robots only.
+    # A TOML number is a duration in seconds; a TOML boolean is for ignore_robots only.
+    path.write_text("retry_base = 3\nretry_cap = 4.5\n")
+    out = await ok(redis_url, "crawl", "create", "--crawl", crawl_name + "-num", "--config",
+                   str(path))
+    assert "retry_base=3s, retry_cap=4.5s" in out
     for line, shown in (("max_depth = true", "max_depth: bad value True"),
-                        ('ignore_robots = "maybe"', "ignore_robots: bad value 'maybe'")):
+                        ('ignore_robots = "maybe"', "ignore_robots: bad value 'maybe'"),
+                        ("max_stalls = 1.5", "max_stalls: bad value 1.5"),
+                        ("retry_base = 0", "retry_base: bad value 0 (must be > 0"),
+                        ('retry_base = "1m"\nretry_cap = "30s"',
+                         "retry_cap: must be >= retry_base (60s), got 30s")):
         path.write_text(line + "\n")
         code, _, err = await crawlq(redis_url, "crawl", "create", "--crawl",
                                     crawl_name + "-bad", "--config", str(path))
@@ -322,7 +390,8 @@ async def test_restarting_a_consumer_leaves_the_policy_as_it_was(
     q = await CrawlQueue.open(redis_client, crawl_name, CrawlSettings(partitions=2))
     await create_policy(redis_client, crawl_name, {
         "per_host_delay": 0.05, "per_host_concurrency": 1, "user_agent": "crawl/1.0",
-        "ignore_robots": True, "max_depth": 2, "allow_domains": ("a.test",)}, by="test")
+        "ignore_robots": True, "max_depth": 2, "allow_domains": ("a.test",),
+        "retry_base": 0.2, "retry_cap": 30, "max_retry_after": 60, "max_stalls": 1}, by="test")
     await q.enqueue([NewTask(u, fingerprint(u)) for u in ("http://a.test/", "http://b.test/")])
     policy_before = await redis_client.hgetall(CrawlKeys.build(crawl_name).policy)
     confs_before = await confs(redis_client, q)
@@ -333,7 +402,8 @@ async def test_restarting_a_consumer_leaves_the_policy_as_it_was(
         caplog.clear()
         settings = consumer_settings(redis_url, crawl_name, tmp_path / f"r{run_no}",
                                      "--worker-id", f"w{run_no}", "--user-agent", "flag/9.9",
-                                     "--max-depth", "5", "--allow-domains", "B.test")
+                                     "--max-depth", "5", "--allow-domains", "B.test",
+                                     "--retry-cap", "1m", "--max-stalls", "1")
         assert await asyncio.wait_for(run(settings), 60) == 0
         assert await redis_client.hgetall(CrawlKeys.build(crawl_name).policy) == policy_before
         assert await confs(redis_client, q) == confs_before
@@ -343,12 +413,17 @@ async def test_restarting_a_consumer_leaves_the_policy_as_it_was(
                                ("--per-host-concurrency", "0", "1"),
                                ("--user-agent", "flag/9.9", "crawl/1.0"),
                                ("--max-depth", "5", "2"),
-                               ("--allow-domains", "b.test", "a.test")}  # robots: both off
+                               ("--allow-domains", "b.test", "a.test"),
+                               ("--retry-base", "0.05s", "0.2s"),  # consumer_args'
+                               ("--retry-cap", "60s", "30s"),
+                               ("--max-retry-after", "3600s", "60s")}  # robots, stalls: same
         assert all(r.levelno == logging.WARNING for r in warned.values())
         assert f"crawlq crawl set --crawl {crawl_name} per_host_delay=0s" in warned[
             ("--per-host-delay", "0s", "0.05s")].advice  # type: ignore[attr-defined]
         assert f"crawlq crawl set --crawl {crawl_name} allow_domains=b.test" in warned[
             ("--allow-domains", "b.test", "a.test")].advice  # type: ignore[attr-defined]
+        assert f"crawlq crawl set --crawl {crawl_name} retry_cap=60s" in warned[
+            ("--retry-cap", "60s", "30s")].advice  # type: ignore[attr-defined]
     stored = await read_policy(redis_client, crawl_name)
     assert stored is not None and stored.version == 1 and len(stored.log) == 1
 
@@ -360,12 +435,14 @@ async def test_the_first_consumer_creates_the_policy_from_its_flags(
                                  "--per-host-delay", "0.1s", "--per-host-concurrency", "3",
                                  "--user-agent", "first/1.0 (+https://example.com)",
                                  "--max-depth", "1", "--allow-domains", "Bücher.example,a.example",
-                                 "--allow-domains", "b.example")
+                                 "--allow-domains", "b.example", "--retry-cap", "30s",
+                                 "--max-retry-after", "1m", "--max-stalls", "0")
     assert await asyncio.wait_for(run(settings), 60) == 0
     stored = await read_policy(redis_client, crawl_name)
     assert stored is not None and stored.policy == CrawlPolicy(
         0.1, 3, user_agent="first/1.0 (+https://example.com)", ignore_robots=True,
-        max_depth=1, allow_domains=("xn--bcher-kva.example", "a.example", "b.example"))
+        max_depth=1, allow_domains=("xn--bcher-kva.example", "a.example", "b.example"),
+        retry_base=0.05, retry_cap=30, max_retry_after=60, max_stalls=0)
     assert [e["by"] for e in stored.log] == ["consumer first (created the crawl)"]
     assert await confs(redis_client, q) == [
         {b"delay": b"100", b"concurrency": b"3", b"policy_version": b"1"}]
@@ -460,7 +537,9 @@ async def test_a_crawl_made_without_a_policy_is_adopted(
         ("migration", {"per_host_delay": [None, "0.7s"], "per_host_concurrency": [None, "3"],
                        "accept_content_type": [None, "*/*"], "user_agent": [None, UA],
                        "ignore_robots": [None, "false"], "max_depth": [None, "3"],
-                       "allow_domains": [None, "@parent"]})]
+                       "allow_domains": [None, "@parent"], "retry_base": [None, "2s"],
+                       "retry_cap": [None, "600s"], "max_retry_after": [None, "3600s"],
+                       "max_stalls": [None, "2"]})]
 
 
 async def test_a_policy_without_the_newer_keys_takes_them_from_the_first_consumer(
@@ -468,14 +547,17 @@ async def test_a_policy_without_the_newer_keys_takes_them_from_the_first_consume
     """A policy an earlier crawlq made holds only the keys it knew: the first consumer
     (or producer) adds the others, from its flags; the values it holds stay."""
     await create_policy(redis_client, crawl_name, {"per_host_delay": 0.5}, by="test")
-    newer = ("user_agent", "ignore_robots", "max_depth", "allow_domains")
+    newer = ("user_agent", "ignore_robots", "max_depth", "allow_domains", "retry_base",
+             "retry_cap", "max_retry_after", "max_stalls")
     await redis_client.hdel(CrawlKeys.build(crawl_name).policy, *newer)
     wanted = CrawlPolicy(per_host_delay=2, user_agent="mine/1", ignore_robots=True,
-                         max_depth=1)
+                         max_depth=1, retry_base=0.25, retry_cap=5, max_retry_after=0,
+                         max_stalls=4)
     stored, created = await ensure_policy(redis_client, crawl_name, wanted, by="consumer w")
     assert not created
     assert stored.policy == CrawlPolicy(per_host_delay=0.5, user_agent="mine/1",
-                                        ignore_robots=True, max_depth=1)
+                                        ignore_robots=True, max_depth=1, retry_base=0.25,
+                                        retry_cap=5, max_retry_after=0, max_stalls=4)
     assert stored.version == 2
     assert (stored.log[0]["by"], set(stored.log[0]["changes"])) == ("consumer w", set(newer))
     again, _ = await ensure_policy(redis_client, crawl_name, CrawlPolicy(), by="producer")
@@ -671,3 +753,44 @@ async def test_a_running_consumer_takes_a_new_link_depth_and_domains(
         await probe.enqueue("/seed/3")
         await until("seed 3 and both its links done", done(6))
         assert "/child/3" in site.hits and "/other/3" in site.hits
+
+
+async def test_a_running_consumer_takes_a_new_retry_base(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A task that fails (a 500 with Retry-After: 0, so its delay is the backoff itself,
+    without jitter) waits retry_base before its first retry: the crawl's 1 h, not the
+    consumer's --retry-base 0.05s; after a change to 1.5 s, the next failure waits 1.5 s.
+    Due times are judged on Redis TIME."""
+    caplog.set_level(logging.INFO, logger="consumer")
+    await create_policy(redis_client, crawl_name, {
+        "per_host_delay": 0, "per_host_concurrency": 0, "ignore_robots": True,
+        "retry_base": 3600, "retry_cap": 7200}, by="test")
+    queue = await CrawlQueue.open(redis_client, crawl_name)
+    delayed = queue.partitions[0].delayed
+    wake = WakeChannel(redis_client, queue.crawl_keys.wake)
+
+    async def due_after_failing(url: str) -> tuple[int, int, float]:
+        """Enqueue `url`; when its failure is recorded: Redis TIME before, after, and
+        its due time."""
+        member = fingerprint(url).hex()
+        before = await redis_ms(redis_client)
+        await queue.enqueue([NewTask(url, fingerprint(url))])
+        await wake.notify()
+
+        async def waiting() -> bool:
+            return await redis_client.zscore(delayed, member) is not None
+        await until(f"{url} failed and waiting", waiting)
+        due = await redis_client.zscore(delayed, member)
+        assert due is not None
+        return before, await redis_ms(redis_client), due
+
+    async with test_site() as site, running(live_settings(redis_url, crawl_name, tmp_path)):
+        before, after, due = await due_after_failing(site.url("/status/500?retry_after=0"))
+        assert before + 3_600_000 <= due <= after + 3_600_000
+
+        await changed(redis_client, crawl_name, caplog, retry_base=1.5)
+        before, after, due = await due_after_failing(
+            site.url("/status/500?retry_after=0&again=1"))
+        assert before + 1_500 <= due <= after + 1_500
+        assert site.hits["/status/500"] == 2

@@ -106,8 +106,10 @@ class Fleet:
         self.children: list[Child] = []
         #: The crawl's policy, given to it before its first producer runs (a producer
         #: gives a crawl without one the defaults, 1 s a host; consumers' flags never
-        #: change it): no host limits and no robots.txt, as CONSUMER_FLAGS say.
-        self.policy = CrawlPolicy(per_host_delay=0, per_host_concurrency=0, ignore_robots=True)
+        #: change it): no host limits, no robots.txt and quick retries, as CONSUMER_FLAGS
+        #: say.
+        self.policy = CrawlPolicy(per_host_delay=0, per_host_concurrency=0, ignore_robots=True,
+                                  retry_base=0.1)
 
     async def _ensure_policy(self, redis_url: str, crawl: str) -> None:
         client = aioredis.Redis.from_url(redis_url)
@@ -393,7 +395,7 @@ async def test_redis_down_past_the_lease_reclaims_without_stampeding_a_host(
     async with start_site_process(delay_ms=400) as site:
         path, ids = url_file(tmp_path / "urls.txt", [site.url(f"/p/{i}") for i in range(n)])
         fleet.policy = CrawlPolicy(per_host_delay=delay_s, per_host_concurrency=1,
-                                   ignore_robots=True)
+                                   ignore_robots=True, retry_base=0.1)
         producer = await fleet.producer("producer", server.url, "--partitions", "2", path)
         assert await producer.wait(30) == 0, producer.log_text()[-2000:]
 

@@ -199,7 +199,8 @@ async def run_demo(args: argparse.Namespace, *, crawl_keys: CrawlKeysFn) -> int:
             client = connect(redis_url)
             try:
                 await ensure_policy(client, args.crawl, CrawlPolicy(
-                    per_host_delay=0, per_host_concurrency=32), by="crawlq demo")
+                    per_host_delay=0, per_host_concurrency=32, retry_base=0.5),
+                    by="crawlq demo")
             finally:
                 await client.aclose()
             produced = await _run_producer(children, common, env, paths)
