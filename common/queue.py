@@ -32,7 +32,7 @@ from common.errors import ConfigError, CrawlConflictError, MalformedTaskError
 from common.hosts import host_key, partition_of_host
 from common.keys import CRAWLS, CrawlKeys, PartitionKeys
 from common.reasons import HANDLER_ERROR, HTTP_5XX, HTTP_408, HTTP_429, ROBOTS_DISALLOWED
-from common.scripts import Scripts
+from common.scripts import Scripts, locate_in
 from common.task import Task, decode_entry, encode_entry, entry_url, stored_entry
 from common.urls import task_id
 
@@ -386,7 +386,11 @@ class CrawlQueue:
         async with self.client.pipeline(transaction=False) as pipe:
             for script, keys, args in calls:
                 await script(keys=keys, args=args, client=pipe)
-            result: list[Any] = await pipe.execute()
+            try:
+                result: list[Any] = await pipe.execute()
+            except ResponseError as exc:
+                locate_in(exc, (script for script, _, _ in calls))
+                raise
             return result
 
     @staticmethod

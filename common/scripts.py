@@ -15,7 +15,7 @@ call's error is raised by the pipeline's ``execute``, unchanged.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -104,6 +104,16 @@ def _locate(exc: ResponseError, name: str) -> None:
     if m and 1 <= (line := int(m.group(1))) <= len(_assembled(name).lines):
         path, number = where(name, line)
         exc.args = (f"{message} (at {path}:{number})", *exc.args[1:])
+
+
+def locate_in(exc: ResponseError, scripts: Iterable[LuaScript]) -> None:
+    """`_locate` for an error a pipeline raised: the script is the one whose SHA the
+    message names (Redis names the function it ran)."""
+    message = str(exc)
+    for script in scripts:
+        if script.script.sha in message:
+            _locate(exc, script.name)
+            return
 
 
 class LuaScript:

@@ -23,6 +23,7 @@ from redis_binaries import all_redis_servers
 from common import scripts
 from common.errors import LuaIncludeError
 from common.keys import PartitionKeys
+from common.queue import CrawlQueue, CrawlSettings
 from common.redis_server import RedisServer
 
 LUA = scripts.LUA
@@ -231,6 +232,15 @@ async def check_error_locations(client: aioredis.Redis, crawl: str) -> None:
     await client.delete(pk.leases, pk.owners)
     at = line_of("lib/leases.lua", "judge_lease(owner, redis.call('ZSCORE', leases, id)")
     assert str(caught.value).endswith(f" (at lib/leases.lua:{at})"), str(caught.value)
+    # Pipelined (CrawlQueue._run, calls on several partitions): the failing call's script
+    # is found by the SHA the message names.
+    q = await CrawlQueue.open(client, crawl, CrawlSettings(partitions=1))
+    keys = [pk.leases, pk.owners, pk.stats]
+    with pytest.raises(ResponseError) as caught:
+        await q._run([(q.scripts.renew, keys, ["w", "1000"]),
+                      (q.scripts.renew, keys, ["w", "0"])])
+    at = line_of("renew.lua", "error('crawlq: renew needs lease_ms >= 1")
+    assert str(caught.value).endswith(f" (at renew.lua:{at})"), str(caught.value)
 
 
 async def test_lua_errors_name_their_file_and_line(redis_client: aioredis.Redis,
