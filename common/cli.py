@@ -47,6 +47,7 @@ from redis.exceptions import (
 from common import codec
 from common.cli_crawl import add_crawl_commands
 from common.cli_hosts import add_host_commands
+from common.codec import text as _text
 from common.config import COMMON_OPTIONS, Option, add_options, duration, redact_url
 from common.connection import RedisClient, connect, open_redis
 from common.crawls import summaries, summary
@@ -76,10 +77,6 @@ class UsageError(CrawlqError):
 
 
 # -- helpers ------------------------------------------------------------------------------
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _when(ms: float) -> str:

@@ -1,4 +1,5 @@
-"""JSON encoding for everything crawlq stores or prints: the one place ujson is called."""
+"""Encoding of what crawlq stores or prints: JSON (the one place ujson is called), and a
+Redis reply's bytes as text."""
 
 from __future__ import annotations
 
@@ -15,3 +16,8 @@ def dumps(value: Any) -> str:
 def loads(data: str | bytes) -> Any:
     """Parse JSON; raises ValueError on invalid input."""
     return ujson.loads(data)
+
+
+def text(value: bytes | str) -> str:
+    """A Redis reply's bytes as text (a decoding client's str as it is)."""
+    return value.decode() if isinstance(value, bytes) else value

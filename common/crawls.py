@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common import history
+from common.codec import text as _text
 from common.connection import RedisClient
 from common.errors import ConfigError
 from common.frontier import Frontier
@@ -75,10 +76,6 @@ async def summary(queue: CrawlQueue) -> CrawlSummary:
     return CrawlSummary(queue.crawl, queue.settings.partitions, queue.settings.dedup.value,
                         int(created) if created else None, workers.now_ms, stats,
                         history.rates(snaps), len(workers.workers), paused)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 async def crawl_names(client: RedisClient) -> list[str]:

@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from common.codec import text as _text
 from common.keys import HASHTABLE_FIELD, PartitionKeys
 from common.queue import CrawlQueue, budget_spent
 from common.scripts import register
@@ -129,10 +130,6 @@ class Report:
 
 
 # -- reads ---------------------------------------------------------------------------------
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 async def _zscan(client: Any, key: str) -> dict[str, float]:

@@ -49,6 +49,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from common import codec
+from common.codec import text as _text
 from common.config import boolean, duration
 from common.connection import RedisClient
 from common.errors import ConfigError
@@ -394,10 +395,6 @@ class StoredPolicy:
     def to_json(self, crawl: str) -> dict[str, Any]:
         return {"crawl": crawl, "version": self.version, "values": asdict(self.policy),
                 "text": self.policy.texts(), "log": self.log}
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 async def read_policy(client: RedisClient, crawl: str, *, log_limit: int = 5

@@ -27,6 +27,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import OutOfMemoryError, ResponseError
 
 from common import codec
+from common.codec import text as _text
 from common.connection import RedisClient
 from common.errors import ConfigError, CrawlConflictError, MalformedTaskError
 from common.hosts import host_key, partition_of_host
@@ -276,10 +277,6 @@ def budget_spent(conf: str) -> bool:
 def _chunks(items: Sequence[T], size: int) -> Iterable[Sequence[T]]:
     for i in range(0, len(items), size):
         yield items[i:i + size]
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 #: lease.lua's reply: {now, deadline, wait, retry, paused, next hosts, policy version}

@@ -17,6 +17,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
+from common.codec import text as _text
 from common.connection import RedisClient
 from common.keys import CrawlKeys
 from common.scripts import register
@@ -93,10 +94,6 @@ class Workers:
     now_ms: int
     workers: list[WorkerInfo]
     total: int  # registered workers, also those past MAX_WORKERS
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _number(info: dict[str, str], name: str) -> float:
