@@ -1,5 +1,5 @@
 """What the benchmarks share: reading a process's CPU, waiting for a port, installing a
-Debian package they need (nginx, python3-doc) when it is missing."""
+Debian package they need (nginx, python3-doc) when it is missing, and an nginx config."""
 
 from __future__ import annotations
 
@@ -44,6 +44,39 @@ def apt_install(package: str) -> None:
         subprocess.run(cmd, env=env, check=False, capture_output=True)
 
 
-def which_nginx() -> str | None:
-    """nginx on PATH or in /usr/sbin."""
-    return shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
+def which_nginx(install: bool = False) -> str | None:
+    """nginx on PATH or in /usr/sbin; with `install`, apt-get installs it when missing."""
+    found = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
+    if found is None and install:
+        apt_install("nginx")
+        found = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
+    return found
+
+
+def nginx_conf(directory: Path, port: int, *, http: str = "", server: str,
+               workers: int = 1) -> str:
+    """A foreground nginx config whose files all live in `directory`, serving on
+    127.0.0.1:`port`: `http` adds to its http block (logging, types), `server` is what
+    its server block serves."""
+    return f"""\
+worker_processes {workers};
+daemon off;
+master_process on;
+pid {directory}/nginx.pid;
+error_log {directory}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    client_body_temp_path {directory}/body;
+    proxy_temp_path {directory}/proxy;
+    fastcgi_temp_path {directory}/fastcgi;
+    uwsgi_temp_path {directory}/uwsgi;
+    scgi_temp_path {directory}/scgi;
+    keepalive_requests 1000000;
+    keepalive_timeout 120s;
+{http}
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+{server}
+    }}
+}}
+"""

@@ -64,7 +64,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
-from benchlib import apt_install, cpu_seconds, wait_port, which_nginx  # noqa: E402
+from benchlib import cpu_seconds, nginx_conf, wait_port, which_nginx  # noqa: E402
 
 from common.queue import CrawlQueue, CrawlSettings, NewTask  # noqa: E402
 from common.redis_server import RedisServer, free_port  # noqa: E402
@@ -73,29 +73,6 @@ from common.urls import fingerprint  # noqa: E402
 
 PAGE = ("<!doctype html>\n<html><head><title>bench</title></head><body>"
         + "<p>crawlq benchmark page</p>" * 20 + "</body></html>\n")
-NGINX_CONF = """\
-worker_processes {workers};
-daemon off;
-master_process on;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-    access_log off;
-    client_body_temp_path {dir}/body;
-    proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi;
-    scgi_temp_path {dir}/scgi;
-    keepalive_requests 1000000;
-    keepalive_timeout 120s;
-    server {{
-        listen 127.0.0.1:{port} backlog=4096;
-        default_type text/html;
-        location / {{ return 200 '{page}'; }}
-    }}
-}}
-"""
 
 
 # -- the static server ----------------------------------------------------------------------
@@ -120,16 +97,8 @@ class StaticServer:
                 self.process.wait()
 
 
-def ensure_nginx(install: bool) -> str | None:
-    found = which_nginx()
-    if found or not install:
-        return found
-    apt_install("nginx")
-    return which_nginx()
-
-
 def start_static(args: argparse.Namespace, workdir: Path) -> StaticServer:
-    nginx = None if args.server == "aiohttp" else ensure_nginx(args.install_nginx)
+    nginx = None if args.server == "aiohttp" else which_nginx(install=args.install_nginx)
     if args.server == "nginx" and nginx is None:
         raise SystemExit("no nginx on PATH (try --install-nginx)")
     port = free_port()
@@ -137,8 +106,11 @@ def start_static(args: argparse.Namespace, workdir: Path) -> StaticServer:
         d = workdir / "nginx"
         d.mkdir()
         conf = d / "nginx.conf"
-        conf.write_text(NGINX_CONF.format(workers=args.server_workers, dir=d, port=port,
-                                          page=PAGE.replace("'", "\\'")))
+        page = PAGE.replace("'", "\\'")
+        conf.write_text(nginx_conf(d, port, workers=args.server_workers,
+                                   http="    access_log off;",
+                                   server=f"        default_type text/html;\n"
+                                          f"        location / {{ return 200 '{page}'; }}"))
         proc = subprocess.Popen([nginx, "-p", str(d), "-c", str(conf)],
                                 stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_port(port, proc, "nginx")

@@ -91,7 +91,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
-from benchlib import apt_install, cpu_seconds, wait_port, which_nginx  # noqa: E402
+from benchlib import apt_install, cpu_seconds, nginx_conf, wait_port, which_nginx  # noqa: E402
 
 from common.queue import CrawlQueue, CrawlSettings, NewTask  # noqa: E402
 from common.redis_server import RedisServer, free_port  # noqa: E402
@@ -109,23 +109,12 @@ TARGET_CPU_LINK_US = 8.0  # consumer CPU per discovered link, at most
 TARGET_IDLE = 0.10  # idle share of a crawlq span, at most
 TARGET_SCALE = 1.3  # crawlq-2 speed / crawlq-1 speed, at least
 
-NGINX_CONF = """\
-worker_processes 1;
-daemon off;
-master_process on;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
+#: site_bench's part of nginx's http block: the access log it reads ({log}), the types.
+NGINX_HTTP = """\
     log_format bench '$msec\\t$request_time\\t$status\\t$body_bytes_sent\\t'
                      '$http_user_agent\\t$http_x_bench_client\\t$request_uri';
     access_log {log} bench;
-    client_body_temp_path {dir}/body;
-    proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi;
-    scgi_temp_path {dir}/scgi;
-    types {{
+    types {
         text/html html htm;
         text/css css;
         application/javascript js;
@@ -133,19 +122,10 @@ http {{
         image/png png;
         image/svg+xml svg;
         text/plain txt py inv;
-    }}
+    }
     default_type application/octet-stream;
     sendfile on;
-    tcp_nopush on;
-    keepalive_requests 1000000;
-    keepalive_timeout 120s;
-    server {{
-        listen 127.0.0.1:{port} backlog=4096;
-        root {root};
-        index index.html;
-    }}
-}}
-"""
+    tcp_nopush on;"""
 
 SPIDER = '''\
 """The Scrapy side of bench/site_bench.py: follow every link on the host, count pages."""
@@ -244,23 +224,17 @@ def find_root(root: Path | None) -> Path:
     return root.resolve()
 
 
-def find_nginx() -> str:
-    found = which_nginx()
-    if found is None:
-        apt_install("nginx")
-        found = which_nginx()
-    if found is None:
-        raise SystemExit("no nginx on PATH (apt-get install nginx)")
-    return found
-
-
 def start_nginx(root: Path, workdir: Path) -> tuple[int, Path, subprocess.Popen[bytes]]:
     d = workdir / "nginx"
     d.mkdir()
     port, log = free_port(), d / "access.log"
     conf = d / "nginx.conf"
-    conf.write_text(NGINX_CONF.format(dir=d, port=port, root=root, log=log))
-    proc = spawn([find_nginx(), "-p", str(d), "-c", str(conf)], stderr=subprocess.DEVNULL)
+    conf.write_text(nginx_conf(d, port, http=NGINX_HTTP.replace("{log}", str(log)),
+                               server=f"        root {root};\n        index index.html;"))
+    nginx = which_nginx(install=True)
+    if nginx is None:
+        raise SystemExit("no nginx on PATH (apt-get install nginx)")
+    proc = spawn([nginx, "-p", str(d), "-c", str(conf)], stderr=subprocess.DEVNULL)
     wait_port(port, proc, "nginx")
     return port, log, proc
 
