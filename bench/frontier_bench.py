@@ -6,7 +6,8 @@
 
 One local server answers on H loopback addresses (127.0.x.y, one port: each its own host
 to a crawler), sleeps ``--latency`` before every answer (robots.txt included) and records
-when every request started, per host. For each run the bench enqueues H x P URLs (sorted
+when every request arrived, per host: the kernel's receive time of its bytes
+(``bench/wire_server.py``), so a busy server loop does not read as an impolite crawler. For each run the bench enqueues H x P URLs (sorted
 by host, as sitemaps and most seed lists are, or interleaved across hosts), starts 1 or 2
 ``crawlq-consumer`` processes (``--per-host-delay``, ``--per-host-concurrency 2``,
 ``--concurrency 128``, robots.txt on) and waits for them to finish.
@@ -61,7 +62,6 @@ import resource
 import signal
 import sys
 import tempfile
-import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,7 +71,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 import redis.asyncio as aioredis
 import uvloop
-from aiohttp import web
+from wire_server import WireServer
 
 from common.queue import CrawlQueue, NewTask
 from common.redis_server import RedisServer
@@ -138,38 +138,30 @@ class Site:
 
 async def serve(site: Site, latency: float) -> dict[str, list[list[Any]]]:
     """Answer on `site.hosts` loopback addresses until SIGTERM; returns every request's
-    start and path, per host."""
+    arrival time (the kernel's, see wire_server) and path, per host."""
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     seen: dict[str, list[list[Any]]] = defaultdict(list)
     number = {address(i): i for i in range(site.hosts)}
 
-    async def answer(request: web.Request) -> web.Response:
-        seen[request.host].append([time.monotonic(), request.path])
-        await asyncio.sleep(latency)
-        if request.path == "/robots.txt":
-            return web.Response(text="User-agent: *\nAllow: /\n")
-        name, _, port = request.host.partition(":")
-        page = request.path.removeprefix("/p/")
+    def answer(host: str, path: str) -> tuple[int, str, bytes]:
+        if path == "/robots.txt":
+            return 200, "text/plain", b"User-agent: *\nAllow: /\n"
+        name, _, port = host.partition(":")
+        page = path.removeprefix("/p/")
         if name not in number or not page.isdigit() or int(page) >= site.pages:
-            raise web.HTTPNotFound
+            return 404, "text/plain", b"not found"
         body = site.html(number[name], int(page), int(port or 80))
-        return web.Response(text=body, content_type="text/html")
+        return 200, "text/html; charset=utf-8", body.encode()
 
-    app = web.Application()
-    app.router.add_get("/{tail:.*}", answer)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-    await runner.setup()
-    first = web.TCPSite(runner, address(0), 0, backlog=1024)
-    await first.start()
-    port = int(runner.addresses[0][1])
-    for i in range(1, site.hosts):
-        await web.TCPSite(runner, address(i), port, backlog=128).start()
-    print(port, flush=True)
+    server = WireServer(answer, latency, lambda host, path, at: seen[host].append([at, path]))
+    print(server.listen(address(i) for i in range(site.hosts)), flush=True)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
-    await runner.cleanup()
+    server.close()
+    if server.untimed:
+        print(f"server: {server.untimed} reads without a kernel timestamp", file=sys.stderr)
     return dict(seen)
 
 
