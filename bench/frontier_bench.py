@@ -41,6 +41,9 @@ Each run prints:
 - the consumers' CPU per page (user + system, from getrusage of the exited processes);
   no target, for comparing runs.
 
+``FRONTIER_BENCH_SHOW=1`` prints the first violations; ``FRONTIER_BENCH_COMMANDS=1`` the
+commands that took most Redis time per page (INFO commandstats).
+
 Targets (H=1000, P=20, delay 1 s, latency 100 ms): >= 0.95 of the bound in both orders,
 0 violations, <= 30 us of Redis CPU and <= 20 Redis commands per page; the wide run
 (H=5000, P=5, most time spent discovering hosts): >= 0.9; the discovery run (H=1000,
@@ -193,6 +196,15 @@ async def redis_counters(client: aioredis.Redis) -> tuple[float, int]:
     return float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]), calls
 
 
+async def command_costs(client: aioredis.Redis, pages: int) -> str:
+    """The commands that took most Redis time, per page: time (us) and calls. A script's
+    time includes the commands it ran, which are listed too."""
+    stats = await client.info("commandstats")
+    top = sorted(stats.items(), key=lambda kv: -float(kv[1]["usec"]))[:12]
+    return "  ".join(f"{name.removeprefix('cmdstat_')} {float(v['usec']) / pages:.1f}us "
+                     f"{int(v['calls']) / pages:.2f}x" for name, v in top)
+
+
 def seeds(site: Site, port: int, *, interleaved: bool) -> list[str]:
     """The URLs enqueued up front: every page, or each host's root when the site links."""
     hosts, pages = range(site.hosts), range(1 if site.fanout else site.pages)
@@ -234,6 +246,8 @@ async def crawl(server: RedisServer, port: int, *, site: Site, delay: float,
         assert await proc.wait() == 0, f"{label}: a consumer exited {proc.returncode}"
     children1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # the site is still running
     cpu1, calls1 = await redis_counters(client)
+    if os.environ.get("FRONTIER_BENCH_COMMANDS"):
+        print(f"  {label}: {await command_costs(client, site.hosts * site.pages)}")
     stats = await q.stats()
     await client.aclose()
     n = site.hosts * site.pages
