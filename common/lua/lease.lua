@@ -199,10 +199,14 @@ end
 -- checked again from its last request and settings (a `due` score written before the
 -- crawl's defaults changed may be early).
 local ready, wait, refresh = {}, -1, {}
+-- Each due candidate's settings, decoded once (most hosts have none: one shared table,
+-- never written: only a host with a budget has its conf changed below).
+local cf, NO_CONF = {}, conf_decode(nil)
 for i = 1, #hosts do
   local at = tonumber(due[i])
   if at then
-    local c = conf_decode(confs[i])
+    local c = confs[i] and conf_decode(confs[i]) or NO_CONF
+    cf[i] = c
     local delay = host_limits(c, cc)
     local earliest = math.max((tonumber(last[i]) or 0) + delay, c.blocked)
     if earliest > at then
@@ -246,7 +250,7 @@ for r, i in ipairs(ready) do
   end
   local host = hosts[i]
   local hq, hp = KEYS[19 + 2 * i], KEYS[20 + 2 * i]
-  local c = conf_decode(confs[i])
+  local c = cf[i]
   local delay, conc = host_limits(c, cc)
   delays[i] = delay
   concs[i] = conc < UNLIMITED and conc or 0
@@ -359,7 +363,7 @@ do
       local f = math.max(0, (tonumber(inflight[i]) or 0) + f_by)
       if q_by ~= 0 then qargs[#qargs + 1], qargs[#qargs + 2] = q, host end
       if f_by ~= 0 then iargs[#iargs + 1], iargs[#iargs + 2] = f, host end
-      local c = budgeted[i] or conf_decode(confs[i])
+      local c = cf[i]  -- every host refreshed here was due: decoded above
       local delay, conc = host_limits(c, cc)
       if q > 0 and f < conc and budget_left(c) > 0 then
         local at = (stamped[host] and now or tonumber(last[i]) or 0) + delay

@@ -22,6 +22,10 @@ end
 -- the replies joined: unpack() of a long table overflows the Lua C stack (~8000 values),
 -- and a script that fails after its first writes is not rolled back.
 local function call_sliced(cmd, key, args, step)
+  if #args <= step then  -- one slice: its reply as it is
+    local reply = redis.call(cmd, key, unpack(args))
+    return type(reply) == 'table' and reply or {}
+  end
   local out = {}
   for i = 1, #args, step do
     local reply = redis.call(cmd, key, unpack(args, i, math.min(i + step - 1, #args)))
