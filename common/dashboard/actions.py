@@ -54,7 +54,8 @@ _CLEARABLE = ("delay", "concurrency", "budget")
 Operation = Callable[[CrawlQueue, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
-async def _body(request: web.Request) -> dict[str, Any]:
+async def json_body(request: web.Request) -> dict[str, Any]:
+    """An action's body: a JSON object, else BadRequestError (a 400)."""
     try:
         body = await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -168,7 +169,7 @@ ACTIONS: dict[str, tuple[str, Operation]] = {
 def _handler(name: str, operation: Operation) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handle(request: web.Request) -> web.Response:
         queue = await open_crawl(request)
-        result = await operation(queue, await _body(request))
+        result = await operation(queue, await json_body(request))
         log.info("dashboard_action", extra={
             "action": name, "crawl": queue.crawl,
             **{k: v for k, v in result.items() if k != "row"}})

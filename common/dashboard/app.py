@@ -1,4 +1,5 @@
-"""The dashboard's aiohttp application: pages, static files, the API and the actions."""
+"""The dashboard's aiohttp application: pages, static files, the API, the actions and
+the crawl's policy."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 from aiohttp import web
 
 from common.connection import RedisClient
-from common.dashboard import actions, api
+from common.dashboard import actions, api, policy
 from common.dashboard.security import Guard, add_headers, middleware
 
 STATIC = Path(__file__).parent / "static"
@@ -34,4 +35,5 @@ def make_app(client: RedisClient, *, token: str | None, bind_host: str) -> web.A
     app.router.add_static("/static", STATIC)
     api.add_routes(app)
     actions.add_routes(app)
+    policy.add_routes(app)
     return app

@@ -22,8 +22,8 @@ DASHBOARD_OPTIONS = (
     Option("--http-port", "CRAWLQ_DASHBOARD_PORT", 9420, "listen on this port", type=int),
     Option("--token", "CRAWLQ_DASHBOARD_TOKEN", None,
            "allow actions (pause, resume, host settings and blocks, dead-letter requeue "
-           "and purge) to requests that carry this token; without it the dashboard is "
-           "read-only", secret=True),
+           "and purge, policy changes) to requests that carry this token; without it the "
+           "dashboard is read-only", secret=True),
 )
 
 

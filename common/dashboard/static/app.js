@@ -79,8 +79,13 @@ const dash = (() => {
     return { ok: response.ok, status: response.status, data };
   }
 
+  // GET a view: { ok, status, data }, for a view whose 4xx the page shows (getJSON throws).
+  async function get(url) {
+    return answer(await fetch(url, { headers: { Accept: "application/json" } }));
+  }
+
   async function getJSON(url) {
-    const got = await answer(await fetch(url, { headers: { Accept: "application/json" } }));
+    const got = await get(url);
     if (!got.ok) throw new Error(got.data.error || `HTTP ${got.status}`);
     return got.data;
   }
@@ -144,5 +149,5 @@ const dash = (() => {
     return info;
   }
 
-  return { el, replace, fmt, table, getJSON, post, notice, poll, session };
+  return { el, replace, fmt, table, get, getJSON, post, notice, poll, session };
 })();

@@ -2,7 +2,8 @@
 // One crawl's page. Each <section class="panel"> has one panel object below with a
 // refresh(ctx) that reads its GET /api/crawls/{crawl}/... view; the poll loop runs them
 // every 2 s. Actions go through act(), which POSTs with the token and says what the
-// server answered. A new view is one more section in crawl.html and one more panel here.
+// server answered (the policy form answers in its own panel). A new view is one more
+// section in crawl.html and one more panel here.
 
 (() => {
   const { el, replace, fmt, table } = dash;
@@ -272,7 +273,98 @@
     },
   };
 
-  const panels = [summaryPanel, chartPanel, hostsPanel, workersPanel, deadPanel];
+  // The crawl's policy (crawlq crawl show / set). The form is built from the options the
+  // API lists (POLICY_OPTIONS, in their order), never from a list kept here: when the
+  // panel first loads, after a save, on "reload", and when the policy moved while nothing
+  // in the form was edited. Every poll re-reads the version and the log. A save sends the
+  // edited values with the version the form was loaded at; the server refuses it (409)
+  // when the policy changed meanwhile, and the form keeps the edits.
+  const policyPanel = {
+    node: document.getElementById("policy"),
+    loaded: null, latest: null, form: null,
+    async refresh() {
+      const got = await dash.get(`${api}/policy?log=10`);
+      if (got.status === 404) return this.missing(got.data.error);
+      if (!got.ok) throw new Error(got.data.error || `HTTP ${got.status}`);
+      this.latest = got.data;
+      if (!this.form || (got.data.version !== this.loaded.version && !this.edited().length)) {
+        this.render(got.data);
+      }
+      this.renderMeta();
+      this.renderLog(got.data.log);
+    },
+    missing(text) {
+      this.loaded = this.latest = this.form = null;
+      replace(this.node.querySelector(".meta"), "no policy yet");
+      replace(this.node.querySelector(".body"), el("p", { class: "hint" }, text));
+      replace(this.node.querySelector(".log"));
+    },
+    render(doc) {
+      this.loaded = doc;
+      const rows = doc.options.map((o) => el("div", { class: "policy-row", "data-option": o.name },
+        el("label", { for: `policy-${o.name}` }, o.name),
+        el("input", {
+          id: `policy-${o.name}`, name: o.name, value: doc.text[o.name], placeholder: o.default,
+          autocomplete: "off", spellcheck: "false", "aria-describedby": `policy-help-${o.name}`,
+        }),
+        el("span", { class: "hint", id: `policy-help-${o.name}` }, o.help, ` (default ${o.default})`)));
+      this.form = el("form", {
+        class: "policy-form", oninput: () => this.renderMeta(),
+        onsubmit: (e) => { e.preventDefault(); this.save(); },
+      }, rows, el("div", { class: "policy-foot" },
+        actionButton("save", "save-policy", { type: "submit" }, null),
+        el("button", {
+          type: "button", class: "action reload-policy", title: "the policy as it is now; drops the edits",
+          onclick: () => { this.form = null; ctx.tick(); },
+        }, "reload")));
+      replace(this.node.querySelector(".body"), this.form);
+    },
+    edited() {
+      if (!this.form) return [];
+      return this.loaded.options.map((o) => o.name)
+        .filter((name) => this.form.elements[name].value !== this.loaded.text[name]);
+    },
+    renderMeta() {
+      if (!this.loaded) return;
+      const edited = this.edited();
+      const now = this.latest ? this.latest.version : this.loaded.version;
+      replace(this.node.querySelector(".meta"), `version ${this.loaded.version}`,
+        edited.length ? ` · edited: ${edited.join(", ")}` : null,
+        now !== this.loaded.version ? el("span", {
+          class: "badge warn stale-policy", title: "saving would be refused: reload to see it",
+        }, `changed since loaded: now version ${now}`) : null);
+    },
+    status(text, kind) {
+      replace(this.node.querySelector(".status"), el("span", { class: `policy-msg ${kind}` }, text));
+    },
+    async save() {
+      const values = {};
+      for (const name of this.edited()) values[name] = this.form.elements[name].value;
+      const keys = Object.keys(values);
+      if (!keys.length) return this.status("nothing edited", "info");
+      const got = await dash.post(`${api}/policy/set`, { values, version: this.loaded.version });
+      if (got.ok) {
+        this.status(got.data.changed ? `saved: version ${got.data.version} (${keys.join(", ")})`
+          : `nothing changed: the values are the same (version ${got.data.version})`, "ok");
+        this.form = null;
+      } else {
+        this.status(`refused (${got.status}): ${got.data.error}`, "bad");
+      }
+      ctx.tick();
+    },
+    renderLog(entries) {
+      const changes = (c) => Object.entries(c || {}).sort((a, b) => a[0].localeCompare(b[0]))
+        .map(([key, [old, now]]) => `${key} ${old ?? "-"} \u2192 ${now}`).join(", ");
+      replace(this.node.querySelector(".log"), table(
+        ["when", { label: "version", num: true }, "by", "changes"],
+        entries.map((e) => el("tr", { "data-version": e.version },
+          el("td", { class: "when" }, fmt.time(e.at)), el("td", { class: "num" }, e.version),
+          el("td", null, e.by), el("td", { class: "changes" }, changes(e.changes)))),
+        "no changes logged"));
+    },
+  };
+
+  const panels = [summaryPanel, chartPanel, hostsPanel, workersPanel, deadPanel, policyPanel];
 
   async function refresh() {
     await summaryPanel.refresh();
