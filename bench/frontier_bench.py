@@ -7,8 +7,9 @@
 One local server answers on H loopback addresses (127.0.x.y, one port: each its own host
 to a crawler), sleeps ``--latency`` before every answer (robots.txt included) and records
 when every request arrived, per host: the kernel's receive time of its bytes
-(``bench/wire_server.py``), so a busy server loop does not read as an impolite crawler. For each run the bench enqueues H x P URLs (sorted
-by host, as sitemaps and most seed lists are, or interleaved across hosts), starts 1 or 2
+(``bench/wire_server.py``), so a busy server loop does not read as an impolite crawler.
+For each run the bench enqueues H x P URLs (sorted by host, as sitemaps and most seed
+lists are, or interleaved across hosts), starts 1 or 2
 ``crawlq-consumer`` processes (``--per-host-delay``, ``--per-host-concurrency 2``,
 ``--concurrency 128``, robots.txt on) and waits for them to finish.
 
