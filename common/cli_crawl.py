@@ -126,8 +126,9 @@ def add_crawl_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser],
         "crawl", help="a crawl's policy: create, show or set it",
         description="A crawl's policy: the values the whole fleet shares (today the "
         "per-host delay and concurrency defaults, the content types read, the user agent, "
-        "robots.txt on or off, the link depth and domains followed, the retry backoff "
-        "and stall limit), versioned and logged in Redis.")
+        "robots.txt on or off and how long it is cached, the link depth and domains "
+        "followed, the retry backoff, stall and attempt limits, the recrawl window), "
+        "versioned and logged in Redis.")
     crawl_sub = crawl.add_subparsers(dest="crawl_command", metavar="ACTION", required=True)
 
     def action(name: str, help_text: str) -> argparse.ArgumentParser:

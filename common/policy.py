@@ -2,11 +2,15 @@
 
 Today the policy holds the crawl's politeness defaults, ``per_host_delay`` and
 ``per_host_concurrency``; what its consumers read, ``accept_content_type``; who they say
-they are and whether they obey robots.txt, ``user_agent`` and ``ignore_robots``; and
-which links they follow, ``max_depth`` and ``allow_domains``; how failed tasks are
-retried, ``retry_base``, ``retry_cap`` and ``max_retry_after``, and how many lease
-expiries kill one, ``max_stalls`` (the other crawl-level options move here in a later
-slice).
+they are, whether they obey robots.txt and how long they trust a copy of it,
+``user_agent``, ``ignore_robots`` and ``robots_ttl``; which links they follow,
+``max_depth`` and ``allow_domains``; how failed tasks are retried, ``retry_base``,
+``retry_cap`` and ``max_retry_after``, and when one is dead, ``max_stalls`` (lease
+expiries) and ``max_attempts`` (stamped on each task when it is enqueued); and after how
+long a URL already done may be enqueued again, ``recrawl_after`` (exact dedup only).
+What stays a process's own setting (credentials, memory and time bounds, sinks) is
+listed in the README's "Crawl policy".
+
 Each option is declared once, in `POLICY_OPTIONS`: its name (the flag's, in snake_case),
 how its text parses (the flags' syntax: ``1s``, ``500ms``, ``2``, ``true``,
 ``a.example,b.example``), its default, its rule and its help; the `CrawlPolicy`
@@ -28,14 +32,23 @@ hash tags); a partition's ``policy_version`` says which version it holds. Last, 
 ``policy`` message on the crawl's wake channel (``common.wake``) tells running consumers
 to read it again (they also do at every heartbeat, in case the message was lost).
 
-Who creates it: ``crawlq crawl create``, else the first consumer (from its flags, before
-it waits for the crawl), else the producer (the defaults), whichever comes first; nobody
-overwrites it but ``crawlq crawl set`` (and `set_policy` callers: the API's
-``Frontier.set_defaults``). A crawl an earlier crawlq made has per-partition ``conf`` and
-no policy: the first `ensure_policy` or `create_policy` adopts partition 0's values
-(logged ``by: migration``), so nothing changes for a running crawl. A policy an earlier
-crawlq made lacks the options added since: the first `ensure_policy` adds them, from what
-it wants (the first consumer's flags, or the producer's defaults), and keeps the others.
+Each option's flag belongs to one command (`PolicyOption.seeded_by`): ``max_attempts``
+and ``recrawl_after`` are the producer's, the others the consumer's. Who creates the
+policy: ``crawlq crawl create``, else the first consumer (from its flags, before it waits
+for the crawl), else the producer (from its flags), whichever comes first, the options
+whose flags it lacks at their defaults; nobody overwrites it but ``crawlq crawl set``
+(and `set_policy` callers: the API's ``Frontier.set_defaults``). A crawl an earlier
+crawlq made has per-partition ``conf`` and no policy: the first `ensure_policy` or
+`create_policy` adopts partition 0's values (logged ``by: migration``), so nothing
+changes for a running crawl. A policy an earlier crawlq made lacks the options added
+since: each `ensure_policy` adds those the caller seeds (its flags': `ensure_policy`'s
+``seeds``), and keeps the others; one still missing reads as its default.
+
+``recrawl_after`` needs exact dedup (bloom keeps no timestamps): a change that sets it
+above 0 on a crawl whose settings say bloom is a PolicyError (one HGET of the crawl's
+settings, only for such a change). A policy set before its crawl existed can't be
+checked then: the producer refuses to run such a bloom crawl, and a consumer enqueues its
+links without the window (with a WARNING).
 """
 
 from __future__ import annotations
@@ -44,8 +57,9 @@ import argparse
 import json
 import re
 import tomllib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from math import ceil
 from typing import Any
 
 from common import codec
@@ -55,8 +69,9 @@ from common.connection import RedisClient
 from common.errors import ConfigError
 from common.http.fetcher import DEFAULT_USER_AGENT
 from common.keys import CrawlKeys, PartitionKeys
-from common.queue import CrawlSettings, RetryPolicy
+from common.queue import CrawlSettings, DedupMode, RetryPolicy
 from common.scripts import register
+from common.task import DEFAULT_MAX_ATTEMPTS
 from common.urls import canonical_domain
 from common.wake import WakeChannel
 
@@ -66,6 +81,9 @@ LOG_LEN = 200
 APPLY_SLICE = 1000
 #: Who a change is by, when it is not a person's command.
 BY_MIGRATION = "migration"
+#: The commands whose flags seed the policy (`PolicyOption.seeded_by`).
+CONSUMER = "crawlq-consumer"
+PRODUCER = "crawlq-producer"
 
 
 class PolicyError(ConfigError):
@@ -107,6 +125,12 @@ def _whole_ms_seconds(text: str) -> float:
     """A duration in the flags' syntax, cut to whole milliseconds as the retry flags
     always were (``1.5ms`` is 1 ms; ``round(..., 6)`` only drops float noise first)."""
     return int(round(duration(text) * 1000, 6)) / 1000
+
+
+def _whole_seconds(text: str) -> int:
+    """A duration in the flags' syntax in whole seconds, a fraction rounded up (``1.2s``
+    is 2 s; ``round(..., 6)`` only drops float noise first)."""
+    return ceil(round(duration(text), 6))
 
 
 def _show_seconds(value: float) -> str:
@@ -184,6 +208,11 @@ def _whole_ok(value: int) -> None:
         raise ConfigError(f"must be a whole number >= 0, got {value!r}")
 
 
+def _at_least_one(value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"must be a whole number >= 1, got {value!r}")
+
+
 #: What `allow_domains` shows (and takes) for no list: a link must stay on its page's host.
 PARENT_HOST = "@parent"
 
@@ -212,7 +241,8 @@ def _show_domains(value: tuple[str, ...]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class PolicyOption:
-    """One policy option: ``name`` as the flag spells it, in snake_case."""
+    """One policy option: ``name`` as the flag spells it, in snake_case; ``flag`` is
+    ``seeded_by``'s (the command that creates the policy from it when there is none)."""
 
     name: str
     flag: str
@@ -222,6 +252,7 @@ class PolicyOption:
     check: Callable[[Any], None] = _non_negative
     show: Callable[[Any], str] = str
     toml_string: bool = False  # written as a TOML string ("1s"), else a number
+    seeded_by: str = CONSUMER
 
 
 POLICY_OPTIONS: tuple[PolicyOption, ...] = (
@@ -244,6 +275,9 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
     PolicyOption("ignore_robots", "--ignore-robots", _true_false, False,
                  "true: neither fetch nor obey robots.txt (only for sites you own)",
                  check=_is_bool, show=_show_bool),
+    PolicyOption("robots_ttl", "--robots-ttl", _ms_seconds, 86400.0,
+                 "how long a fetched robots.txt is trusted before it is fetched again "
+                 "(e.g. 1d, 6h; > 0)", check=_positive, show=_show_seconds, toml_string=True),
     PolicyOption("max_depth", "--max-depth", _whole, 3,
                  "deepest link depth a handler's links are enqueued at (seeds are 0)",
                  check=_whole_ok),
@@ -264,9 +298,21 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
     PolicyOption("max_stalls", "--max-stalls", _whole, 2,
                  "lease expiries a task survives; one more and it is dead, reason stalled",
                  check=_whole_ok),
+    PolicyOption("max_attempts", "--max-attempts", _whole, DEFAULT_MAX_ATTEMPTS,
+                 "fetch attempts a task gets before it is dead (>= 1), stamped on each "
+                 "task when it is enqueued", check=_at_least_one, seeded_by=PRODUCER),
+    PolicyOption("recrawl_after", "--recrawl-after", _whole_seconds, 0,
+                 "enqueue again a URL that is done and was last enqueued longer ago than "
+                 "this, in whole seconds (e.g. 7d; 0s = never); exact dedup only",
+                 check=_whole_ok, show=_show_seconds, toml_string=True, seeded_by=PRODUCER),
 )
 OPTIONS: dict[str, PolicyOption] = {o.name: o for o in POLICY_OPTIONS}
 VALID_KEYS = ", ".join(OPTIONS)
+
+
+def seeded_by(command: str) -> tuple[PolicyOption, ...]:
+    """The options whose flag is `command`'s (`CONSUMER` or `PRODUCER`)."""
+    return tuple(o for o in POLICY_OPTIONS if o.seeded_by == command)
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,12 +324,15 @@ class CrawlPolicy:
     accept_content_type: tuple[str, ...] = OPTIONS["accept_content_type"].default
     user_agent: str = OPTIONS["user_agent"].default
     ignore_robots: bool = OPTIONS["ignore_robots"].default
+    robots_ttl: float = OPTIONS["robots_ttl"].default
     max_depth: int = OPTIONS["max_depth"].default
     allow_domains: tuple[str, ...] = OPTIONS["allow_domains"].default
     retry_base: float = OPTIONS["retry_base"].default
     retry_cap: float = OPTIONS["retry_cap"].default
     max_retry_after: float = OPTIONS["max_retry_after"].default
     max_stalls: int = OPTIONS["max_stalls"].default
+    max_attempts: int = OPTIONS["max_attempts"].default
+    recrawl_after: int = OPTIONS["recrawl_after"].default
 
     def __post_init__(self) -> None:
         for opt in POLICY_OPTIONS:
@@ -384,6 +433,20 @@ def from_texts(stored: Mapping[str, str]) -> CrawlPolicy:
     return CrawlPolicy(**{n: parse_value(n, t) for n, t in stored.items() if n in OPTIONS})
 
 
+def flag_differences(crawl: str, stored: CrawlPolicy, wanted: CrawlPolicy, command: str
+                     ) -> list[dict[str, str]]:
+    """For each of `command`'s flags whose value (in `wanted`) differs from the crawl's:
+    what its ``crawl_policy_differs`` WARNING says (the flag, both values, the advice)."""
+    theirs, mine = stored.texts(), wanted.texts()
+    return [{"crawl": crawl, "flag": o.flag, "flag_value": mine[o.name],
+             "crawl_value": theirs[o.name],
+             "advice": f"{o.flag} applies only when a {command.removeprefix('crawlq-')} "
+                       f"creates the crawl's policy; the crawl's {o.name}={theirs[o.name]} "
+                       f"holds. Change it with: crawlq crawl set --crawl {crawl} "
+                       f"{o.name}={mine[o.name]}"}
+            for o in seeded_by(command) if theirs[o.name] != mine[o.name]]
+
+
 @dataclass(frozen=True, slots=True)
 class StoredPolicy:
     """A crawl's policy as Redis holds it, with its newest log entries."""
@@ -436,6 +499,25 @@ async def partitions_of(client: RedisClient, crawl: str) -> list[PartitionKeys]:
         return []
     settings = CrawlSettings.from_json(raw, crawl)
     return [PartitionKeys.build(crawl, p) for p in range(settings.partitions)]
+
+
+async def dedup_of(client: RedisClient, crawl: str) -> DedupMode | None:
+    """The crawl's dedup mode, or None when the crawl has no settings yet."""
+    raw = await client.hget(CrawlKeys.build(crawl).meta, "settings")
+    return None if raw is None else CrawlSettings.from_json(raw, crawl).dedup
+
+
+async def _recrawl_needs_exact(client: RedisClient, crawl: str, texts: Mapping[str, str]
+                               ) -> None:
+    """PolicyError when `texts` set a recrawl window on a crawl that uses bloom dedup."""
+    text = texts.get("recrawl_after")
+    if text is None or not parse_value("recrawl_after", text):
+        return
+    if await dedup_of(client, crawl) is DedupMode.BLOOM:
+        raise PolicyError(f"recrawl_after: crawl {crawl} uses bloom dedup, which keeps no "
+                          f"timestamps, so it can't enqueue a URL again (got {text}): a "
+                          f"recrawl window needs an exact-dedup crawl; valid keys: "
+                          f"{VALID_KEYS}")
 
 
 async def legacy_conf(client: RedisClient, crawl: str) -> CrawlPolicy | None:
@@ -511,6 +593,7 @@ async def create_policy(client: RedisClient, crawl: str, values: Mapping[str, An
     earlier crawlq made adopts its partitions' values first (logged as a migration), then
     `values` are set. PolicyExistsError when the crawl has a policy already."""
     policy = CrawlPolicy().replace(values)  # validated before anything is written
+    await _recrawl_needs_exact(client, crawl, policy.texts())
     existing = await read_policy(client, crawl, log_limit=0)
     if existing is not None:
         raise PolicyExistsError(
@@ -534,6 +617,7 @@ async def set_policy(client: RedisClient, crawl: str, values: Mapping[str, Any],
     # Every value checked before anything is written, retry_cap against what it lands on.
     (CrawlPolicy() if current is None else current.policy).replace(values)
     texts = {n: OPTIONS[n].show(v) for n, v in values.items()}
+    await _recrawl_needs_exact(client, crawl, texts)
     if current is None:
         if await _adopt(client, crawl):
             pass
@@ -553,29 +637,35 @@ async def set_policy(client: RedisClient, crawl: str, values: Mapping[str, Any],
 
 
 async def ensure_policy(client: RedisClient, crawl: str, wanted: CrawlPolicy, *,
-                        by: str) -> tuple[StoredPolicy, bool]:
+                        by: str, seeds: Collection[str] | None = None
+                        ) -> tuple[StoredPolicy, bool]:
     """The crawl's policy, created from `wanted` if it has none (adopted from an earlier
     crawlq's partitions if those hold values); never changes a value that exists, only
-    adds the options an earlier crawlq's policy lacks. Then every partition that holds an
+    adds the options an earlier crawlq's policy lacks, those of them named in `seeds`
+    (the options the caller has flags for; None: all). Then every partition that holds an
     older version gets this one. Returns it, and whether this call created it from
-    `wanted`."""
+    `wanted`. PolicyError when `wanted` would give a bloom crawl a recrawl window."""
     stored = await read_policy(client, crawl, log_limit=0)
     created = False
     if stored is None and not await _adopt(client, crawl):
+        await _recrawl_needs_exact(client, crawl, wanted.texts())
         code, _ = await _write(client, crawl, "create", wanted.texts(), by)
         created = code == 0
     elif stored is not None:
-        await _add_missing(client, crawl, wanted, by)
+        await _add_missing(client, crawl, wanted, by, seeds)
     return await _finish(client, crawl), created
 
 
-async def _add_missing(client: RedisClient, crawl: str, wanted: CrawlPolicy,
-                       by: str) -> None:
-    """Give the options a policy lacks (an earlier crawlq made it) `wanted`'s values."""
+async def _add_missing(client: RedisClient, crawl: str, wanted: CrawlPolicy, by: str,
+                       seeds: Collection[str] | None) -> None:
+    """Give the options a policy lacks (an earlier crawlq made it) `wanted`'s values,
+    those in `seeds` (None: all)."""
     stored = {_text(k) for k in await client.hkeys(CrawlKeys.build(crawl).policy)}
     texts = wanted.texts()
-    missing = {name: text for name, text in texts.items() if name not in stored}
+    missing = {name: text for name, text in texts.items()
+               if name not in stored and (seeds is None or name in seeds)}
     if missing and "version" in stored:
+        await _recrawl_needs_exact(client, crawl, missing)
         code, _ = await _write(client, crawl, "set", missing, by)
         if code == 0:
             await announce(client, crawl)

@@ -14,7 +14,11 @@ in again by more than that.
 
 The scope is the crawl policy's (``max_depth``, ``allow_domains``) and changes while the
 consumer runs (`LinkIntake.set_scope`): a new depth applies to the pages finished after
-it; new domains also empty the cache, which remembers the links out of the old ones.
+it; new domains also empty the cache, which remembers the links out of the old ones. So
+are the attempts each new task gets and the recrawl window (``max_attempts``,
+``recrawl_after``; `LinkIntake.set_tasks`): the links of the pages finished after a change
+are stamped with the new value; a new window also empties the cache, whose generations
+follow it.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from common.metrics import LINK_FATES, Metrics
 from common.queue import NewTask
-from common.task import Task
+from common.task import DEFAULT_MAX_ATTEMPTS, Task
 from common.urls import canonicalize, fingerprint
 
 
@@ -36,7 +40,7 @@ class SeenCache:
     def __init__(self, size: int, *, max_age_s: float = 0.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._half = max(1, size // 2) if size > 0 else 0
-        self._max_age_s = max_age_s
+        self.max_age_s = max_age_s
         self._clock = clock
         self._new: set[str] = set()
         self._old: set[str] = set()
@@ -52,7 +56,7 @@ class SeenCache:
         """Remember these URLs (they were just sent to the queue's dedup)."""
         if not self._half:
             return
-        if self._max_age_s and self._clock() - self._born > self._max_age_s:
+        if self.max_age_s and self._clock() - self._born > self.max_age_s:
             self._rotate()
         new = self._new
         for url in urls:
@@ -85,10 +89,12 @@ class LinkIntake:
     """Turns the URLs handlers returned for finished tasks into new tasks to enqueue."""
 
     def __init__(self, metrics: Metrics, *, max_depth: int, allow_domains: Sequence[str],
-                 cache_size: int, recrawl_after_s: float = 0.0) -> None:
+                 cache_size: int, recrawl_after_s: float = 0.0,
+                 max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
         self.metrics = metrics
         self.max_depth = max_depth
         self.allow_domains = frozenset(allow_domains)
+        self.max_attempts = max_attempts
         # A URL recrawled after the window is not kept out by the cache for more than
         # half of it: each generation lives at most a quarter.
         self.cache = SeenCache(cache_size, max_age_s=recrawl_after_s / 4)
@@ -106,13 +112,22 @@ class LinkIntake:
             self.allow_domains = domains
             self._scope += 1
 
+    def set_tasks(self, max_attempts: int, recrawl_after_s: float) -> None:
+        """Give the new tasks `max_attempts` each, and follow a recrawl window of
+        `recrawl_after_s` (0: none), from the next batch on."""
+        self.max_attempts = max_attempts
+        if recrawl_after_s / 4 != self.cache.max_age_s:
+            # The cache may hold URLs sent longer ago than the new window allows.
+            self.cache.max_age_s = recrawl_after_s / 4
+            self.cache.clear()
+
     def children(self, found: Iterable[tuple[Task, Sequence[str]]]
                  ) -> tuple[list[NewTask], list[str]]:
         """The new tasks for ``(parent task, its URLs)`` pairs, and the URLs to mark seen
         once they are enqueued (:meth:`sent`)."""
         out: list[NewTask] = []
         mark = _Marks(self._scope)
-        cache, fates = self.cache, self._fates
+        cache, fates, attempts = self.cache, self._fates, self.max_attempts
         batch: set[str] = set()  # canonical URLs already taken in this batch
         for task, urls in found:
             if not urls or task.depth + 1 > self.max_depth:
@@ -142,7 +157,7 @@ class LinkIntake:
                 if url != raw:
                     mark.append(raw)
                 fates["sent"] += 1
-                out.append(NewTask(url, fingerprint(url), max_attempts=task.max_attempts,
+                out.append(NewTask(url, fingerprint(url), max_attempts=attempts,
                                    meta=task.meta, depth=task.depth + 1))
         return out, mark
 

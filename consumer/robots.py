@@ -43,7 +43,10 @@ first word up to ``/``: ``crawlq`` for ``crawlq/0.1 (+https://...)``), so a grou
 word that merely appears in our full User-Agent string (``github``) does not apply to us.
 The crawl policy may change the user agent while a consumer runs (`set_user_agent`):
 what is cached is the parsed robots.txt, the same for every agent, and each verdict,
-Crawl-delay included, is judged for the agent of the moment.
+Crawl-delay included, is judged for the agent of the moment. It may change `ttl_s` too
+(`set_ttl`, the policy's ``robots_ttl``): the copies fetched after the change get the
+new TTL, a copy read from Redis lives no longer than it in-process, and a copy already
+cached keeps its expiry.
 """  # noqa: E501
 
 from __future__ import annotations
@@ -177,6 +180,7 @@ class RobotsCache:
         self._keys = CrawlKeys.build(crawl)
         self._fetcher = fetcher
         self._agent = product_token(user_agent)
+        self._failure_ttl_s = failure_ttl_s
         self.ttl_s = ttl_s
         self.failure_ttl_s = min(failure_ttl_s, ttl_s)
         self.local_size = local_size
@@ -225,6 +229,15 @@ class RobotsCache:
         """Match robots.txt groups on `user_agent`'s product token from now on (ConfigError
         when it has none); cached robots.txt is judged again for it, none is fetched."""
         self._agent = product_token(user_agent)
+
+    def set_ttl(self, ttl_s: float) -> None:
+        """Trust robots.txt `ttl_s` from now on (ConfigError unless > 0): the copies
+        fetched after, and those read from Redis after (never longer than it); a copy
+        already held keeps its expiry."""
+        if not ttl_s > 0:
+            raise ConfigError("robots ttl_s must be > 0")
+        self.ttl_s = ttl_s
+        self.failure_ttl_s = min(self._failure_ttl_s, ttl_s)
 
     async def close(self) -> None:
         """Cancel lookups in flight (their callers get CancelledError) and forget them."""

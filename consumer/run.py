@@ -17,10 +17,12 @@ from common.http.fetcher import Fetcher
 from common.keys import CrawlKeys
 from common.metrics import Metrics
 from common.policy import (
-    POLICY_OPTIONS,
+    CONSUMER,
     CrawlPolicy,
     ensure_policy,
+    flag_differences,
     read_policy,
+    seeded_by,
     sync_partitions,
 )
 from common.queue import CrawlQueue
@@ -82,13 +84,19 @@ def _out_of_memory(exc: ResponseError) -> bool:
     return isinstance(exc, OutOfMemoryError) or "OOM" in str(exc)
 
 
+#: The policy options this consumer has flags for (the producer's keep their defaults).
+SEEDS = frozenset(o.name for o in seeded_by(CONSUMER))
+
+
 def _flag_policy(settings: ConsumerSettings) -> CrawlPolicy:
-    """The policy this consumer's crawl-level flags ask for."""
+    """The policy this consumer's crawl-level flags ask for (the options whose flags are
+    the producer's at their defaults)."""
     return CrawlPolicy(per_host_delay=settings.per_host_delay_s,
                        per_host_concurrency=settings.per_host_concurrency,
                        accept_content_type=settings.accept_content_type,
                        user_agent=settings.fetch.user_agent,
                        ignore_robots=settings.ignore_robots,
+                       robots_ttl=settings.robots_ttl_s,
                        max_depth=settings.max_depth,
                        allow_domains=settings.allow_domains,
                        retry_base=settings.retry_base_s,
@@ -105,7 +113,8 @@ async def _ensure_policy(client: RedisClient, settings: ConsumerSettings) -> Non
     crawl, wanted = settings.common.crawl, _flag_policy(settings)
     try:
         stored, created = await ensure_policy(
-            client, crawl, wanted, by=f"consumer {settings.worker_id} (created the crawl)")
+            client, crawl, wanted, by=f"consumer {settings.worker_id} (created the crawl)",
+            seeds=SEEDS)
     except ResponseError as exc:
         if not _out_of_memory(exc):
             raise
@@ -114,16 +123,8 @@ async def _ensure_policy(client: RedisClient, settings: ConsumerSettings) -> Non
     if created:
         log.info("crawl_policy_created", extra={"crawl": crawl, **wanted.texts()})
         return
-    theirs, mine = stored.policy.texts(), wanted.texts()
-    for opt in POLICY_OPTIONS:
-        if theirs[opt.name] != mine[opt.name]:
-            log.warning("crawl_policy_differs", extra={
-                "crawl": crawl, "flag": opt.flag, "flag_value": mine[opt.name],
-                "crawl_value": theirs[opt.name],
-                "advice": f"{opt.flag} applies only when a consumer creates the crawl's "
-                          f"policy; the crawl's {opt.name}={theirs[opt.name]} holds. Change "
-                          f"it with: crawlq crawl set --crawl {crawl} "
-                          f"{opt.name}={mine[opt.name]}"})
+    for differs in flag_differences(crawl, stored.policy, wanted, CONSUMER):
+        log.warning("crawl_policy_differs", extra=differs)
 
 
 async def _sync_policy(queue: CrawlQueue) -> None:
@@ -194,7 +195,8 @@ async def run(settings: ConsumerSettings) -> int:
                               "(permissions, read-only mount, space), then restart"})
                 return EXIT_SINK
             fetcher = await stack.enter_async_context(Fetcher(settings.fetch))
-            # Always made: whether robots.txt is obeyed is the crawl policy's, live.
+            # Always made: whether robots.txt is obeyed is the crawl policy's, live (and
+            # so is its TTL, which the consumer gives it when it reads the policy).
             robots = RobotsCache(client, settings.common.crawl, fetcher,
                                  user_agent=settings.fetch.user_agent,
                                  ttl_s=settings.robots_ttl_s)

@@ -18,9 +18,10 @@ Coroutines of one process:
 - the wake listener: another process freed a host's slot or queued work, so the leaser
   asks again now instead of at the end of its back-off; or the crawl's policy changed, so
   it is read again (one HGETALL; also when a lease reply names a newer version, and at
-  every heartbeat): its content types, user agent, robots.txt rule, link scope and
-  retry timing apply to the work that starts after, and the leaser asks again at once
-  (turns may have moved earlier);
+  every heartbeat): its content types, user agent, robots.txt rule and TTL, link scope,
+  the attempts and recrawl window of the links' tasks and the retry timing apply to the
+  work that starts after, and the leaser asks again at once (turns may have moved
+  earlier);
 - the heartbeat and the reaper (``consumer.housekeeping``).
 
 When the sink refuses a write (``consumer.sinkhealth``) the leaser stops, what is held
@@ -44,7 +45,7 @@ from common.frontier import Frontier
 from common.http.fetcher import Fetcher, FetchResult
 from common.metrics import Metrics
 from common.policy import read_values
-from common.queue import Code, CrawlQueue, Failure, Lease, LeaseBatch
+from common.queue import Code, CrawlQueue, DedupMode, Failure, Lease, LeaseBatch
 from common.reasons import CONNECT_ERROR
 from common.redis_errors import REDIS_ERRORS
 from common.wake import WakeChannel
@@ -269,8 +270,9 @@ class Consumer:
     async def read_policy(self) -> None:
         """Read the crawl's policy (one HGETALL) and apply what the consumer takes from
         it live (`accept`, `ignore_robots`, the user agent of the fetcher and of robots.txt,
-        the link intake's scope, the queue's retry policy); on a Redis error keep what it
-        had (the next heartbeat reads it again)."""
+        robots.txt's TTL, the link intake's scope and the attempts and recrawl window of
+        its tasks, the queue's retry policy); on a Redis error keep what it had (the next
+        heartbeat reads it again)."""
         try:
             stored = await read_values(self.queue.client, self.queue.crawl)
         except REDIS_ERRORS as exc:
@@ -288,17 +290,35 @@ class Consumer:
         self.fetcher.set_user_agent(policy.user_agent)
         if self.robots is not None:
             self.robots.set_user_agent(policy.user_agent)
+            self.robots.set_ttl(policy.robots_ttl)
+        recrawl_after = self._recrawl_after(policy.recrawl_after)
         self.flusher.intake.set_scope(policy.max_depth, policy.allow_domains)
-        # The queue reads it at each fail and reclaim call: the next one takes it.
+        self.flusher.intake.set_tasks(policy.max_attempts, recrawl_after)
+        # The queue reads these at each fail, reclaim and enqueue call: the next one
+        # takes them.
         self.queue.policy = policy.retry()
+        self.queue.recrawl_after_s = recrawl_after
         texts = policy.texts()
         log.info("crawl_policy_applied", extra={
             "version": stored.version, "accept_content_type": ",".join(self.accept) or "*/*",
             "per_host_delay": policy.per_host_delay,
             "per_host_concurrency": policy.per_host_concurrency,
-            **{k: texts[k] for k in ("user_agent", "ignore_robots", "max_depth",
-                                     "allow_domains", "retry_base", "retry_cap",
-                                     "max_retry_after", "max_stalls")}})
+            **{k: texts[k] for k in ("user_agent", "ignore_robots", "robots_ttl",
+                                     "max_depth", "allow_domains", "retry_base",
+                                     "retry_cap", "max_retry_after", "max_stalls",
+                                     "max_attempts", "recrawl_after")}})
+
+    def _recrawl_after(self, window: int) -> int:
+        """The policy's recrawl window for the links this consumer enqueues; none on a
+        bloom crawl (no timestamps: the policy was set before the crawl was created)."""
+        if window and self.queue.settings.dedup is DedupMode.BLOOM:
+            log.warning("crawl_policy_not_applied", extra={
+                "key": "recrawl_after", "value": f"{window}s",
+                "advice": "this crawl uses bloom dedup, which keeps no timestamps: links "
+                          "are enqueued without a recrawl window. Set recrawl_after=0 with "
+                          f"crawlq crawl set --crawl {self.queue.crawl} recrawl_after=0"})
+            return 0
+        return window
 
     def _policy_changed(self) -> None:
         """The policy changed (a policy message, or a lease reply naming a newer version):

@@ -6,7 +6,8 @@ Exit codes:
 0  the run finished (rejected lines do not fail it; neither does a SIGTERM, which ends
    the run after the batch in progress)
 2  usage or configuration error (bad flag or env value, a --dedup/--partitions that
-   conflicts with the existing crawl, bloom dedup with --recrawl-after)
+   conflicts with the existing crawl, bloom dedup with --recrawl-after or with a crawl
+   policy whose recrawl_after is set)
 3  Redis unreachable or refusing (connection, authentication, ACL, out of memory,
    read-only replica)
 4  a source could not be read (missing input file, sitemap fetch or parse failed);
@@ -26,8 +27,7 @@ import random
 import signal
 import sys
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, field
-from math import ceil
+from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO, TextIO
 
 from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
@@ -47,7 +47,15 @@ from common.exitcodes import EXIT_LOCKED, EXIT_OK, EXIT_REDIS, EXIT_SOURCE, EXIT
 from common.headers import parse_header_lines
 from common.http.fetcher import Fetcher
 from common.logs import setup_logging
-from common.policy import CrawlPolicy, ensure_policy
+from common.policy import OPTIONS as POLICY
+from common.policy import (
+    PRODUCER,
+    CrawlPolicy,
+    ensure_policy,
+    flag_differences,
+    read_values,
+    seeded_by,
+)
 from common.queue import CrawlQueue, CrawlSettings, DedupMode
 from common.redis_errors import redis_error_message
 from common.runtime import run_loop
@@ -88,15 +96,19 @@ def _dedup(value: str | None) -> DedupMode | None:
     return DedupMode(value) if value else None
 
 
-def _whole_seconds(value: float) -> int:
-    return ceil(value) if value > 0 else 0
-
-
 def _meta_pair(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"not key=value: {text!r}")
     return key.strip(), value
+
+
+#: How a crawl-level flag relates to the crawl's policy (``common.policy``).
+_POLICY_VALUE = ("a crawl policy value: used only when this run creates the crawl's "
+                 "policy, else the crawl's holds (a WARNING if they differ; change it with "
+                 "crawlq crawl set)")
+#: The policy options this producer has flags for (the consumer's keep their defaults).
+SEEDS = frozenset(o.name for o in seeded_by(PRODUCER))
 
 
 PRODUCER_OPTIONS = (
@@ -109,8 +121,10 @@ PRODUCER_OPTIONS = (
            "whose URLs to enqueue (repeatable)", append=True, field="sitemaps", convert=tuple),
     Option("--priority", "CRAWLQ_PRIORITY", 0, "task priority: 0 is first come first "
            "served, higher is leased first", type=_int_at_least(0), field="template.priority"),
-    Option("--max-attempts", "CRAWLQ_MAX_ATTEMPTS", 3, "fetch attempts before a task is "
-           "dead-lettered", type=_int_at_least(1), field="template.max_attempts"),
+    Option("--max-attempts", "CRAWLQ_MAX_ATTEMPTS", POLICY["max_attempts"].default,
+           "fetch attempts before a task is dead-lettered (>= 1), stamped on the tasks "
+           "enqueued; " + _POLICY_VALUE, type=POLICY["max_attempts"].parse,
+           check=POLICY["max_attempts"].check, field="template.max_attempts"),
     Option("--meta", "CRAWLQ_META", [], "key=value stored in every task's meta "
            "(repeatable)", type=_meta_pair, append=True, field="template.meta", convert=dict),
     # Not CRAWLQ_HEADERS: that is the consumer's, and a settings file both read would
@@ -125,9 +139,11 @@ PRODUCER_OPTIONS = (
            "(exact if unset)", choices=("exact", "bloom"), convert=_dedup),
     Option("--partitions", "CRAWLQ_PARTITIONS", None, "partitions, fixed when the crawl is "
            "created (1 if unset)", type=_int_at_least(1)),
-    Option("--recrawl-after", "CRAWLQ_RECRAWL_AFTER", 0.0, "enqueue again a URL whose last "
-           "enqueue is older than this and that is done (e.g. 7d); 0 never", type=duration,
-           field="recrawl_after_s", convert=_whole_seconds),
+    Option("--recrawl-after", "CRAWLQ_RECRAWL_AFTER", POLICY["recrawl_after"].default,
+           "enqueue again a URL whose last enqueue is older than this and that is done, in "
+           "whole seconds (e.g. 7d; 0 never; exact dedup only); " + _POLICY_VALUE,
+           type=POLICY["recrawl_after"].parse, check=POLICY["recrawl_after"].check,
+           field="recrawl_after_s"),
     Option("--sort-query", "CRAWLQ_SORT_QUERY", False, "sort query parameters by key when "
            "canonicalizing", flag_only_bool=True),
     Option("--reject-file", "CRAWLQ_REJECT_FILE", None, "write every rejected line there, "
@@ -210,18 +226,22 @@ def build_parser() -> argparse.ArgumentParser:
 async def open_queue(client: RedisClient, settings: ProducerSettings) -> CrawlQueue:
     """Open the crawl; --dedup/--partitions apply only when it is created.
 
-    An explicit value that differs from an existing crawl's is a CrawlConflictError.
+    An explicit value that differs from an existing crawl's is a CrawlConflictError; a
+    bloom crawl is not created under a policy with a recrawl window (ConfigError).
     """
     crawl = settings.common.crawl
-    kwargs: dict[str, Any] = {"recrawl_after_s": settings.recrawl_after_s}
     try:
-        queue = await CrawlQueue.existing(client, crawl, **kwargs)
+        queue = await CrawlQueue.existing(client, crawl)
     except ConfigError:
         if settings.partitions is None and settings.dedup is None:
-            return await CrawlQueue.open(client, crawl, **kwargs)
+            return await CrawlQueue.open(client, crawl)
         wanted = CrawlSettings(partitions=settings.partitions or 1,
                                dedup=settings.dedup or DedupMode.EXACT)
-        queue = await CrawlQueue.open(client, crawl, wanted, **kwargs)
+        if wanted.dedup is DedupMode.BLOOM:
+            found = await read_values(client, crawl)
+            if found is not None and found.policy.recrawl_after:
+                raise ConfigError(_bloom_under_window(crawl, found.policy)) from None
+        queue = await CrawlQueue.open(client, crawl, wanted)
     stored = queue.settings
     asked = []
     if settings.partitions is not None and settings.partitions != stored.partitions:
@@ -240,19 +260,49 @@ async def open_queue(client: RedisClient, settings: ProducerSettings) -> CrawlQu
     return queue
 
 
-async def ensure_crawl_policy(client: RedisClient, crawl: str) -> None:
-    """Give the crawl its policy with the defaults if nobody (``crawlq crawl create``, a
-    consumer) gave it one; never change one that exists (``common.policy``). A full
-    Redis (at maxmemory) refuses the write: the run goes on, its enqueue says so."""
+def _bloom_under_window(crawl: str, policy: CrawlPolicy) -> str:
+    return (f"crawl {crawl!r} uses bloom dedup, which keeps no timestamps, but its policy "
+            f"has recrawl_after={policy.texts()['recrawl_after']} (set before the crawl "
+            f"was created): run `crawlq crawl set --crawl {crawl} recrawl_after=0`, or use "
+            "an exact-dedup crawl")
+
+
+def flag_policy(settings: ProducerSettings) -> CrawlPolicy:
+    """The policy this producer's crawl-level flags ask for (the options whose flags are
+    the consumer's at their defaults)."""
+    return CrawlPolicy(max_attempts=settings.template.max_attempts,
+                       recrawl_after=settings.recrawl_after_s)
+
+
+async def ensure_crawl_policy(client: RedisClient, settings: ProducerSettings
+                              ) -> CrawlPolicy:
+    """The crawl's policy, which this run follows: created from this producer's flags if
+    nobody (``crawlq crawl create``, a consumer) gave the crawl one; never changed when
+    it exists (a flag that differs from it gets one WARNING: the crawl's value holds).
+    A full Redis (at maxmemory) refuses the write: the run goes on with what is stored
+    (or its flags), its enqueue says so."""
+    crawl, wanted = settings.common.crawl, flag_policy(settings)
     try:
-        _, created = await ensure_policy(client, crawl, CrawlPolicy(), by="producer")
+        stored, created = await ensure_policy(client, crawl, wanted, by="producer",
+                                              seeds=SEEDS)
     except ResponseError as exc:
         if not isinstance(exc, OutOfMemoryError) and "OOM" not in str(exc):
             raise
         log.warning("crawl_policy_not_written", extra={"error": str(exc)[:200]})
-        return
+        found = await read_values(client, crawl)
+        return wanted if found is None else found.policy
     if created:
-        log.info("crawl_policy_created", extra={"crawl": crawl, **CrawlPolicy().texts()})
+        log.info("crawl_policy_created", extra={"crawl": crawl, **wanted.texts()})
+    for differs in flag_differences(crawl, stored.policy, wanted, PRODUCER):
+        log.warning("crawl_policy_differs", extra=differs)
+    return stored.policy
+
+
+def _follow(queue: CrawlQueue, policy: CrawlPolicy) -> None:
+    """Enqueue with the policy's recrawl window (a bloom crawl can't have one)."""
+    if policy.recrawl_after and queue.settings.dedup is DedupMode.BLOOM:
+        raise ConfigError(_bloom_under_window(queue.crawl, policy))
+    queue.recrawl_after_s = policy.recrawl_after
 
 
 def _sources(settings: ProducerSettings, stdin: BinaryIO | None,
@@ -292,17 +342,19 @@ async def run_once(settings: ProducerSettings, client: RedisClient | None, *,
             if settings.sitemaps:
                 fetcher = await stack.enter_async_context(
                     Fetcher(fetch_settings(settings.allow_private)))
-            queue = None
+            queue, template = None, settings.template
             if not settings.dry_run:
                 assert client is not None
                 await stack.enter_async_context(
                     ProducerLock(client, settings.common.crawl, settings.lock_wait_s))
                 queue = await open_queue(client, settings)
-                await ensure_crawl_policy(client, settings.common.crawl)
+                policy = await ensure_crawl_policy(client, settings)
+                _follow(queue, policy)
+                template = replace(template, max_attempts=policy.max_attempts)
             progress = Progress(summary, settings.progress, stream=progress_stream)
             stack.callback(progress.close)
             await produce(_sources(settings, stdin, fetcher), queue=queue, summary=summary,
-                          template=settings.template, batch_size=settings.batch_size,
+                          template=template, batch_size=settings.batch_size,
                           sort_query=settings.sort_query, stop=stop, progress=progress,
                           rejects=rejects)
     except ConfigError as exc:

@@ -8,7 +8,7 @@ JSON schema (``--json``; one object on stdout, every key always present)::
     invalid_by_reason  {str: int}  rejects per reason code (empty, bad_scheme, ...)
     duplicates         int    valid URLs already seen in the crawl (or earlier in the input)
     enqueued           int    tasks created (recrawled ones included)
-    recrawled          int    of those, URLs seen before and enqueued again (--recrawl-after)
+    recrawled          int    of those, URLs seen before and enqueued again (recrawl_after)
     elapsed_s          float  wall time of the run
     urls_per_s         float  read / elapsed_s
     dry_run            bool   nothing was written
@@ -80,8 +80,9 @@ class Summary:
             return f"nothing enqueued: all {self.read} lines were rejected as invalid"
         if self.duplicates == self.valid:
             return (f"nothing enqueued: all {self.duplicates} URLs were already seen in crawl "
-                    f"{self.crawl}; use --recrawl-after DURATION to fetch them again, or a "
-                    "new --crawl name")
+                    f"{self.crawl}; use `crawlq crawl set --crawl {self.crawl} "
+                    "recrawl_after=DURATION` to fetch the done ones again, or a new --crawl "
+                    "name")
         return None  # pragma: no cover - valid URLs are either enqueued or duplicates
 
     def to_dict(self) -> dict[str, Any]:

@@ -123,6 +123,19 @@ def test_retry_flags_take_the_policys_rules(monkeypatch: Any) -> None:
         build_parser()
 
 
+def test_robots_ttl_takes_the_policys_rule(monkeypatch: Any) -> None:
+    """--robots-ttl seeds the crawl's robots_ttl: to the millisecond, > 0."""
+    for opt in CONSUMER_OPTIONS:
+        monkeypatch.delenv(opt.env, raising=False)
+    built = settings_from_args(build_parser().parse_args(["--robots-ttl", "1.0004s"]))
+    assert built.robots_ttl_s == 1.0
+    with pytest.raises(ConfigError, match=r"^--robots-ttl: must be > 0, got 0$"):
+        build_parser().parse_args(["--robots-ttl", "0.2ms"])
+    monkeypatch.setenv("CRAWLQ_ROBOTS_TTL", "0")
+    with pytest.raises(ConfigError, match=r"^CRAWLQ_ROBOTS_TTL: must be > 0, got 0$"):
+        build_parser()
+
+
 def test_producer_settings_built_from_one_file_are_the_defaults(monkeypatch: Any) -> None:
     for opt in PRODUCER_OPTIONS:
         monkeypatch.delenv(opt.env, raising=False)

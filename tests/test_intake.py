@@ -141,6 +141,24 @@ def test_new_domains_forget_links_out_of_the_old_ones() -> None:
     assert [t.url for t in out] == ["http://a.test/in", "http://b.test/out"]
 
 
+def test_new_tasks_get_the_crawls_attempts_and_follow_its_window() -> None:
+    """A link's task gets the crawl policy's max_attempts, not its parent's; a new one
+    applies to the next batch. A new recrawl window sets the cache's generation age to a
+    quarter of it and forgets what the cache held (sent longer ago than it may allow)."""
+    i = intake(max_attempts=4)
+    seed = Task(id="0" * 32, url="http://a.test/", max_attempts=9)
+    out, mark = i.children([(seed, ["http://a.test/x"])])
+    assert [t.max_attempts for t in out] == [4]
+    i.sent(mark)
+    i.set_tasks(1, 0)  # the same window: the cache stays
+    assert "http://a.test/x" in i.cache
+    assert [t.max_attempts for t in i.children([(seed, ["http://a.test/y"])])[0]] == [1]
+    i.set_tasks(1, 3600)
+    assert "http://a.test/x" not in i.cache and i.cache.max_age_s == 900
+    assert [t.url for t in i.children([(seed, ["http://a.test/x"])])[0]] == [
+        "http://a.test/x"]
+
+
 def test_marks_judged_under_old_domains_are_not_cached() -> None:
     """The domains changed while a batch was being enqueued: its out-of-scope marks
     are stale, so none of the batch is remembered."""

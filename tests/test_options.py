@@ -12,6 +12,7 @@ from common.cli import build_parser as crawlq_parser
 from common.policy import POLICY_OPTIONS
 from consumer.config import CONSUMER_OPTIONS
 from consumer.config import build_parser as consumer_parser
+from producer.cli import PRODUCER_OPTIONS
 from producer.cli import build_parser as producer_parser
 
 ENV = re.compile(r"\(env (CRAWLQ_\w+|REDIS_URL); default (.*)\)$", re.S)
@@ -56,12 +57,15 @@ def test_the_batch_sizes_have_their_own_variables() -> None:
     assert "CRAWLQ_BATCH_SIZE" not in found
 
 
-def test_a_crawl_policy_variable_is_read_by_the_consumer_alone() -> None:
-    """A crawl policy value (the retry keys included) has one seed outside
-    ``crawlq crawl``: the consumer's flag, used when that consumer creates the policy. No
-    other command reads its variable, so a ConfigMap shared with the producer can't look
-    like it sets the crawl's value there too."""
+def test_a_crawl_policy_variable_is_read_by_its_seeding_command_alone() -> None:
+    """A crawl policy value has one seed outside ``crawlq crawl``: the flag of the
+    command named by its ``seeded_by`` (the consumer's, or the producer's for
+    max_attempts and recrawl_after), used when that command creates the policy. No other
+    command reads its variable, so a ConfigMap shared by the producer and the consumers
+    can't look like it sets the crawl's value in the other one too."""
     _, where = every_option()
-    env_of = {o.flag: o.env for o in CONSUMER_OPTIONS}
+    env_of = {o.flag: o.env for o in (*CONSUMER_OPTIONS, *PRODUCER_OPTIONS)}
     assert {o.name: sorted(where[env_of[o.flag]]) for o in POLICY_OPTIONS} == {
-        o.name: ["crawlq-consumer"] for o in POLICY_OPTIONS}
+        o.name: [o.seeded_by] for o in POLICY_OPTIONS}
+    assert {o.name for o in POLICY_OPTIONS if o.seeded_by == "crawlq-producer"} == {
+        "max_attempts", "recrawl_after"}

@@ -21,6 +21,7 @@ import redis.asyncio as aioredis
 from aiohttp import web
 from sites import test_site
 from test_consumer import Handler, Site, consumer_args, page, serve
+from test_queue import window_passed
 
 from common.frontier import Frontier
 from common.keys import CrawlKeys
@@ -28,6 +29,7 @@ from common.policy import (
     LOG_LEN,
     POLICY_OPTIONS,
     CrawlPolicy,
+    PolicyError,
     apply_policy,
     create_policy,
     ensure_policy,
@@ -35,23 +37,27 @@ from common.policy import (
     read_policy,
     set_policy,
 )
-from common.queue import CrawlQueue, CrawlSettings, NewTask, RetryPolicy
+from common.queue import CrawlQueue, CrawlSettings, DedupMode, NewTask, RetryPolicy
+from common.task import decode_entry
 from common.urls import fingerprint
 from common.wake import WakeChannel
 from consumer.config import CONSUMER_OPTIONS, ConsumerSettings, build_parser, settings_from_args
 from consumer.run import run
+from producer.cli import PRODUCER_OPTIONS
 from producer.cli import main_async as producer_main
 
 ROOT = Path(__file__).resolve().parent.parent
 VALID = ("valid keys: per_host_delay, per_host_concurrency, accept_content_type, "
-         "user_agent, ignore_robots, max_depth, allow_domains, retry_base, retry_cap, "
-         "max_retry_after, max_stalls")
+         "user_agent, ignore_robots, robots_ttl, max_depth, allow_domains, retry_base, "
+         "retry_cap, max_retry_after, max_stalls, max_attempts, recrawl_after")
 UA = "crawlq/0.1 (+https://github.com/crawlq/crawlq)"
 #: The new keys' defaults, as `crawl create` and `crawl set` print them.
-REST = (f"user_agent={UA}, ignore_robots=false, max_depth=3, allow_domains=@parent, "
-        "retry_base=2s, retry_cap=600s, max_retry_after=3600s, max_stalls=2")
-#: The retry keys' defaults, likewise.
-RETRY = "retry_base=2s, retry_cap=600s, max_retry_after=3600s, max_stalls=2"
+REST = (f"user_agent={UA}, ignore_robots=false, robots_ttl=86400s, max_depth=3, "
+        "allow_domains=@parent, retry_base=2s, retry_cap=600s, max_retry_after=3600s, "
+        "max_stalls=2, max_attempts=3, recrawl_after=0s")
+#: The retry keys' defaults, likewise (and the two after them).
+RETRY = ("retry_base=2s, retry_cap=600s, max_retry_after=3600s, max_stalls=2, "
+         "max_attempts=3, recrawl_after=0s")
 
 
 async def crawlq(redis_url: str, *args: str) -> tuple[int, str, str]:
@@ -86,25 +92,29 @@ async def confs(client: aioredis.Redis, queue: CrawlQueue) -> list[dict[bytes, b
 # -- the table ---------------------------------------------------------------------------
 
 
-def test_the_policy_is_declared_once_and_the_consumer_flags_agree() -> None:
-    """The dataclass is the table: same names, same defaults; each option's consumer flag
-    (used when a consumer creates the policy) has the same default."""
+def test_the_policy_is_declared_once_and_the_flags_agree() -> None:
+    """The dataclass is the table: same names, same defaults; each option's flag, the
+    consumer's or the producer's (`seeded_by`: used when that command creates the
+    policy), has the same default."""
     fields = dataclasses.fields(CrawlPolicy)
     assert [f.name for f in fields] == [o.name for o in POLICY_OPTIONS]
     assert [f.default for f in fields] == [o.default for o in POLICY_OPTIONS]
-    flags = {o.flag: o.convert(o.default) if o.convert else o.default
-             for o in CONSUMER_OPTIONS}
-    assert {o.flag: flags[o.flag] for o in POLICY_OPTIONS} == {
-        o.flag: o.default for o in POLICY_OPTIONS}
+    tables = {"crawlq-consumer": CONSUMER_OPTIONS, "crawlq-producer": PRODUCER_OPTIONS}
+    flags = {(command, o.flag): o for command, table in tables.items() for o in table}
+    defaults = {key: o.convert(o.default) if o.convert else o.default
+                for key, o in flags.items()}
+    assert {o.name: defaults[o.seeded_by, o.flag] for o in POLICY_OPTIONS} == {
+        o.name: o.default for o in POLICY_OPTIONS}
     assert CrawlPolicy().texts() == {"per_host_delay": "1s", "per_host_concurrency": "2",
                                      "accept_content_type": "*/*", "user_agent": UA,
-                                     "ignore_robots": "false", "max_depth": "3",
-                                     "allow_domains": "@parent", "retry_base": "2s",
-                                     "retry_cap": "600s", "max_retry_after": "3600s",
-                                     "max_stalls": "2"}
+                                     "ignore_robots": "false", "robots_ttl": "86400s",
+                                     "max_depth": "3", "allow_domains": "@parent",
+                                     "retry_base": "2s", "retry_cap": "600s",
+                                     "max_retry_after": "3600s", "max_stalls": "2",
+                                     "max_attempts": "3", "recrawl_after": "0s"}
     # Each such flag says it is a crawl policy value.
-    helps = {o.flag: o.help for o in CONSUMER_OPTIONS}
-    assert all("a crawl policy value" in helps[o.flag] for o in POLICY_OPTIONS)
+    assert all("a crawl policy value" in flags[o.seeded_by, o.flag].help
+               for o in POLICY_OPTIONS)
 
 
 def test_the_retry_keys_give_the_queue_whole_milliseconds() -> None:
@@ -140,35 +150,44 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
     out = await ok(redis_url, "crawl", "set", "--crawl", crawl_name, "per_host_concurrency=3")
     assert "policy version 2 unchanged" in out  # not a change: no version, no log entry
 
-    # The keys that came with the user agent, robots and link scope, and the retry keys.
+    # The keys that came with the user agent, robots and link scope, the retry keys, and
+    # those that were the robots.txt cache's and the producer's flags.
     out = await ok(redis_url, "crawl", "set", "--crawl", crawl_name,
                    "user_agent= probe/2.0 (+https://example.com/probe) ", "ignore_robots=TRUE",
                    "max_depth=0", "allow_domains=Bücher.example, example.com,example.com",
-                   "retry_base=500ms", "retry_cap=1m", "max_retry_after=0", "max_stalls=0")
+                   "retry_base=500ms", "retry_cap=1m", "max_retry_after=0", "max_stalls=0",
+                   "robots_ttl=1.5h", "max_attempts= 5 ", "recrawl_after=1.2s")
     assert out == (f"crawl {crawl_name}: policy version 3 set: per_host_delay=0.5s, "
                    "per_host_concurrency=3, accept_content_type=*/*, "
                    "user_agent=probe/2.0 (+https://example.com/probe), ignore_robots=true, "
-                   "max_depth=0, allow_domains=xn--bcher-kva.example,example.com, "
-                   "retry_base=0.5s, retry_cap=60s, max_retry_after=0s, max_stalls=0\n")
+                   "robots_ttl=5400s, max_depth=0, "
+                   "allow_domains=xn--bcher-kva.example,example.com, "
+                   "retry_base=0.5s, retry_cap=60s, max_retry_after=0s, max_stalls=0, "
+                   "max_attempts=5, recrawl_after=2s\n")
 
     doc = json.loads(await ok(redis_url, "crawl", "show", "--crawl", crawl_name, "--json"))
     assert (doc["version"], doc["values"], doc["text"]) == (
         3, {"per_host_delay": 0.5, "per_host_concurrency": 3, "accept_content_type": [],
             "user_agent": "probe/2.0 (+https://example.com/probe)", "ignore_robots": True,
+            "robots_ttl": 5400.0,
             "max_depth": 0, "allow_domains": ["xn--bcher-kva.example", "example.com"],
-            "retry_base": 0.5, "retry_cap": 60.0, "max_retry_after": 0.0, "max_stalls": 0},
+            "retry_base": 0.5, "retry_cap": 60.0, "max_retry_after": 0.0, "max_stalls": 0,
+            "max_attempts": 5, "recrawl_after": 2},
         {"per_host_delay": "0.5s", "per_host_concurrency": "3", "accept_content_type": "*/*",
          "user_agent": "probe/2.0 (+https://example.com/probe)", "ignore_robots": "true",
+         "robots_ttl": "5400s",
          "max_depth": "0", "allow_domains": "xn--bcher-kva.example,example.com",
-         "retry_base": "0.5s", "retry_cap": "60s", "max_retry_after": "0s", "max_stalls": "0"})
+         "retry_base": "0.5s", "retry_cap": "60s", "max_retry_after": "0s", "max_stalls": "0",
+         "max_attempts": "5", "recrawl_after": "2s"})
     third, second, first = doc["log"]
     assert first | {"version": 1, "by": "crawlq crawl create", "changes": {
         "per_host_delay": [None, "0.5s"], "per_host_concurrency": [None, "2"],
         "accept_content_type": [None, "*/*"], "user_agent": [None, UA],
-        "ignore_robots": [None, "false"], "max_depth": [None, "3"],
-        "allow_domains": [None, "@parent"], "retry_base": [None, "2s"],
-        "retry_cap": [None, "600s"], "max_retry_after": [None, "3600s"],
-        "max_stalls": [None, "2"]}} == first
+        "ignore_robots": [None, "false"], "robots_ttl": [None, "86400s"],
+        "max_depth": [None, "3"], "allow_domains": [None, "@parent"],
+        "retry_base": [None, "2s"], "retry_cap": [None, "600s"],
+        "max_retry_after": [None, "3600s"], "max_stalls": [None, "2"],
+        "max_attempts": [None, "3"], "recrawl_after": [None, "0s"]}} == first
     assert second | {"version": 2, "by": "crawlq crawl set",
                      "changes": {"per_host_concurrency": ["2", "3"]}} == second
     assert third["changes"] == {
@@ -176,13 +195,17 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
         "ignore_robots": ["false", "true"], "max_depth": ["3", "0"],
         "allow_domains": ["@parent", "xn--bcher-kva.example,example.com"],
         "retry_base": ["2s", "0.5s"], "retry_cap": ["600s", "60s"],
-        "max_retry_after": ["3600s", "0s"], "max_stalls": ["2", "0"]}
+        "max_retry_after": ["3600s", "0s"], "max_stalls": ["2", "0"],
+        "robots_ttl": ["86400s", "5400s"], "max_attempts": ["3", "5"],
+        "recrawl_after": ["0s", "2s"]}
     assert before <= first["at"] <= second["at"] <= await redis_ms(redis_client)
 
     out = await ok(redis_url, "crawl", "set", "--crawl", crawl_name, "ignore_robots=false",
                    "allow_domains=@parent")
-    assert out.endswith("ignore_robots=false, max_depth=0, allow_domains=@parent, "
-                        "retry_base=0.5s, retry_cap=60s, max_retry_after=0s, max_stalls=0\n")
+    assert out.endswith("ignore_robots=false, robots_ttl=5400s, max_depth=0, "
+                        "allow_domains=@parent, retry_base=0.5s, retry_cap=60s, "
+                        "max_retry_after=0s, max_stalls=0, max_attempts=5, "
+                        "recrawl_after=2s\n")
     text = await ok(redis_url, "crawl", "show", "--crawl", crawl_name)
     lines = text.splitlines()
     assert lines[0] == f"crawl {crawl_name}: policy version 4"
@@ -191,21 +214,24 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
     assert lines[3].split()[:2] == ["accept_content_type", "*/*"]
     assert lines[4].split()[:3] == ["user_agent", "probe/2.0", "(+https://example.com/probe)"]
     assert lines[5].split()[:2] == ["ignore_robots", "false"]
-    assert lines[6].split()[:2] == ["max_depth", "0"]
-    assert lines[7].split()[:2] == ["allow_domains", "@parent"]
-    assert [ln.split()[:2] for ln in lines[8:12]] == [
+    assert lines[6].split()[:2] == ["robots_ttl", "5400s"]
+    assert lines[7].split()[:2] == ["max_depth", "0"]
+    assert lines[8].split()[:2] == ["allow_domains", "@parent"]
+    assert [ln.split()[:2] for ln in lines[9:15]] == [
         ["retry_base", "0.5s"], ["retry_cap", "60s"], ["max_retry_after", "0s"],
-        ["max_stalls", "0"]]
-    assert lines[12] == "changes, newest first:"
-    assert lines[13].endswith("v4  crawlq crawl set: allow_domains xn--bcher-kva.example,"
+        ["max_stalls", "0"], ["max_attempts", "5"], ["recrawl_after", "2s"]]
+    assert lines[15] == "changes, newest first:"
+    assert lines[16].endswith("v4  crawlq crawl set: allow_domains xn--bcher-kva.example,"
                               "example.com -> @parent, ignore_robots true -> false")
-    assert lines[15].endswith("v2  crawlq crawl set: per_host_concurrency 2 -> 3")
-    assert lines[16].endswith(f"v1  crawlq crawl create: accept_content_type - -> */*, "
+    assert lines[18].endswith("v2  crawlq crawl set: per_host_concurrency 2 -> 3")
+    assert lines[19].endswith(f"v1  crawlq crawl create: accept_content_type - -> */*, "
                               "allow_domains - -> @parent, ignore_robots - -> false, "
-                              "max_depth - -> 3, max_retry_after - -> 3600s, "
-                              "max_stalls - -> 2, per_host_concurrency - -> 2, "
-                              "per_host_delay - -> 0.5s, retry_base - -> 2s, "
-                              f"retry_cap - -> 600s, user_agent - -> {UA}")
+                              "max_attempts - -> 3, max_depth - -> 3, "
+                              "max_retry_after - -> 3600s, max_stalls - -> 2, "
+                              "per_host_concurrency - -> 2, per_host_delay - -> 0.5s, "
+                              "recrawl_after - -> 0s, retry_base - -> 2s, "
+                              f"retry_cap - -> 600s, robots_ttl - -> 86400s, "
+                              f"user_agent - -> {UA}")
     # `crawl` and `crawls` are two commands.
     assert "crawl" in await ok(redis_url, "crawls")
 
@@ -244,7 +270,15 @@ async def test_a_bad_key_or_value_exits_2_naming_it_and_writes_nothing(
             (("retry_cap=",), "retry_cap: bad value '' (not a duration"),
             (("max_retry_after=-5s",), "max_retry_after: bad value '-5s' (not a duration"),
             (("max_stalls=-1",), "max_stalls: bad value '-1' (must be a whole number >= 0"),
-            (("max_stalls=1.5",), "max_stalls: bad value '1.5' (not a whole number")):
+            (("max_stalls=1.5",), "max_stalls: bad value '1.5' (not a whole number"),
+            (("robots_ttl=0",), "robots_ttl: bad value '0' (must be > 0, got 0)"),
+            (("robots_ttl=0.1ms",), "robots_ttl: bad value '0.1ms' (must be > 0, got 0)"),
+            (("robots_ttl=daily",), "robots_ttl: bad value 'daily' (not a duration"),
+            (("max_attempts=0",), "max_attempts: bad value '0' (must be a whole number >= 1, "
+                                  "got 0)"),
+            (("max_attempts=2.5",), "max_attempts: bad value '2.5' (not a whole number"),
+            (("recrawl_after=-1d",), "recrawl_after: bad value '-1d' (not a duration"),
+            (("recrawl_after=weekly",), "recrawl_after: bad value 'weekly' (not a duration")):
         code, out, err = await crawlq(redis_url, "crawl", "create", "--crawl", crawl_name,
                                       *args)
         assert (code, out) == (2, ""), (args, err)
@@ -274,7 +308,8 @@ async def test_a_bad_key_or_value_exits_2_naming_it_and_writes_nothing(
     assert await redis_client.hgetall(keys.policy) == stored
     out = await ok(redis_url, "crawl", "set", "--crawl", crawl_name, "retry_base=2s",
                    "retry_cap=2s")
-    assert out.endswith("retry_base=2s, retry_cap=2s, max_retry_after=3600s, max_stalls=2\n")
+    assert out.endswith("retry_base=2s, retry_cap=2s, max_retry_after=3600s, max_stalls=2, "
+                        "max_attempts=3, recrawl_after=0s\n")
     code, _, err = await crawlq(redis_url, "crawl", "show", "--crawl", crawl_name + "x")
     assert code == 2 and "has no policy: create it with `crawlq crawl create" in err
 
@@ -284,16 +319,18 @@ async def test_show_toml_round_trips_into_create_config(
     await ok(redis_url, "crawl", "create", "--crawl", crawl_name, "per_host_delay=2.25s",
              "per_host_concurrency=0", "accept_content_type=Text/HTML, image/*",
              'user_agent=probe/2.0 ("quoted" \\ +https://example.com)', "ignore_robots=true",
-             "max_depth=7", "allow_domains=a.example,Bücher.example", "retry_base=250ms",
-             "retry_cap=1.5m", "max_retry_after=0s", "max_stalls=0")
+             "robots_ttl=6h", "max_depth=7", "allow_domains=a.example,Bücher.example",
+             "retry_base=250ms", "retry_cap=1.5m", "max_retry_after=0s", "max_stalls=0",
+             "max_attempts=7", "recrawl_after=7d")
     toml = await ok(redis_url, "crawl", "show", "--crawl", crawl_name, "--toml")
     assert toml.splitlines()[1:] == [
         'per_host_delay = "2.25s"', "per_host_concurrency = 0",
         'accept_content_type = "text/html,image/*"',
         'user_agent = "probe/2.0 (\\"quoted\\" \\\\ +https://example.com)"',
-        "ignore_robots = true", "max_depth = 7",
+        "ignore_robots = true", 'robots_ttl = "21600s"', "max_depth = 7",
         'allow_domains = "a.example,xn--bcher-kva.example"', 'retry_base = "0.25s"',
-        'retry_cap = "90s"', 'max_retry_after = "0s"', "max_stalls = 0"]
+        'retry_cap = "90s"', 'max_retry_after = "0s"', "max_stalls = 0", "max_attempts = 7",
+        'recrawl_after = "604800s"']
     path = tmp_path / "crawl.toml"
     path.write_text(toml)
     await ok(redis_url, "crawl", "create", "--crawl", crawl_name + "-copy", "--config",
@@ -309,11 +346,16 @@ async def test_show_toml_round_trips_into_create_config(
                                 "--config", str(path))
     assert code == 2 and "unknown policy key 'budget' (value 3)" in err
     # A TOML number is a duration in seconds; a TOML boolean is for ignore_robots only.
-    path.write_text("retry_base = 3\nretry_cap = 4.5\n")
+    path.write_text("retry_base = 3\nretry_cap = 4.5\nrobots_ttl = 60\nrecrawl_after = 1.2\n")
     out = await ok(redis_url, "crawl", "create", "--crawl", crawl_name + "-num", "--config",
                    str(path))
-    assert "retry_base=3s, retry_cap=4.5s" in out
+    assert "robots_ttl=60s" in out and "retry_base=3s, retry_cap=4.5s" in out
+    assert out.endswith("recrawl_after=2s\n")  # whole seconds, rounded up
     for line, shown in (("max_depth = true", "max_depth: bad value True"),
+                        ("max_attempts = 0", "max_attempts: bad value 0 (must be a whole "
+                                             "number >= 1"),
+                        ("robots_ttl = 0", "robots_ttl: bad value 0 (must be > 0"),
+                        ('recrawl_after = "soon"', "recrawl_after: bad value 'soon'"),
                         ('ignore_robots = "maybe"', "ignore_robots: bad value 'maybe'"),
                         ("max_stalls = 1.5", "max_stalls: bad value 1.5"),
                         ("retry_base = 0", "retry_base: bad value 0 (must be > 0"),
@@ -323,6 +365,40 @@ async def test_show_toml_round_trips_into_create_config(
         code, _, err = await crawlq(redis_url, "crawl", "create", "--crawl",
                                     crawl_name + "-bad", "--config", str(path))
         assert code == 2 and shown in err, err
+
+
+async def test_robots_ttl_max_attempts_and_recrawl_after_through_the_python_api(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """set_policy takes the values as parsed, checks them the same (PolicyError naming the
+    key, nothing written), and refuses a recrawl window on a bloom crawl, as `crawl set`
+    and `crawl create` do (exit 2, saying why)."""
+    await create_policy(redis_client, crawl_name, {}, by="test")
+    stored = await set_policy(redis_client, crawl_name, {
+        "robots_ttl": 90.5, "max_attempts": 1, "recrawl_after": 604800}, by="test")
+    assert (stored.version, stored.policy.texts()["robots_ttl"], stored.policy.max_attempts,
+            stored.policy.texts()["recrawl_after"]) == (2, "90.5s", 1, "604800s")
+    for values, shown in (({"robots_ttl": 0.0}, "robots_ttl: must be > 0"),
+                          ({"max_attempts": 0}, "max_attempts: must be a whole number >= 1"),
+                          ({"max_attempts": True}, "max_attempts: must be a whole number"),
+                          ({"recrawl_after": -1}, "recrawl_after: must be a whole number >= 0"),
+                          ({"recrawl_after": 1.5}, "recrawl_after: must be a whole number")):
+        with pytest.raises(PolicyError, match=shown):
+            await set_policy(redis_client, crawl_name, values, by="test")
+    assert (await read_policy(redis_client, crawl_name) or stored).version == 2
+
+    bloom = crawl_name + "-bloom"
+    await CrawlQueue.open(redis_client, bloom, CrawlSettings(dedup=DedupMode.BLOOM))
+    code, out, err = await crawlq(redis_url, "crawl", "create", "--crawl", bloom,
+                                  "recrawl_after=1d")
+    assert (code, out) == (2, "")
+    assert (f"recrawl_after: crawl {bloom} uses bloom dedup, which keeps no timestamps, so "
+            "it can't enqueue a URL again (got 86400s)") in err and VALID in err
+    assert await read_policy(redis_client, bloom) is None
+    await ok(redis_url, "crawl", "create", "--crawl", bloom, "recrawl_after=0s")
+    code, _, err = await crawlq(redis_url, "crawl", "set", "--crawl", bloom,
+                                "max_attempts=4", "recrawl_after=7d")
+    assert code == 2 and "uses bloom dedup" in err and "(got 604800s)" in err
+    await ok(redis_url, "crawl", "set", "--crawl", bloom, "max_attempts=4", "recrawl_after=0")
 
 
 async def test_the_log_is_capped_newest_first(redis_client: aioredis.Redis,
@@ -436,12 +512,14 @@ async def test_the_first_consumer_creates_the_policy_from_its_flags(
                                  "--user-agent", "first/1.0 (+https://example.com)",
                                  "--max-depth", "1", "--allow-domains", "Bücher.example,a.example",
                                  "--allow-domains", "b.example", "--retry-cap", "30s",
-                                 "--max-retry-after", "1m", "--max-stalls", "0")
+                                 "--max-retry-after", "1m", "--max-stalls", "0",
+                                 "--robots-ttl", "6h")
     assert await asyncio.wait_for(run(settings), 60) == 0
     stored = await read_policy(redis_client, crawl_name)
     assert stored is not None and stored.policy == CrawlPolicy(
         0.1, 3, user_agent="first/1.0 (+https://example.com)", ignore_robots=True,
-        max_depth=1, allow_domains=("xn--bcher-kva.example", "a.example", "b.example"),
+        robots_ttl=21600, max_depth=1,
+        allow_domains=("xn--bcher-kva.example", "a.example", "b.example"),
         retry_base=0.05, retry_cap=30, max_retry_after=60, max_stalls=0)
     assert [e["by"] for e in stored.log] == ["consumer first (created the crawl)"]
     assert await confs(redis_client, q) == [
@@ -536,10 +614,11 @@ async def test_a_crawl_made_without_a_policy_is_adopted(
         ("crawlq crawl create", {"per_host_delay": ["0.7s", "1s"]}),
         ("migration", {"per_host_delay": [None, "0.7s"], "per_host_concurrency": [None, "3"],
                        "accept_content_type": [None, "*/*"], "user_agent": [None, UA],
-                       "ignore_robots": [None, "false"], "max_depth": [None, "3"],
-                       "allow_domains": [None, "@parent"], "retry_base": [None, "2s"],
-                       "retry_cap": [None, "600s"], "max_retry_after": [None, "3600s"],
-                       "max_stalls": [None, "2"]})]
+                       "ignore_robots": [None, "false"], "robots_ttl": [None, "86400s"],
+                       "max_depth": [None, "3"], "allow_domains": [None, "@parent"],
+                       "retry_base": [None, "2s"], "retry_cap": [None, "600s"],
+                       "max_retry_after": [None, "3600s"], "max_stalls": [None, "2"],
+                       "max_attempts": [None, "3"], "recrawl_after": [None, "0s"]})]
 
 
 async def test_a_policy_without_the_newer_keys_takes_them_from_the_first_consumer(
@@ -547,21 +626,55 @@ async def test_a_policy_without_the_newer_keys_takes_them_from_the_first_consume
     """A policy an earlier crawlq made holds only the keys it knew: the first consumer
     (or producer) adds the others, from its flags; the values it holds stay."""
     await create_policy(redis_client, crawl_name, {"per_host_delay": 0.5}, by="test")
-    newer = ("user_agent", "ignore_robots", "max_depth", "allow_domains", "retry_base",
-             "retry_cap", "max_retry_after", "max_stalls")
+    newer = ("user_agent", "ignore_robots", "robots_ttl", "max_depth", "allow_domains",
+             "retry_base", "retry_cap", "max_retry_after", "max_stalls", "max_attempts",
+             "recrawl_after")
     await redis_client.hdel(CrawlKeys.build(crawl_name).policy, *newer)
     wanted = CrawlPolicy(per_host_delay=2, user_agent="mine/1", ignore_robots=True,
-                         max_depth=1, retry_base=0.25, retry_cap=5, max_retry_after=0,
-                         max_stalls=4)
+                         robots_ttl=60, max_depth=1, retry_base=0.25, retry_cap=5,
+                         max_retry_after=0, max_stalls=4, max_attempts=6, recrawl_after=3600)
     stored, created = await ensure_policy(redis_client, crawl_name, wanted, by="consumer w")
     assert not created
     assert stored.policy == CrawlPolicy(per_host_delay=0.5, user_agent="mine/1",
-                                        ignore_robots=True, max_depth=1, retry_base=0.25,
-                                        retry_cap=5, max_retry_after=0, max_stalls=4)
+                                        ignore_robots=True, robots_ttl=60, max_depth=1,
+                                        retry_base=0.25, retry_cap=5, max_retry_after=0,
+                                        max_stalls=4, max_attempts=6, recrawl_after=3600)
     assert stored.version == 2
     assert (stored.log[0]["by"], set(stored.log[0]["changes"])) == ("consumer w", set(newer))
     again, _ = await ensure_policy(redis_client, crawl_name, CrawlPolicy(), by="producer")
     assert (again.version, again.policy) == (2, stored.policy)
+
+
+async def test_each_command_adds_only_the_missing_keys_its_flags_seed(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str, tmp_path: Path) -> None:
+    """A consumer adds robots_ttl (and the other keys of its flags) to a policy an
+    earlier crawlq made, not max_attempts and recrawl_after, which are the producer's
+    flags: so the producer of an upgraded crawl keeps its --recrawl-after and
+    --max-attempts (the next run adds them, then stamps its tasks with them); until then
+    they read as their defaults."""
+    await create_policy(redis_client, crawl_name, {}, by="test")
+    keys = CrawlKeys.build(crawl_name)
+    await redis_client.hdel(keys.policy, "robots_ttl", "max_attempts", "recrawl_after")
+    assert await read_policy(redis_client, crawl_name) is not None
+    settings = consumer_settings(redis_url, crawl_name, tmp_path, "--worker-id", "c",
+                                 "--robots-ttl", "2h")
+    assert await asyncio.wait_for(run(settings), 60) == 0  # no crawl: it gives up
+    stored = await read_policy(redis_client, crawl_name)
+    assert stored is not None and stored.version == 2
+    assert stored.log[0]["changes"] == {"robots_ttl": [None, "7200s"]}
+    assert (stored.policy.max_attempts, stored.policy.recrawl_after) == (3, 0)  # defaults
+
+    assert await producer_main(["--redis-url", redis_url, "--crawl", crawl_name, "--cluster",
+                                "no", "--progress", "off", "--url", "https://a.test/1",
+                                "--max-attempts", "6", "--recrawl-after", "1d"]) == 0
+    stored = await read_policy(redis_client, crawl_name)
+    assert stored is not None and stored.version == 3
+    assert (stored.log[0]["by"], stored.log[0]["changes"]) == (
+        "producer", {"max_attempts": [None, "6"], "recrawl_after": [None, "86400s"]})
+    queue = await CrawlQueue.existing(redis_client, crawl_name)
+    await Frontier(queue).set_defaults(delay_s=0, concurrency=0)
+    [lease] = await queue.lease("w", 1, 60_000)
+    assert lease.task.max_attempts == 6
 
 
 async def test_accept_content_type_is_set_shown_and_normalized(
@@ -794,3 +907,132 @@ async def test_a_running_consumer_takes_a_new_retry_base(
             site.url("/status/500?retry_after=0&again=1"))
         assert before + 1_500 <= due <= after + 1_500
         assert site.hits["/status/500"] == 2
+
+
+async def test_a_running_consumer_stamps_links_with_the_crawls_attempts_and_window(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The links of the pages finished after a change get the crawl's new max_attempts
+    (not their parent's: the seeds have 9) and follow its new recrawl window, without a
+    restart: a failing link dies after 2 attempts, then after 1; a done link linked
+    again is fetched again only once recrawl_after lets it."""
+    caplog.set_level(logging.INFO, logger="consumer")
+
+    async def seed(request: web.Request) -> web.Response:
+        i = request.match_info["i"]
+        return web.Response(text=f'<a href="/fail/{i}">x</a> <a href="/child">y</a>',
+                            content_type="text/html")
+
+    async def fail(request: web.Request) -> web.Response:
+        return web.Response(status=500, headers={"Retry-After": "0"})
+
+    await create_policy(redis_client, crawl_name, {
+        "per_host_delay": 0, "per_host_concurrency": 0, "ignore_robots": True,
+        "max_depth": 1, "retry_base": 0.05, "retry_cap": 0.05, "max_attempts": 2}, by="test")
+    queue = await CrawlQueue.open(redis_client, crawl_name)
+    wake = WakeChannel(redis_client, queue.crawl_keys.wake)
+
+    async def crawled(site: Site, i: int) -> None:
+        """Enqueue seed `i` (9 attempts); wait until its failing link is dead."""
+        url = site.url(f"/seed/{i}")
+        await queue.enqueue([NewTask(url, fingerprint(url), max_attempts=9)])
+        await wake.notify()
+
+        async def dead() -> bool:
+            return len(await queue.dead_list()) >= i
+        await until(f"/fail/{i} dead", dead)
+
+    async def attempts_of(path: str) -> tuple[int, int]:
+        """A dead link's attempts, and the max_attempts its task was stamped with."""
+        [dead] = [d for d in await queue.dead_list() if d.url and d.url.endswith(path)]
+        assert dead.raw is not None
+        return dead.attempts, decode_entry(dead.raw).max_attempts
+
+    routes: dict[str, Handler] = {"/seed/{i}": seed, "/fail/{i}": fail, "/child": page}
+    async with serve(routes) as site, running(live_settings(
+            redis_url, crawl_name, tmp_path, "--handler", "consumer.handlers:links")):
+        await crawled(site, 1)
+        assert await attempts_of("/fail/1") == (2, 2)
+        assert len(site.hits["/child"]) == 1
+
+        await changed(redis_client, crawl_name, caplog, max_attempts=1)
+        await window_passed(redis_client, 1)
+        await crawled(site, 2)
+        assert await attempts_of("/fail/2") == (1, 1)
+        assert len(site.hits["/child"]) == 1  # done, no window: not fetched again
+
+        await changed(redis_client, crawl_name, caplog, recrawl_after=1)
+        await crawled(site, 3)
+
+        async def fetched_again() -> bool:
+            return len(site.hits["/child"]) == 2
+        await until("/child fetched again", fetched_again)
+    assert len(site.hits["/fail/1"]) == 2 and len(site.hits["/fail/3"]) == 1
+
+
+async def test_a_running_consumer_takes_a_new_robots_ttl(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """robots_ttl applies to the robots.txt fetched after a change, without a restart:
+    the fleet's copy expires after the crawl's TTL (not the consumer's --robots-ttl), and
+    after a change to 1 s, an origin's robots.txt is fetched again a second later; the
+    copy held before the change keeps its expiry."""
+    caplog.set_level(logging.INFO, logger="consumer")
+    robots: list[str] = []  # the host of each robots.txt request
+
+    async def answer(request: web.Request) -> web.Response:
+        if request.path == "/robots.txt":
+            robots.append(request.host.rpartition(":")[0])
+            return web.Response(text="User-agent: *\nDisallow: /private/\n")
+        return web.Response(text="<html><body>ok</body></html>", content_type="text/html")
+
+    await create_policy(redis_client, crawl_name, {
+        "per_host_delay": 0, "per_host_concurrency": 0}, by="test")
+    queue = await CrawlQueue.open(redis_client, crawl_name)
+    keys = CrawlKeys.build(crawl_name)
+    routes: dict[str, Handler] = {"/robots.txt": answer, "/p/{i}": answer}
+    async with serve(routes) as site, running(live_settings(
+            redis_url, crawl_name, tmp_path, "--robots-ttl", "5h")):
+        probe = Probe(queue, site)
+        other = Probe(queue, Site(site.base.replace("127.0.0.1", "localhost"), site.hits))
+        await probe.fetched("/p/1")
+        assert robots == ["127.0.0.1"]
+        ttl = await redis_client.pttl(keys.robots(site.base))
+        assert 5 * 3_600_000 < ttl <= 86_400_000  # the crawl's 1d, not the flag's 5h
+
+        await changed(redis_client, crawl_name, caplog, robots_ttl=1)
+        await other.fetched("/p/2")
+        assert robots == ["127.0.0.1", "localhost"]
+        assert 0 < await redis_client.pttl(keys.robots(other.site.base)) <= 1000
+        await asyncio.sleep(1.1)
+        await other.fetched("/p/3")
+        await probe.fetched("/p/4")  # fetched before the change: still cached
+        assert robots == ["127.0.0.1", "localhost", "localhost"]
+
+
+async def test_a_consumer_of_a_bloom_crawl_enqueues_links_without_the_window(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A policy given recrawl_after before its crawl existed, and a crawl then made with
+    bloom dedup (the Python API; the producer refuses it): a consumer enqueues its links
+    without a window, and says so."""
+    caplog.set_level(logging.INFO, logger="consumer")
+
+    async def seed(request: web.Request) -> web.Response:
+        return web.Response(text='<a href="/child/1">x</a>', content_type="text/html")
+
+    await create_policy(redis_client, crawl_name, {
+        "per_host_delay": 0, "per_host_concurrency": 0, "ignore_robots": True,
+        "recrawl_after": 3600}, by="test")
+    queue = await CrawlQueue.open(redis_client, crawl_name,
+                                  CrawlSettings(dedup=DedupMode.BLOOM))
+    async with serve({"/seed": seed, "/child/{i}": page}) as site:
+        await queue.enqueue([NewTask(site.url("/seed"), fingerprint(site.url("/seed")))])
+        settings = consumer_settings(redis_url, crawl_name, tmp_path, "--handler",
+                                     "consumer.handlers:links")
+        assert await asyncio.wait_for(run(settings), 60) == 0
+    stats = await queue.stats()
+    assert (stats.done, stats.dead) == (2, 0) and site.hits["/child/1"]
+    [warned] = [r for r in caplog.records if r.getMessage() == "crawl_policy_not_applied"]
+    assert (warned.levelno, warned.key, warned.value) == (  # type: ignore[attr-defined]
+        logging.WARNING, "recrawl_after", "3600s")

@@ -10,6 +10,7 @@ import asyncio
 import gzip
 import io
 import json
+import logging
 import os
 import signal
 import sys
@@ -26,7 +27,8 @@ from common.demo.site import sample_site
 from common.errors import SourceError
 from common.frontier import Frontier
 from common.keys import CRAWLS, CrawlKeys, PartitionKeys
-from common.queue import CrawlQueue
+from common.policy import PolicyError, create_policy, read_policy, set_policy
+from common.queue import CrawlQueue, CrawlSettings, DedupMode
 from common.redis_server import free_port
 from common.resp_pack import use_hiredis_packer
 from common.task import decode_entry
@@ -226,7 +228,8 @@ async def test_rerun_enqueues_nothing_and_says_so(
     assert code == 0
     assert "duplicates 2500, enqueued 0" in out
     assert (f"nothing enqueued: all 2500 URLs were already seen in crawl {crawl_name}; use "
-            "--recrawl-after DURATION to fetch them again, or a new --crawl name") in out
+            f"`crawlq crawl set --crawl {crawl_name} recrawl_after=DURATION` to fetch the "
+            "done ones again, or a new --crawl name") in out
     code, s = await produce_json(redis_url, crawl_name, str(src))
     assert (code, s["enqueued"], s["duplicates"]) == (0, 0, 2500)
     assert s["notice"].startswith("nothing enqueued: all 2500 URLs were already seen")
@@ -236,12 +239,17 @@ async def test_rerun_enqueues_nothing_and_says_so(
 
 async def test_recrawl_after_reenqueues_done_urls_only(
         redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """The window is the crawl policy's recrawl_after: the first run's --recrawl-after
+    seeds it (that run creates the policy); a later run's flag does not change it, a
+    `crawl set` does."""
     urls = [f"https://r.example/{i}" for i in range(5)]
     flags = [arg for u in urls for arg in ("--url", u)]
-    code, s = await produce_json(redis_url, crawl_name, *flags)
+    code, s = await produce_json(redis_url, crawl_name, "--recrawl-after", "1s", *flags)
     assert s["enqueued"] == 5
+    stored = await read_policy(redis_client, crawl_name)
+    assert stored is not None and stored.policy.recrawl_after == 1
     queue = await CrawlQueue.existing(redis_client, crawl_name)
-    # The producer gave the crawl the default policy (1 s, 2 a host): lease freely here.
+    # The producer gave the crawl the default politeness (1 s, 2 a host): lease freely here.
     await Frontier(queue).set_defaults(delay_s=0, concurrency=0)
     leases = await queue.lease("w1", 3, 60_000)
     assert len(leases) == 3
@@ -249,16 +257,81 @@ async def test_recrawl_after_reenqueues_done_urls_only(
     done = sorted(lease.task.url for lease in leases)
 
     await window_passed(redis_client, 1)  # past a 1 s window (seen marks: whole seconds)
-    code, s = await produce_json(redis_url, crawl_name, "--recrawl-after", "1s", *flags)
+    code, s = await produce_json(redis_url, crawl_name, *flags)  # the crawl's 1s, not 0
     assert code == 0
     # Done ones come back; the two still pending are not enqueued twice.
     assert (s["enqueued"], s["recrawled"], s["duplicates"]) == (3, 3, 2)
     leases = await queue.lease("w1", 10, 60_000)
     assert sorted(lease.task.url for lease in leases) == sorted(
         set(done) | (set(urls) - set(done)))
+    await queue.ack("w1", [(lease, "ok") for lease in leases])
 
-    code, s = await produce_json(redis_url, crawl_name, *flags)  # no window: all seen
-    assert (s["enqueued"], s["duplicates"]) == (0, 5)
+    await set_policy(redis_client, crawl_name, {"recrawl_after": 0}, by="test")
+    await window_passed(redis_client, 1)
+    code, s = await produce_json(redis_url, crawl_name, "--recrawl-after", "1s", *flags)
+    assert (code, s["enqueued"], s["duplicates"]) == (0, 0, 5)  # no window: all seen
+    await set_policy(redis_client, crawl_name, {"recrawl_after": 1}, by="test")
+    code, s = await produce_json(redis_url, crawl_name, *flags)
+    assert (code, s["enqueued"], s["recrawled"]) == (0, 5, 5)
+
+
+async def test_the_producer_seeds_the_policy_then_follows_it(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The run that creates the crawl's policy seeds max_attempts and recrawl_after from
+    its flags (logged `producer`); a later run with other flags stamps its tasks with
+    the crawl's max_attempts and uses its window, and says so, one WARNING per flag."""
+    caplog.set_level(logging.INFO, logger="producer")
+    code, _ = await produce_json(redis_url, crawl_name, "--url", "https://s.example/1",
+                                 "--max-attempts", "7", "--recrawl-after", "2h")
+    assert code == 0
+    stored = await read_policy(redis_client, crawl_name)
+    assert stored is not None and stored.version == 1
+    assert (stored.policy.max_attempts, stored.policy.recrawl_after) == (7, 7200)
+    assert [e["by"] for e in stored.log] == ["producer"]
+    assert not [r for r in caplog.records if r.getMessage() == "crawl_policy_differs"]
+
+    caplog.clear()
+    code, _ = await produce_json(redis_url, crawl_name, "--url", "https://s.example/2",
+                                 "--max-attempts", "2")
+    assert code == 0
+    warned = {(r.flag, r.flag_value, r.crawl_value): r.advice  # type: ignore[attr-defined]
+              for r in caplog.records if r.getMessage() == "crawl_policy_differs"}
+    assert set(warned) == {("--max-attempts", "2", "7"), ("--recrawl-after", "0s", "7200s")}
+    assert (f"crawlq crawl set --crawl {crawl_name} max_attempts=2"
+            in warned["--max-attempts", "2", "7"])
+    assert all(r.levelno == logging.WARNING for r in caplog.records
+               if r.getMessage() == "crawl_policy_differs")
+    await set_policy(redis_client, crawl_name, {"max_attempts": 4}, by="test")
+    code, _ = await produce_json(redis_url, crawl_name, "--url", "https://s.example/3",
+                                 "--max-attempts", "2")
+    assert code == 0
+    queue = await CrawlQueue.existing(redis_client, crawl_name)
+    await Frontier(queue).set_defaults(delay_s=0, concurrency=0)
+    leases = await queue.lease("w", 10, 60_000)
+    assert sorted((lease.task.url, lease.task.max_attempts) for lease in leases) == [
+        ("https://s.example/1", 7), ("https://s.example/2", 7), ("https://s.example/3", 4)]
+    stored = await read_policy(redis_client, crawl_name)
+    assert stored is not None and [e["by"] for e in stored.log] == ["api", "test", "producer"]
+
+
+async def test_the_producer_flags_take_the_policys_rules(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str,
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """--max-attempts and --recrawl-after are written and checked as the policy's values
+    are: a bad one exits 2 naming the flag (or its variable), and writes nothing."""
+    for args, shown in ((("--max-attempts", "0"), "--max-attempts: must be a whole number "
+                                                 ">= 1, got 0"),
+                        (("--max-attempts", "two"), "not a whole number: 'two'"),
+                        (("--recrawl-after", "soon"), "not a duration: 'soon'")):
+        code, out = await produce(redis_url, crawl_name, "--url", "https://s.example/", *args)
+        assert (code, out) == (2, ""), args
+        assert shown in capsys.readouterr().err
+    monkeypatch.setenv("CRAWLQ_MAX_ATTEMPTS", "0")
+    code, out = await produce(redis_url, crawl_name, "--url", "https://s.example/")
+    assert (code, out) == (2, "")
+    assert "CRAWLQ_MAX_ATTEMPTS: must be a whole number >= 1, got 0" in capsys.readouterr().err
+    assert await read_policy(redis_client, crawl_name) is None
 
 
 async def test_killed_mid_run_then_rerun_enqueues_exactly_the_missing_urls(
@@ -498,6 +571,30 @@ async def test_bloom_crawl(redis_url: str, redis_client: aioredis.Redis,
     assert (code, s["enqueued"], s["duplicates"]) == (0, 0, 50)
     code, s = await produce_json(redis_url, crawl_name, "--recrawl-after", "1d", *flags)
     assert code == 2 and "bloom" in s["error"]
+
+
+async def test_a_bloom_crawl_never_runs_with_a_recrawl_window(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """A policy can be given recrawl_after before its crawl exists (nothing says its dedup
+    yet): the producer then neither creates a bloom crawl under it nor runs one, and
+    says how to fix it; the policy refuses the window once the crawl is bloom."""
+    await create_policy(redis_client, crawl_name, {"recrawl_after": 86400}, by="test")
+    code, s = await produce_json(redis_url, crawl_name, "--dedup", "bloom",
+                                 "--url", "https://b.example/1")
+    assert code == 2 and s["enqueued"] == 0
+    assert (f"crawl {crawl_name!r} uses bloom dedup, which keeps no timestamps, but its "
+            "policy has recrawl_after=86400s") in s["error"]
+    assert f"crawlq crawl set --crawl {crawl_name} recrawl_after=0" in s["error"]
+    assert not await redis_client.exists(CrawlKeys.build(crawl_name).meta)  # not created
+
+    await CrawlQueue.open(redis_client, crawl_name, CrawlSettings(dedup=DedupMode.BLOOM))
+    code, s = await produce_json(redis_url, crawl_name, "--url", "https://b.example/1")
+    assert code == 2 and s["enqueued"] == 0 and "recrawl_after=86400s" in s["error"]
+    with pytest.raises(PolicyError, match=r"recrawl_after: crawl .* uses bloom dedup"):
+        await set_policy(redis_client, crawl_name, {"recrawl_after": 60}, by="test")
+    await set_policy(redis_client, crawl_name, {"recrawl_after": 0}, by="test")
+    code, s = await produce_json(redis_url, crawl_name, "--url", "https://b.example/1")
+    assert (code, s["enqueued"]) == (0, 1)
 
 
 async def test_every_loops_until_sigterm_then_exits_0(

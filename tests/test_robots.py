@@ -459,6 +459,31 @@ async def test_ttl_expiry_refetches(serve: ServeFn, make_cache: Callable[..., Ro
     assert o.hits == 2
 
 
+async def test_a_new_ttl_applies_to_the_copies_fetched_after_it(
+        serve: ServeFn, make_cache: Callable[..., RobotsCache],
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """set_ttl (the crawl policy's robots_ttl, changed while a consumer runs): a copy
+    fetched after it lives that long, in Redis and in-process, and a failure no longer
+    than it; a copy fetched before keeps its expiry. Not > 0: ConfigError."""
+    before, after = await serve(body=ROBOTS), await serve(body=ROBOTS)
+    cache = make_cache(failure_ttl_s=30)
+    assert not (await cache.check(f"{before.url}/private/x")).allowed
+    keys = CrawlKeys.build(crawl_name)
+    assert await redis_client.pttl(keys.robots(before.url)) > 3_600_000
+    cache.set_ttl(1)
+    assert (cache.ttl_s, cache.failure_ttl_s) == (1, 1)
+    assert not (await cache.check(f"{after.url}/private/x")).allowed
+    assert 0 < await redis_client.pttl(keys.robots(after.url)) <= 1000
+    await asyncio.sleep(1.1)
+    assert not (await cache.check(f"{after.url}/private/y")).allowed
+    assert not (await cache.check(f"{before.url}/private/y")).allowed
+    assert (before.hits, after.hits) == (1, 2)
+    cache.set_ttl(3600)
+    assert (cache.ttl_s, cache.failure_ttl_s) == (3600, 30)
+    with pytest.raises(ConfigError, match="must be > 0"):
+        cache.set_ttl(0)
+
+
 async def test_local_copy_expires_with_the_redis_copy(
     serve: ServeFn, make_cache: Callable[..., RobotsCache],
     redis_client: aioredis.Redis, crawl_name: str
