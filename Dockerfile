@@ -36,6 +36,7 @@ COPY README.md ./
 COPY common ./common
 COPY producer ./producer
 COPY consumer ./consumer
+COPY console ./console
 # crawlq itself is pure Python, built here with setuptools; its dependencies are in already.
 RUN /opt/crawlq/bin/pip install --no-deps . \
     && /opt/crawlq/bin/crawlq --help >/dev/null \

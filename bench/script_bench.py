@@ -32,7 +32,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 # The crawlq imported is the one first on sys.path: _run_in puts the measured tree there.
-from common.frontier import Frontier
+from common.frontier.hosts import Frontier
 from common.queue import CrawlQueue, CrawlSettings, NewTask
 from common.redis_server import RedisServer
 from common.urls import fingerprint

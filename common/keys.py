@@ -5,7 +5,7 @@ lifecycle script touches a single Redis Cluster slot. Crawl-wide keys use the ta
 ``{<crawl>}``. Task data lives in fields of the hashes below, never in per-task keys.
 
 Partition keys (``crawlq:{<crawl>:<p>}:<name>``). A partition holds whole hosts (a URL is
-routed by its host key, ``common.hosts.host_key``), so a host's queue, its politeness
+routed by its host key, ``common.frontier.hostkey.host_key``), so a host's queue, its politeness
 state and its URLs' dedup entries live under one hash tag, on one Cluster shard.
 
 The frontier (what is pending, per host):
@@ -101,7 +101,7 @@ interval_ms, in_flight, done, failed, pages_per_s; times in ms of Redis TIME; ex
 unless refreshed; ``common.workers``), ``history`` LIST (newest first, at most 720 JSON
 snapshots ``{"t": unix s of Redis TIME, "done": n, ...}`` of the summed counters, about
 one per 5 s fleet-wide: an hour, for rates and the dashboard's chart; ``common.history``),
-``policy`` HASH (the crawl's policy, ``common.policy``: ``version``, bumped by every
+``policy`` HASH (the crawl's policy, ``common.frontier.policy``: ``version``, bumped by every
 change, and one field per policy option, its value as text in the flag's syntax, e.g.
 ``per_host_delay`` ``1s``; written only by ``policy_set.lua``) and ``policy:log`` LIST
 (newest first, at most 200 JSON ``{"at": ms of Redis TIME, "version", "changes": {key:

@@ -30,7 +30,8 @@ from common import codec
 from common.codec import text as _text
 from common.connection import RedisClient
 from common.errors import ConfigError, CrawlConflictError, MalformedTaskError
-from common.hosts import host_key, partition_of_host
+from common.frontier.hostconf import HostConf
+from common.frontier.hostkey import host_key, partition_of_host
 from common.keys import CRAWLS, CrawlKeys, PartitionKeys
 from common.reasons import HANDLER_ERROR, HTTP_5XX, HTTP_408, HTTP_429, ROBOTS_DISALLOWED
 from common.scripts import Scripts, locate_in
@@ -264,14 +265,6 @@ class Stats:
     def active(self) -> int:
         """Tasks that still need work: pending, leased or waiting."""
         return self.pending + self.leased + self.waiting
-
-
-def budget_spent(conf: str) -> bool:
-    """Whether a hostconf value (lib/hosts.lua's conf_encode: delay, conc, budget, used,
-    blocked, robots[, reserved]) has a budget that its pages used and held fill."""
-    fields = (conf.split(",") + [""] * 7)[:7]
-    budget, used, reserved = fields[2], fields[3], fields[6]
-    return budget != "" and int(used or 0) + int(reserved or 0) >= int(budget)
 
 
 def _chunks(items: Sequence[T], size: int) -> Iterable[Sequence[T]]:
@@ -956,7 +949,7 @@ class CrawlQueue:
         parked = 0
         for confs, queued in zip(replies[::2], replies[1::2], strict=True):
             for conf, n in zip(confs, queued, strict=True):
-                if conf and budget_spent(_text(conf)):
+                if HostConf.decode(conf).budget_spent:
                     parked += int(n or 0)
         return parked
 

@@ -20,10 +20,10 @@ from common.config import (
     size,
 )
 from common.errors import ConfigError
+from common.frontier.policy import OPTIONS as POLICY
+from common.frontier.policy import domains, media_types
 from common.headers import parse_header_lines
 from common.http.fetcher import FetchSettings
-from common.policy import OPTIONS as POLICY
-from common.policy import domains, media_types
 from consumer.sinks import SINK_KINDS
 
 
@@ -48,7 +48,7 @@ def _worker_id(text: str) -> str:
     return text or default_worker_id()
 
 
-#: How a crawl-level flag relates to the crawl's policy (``common.policy``).
+#: How a crawl-level flag relates to the crawl's policy (``common.frontier.policy``).
 _POLICY_VALUE = ("a crawl policy value: used only when this consumer creates the crawl's "
                  "policy, else the crawl's holds (a WARNING if they differ; change it with "
                  "crawlq crawl set)")

@@ -13,10 +13,7 @@ from redis.exceptions import OutOfMemoryError, ResponseError
 from common.connection import RedisClient, open_redis
 from common.errors import ConfigError
 from common.exitcodes import EXIT_SINK
-from common.http.fetcher import Fetcher
-from common.keys import CrawlKeys
-from common.metrics import Metrics
-from common.policy import (
+from common.frontier.policy import (
     CONSUMER,
     CrawlPolicy,
     ensure_policy,
@@ -25,6 +22,9 @@ from common.policy import (
     seeded_by,
     sync_partitions,
 )
+from common.http.fetcher import Fetcher
+from common.keys import CrawlKeys
+from common.metrics import Metrics
 from common.queue import CrawlQueue
 from common.redis_errors import REDIS_ERRORS
 from consumer.backoff import Backoff

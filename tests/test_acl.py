@@ -25,8 +25,8 @@ from redis.exceptions import NoPermissionError, ResponseError
 from redis_binaries import all_redis_servers
 from sites import test_site
 
+from common.frontier.policy import create_policy
 from common.keys import CrawlKeys
-from common.policy import create_policy
 from common.queue import CrawlQueue
 from common.redis_server import RedisServer
 
@@ -93,7 +93,7 @@ async def run_child(tmp_path: Path, name: str, module_args: list[str], *, within
     return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
 
 
-CRAWLQ = ["-c", "import sys; from common.cli import main; sys.exit(main(sys.argv[1:]))"]
+CRAWLQ = ["-c", "import sys; from console.cli import main; sys.exit(main(sys.argv[1:]))"]
 
 
 # -- the crawl works --------------------------------------------------------------------------

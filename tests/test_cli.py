@@ -16,8 +16,6 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from common.cli import main_async
-from common.demo.site import sample_site
 from common.errors import ConfigError
 from common.history import rates
 from common.keys import CRAWLS, CrawlKeys
@@ -26,6 +24,8 @@ from common.queue import CrawlQueue, CrawlSettings, Failure, NewTask
 from common.redis_server import free_port
 from common.urls import fingerprint
 from common.workers import WorkerRegistry
+from console.cli import main_async
+from console.demo.site import sample_site
 from consumer.__main__ import main as consumer_main
 from consumer.config import build_parser as consumer_parser
 from consumer.config import settings_from_args
@@ -269,7 +269,7 @@ async def test_unreachable_redis_exits_3(capsys: pytest.CaptureFixture[str]) -> 
 
 async def test_stats_watch_redraws_until_ctrl_c(redis_url: str, crawl: Crawl) -> None:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", "import sys; from common.cli import main; sys.exit(main())",
+        sys.executable, "-c", "import sys; from console.cli import main; sys.exit(main())",
         "stats", "--watch", "--crawl", crawl.name, "--redis-url", redis_url, "--cluster", "no",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     assert proc.stdout is not None
@@ -302,7 +302,7 @@ def test_invalid_crawl_names(name: str) -> None:
         CrawlKeys.build(name)
 
 
-_CRAWLQ = ("-c", "import sys; from common.cli import main; sys.exit(main())")
+_CRAWLQ = ("-c", "import sys; from console.cli import main; sys.exit(main())")
 # Each command that takes a crawl name: its argv, and the env variable of that name.
 _COMMANDS = {
     "crawlq-producer": (("-m", "producer", "--url", "https://a.example/"), "CRAWLQ_CRAWL"),

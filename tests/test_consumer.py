@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 from aiohttp import web
 
 from common.errors import ConfigError
-from common.frontier import Frontier
+from common.frontier.hosts import Frontier
 from common.metrics import Metrics
 from common.queue import CrawlQueue, Lease, LeaseBatch, NewTask
 from common.runtime import tune_gc

@@ -11,15 +11,15 @@ import redis.asyncio as aioredis
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 
-from common.cli import main_async
-from common.dashboard.app import make_app
-from common.dashboard.security import check_bind
 from common.errors import ConfigError
-from common.frontier import Frontier
+from common.frontier.hosts import Frontier
 from common.history import record
 from common.queue import CrawlQueue, CrawlSettings, Failure, NewTask
 from common.urls import fingerprint
 from common.workers import WorkerRegistry
+from console.cli import main_async
+from console.dashboard.app import make_app
+from console.dashboard.security import check_bind
 
 TOKEN = "t0ken-for-the-tests-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

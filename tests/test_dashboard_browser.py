@@ -21,7 +21,7 @@ import pytest
 import redis.asyncio as aioredis
 from sites import start_site_process
 
-from common.frontier import Frontier
+from common.frontier.hosts import Frontier
 from common.keys import CRAWLS
 from common.queue import CrawlQueue, Failure, NewTask
 from common.redis_server import free_port
@@ -90,7 +90,7 @@ async def child(*argv: str, log: Path) -> AsyncIterator[asyncio.subprocess.Proce
 
 
 def dashboard_argv(redis_url: str, port: int) -> list[str]:
-    return ["-c", "import sys; from common.cli import main; sys.exit(main(sys.argv[1:]))",
+    return ["-c", "import sys; from console.cli import main; sys.exit(main(sys.argv[1:]))",
             "dashboard", "--redis-url", redis_url, "--cluster", "no",
             "--http-port", str(port), "--token", TOKEN]
 

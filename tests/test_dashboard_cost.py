@@ -26,13 +26,13 @@ import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient, TestServer
 
 from common.connection import connect
-from common.dashboard.api import MAX_HOSTS_READ
-from common.dashboard.app import make_app
 from common.keys import CrawlKeys
 from common.queue import CrawlQueue, CrawlSettings, Failure, NewTask
 from common.redis_server import RedisServer
 from common.urls import fingerprint
 from common.workers import WorkerRegistry
+from console.dashboard.api import MAX_HOSTS_READ
+from console.dashboard.app import make_app
 
 TASKS, HOSTS = 1_000_000, 10_000
 BATCH_HOSTS = 100

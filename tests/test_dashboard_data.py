@@ -8,14 +8,14 @@ import time
 import pytest
 import redis.asyncio as aioredis
 
-from common import deadletters as dl
-from common.cli import main_async
-from common.crawls import summaries
-from common.deadletters import dead_page
 from common.errors import BadRequestError
 from common.queue import CrawlQueue, CrawlSettings, Failure, NewTask
 from common.urls import fingerprint
 from common.workers import WorkerRegistry, read_workers
+from console import deadletters as dl
+from console.cli import main_async
+from console.crawls import summaries
+from console.deadletters import dead_page
 
 
 async def _redis_ms(client: aioredis.Redis) -> int:

@@ -1,4 +1,4 @@
-"""The crawl's policy in the dashboard (common/dashboard/policy.py, the Policy panel): read
+"""The crawl's policy in the dashboard (console/dashboard/policy.py, the Policy panel): read
 without a token, changed with one like ``crawlq crawl set``, never over someone else's
 change. Real redis-server; the API in process, the panel in headless Chromium."""
 
@@ -15,12 +15,12 @@ import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient, TestServer
 from test_dashboard_api import AUTH, TOKEN, error_of
 
-from common.dashboard.app import STATIC, make_app
-from common.dashboard.policy import BY
+from common.frontier.policy import LOG_LEN, POLICY_OPTIONS, create_policy, read_policy, set_policy
 from common.keys import CrawlKeys, PartitionKeys
-from common.policy import LOG_LEN, POLICY_OPTIONS, create_policy, read_policy, set_policy
 from common.queue import CrawlQueue, CrawlSettings
 from common.redis_server import free_port
+from console.dashboard.app import STATIC, make_app
+from console.dashboard.policy import BY
 
 ClientFactory = Callable[..., Any]
 NAMES = [o.name for o in POLICY_OPTIONS]

@@ -24,7 +24,7 @@ def start_demo(out: Path, *args: str) -> subprocess.Popen[str]:
            if k != "REDIS_URL" and not k.startswith("CRAWLQ_")}  # the embedded Redis
     env["PYTHONPATH"] = str(ROOT)
     return subprocess.Popen(
-        [sys.executable, "-c", "import sys; from common.cli import main; sys.exit(main())",
+        [sys.executable, "-c", "import sys; from console.cli import main; sys.exit(main())",
          "demo", "--output", str(out), *args],
         cwd=out.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True)

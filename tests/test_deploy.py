@@ -112,7 +112,7 @@ def _k8s_env(container: dict[str, Any]) -> dict[str, Any]:
 
 def _known_env_vars() -> set[str]:
     """Every environment variable any crawlq command reads (from the --help texts)."""
-    from common.cli import build_parser as cli_parser  # noqa: PLC0415
+    from console.cli import build_parser as cli_parser  # noqa: PLC0415
     from consumer.config import build_parser as consumer_parser  # noqa: PLC0415
     from producer.cli import build_parser as producer_parser  # noqa: PLC0415
 
@@ -490,7 +490,7 @@ def test_the_docs_name_only_keys_variables_and_policy_keys_that_exist() -> None:
     """A Redis key, a CRAWLQ_* variable or a `crawlq crawl set` key in the README, deploy/
     or docs/ that crawlq does not have fails here (the docs once described a removed
     ':ready' list for months)."""
-    from common.policy import OPTIONS  # noqa: PLC0415
+    from common.frontier.policy import OPTIONS  # noqa: PLC0415
 
     names, prefixes = _key_names()
     known_vars = _known_env_vars() | {"CRAWLQ_SOME_FLAG"}  # the naming rule's example

@@ -13,11 +13,11 @@ import pytest
 import redis.asyncio as aioredis
 
 from common.errors import ConfigError
-from common.frontier import Frontier
+from common.frontier.hosts import Frontier
+from common.frontier.policy import create_policy, set_policy
 from common.http.fetcher import Fetcher
 from common.keys import PartitionKeys
 from common.metrics import Metrics
-from common.policy import create_policy, set_policy
 from common.queue import (
     Code,
     CrawlFormatError,

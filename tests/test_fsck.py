@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 from test_consumer import consume, page, serve
 
 from common.exitcodes import EXIT_INCONSISTENT, EXIT_OK
-from common.frontier import Frontier
+from common.frontier.hosts import Frontier
 from common.queue import CrawlQueue, CrawlSettings, Failure, NewTask
 from common.urls import fingerprint
 
@@ -20,9 +20,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 async def fsck(redis_url: str, crawl: str, *extra: str) -> tuple[int, str]:
-    """``python -m common.cli fsck``, as a subprocess: its exit code and stdout."""
+    """``python -m console.cli fsck``, as a subprocess: its exit code and stdout."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "common.cli", "fsck", "--crawl", crawl, "--redis-url",
+        sys.executable, "-m", "console.cli", "fsck", "--crawl", crawl, "--redis-url",
         redis_url, "--cluster", "no", *extra, cwd=ROOT,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 60)

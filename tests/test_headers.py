@@ -19,9 +19,7 @@ import redis.asyncio as aioredis
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from common.cli import main_async as crawlq_main
 from common.config import add_options
-from common.dashboard.app import make_app
 from common.errors import ConfigError, MalformedTaskError
 from common.headers import (
     MAX_HEADERS,
@@ -34,6 +32,8 @@ from common.http.fetcher import Fetcher, FetchSettings
 from common.queue import CrawlQueue, NewTask
 from common.task import decode_entry, encode_entry
 from common.urls import fingerprint
+from console.cli import main_async as crawlq_main
+from console.dashboard.app import make_app
 from consumer.__main__ import main as consumer_main
 from consumer.config import CONSUMER_OPTIONS, build_parser, settings_from_args
 from consumer.run import run

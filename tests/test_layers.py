@@ -27,7 +27,7 @@ def test_the_tree_keeps_every_contract() -> None:
 
 
 def test_a_wrong_import_breaks_the_contract_it_names(tmp_path: Path) -> None:
-    for package in ("common", "producer", "consumer"):
+    for package in ("common", "producer", "consumer", "console"):
         shutil.copytree(ROOT / package, tmp_path / package,
                         ignore=shutil.ignore_patterns("__pycache__", "*.lua", "static"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
@@ -35,10 +35,17 @@ def test_a_wrong_import_breaks_the_contract_it_names(tmp_path: Path) -> None:
     codec.write_text(codec.read_text() + "\nimport consumer.worker  # noqa\n")
     sitemaps = tmp_path / "producer" / "sitemaps.py"
     sitemaps.write_text(sitemaps.read_text() + "\nimport consumer.flush  # noqa\n")
+    fsck = tmp_path / "console" / "fsck.py"
+    fsck.write_text(fsck.read_text() + "\nimport consumer.worker  # noqa\n")
+    housekeeping = tmp_path / "consumer" / "housekeeping.py"
+    housekeeping.write_text(housekeeping.read_text() + "\nimport console.crawls  # noqa\n")
     result = lint_imports(tmp_path)
     assert result.returncode != 0
     out = result.stdout
-    assert "common is the base layer: it imports neither the producer nor the consumer " \
+    assert "common is the base layer: it imports neither the services nor the console " \
            "BROKEN" in out
     assert "the producer and the consumer never import each other BROKEN" in out
+    assert "the console (crawlq, the dashboard, the demo) drives the services from outside " \
+           "BROKEN" in out
+    assert "the services never import the console BROKEN" in out
     assert "common.codec -> consumer.worker" in out

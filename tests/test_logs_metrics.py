@@ -302,7 +302,7 @@ COMMANDS = {
     "crawlq-consumer": ["-m", "consumer", "--exit-when-empty", "--empty-grace", "0",
                         "--http-port", "-1"],
     "crawlq-producer": ["-m", "producer", "--dry-run", "--url", "https://example.com/"],
-    "crawlq": ["-c", "import sys; from common.cli import main; sys.exit(main())", "crawls"],
+    "crawlq": ["-c", "import sys; from console.cli import main; sys.exit(main())", "crawls"],
 }
 
 

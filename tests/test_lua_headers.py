@@ -31,14 +31,14 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from common import queue, scripts
-from common.frontier import Frontier
-from common.fsck import repair_hosts
+from common.frontier.hosts import Frontier
 from common.history import record
 from common.keys import CrawlKeys
 from common.locks import TokenLocks
 from common.queue import CrawlQueue, CrawlSettings, DedupMode, Failure, NewTask, RetryPolicy
 from common.urls import fingerprint
 from common.workers import WorkerRegistry
+from console.fsck import repair_hosts
 
 LUA = Path(scripts.__file__).parent / "lua"
 FIXED = re.compile(r"^-- KEYS\[(\d+)\]\s+(\S+)")

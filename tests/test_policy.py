@@ -1,4 +1,4 @@
-"""A crawl's policy (common/policy.py): one versioned, logged object in Redis that every
+"""A crawl's policy (common/frontier/policy.py): one versioned, logged object in Redis that every
 consumer reads and none overwrites. Real redis-server; the commands run as processes."""
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ from sites import test_site
 from test_consumer import Handler, Site, consumer_args, page, serve
 from test_queue import window_passed
 
-from common.frontier import Frontier
-from common.keys import CrawlKeys
-from common.policy import (
+from common.frontier.hosts import Frontier
+from common.frontier.policy import (
     LOG_LEN,
     POLICY_OPTIONS,
     CrawlPolicy,
@@ -37,6 +36,7 @@ from common.policy import (
     read_policy,
     set_policy,
 )
+from common.keys import CrawlKeys
 from common.queue import CrawlQueue, CrawlSettings, DedupMode, NewTask, RetryPolicy
 from common.task import decode_entry
 from common.urls import fingerprint
@@ -65,7 +65,7 @@ async def crawlq(redis_url: str, *args: str) -> tuple[int, str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLQ_")}
     env |= {"PYTHONPATH": str(ROOT), "REDIS_URL": redis_url, "CRAWLQ_CLUSTER": "no"}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", "import sys; from common.cli import main; sys.exit(main())",
+        sys.executable, "-c", "import sys; from console.cli import main; sys.exit(main())",
         *args, cwd=ROOT, env=env, stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 60)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import common.policy
-from common.policy import POLICY_OPTIONS
+import common.frontier.policy
+from common.frontier.policy import POLICY_OPTIONS
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 #: A row of the policy table: | `key` | what it means | `default` |
@@ -71,6 +71,6 @@ def test_who_creates_it_names_every_flag_and_migration_every_newer_key() -> None
 
 
 def test_the_policy_module_says_what_the_policy_holds() -> None:
-    doc = common.policy.__doc__ or ""
+    doc = common.frontier.policy.__doc__ or ""
     intro = " ".join(doc[:doc.index("Each option is declared once")].split())
     assert [o.name for o in POLICY_OPTIONS if f"``{o.name}``" not in intro] == []

@@ -23,16 +23,16 @@ import pytest
 import redis.asyncio as aioredis
 from test_queue import window_passed
 
-from common.demo.site import sample_site
 from common.errors import SourceError
-from common.frontier import Frontier
+from common.frontier.hosts import Frontier
+from common.frontier.policy import PolicyError, create_policy, read_policy, set_policy
 from common.keys import CRAWLS, CrawlKeys, PartitionKeys
-from common.policy import PolicyError, create_policy, read_policy, set_policy
 from common.queue import CrawlQueue, CrawlSettings, DedupMode
 from common.redis_server import free_port
 from common.resp_pack import use_hiredis_packer
 from common.task import decode_entry
 from common.urls import fingerprint, task_id
+from console.demo.site import sample_site
 from producer.cli import main_async
 from producer.lock import LockHeldError, ProducerLock
 from producer.sitemaps import parse_sitemap

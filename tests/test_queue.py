@@ -21,8 +21,8 @@ from redis.exceptions import ResponseError
 
 import common.queue
 from common.errors import ConfigError, CrawlConflictError, MalformedTaskError
-from common.frontier import Frontier
-from common.hosts import host_key
+from common.frontier.hostkey import host_key
+from common.frontier.hosts import Frontier
 from common.keys import HASHTABLE_FIELD
 from common.queue import (
     MALFORMED,

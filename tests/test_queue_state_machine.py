@@ -47,7 +47,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from common.frontier import Frontier
+from common.frontier.hosts import Frontier
 from common.keys import HASHTABLE_FIELD
 from common.queue import (
     Code,

@@ -1,5 +1,5 @@
 -- fsck_repair.lua: recount the frontier state of some hosts from what is really there
--- (`crawlq fsck --repair`, common/fsck.py).
+-- (`crawlq fsck --repair`, console/fsck.py).
 --
 -- For each host given: h:queued becomes the entries its queues hold (LLEN hq + ZCARD
 -- hp), `pending` moves by the same difference, and its `prio_hosts` entry follows the

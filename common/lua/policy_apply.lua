@@ -1,4 +1,4 @@
--- policy_apply.lua: give one partition its crawl's politeness (common/policy.py): the
+-- policy_apply.lua: give one partition its crawl's politeness (common/frontier/policy.py): the
 -- policy's default delay and concurrency into `conf`, with the policy version they come
 -- from, and every host waiting in `due` moved to its turn under them (refresh_hosts,
 -- lib/hosts.lua: max(last request + its delay, blocked until)), so a lower delay moves

@@ -1,4 +1,4 @@
--- policy_set.lua: create or change a crawl's policy (common/policy.py): its values, a
+-- policy_set.lua: create or change a crawl's policy (common/frontier/policy.py): its values, a
 -- version that every change bumps, and a log entry saying what changed, by whom and when,
 -- in one atomic call. Values arrive validated by Python's table of policy options, as
 -- text in the flags' syntax ("1s", "2"); an unchanged value is not a change, and a call

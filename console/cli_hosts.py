@@ -13,7 +13,7 @@ from dataclasses import asdict
 
 from common.config import Option, add_options, duration
 from common.connection import RedisClient
-from common.frontier import SORT_COLUMNS, Frontier, HostPage
+from common.frontier.hosts import SORT_COLUMNS, Frontier, HostPage
 from common.queue import CrawlQueue
 
 Command = Callable[..., argparse.ArgumentParser]

@@ -2,7 +2,7 @@
 
 1. Redis: ``REDIS_URL`` if given (the ``demo`` crawl is reset first), else an embedded
    redis-server (``common.redis_server.RedisServer``) that is stopped at the end.
-2. The sample site (``common.demo.site``) on 127.0.0.1.
+2. The sample site (``console.demo.site``) on 127.0.0.1.
 3. The producer, as a subprocess, on the site's seed list (``urls.txt``).
 4. Two consumers, as subprocesses, with ``--exit-when-empty``; a progress line from
    ``CrawlQueue.stats()`` every 0.5 s while they work.
@@ -32,12 +32,12 @@ import aiohttp
 from common import codec
 from common.config import COMMON_OPTIONS, Option, duration, redact_url
 from common.connection import RedisClient, connect
-from common.demo.site import SiteSpec, sample_site
+from common.frontier.policy import CrawlPolicy, ensure_policy
 from common.keys import CRAWLS
 from common.names import validate_crawl_name
-from common.policy import CrawlPolicy, ensure_policy
 from common.queue import CrawlQueue, Stats
 from common.redis_server import RedisServer
+from console.demo.site import SiteSpec, sample_site
 
 __all__ = ["DEMO_OPTIONS", "run_demo"]
 

@@ -11,8 +11,8 @@ from aiohttp import web
 
 from common.config import Option
 from common.connection import RedisClient
-from common.dashboard.app import make_app
-from common.dashboard.security import check_bind
+from console.dashboard.app import make_app
+from console.dashboard.security import check_bind
 
 log = logging.getLogger("dashboard")
 

@@ -1,4 +1,4 @@
-"""The crawl's policy in the dashboard (``common.policy``): read it, and change it like
+"""The crawl's policy in the dashboard (``common.frontier.policy``): read it, and change it like
 ``crawlq crawl set`` does.
 
 ===========================================  ==========================================
@@ -33,11 +33,8 @@ from typing import Any
 
 from aiohttp import web
 
-from common.dashboard.actions import json_body
-from common.dashboard.api import CLIENT, int_param
 from common.errors import BadRequestError, ConfigError
-from common.names import validate_crawl_name
-from common.policy import (
+from common.frontier.policy import (
     LOG_LEN,
     POLICY_OPTIONS,
     NoPolicyError,
@@ -48,6 +45,9 @@ from common.policy import (
     read_values,
     set_policy,
 )
+from common.names import validate_crawl_name
+from console.dashboard.actions import json_body
+from console.dashboard.api import CLIENT, int_param
 
 log = logging.getLogger("dashboard")
 

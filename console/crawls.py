@@ -15,7 +15,7 @@ from common import history
 from common.codec import text as _text
 from common.connection import RedisClient
 from common.errors import ConfigError
-from common.frontier import Frontier
+from common.frontier.hosts import Frontier
 from common.keys import CRAWLS, CrawlKeys
 from common.queue import CrawlQueue, Stats
 from common.workers import read_workers

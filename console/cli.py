@@ -11,7 +11,7 @@ Subcommands (each takes the common options: --redis-url, --crawl, --log-level, .
                                    or ``--all``)
 ``crawlq dead purge ... --yes``    delete dead tasks for good
 ``crawlq crawls [--json]``         the crawls in this Redis with their sizes
-``crawlq crawl create|show|set``   a crawl's policy (``common.cli_crawl``): create it
+``crawlq crawl create|show|set``   a crawl's policy (``console.cli_crawl``): create it
                                    (``--config FILE``, ``KEY=VALUE``), show it (``--json``,
                                    ``--toml``), change it (``KEY=VALUE ...``)
 ``crawlq dashboard``               the web dashboard (``--http-host``, ``--http-port``,
@@ -20,7 +20,7 @@ Subcommands (each takes the common options: --redis-url, --crawl, --log-level, .
 ``crawlq check``                   0 if Redis answers (and --http-url if given), else 1
 ``crawlq fsck [--repair] [--json]`` check a crawl's invariants (every task in one state,
                                    counts, ``due``); ``--repair`` fixes the counts and
-                                   ``due`` (``common.fsck``)
+                                   ``due`` (``console.fsck``)
 ``crawlq demo``                    a local Redis, a sample site, a producer, two consumers
 =================================  =====================================================
 
@@ -45,24 +45,24 @@ from redis.exceptions import (
 )
 
 from common import codec
-from common.cli_crawl import add_crawl_commands
-from common.cli_hosts import add_host_commands
 from common.codec import text as _text
 from common.config import COMMON_OPTIONS, Option, add_options, duration, redact_url
 from common.connection import RedisClient, connect, open_redis
-from common.crawls import summaries, summary
-from common.dashboard.command import DASHBOARD_OPTIONS, cmd_dashboard
-from common.deadletters import select_dead
-from common.demo.run import DEMO_OPTIONS, run_demo
 from common.errors import BadRequestError, ConfigError, CrawlqError
 from common.exitcodes import EXIT_FAIL, EXIT_INCONSISTENT, EXIT_OK, EXIT_REDIS, EXIT_USAGE
-from common.fsck import fsck, report_text
 from common.keys import CRAWLS, PREFIX, CrawlKeys
 from common.logs import setup_logging
 from common.queue import CrawlQueue, CrawlSettings
 from common.redis_errors import redis_error_message
 from common.runtime import run_loop
 from common.workers import read_workers
+from console.cli_crawl import add_crawl_commands
+from console.cli_hosts import add_host_commands
+from console.crawls import summaries, summary
+from console.dashboard.command import DASHBOARD_OPTIONS, cmd_dashboard
+from console.deadletters import select_dead
+from console.demo.run import DEMO_OPTIONS, run_demo
+from console.fsck import fsck, report_text
 
 __all__ = ["EXIT_FAIL", "EXIT_INCONSISTENT", "EXIT_OK", "EXIT_REDIS", "EXIT_USAGE",
            "build_parser", "main", "main_async", "redis_error_message"]

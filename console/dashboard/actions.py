@@ -32,13 +32,13 @@ from typing import Any
 
 from aiohttp import web
 
-from common.dashboard.api import open_crawl
-from common.deadletters import select_dead
 from common.errors import BadRequestError
-from common.frontier import Frontier
-from common.hosts import host_key
+from common.frontier.hostkey import host_key
+from common.frontier.hosts import Frontier
 from common.queue import CrawlQueue
 from common.urls import canonicalize
+from console.dashboard.api import open_crawl
+from console.deadletters import select_dead
 
 log = logging.getLogger("dashboard")
 

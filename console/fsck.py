@@ -33,8 +33,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from common.codec import text as _text
+from common.frontier.hostconf import HostConf
 from common.keys import HASHTABLE_FIELD, PartitionKeys
-from common.queue import CrawlQueue, budget_spent
+from common.queue import CrawlQueue
 from common.scripts import register
 
 #: The most values one read asks Redis for (SCAN COUNT, a page of LRANGE or ZRANGE) and
@@ -153,13 +154,6 @@ async def _entries(client: Any, hq: str, hp: str) -> AsyncIterator[str]:
             start += PAGE
 
 
-def _conc(value: bytes | None, default: int) -> int:
-    """A host's concurrency from its hostconf value (``common.frontier``'s layout)."""
-    fields = (_text(value) if value else "").split(",")
-    conc = int(fields[1]) if len(fields) > 1 and fields[1] else default
-    return conc if conc > 0 else UNLIMITED
-
-
 @dataclass(slots=True)
 class _Partition:
     """What a check reads of one partition."""
@@ -215,8 +209,10 @@ async def _read(queue: CrawlQueue, pk: PartitionKeys) -> _Partition:
         for j, host in enumerate(batch):
             n, top, m = replies[3 * j:3 * j + 3]
             part.held[host] = (int(n), int(m), top[0][1] if top else None)
-            part.conc[host] = _conc(replies[-1][j], default)
-            if replies[-1][j] and budget_spent(_text(replies[-1][j])):
+            conf = HostConf.decode(replies[-1][j])
+            conc = default if conf.conc is None else conf.conc
+            part.conc[host] = conc if conc > 0 else UNLIMITED
+            if conf.budget_spent:
                 part.spent.add(host)
     part.leases = await _zscan(client, pk.leases)
     part.owners = await _hscan(client, pk.owners)

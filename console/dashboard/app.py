@@ -9,8 +9,8 @@ from pathlib import Path
 from aiohttp import web
 
 from common.connection import RedisClient
-from common.dashboard import actions, api, policy
-from common.dashboard.security import Guard, add_headers, middleware
+from console.dashboard import actions, api, policy
+from console.dashboard.security import Guard, add_headers, middleware
 
 STATIC = Path(__file__).parent / "static"
 #: Action bodies are small JSON objects (at most MAX_IDS ids).

@@ -31,12 +31,12 @@ from aiohttp import web
 
 from common import history
 from common.connection import RedisClient
-from common.crawls import MAX_CRAWLS, summaries, summary
-from common.deadletters import MAX_PAGE_SIZE, DeadPage, dead_page
 from common.errors import BadRequestError, ConfigError
-from common.frontier import SORT_COLUMNS, Frontier
+from common.frontier.hosts import SORT_COLUMNS, Frontier
 from common.queue import CrawlQueue
 from common.workers import read_workers
+from console.crawls import MAX_CRAWLS, summaries, summary
+from console.deadletters import MAX_PAGE_SIZE, DeadPage, dead_page
 
 CLIENT: web.AppKey[RedisClient] = web.AppKey("client", object)  # type: ignore[arg-type]
 TOKEN_SET: web.AppKey[bool] = web.AppKey("token_set", bool)

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.errors import ConfigError
-from common.hosts import host_key
+from common.frontier.hostconf import HostConf
+from common.frontier.hostkey import host_key
+from common.frontier.policy import set_policy
 from common.keys import PartitionKeys
-from common.policy import set_policy
 from common.queue import CrawlQueue
 from common.urls import canonicalize
 
@@ -72,13 +73,6 @@ def normalize_host(text: str) -> str:
         raise ConfigError(f"not a host: {text[:100]!r} (e.g. example.com or "
                           "example.com:8080)")
     return host_key(canonical)
-
-
-def _conf(value: bytes | None) -> list[int | None]:
-    """A hostconf value (lib/hosts.lua's conf_encode): delay, conc, budget, used, blocked,
-    robots, reserved."""
-    fields = (value or b",,,,,").decode().split(",")
-    return [int(f) if f else None for f in (fields + [""] * 7)[:7]]
 
 
 class Frontier:
@@ -144,19 +138,19 @@ class Frontier:
             queued, inflight, done, errors, last, due, confs, defaults = replies[8 * i:8 * i + 8]
             default_delay, default_conc = (int(v) if v else 0 for v in defaults)
             for j, host in enumerate(names):
-                delay, conc, budget, used, blocked, robots, reserved = _conf(confs[j])
-                own_delay = default_delay if delay is None else delay
+                c = HostConf.decode(confs[j])
+                own_delay = default_delay if c.delay is None else c.delay
                 found[(host, p)] = HostRow(
                     host=host, partition=p, queued=int(queued[j] or 0),
                     in_flight=int(inflight[j] or 0), done=int(done[j] or 0),
                     errors=int(errors[j] or 0),
                     last_request_ms=None if last[j] is None else int(last[j]),
                     next_allowed_ms=None if due[j] is None else int(due[j]),
-                    delay_ms=max(own_delay, robots or 0),
-                    concurrency=default_conc if conc is None else conc,
-                    budget=budget, used=used or 0,
-                    blocked_until_ms=blocked or None, robots_delay_ms=robots,
-                    reserved=reserved or 0)
+                    delay_ms=max(own_delay, c.robots or 0),
+                    concurrency=default_conc if c.conc is None else c.conc,
+                    budget=c.budget, used=c.used or 0,
+                    blocked_until_ms=c.blocked or None, robots_delay_ms=c.robots,
+                    reserved=c.reserved or 0)
         return [found[h] for h in hosts]
 
     async def _host_set(self, host: str, *pairs: Any) -> None:
@@ -221,7 +215,7 @@ class Frontier:
 
     async def set_defaults(self, *, delay_s: float, concurrency: int) -> None:
         """Set the crawl's default per-host delay and concurrency (0 = no limit) through
-        its policy (``common.policy``, logged ``by: api``; created if the crawl has none),
+        its policy (``common.frontier.policy``, logged ``by: api``; created if the crawl has none),
         the one place they are written: every partition gets them, and scheduled turns
         move to match."""
         if delay_s < 0 or concurrency < 0:
