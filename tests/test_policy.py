@@ -29,6 +29,7 @@ from common.frontier.policy import (
     POLICY_OPTIONS,
     CrawlPolicy,
     PolicyError,
+    PolicyMovedError,
     apply_policy,
     create_policy,
     ensure_policy,
@@ -38,6 +39,7 @@ from common.frontier.policy import (
 )
 from common.keys import CrawlKeys
 from common.queue import CrawlQueue, CrawlSettings, DedupMode, NewTask, RetryPolicy
+from common.scripts import register
 from common.task import decode_entry
 from common.urls import fingerprint
 from common.wake import WakeChannel
@@ -365,6 +367,29 @@ async def test_show_toml_round_trips_into_create_config(
         code, _, err = await crawlq(redis_url, "crawl", "create", "--crawl",
                                     crawl_name + "-bad", "--config", str(path))
         assert code == 2 and shown in err, err
+
+
+async def test_a_change_made_against_an_old_version_is_refused_where_it_is_written(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """With the version a change was made against (the dashboard's form), a policy that
+    moved since refuses it in policy_set.lua itself, the call that would write, so no
+    read-then-write window lets two operators overwrite each other."""
+    await create_policy(redis_client, crawl_name, {}, by="test")
+    await set_policy(redis_client, crawl_name, {"max_depth": 7}, by="crawlq crawl set")
+    before = await read_policy(redis_client, crawl_name)
+    with pytest.raises(PolicyMovedError, match="at version 2, not 1") as caught:
+        await set_policy(redis_client, crawl_name, {"max_depth": 4}, by="dashboard",
+                         expected_version=1)
+    assert caught.value.version == 2
+    assert await read_policy(redis_client, crawl_name) == before
+    keys = CrawlKeys.build(crawl_name)
+    script = register(redis_client, "policy_set")
+    assert await script(keys=[keys.policy, keys.policy_log],
+                        args=["set", "dashboard", LOG_LEN, 1, "max_depth", "4"]) == [4, 2]
+    assert await read_policy(redis_client, crawl_name) == before
+    stored = await set_policy(redis_client, crawl_name, {"max_depth": 4}, by="dashboard",
+                              expected_version=2)
+    assert (stored.version, stored.policy.max_depth) == (3, 4)
 
 
 async def test_robots_ttl_max_attempts_and_recrawl_after_through_the_python_api(

@@ -95,6 +95,15 @@ class PolicyExistsError(ConfigError):
     """``create`` found a policy already there."""
 
 
+class PolicyMovedError(ConfigError):
+    """A change made against one version found another: someone changed the policy since
+    (``version``: the one it holds now). Nothing was written."""
+
+    def __init__(self, message: str, version: int) -> None:
+        super().__init__(message)
+        self.version = version
+
+
 class NoPolicyError(ConfigError):
     """``set`` or ``show`` found no policy."""
 
@@ -534,12 +543,13 @@ async def legacy_conf(client: RedisClient, crawl: str) -> CrawlPolicy | None:
 
 
 async def _write(client: RedisClient, crawl: str, mode: str, texts: Mapping[str, str],
-                 by: str) -> tuple[int, int]:
+                 by: str, *, expected: int | None = None) -> tuple[int, int]:
     keys = CrawlKeys.build(crawl)
     script = register(client, "policy_set")
     pairs = [x for name, text in texts.items() for x in (name, text)]
     code, version = await script(keys=[keys.policy, keys.policy_log],
-                                 args=[mode, by, LOG_LEN, *pairs])
+                                 args=[mode, by, LOG_LEN, "" if expected is None else expected,
+                                       *pairs])
     return int(code), int(version)
 
 
@@ -609,10 +619,13 @@ async def create_policy(client: RedisClient, crawl: str, values: Mapping[str, An
 
 
 async def set_policy(client: RedisClient, crawl: str, values: Mapping[str, Any], *,
-                     by: str, create: bool = False) -> StoredPolicy:
+                     by: str, create: bool = False,
+                     expected_version: int | None = None) -> StoredPolicy:
     """Change some of the policy's values (all checked first: a bad one writes nothing);
     with `create`, a crawl without a policy gets one (the defaults under `values`).
-    NoPolicyError when there is none (and not `create`)."""
+    NoPolicyError when there is none (and not `create`). With `expected_version`, the
+    change is made only if the policy is still at that version, in the same atomic call
+    that writes it (PolicyMovedError, nothing written, otherwise)."""
     current = await read_policy(client, crawl, log_limit=0)
     # Every value checked before anything is written, retry_cap against what it lands on.
     (CrawlPolicy() if current is None else current.policy).replace(values)
@@ -627,9 +640,14 @@ async def set_policy(client: RedisClient, crawl: str, values: Mapping[str, Any],
             raise NoPolicyError(f"crawl {crawl} has no policy: create it with `crawlq "
                                 f"crawl create --crawl {crawl}`")
     if texts:
-        code, _ = await _write(client, crawl, "upsert" if create else "set", texts, by)
+        code, version = await _write(client, crawl, "upsert" if create else "set", texts, by,
+                                     expected=expected_version)
         if code == 2:
             raise NoPolicyError(f"crawl {crawl}'s policy was deleted while it was set")
+        if code == 4:
+            raise PolicyMovedError(f"crawl {crawl}'s policy is at version {version}, not "
+                                   f"{expected_version}: it changed since; nothing was "
+                                   "written", version)
     stored = await _finish(client, crawl)
     if texts:
         await announce(client, crawl)

@@ -17,9 +17,9 @@ A write is checked whole before anything is written (every value parsed here, th
 included): a bad one is a 400 with the policy module's message and changes nothing. It
 is logged ``by: dashboard``. Optimistic concurrency: when the policy's version is not
 the one the form was loaded at, the write is refused with a 409 that carries the
-current ``version``, so two operators never silently overwrite each other. The version
-check and the write run under one lock per dashboard process; a ``crawlq crawl set``
-landing between them (milliseconds) is not caught, and changes only the keys it names.
+current ``version``, so two operators (or an operator and a ``crawlq crawl set``) never
+silently overwrite each other: ``policy_set.lua`` compares the version in the call that
+writes.
 
 The crawl need not exist yet (``crawlq crawl create`` may come first); a crawl without
 a policy is a 404 that says how to create one.
@@ -27,7 +27,6 @@ a policy is a 404 that says how to create one.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -39,6 +38,7 @@ from common.frontier.policy import (
     POLICY_OPTIONS,
     NoPolicyError,
     PolicyError,
+    PolicyMovedError,
     legacy_conf,
     parse_value,
     read_policy,
@@ -55,9 +55,6 @@ log = logging.getLogger("dashboard")
 BY = "dashboard"
 #: Change-log entries a GET returns unless ``?log=`` says otherwise.
 DEFAULT_LOG = 20
-#: One lock for every policy write of this process: the version check and the write
-#: are one step for concurrent requests (policy writes are rare).
-WRITE_LOCK: web.AppKey[asyncio.Lock] = web.AppKey("policy_write_lock", asyncio.Lock)
 
 
 def options_json() -> list[dict[str, str]]:
@@ -112,22 +109,20 @@ async def set_policy_action(request: web.Request) -> web.Response:
     crawl = _crawl(request)
     values, loaded = _change(await json_body(request))
     client = request.app[CLIENT]
-    async with request.app[WRITE_LOCK]:
-        current = await read_values(client, crawl)
-        if current is None:
-            raise await _no_policy(request, crawl)
-        if current.version != loaded:
-            return web.json_response({
-                "error": f"the policy changed since this form was loaded (version {loaded}, "
-                         f"now {current.version}): nothing was written; reload and try "
-                         "again", "version": current.version}, status=409)
-        try:
-            stored = await set_policy(client, crawl, values, by=BY)
-        except NoPolicyError as exc:
-            raise web.HTTPNotFound(text=str(exc)) from None
-        except PolicyError as exc:  # retry_cap against the retry_base it lands on
-            raise BadRequestError(str(exc)) from None
-    changed = stored.version != current.version
+    if await read_values(client, crawl) is None:  # an earlier crawlq's crawl: not adopted here
+        raise await _no_policy(request, crawl)
+    try:
+        stored = await set_policy(client, crawl, values, by=BY, expected_version=loaded)
+    except PolicyMovedError as exc:
+        return web.json_response({
+            "error": f"the policy changed since this form was loaded (version {loaded}, "
+                     f"now {exc.version}): nothing was written; reload and try again",
+            "version": exc.version}, status=409)
+    except NoPolicyError as exc:
+        raise web.HTTPNotFound(text=str(exc)) from None
+    except PolicyError as exc:  # retry_cap against the retry_base it lands on
+        raise BadRequestError(str(exc)) from None
+    changed = stored.version != loaded
     log.info("dashboard_action", extra={"action": "set_policy", "crawl": crawl,
                                         "version": stored.version, "changed": changed,
                                         "keys": ",".join(values)})
@@ -137,6 +132,5 @@ async def set_policy_action(request: web.Request) -> web.Response:
 
 def add_routes(app: web.Application) -> None:
     """Register the policy view and its action on `app`."""
-    app[WRITE_LOCK] = asyncio.Lock()
     app.router.add_get("/api/crawls/{crawl}/policy", get_policy)
     app.router.add_post("/api/crawls/{crawl}/policy/set", set_policy_action)
