@@ -548,8 +548,10 @@ class CrawlQueue:
         """
         pk = self.partitions[p]
         k = _candidates_for(n)
-        hosts, self._candidates[p] = self._candidates[p], []
-        if not hosts and fetched:  # their hosts are the likely ones to have work
+        # A call's work grows with the hosts it reads: no more than its n may use (a call
+        # that only gives slots back reads none).
+        hosts, self._candidates[p] = (self._candidates[p][:k] if n else []), []
+        if not hosts and fetched and n:  # their hosts are the likely ones to have work
             hosts = list(dict.fromkeys(lease.host for lease in fetched))
         reply = await self._lease_script(pk, worker, n, lease_ms, hosts=hosts,
                                          fetched=fetched, held=held)

@@ -73,7 +73,8 @@ class Flusher:
 
     def __init__(self, queue: CrawlQueue, sink: Sink, metrics: Metrics, book: LeaseBook,
                  *, worker: str, batch: int, intake: LinkIntake,
-                 on_freed: Callable[[], None],
+                 on_freed: Callable[[bool], None],
+                 turn_soon: Callable[[Sequence[Lease]], bool] = lambda leases: True,
                  urgent: Callable[[], bool] = lambda: False,
                  notify: Callable[[], Awaitable[None]] | None = None,
                  health: SinkHealth | None = None) -> None:
@@ -84,6 +85,7 @@ class Flusher:
         self.worker = worker
         self.intake = intake
         self._on_freed = on_freed
+        self._turn_soon = turn_soon
         self._urgent = urgent
         self._links_waiting = False
         self._notify = notify
@@ -187,7 +189,7 @@ class Flusher:
                 continue  # dropped, or lost at a heartbeat: its result is dropped
             if book.expired(lease):
                 book.drop(lease, lost=True)  # expired (e.g. the process was stopped)
-                self._on_freed()
+                self._on_freed(False)
                 continue
             live.append(c)
             if c.kind == "ack":
@@ -228,7 +230,13 @@ class Flusher:
             self._account(releases, codes, ["released"] * len(releases))
         self.metrics.publish()
         self.intake.publish()
-        if self._notify is not None and (children or acks or fails or releases):
+        # Leases that ended free their hosts' slots; a host with a delay takes its next
+        # request only at its next turn (a lease call's reply says when), so only a turn
+        # that comes soon wakes this consumer's leaser or the fleet's idle ones.
+        soon = self._turn_soon([a[0] for a in acks] + [f.lease for f in fails])
+        if soon:
+            self._on_freed(True)
+        if self._notify is not None and (children or soon):
             await self._notify()  # slots freed, links queued: idle peers may lease now
 
     def _account(self, leases: Sequence[Lease], codes: Sequence[Code],
@@ -255,7 +263,7 @@ class Flusher:
             self.metrics.task(outcome, n)
         if lost:
             self.metrics.leases_lost_total.inc(lost)
-        self._on_freed()
+        self._on_freed(False)  # room for more leases; whether a turn comes: the caller
 
     async def _write(self, records: list[Record]) -> bool:
         """Write `records` to the sink; False when the sink refused them (reported to

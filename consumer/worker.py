@@ -86,6 +86,9 @@ MAX_HANDLING = 4
 MIN_WINDOW = 2
 #: Shortest sleep between lease calls when a host's turn is close.
 MIN_IDLE_WAIT_S = 0.005
+#: An ended lease whose host's next turn comes within this long wakes the leaser (and
+#: the fleet's idle consumers) at once; a later turn is the leaser's idle wait's to end.
+TURN_SOON_MS = 50
 
 
 class Consumer:
@@ -119,7 +122,8 @@ class Consumer:
         self.sink_health = SinkHealth(settings.sink_retry_for_s)
         self.flusher = Flusher(queue, sink, metrics, self.book, worker=self.worker,
                                batch=max(8, settings.lease_batch // 4), intake=intake,
-                               on_freed=self._slot_freed, urgent=self._starved,
+                               on_freed=self._slot_freed, turn_soon=self._turn_soon,
+                               urgent=self._starved,
                                notify=self.wake.notify, health=self.sink_health)
         self.housekeeping = Housekeeping(
             queue, self.book, metrics,
@@ -167,6 +171,7 @@ class Consumer:
         # Leases whose response is in, to a host with a concurrency limit: the next lease
         # call gives their hosts' slots back (the ack comes after the handler and sink).
         self._responses_in: list[Lease] = []
+        self._wake_at = 0.0  # monotonic time the leaser's idle wait ends (0: not idle)
         self._max_held = 4 * settings.concurrency
         # Whether the crawl's leases come with a delay (the lease reply says, host by
         # host): then each is its host's turn, to be fetched when granted, so nothing is
@@ -410,10 +415,12 @@ class Consumer:
         self._freed.clear()
         stop, freed = asyncio.ensure_future(self._stop.wait()), asyncio.ensure_future(
             self._freed.wait())
+        self._wake_at = time.monotonic() + delay
         try:
             await asyncio.wait({stop, freed}, timeout=delay,
                                return_when=asyncio.FIRST_COMPLETED)
         finally:
+            self._wake_at = 0.0
             stop.cancel()
             freed.cancel()
         if freed.done() and not freed.cancelled():
@@ -522,16 +529,33 @@ class Consumer:
     def _woken(self) -> None:
         """Another process freed a host's slot or queued work: look again now."""
         self.queue.woken()
-        self._slot_freed()
+        self._slot_freed(True)
 
     def _starved(self) -> bool:
         """A fetch slot idles while the leaser waits for a host's turn or new work."""
         return self._leaser_idle and bool(self._idle)
 
-    def _slot_freed(self) -> None:
-        """A lease of ours ended in Redis: its host may take another request now."""
-        self._freed.set()
+    def _slot_freed(self, turn: bool) -> None:
+        """Leases of ours ended in Redis: room for more; with `turn`, a host may take
+        another request now (end the leaser's idle wait)."""
+        if turn:
+            self._freed.set()
         self._wake_leaser()
+
+    def _turn_soon(self, ended: Sequence[Lease]) -> bool:
+        """Whether a host of these ended leases may take a request before the leaser asks
+        again (its idle wait's end; at least TURN_SOON_MS from now: the fleet's idle
+        consumers are told too): one without a delay (a free slot was all it waited
+        for), or one whose next turn, its turn plus its delay, comes before then. A host
+        whose next turn is later is served then: a lease call before it would find it
+        not due (each such call is a script's work for no page)."""
+        local = time.monotonic()
+        now = self._clock.to_redis_ms(local)
+        if now is None:
+            return True
+        until = now + max(TURN_SOON_MS, (self._wake_at - local) * 1000)
+        return any(lease.delay_ms <= 0 or lease.granted_ms + lease.delay_ms <= until
+                   for lease in ended)
 
     async def _crawl_finished(self) -> bool:
         if self.book.held or self.flusher.completions:

@@ -4,6 +4,7 @@ hosts and the crawl while it runs. Real redis-server; real local sites for the f
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
+from common import queue as queue_module
 from common.errors import ConfigError
 from common.frontier.hosts import Frontier
 from common.frontier.policy import create_policy, set_policy
@@ -29,6 +31,7 @@ from common.queue import (
 )
 from common.urls import fingerprint
 from consumer.config import build_parser, settings_from_args
+from consumer.flush import Completion
 from consumer.run import run
 from consumer.sinks import Record
 from consumer.worker import Consumer
@@ -559,3 +562,72 @@ async def test_a_polite_request_counts_from_when_its_headers_went_out(
     untimed = Lease(lease.task, lease.partition, lease.token, lease.deadline_ms, lease.host)
     assert consumer._on_sent(untimed) is None
     await consumer.fetcher.close()
+
+
+async def test_an_ended_lease_wakes_the_leaser_only_if_its_host_can_go_before_it_asks(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """An ack frees its host's slot, but a host with a delay takes its next request only
+    at its next turn: the ack wakes the leaser (and, through the flusher, the fleet's idle
+    consumers) only when that turn comes before the leaser would ask anyway, so a polite
+    crawl makes no lease call per flush that can only find hosts not due. A host without
+    a delay, or one whose response came slower than its delay, wakes it at once.
+    (frontier_bench, 2 consumers: 8.8-10.0 Redis commands a page before, 7.8-8.2 after.)"""
+    q = await polite_queue(redis_client, crawl_name, delay_s=1.0, concurrency=1)
+    await q.enqueue(tasks(["http://a.test/", "http://b.test/"]))
+    settings = settings_from_args(build_parser().parse_args([]))
+    consumer = Consumer(settings, q, Fetcher(settings.fetch), NullSink(), Metrics())
+    leases = await q.lease(consumer.worker, 10, 60_000)
+    try:
+        assert consumer._turn_soon(leases)  # no clock yet: nothing is known, wake
+        consumer._clock.observe(time.monotonic(), leases[0].granted_ms)
+        assert not consumer._turn_soon(leases)  # next turns a second away
+        slow = dataclasses.replace(leases[1], granted_ms=leases[1].granted_ms - 1000)
+        assert consumer._turn_soon([leases[0], slow])  # its next turn is now
+        untimed = dataclasses.replace(leases[0], delay_ms=0)
+        assert consumer._turn_soon([untimed])
+        consumer._wake_at = time.monotonic() + 5  # the leaser sleeps past the next turns
+        assert consumer._turn_soon(leases)
+
+        consumer._wake_at = 0.0
+        consumer._freed.clear()
+        consumer.book.hold(leases[0], time.monotonic())
+        told: list[str] = []
+
+        async def notify() -> None:
+            told.append("wake")
+        consumer.flusher._notify = notify
+        consumer.flusher.add(Completion(leases[0], "ack"))
+        await consumer.flusher.flush()
+        assert consumer.flusher.done == 1
+        assert not consumer._freed.is_set() and told == []
+        consumer.book.hold(slow, time.monotonic())
+        consumer.flusher.add(Completion(slow, "ack"))
+        await consumer.flusher.flush()
+        assert consumer._freed.is_set() and told == ["wake"]
+    finally:
+        await consumer.fetcher.close()
+
+
+async def test_a_lease_call_reads_no_more_candidate_hosts_than_it_may_use(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """The script reads every candidate host it is given, so a call is given no more
+    than its n may use (the reply's `next` may name up to a large call's worth), and a
+    call that only gives slots back (n = 0) is given none."""
+    q = await polite_queue(redis_client, crawl_name, delay_s=0, concurrency=1)
+    await q.enqueue(tasks([f"http://h{i}.test/{j}" for i in range(60) for j in range(2)]))
+    given: list[tuple[int, int]] = []
+    script = q._lease_script
+
+    async def recording(pk, worker, n, lease_ms, *, hosts, **kw):  # type: ignore[no-untyped-def]
+        given.append((n, len(hosts)))
+        return await script(pk, worker, n, lease_ms, hosts=hosts, **kw)
+    q._lease_script = recording  # type: ignore[method-assign]
+    big = await q.lease_turns("w", 50, 60_000)
+    assert len(big.leases) == 50
+    given.clear()
+    small = await q.lease_turns("w", 1, 60_000)
+    assert len(small.leases) == 1
+    assert given and all(hosts <= queue_module._candidates_for(1) for _, hosts in given)
+    given.clear()
+    await q.lease_turns("w", 0, 60_000, fetched=small.leases)
+    assert given == [(0, 0)]

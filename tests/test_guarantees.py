@@ -76,7 +76,7 @@ def flusher(queue: CrawlQueue, sink: GatedSink) -> tuple[Flusher, LeaseBook]:
     book = LeaseBook(LEASE_S, metrics)
     intake = LinkIntake(metrics, max_depth=0, allow_domains=(), cache_size=0)
     return Flusher(queue, sink, metrics, book, worker="w", batch=8, intake=intake,
-                   on_freed=lambda: None), book
+                   on_freed=lambda turn: None), book
 
 
 def record(lease: Lease) -> Record:

@@ -337,7 +337,7 @@ async def test_a_refused_write_releases_its_tasks_and_acks_nothing(
     book = LeaseBook(30.0, metrics)
     intake = LinkIntake(metrics, max_depth=5, allow_domains=(), cache_size=0)
     flush = Flusher(queue, RefusingSink(), metrics, book, worker="w", batch=8,
-                    intake=intake, on_freed=lambda: None)
+                    intake=intake, on_freed=lambda turn: None)
     for lease in leases:
         book.hold(lease, time.monotonic())
     for lease in leases[:2]:
