@@ -631,3 +631,22 @@ async def test_a_lease_call_reads_no_more_candidate_hosts_than_it_may_use(
     given.clear()
     await q.lease_turns("w", 0, 60_000, fetched=small.leases)
     assert given == [(0, 0)]
+
+
+async def test_a_call_that_only_gives_slots_back_wakes_the_fleet(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """A consumer whose CPU is behind gives its hosts' slots back with n = 0, reading no
+    candidate hosts: the script itself publishes on the wake channel, so the fleet's idle
+    consumers take those slots now, not when this one's handlers catch up."""
+    q = await polite_queue(redis_client, crawl_name, concurrency=2)
+    await q.enqueue(tasks([f"http://a.test/{i}" for i in range(6)]))
+    held = (await q.lease_turns("w1", 10, 60_000)).leases
+    assert len(held) == 2
+    pubsub = redis_client.pubsub()
+    await pubsub.subscribe(q.crawl_keys.wake)
+    await pubsub.get_message(timeout=1)  # the subscribe confirmation
+    assert (await q.lease_turns("w1", 0, 60_000, fetched=list(held))).leases == []
+    woken = await pubsub.get_message(ignore_subscribe_messages=True, timeout=2)
+    assert woken is not None and woken["data"] == b"1", "slots given back, nobody woken"
+    assert len((await q.lease_turns("w2", 10, 60_000)).leases) == 2
+    await pubsub.aclose()

@@ -168,9 +168,18 @@ local function hungry_now()
   end
 end
 
+-- Slots given back by a worker whose CPU is behind (n = 0), or left for hungry workers
+-- (`capped`): wake the fleet's idle consumers now.
+local function wake_fleet(capped)
+  if (capped or (n == 0 and #ARGV >= first)) and ARGV[5] ~= '' then
+    redis.pcall('PUBLISH', ARGV[5], '1')
+  end
+end
+
 if #hosts == 0 then  -- a pause shows in the call that names hosts
   local nxt, wait = next_hosts(-1)
   if n > 0 and #nxt == 0 then hungry_now() end
+  wake_fleet(false)
   return {now, deadline, wait, retry_ms, 0, nxt, -1}
 end
 local cc = crawl_conf()
@@ -421,10 +430,6 @@ if n > 0 and #keep == 0 then
 elseif me_hungry and #keep > 0 then
   redis.call('ZREM', hungry, worker)
 end
--- Slots left for hungry workers (or given back by a worker whose CPU is behind): wake
--- them now.
-if (capped or (n == 0 and #ARGV >= first)) and ARGV[5] ~= '' then
-  redis.pcall('PUBLISH', ARGV[5], '1')
-end
+wake_fleet(capped)
 bump(stats, {leased = #keep, duplicates = dropped, dead = malformed})
 return result
