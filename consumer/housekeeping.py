@@ -30,6 +30,7 @@ class Housekeeping:
                  registry: WorkerRegistry, *, worker: str, lease_s: float,
                  status: Callable[[], dict[str, int | str]],
                  on_lost: Callable[[Lease], None],
+                 settling: Callable[[], set[str]] = set,
                  on_beat: Callable[[], Awaitable[None]] | None = None) -> None:
         self.queue = queue
         self.book = book
@@ -39,6 +40,9 @@ class Housekeeping:
         self.lease_s = lease_s
         self._status = status
         self._on_lost = on_lost
+        #: Ids whose results the flusher holds or is sending: their ack or fail settles
+        #: them, and says itself if they were lost.
+        self._settling = settling
         #: Run after each renewal (the consumer re-reads the crawl's policy: a fallback
         #: for a lost policy message).
         self.on_beat = on_beat
@@ -95,8 +99,11 @@ class Housekeeping:
                 self.book.renewed(lease, t0)
         self.metrics.leases_renewed_total.inc(len(leases) - len(lost))
         # A lease acked while the renewal was on its way is not ours to renew any more, and
-        # not lost either: only the ones still held count.
-        really = [(lease, code) for lease, code in lost if self.book.holds(lease)]
+        # not lost either: only the ones still held count, and of those not the ones whose
+        # ack may be in Redis already, its reply still on its way (the flusher's).
+        settling = self._settling()
+        really = [(lease, code) for lease, code in lost
+                  if self.book.holds(lease) and lease.id not in settling]
         if really:
             log.warning("leases_lost", extra={"n": len(really)})
         for lease, code in really:

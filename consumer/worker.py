@@ -129,7 +129,7 @@ class Consumer:
             queue, self.book, metrics,
             WorkerRegistry(queue.client, queue.crawl, self.worker, ttl_s=settings.lease_s),
             worker=self.worker, lease_s=settings.lease_s, status=self._status,
-            on_lost=self._lost, on_beat=self.read_policy)
+            on_lost=self._lost, settling=self.flusher.finishing, on_beat=self.read_policy)
         #: The media types whose bodies are read (the crawl policy's accept_content_type;
         #: empty: all), read at start and again on a policy change.
         self.accept: tuple[str, ...] = settings.accept_content_type

@@ -224,3 +224,30 @@ async def test_a_worker_survives_a_drop_meant_for_its_previous_lease(
             assert await asyncio.wait_for(running, 20) == 0
     assert (await queue.stats()).done == 2
     assert sorted(r.url for r in sink.records) == sorted(urls)
+
+
+async def test_a_lease_acked_while_its_renewal_was_on_the_way_is_not_lost(
+        redis_client: aioredis.Redis, crawl_name: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The heartbeat renews every held lease; one whose ack reached Redis while its reply
+    is still on its way to the flusher is gone from Redis but not lost: the flusher
+    settles it (and would say if it was lost). Only a lease nobody is settling counts
+    (leases_lost), its work is dropped."""
+    queue = await queue_with(redis_client, crawl_name, 2)
+    settings = settings_from_args(build_parser().parse_args([]))
+    consumer = Consumer(settings, queue, Fetcher(settings.fetch), GatedSink(), Metrics())
+    try:
+        acking, gone = await queue.lease(consumer.worker, 2, 60_000)
+        for lease in (acking, gone):
+            consumer.book.hold(lease, time.monotonic())
+        # acking's ack is in Redis, its reply not back yet; gone was reclaimed elsewhere.
+        assert await queue.ack(consumer.worker, [(acking, "ok"), (gone, "ok")]) == [
+            Code.OK, Code.OK]
+        consumer.flusher._in_flush.add(acking.id)
+        with caplog.at_level("WARNING", logger="consumer"):
+            await consumer.housekeeping.renew()
+        assert consumer.book.holds(acking) and not consumer.book.holds(gone)
+        assert [r.getMessage() for r in caplog.records if "leases_lost" in r.getMessage()] \
+            == ["leases_lost"] and caplog.records[-1].__dict__.get("n") == 1
+    finally:
+        await consumer.fetcher.close()
