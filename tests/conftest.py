@@ -5,12 +5,15 @@ from __future__ import annotations
 import itertools
 import os
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from aiohttp.test_utils import TestClient, TestServer
 
 from common.redis_server import RedisServer
+from console.dashboard.app import make_app
 
 _counter = itertools.count()
 
@@ -42,3 +45,27 @@ def crawl_name(request: pytest.FixtureRequest) -> str:
     # Test ids of parametrized tests hold "[", spaces, ...: not in a crawl name.
     test = re.sub(r"[^A-Za-z0-9._-]", "-", request.node.name)[:40]
     return f"t{os.getpid()}-{next(_counter)}-{test}"
+
+
+#: The dashboard token the dashboard tests' clients present (make_client's default).
+DASHBOARD_TOKEN = "t0ken-for-the-tests-0123456789"
+
+
+@pytest.fixture
+async def make_client(redis_url: str) -> AsyncIterator[Callable[..., Any]]:
+    """make_client(token=..., bind_host=...) -> a TestClient of a fresh dashboard."""
+    clients: list[TestClient[Any, Any]] = []
+    redis = aioredis.Redis.from_url(redis_url)
+
+    async def make(token: str | None = DASHBOARD_TOKEN, bind_host: str = "127.0.0.1"
+                   ) -> TestClient[Any, Any]:
+        client = TestClient(TestServer(make_app(redis, token=token, bind_host=bind_host),
+                                       host="127.0.0.1"))
+        await client.start_server()
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.close()
+    await redis.aclose()

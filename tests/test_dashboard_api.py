@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import ClientResponse
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
 from common.errors import ConfigError
 from common.frontier.hosts import Frontier
@@ -18,10 +18,9 @@ from common.queue import CrawlQueue, CrawlSettings, Failure, NewTask
 from common.urls import fingerprint
 from common.workers import WorkerRegistry
 from console.cli import main_async
-from console.dashboard.app import make_app
 from console.dashboard.security import check_bind
+from tests.conftest import DASHBOARD_TOKEN as TOKEN
 
-TOKEN = "t0ken-for-the-tests-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 ClientFactory = Callable[..., Any]
@@ -40,26 +39,6 @@ async def build(client: aioredis.Redis, name: str, partitions: int = 2) -> Crawl
                             for lease in leases[3:7]])
     await queue.fail("w1", [Failure(leases[7], "timeout", "read timeout", permanent=True)])
     return queue
-
-
-@pytest.fixture
-async def make_client(redis_url: str) -> AsyncIterator[ClientFactory]:
-    """make_client(token=..., bind_host=...) -> a TestClient of a fresh dashboard."""
-    clients: list[TestClient[Any, Any]] = []
-    redis = aioredis.Redis.from_url(redis_url)
-
-    async def make(token: str | None = TOKEN, bind_host: str = "127.0.0.1"
-                   ) -> TestClient[Any, Any]:
-        client = TestClient(TestServer(make_app(redis, token=token, bind_host=bind_host),
-                                       host="127.0.0.1"))
-        await client.start_server()
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        await client.close()
-    await redis.aclose()
 
 
 @pytest.fixture

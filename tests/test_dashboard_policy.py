@@ -6,43 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from aiohttp.test_utils import TestClient, TestServer
-from test_dashboard_api import AUTH, TOKEN, error_of
+from test_dashboard_api import AUTH, error_of
 
 from common.frontier.policy import LOG_LEN, POLICY_OPTIONS, create_policy, read_policy, set_policy
 from common.keys import CrawlKeys, PartitionKeys
 from common.queue import CrawlQueue, CrawlSettings
 from common.redis_server import free_port
-from console.dashboard.app import STATIC, make_app
+from console.dashboard.app import STATIC
 from console.dashboard.policy import BY
 
 ClientFactory = Callable[..., Any]
 NAMES = [o.name for o in POLICY_OPTIONS]
-
-
-@pytest.fixture
-async def make_client(redis_url: str) -> AsyncIterator[ClientFactory]:
-    """make_client(token=...) -> a TestClient of a fresh dashboard."""
-    clients: list[TestClient[Any, Any]] = []
-    redis = aioredis.Redis.from_url(redis_url)
-
-    async def make(token: str | None = TOKEN) -> TestClient[Any, Any]:
-        client = TestClient(TestServer(make_app(redis, token=token, bind_host="127.0.0.1"),
-                                       host="127.0.0.1"))
-        await client.start_server()
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        await client.close()
-    await redis.aclose()
 
 
 @pytest.fixture
