@@ -249,6 +249,7 @@ def settings_from_args(args: argparse.Namespace) -> ConsumerSettings:
     """Build the settings from parsed arguments, through CONSUMER_OPTIONS (ConfigError on a
     bad combination)."""
     values = option_values(CONSUMER_OPTIONS, args)
-    fetch = FetchSettings(**values.pop("fetch"), concurrency=values["concurrency"],
-                          limit_per_host=max(values["per_host_concurrency"], 0))
+    # No pool limits (FetchSettings' defaults): the crawl's policy, through the lease, is
+    # the only per-host limit, and --concurrency bounds this process's fetches.
+    fetch = FetchSettings(**values.pop("fetch"))
     return ConsumerSettings(common=CommonSettings.from_args(args), fetch=fetch, **values)

@@ -26,8 +26,8 @@ class Table:
 
 
 CONSUMER = Table(CONSUMER_OPTIONS, ConsumerSettings, {"fetch": FetchSettings},
-                 # the fetcher's concurrency comes from the consumer's; the README's
-                 # "more than 5 redirects" is fixed
+                 # the fetcher's pool has no limits (the lease is the limit); the
+                 # README's "more than 5 redirects" is fixed
                  frozenset({"common", "fetch", "fetch.concurrency", "fetch.limit_per_host",
                             "fetch.max_redirects"}))
 PRODUCER = Table(PRODUCER_OPTIONS, ProducerSettings, {"template": TaskTemplate},
@@ -76,9 +76,8 @@ def test_consumer_settings_built_from_no_flags_are_the_defaults(monkeypatch: Any
         monkeypatch.delenv(opt.env, raising=False)
     built = settings_from_args(build_parser().parse_args([]))
     defaults = ConsumerSettings(worker_id=built.worker_id)
-    assert dataclasses.replace(built, common=defaults.common) == dataclasses.replace(
-        defaults, fetch=dataclasses.replace(defaults.fetch, concurrency=built.concurrency,
-                                            limit_per_host=built.per_host_concurrency))
+    assert dataclasses.replace(built, common=defaults.common) == defaults
+    assert (built.fetch.concurrency, built.fetch.limit_per_host) == (0, 0)
 
 
 def test_crawl_policy_flags_take_the_policys_syntax(monkeypatch: Any) -> None:

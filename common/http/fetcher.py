@@ -61,6 +61,7 @@ from common.http.ssrf import GuardedResolver, SsrfGuard, literal_host_ip, ssrf_e
 __all__ = [
     "DEFAULT_USER_AGENT",
     "FetchResult",
+    "MAX_RETRY_AFTER_S",
     "FetchSettings",
     "Fetcher",
     "classify_status",
@@ -105,8 +106,11 @@ class FetchSettings:
     allow_private: bool = False
     allow_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     proxies: tuple[str, ...] = ()  # http(s) proxy URLs, may contain user:pass
-    concurrency: int = 64  # TCPConnector(limit=...)
-    limit_per_host: int = 8  # TCPConnector(limit_per_host=...)
+    # The connection pool's limits (TCPConnector's limit and limit_per_host; 0 = none).
+    # The consumer sets none: the frontier's lease is the limit, and a request waiting
+    # for a pooled connection would spend its total timeout before it was sent.
+    concurrency: int = 0
+    limit_per_host: int = 0
     headers: tuple[tuple[str, str], ...] = ()  # the crawl's (name, value); repr redacts
 
     def __post_init__(self) -> None:
@@ -117,8 +121,8 @@ class FetchSettings:
             raise ConfigError("max_body_bytes must be >= 1")
         if self.max_redirects < 0:
             raise ConfigError("max_redirects must be >= 0")
-        if self.concurrency < 1 or self.limit_per_host < 0:
-            raise ConfigError("concurrency must be >= 1 and limit_per_host >= 0")
+        if self.concurrency < 0 or self.limit_per_host < 0:
+            raise ConfigError("concurrency and limit_per_host must be >= 0 (0 = no limit)")
         for i, proxy in enumerate(self.proxies):
             if not _is_proxy_url(proxy):  # the URL is not echoed: it may hold a password
                 raise ConfigError(
@@ -165,19 +169,30 @@ def content_type_accepted(value: str | None, accept: tuple[str, ...] | None) -> 
     return media in accept or f"{media.partition('/')[0]}/*" in accept
 
 
+#: The longest wait `parse_retry_after` returns (a year): a larger value, or a date further
+#: off, gives this. The queue caps it again at the crawl policy's ``max_retry_after``.
+MAX_RETRY_AFTER_S = 365 * 86400.0
+_MAX_RETRY_AFTER_DIGITS = len(str(int(MAX_RETRY_AFTER_S)))
+
+
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
     """Seconds to wait from a Retry-After value: delay-seconds or an HTTP-date.
 
     A date is turned into seconds from `now` (default: `time.time()`), clamped at 0.
-    Anything unparseable (or negative, or fractional) gives None.
+    Both are clamped at `MAX_RETRY_AFTER_S`, however many digits. Anything unparseable
+    (negative, fractional, not ASCII) gives None. It never raises: the header is the
+    server's, whatever it holds.
     """
     if value is None:
         return None
     value = value.strip()
-    if not value:
+    if not value or not value.isascii():  # an HTTP-date or delay-seconds is ASCII
         return None
-    if value.isdigit() and value.isascii():
-        return float(int(value))
+    if value.isdigit():
+        digits = value.lstrip("0")
+        if len(digits) > _MAX_RETRY_AFTER_DIGITS:  # int() refuses > 4300 digits
+            return MAX_RETRY_AFTER_S
+        return min(MAX_RETRY_AFTER_S, float(int(digits or "0")))
     try:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError, OverflowError):
@@ -188,7 +203,7 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
         stamp = when.timestamp()
     except (OverflowError, OSError, ValueError):
         return None
-    return max(0.0, stamp - (time.time() if now is None else now))
+    return min(MAX_RETRY_AFTER_S, max(0.0, stamp - (time.time() if now is None else now)))
 
 
 def classify_status(status: int, headers: Mapping[str, str]) -> FetchError | None:
