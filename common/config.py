@@ -4,6 +4,10 @@ An option is declared once (:class:`Option`); :func:`add_options` turns declarat
 into argparse arguments whose defaults come from the environment, so the precedence
 is flag > environment > default. Settings are built once in ``main()`` and passed down:
 nothing deeper reads ``os.environ``.
+
+Which options the user gave (a flag, or its env variable set and not empty) is kept
+apart from their values: ``CommonSettings.given`` holds their flags, so a command can
+tell a value asked for from a default (the crawl policy's ``crawl_policy_differs``).
 """
 
 from __future__ import annotations
@@ -83,6 +87,20 @@ class Option:
         return self.field or self.dest
 
 
+#: The parsed namespace's attribute holding the flags given (see `given_flags`).
+GIVEN = "given_flags"
+
+
+def given_flags(args: argparse.Namespace) -> frozenset[str]:
+    """The flags (``--per-host-delay``) of the options given on the command line or by
+    their env variable; every other option has its default."""
+    return frozenset(getattr(args, GIVEN, ()))
+
+
+def _mark_given(namespace: argparse.Namespace, flag: str) -> None:
+    setattr(namespace, GIVEN, given_flags(namespace) | {flag})
+
+
 def option_values(options: Sequence[Option], args: argparse.Namespace) -> dict[str, Any]:
     """The settings values of parsed options, keyed by their target attribute; the ones of
     a nested settings object ("group.attribute") under ``values[group]``."""
@@ -98,12 +116,16 @@ def option_values(options: Sequence[Option], args: argparse.Namespace) -> dict[s
 
 def add_options(parser: argparse.ArgumentParser, options: Sequence[Option],
                 env: Mapping[str, str] | None = None) -> None:
-    """Add options to a parser, with defaults read from ``env`` (default os.environ)."""
+    """Add options to a parser, with defaults read from ``env`` (default os.environ).
+
+    Each option given (its flag, or its env variable) is recorded: see `given_flags`."""
     env = os.environ if env is None else env
+    from_env: set[str] = set()
     for opt in options:
         raw = env.get(opt.env)
         default = opt.default
         if raw is not None and raw != "":
+            from_env.add(opt.flag)
             try:
                 if opt.append:
                     default = [opt.type(x.strip()) for x in raw.split(opt.env_separator)
@@ -125,39 +147,58 @@ def add_options(parser: argparse.ArgumentParser, options: Sequence[Option],
         shown = "***" if opt.secret else default
         help_text = f"{opt.help} (env {opt.env}; default {shown})"
         if opt.flag_only_bool:
-            parser.add_argument(opt.flag, dest=opt.dest, action=argparse.BooleanOptionalAction,
+            parser.add_argument(opt.flag, dest=opt.dest, action=_Switch,
                                 default=default, help=help_text)
         elif opt.append:
-            parser.add_argument(opt.flag, dest=opt.dest, action="append", type=opt.type,
+            parser.add_argument(opt.flag, dest=opt.dest, action=_Append, type=opt.type,
                                 default=None, help=help_text)
             parser.set_defaults(**{f"{opt.dest}": list(default or [])})
-        elif opt.check is not None:
-            parser.add_argument(opt.flag, dest=opt.dest, type=opt.type, default=default,
-                                choices=opt.choices, help=help_text, action=_Checked,
-                                check=opt.check)
         else:
             parser.add_argument(opt.flag, dest=opt.dest, type=opt.type, default=default,
-                                choices=opt.choices, help=help_text)
+                                choices=opt.choices, help=help_text, action=_Store,
+                                check=opt.check)
+    # Frozen: a parser's defaults are shared by every parse; actions add to a copy.
+    parser.set_defaults(**{GIVEN: frozenset(parser.get_default(GIVEN) or ()) | from_env})
 
 
-class _Checked(argparse.Action):
-    """Stores a flag's value once ``check`` accepts it.
+class _Store(argparse.Action):
+    """Stores a flag's value once ``check`` (if any) accepts it; marks the flag given.
 
     argparse turns a ValueError of a ``type`` into a usage error, so the check runs
     here, where its ConfigError leaves ``parse_args`` as it is.
     """
 
-    def __init__(self, *args: Any, check: Callable[[Any], Any], **kwargs: Any) -> None:
+    def __init__(self, *args: Any, check: Callable[[Any], Any] | None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.check = check
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: Any, option_string: str | None = None) -> None:
-        try:
-            self.check(values)
-        except ConfigError as exc:
-            raise ConfigError(f"{option_string}: {exc}") from None
+        if self.check is not None:
+            try:
+                self.check(values)
+            except ConfigError as exc:
+                raise ConfigError(f"{option_string}: {exc}") from None
         setattr(namespace, self.dest, values)
+        _mark_given(namespace, self.option_strings[0])
+
+
+class _Append(argparse.Action):
+    """A repeatable flag: each value is added to the list (the env variable's first)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest, None) or ()), values])
+        _mark_given(namespace, self.option_strings[0])
+
+
+class _Switch(argparse.BooleanOptionalAction):
+    """``--flag`` / ``--no-flag``; either marks the flag given."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        super().__call__(parser, namespace, values, option_string)
+        _mark_given(namespace, self.option_strings[0])
 
 
 def redact_url(url: str) -> str:
@@ -202,6 +243,9 @@ class CommonSettings:
     log_level: str = "INFO"
     log_format: str = "text"
     cluster: str = "auto"
+    # The flags of the command's options the user gave (flag or env variable): a value
+    # asked for, not a default (`given_flags`). Empty when not built from a command line.
+    given: frozenset[str] = frozenset()
 
     @property
     def cluster_mode(self) -> bool | None:
@@ -216,4 +260,4 @@ class CommonSettings:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> CommonSettings:
         return cls(args.redis_url, args.crawl, args.log_level, args.log_format,
-                   getattr(args, "cluster", "auto"))
+                   getattr(args, "cluster", "auto"), given_flags(args))

@@ -19,9 +19,12 @@ class Backoff:
         self.failures += 1
         return random.uniform(0, min(self.cap, self.base * 2 ** self.failures))
 
-    async def sleep(self, stop: asyncio.Event | None = None) -> None:
-        """Wait the next delay, or until `stop` is set."""
+    async def sleep(self, stop: asyncio.Event | None = None, *,
+                    at_most: float | None = None) -> None:
+        """Wait the next delay (no longer than `at_most`), or until `stop` is set."""
         delay = self.next_delay()
+        if at_most is not None:
+            delay = max(0.0, min(delay, at_most))
         if stop is None:
             await asyncio.sleep(delay)
             return

@@ -48,6 +48,11 @@ def _worker_id(text: str) -> str:
     return text or default_worker_id()
 
 
+#: --redis-wait 0: how long Redis may stay unreachable at start-up, per mode. A service
+#: outlives a Redis restart or a slow rollout; a batch job must fail, not hang.
+SERVICE_REDIS_WAIT_S = 15 * 60.0
+BATCH_REDIS_WAIT_S = 30.0
+
 #: How a crawl-level flag relates to the crawl's policy (``common.frontier.policy``).
 _POLICY_VALUE = ("a crawl policy value: used only when this consumer creates the crawl's "
                  "policy, else the crawl's holds (a WARNING if they differ; change it with "
@@ -146,6 +151,11 @@ CONSUMER_OPTIONS = (
            flag_only_bool=True),
     Option("--empty-grace", "CRAWLQ_EMPTY_GRACE", 5.0, "with --exit-when-empty: keep "
            "waiting this long after start for a producer", type=duration, field="empty_grace_s"),
+    Option("--redis-wait", "CRAWLQ_REDIS_WAIT", 0.0, "at start-up, how long Redis may go "
+           "unanswered before the consumer gives up and exits 3 (0 = the mode's default: "
+           f"{SERVICE_REDIS_WAIT_S / 60:g}m for a service, {BATCH_REDIS_WAIT_S:g}s with "
+           "--exit-when-empty, so a batch job on a wrong URL fails instead of hanging)",
+           type=duration, field="redis_wait_s"),
     Option("--retry-base", "CRAWLQ_RETRY_BASE", POLICY["retry_base"].default,
            "backoff before the first retry, in whole ms (> 0); doubles per attempt, with "
            "full jitter; " + _POLICY_VALUE, type=POLICY["retry_base"].parse,
@@ -202,6 +212,7 @@ class ConsumerSettings:
     grace_s: float = 20.0
     exit_when_empty: bool = False
     empty_grace_s: float = 5.0
+    redis_wait_s: float = 0.0  # 0: the mode's default (`redis_wait_limit_s`)
     retry_base_s: float = 2.0
     retry_cap_s: float = 600.0
     max_retry_after_s: float = 3600.0
@@ -229,6 +240,13 @@ class ConsumerSettings:
     @property
     def lease_ms(self) -> int:
         return int(self.lease_s * 1000)
+
+    @property
+    def redis_wait_limit_s(self) -> float:
+        """How long Redis may go unanswered at start-up: --redis-wait, or its mode's."""
+        if self.redis_wait_s:
+            return self.redis_wait_s
+        return BATCH_REDIS_WAIT_S if self.exit_when_empty else SERVICE_REDIS_WAIT_S
 
     @property
     def lease_batch(self) -> int:

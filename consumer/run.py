@@ -8,11 +8,12 @@ import logging
 import signal
 import time
 
-from redis.exceptions import OutOfMemoryError, ResponseError
+from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 
+from common.config import redact_url
 from common.connection import RedisClient, open_redis
 from common.errors import ConfigError
-from common.exitcodes import EXIT_SINK
+from common.exitcodes import EXIT_REDIS, EXIT_SINK
 from common.frontier.policy import (
     CONSUMER,
     CrawlPolicy,
@@ -26,7 +27,7 @@ from common.http.fetcher import Fetcher
 from common.keys import CrawlKeys
 from common.metrics import Metrics
 from common.queue import CrawlQueue
-from common.redis_errors import REDIS_ERRORS
+from common.redis_errors import REDIS_ERRORS, redis_error_message
 from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
 from consumer.flush import describe_error
@@ -39,8 +40,44 @@ from consumer.worker import Consumer
 log = logging.getLogger("consumer")
 
 
+class _RedisGaveUp(Exception):
+    """Redis went unanswered for the consumer's --redis-wait at start-up (logged)."""
+
+
+class _RedisWait:
+    """How long Redis has gone unanswered at start-up; past `redis_wait_limit_s`, one
+    ERROR line (``redis_unreachable_giving_up``) and `_RedisGaveUp`. Checked after each
+    failed attempt (an attempt is bounded by the client's 5 s connect timeout)."""
+
+    def __init__(self, settings: ConsumerSettings) -> None:
+        self.url = settings.common.redis_url
+        self.limit = settings.redis_wait_limit_s
+        self.answered()
+
+    def answered(self) -> None:
+        self.since = time.monotonic()
+
+    def left(self) -> float:
+        return self.since + self.limit - time.monotonic()
+
+    def failed(self, exc: Exception) -> None:
+        log.warning("redis_unreachable", extra={"error": str(exc)[:200]})
+        waited = time.monotonic() - self.since
+        if waited < self.limit:
+            return
+        url = redact_url(self.url)
+        said = redis_error_message(exc, self.url) if isinstance(exc, RedisError) else None
+        log.error("redis_unreachable_giving_up", extra={
+            "redis_url": url, "waited_s": round(waited, 1), "error": str(exc)[:200],
+            "exit_code": EXIT_REDIS,
+            "advice": f"{said or f'cannot reach Redis at {url}: {exc}'}; gave up after "
+                      f"{waited:.1f}s without an answer (--redis-wait / CRAWLQ_REDIS_WAIT "
+                      "sets how long)"})
+        raise _RedisGaveUp
+
+
 async def _wait_for_crawl(settings: ConsumerSettings, client: RedisClient,
-                          stop: asyncio.Event) -> CrawlQueue | None:
+                          stop: asyncio.Event, wait: _RedisWait) -> CrawlQueue | None:
     """Open the crawl, waiting for a producer to create it (None: stopped or gave up)."""
     # The flags' values until the consumer reads the crawl's policy, before its first lease.
     policy = _flag_policy(settings).retry()
@@ -56,7 +93,10 @@ async def _wait_for_crawl(settings: ConsumerSettings, client: RedisClient,
                 return await CrawlQueue.existing(client, settings.common.crawl,
                                                  policy=policy)
         except REDIS_ERRORS as exc:
-            log.warning("redis_unreachable", extra={"error": str(exc)[:200]})
+            wait.failed(exc)
+            await backoff.sleep(stop, at_most=wait.left())
+            continue  # no answer: whether the crawl exists is not known
+        wait.answered()
         if not announced:
             log.info("waiting_for_crawl", extra={"crawl": settings.common.crawl})
             announced = True
@@ -67,16 +107,18 @@ async def _wait_for_crawl(settings: ConsumerSettings, client: RedisClient,
     return None
 
 
-async def _connect(settings: ConsumerSettings, stop: asyncio.Event) -> RedisClient | None:
-    """A Redis client, retried with backoff while Redis is down at start-up."""
+async def _connect(settings: ConsumerSettings, stop: asyncio.Event,
+                   wait: _RedisWait) -> RedisClient | None:
+    """A Redis client, retried with backoff while Redis is down at start-up (one made
+    without asking the server, ``--cluster no``, has not heard from Redis yet)."""
     backoff = Backoff(base=0.2, cap=5.0)
     while not stop.is_set():
         try:
             return await open_redis(settings.common.redis_url,
                                     cluster=settings.common.cluster_mode)
         except REDIS_ERRORS as exc:
-            log.warning("redis_unreachable", extra={"error": str(exc)[:200]})
-        await backoff.sleep(stop)
+            wait.failed(exc)
+        await backoff.sleep(stop, at_most=wait.left())
     return None
 
 
@@ -107,9 +149,9 @@ def _flag_policy(settings: ConsumerSettings) -> CrawlPolicy:
 
 async def _ensure_policy(client: RedisClient, settings: ConsumerSettings) -> None:
     """Create the crawl's policy from this consumer's flags if the crawl has none; never
-    change one that exists: a flag that differs from it gets one WARNING (the crawl's
-    value wins; `crawlq crawl set` changes it). A full Redis (at maxmemory) refuses the
-    write, and the consumer goes on with what is stored."""
+    change one that exists: a flag given (flag or env, not a default) that differs from
+    it gets one WARNING (the crawl's value wins; `crawlq crawl set` changes it). A full
+    Redis (at maxmemory) refuses the write, and the consumer goes on with what is stored."""
     crawl, wanted = settings.common.crawl, _flag_policy(settings)
     try:
         stored, created = await ensure_policy(
@@ -123,7 +165,8 @@ async def _ensure_policy(client: RedisClient, settings: ConsumerSettings) -> Non
     if created:
         log.info("crawl_policy_created", extra={"crawl": crawl, **wanted.texts()})
         return
-    for differs in flag_differences(crawl, stored.policy, wanted, CONSUMER):
+    for differs in flag_differences(crawl, stored.policy, wanted, CONSUMER,
+                                    given=settings.common.given):
         log.warning("crawl_policy_differs", extra=differs)
 
 
@@ -170,11 +213,12 @@ async def run(settings: ConsumerSettings) -> int:
                 port = await server.start()
                 stack.push_async_callback(server.stop)
                 log.info("http_listening", extra={"host": settings.http_host, "port": port})
-            client = await _connect(settings, stop)
+            wait = _RedisWait(settings)
+            client = await _connect(settings, stop, wait)
             if client is None:
                 return 0
             stack.push_async_callback(client.aclose)
-            queue = await _wait_for_crawl(settings, client, stop)
+            queue = await _wait_for_crawl(settings, client, stop, wait)
             if queue is None:
                 return 0
             sink = make_sink(settings.sink, output_dir=settings.output,
@@ -209,3 +253,5 @@ async def run(settings: ConsumerSettings) -> int:
     except ConfigError as exc:
         log.error("config_error", extra={"error": str(exc)})
         return 2
+    except _RedisGaveUp:
+        return EXIT_REDIS

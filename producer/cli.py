@@ -278,7 +278,8 @@ async def ensure_crawl_policy(client: RedisClient, settings: ProducerSettings
                               ) -> CrawlPolicy:
     """The crawl's policy, which this run follows: created from this producer's flags if
     nobody (``crawlq crawl create``, a consumer) gave the crawl one; never changed when
-    it exists (a flag that differs from it gets one WARNING: the crawl's value holds).
+    it exists (a flag given, by flag or env, that differs from it gets one WARNING: the
+    crawl's value holds).
     A full Redis (at maxmemory) refuses the write: the run goes on with what is stored
     (or its flags), its enqueue says so."""
     crawl, wanted = settings.common.crawl, flag_policy(settings)
@@ -293,7 +294,8 @@ async def ensure_crawl_policy(client: RedisClient, settings: ProducerSettings
         return wanted if found is None else found.policy
     if created:
         log.info("crawl_policy_created", extra={"crawl": crawl, **wanted.texts()})
-    for differs in flag_differences(crawl, stored.policy, wanted, PRODUCER):
+    for differs in flag_differences(crawl, stored.policy, wanted, PRODUCER,
+                                    given=settings.common.given):
         log.warning("crawl_policy_differs", extra=differs)
     return stored.policy
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from common.config import Option
+from common.config import COMMON_OPTIONS, CommonSettings, Option
 from common.errors import ConfigError
 from common.http.fetcher import FetchSettings
 from consumer.config import CONSUMER_OPTIONS, ConsumerSettings, build_parser, settings_from_args
@@ -78,6 +78,41 @@ def test_consumer_settings_built_from_no_flags_are_the_defaults(monkeypatch: Any
     defaults = ConsumerSettings(worker_id=built.worker_id)
     assert dataclasses.replace(built, common=defaults.common) == defaults
     assert (built.fetch.concurrency, built.fetch.limit_per_host) == (0, 0)
+
+
+def test_the_settings_know_which_options_were_given(monkeypatch: Any) -> None:
+    """By flag (a store, a repeatable, a --no- switch) or env variable (not empty): given;
+    a default is not. Each parse starts from the parser's own: nothing leaks between."""
+    for opt in (*COMMON_OPTIONS, *CONSUMER_OPTIONS):
+        monkeypatch.delenv(opt.env, raising=False)
+    monkeypatch.setenv("CRAWLQ_PER_HOST_DELAY", "3s")
+    monkeypatch.setenv("CRAWLQ_MAX_DEPTH", "")  # empty: as if unset
+    parser = build_parser()
+    built = settings_from_args(parser.parse_args([
+        "--max-stalls", "2", "--allow-domains", "a.example", "--no-ignore-robots"]))
+    assert built.common.given == {"--per-host-delay", "--max-stalls", "--allow-domains",
+                                  "--ignore-robots"}
+    assert built.max_stalls == ConsumerSettings().max_stalls  # given, at its default
+    assert settings_from_args(parser.parse_args([])).common.given == {"--per-host-delay"}
+    assert CommonSettings().given == frozenset()
+    monkeypatch.setenv("CRAWLQ_RECRAWL_AFTER", "1h")
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")
+    assert ProducerSettings.from_args(producer_parser().parse_args(
+        ["a.txt", "--max-attempts", "3"])).common.given == {
+        "--redis-url", "--recrawl-after", "--max-attempts"}
+
+
+def test_redis_wait_zero_is_the_modes_default(monkeypatch: Any) -> None:
+    for opt in CONSUMER_OPTIONS:
+        monkeypatch.delenv(opt.env, raising=False)
+
+    def limit(*args: str) -> float:
+        return settings_from_args(build_parser().parse_args(list(args))).redis_wait_limit_s
+
+    assert (limit(), limit("--exit-when-empty")) == (900.0, 30.0)
+    assert limit("--exit-when-empty", "--redis-wait", "2s") == limit("--redis-wait", "2s") == 2
+    monkeypatch.setenv("CRAWLQ_REDIS_WAIT", "1h")
+    assert limit("--exit-when-empty") == 3600
 
 
 def test_crawl_policy_flags_take_the_policys_syntax(monkeypatch: Any) -> None:

@@ -176,6 +176,27 @@ async def test_429_retry_after_is_honoured_and_cools_the_host(
     assert (await queue.stats()).done == 1
 
 
+async def test_a_309_digit_retry_after_fails_http_5xx_and_blocks_the_host(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
+    # float(int("9" * 309)) overflows: once, the task died internal_error with no block.
+    async def down(request: web.Request) -> web.Response:
+        return web.Response(status=503, headers={"Retry-After": "9" * 309})
+
+    async with serve({"/down": down}) as site:
+        queue = await enqueue(redis_client, crawl_name, [site.url("/down")], max_attempts=1)
+        assert await consume(redis_url, crawl_name, tmp_path, "--max-retry-after", "60s") == 0
+        host = site.base.removeprefix("http://")
+    [dead] = await queue.dead_list()
+    assert (dead.reason, dead.attempts) == ("http_5xx", 1)
+    assert (await queue.stats()).dead_reasons == {"http_5xx": 1}
+    # Blocked for the whole fleet, for the policy's max_retry_after (the header's cap), as
+    # `crawlq hosts --sort blocked_until` shows it.
+    page = await Frontier(queue).hosts(sort="blocked_until")
+    [row] = page.rows
+    assert row.host == host and row.blocked_until_ms is not None
+    assert page.now_ms + 50_000 < row.blocked_until_ms <= page.now_ms + 60_000
+
+
 async def test_hanging_server_times_out_and_dies_after_max_attempts(
         redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
     async def hang(request: web.Request) -> web.Response:

@@ -32,6 +32,7 @@ import redis.asyncio as aioredis
 from procs import JsonLog
 from sites import start_site_process, test_site
 
+from common.exitcodes import EXIT_REDIS
 from common.keys import HASHTABLE_FIELD, CrawlKeys
 from common.queue import CrawlQueue, CrawlSettings, NewTask
 from common.urls import canonicalize, fingerprint, task_id
@@ -516,3 +517,31 @@ async def test_worker_listed_soon_after_start(spawn: Spawner, redis_client: aior
         await until(listed, 3, "the new worker in the workers registry")
         assert (await redis_client.hget(keys.worker(a.worker_id), "pid")) == str(a.pid).encode()
 
+
+
+# -- 7. Redis that never answers ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cluster", ["auto", "no"])
+async def test_a_batch_consumer_gives_up_on_a_redis_that_never_answers(
+        crawl_name: str, tmp_path: Path, cluster: str) -> None:
+    """Pointed at a closed port with --exit-when-empty --redis-wait 2s, a consumer exits
+    with the Redis exit code in seconds and says why in one line, the password hidden.
+    ``--cluster no`` connects lazily: its first command is what finds Redis silent."""
+    url = f"redis://crawler:s3cr3t@127.0.0.1:{closed_port()}/0"
+    spawner = Spawner(url, crawl_name, tmp_path)
+    try:
+        a = await spawner.start("a", "--exit-when-empty", "--redis-wait", "2s",
+                                "--cluster", cluster)
+        started = time.monotonic()
+        assert await a.wait(20) == EXIT_REDIS, a.log_text()[-3000:]
+        took = time.monotonic() - started
+    finally:
+        await spawner.close()
+    assert took < 8, took
+    [gave_up] = [e for e in a.events() if e.get("event") == "redis_unreachable_giving_up"]
+    assert gave_up["level"] == "ERROR" and gave_up["exit_code"] == EXIT_REDIS
+    assert gave_up["redis_url"] == url.replace("crawler:s3cr3t", "***")
+    assert 2 <= gave_up["waited_s"] < 6
+    assert "--redis-wait" in gave_up["advice"] and "s3cr3t" not in a.log_text()
+    assert a.event("no_such_crawl") is None  # Redis never said so

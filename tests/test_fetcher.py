@@ -12,6 +12,7 @@ import base64
 import gc
 import ipaddress
 import logging
+import math
 import socket
 import struct
 import time
@@ -26,11 +27,15 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from hypothesis import example, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 from yarl import URL
 
 import common.http.fetcher as fetcher_mod
 from common.errors import FetchError
 from common.http.fetcher import (
+    MAX_RETRY_AFTER_S,
     Fetcher,
     FetchResult,
     FetchSettings,
@@ -470,6 +475,49 @@ def test_parse_retry_after() -> None:
     assert parse_retry_after("Sun Nov  6 08:49:37 1994", now=784111777.0) == 0.0  # asctime
     for garbage in (None, "", "soon", "-5", "1.5", "\uff11\uff12", "Mon, 99 Foo 2024 99:99:99 GMT"):
         assert parse_retry_after(garbage) is None, garbage
+
+
+def test_parse_retry_after_clamps_huge_values_at_a_year() -> None:
+    now = 1_700_000_000.0
+    for huge in ("9" * 309, "9" * 5000, str(10**20), "31 Dec 9999 23:59:59 GMT"):
+        assert parse_retry_after(huge, now=now) == MAX_RETRY_AFTER_S == 365 * 86400, huge[:20]
+    assert parse_retry_after("0" * 5000 + "7") == 7.0  # leading zeros are not digits of size
+    assert parse_retry_after(str(int(MAX_RETRY_AFTER_S) - 1)) == MAX_RETRY_AFTER_S - 1
+
+
+_DIGITS = st.text(alphabet="0123456789", min_size=1, max_size=400)
+_DATE_PART = st.one_of(_DIGITS, st.integers().map(str), st.text(max_size=6),
+                       st.sampled_from(["Jan", "dec", "Foo", "GMT", "UT", "-0000", "+2359",
+                                        "-2400", "+9999", "Sun,", ",", "-", ":", "00:00",
+                                        "23:59:60", "99:99:99", "0.0.0", "1-Jan-99"]))
+
+
+@st.composite
+def _odd_dates(draw: st.DrawFn) -> str:
+    """RFC 5322 / RFC 850 / asctime shapes with any of their parts replaced."""
+    parts = draw(st.lists(_DATE_PART, min_size=1, max_size=7))
+    return draw(st.sampled_from([" ", ", ", "-", ":"])).join(parts)
+
+
+@given(st.one_of(
+    st.text(),
+    _DIGITS,
+    st.integers(min_value=0, max_value=10**400).map(str),
+    st.text(alphabet=st.characters(categories=["Nd", "No", "Zs"]), min_size=1),
+    _odd_dates(),
+    st.floats(min_value=0, max_value=4e9).map(lambda t: formatdate(t, usegmt=True)),
+), st.one_of(st.none(), st.floats(min_value=-1e12, max_value=1e12)))
+@example("9" * 309, None)
+@example("9" * 5000, None)
+@example("1 Jan 2024 00:00:00 +99999999999999999999", None)
+@example("1 Jan 1 00:00:00 +2359", 0.0)
+@example("Mon, 01 Jan 99999 00:00:00 GMT", None)
+@example("\u0661 Jan \u0662\u0660\u0662\u0664 00:00:00 GMT", None)
+@hypothesis_settings(max_examples=1000)
+def test_parse_retry_after_never_raises(value: str, now: float | None) -> None:
+    got = parse_retry_after(value, now=now)
+    assert got is None or (type(got) is float and math.isfinite(got)
+                           and 0.0 <= got <= MAX_RETRY_AFTER_S), (value, got)
 
 
 def test_classify_status() -> None:

@@ -516,8 +516,7 @@ async def test_restarting_a_consumer_leaves_the_policy_as_it_was(
                                ("--max-depth", "5", "2"),
                                ("--allow-domains", "b.test", "a.test"),
                                ("--retry-base", "0.05s", "0.2s"),  # consumer_args'
-                               ("--retry-cap", "60s", "30s"),
-                               ("--max-retry-after", "3600s", "60s")}  # robots, stalls: same
+                               ("--retry-cap", "60s", "30s")}  # robots, stalls: same
         assert all(r.levelno == logging.WARNING for r in warned.values())
         assert f"crawlq crawl set --crawl {crawl_name} per_host_delay=0s" in warned[
             ("--per-host-delay", "0s", "0.05s")].advice  # type: ignore[attr-defined]
@@ -527,6 +526,37 @@ async def test_restarting_a_consumer_leaves_the_policy_as_it_was(
             ("--retry-cap", "60s", "30s")].advice  # type: ignore[attr-defined]
     stored = await read_policy(redis_client, crawl_name)
     assert stored is not None and stored.version == 1 and len(stored.log) == 1
+
+
+@pytest.mark.parametrize("given", ["nothing", "flag", "env"])
+async def test_a_consumer_warns_only_for_the_policy_flags_it_was_given(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str, tmp_path: Path, *,
+        given: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every value of the crawl's policy differs from the consumer's defaults: started
+    with no policy flag it says nothing; given --per-host-delay 3s (the flag, or
+    CRAWLQ_PER_HOST_DELAY) it warns for that flag only."""
+    await CrawlQueue.open(redis_client, crawl_name)
+    await create_policy(redis_client, crawl_name, {
+        "per_host_delay": 0.05, "per_host_concurrency": 1, "accept_content_type": ("text/*",),
+        "user_agent": "crawl/1.0", "ignore_robots": True, "robots_ttl": 60, "max_depth": 2,
+        "allow_domains": ("a.test",), "retry_base": 0.2, "retry_cap": 30,
+        "max_retry_after": 60, "max_stalls": 1}, by="test")
+    for name in (o.env for o in CONSUMER_OPTIONS):  # nothing given by this environment
+        monkeypatch.delenv(name, raising=False)
+    args = ["--redis-url", redis_url, "--crawl", crawl_name, "--output", str(tmp_path),
+            "--exit-when-empty", "--empty-grace", "0", "--http-port", "-1"]
+    if given == "flag":
+        args += ["--per-host-delay", "3s"]
+    elif given == "env":
+        monkeypatch.setenv("CRAWLQ_PER_HOST_DELAY", "3s")
+    caplog.set_level(logging.INFO, logger="consumer")
+    settings = settings_from_args(build_parser().parse_args(args))
+    assert await asyncio.wait_for(run(settings), 60) == 0
+    warned = [(r.flag, r.flag_value, r.crawl_value)  # type: ignore[attr-defined]
+              for r in caplog.records if r.getMessage() == "crawl_policy_differs"]
+    assert warned == ([] if given == "nothing" else [("--per-host-delay", "3s", "0.05s")])
+    stored = await read_policy(redis_client, crawl_name)
+    assert stored is not None and stored.version == 1 and stored.policy.per_host_delay == 0.05
 
 
 async def test_the_first_consumer_creates_the_policy_from_its_flags(
@@ -643,7 +673,10 @@ async def test_a_crawl_made_without_a_policy_is_adopted(
                        "max_depth": [None, "3"], "allow_domains": [None, "@parent"],
                        "retry_base": [None, "2s"], "retry_cap": [None, "600s"],
                        "max_retry_after": [None, "3600s"], "max_stalls": [None, "2"],
-                       "max_attempts": [None, "3"], "recrawl_after": [None, "0s"]})]
+                       "max_attempts": [None, "3"], "recrawl_after": [None, "0s"],
+                       "backoff_on": [None, "429,503"], "backoff_base": [None, "1s"],
+                       "backoff_cap": [None, "3600s"], "backoff_forgive": [None, "300s"],
+                       "max_crawl_delay": [None, "300s"]})]
 
 
 async def test_a_policy_without_the_newer_keys_takes_them_from_the_first_consumer(

@@ -280,7 +280,8 @@ async def test_the_producer_seeds_the_policy_then_follows_it(
         caplog: pytest.LogCaptureFixture) -> None:
     """The run that creates the crawl's policy seeds max_attempts and recrawl_after from
     its flags (logged `producer`); a later run with other flags stamps its tasks with
-    the crawl's max_attempts and uses its window, and says so, one WARNING per flag."""
+    the crawl's max_attempts and uses its window, and says so, one WARNING per flag it
+    was given (--recrawl-after, left at its default, asks for nothing)."""
     caplog.set_level(logging.INFO, logger="producer")
     code, _ = await produce_json(redis_url, crawl_name, "--url", "https://s.example/1",
                                  "--max-attempts", "7", "--recrawl-after", "2h")
@@ -297,7 +298,7 @@ async def test_the_producer_seeds_the_policy_then_follows_it(
     assert code == 0
     warned = {(r.flag, r.flag_value, r.crawl_value): r.advice  # type: ignore[attr-defined]
               for r in caplog.records if r.getMessage() == "crawl_policy_differs"}
-    assert set(warned) == {("--max-attempts", "2", "7"), ("--recrawl-after", "0s", "7200s")}
+    assert set(warned) == {("--max-attempts", "2", "7")}
     assert (f"crawlq crawl set --crawl {crawl_name} max_attempts=2"
             in warned["--max-attempts", "2", "7"])
     assert all(r.levelno == logging.WARNING for r in caplog.records
@@ -313,6 +314,29 @@ async def test_the_producer_seeds_the_policy_then_follows_it(
         ("https://s.example/1", 7), ("https://s.example/2", 7), ("https://s.example/3", 4)]
     stored = await read_policy(redis_client, crawl_name)
     assert stored is not None and [e["by"] for e in stored.log] == ["api", "test", "producer"]
+
+
+@pytest.mark.parametrize("given", ["nothing", "flag", "env"])
+async def test_the_producer_warns_only_for_the_policy_flags_it_was_given(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str, *, given: str,
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both of the crawl's values differ from the producer's defaults: a run given
+    neither flag says nothing; one given --recrawl-after (flag or env) says so for it."""
+    await create_policy(redis_client, crawl_name, {"max_attempts": 7, "recrawl_after": 7200},
+                        by="test")
+    rest = ["--url", "https://s.example/1"]
+    if given == "flag":
+        rest += ["--recrawl-after", "1h"]
+    elif given == "env":
+        monkeypatch.setenv("CRAWLQ_RECRAWL_AFTER", "1h")
+    caplog.set_level(logging.INFO, logger="producer")
+    code, _ = await produce_json(redis_url, crawl_name, *rest)
+    assert code == 0
+    warned = [(r.flag, r.flag_value, r.crawl_value)  # type: ignore[attr-defined]
+              for r in caplog.records if r.getMessage() == "crawl_policy_differs"]
+    assert warned == ([] if given == "nothing" else [("--recrawl-after", "3600s", "7200s")])
+    stored = await read_policy(redis_client, crawl_name)
+    assert stored is not None and (stored.version, stored.policy.recrawl_after) == (1, 7200)
 
 
 async def test_the_producer_flags_take_the_policys_rules(

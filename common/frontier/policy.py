@@ -442,10 +442,11 @@ def from_texts(stored: Mapping[str, str]) -> CrawlPolicy:
     return CrawlPolicy(**{n: parse_value(n, t) for n, t in stored.items() if n in OPTIONS})
 
 
-def flag_differences(crawl: str, stored: CrawlPolicy, wanted: CrawlPolicy, command: str
-                     ) -> list[dict[str, str]]:
-    """For each of `command`'s flags whose value (in `wanted`) differs from the crawl's:
-    what its ``crawl_policy_differs`` WARNING says (the flag, both values, the advice)."""
+def flag_differences(crawl: str, stored: CrawlPolicy, wanted: CrawlPolicy, command: str,
+                     *, given: Collection[str]) -> list[dict[str, str]]:
+    """For each of `command`'s flags in `given` (the ones the user gave: a default asks
+    for nothing) whose value (in `wanted`) differs from the crawl's: what its
+    ``crawl_policy_differs`` WARNING says (the flag, both values, the advice)."""
     theirs, mine = stored.texts(), wanted.texts()
     return [{"crawl": crawl, "flag": o.flag, "flag_value": mine[o.name],
              "crawl_value": theirs[o.name],
@@ -453,7 +454,7 @@ def flag_differences(crawl: str, stored: CrawlPolicy, wanted: CrawlPolicy, comma
                        f"creates the crawl's policy; the crawl's {o.name}={theirs[o.name]} "
                        f"holds. Change it with: crawlq crawl set --crawl {crawl} "
                        f"{o.name}={mine[o.name]}"}
-            for o in seeded_by(command) if theirs[o.name] != mine[o.name]]
+            for o in seeded_by(command) if o.flag in given and theirs[o.name] != mine[o.name]]
 
 
 @dataclass(frozen=True, slots=True)

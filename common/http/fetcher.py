@@ -60,8 +60,8 @@ from common.http.ssrf import GuardedResolver, SsrfGuard, literal_host_ip, ssrf_e
 
 __all__ = [
     "DEFAULT_USER_AGENT",
-    "FetchResult",
     "MAX_RETRY_AFTER_S",
+    "FetchResult",
     "FetchSettings",
     "Fetcher",
     "classify_status",
