@@ -26,7 +26,8 @@ prio_hosts     ZSET    host -> -(highest pending priority)         enqueue, leas
 h:queued       ZSET    host -> pending tasks (every host seen)     enqueue, lease, ...
 h:inflight     ZSET    host -> leased tasks                        lease, ack, fail,
                                                                    release, reclaim
-h:done         ZSET    host -> tasks done                          ack
+h:done         ZSET    host -> tasks done                          ack (fail reads
+                                                                   it: backoff)
 h:errors       ZSET    host -> failed attempts                     fail, reclaim
 h:last         ZSET    host -> last request start (a lease), ms    lease
 h:delay        ZSET    host -> its delay when not the default, ms  host_set
@@ -34,10 +35,12 @@ h:blocked      ZSET    host -> blocked until, ms (cool-downs,      fail, host_se
                        ``crawlq hosts block``)
 h:budget       ZSET    host -> its page budget (hosts with one)    host_set
 hostconf       HASH    host -> "delay,concurrency,budget,used,     host_set, lease,
-                       blocked,robots_delay,reserved" (ms;         ack, fail,
-                       '' = unset; used: pages fetched, reserved:  release, reclaim
-                       leases holding a page of the budget),
-                       only hosts with a setting
+                       blocked,robots_delay,reserved[,level,pace,  ack, fail,
+                       pb_at,pb_done,fade,pushbacks]" (ms; '' =    release, reclaim
+                       unset; used: pages fetched, reserved:
+                       leases holding a page of the budget; the
+                       rest: push-back, lib/backoff.lua), only
+                       hosts with a setting
 hungry         ZSET    worker -> when its lease call last came     lease
                        back empty, ms of Redis TIME: while one
                        is recent, the other workers take only

@@ -176,6 +176,21 @@ class Metrics:
             namespace=NAMESPACE,
             registry=reg,
         )
+        self.pushbacks_total = Counter(
+            "pushbacks_total",
+            "Responses that count as their host pushing back (the crawl policy's "
+            "backoff_on), by reason code: each raises the host's backoff fleet-wide.",
+            ["kind"],
+            namespace=NAMESPACE,
+            registry=reg,
+        )
+        self.robots_crawl_delay_capped_total = Counter(
+            "robots_crawl_delay_capped_total",
+            "robots.txt Crawl-delays longer than the crawl policy's max_crawl_delay, "
+            "obeyed only up to it.",
+            namespace=NAMESPACE,
+            registry=reg,
+        )
         self.in_flight = Gauge(
             "in_flight",
             "Tasks being fetched right now.",
@@ -274,6 +289,10 @@ class Metrics:
     def error(self, kind: str) -> None:
         """Count one error by reason code (``timeout``, ``dns``, ``http_500`` ...)."""
         _child(self._errors, kind, self.errors_total, _code).inc()
+
+    def pushback(self, kind: str) -> None:
+        """Count one push-back by reason code (``http_429``, ``http_5xx``, ``timeout`` ...)."""
+        self.pushbacks_total.labels(_code(kind)).inc()
 
     def render(self) -> tuple[bytes, str]:
         """The exposition body and its content type, for a /metrics handler."""

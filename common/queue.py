@@ -43,11 +43,12 @@ T = TypeVar("T")
 #: Every counter of a partition's ``stats`` hash (plus ``outcome:<code>`` per ack outcome).
 #: ``repaired_hosts``: hosts whose pending count was found larger than their queues
 #: (a lost ``hq``/``hp`` key), set right by lease.lua or ``crawlq fsck --repair``;
-#: ``lost_pending``: the entries those counts held that no queue did (tasks lost).
+#: ``lost_pending``: the entries those counts held that no queue did (tasks lost);
+#: ``backoffs``: push-back incidents that raised a host's backoff (lib/backoff.lua).
 COUNTERS = (
     "enqueued", "duplicates", "recrawled", "leased", "renewed", "lost", "done", "failed",
     "retried", "dead", "stalled", "stale", "released", "promoted", "reclaimed", "requeued",
-    "purged", "checkpoints", "repaired_hosts", "lost_pending",
+    "purged", "checkpoints", "repaired_hosts", "lost_pending", "backoffs",
 )
 
 MALFORMED = "malformed"
@@ -135,12 +136,16 @@ class CrawlSettings:
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """Backoff for failed attempts and the stall limit for reclaimed leases."""
+    """Backoff for failed attempts, a host's backoff when it pushes back, and the stall
+    limit for reclaimed leases (the crawl policy's values: `CrawlPolicy.retry`)."""
 
     base_ms: int = 2_000
     cap_ms: int = 600_000
     max_retry_after_ms: int = 3_600_000
     max_stalls: int = 2
+    backoff_base_ms: int = 1_000
+    backoff_cap_ms: int = 3_600_000
+    backoff_forgive_ms: int = 300_000
 
 
 class CrawlFormatError(ConfigError):
@@ -208,7 +213,8 @@ class LeaseBatch:
 class Failure:
     """A failed attempt: ``reason`` is a short code, ``message`` the detail.
 
-    ``cooldown`` (seconds) blocks the task's host for the whole fleet (a 429/503).
+    ``pushback``: the host pushed back (a 429/503, or what else the crawl's policy
+    counts): its backoff rises for the whole fleet (lib/backoff.lua).
     """
 
     lease: Lease
@@ -216,7 +222,7 @@ class Failure:
     message: str
     retry_after: float | None = None
     permanent: bool = False
-    cooldown: float = 0.0
+    pushback: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -678,7 +684,9 @@ class CrawlQueue:
         calls = []
         for p, group in groups.items():
             pk = self.partitions[p]
-            args: list[Any] = [worker, pol.base_ms, pol.cap_ms, pol.max_retry_after_ms]
+            args: list[Any] = [worker, pol.base_ms, pol.cap_ms, pol.max_retry_after_ms,
+                               pol.backoff_base_ms, pol.backoff_cap_ms,
+                               pol.backoff_forgive_ms]
             for f in group:
                 reason = "".join(f.reason.split()) or "error"
                 retry_after = -1 if f.retry_after is None else max(0, int(f.retry_after * 1000))
@@ -686,12 +694,13 @@ class CrawlQueue:
                              else f.lease.responded)
                 args += [f.lease.id, f.lease.token, f.lease.task.max_attempts, reason,
                          f.message[:1000], retry_after, int(f.permanent),
-                         repr(self._jitter()), max(0, int(f.cooldown * 1000)),
+                         repr(self._jitter()), int(f.pushback),
                          f.lease.sent_ms, int(responded)]
             calls.append((self.scripts.fail, [*pk.host_state, pk.leases, pk.owners,
                                               pk.attempts, pk.delayed, pk.dead, pk.errors,
                                               pk.dead_reasons, pk.stats, pk.tasks,
-                                              pk.errors_by_host, pk.blocked], args))
+                                              pk.errors_by_host, pk.blocked, pk.done],
+                          args))
         return self._in_order(failures, groups, await self._run(calls) if calls else [],
                               lambda reply, i: (Code(int(reply[2 * i])),
                                                 int(reply[2 * i + 1])))

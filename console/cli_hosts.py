@@ -33,14 +33,16 @@ def hosts_text(page: HostPage, offset: int) -> str:
         return f"no hosts at offset {offset} ({page.total} in all)"
     width = max(4, *(len(r.host) for r in page.rows))
     lines = [f"{'host':<{width}} {'queued':>8} {'flight':>6} {'done':>8} {'errors':>6} "
-             f"{'next':>9} {'delay':>7} {'conc':>4} {'budget':>11} blocked"]
+             f"{'next':>9} {'delay':>7} {'conc':>4} {'budget':>11} {'level':>5} "
+             f"{'pushbk':>6} blocked"]
     for r in page.rows:
         budget = "-" if r.budget is None else f"{r.used}/{r.budget}"
         conc = "-" if r.concurrency == 0 else str(r.concurrency)
         lines.append(
             f"{r.host:<{width}} {r.queued:>8,} {r.in_flight:>6} {r.done:>8,} {r.errors:>6} "
             f"{_in(r.next_allowed_ms, page.now_ms):>9} {r.delay_ms / 1000:>6.1f}s {conc:>4} "
-            f"{budget:>11} {_in(r.blocked_until_ms, page.now_ms)}")
+            f"{budget:>11} {r.backoff_level:>5} {r.pushbacks:>6} "
+            f"{_in(r.blocked_until_ms, page.now_ms)}")
     lines.append(f"hosts {offset + 1}-{offset + len(page.rows)} of {page.total}")
     return "\n".join(lines)
 

@@ -42,7 +42,7 @@ from typing import Any
 from common.errors import ConfigError, FetchError, RedisUnavailableError
 from common.exitcodes import EXIT_OK, EXIT_SINK
 from common.frontier.hosts import Frontier
-from common.frontier.policy import read_values
+from common.frontier.policy import OPTIONS, is_pushback, read_values
 from common.http.fetcher import Fetcher, FetchResult
 from common.metrics import Metrics
 from common.queue import Code, CrawlQueue, DedupMode, Failure, Lease, LeaseBatch
@@ -64,9 +64,6 @@ from consumer.sinks import Record, Sink, sink_target
 
 log = logging.getLogger("consumer")
 
-#: A 429/503 without Retry-After blocks its host this long, fleet-wide (the queue caps
-#: every cool-down at the crawl policy's max_retry_after).
-DEFAULT_COOLDOWN_S = 30.0
 SHUTDOWN_WAIT_S = 5.0
 #: In a polite crawl, a lease's request starts this long after the lease call returned
 #: (see Consumer._dispatch): event-loop delays up to this long don't bring two requests to
@@ -135,6 +132,10 @@ class Consumer:
         self.accept: tuple[str, ...] = settings.accept_content_type
         #: Whether robots.txt is skipped (the crawl policy's ignore_robots), likewise.
         self.ignore_robots = settings.ignore_robots
+        #: The outcomes that count as push-back (the crawl policy's backoff_on), likewise.
+        self.backoff_on: tuple[str, ...] = OPTIONS["backoff_on"].default
+        #: The longest Crawl-delay obeyed (the crawl policy's max_crawl_delay; 0: any).
+        self.max_crawl_delay: float = OPTIONS["max_crawl_delay"].default
         self._policy_read: asyncio.Task[None] | None = None
         self._policy_again = False
         self._policy_version = -1  # the version read last (-1: none yet)
@@ -292,6 +293,8 @@ class Consumer:
         policy = stored.policy
         self.accept = policy.accept_content_type
         self.ignore_robots = policy.ignore_robots
+        self.backoff_on = policy.backoff_on
+        self.max_crawl_delay = policy.max_crawl_delay
         self.fetcher.set_user_agent(policy.user_agent)
         if self.robots is not None:
             self.robots.set_user_agent(policy.user_agent)
@@ -658,7 +661,8 @@ class Consumer:
                 self.metrics.robots_turns_total.inc()
                 delay = verdict.crawl_delay if isinstance(verdict, RobotsVerdict) else None
                 if delay:
-                    await self.frontier.set_robots_delay(lease.host, delay)
+                    await self.frontier.set_robots_delay(lease.host, self._crawl_delay(
+                        lease.host, delay))
         except Exception as exc:  # a FetchError such as ssrf_blocked is not cached
             self._waiting.pop(lease.id, None)
             if self.book.holds(lease):
@@ -711,6 +715,19 @@ class Consumer:
             log.exception("task_crashed", extra={"id": lease.id})
             self._complete(Completion(lease, "fail", failure=Failure(
                 lease, "internal_error", f"{type(exc).__name__}: {exc}")))
+
+    def _crawl_delay(self, host: str, asked: float) -> float:
+        """A robots.txt Crawl-delay as the crawl obeys it: cut to the policy's
+        max_crawl_delay (logged and counted) when longer."""
+        cap = self.max_crawl_delay
+        if cap <= 0 or asked <= cap:
+            return asked
+        self.metrics.robots_crawl_delay_capped_total.inc()
+        log.warning("robots_crawl_delay_capped", extra={
+            "host": host, "crawl_delay": asked, "max_crawl_delay": cap,
+            "advice": "the crawl obeys at most max_crawl_delay; raise it (crawlq crawl set) "
+                      "to obey the site, or block the host"})
+        return cap
 
     def _note_sent(self, lease: Lease, started: float) -> None:
         """A request to a host with a delay that goes out later than DISPATCH_S after its
@@ -810,12 +827,12 @@ class Consumer:
 
     def _complete_error(self, lease: Lease, exc: FetchError) -> None:
         self.metrics.error(exc.reason)
-        cooldown = 0.0
-        if exc.status in (429, 503):
-            cooldown = DEFAULT_COOLDOWN_S if exc.retry_after is None else exc.retry_after
+        pushback = is_pushback(self.backoff_on, exc.reason, exc.status)
+        if pushback:
+            self.metrics.pushback(exc.reason)
         self._complete(Completion(lease, "fail", failure=Failure(
             lease, exc.reason, exc.message[:500], retry_after=exc.retry_after,
-            permanent=not exc.retryable, cooldown=cooldown)))
+            permanent=not exc.retryable, pushback=pushback)))
 
     def _record(self, lease: Lease, result: FetchResult | None, outcome: str) -> Record:
         task = lease.task

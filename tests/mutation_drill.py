@@ -37,6 +37,7 @@ _G = "tests/test_guarantees.py::"
 _Q = "tests/test_queue.py::"
 _F = "tests/test_fetcher.py::"
 _FR = "tests/test_frontier.py::"
+_PB = "tests/test_pushback.py::"
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("15-policy-change-waits-for-the-idle-poll", "a policy change reaches running "
            "consumers within a second, and moves their next turns at once",
            (_FR + "test_a_policy_change_reaches_three_running_consumers_within_a_second",)),
+    Mutant("16-pool-limited-by-consumer-flag", "nothing a consumer was started with narrows "
+           "what the crawl's policy allows a host",
+           (_PB + "test_a_default_consumer_serves_the_policys_concurrency",)),
+    Mutant("17-push-back-in-a-block-escalates", "one push-back incident raises a host's "
+           "backoff once: replies to requests sent before its block raise nothing",
+           (_PB + "test_a_push_back_sent_before_the_block_raises_nothing",)),
 )
 
 

@@ -422,7 +422,7 @@ async def test_hosts_list_set_and_block_as_commands(redis_url: str,
     out = await _crawlq_command(redis_url, "hosts", "--crawl", crawl.name)
     lines = out.splitlines()
     assert lines[0].split() == ["host", "queued", "flight", "done", "errors", "next",
-                                "delay", "conc", "budget", "blocked"]
+                                "delay", "conc", "budget", "level", "pushbk", "blocked"]
     assert lines[1].split()[:5] == ["other.example:8080", "7", "0", "0", "0"]
     assert lines[2].split()[:5] == ["cli.example", "5", "0", "4", "3"]
     assert lines[-1] == "hosts 1-2 of 2"

@@ -32,10 +32,11 @@ async def _served() -> dict[str, set[str]]:
     async def ready() -> str | None:
         return None
 
-    metrics = Metrics()  # a consumer that has fetched a page and met an error
+    metrics = Metrics()  # a consumer that has fetched a page, met an error and a 429
     metrics.response(200, 1234)
     metrics.task("ok")
     metrics.error("timeout")
+    metrics.pushback("http_429")
     metrics.fetch_duration_seconds.observe(0.2)
     server = SideServer("127.0.0.1", 0, metrics, ready)
     port = await server.start()

@@ -170,15 +170,15 @@ async def test_priority_goes_first_within_a_host_and_across_hosts(
     assert first.task.url == "http://c.test/urgent" and first.task.priority == 9
 
 
-async def test_a_cooldown_blocks_the_host_for_every_consumer_within_the_cap(
+async def test_a_push_back_blocks_the_host_for_every_consumer_within_the_cap(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
     q = await polite_queue(redis_client, crawl_name)
-    q.policy = q.policy.__class__(base_ms=10, max_retry_after_ms=800)
+    q.policy = q.policy.__class__(base_ms=10, max_retry_after_ms=800, backoff_base_ms=10)
     await q.enqueue(tasks([f"http://a.test/{i}" for i in range(3)] + ["http://b.test/"]))
     leases = await q.lease("w1", 2, 60_000)
     a = next(x for x in leases if x.host == "a.test")
     await q.fail("w1", [Failure(a, "http_429", "slow down", retry_after=999_999,
-                                cooldown=999_999)])
+                                pushback=True)])
     # Another consumer: b.test is served, a.test is not, for 0.8 s (the cap), not 11 days.
     other = await q.lease_turns("w2", 10, 60_000)
     assert {x.host for x in other.leases} <= {"b.test"}

@@ -176,7 +176,7 @@ async def exercise(client: aioredis.Redis, crawl: str, partitions: int = 2) -> N
     leases = await q.lease("w", 10, 60_000)
     assert len(leases) >= 4
     await q.ack("w", [(leases[0], "ok")])
-    await q.fail("w", [Failure(leases[1], "http_429", "too slow", retry_after=0, cooldown=0.001)])
+    await q.fail("w", [Failure(leases[1], "http_429", "too slow", retry_after=0, pushback=True)])
     await q.fail("w", [Failure(leases[2], "gone", "no such page", permanent=True)])
     await q.release("w", [leases[3]])
     await q.renew("w", leases[4:], 60_000)
@@ -457,18 +457,18 @@ def test_argv_header_checks_can_fail() -> None:
     """The checks see a swapped, a missing and a miscounted entry (on a header changed
     here, in memory: the scripts stay as they are)."""
     fail = argv_header("fail")
-    good = ["w", "10", "20", "30", "ab" * 16, "7", "3", "gone", "no such page", "-1", "0",
-            "0.5", "0", "0", "1"]
+    good = ["w", "10", "20", "30", "40", "50", "60", "ab" * 16, "7", "3", "gone",
+            "no such page", "-1", "0", "0.5", "0", "0", "1"]
     assert args_problems("fail", fail, good) == []
     items = fail.items
     swapped = Argv(**{**fail.__dict__, "items": [items[1], items[0], *items[2:]]})
     assert args_problems("fail", swapped, good) == [
-        f"fail.lua ARGV[5]: 'token' is '{'ab' * 16}'", "fail.lua ARGV[6]: 'id' is '7'"]
+        f"fail.lua ARGV[8]: 'token' is '{'ab' * 16}'", "fail.lua ARGV[9]: 'id' is '7'"]
     shorter = Argv(**{**fail.__dict__, "items": items[:-1]})
     assert "fail.lua: code reads 11 values per item" in " ".join(code_problems("fail", shorter))
     assert args_problems("fail", shorter, good) != []
     renamed = Argv(**{**fail.__dict__, "items": [*items[:8], "jitter", *items[9:]]})
-    assert "code reads 'cooldown_ms' at item offset 8" in " ".join(
+    assert "code reads 'pushback' at item offset 8" in " ".join(
         code_problems("fail", renamed))
     renew = argv_header("renew")
     assert args_problems("renew", renew, ["w", "1000", "ab" * 16]) != []

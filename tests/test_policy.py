@@ -26,6 +26,7 @@ from test_queue import window_passed
 from common.frontier.hosts import Frontier
 from common.frontier.policy import (
     LOG_LEN,
+    NOBODY,
     POLICY_OPTIONS,
     CrawlPolicy,
     PolicyError,
@@ -54,12 +55,15 @@ VALID = ("valid keys: per_host_delay, per_host_concurrency, accept_content_type,
          "retry_cap, max_retry_after, max_stalls, max_attempts, recrawl_after")
 UA = "crawlq/0.1 (+https://github.com/crawlq/crawlq)"
 #: The new keys' defaults, as `crawl create` and `crawl set` print them.
+#: The push-back keys' defaults, the last of every listing.
+BACKOFF = ("backoff_on=429,503, backoff_base=1s, backoff_cap=3600s, backoff_forgive=300s, "
+           "max_crawl_delay=300s")
 REST = (f"user_agent={UA}, ignore_robots=false, robots_ttl=86400s, max_depth=3, "
         "allow_domains=@parent, retry_base=2s, retry_cap=600s, max_retry_after=3600s, "
-        "max_stalls=2, max_attempts=3, recrawl_after=0s")
-#: The retry keys' defaults, likewise (and the two after them).
+        "max_stalls=2, max_attempts=3, recrawl_after=0s, " + BACKOFF)
+#: The retry keys' defaults, likewise (and those after them).
 RETRY = ("retry_base=2s, retry_cap=600s, max_retry_after=3600s, max_stalls=2, "
-         "max_attempts=3, recrawl_after=0s")
+         "max_attempts=3, recrawl_after=0s, " + BACKOFF)
 
 
 async def crawlq(redis_url: str, *args: str) -> tuple[int, str, str]:
@@ -105,18 +109,25 @@ def test_the_policy_is_declared_once_and_the_flags_agree() -> None:
     flags = {(command, o.flag): o for command, table in tables.items() for o in table}
     defaults = {key: o.convert(o.default) if o.convert else o.default
                 for key, o in flags.items()}
-    assert {o.name: defaults[o.seeded_by, o.flag] for o in POLICY_OPTIONS} == {
-        o.name: o.default for o in POLICY_OPTIONS}
+    seeded = [o for o in POLICY_OPTIONS if o.seeded_by != NOBODY]
+    assert {o.name: defaults[o.seeded_by, o.flag] for o in seeded} == {
+        o.name: o.default for o in seeded}
+    # An option no command seeds has no flag: crawlq crawl create/set alone sets it.
+    assert {o.name: o.flag for o in POLICY_OPTIONS if o.seeded_by == NOBODY} == {
+        "backoff_on": "", "backoff_base": "", "backoff_cap": "", "backoff_forgive": "",
+        "max_crawl_delay": ""}
     assert CrawlPolicy().texts() == {"per_host_delay": "1s", "per_host_concurrency": "2",
                                      "accept_content_type": "*/*", "user_agent": UA,
                                      "ignore_robots": "false", "robots_ttl": "86400s",
                                      "max_depth": "3", "allow_domains": "@parent",
                                      "retry_base": "2s", "retry_cap": "600s",
                                      "max_retry_after": "3600s", "max_stalls": "2",
-                                     "max_attempts": "3", "recrawl_after": "0s"}
+                                     "max_attempts": "3", "recrawl_after": "0s",
+                                     "backoff_on": "429,503", "backoff_base": "1s",
+                                     "backoff_cap": "3600s", "backoff_forgive": "300s",
+                                     "max_crawl_delay": "300s"}
     # Each such flag says it is a crawl policy value.
-    assert all("a crawl policy value" in flags[o.seeded_by, o.flag].help
-               for o in POLICY_OPTIONS)
+    assert all("a crawl policy value" in flags[o.seeded_by, o.flag].help for o in seeded)
 
 
 def test_the_retry_keys_give_the_queue_whole_milliseconds() -> None:
@@ -165,7 +176,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
                    "robots_ttl=5400s, max_depth=0, "
                    "allow_domains=xn--bcher-kva.example,example.com, "
                    "retry_base=0.5s, retry_cap=60s, max_retry_after=0s, max_stalls=0, "
-                   "max_attempts=5, recrawl_after=2s\n")
+                   f"max_attempts=5, recrawl_after=2s, {BACKOFF}\n")
 
     doc = json.loads(await ok(redis_url, "crawl", "show", "--crawl", crawl_name, "--json"))
     assert (doc["version"], doc["values"], doc["text"]) == (
@@ -174,13 +185,17 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
             "robots_ttl": 5400.0,
             "max_depth": 0, "allow_domains": ["xn--bcher-kva.example", "example.com"],
             "retry_base": 0.5, "retry_cap": 60.0, "max_retry_after": 0.0, "max_stalls": 0,
-            "max_attempts": 5, "recrawl_after": 2},
+            "max_attempts": 5, "recrawl_after": 2, "backoff_on": ["429", "503"],
+            "backoff_base": 1.0, "backoff_cap": 3600.0, "backoff_forgive": 300.0,
+            "max_crawl_delay": 300.0},
         {"per_host_delay": "0.5s", "per_host_concurrency": "3", "accept_content_type": "*/*",
          "user_agent": "probe/2.0 (+https://example.com/probe)", "ignore_robots": "true",
          "robots_ttl": "5400s",
          "max_depth": "0", "allow_domains": "xn--bcher-kva.example,example.com",
          "retry_base": "0.5s", "retry_cap": "60s", "max_retry_after": "0s", "max_stalls": "0",
-         "max_attempts": "5", "recrawl_after": "2s"})
+         "max_attempts": "5", "recrawl_after": "2s", "backoff_on": "429,503",
+         "backoff_base": "1s", "backoff_cap": "3600s", "backoff_forgive": "300s",
+         "max_crawl_delay": "300s"})
     third, second, first = doc["log"]
     assert first | {"version": 1, "by": "crawlq crawl create", "changes": {
         "per_host_delay": [None, "0.5s"], "per_host_concurrency": [None, "2"],
@@ -189,7 +204,10 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
         "max_depth": [None, "3"], "allow_domains": [None, "@parent"],
         "retry_base": [None, "2s"], "retry_cap": [None, "600s"],
         "max_retry_after": [None, "3600s"], "max_stalls": [None, "2"],
-        "max_attempts": [None, "3"], "recrawl_after": [None, "0s"]}} == first
+        "max_attempts": [None, "3"], "recrawl_after": [None, "0s"],
+        "backoff_on": [None, "429,503"], "backoff_base": [None, "1s"],
+        "backoff_cap": [None, "3600s"], "backoff_forgive": [None, "300s"],
+        "max_crawl_delay": [None, "300s"]}} == first
     assert second | {"version": 2, "by": "crawlq crawl set",
                      "changes": {"per_host_concurrency": ["2", "3"]}} == second
     assert third["changes"] == {
@@ -207,7 +225,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
     assert out.endswith("ignore_robots=false, robots_ttl=5400s, max_depth=0, "
                         "allow_domains=@parent, retry_base=0.5s, retry_cap=60s, "
                         "max_retry_after=0s, max_stalls=0, max_attempts=5, "
-                        "recrawl_after=2s\n")
+                        f"recrawl_after=2s, {BACKOFF}\n")
     text = await ok(redis_url, "crawl", "show", "--crawl", crawl_name)
     lines = text.splitlines()
     assert lines[0] == f"crawl {crawl_name}: policy version 4"
@@ -222,13 +240,20 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
     assert [ln.split()[:2] for ln in lines[9:15]] == [
         ["retry_base", "0.5s"], ["retry_cap", "60s"], ["max_retry_after", "0s"],
         ["max_stalls", "0"], ["max_attempts", "5"], ["recrawl_after", "2s"]]
+    assert [ln.split()[:2] for ln in lines[15:20]] == [
+        ["backoff_on", "429,503"], ["backoff_base", "1s"], ["backoff_cap", "3600s"],
+        ["backoff_forgive", "300s"], ["max_crawl_delay", "300s"]]
+    lines = lines[:15] + lines[20:]
     assert lines[15] == "changes, newest first:"
     assert lines[16].endswith("v4  crawlq crawl set: allow_domains xn--bcher-kva.example,"
                               "example.com -> @parent, ignore_robots true -> false")
     assert lines[18].endswith("v2  crawlq crawl set: per_host_concurrency 2 -> 3")
     assert lines[19].endswith(f"v1  crawlq crawl create: accept_content_type - -> */*, "
-                              "allow_domains - -> @parent, ignore_robots - -> false, "
-                              "max_attempts - -> 3, max_depth - -> 3, "
+                              "allow_domains - -> @parent, backoff_base - -> 1s, "
+                              "backoff_cap - -> 3600s, backoff_forgive - -> 300s, "
+                              "backoff_on - -> 429,503, ignore_robots - -> false, "
+                              "max_attempts - -> 3, max_crawl_delay - -> 300s, "
+                              "max_depth - -> 3, "
                               "max_retry_after - -> 3600s, max_stalls - -> 2, "
                               "per_host_concurrency - -> 2, per_host_delay - -> 0.5s, "
                               "recrawl_after - -> 0s, retry_base - -> 2s, "
@@ -311,7 +336,7 @@ async def test_a_bad_key_or_value_exits_2_naming_it_and_writes_nothing(
     out = await ok(redis_url, "crawl", "set", "--crawl", crawl_name, "retry_base=2s",
                    "retry_cap=2s")
     assert out.endswith("retry_base=2s, retry_cap=2s, max_retry_after=3600s, max_stalls=2, "
-                        "max_attempts=3, recrawl_after=0s\n")
+                        f"max_attempts=3, recrawl_after=0s, {BACKOFF}\n")
     code, _, err = await crawlq(redis_url, "crawl", "show", "--crawl", crawl_name + "x")
     assert code == 2 and "has no policy: create it with `crawlq crawl create" in err
 
@@ -323,7 +348,8 @@ async def test_show_toml_round_trips_into_create_config(
              'user_agent=probe/2.0 ("quoted" \\ +https://example.com)', "ignore_robots=true",
              "robots_ttl=6h", "max_depth=7", "allow_domains=a.example,Bücher.example",
              "retry_base=250ms", "retry_cap=1.5m", "max_retry_after=0s", "max_stalls=0",
-             "max_attempts=7", "recrawl_after=7d")
+             "max_attempts=7", "recrawl_after=7d", "backoff_on=timeout,503,5xx",
+             "backoff_base=2s", "backoff_cap=1m", "backoff_forgive=90s")
     toml = await ok(redis_url, "crawl", "show", "--crawl", crawl_name, "--toml")
     assert toml.splitlines()[1:] == [
         'per_host_delay = "2.25s"', "per_host_concurrency = 0",
@@ -332,7 +358,9 @@ async def test_show_toml_round_trips_into_create_config(
         "ignore_robots = true", 'robots_ttl = "21600s"', "max_depth = 7",
         'allow_domains = "a.example,xn--bcher-kva.example"', 'retry_base = "0.25s"',
         'retry_cap = "90s"', 'max_retry_after = "0s"', "max_stalls = 0", "max_attempts = 7",
-        'recrawl_after = "604800s"']
+        'recrawl_after = "604800s"', 'backoff_on = "503,5xx,timeout"',
+        'backoff_base = "2s"', 'backoff_cap = "60s"', 'backoff_forgive = "90s"',
+        'max_crawl_delay = "300s"']
     path = tmp_path / "crawl.toml"
     path.write_text(toml)
     await ok(redis_url, "crawl", "create", "--crawl", crawl_name + "-copy", "--config",
@@ -352,7 +380,7 @@ async def test_show_toml_round_trips_into_create_config(
     out = await ok(redis_url, "crawl", "create", "--crawl", crawl_name + "-num", "--config",
                    str(path))
     assert "robots_ttl=60s" in out and "retry_base=3s, retry_cap=4.5s" in out
-    assert out.endswith("recrawl_after=2s\n")  # whole seconds, rounded up
+    assert f"recrawl_after=2s, {BACKOFF}\n" in out  # whole seconds, rounded up
     for line, shown in (("max_depth = true", "max_depth: bad value True"),
                         ("max_attempts = 0", "max_attempts: bad value 0 (must be a whole "
                                              "number >= 1"),
@@ -487,7 +515,8 @@ async def test_restarting_a_consumer_leaves_the_policy_as_it_was(
         redis_url: str, redis_client: aioredis.Redis, crawl_name: str, tmp_path: Path,
         caplog: pytest.LogCaptureFixture) -> None:
     """A consumer whose flags (0 / no limit) differ from the crawl's policy changes
-    nothing: not the policy, not a partition's conf; it says so once per flag."""
+    nothing: not the policy, not a partition's conf; it says so once per flag it was
+    given (not for --max-retry-after, left at its default: 3600s against the crawl's 60s)."""
     q = await CrawlQueue.open(redis_client, crawl_name, CrawlSettings(partitions=2))
     await create_policy(redis_client, crawl_name, {
         "per_host_delay": 0.05, "per_host_concurrency": 1, "user_agent": "crawl/1.0",

@@ -58,12 +58,17 @@ def test_the_policy_table_is_the_declaration() -> None:
 
 def test_who_creates_it_names_every_flag_and_migration_every_newer_key() -> None:
     who = paragraph("Who creates it")
-    assert [o.flag for o in POLICY_OPTIONS if f"`{o.flag}`" not in who] == []
-    # Each flag is named with its command: the consumer's before "else the producer's".
+    seeded = [o for o in POLICY_OPTIONS if o.flag]
+    assert [o.flag for o in seeded if f"`{o.flag}`" not in who] == []
+    # Each flag is named with its command: the consumer's before "else the producer's";
+    # the keys without a flag are named as set by crawlq crawl alone.
     consumer, _, producer = who.partition("else the producer's")
-    assert [o.flag for o in POLICY_OPTIONS
+    assert [o.flag for o in seeded
             if f"`{o.flag}`" not in (consumer if o.seeded_by == "crawlq-consumer"
                                      else producer)] == []
+    alone = re.search(r"No flag seeds ([^:]*):", who)
+    assert alone, "Who creates it names the keys only crawlq crawl sets"
+    assert re.findall(r"`(\w+)`", alone[1]) == [o.name for o in POLICY_OPTIONS if not o.flag]
     listed = re.search(r"lacks the keys added since \(([^)]*)\)", paragraph("Migration"))
     assert listed, "Migration names the keys a policy an earlier crawlq made may lack"
     assert re.findall(r"`(\w+)`", listed[1]) == [

@@ -14,12 +14,16 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from aiohttp import web
+from test_consumer import enqueue, records, serve
+from test_frontier import lease_when_due, tasks
 
+from common.frontier.hostconf import HostConf
+from common.frontier.hosts import Frontier
 from common.frontier.policy import create_policy
 from common.keys import PartitionKeys
+from common.queue import Code, CrawlQueue, Failure, RetryPolicy
 from consumer.config import build_parser, settings_from_args
 from consumer.run import run
-from test_consumer import enqueue, records, serve
 
 
 def default_consumer_args(redis_url: str, crawl: str, out: Path, *extra: str) -> list[str]:
@@ -105,3 +109,132 @@ async def test_hanging_routes_make_no_other_task_of_their_host_die_unsent(
     errors = await redis_client.hgetall(pk.errors)
     reasons = sorted(errors[i].decode().split()[0] for i in dead)
     assert reasons == ["body_too_large"] + ["timeout"] * 4
+
+
+# -- the backoff, fleet-wide, in the scripts (lib/backoff.lua) ----------------------------
+
+FOREVER_MS = 600_000
+
+
+async def two_consumers(client: aioredis.Redis, crawl: str, **policy: int
+                        ) -> tuple[CrawlQueue, CrawlQueue]:
+    """Two consumers' queues on one crawl, politeness off, their backoff from `policy`
+    (RetryPolicy's fields) and jitter 0.5: a block is exactly base * 2^(level-1)."""
+    retry = RetryPolicy(base_ms=60_000, **policy)
+    first = await CrawlQueue.open(client, crawl, policy=retry, jitter=lambda: 0.5)
+    await Frontier(first).set_defaults(delay_s=0, concurrency=0)
+    second = await CrawlQueue.existing(client, crawl, policy=retry, jitter=lambda: 0.5)
+    return first, second
+
+
+async def redis_ms(client: aioredis.Redis) -> int:
+    seconds, micros = await client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+async def host_conf(q: CrawlQueue, host: str) -> HostConf:
+    return HostConf.decode(await q.client.hget(q.partitions[0].hostconf, host))
+
+
+async def push_back(q: CrawlQueue, worker: str, retry_after: float | None = None
+                    ) -> tuple[int, HostConf]:
+    """Lease one a.test task when its turn comes and fail it as a 429: the block's length
+    (ms from the fail) and the host's settings after."""
+    [lease] = await lease_when_due(q, worker, 1, 60_000)
+    before = await redis_ms(q.client)
+    await q.fail(worker, [Failure(lease, "http_429", "slow down", retry_after=retry_after,
+                                  pushback=True)])
+    conf = await host_conf(q, "a.test")
+    assert conf.blocked is not None
+    return conf.blocked - before, conf
+
+
+async def test_the_backoff_grows_caps_and_is_shared_by_two_consumers(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    one, two = await two_consumers(redis_client, crawl_name, backoff_base_ms=100,
+                                   backoff_cap_ms=350, backoff_forgive_ms=FOREVER_MS)
+    await one.enqueue(tasks([f"http://a.test/{i}" for i in range(8)]
+                            + ["http://b.test/"]))
+    blocks, levels = [], []
+    for i in range(4):
+        mine, other = (one, two) if i % 2 == 0 else (two, one)
+        block, conf = await push_back(mine, f"w{i % 2}")
+        blocks.append(block)
+        levels.append(conf.level)
+        # The other consumer is refused a.test at once, served b.test.
+        assert {x.host for x in await other.lease(f"w{1 - i % 2}", 5, 60_000)} <= {"b.test"}
+    assert levels == [1, 2, 3, 4]
+    for got, want in zip(blocks, [100, 200, 350, 350], strict=True):
+        assert want - 5 <= got <= want + 5, blocks
+    row = await Frontier(one).host("a.test")
+    assert row is not None and (row.backoff_level, row.pushbacks) == (4, 4)
+    assert (await one.stats()).counters["backoffs"] == 4
+
+
+async def test_a_push_back_sent_before_the_block_raises_nothing(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """Two requests in flight together, both answered 429: one incident, not two; a
+    Retry-After of 0 waits the backoff; a longer Retry-After on the second stretches the
+    block to it."""
+    one, two = await two_consumers(redis_client, crawl_name, backoff_base_ms=200,
+                                   backoff_cap_ms=10_000, backoff_forgive_ms=FOREVER_MS)
+    await one.enqueue(tasks([f"http://a.test/{i}" for i in range(4)]))
+    [a] = await one.lease("w1", 1, 60_000)
+    [b] = await two.lease("w2", 1, 60_000)
+    before = await redis_ms(redis_client)
+    await one.fail("w1", [Failure(a, "http_429", "x", retry_after=0, pushback=True)])
+    conf = await host_conf(one, "a.test")
+    assert conf.level == 1 and 195 <= (conf.blocked or 0) - before <= 215
+    await two.fail("w2", [Failure(b, "http_429", "x", retry_after=3, pushback=True)])
+    later = await host_conf(one, "a.test")
+    assert (later.level, later.pushbacks) == (1, 1)
+    assert 2_990 <= (later.blocked or 0) - before <= 3_100
+
+
+async def test_responses_served_forgive_a_level_and_teach_the_host_its_pace(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """After two push-backs in a row (level 2), the host serves 10 pages: the next
+    push-back is level 2 again, not 3, and the pace it teaches is the interval the host
+    served at since the last one; both consumers then get one a.test task per turn, that
+    pace apart."""
+    one, two = await two_consumers(redis_client, crawl_name, backoff_base_ms=100,
+                                   backoff_cap_ms=10_000, backoff_forgive_ms=FOREVER_MS)
+    await one.enqueue(tasks([f"http://a.test/{i}" for i in range(20)]))
+    await push_back(one, "w1")
+    _, conf = await push_back(two, "w2")
+    assert (conf.level, conf.pace) == (2, 0)
+    served = await lease_when_due(one, "w1", 10, 60_000)
+    assert len(served) == 10  # politeness off, no pace yet: all at once
+    assert await one.ack("w1", [(x, "ok") for x in served]) == [Code.OK] * 10
+    await asyncio.sleep(0.3)
+    block, conf = await push_back(two, "w2")
+    assert conf.level == 2 and 195 <= block <= 210
+    assert conf.pb_at is not None and conf.pace is not None
+    # (incident 3 - incident 2) / 10 pages: at least the 200 ms block and 300 ms sleep.
+    assert 50 <= conf.pace <= 150
+    first = await lease_when_due(one, "w1", 10, 60_000)
+    assert len(first) == 1 and first[0].delay_ms == conf.pace
+    assert await two.lease("w2", 10, 60_000) == []  # its turn is a pace away
+    row = await Frontier(two).host("a.test")
+    assert row is not None and row.pace_ms == conf.pace == row.delay_ms
+
+
+async def test_quiet_halves_the_pace_and_forgives_the_level(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    one, _ = await two_consumers(redis_client, crawl_name, backoff_base_ms=100,
+                                 backoff_cap_ms=10_000, backoff_forgive_ms=400)
+    await one.enqueue(tasks([f"http://a.test/{i}" for i in range(20)]))
+    await push_back(one, "w1")
+    served = await lease_when_due(one, "w1", 4, 60_000)
+    await one.ack("w1", [(x, "ok") for x in served])
+    _, conf = await push_back(one, "w1")
+    assert conf.level == 2 and conf.pace and conf.blocked
+    pace = conf.pace
+    now = await redis_ms(redis_client)
+    await asyncio.sleep(max(0, conf.blocked + 400 - now) / 1000)
+    row = await Frontier(one).host("a.test")
+    assert row is not None and pace // 2 - 10 <= row.pace_ms <= pace // 2 + 2
+    # Two more quiet spells: the next push-back starts over at level 1.
+    await asyncio.sleep(0.8)
+    block, conf = await push_back(one, "w1")
+    assert conf.level == 1 and 95 <= block <= 110

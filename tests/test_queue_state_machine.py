@@ -4,7 +4,7 @@ Python model.
 Hypothesis drives enqueue (several hosts, priorities), lease (per-host concurrency,
 changed by ``Frontier.set_host`` while the crawl runs; delay 0), responses in (a lease
 call naming leases whose response is in: their hosts' slots come back before the ack),
-renew, ack, fail (retry, dead, a host cool-down), release, checkpoint, expiry, reclaim,
+renew, ack, fail (retry, dead, a host pushing back), release, checkpoint, expiry, reclaim,
 promote, dead-letter requeue and purge, stale calls (a worker acting with a lease it
 lost), by several workers, and a host's queue key lost behind the crawl's back (its
 counts then hold entries no queue does, until a lease finds the queue short and sets
@@ -47,6 +47,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from common.frontier.hostconf import HostConf
 from common.frontier.hosts import Frontier
 from common.keys import HASHTABLE_FIELD
 from common.queue import (
@@ -70,6 +71,11 @@ SHORT_MS = 150
 MARGIN_MS = 40  # steps are started this far from any deadline (see settle)
 MAX_STALLS = 1
 LONG_MS = 60_000  # a retry or cool-down this long never comes within a run
+#: A host's first push-back blocks it for this long (backoff_base, 10% jitter off: the
+#: machine's jitter is 0), or its Retry-After when longer. Its backoff is forgiven within
+#: a second of quiet, so a host unblocked by an operator starts again at level 1, with no
+#: pace left: a push-back's block is all a run sees of it.
+PUSHBACK_MS = LONG_MS * 9 // 10
 DEFAULT_CONCURRENCY = 3
 UNLIMITED = 10**9
 HUNGRY_MS = 2000  # lease.lua: how long an empty lease call keeps its worker hungry
@@ -114,7 +120,8 @@ class HostModel:
     hp: set[str] = field(default_factory=set)
     concurrency: int | None = None  # None: the crawl's default
     last: int = 0  # ms of its last lease
-    blocked: int = 0  # ms it is blocked until (a cool-down)
+    blocked: int = 0  # ms it is blocked until (a push-back)
+    pushbacks: int = 0  # its push-back incidents (hostconf's count)
     seen: bool = False  # ever queued (h:queued has it)
     lost: int = 0  # entries its counts hold that its queue key lost (lose_queue)
 
@@ -134,7 +141,9 @@ class QueueMachine(RuleBasedStateMachine):
         crawl = f"{self.crawl}-{next(self._serial)}"
         self.q: CrawlQueue = self.run(CrawlQueue.open(
             self.client, crawl, CrawlSettings(partitions=self.partitions),
-            policy=RetryPolicy(base_ms=0, max_stalls=MAX_STALLS, max_retry_after_ms=LONG_MS),
+            policy=RetryPolicy(base_ms=0, max_stalls=MAX_STALLS, max_retry_after_ms=LONG_MS,
+                               backoff_base_ms=LONG_MS, backoff_cap_ms=LONG_MS,
+                               backoff_forgive_ms=1_000),
             jitter=lambda: 0.0))
         self.frontier = Frontier(self.q)
         self.run(self.frontier.set_defaults(delay_s=0, concurrency=DEFAULT_CONCURRENCY))
@@ -431,10 +440,10 @@ class QueueMachine(RuleBasedStateMachine):
           outcome=st.sampled_from(["ok", "http_404"]),
           permanent=st.sampled_from([False, False, True]),
           retry_after=st.sampled_from([None, None, 0.0, 7_200.0]),
-          cooldown=st.sampled_from([0.0, 0.0, 0.0, 3_600.0]),
+          pushback=st.sampled_from([False, False, False, True]),
           lease_ms=st.sampled_from([SHORT_MS, 30_000]))
     def act(self, *, op: str, picks: list[int], stale: bool, worker: str, outcome: str,
-            permanent: bool, retry_after: float | None, cooldown: float,
+            permanent: bool, retry_after: float | None, pushback: bool,
             lease_ms: int) -> None:
         """Workers act on leases: the holder on ones it holds (or held till they expired),
         or (stale) any worker with any lease ever given, mostly lost ones, all refused
@@ -464,7 +473,7 @@ class QueueMachine(RuleBasedStateMachine):
         else:
             replies = self.run(q.fail(worker, [
                 Failure(x, "e", "boom", retry_after=retry_after, permanent=permanent,
-                        cooldown=cooldown) for x in leases]))
+                        pushback=pushback) for x in leases]))
             codes = [Code.OK if c in (Code.RETRY, Code.DEAD) else c for c, _ in replies]
         after = self.now()
         released: list[Model] = []
@@ -487,7 +496,7 @@ class QueueMachine(RuleBasedStateMachine):
                 self.counters["checkpoints"] += 1
             else:
                 self.counters["failed"] += 1
-                if cooldown:
+                if pushback:
                     cooled.add(t.host)
                 if permanent or t.attempts >= t.max_attempts:
                     assert replies[i] == (Code.DEAD, -1)
@@ -498,11 +507,21 @@ class QueueMachine(RuleBasedStateMachine):
                     self.wait(t, now, after, delay_ms)
                     self.counters["retried"] += 1
         self.push_all(released, front=True)
+        ra = -1 if retry_after is None else min(int(retry_after * 1000), LONG_MS)
         for host in cooled:  # blocked for the whole fleet: adopt the exact time
             h = self.hosts[host]
             pk = self.q.partitions[h.partition]
             until = int(self.run(self.client.zscore(pk.blocked, host)) or 0)
-            assert now + LONG_MS <= until <= after + LONG_MS or until == h.blocked > now
+            conf = HostConf.decode(self.run(self.client.hget(pk.hostconf, host)))
+            if h.blocked <= now:  # an incident: level 1 (forgiven), its block from now
+                block = max(ra, PUSHBACK_MS)
+                assert now + block <= until <= after + block
+                assert conf.level == 1
+                h.pushbacks += 1
+                self.counters["backoffs"] += 1
+            else:  # sent before the block: only a longer Retry-After stretches it
+                assert until == h.blocked or now + ra <= until <= after + ra
+            assert conf.pushbacks == h.pushbacks
             h.blocked = until
 
     @rule(host=st.sampled_from(HOSTS), go=st.integers(0, 3))

@@ -1,6 +1,8 @@
 """A host's settings as Redis keeps them: the ``hostconf`` HASH's value for the host,
-``"delay,conc,budget,used,blocked,robots,reserved"`` (ms and counts; an empty field is
-unset; a value written before ``reserved`` existed has six fields). lib/hosts.lua's
+``"delay,conc,budget,used,blocked,robots,reserved[,level,pace,pb_at,pb_done,fade,pushbacks]"``
+(ms and counts; an empty field is unset; a value written before ``reserved`` existed has
+six fields, one of a host that never pushed back seven; the rest is its push-back state,
+lib/backoff.lua). lib/hosts.lua's
 ``conf_decode`` / ``conf_encode`` are the scripts' side; this is Python's, the one place
 that names the fields."""
 
@@ -10,7 +12,8 @@ from dataclasses import dataclass
 
 from common.codec import text
 
-FIELDS = ("delay", "conc", "budget", "used", "blocked", "robots", "reserved")
+FIELDS = ("delay", "conc", "budget", "used", "blocked", "robots", "reserved", "level", "pace",
+          "pb_at", "pb_done", "fade", "pushbacks")
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +27,22 @@ class HostConf:
     blocked: int | None = None  # no request before this (ms of Redis TIME)
     robots: int | None = None  # robots.txt's Crawl-delay (ms)
     reserved: int | None = None  # leases holding a page of the budget
+    level: int | None = None  # backoff level (push-backs in a row, less what was forgiven)
+    pace: int | None = None  # the delay its push-back taught (ms, fading: pace_at)
+    pb_at: int | None = None  # when its last push-back came (ms of Redis TIME)
+    pb_done: int | None = None  # its done count then
+    fade: int | None = None  # the pace's half-life (ms)
+    pushbacks: int | None = None  # push-backs it gave
+
+    def pace_at(self, now_ms: int) -> int:
+        """The delay its push-back taught, at `now_ms`: lib/hosts.lua's pace_now."""
+        if not self.pace or self.pace <= 0:
+            return 0
+        quiet = now_ms - (self.blocked or 0)
+        if quiet <= 0:
+            return self.pace
+        paced = self.pace * 2 ** (-quiet / max(self.fade or 1, 1))
+        return 0 if paced < 1 else int(paced + 0.5)
 
     @classmethod
     def decode(cls, value: bytes | str | None) -> HostConf:

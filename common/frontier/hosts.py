@@ -45,6 +45,9 @@ class HostRow:
     blocked_until_ms: int | None
     robots_delay_ms: int | None
     reserved: int = 0  # its leases holding a page of its budget (settled at their end)
+    backoff_level: int = 0  # push-backs in a row, less what was forgiven (lib/backoff.lua)
+    pace_ms: int = 0  # the delay its push-back taught the fleet, now (fading); in delay_ms
+    pushbacks: int = 0  # push-back incidents (429/503, or what backoff_on counts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,17 +111,20 @@ class Frontier:
             merged += [(score, m.decode(), p) for m, score in ranked]
         merged.sort(key=lambda x: (-x[0] if desc else x[0], x[1]))
         page = merged[offset:offset + limit]
-        rows = await self._rows([(host, p) for _, host, p in page])
+        rows = await self._rows([(host, p) for _, host, p in page], now_ms)
         return HostPage(total, rows, now_ms)
 
     async def host(self, host: str) -> HostRow | None:
         """One host's row, or None if the crawl never queued it."""
         host = normalize_host(host)
-        rows = await self._rows([(host, self.queue.partition_of(host))])
+        seconds, micros = await self.client.time()
+        rows = await self._rows([(host, self.queue.partition_of(host))],
+                                int(seconds) * 1000 + int(micros) // 1000)
         return rows[0] if rows and rows[0].queued + rows[0].done + rows[0].in_flight else None
 
-    async def _rows(self, hosts: list[tuple[str, int]]) -> list[HostRow]:
-        """The rows of `hosts`: per partition, one ZMSCORE a column and two hash reads."""
+    async def _rows(self, hosts: list[tuple[str, int]], now_ms: int) -> list[HostRow]:
+        """The rows of `hosts` at `now_ms` (Redis TIME): per partition, one ZMSCORE a
+        column and two hash reads."""
         if not hosts:
             return []
         by_partition: dict[int, list[str]] = {}
@@ -140,17 +146,19 @@ class Frontier:
             for j, host in enumerate(names):
                 c = HostConf.decode(confs[j])
                 own_delay = default_delay if c.delay is None else c.delay
+                pace = c.pace_at(now_ms)
                 found[(host, p)] = HostRow(
                     host=host, partition=p, queued=int(queued[j] or 0),
                     in_flight=int(inflight[j] or 0), done=int(done[j] or 0),
                     errors=int(errors[j] or 0),
                     last_request_ms=None if last[j] is None else int(last[j]),
                     next_allowed_ms=None if due[j] is None else int(due[j]),
-                    delay_ms=max(own_delay, c.robots or 0),
+                    delay_ms=max(own_delay, c.robots or 0, pace),
                     concurrency=default_conc if c.conc is None else c.conc,
                     budget=c.budget, used=c.used or 0,
                     blocked_until_ms=c.blocked or None, robots_delay_ms=c.robots,
-                    reserved=c.reserved or 0)
+                    reserved=c.reserved or 0, backoff_level=c.level or 0, pace_ms=pace,
+                    pushbacks=c.pushbacks or 0)
         return [found[h] for h in hosts]
 
     async def _host_set(self, host: str, *pairs: Any) -> None:

@@ -6,8 +6,11 @@ they are, whether they obey robots.txt and how long they trust a copy of it,
 ``user_agent``, ``ignore_robots`` and ``robots_ttl``; which links they follow,
 ``max_depth`` and ``allow_domains``; how failed tasks are retried, ``retry_base``,
 ``retry_cap`` and ``max_retry_after``, and when one is dead, ``max_stalls`` (lease
-expiries) and ``max_attempts`` (stamped on each task when it is enqueued); and after how
-long a URL already done may be enqueued again, ``recrawl_after`` (exact dedup only).
+expiries) and ``max_attempts`` (stamped on each task when it is enqueued); after how
+long a URL already done may be enqueued again, ``recrawl_after`` (exact dedup only); and
+how a host that pushes back is slowed for the whole fleet, ``backoff_on``,
+``backoff_base``, ``backoff_cap`` and ``backoff_forgive`` (lib/backoff.lua), and the
+longest robots.txt Crawl-delay it obeys, ``max_crawl_delay``.
 What stays a process's own setting (credentials, memory and time bounds, sinks) is
 listed in the README's "Crawl policy".
 
@@ -15,10 +18,11 @@ Each option is declared once, in `POLICY_OPTIONS`: its name (the flag's, in snak
 how its text parses (the flags' syntax: ``1s``, ``500ms``, ``2``, ``true``,
 ``a.example,b.example``), its default, its rule and its help; the `CrawlPolicy`
 defaults, validation, ``crawlq crawl show`` and parsing of ``KEY=VALUE`` and TOML all
-come from that table. One rule spans two options, ``retry_cap >= retry_base``: checked
-on every change that sets either, against the values the change lands on
-(`CrawlPolicy.replace`). A stored pair that breaks it (two ``crawl set`` racing) still
-reads: the queue's backoff, ``min(retry_cap, retry_base * 2^n)``, is then ``retry_cap``.
+come from that table. One rule spans two options twice, ``retry_cap >= retry_base`` and
+``backoff_cap >= backoff_base`` (`CAPPED`): checked on every change that sets either of a
+pair, against the values the change lands on (`CrawlPolicy.replace`). A stored pair that
+breaks it (two ``crawl set`` racing) still reads: the backoff, ``min(cap, base * 2^n)``,
+is then the cap.
 
 Storage (``common/keys.py``): the crawl-wide HASH ``policy`` (``version`` and one field
 per option, its value as text in the flag's syntax) and the LIST ``policy:log`` (newest
@@ -81,9 +85,11 @@ LOG_LEN = 200
 APPLY_SLICE = 1000
 #: Who a change is by, when it is not a person's command.
 BY_MIGRATION = "migration"
-#: The commands whose flags seed the policy (`PolicyOption.seeded_by`).
+#: The commands whose flags seed the policy (`PolicyOption.seeded_by`), and what an
+#: option without a flag has there: it is set by ``crawlq crawl create/set`` alone.
 CONSUMER = "crawlq-consumer"
 PRODUCER = "crawlq-producer"
+NOBODY = ""
 
 
 class PolicyError(ConfigError):
@@ -222,6 +228,44 @@ def _at_least_one(value: int) -> None:
         raise ConfigError(f"must be a whole number >= 1, got {value!r}")
 
 
+#: The outcomes `backoff_on` may name: a status, any 5xx, a timeout, a refused connection.
+PUSHBACK_OUTCOMES = ("429", "503", "5xx", "408", "timeout", "connect_error")
+#: What `backoff_on` shows (and takes) for no outcome: push-back is never learned.
+NO_OUTCOMES = "none"
+
+
+def pushback_outcomes(text: str) -> tuple[str, ...]:
+    """Comma-separated `PUSHBACK_OUTCOMES`, in the table's order; `NO_OUTCOMES` or
+    nothing: the empty tuple."""
+    items = {i.strip().lower() for i in str(text).split(",") if i.strip()}
+    if items == {NO_OUTCOMES}:
+        return ()
+    unknown = sorted(items - set(PUSHBACK_OUTCOMES))
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown outcome {', '.join(unknown)}: use {','.join(PUSHBACK_OUTCOMES)} or "
+            f"{NO_OUTCOMES}")
+    return tuple(o for o in PUSHBACK_OUTCOMES if o in items)
+
+
+def is_pushback(outcomes: Collection[str], reason: str, status: int | None) -> bool:
+    """Whether a failed fetch (its `reason`, its `status` if a response came) is one of
+    `outcomes` (`backoff_on`'s): a host pushing back."""
+    if status is not None:
+        return (str(status) in outcomes
+                or (500 <= status <= 599 and "5xx" in outcomes))
+    return reason in outcomes  # timeout, connect_error
+
+
+def _pushback_outcomes_ok(value: tuple[str, ...]) -> None:
+    if not isinstance(value, tuple) or not set(value) <= set(PUSHBACK_OUTCOMES):
+        raise ConfigError(f"must be a tuple of {', '.join(PUSHBACK_OUTCOMES)}, got {value!r}")
+
+
+def _show_outcomes(value: tuple[str, ...]) -> str:
+    return ",".join(value) or NO_OUTCOMES
+
+
 #: What `allow_domains` shows (and takes) for no list: a link must stay on its page's host.
 PARENT_HOST = "@parent"
 
@@ -251,7 +295,8 @@ def _show_domains(value: tuple[str, ...]) -> str:
 @dataclass(frozen=True, slots=True)
 class PolicyOption:
     """One policy option: ``name`` as the flag spells it, in snake_case; ``flag`` is
-    ``seeded_by``'s (the command that creates the policy from it when there is none)."""
+    ``seeded_by``'s (the command that creates the policy from it when there is none), or
+    empty with ``seeded_by`` `NOBODY`: an option only ``crawlq crawl`` sets."""
 
     name: str
     flag: str
@@ -302,7 +347,7 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  "longest backoff between attempts (>= retry_base)",
                  show=_show_seconds, toml_string=True),
     PolicyOption("max_retry_after", "--max-retry-after", _whole_ms_seconds, 3600.0,
-                 "longest Retry-After honoured, and longest a 429/503 blocks its host",
+                 "longest Retry-After honoured, by a task's retry and by its host's block",
                  show=_show_seconds, toml_string=True),
     PolicyOption("max_stalls", "--max-stalls", _whole, 2,
                  "lease expiries a task survives; one more and it is dead, reason stalled",
@@ -314,8 +359,32 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  "enqueue again a URL that is done and was last enqueued longer ago than "
                  "this, in whole seconds (e.g. 7d; 0s = never); exact dedup only",
                  check=_whole_ok, show=_show_seconds, toml_string=True, seeded_by=PRODUCER),
+    PolicyOption("backoff_on", "", pushback_outcomes, ("429", "503"),
+                 "the outcomes that count as a host pushing back, comma-separated, of "
+                 f"{','.join(PUSHBACK_OUTCOMES)} ({NO_OUTCOMES} = never): each raises the "
+                 "host's backoff level, blocks it and slows it for the whole fleet",
+                 check=_pushback_outcomes_ok, show=_show_outcomes, toml_string=True,
+                 seeded_by=NOBODY),
+    PolicyOption("backoff_base", "", _whole_ms_seconds, 1.0,
+                 "how long a host's first push-back blocks it (its Retry-After if longer); "
+                 "doubles per push-back in a row, with 10% jitter (> 0)",
+                 check=_positive, show=_show_seconds, toml_string=True, seeded_by=NOBODY),
+    PolicyOption("backoff_cap", "", _whole_ms_seconds, 3600.0,
+                 "longest block a host's backoff level gives (>= backoff_base)",
+                 show=_show_seconds, toml_string=True, seeded_by=NOBODY),
+    PolicyOption("backoff_forgive", "", _whole_ms_seconds, 300.0,
+                 "how fast push-back is forgiven: the delay a host's push-back taught halves "
+                 "this long after its block, and each such quiet spell (or 10 responses "
+                 "served) takes a level off (> 0)",
+                 check=_positive, show=_show_seconds, toml_string=True, seeded_by=NOBODY),
+    PolicyOption("max_crawl_delay", "", _ms_seconds, 300.0,
+                 "longest robots.txt Crawl-delay (or Request-rate interval) obeyed: a longer "
+                 "one is cut to this, logged and counted (0s = obey any)",
+                 show=_show_seconds, toml_string=True, seeded_by=NOBODY),
 )
 OPTIONS: dict[str, PolicyOption] = {o.name: o for o in POLICY_OPTIONS}
+#: The (base, cap) pairs whose cap may not be below its base.
+CAPPED = (("retry_base", "retry_cap"), ("backoff_base", "backoff_cap"))
 VALID_KEYS = ", ".join(OPTIONS)
 
 
@@ -342,6 +411,11 @@ class CrawlPolicy:
     max_stalls: int = OPTIONS["max_stalls"].default
     max_attempts: int = OPTIONS["max_attempts"].default
     recrawl_after: int = OPTIONS["recrawl_after"].default
+    backoff_on: tuple[str, ...] = OPTIONS["backoff_on"].default
+    backoff_base: float = OPTIONS["backoff_base"].default
+    backoff_cap: float = OPTIONS["backoff_cap"].default
+    backoff_forgive: float = OPTIONS["backoff_forgive"].default
+    max_crawl_delay: float = OPTIONS["max_crawl_delay"].default
 
     def __post_init__(self) -> None:
         for opt in POLICY_OPTIONS:
@@ -359,30 +433,29 @@ class CrawlPolicy:
         return RetryPolicy(base_ms=round(self.retry_base * 1000),
                            cap_ms=round(self.retry_cap * 1000),
                            max_retry_after_ms=round(self.max_retry_after * 1000),
-                           max_stalls=self.max_stalls)
+                           max_stalls=self.max_stalls,
+                           backoff_base_ms=round(self.backoff_base * 1000),
+                           backoff_cap_ms=round(self.backoff_cap * 1000),
+                           backoff_forgive_ms=round(self.backoff_forgive * 1000))
 
     def texts(self) -> dict[str, str]:
         """Each value as text in the flags' syntax (what Redis stores)."""
         return {o.name: o.show(getattr(self, o.name)) for o in POLICY_OPTIONS}
 
     def replace(self, values: Mapping[str, Any]) -> CrawlPolicy:
-        """This policy with some values changed (checked, with ``retry_cap >= retry_base``
-        when either is among them: PolicyError)."""
+        """This policy with some values changed (checked, with each `CAPPED` pair's cap
+        >= its base when either is among them: PolicyError)."""
         for name, value in values.items():
             if name not in OPTIONS:
                 raise PolicyError(f"unknown policy key {name!r} (value {value!r}); valid "
                                   f"keys: {VALID_KEYS}")
         policy = CrawlPolicy(**{**asdict(self), **values})
-        if {"retry_base", "retry_cap"} & values.keys():
-            policy._check_retry_cap()
+        for base, cap in CAPPED:
+            if {base, cap} & values.keys() and getattr(policy, cap) < getattr(policy, base):
+                texts = policy.texts()
+                raise PolicyError(f"{cap}: must be >= {base} ({texts[base]}), got "
+                                  f"{texts[cap]}; valid keys: {VALID_KEYS}")
         return policy
-
-    def _check_retry_cap(self) -> None:
-        """PolicyError unless ``retry_cap >= retry_base``."""
-        if self.retry_cap < self.retry_base:
-            texts = self.texts()
-            raise PolicyError(f"retry_cap: must be >= retry_base ({texts['retry_base']}), got "
-                              f"{texts['retry_cap']}; valid keys: {VALID_KEYS}")
 
 
 def parse_value(name: str, text: Any) -> Any:

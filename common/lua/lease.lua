@@ -216,7 +216,7 @@ for i = 1, #hosts do
   if at then
     local c = confs[i] and conf_decode(confs[i]) or NO_CONF
     cf[i] = c
-    local delay = host_limits(c, cc)
+    local delay = host_limits(c, cc, now)
     local earliest = math.max((tonumber(last[i]) or 0) + delay, c.blocked)
     if earliest > at then
       at = earliest
@@ -260,7 +260,7 @@ for r, i in ipairs(ready) do
   local host = hosts[i]
   local hq, hp = KEYS[19 + 2 * i], KEYS[20 + 2 * i]
   local c = cf[i]
-  local delay, conc = host_limits(c, cc)
+  local delay, conc = host_limits(c, cc, now)
   delays[i] = delay
   concs[i] = conc < UNLIMITED and conc or 0
   local free = conc - (tonumber(inflight[i]) or 0)
@@ -373,7 +373,7 @@ do
       if q_by ~= 0 then qargs[#qargs + 1], qargs[#qargs + 2] = q, host end
       if f_by ~= 0 then iargs[#iargs + 1], iargs[#iargs + 2] = f, host end
       local c = cf[i]  -- every host refreshed here was due: decoded above
-      local delay, conc = host_limits(c, cc)
+      local delay, conc = host_limits(c, cc, now)
       if q > 0 and f < conc and budget_left(c) > 0 then
         local at = (stamped[host] and now or tonumber(last[i]) or 0) + delay
         if c.blocked > at then at = c.blocked end

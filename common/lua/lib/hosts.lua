@@ -19,10 +19,15 @@ local function crawl_conf()
           version = tonumber(c[4]) or 0}
 end
 
--- A host's settings from its hostconf value "delay,conc,budget,used,blocked,robots,reserved"
--- (ms, counts; '' = unset; a value written before `reserved` existed has six fields).
+-- A host's settings from its hostconf value
+-- "delay,conc,budget,used,blocked,robots,reserved[,level,pace,pb_at,pb_done,fade,pushbacks]"
+-- (ms, counts; '' = unset; a value written before `reserved` existed has six fields, one
+-- of a host that never pushed back has seven).
 -- `used`: pages of the host fetched (a response came back) while it had a budget;
--- `reserved`: its leases holding a page of the budget, not settled yet.
+-- `reserved`: its leases holding a page of the budget, not settled yet. The rest is its
+-- push-back state (lib/backoff.lua): `level` its backoff level, `pace` the delay it taught
+-- the fleet (ms, fading: pace_now), `pb_at` / `pb_done` when its last push-back came and
+-- its h:done count then, `fade` the pace's half-life (ms), `pushbacks` how many it gave.
 local function conf_decode(value)
   local f = {}
   if value then
@@ -33,13 +38,30 @@ local function conf_decode(value)
     end
   end
   return {delay = f[1], conc = f[2], budget = f[3], used = f[4] or 0, blocked = f[5] or 0,
-          robots = f[6], reserved = f[7] or 0}
+          robots = f[6], reserved = f[7] or 0, level = f[8] or 0, pace = f[9] or 0,
+          pb_at = f[10], pb_done = f[11], fade = f[12], pushbacks = f[13] or 0}
 end
 
 local function conf_encode(c)
   local function s(v) return v and string.format('%d', v) or '' end
-  return s(c.delay) .. ',' .. s(c.conc) .. ',' .. s(c.budget) .. ',' .. s(c.used) .. ','
+  local v = s(c.delay) .. ',' .. s(c.conc) .. ',' .. s(c.budget) .. ',' .. s(c.used) .. ','
     .. s(c.blocked) .. ',' .. s(c.robots) .. ',' .. s(c.reserved)
+  if c.pb_at then
+    v = v .. ',' .. s(c.level) .. ',' .. s(c.pace) .. ',' .. s(c.pb_at) .. ','
+      .. s(c.pb_done) .. ',' .. s(c.fade) .. ',' .. s(c.pushbacks)
+  end
+  return v
+end
+
+-- The delay (ms) a host's push-back taught the fleet, at `now`: its pace, halved for
+-- every `fade` ms since its last block ended, to the nearest ms (0 once under one).
+local function pace_now(c, now)
+  if c.pace <= 0 then return 0 end
+  local quiet = now - c.blocked
+  if quiet <= 0 then return c.pace end
+  local p = c.pace * 2 ^ (-quiet / math.max(c.fade or 1, 1))
+  if p < 1 then return 0 end
+  return math.floor(p + 0.5)
 end
 
 -- How many more pages a host may be leased under its budget (UNLIMITED without one):
@@ -51,14 +73,25 @@ end
 
 -- Whether a conf holds nothing worth keeping (then its hostconf field is deleted).
 local function conf_empty(c, now)
-  return not (c.delay or c.conc or c.budget or c.robots) and c.blocked <= now
+  return not (c.delay or c.conc or c.budget or c.robots or c.pb_at) and c.blocked <= now
 end
 
--- A host's delay (ms) and concurrency under the crawl defaults `cc`: its own setting or
--- the default, and never faster than its robots.txt Crawl-delay.
-local function host_limits(c, cc)
+-- A host's delay (ms) and concurrency under the crawl defaults `cc` at `now` (ms of Redis
+-- TIME, or nil when the caller has not read it: then it is read here, once per script,
+-- and only for a host that pushed back): its own setting or the default, and never
+-- faster than its robots.txt Crawl-delay or the pace its push-back taught (pace_now).
+local clock
+local function host_limits(c, cc, now)
   local delay = c.delay or cc.delay
   if c.robots and c.robots > delay then delay = c.robots end
+  if c.pace > 0 then
+    if not now then
+      clock = clock or now_ms()
+      now = clock
+    end
+    local pace = pace_now(c, now)
+    if pace > delay then delay = pace end
+  end
   local conc = c.conc or cc.conc
   if conc <= 0 then conc = UNLIMITED end
   return delay, conc

@@ -110,9 +110,11 @@
     { label: "done", num: true, sort: "done" },
     { label: "errors", num: true, sort: "errors", title: "failed attempts" },
     { label: "next allowed", num: true, sort: "next_allowed", title: "when its next request may start (Redis clock); - : nothing pending, or every slot in use" },
-    { label: "delay", num: true, sort: "delay", title: "least time between two requests (its own, the crawl's, or robots.txt Crawl-delay)" },
+    { label: "delay", num: true, sort: "delay", title: "least time between two requests (its own, the crawl's, robots.txt Crawl-delay, or what its push-back taught, fading)" },
     { label: "concurrency", num: true, title: "most requests in flight at once" },
     { label: "budget", num: true, title: "pages used / page budget" },
+    { label: "backoff", num: true, title: "backoff level: push-backs in a row, less what was forgiven" },
+    { label: "push-backs", num: true, title: "429/503 incidents (or what else the policy counts as push-back)" },
     { label: "blocked until", num: true, sort: "blocked_until" },
     { label: "" },
   ];
@@ -135,6 +137,8 @@
         el("td", { class: "num" }, fmt.seconds(h.delay_ms)),
         el("td", { class: "num" }, h.concurrency ? fmt.int(h.concurrency) : "no limit"),
         el("td", { class: "num" }, h.budget === null ? "-" : `${fmt.int(h.used)}/${fmt.int(h.budget)}`),
+        el("td", { class: "num" }, fmt.int(h.backoff_level)),
+        el("td", { class: "num" }, fmt.int(h.pushbacks)),
         el("td", { class: h.blocked_until_ms > data.now_ms ? "num blocked" : "num" }, until(h.blocked_until_ms)),
         el("td", { class: "actions" }, el("button", {
           type: "button", class: "action pick", title: "put this host in the form above",
