@@ -187,6 +187,8 @@ class Lease:
     # the host's budget (ack/fail settle it). None: not said; ack counts every outcome
     # but robots_disallowed, fail only the reasons of a response (RESPONSE_REASONS).
     responded: bool | None = None
+    # Its response's time in ms, for a crawl whose adaptive_delay is on (-1: not sent).
+    elapsed_ms: int = -1
     id: str = field(init=False)  # the task's id, copied: it is read many times per task
 
     def __post_init__(self) -> None:
@@ -667,7 +669,8 @@ class CrawlQueue:
             for lease, outcome in group:
                 responded = (outcome != ROBOTS_DISALLOWED if lease.responded is None
                              else lease.responded)
-                args.extend((lease.id, lease.token, outcome, lease.sent_ms, int(responded)))
+                args.extend((lease.id, lease.token, outcome, lease.sent_ms, int(responded),
+                             lease.elapsed_ms))
                 if marks:
                     bucket, seen_field = self._seen_mark(pk, lease.id)
                     keys.append(bucket)

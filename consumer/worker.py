@@ -134,6 +134,8 @@ class Consumer:
         self.ignore_robots = settings.ignore_robots
         #: The outcomes that count as push-back (the crawl policy's backoff_on), likewise.
         self.backoff_on: tuple[str, ...] = OPTIONS["backoff_on"].default
+        #: Whether acks carry response times (the crawl policy's adaptive_delay is on).
+        self.adaptive = False
         #: The longest Crawl-delay obeyed (the crawl policy's max_crawl_delay; 0: any).
         self.max_crawl_delay: float = OPTIONS["max_crawl_delay"].default
         self._policy_read: asyncio.Task[None] | None = None
@@ -295,6 +297,7 @@ class Consumer:
         self.ignore_robots = policy.ignore_robots
         self.backoff_on = policy.backoff_on
         self.max_crawl_delay = policy.max_crawl_delay
+        self.adaptive = policy.adaptive_delay > 0
         self.fetcher.set_user_agent(policy.user_agent)
         if self.robots is not None:
             self.robots.set_user_agent(policy.user_agent)
@@ -780,6 +783,8 @@ class Consumer:
                 self._freed.set()  # ends the leaser's idle wait
                 self._room.set()  # and its wait for room
         lease.responded = True  # a page of its host's budget, whatever becomes of it
+        if self.adaptive:
+            lease.elapsed_ms = round(result.elapsed * 1000)
         self.metrics.response(result.status, len(result.body))
         if result.filtered:  # its Content-Type is not accepted: no body, no handler
             outcome = "filtered"

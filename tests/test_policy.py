@@ -57,7 +57,7 @@ UA = "crawlq/0.1 (+https://github.com/crawlq/crawlq)"
 #: The new keys' defaults, as `crawl create` and `crawl set` print them.
 #: The push-back keys' defaults, the last of every listing.
 BACKOFF = ("backoff_on=429,503, backoff_base=1s, backoff_cap=3600s, backoff_forgive=300s, "
-           "max_crawl_delay=300s")
+           "adaptive_delay=0, max_delay=30s, max_crawl_delay=300s")
 REST = (f"user_agent={UA}, ignore_robots=false, robots_ttl=86400s, max_depth=3, "
         "allow_domains=@parent, retry_base=2s, retry_cap=600s, max_retry_after=3600s, "
         "max_stalls=2, max_attempts=3, recrawl_after=0s, " + BACKOFF)
@@ -91,6 +91,10 @@ async def redis_ms(client: aioredis.Redis) -> int:
     return int(secs) * 1000 + int(micros) // 1000
 
 
+#: What every partition's conf holds of a policy with adaptive_delay off (policy_apply.lua).
+ADAPT_OFF = {b"adapt": b"0", b"max_delay": b"30000"}
+
+
 async def confs(client: aioredis.Redis, queue: CrawlQueue) -> list[dict[bytes, bytes]]:
     return [await client.hgetall(pk.conf) for pk in queue.partitions]
 
@@ -115,7 +119,7 @@ def test_the_policy_is_declared_once_and_the_flags_agree() -> None:
     # An option no command seeds has no flag: crawlq crawl create/set alone sets it.
     assert {o.name: o.flag for o in POLICY_OPTIONS if o.seeded_by == NOBODY} == {
         "backoff_on": "", "backoff_base": "", "backoff_cap": "", "backoff_forgive": "",
-        "max_crawl_delay": ""}
+        "adaptive_delay": "", "max_delay": "", "max_crawl_delay": ""}
     assert CrawlPolicy().texts() == {"per_host_delay": "1s", "per_host_concurrency": "2",
                                      "accept_content_type": "*/*", "user_agent": UA,
                                      "ignore_robots": "false", "robots_ttl": "86400s",
@@ -125,6 +129,7 @@ def test_the_policy_is_declared_once_and_the_flags_agree() -> None:
                                      "max_attempts": "3", "recrawl_after": "0s",
                                      "backoff_on": "429,503", "backoff_base": "1s",
                                      "backoff_cap": "3600s", "backoff_forgive": "300s",
+                                     "adaptive_delay": "0", "max_delay": "30s",
                                      "max_crawl_delay": "300s"}
     # Each such flag says it is a crawl policy value.
     assert all("a crawl policy value" in flags[o.seeded_by, o.flag].help for o in seeded)
@@ -187,7 +192,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
             "retry_base": 0.5, "retry_cap": 60.0, "max_retry_after": 0.0, "max_stalls": 0,
             "max_attempts": 5, "recrawl_after": 2, "backoff_on": ["429", "503"],
             "backoff_base": 1.0, "backoff_cap": 3600.0, "backoff_forgive": 300.0,
-            "max_crawl_delay": 300.0},
+            "adaptive_delay": 0.0, "max_delay": 30.0, "max_crawl_delay": 300.0},
         {"per_host_delay": "0.5s", "per_host_concurrency": "3", "accept_content_type": "*/*",
          "user_agent": "probe/2.0 (+https://example.com/probe)", "ignore_robots": "true",
          "robots_ttl": "5400s",
@@ -195,7 +200,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
          "retry_base": "0.5s", "retry_cap": "60s", "max_retry_after": "0s", "max_stalls": "0",
          "max_attempts": "5", "recrawl_after": "2s", "backoff_on": "429,503",
          "backoff_base": "1s", "backoff_cap": "3600s", "backoff_forgive": "300s",
-         "max_crawl_delay": "300s"})
+         "adaptive_delay": "0", "max_delay": "30s", "max_crawl_delay": "300s"})
     third, second, first = doc["log"]
     assert first | {"version": 1, "by": "crawlq crawl create", "changes": {
         "per_host_delay": [None, "0.5s"], "per_host_concurrency": [None, "2"],
@@ -207,6 +212,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
         "max_attempts": [None, "3"], "recrawl_after": [None, "0s"],
         "backoff_on": [None, "429,503"], "backoff_base": [None, "1s"],
         "backoff_cap": [None, "3600s"], "backoff_forgive": [None, "300s"],
+        "adaptive_delay": [None, "0"], "max_delay": [None, "30s"],
         "max_crawl_delay": [None, "300s"]}} == first
     assert second | {"version": 2, "by": "crawlq crawl set",
                      "changes": {"per_host_concurrency": ["2", "3"]}} == second
@@ -240,20 +246,22 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
     assert [ln.split()[:2] for ln in lines[9:15]] == [
         ["retry_base", "0.5s"], ["retry_cap", "60s"], ["max_retry_after", "0s"],
         ["max_stalls", "0"], ["max_attempts", "5"], ["recrawl_after", "2s"]]
-    assert [ln.split()[:2] for ln in lines[15:20]] == [
+    assert [ln.split()[:2] for ln in lines[15:22]] == [
         ["backoff_on", "429,503"], ["backoff_base", "1s"], ["backoff_cap", "3600s"],
-        ["backoff_forgive", "300s"], ["max_crawl_delay", "300s"]]
-    lines = lines[:15] + lines[20:]
+        ["backoff_forgive", "300s"], ["adaptive_delay", "0"], ["max_delay", "30s"],
+        ["max_crawl_delay", "300s"]]
+    lines = lines[:15] + lines[22:]
     assert lines[15] == "changes, newest first:"
     assert lines[16].endswith("v4  crawlq crawl set: allow_domains xn--bcher-kva.example,"
                               "example.com -> @parent, ignore_robots true -> false")
     assert lines[18].endswith("v2  crawlq crawl set: per_host_concurrency 2 -> 3")
     assert lines[19].endswith(f"v1  crawlq crawl create: accept_content_type - -> */*, "
+                              "adaptive_delay - -> 0, "
                               "allow_domains - -> @parent, backoff_base - -> 1s, "
                               "backoff_cap - -> 3600s, backoff_forgive - -> 300s, "
                               "backoff_on - -> 429,503, ignore_robots - -> false, "
                               "max_attempts - -> 3, max_crawl_delay - -> 300s, "
-                              "max_depth - -> 3, "
+                              "max_delay - -> 30s, max_depth - -> 3, "
                               "max_retry_after - -> 3600s, max_stalls - -> 2, "
                               "per_host_concurrency - -> 2, per_host_delay - -> 0.5s, "
                               "recrawl_after - -> 0s, retry_base - -> 2s, "
@@ -360,7 +368,7 @@ async def test_show_toml_round_trips_into_create_config(
         'retry_cap = "90s"', 'max_retry_after = "0s"', "max_stalls = 0", "max_attempts = 7",
         'recrawl_after = "604800s"', 'backoff_on = "503,5xx,timeout"',
         'backoff_base = "2s"', 'backoff_cap = "60s"', 'backoff_forgive = "90s"',
-        'max_crawl_delay = "300s"']
+        "adaptive_delay = 0", 'max_delay = "30s"', 'max_crawl_delay = "300s"']
     path = tmp_path / "crawl.toml"
     path.write_text(toml)
     await ok(redis_url, "crawl", "create", "--crawl", crawl_name + "-copy", "--config",
@@ -503,7 +511,7 @@ async def test_set_defaults_is_a_policy_change(redis_client: aioredis.Redis,
     assert stored is not None and stored.version == 2
     assert [e["by"] for e in stored.log] == ["api", "api"]
     assert await confs(redis_client, q) == [
-        {b"delay": b"250", b"concurrency": b"1", b"policy_version": b"2"}] * 2
+        {b"delay": b"250", b"concurrency": b"1", b"policy_version": b"2", **ADAPT_OFF}] * 2
 
 
 def consumer_settings(redis_url: str, crawl: str, out: Path, *extra: str):  # type: ignore[no-untyped-def]
@@ -526,7 +534,7 @@ async def test_restarting_a_consumer_leaves_the_policy_as_it_was(
     policy_before = await redis_client.hgetall(CrawlKeys.build(crawl_name).policy)
     confs_before = await confs(redis_client, q)
     assert confs_before == [{b"delay": b"50", b"concurrency": b"1",
-                             b"policy_version": b"1"}] * 2
+                             b"policy_version": b"1", **ADAPT_OFF}] * 2
     caplog.set_level(logging.INFO, logger="consumer")
     for run_no in range(2):  # a start, and a restart
         caplog.clear()
@@ -607,7 +615,7 @@ async def test_the_first_consumer_creates_the_policy_from_its_flags(
         retry_base=0.05, retry_cap=30, max_retry_after=60, max_stalls=0)
     assert [e["by"] for e in stored.log] == ["consumer first (created the crawl)"]
     assert await confs(redis_client, q) == [
-        {b"delay": b"100", b"concurrency": b"3", b"policy_version": b"1"}]
+        {b"delay": b"100", b"concurrency": b"3", b"policy_version": b"1", **ADAPT_OFF}]
 
 
 async def test_a_mixed_fleet_keeps_the_crawls_delay(
@@ -686,7 +694,7 @@ async def test_a_crawl_made_without_a_policy_is_adopted(
     assert not created and stored.policy == CrawlPolicy(0.7, 3)
     assert [(e["by"], e["version"]) for e in stored.log] == [("migration", 1)]
     assert await confs(redis_client, q) == [
-        {b"delay": b"700", b"concurrency": b"3", b"policy_version": b"1"}] * 2
+        {b"delay": b"700", b"concurrency": b"3", b"policy_version": b"1", **ADAPT_OFF}] * 2
 
     # `crawl create` on such a crawl: adopted first, then its values, each logged.
     other = crawl_name + "-c"
@@ -705,6 +713,7 @@ async def test_a_crawl_made_without_a_policy_is_adopted(
                        "max_attempts": [None, "3"], "recrawl_after": [None, "0s"],
                        "backoff_on": [None, "429,503"], "backoff_base": [None, "1s"],
                        "backoff_cap": [None, "3600s"], "backoff_forgive": [None, "300s"],
+                       "adaptive_delay": [None, "0"], "max_delay": [None, "30s"],
                        "max_crawl_delay": [None, "300s"]})]
 
 

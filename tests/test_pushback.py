@@ -19,9 +19,9 @@ from test_frontier import lease_when_due, tasks
 
 from common.frontier.hostconf import HostConf
 from common.frontier.hosts import Frontier
-from common.frontier.policy import create_policy
+from common.frontier.policy import create_policy, set_policy
 from common.keys import PartitionKeys
-from common.queue import Code, CrawlQueue, Failure, RetryPolicy
+from common.queue import Code, CrawlQueue, Failure, Lease, RetryPolicy
 from consumer.config import build_parser, settings_from_args
 from consumer.run import run
 
@@ -191,12 +191,12 @@ async def test_a_push_back_sent_before_the_block_raises_nothing(
     assert 2_990 <= (later.blocked or 0) - before <= 3_100
 
 
-async def test_responses_served_forgive_a_level_and_teach_the_host_its_pace(
+async def test_responses_served_forgive_the_level_and_teach_the_host_its_pace(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
     """After two push-backs in a row (level 2), the host serves 10 pages: the next
-    push-back is level 2 again, not 3, and the pace it teaches is the interval the host
-    served at since the last one; both consumers then get one a.test task per turn, that
-    pace apart."""
+    push-back is level 1 again (not in a row), and the pace it teaches is the interval the
+    host served at since its block ended; both consumers then get one a.test task per
+    turn, that pace apart."""
     one, two = await two_consumers(redis_client, crawl_name, backoff_base_ms=100,
                                    backoff_cap_ms=10_000, backoff_forgive_ms=FOREVER_MS)
     await one.enqueue(tasks([f"http://a.test/{i}" for i in range(20)]))
@@ -208,10 +208,10 @@ async def test_responses_served_forgive_a_level_and_teach_the_host_its_pace(
     assert await one.ack("w1", [(x, "ok") for x in served]) == [Code.OK] * 10
     await asyncio.sleep(0.3)
     block, conf = await push_back(two, "w2")
-    assert conf.level == 2 and 195 <= block <= 210
+    assert conf.level == 1 and 95 <= block <= 110
     assert conf.pb_at is not None and conf.pace is not None
-    # (incident 3 - incident 2) / 10 pages: at least the 200 ms block and 300 ms sleep.
-    assert 50 <= conf.pace <= 150
+    # (incident 3 - the end of block 2) / 10 pages: at least the 300 ms sleep.
+    assert 30 <= conf.pace <= 100
     first = await lease_when_due(one, "w1", 10, 60_000)
     assert len(first) == 1 and first[0].delay_ms == conf.pace
     assert await two.lease("w2", 10, 60_000) == []  # its turn is a pace away
@@ -227,14 +227,52 @@ async def test_quiet_halves_the_pace_and_forgives_the_level(
     await push_back(one, "w1")
     served = await lease_when_due(one, "w1", 4, 60_000)
     await one.ack("w1", [(x, "ok") for x in served])
-    _, conf = await push_back(one, "w1")
+    await push_back(one, "w1")  # after 4 served: level 1 again, a pace learned
+    _, conf = await push_back(one, "w1")  # in a row: level 2
     assert conf.level == 2 and conf.pace and conf.blocked
     pace = conf.pace
     now = await redis_ms(redis_client)
     await asyncio.sleep(max(0, conf.blocked + 400 - now) / 1000)
     row = await Frontier(one).host("a.test")
     assert row is not None and pace // 2 - 10 <= row.pace_ms <= pace // 2 + 2
-    # Two more quiet spells: the next push-back starts over at level 1.
+    # Quiet spells take levels off: the next push-back, again in a row (the host served
+    # nothing since), is level 1, not 3.
     await asyncio.sleep(0.8)
     block, conf = await push_back(one, "w1")
     assert conf.level == 1 and 95 <= block <= 110
+
+
+# -- adaptive delay: a host's delay follows its response times, fleet-wide ----------------
+
+
+async def test_adaptive_delay_follows_response_times_for_every_consumer_within_max_delay(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    one, two = await two_consumers(redis_client, crawl_name, backoff_forgive_ms=FOREVER_MS)
+    await one.enqueue(tasks([f"http://a.test/{i}" for i in range(30)]))
+
+    async def serve_all(q: CrawlQueue, elapsed_ms: int) -> list[Lease]:
+        leases = await lease_when_due(q, "w1", 10, 60_000)
+        for x in leases:
+            x.elapsed_ms = elapsed_ms
+        assert await q.ack("w1", [(x, "ok") for x in leases]) == [Code.OK] * len(leases)
+        return leases
+
+    # Off (the default): response times are not even kept.
+    assert len(await serve_all(one, 100)) == 10
+    assert (await host_conf(one, "a.test")).lat is None
+    await set_policy(redis_client, crawl_name, {"adaptive_delay": 2.0, "max_delay": 0.5},
+                     by="test")
+    # On: 100 ms responses make a 200 ms delay, for the other consumer too.
+    await serve_all(one, 100)
+    assert (await host_conf(one, "a.test")).lat == 100
+    [lease] = await lease_when_due(two, "w2", 10, 60_000)
+    assert lease.delay_ms == 200
+    assert await one.lease("w1", 10, 60_000) == []  # its turn is 200 ms away
+    row = await Frontier(two).host("a.test")
+    assert row is not None and row.delay_ms == 200
+    # Slow responses: the average moves by 0.3 of each, the delay stops at max_delay.
+    lease.elapsed_ms = 2_000
+    await two.ack("w2", [(lease, "ok")])
+    assert (await host_conf(one, "a.test")).lat == 670
+    [lease] = await lease_when_due(one, "w1", 10, 60_000)
+    assert lease.delay_ms == 500

@@ -1,8 +1,8 @@
 """A host's settings as Redis keeps them: the ``hostconf`` HASH's value for the host,
-``"delay,conc,budget,used,blocked,robots,reserved[,level,pace,pb_at,pb_done,fade,pushbacks]"``
+``"delay,conc,budget,used,blocked,robots,reserved[,level,pace,pb_at,pb_done,fade,pushbacks,lat]"``
 (ms and counts; an empty field is unset; a value written before ``reserved`` existed has
 six fields, one of a host that never pushed back seven; the rest is its push-back state,
-lib/backoff.lua). lib/hosts.lua's
+lib/backoff.lua, and its response time, lib/hosts.lua's note_elapsed). lib/hosts.lua's
 ``conf_decode`` / ``conf_encode`` are the scripts' side; this is Python's, the one place
 that names the fields."""
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from common.codec import text
 
 FIELDS = ("delay", "conc", "budget", "used", "blocked", "robots", "reserved", "level", "pace",
-          "pb_at", "pb_done", "fade", "pushbacks")
+          "pb_at", "pb_done", "fade", "pushbacks", "lat")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +33,14 @@ class HostConf:
     pb_done: int | None = None  # its done count then
     fade: int | None = None  # the pace's half-life (ms)
     pushbacks: int | None = None  # push-backs it gave
+    lat: int | None = None  # its response time (ms, moving average; adaptive_delay on)
+
+    def adaptive_ms(self, adapt: int, max_delay_ms: int) -> int:
+        """The delay its response time gives under the crawl's adaptive_delay (`adapt`,
+        in thousandths; 0: off): lib/hosts.lua's host_limits."""
+        if adapt <= 0 or self.lat is None:
+            return 0
+        return min(max_delay_ms, int(self.lat * adapt / 1000 + 0.5))
 
     def pace_at(self, now_ms: int) -> int:
         """The delay its push-back taught, at `now_ms`: lib/hosts.lua's pace_now."""

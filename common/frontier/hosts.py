@@ -137,12 +137,13 @@ class Frontier:
                             pk.due):
                     pipe.zmscore(key, names)
                 pipe.hmget(pk.hostconf, names)
-                pipe.hmget(pk.conf, "delay", "concurrency")
+                pipe.hmget(pk.conf, "delay", "concurrency", "adapt", "max_delay")
             replies = await pipe.execute()
         found: dict[tuple[str, int], HostRow] = {}
         for i, (p, names) in enumerate(by_partition.items()):
             queued, inflight, done, errors, last, due, confs, defaults = replies[8 * i:8 * i + 8]
-            default_delay, default_conc = (int(v) if v else 0 for v in defaults)
+            default_delay, default_conc, adapt, max_delay = (int(v) if v else 0
+                                                             for v in defaults)
             for j, host in enumerate(names):
                 c = HostConf.decode(confs[j])
                 own_delay = default_delay if c.delay is None else c.delay
@@ -153,7 +154,8 @@ class Frontier:
                     errors=int(errors[j] or 0),
                     last_request_ms=None if last[j] is None else int(last[j]),
                     next_allowed_ms=None if due[j] is None else int(due[j]),
-                    delay_ms=max(own_delay, c.robots or 0, pace),
+                    delay_ms=max(own_delay, c.robots or 0, pace,
+                                 c.adaptive_ms(adapt, max_delay)),
                     concurrency=default_conc if c.conc is None else c.conc,
                     budget=c.budget, used=c.used or 0,
                     blocked_until_ms=c.blocked or None, robots_delay_ms=c.robots,

@@ -9,7 +9,8 @@ they are, whether they obey robots.txt and how long they trust a copy of it,
 expiries) and ``max_attempts`` (stamped on each task when it is enqueued); after how
 long a URL already done may be enqueued again, ``recrawl_after`` (exact dedup only); and
 how a host that pushes back is slowed for the whole fleet, ``backoff_on``,
-``backoff_base``, ``backoff_cap`` and ``backoff_forgive`` (lib/backoff.lua), and the
+``backoff_base``, ``backoff_cap`` and ``backoff_forgive`` (lib/backoff.lua); whether a
+host's delay follows its response times, ``adaptive_delay`` up to ``max_delay``; and the
 longest robots.txt Crawl-delay it obeys, ``max_crawl_delay``.
 What stays a process's own setting (credentials, memory and time bounds, sinks) is
 listed in the README's "Crawl policy".
@@ -146,6 +147,21 @@ def _whole_seconds(text: str) -> int:
     """A duration in the flags' syntax in whole seconds, a fraction rounded up (``1.2s``
     is 2 s; ``round(..., 6)`` only drops float noise first)."""
     return ceil(round(duration(text), 6))
+
+
+def _factor(text: str) -> float:
+    """A factor >= 0, to the thousandth (what the frontier keeps)."""
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
+    return round(value, 3)
+
+
+def _show_factor(value: float) -> str:
+    return f"{value:.3f}".rstrip("0").rstrip(".")
 
 
 def _show_seconds(value: float) -> str:
@@ -374,9 +390,16 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  show=_show_seconds, toml_string=True, seeded_by=NOBODY),
     PolicyOption("backoff_forgive", "", _whole_ms_seconds, 300.0,
                  "how fast push-back is forgiven: the delay a host's push-back taught halves "
-                 "this long after its block, and each such quiet spell (or 10 responses "
-                 "served) takes a level off (> 0)",
+                 "this long after its block, and each such quiet spell takes a level off "
+                 "(a response served resets it) (> 0)",
                  check=_positive, show=_show_seconds, toml_string=True, seeded_by=NOBODY),
+    PolicyOption("adaptive_delay", "", _factor, 0.0,
+                 "a host's delay follows its response times: their moving average x this "
+                 "(e.g. 5), between the host's own delay and max_delay, the same for the "
+                 "whole fleet (0 = off)", show=_show_factor, seeded_by=NOBODY),
+    PolicyOption("max_delay", "", _ms_seconds, 30.0,
+                 "longest delay adaptive_delay gives a host",
+                 show=_show_seconds, toml_string=True, seeded_by=NOBODY),
     PolicyOption("max_crawl_delay", "", _ms_seconds, 300.0,
                  "longest robots.txt Crawl-delay (or Request-rate interval) obeyed: a longer "
                  "one is cut to this, logged and counted (0s = obey any)",
@@ -415,6 +438,8 @@ class CrawlPolicy:
     backoff_base: float = OPTIONS["backoff_base"].default
     backoff_cap: float = OPTIONS["backoff_cap"].default
     backoff_forgive: float = OPTIONS["backoff_forgive"].default
+    adaptive_delay: float = OPTIONS["adaptive_delay"].default
+    max_delay: float = OPTIONS["max_delay"].default
     max_crawl_delay: float = OPTIONS["max_crawl_delay"].default
 
     def __post_init__(self) -> None:
@@ -640,7 +665,8 @@ async def apply_policy(client: RedisClient, crawl: str, version: int, policy: Cr
             applied, cursor = await script(
                 keys=pk.host_state,
                 args=[version, policy.delay_ms, policy.per_host_concurrency, _text(cursor),
-                      APPLY_SLICE])
+                      APPLY_SLICE, round(policy.adaptive_delay * 1000),
+                      round(policy.max_delay * 1000)])
             if not int(applied) or _text(cursor) == "0":
                 break
 

@@ -9,7 +9,8 @@
 -- ended, which a recrawl window counts from (enqueue.lua). An item sent late (sent_ms)
 -- moves its host's last request to then (note_sent, lib/hosts.lua). A lease's page of its
 -- host's budget is settled (settle_pages, lib/hosts.lua): used if its request got a response,
--- given back if not (robots_disallowed: no request).
+-- given back if not (robots_disallowed: no request). With the crawl's adaptive_delay on,
+-- each response's time joins its host's moving average (note_elapsed, lib/hosts.lua).
 --
 -- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib/hosts.lua)
 -- KEYS[7]  leases       ZSET
@@ -27,7 +28,7 @@
 -- ARGV[3..] per item: id, token, outcome (a short code such as ok, http_4xx), sent_ms
 --           (Redis ms its request went out when later than its turn, else 0),
 --           responded (1 = its request to the host got a response, 0 = no request
---           went out)[, seen field]
+--           went out), elapsed_ms (its response's time, -1 = none)[, seen field]
 -- Returns {code per item} (0 OK, 3 STALE, 4 EXPIRED, 5 UNKNOWN)
 --- @include "lib/codes"
 --- @include "lib/leases"
@@ -40,23 +41,25 @@ local checkpoints, errors, stalls, stats = KEYS[11], KEYS[12], KEYS[13], KEYS[14
 local done_by_host = KEYS[15]
 local worker = ARGV[1]
 local marks = ARGV[2] == '1'
-local width = marks and 6 or 5
+local width = marks and 7 or 6
 if (#ARGV - 2) % width ~= 0 or (marks and #KEYS ~= 15 + (#ARGV - 2) / width) then
-  error('crawlq: ack needs (id, token, outcome, sent_ms, responded[, seen field]) per item, '
-    .. 'and seen keys')
+  error('crawlq: ack needs (id, token, outcome, sent_ms, responded, elapsed_ms[, seen '
+    .. 'field]) per item, and seen keys')
 end
 allow_at_maxmemory(stats)
 local now = now_ms()
-local ids, tokens, outcome_of, sent_of, responded_of = {}, {}, {}, {}, {}
+local ids, tokens, outcome_of, sent_of, responded_of, elapsed_of = {}, {}, {}, {}, {}, {}
 for i = 3, #ARGV, width do
   ids[#ids + 1] = ARGV[i]
   tokens[#tokens + 1] = ARGV[i + 1]
   outcome_of[#outcome_of + 1] = ARGV[i + 2]
   sent_of[#sent_of + 1] = int_arg(ARGV[i + 3], 'sent_ms')
   responded_of[#responded_of + 1] = ARGV[i + 4] == '1'
+  elapsed_of[#elapsed_of + 1] = int_arg(ARGV[i + 5], 'elapsed_ms')
 end
 local states, held = lease_states(leases, owners, ids, tokens, worker, now)
 local codes, gone, gone_sent, acked, stale, outcomes = {}, {}, {}, {}, 0, {}
+local gone_elapsed = {}  -- per gone id: its response's time (ms, -1: none)
 local slot_taken = {}  -- per gone id: its host's slot is still taken (not fetched)
 local pages = {}  -- per gone id: {reserved, responded} (settle_pages)
 for i, id in ipairs(ids) do
@@ -69,6 +72,7 @@ for i, id in ipairs(ids) do
       redis.call('HSET', KEYS[15 + i], ARGV[2 + width * i], -math.floor(now / 1000))
     end
     gone_sent[#gone] = sent_of[i]
+    gone_elapsed[#gone] = elapsed_of[i]
     slot_taken[#gone] = not fetched_owner(held[i])
     local _, reserved = owner_marks(held[i])
     pages[#gone] = {reserved, responded_of[i]}
@@ -81,7 +85,7 @@ for i, id in ipairs(ids) do
 end
 if #gone > 0 then
   local values = call_sliced('HMGET', tasks, gone, 1000)
-  local per_host, hosts, sent, freed, settle = {}, {}, {}, {}, {}
+  local per_host, hosts, sent, freed, settle, elapsed = {}, {}, {}, {}, {}, {}
   for k, v in ipairs(values) do
     local host = split_value(v)
     if host then
@@ -90,9 +94,11 @@ if #gone > 0 then
       if slot_taken[k] then freed[host] = (freed[host] or 0) - 1 end
       hosts[#hosts + 1] = host
       if gone_sent[k] > (sent[host] or 0) then sent[host] = gone_sent[k] end
+      if gone_elapsed[k] >= 0 then elapsed[#elapsed + 1] = {host, gone_elapsed[k]} end
     end
   end
   note_sent(sent)
+  if #elapsed > 0 then note_elapsed(elapsed, crawl_conf()) end
   call_sliced('ZREM', leases, gone, 1000)
   for _, h in ipairs({owners, tasks, attempts}) do
     call_sliced('HDEL', h, gone, 1000)

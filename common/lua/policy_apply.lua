@@ -1,5 +1,6 @@
 -- policy_apply.lua: give one partition its crawl's politeness (common/frontier/policy.py): the
--- policy's default delay and concurrency into `conf`, with the policy version they come
+-- policy's default delay and concurrency (and its adaptive delay) into `conf`, with the
+-- policy version they come
 -- from, and every host waiting in `due` moved to its turn under them (refresh_hosts,
 -- lib/hosts.lua: max(last request + its delay, blocked until)), so a lower delay moves
 -- scheduled turns earlier and a higher one later. A version older than the one `conf`
@@ -13,6 +14,8 @@
 -- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib/hosts.lua)
 -- ARGV[1] version  ARGV[2] delay_ms  ARGV[3] concurrency (0 = no limit)
 -- ARGV[4] cursor (0 to start)  ARGV[5] count: hosts a slice
+-- ARGV[6] adapt: the policy's adaptive_delay in thousandths (0 = off)
+-- ARGV[7] max_delay_ms: the longest delay adaptive_delay gives
 -- Returns {applied, cursor}: applied 1, or 0 when `conf` holds a newer version (nothing
 --   written); cursor 0 once every host was refreshed
 --- @include "lib/codes"
@@ -23,12 +26,16 @@ local delay = int_arg(ARGV[2], 'delay_ms')
 local conc = int_arg(ARGV[3], 'concurrency')
 local cursor = ARGV[4]
 local count = int_arg(ARGV[5], 'count')
-if delay < 0 or conc < 0 or count < 1 then
-  error('crawlq: policy_apply needs delay_ms >= 0, concurrency >= 0 and count >= 1')
+local adapt = int_arg(ARGV[6], 'adapt')
+local max_delay = int_arg(ARGV[7], 'max_delay_ms')
+if delay < 0 or conc < 0 or count < 1 or adapt < 0 or max_delay < 0 then
+  error('crawlq: policy_apply needs delay_ms, concurrency, adapt and max_delay_ms >= 0 '
+    .. 'and count >= 1')
 end
 local held = tonumber(redis.call('HGET', H.conf, 'policy_version')) or 0
 if held > version then return {0, '0'} end
-redis.call('HSET', H.conf, 'delay', delay, 'concurrency', conc, 'policy_version', version)
+redis.call('HSET', H.conf, 'delay', delay, 'concurrency', conc, 'policy_version', version,
+           'adapt', adapt, 'max_delay', max_delay)
 local hosts = {}
 if cursor == '0' then hosts = redis.call('ZRANGEBYSCORE', H.inflight, 1, '+inf') end
 local scan = redis.call('ZSCAN', H.due, cursor, 'COUNT', count)

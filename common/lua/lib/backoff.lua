@@ -4,10 +4,11 @@
 -- Includes lib/hosts (conf_decode, conf_encode, pace_now; lib/codes' call_sliced).
 --- @include "lib/hosts"
 
--- Responses a host must have served since its last push-back to forgive one level.
-local FORGIVE_SUCCESSES = 10
--- The least a push-back raises a host's pace by (x1.1): it was asked to slow down.
-local PACE_STEP = 1.1
+-- A push-back after fewer responses than this since the last one finds the pace far too
+-- fast: it doubles it; after more, the pace was nearly right: x1.1 (it was asked to slow
+-- down all the same).
+local SETTLED = 10
+local PACE_DOUBLE, PACE_STEP = 2, 1.1
 
 -- Records the push-backs of one script call. `pushes`: host -> {ra = Retry-After ms (-1:
 -- none), jitter = 0..1}; `p`: {base, cap, max_ra, fade} (ms, the policy's backoff_base,
@@ -17,13 +18,13 @@ local PACE_STEP = 1.1
 -- A push-back that comes while its host is blocked was sent before the block (no lease is
 -- given inside one): it only stretches the block to its own Retry-After. Any other is an
 -- incident:
---   level = what is left of the last level (one forgiven per FORGIVE_SUCCESSES responses
---           served since the last incident, and one per `fade` ms of quiet after its
---           block) + 1;
+--   level = push-backs in a row: the last level + 1 when the host served nothing since
+--           its last block (less one per `fade` ms of quiet after it), else 1;
 --   block = max(min(Retry-After, max_ra), min(cap, base * 2^(level-1)) * (0.9 + 0.2 *
 --           jitter)), from now: a Retry-After of 0 or a past date waits the backoff;
---   pace  = max(pace now * PACE_STEP, the interval the host served at since its last
---           incident: its time over the responses it gave), the delay its next
+--   pace  = max(pace now * (PACE_DOUBLE if it served fewer than SETTLED responses since
+--           its last incident, else PACE_STEP), the interval it served at since its
+--           last block ended: that time over the responses it gave), the delay its next
 --           requests keep, fading by half every `fade` ms after the block (pace_now).
 -- Returns the number of incidents. Two commands to read, two to write, for any hosts.
 local function push_back(hostconf, blocked, done, pushes, now, p)
@@ -40,15 +41,17 @@ local function push_back(hostconf, blocked, done, pushes, now, p)
     if now >= c.blocked then
       incidents = incidents + 1
       local served = tonumber(dones[i]) or 0
-      local level, pace = c.level, pace_now(c, now)
+      local level, pace = 0, pace_now(c, now)
       if c.pb_at then
         local since = math.max(0, served - (c.pb_done or served))
-        level = level - math.floor(since / FORGIVE_SUCCESSES)
-          - math.floor((now - c.blocked) / math.max(p.fade, 1))
-        pace = pace * PACE_STEP
-        if since > 0 and (now - c.pb_at) / since > pace then pace = (now - c.pb_at) / since end
+        if since == 0 then
+          level = math.max(0, c.level - math.floor((now - c.blocked) / math.max(p.fade, 1)))
+        end
+        pace = pace * (since < SETTLED and PACE_DOUBLE or PACE_STEP)
+        local open = now - math.max(c.pb_at, c.blocked)  -- since its block ended
+        if since > 0 and open / since > pace then pace = open / since end
       end
-      level = math.max(level, 0) + 1
+      level = level + 1
       local backoff = math.min(p.cap, p.base * 2 ^ (level - 1))
       backoff = math.min(p.cap, math.floor(backoff * (0.9 + 0.2 * push.jitter)))
       until_ms = now + math.max(ra, backoff)

@@ -12,22 +12,27 @@ local H = {due = KEYS[1], queued = KEYS[2], inflight = KEYS[3], last = KEYS[4],
 local UNLIMITED = 1000000000
 
 -- The crawl's politeness defaults, the policy version they came from (policy_apply.lua)
--- and the pause flag.
+-- and the pause flag; `adapt` (the policy's adaptive_delay, in thousandths: 0 = off) and
+-- `max_delay` (ms) turn a host's response times into a delay (host_limits).
 local function crawl_conf()
-  local c = redis.call('HMGET', H.conf, 'paused', 'delay', 'concurrency', 'policy_version')
+  local c = redis.call('HMGET', H.conf, 'paused', 'delay', 'concurrency', 'policy_version',
+                       'adapt', 'max_delay')
   return {paused = c[1] == '1', delay = tonumber(c[2]) or 0, conc = tonumber(c[3]) or 0,
-          version = tonumber(c[4]) or 0}
+          version = tonumber(c[4]) or 0, adapt = tonumber(c[5]) or 0,
+          max_delay = tonumber(c[6]) or 0}
 end
 
 -- A host's settings from its hostconf value
--- "delay,conc,budget,used,blocked,robots,reserved[,level,pace,pb_at,pb_done,fade,pushbacks]"
+-- "delay,conc,budget,used,blocked,robots,reserved[,level,pace,pb_at,pb_done,fade,pushbacks,lat]"
 -- (ms, counts; '' = unset; a value written before `reserved` existed has six fields, one
 -- of a host that never pushed back has seven).
 -- `used`: pages of the host fetched (a response came back) while it had a budget;
 -- `reserved`: its leases holding a page of the budget, not settled yet. The rest is its
 -- push-back state (lib/backoff.lua): `level` its backoff level, `pace` the delay it taught
 -- the fleet (ms, fading: pace_now), `pb_at` / `pb_done` when its last push-back came and
--- its h:done count then, `fade` the pace's half-life (ms), `pushbacks` how many it gave.
+-- its h:done count then, `fade` the pace's half-life (ms), `pushbacks` how many it gave;
+-- `lat` its response time (ms, a moving average: note_elapsed), kept only while the
+-- crawl's adaptive_delay is on.
 local function conf_decode(value)
   local f = {}
   if value then
@@ -39,16 +44,16 @@ local function conf_decode(value)
   end
   return {delay = f[1], conc = f[2], budget = f[3], used = f[4] or 0, blocked = f[5] or 0,
           robots = f[6], reserved = f[7] or 0, level = f[8] or 0, pace = f[9] or 0,
-          pb_at = f[10], pb_done = f[11], fade = f[12], pushbacks = f[13] or 0}
+          pb_at = f[10], pb_done = f[11], fade = f[12], pushbacks = f[13] or 0, lat = f[14]}
 end
 
 local function conf_encode(c)
   local function s(v) return v and string.format('%d', v) or '' end
   local v = s(c.delay) .. ',' .. s(c.conc) .. ',' .. s(c.budget) .. ',' .. s(c.used) .. ','
     .. s(c.blocked) .. ',' .. s(c.robots) .. ',' .. s(c.reserved)
-  if c.pb_at then
+  if c.pb_at or c.lat then
     v = v .. ',' .. s(c.level) .. ',' .. s(c.pace) .. ',' .. s(c.pb_at) .. ','
-      .. s(c.pb_done) .. ',' .. s(c.fade) .. ',' .. s(c.pushbacks)
+      .. s(c.pb_done) .. ',' .. s(c.fade) .. ',' .. s(c.pushbacks) .. ',' .. s(c.lat)
   end
   return v
 end
@@ -73,17 +78,23 @@ end
 
 -- Whether a conf holds nothing worth keeping (then its hostconf field is deleted).
 local function conf_empty(c, now)
-  return not (c.delay or c.conc or c.budget or c.robots or c.pb_at) and c.blocked <= now
+  return not (c.delay or c.conc or c.budget or c.robots or c.pb_at or c.lat)
+    and c.blocked <= now
 end
 
 -- A host's delay (ms) and concurrency under the crawl defaults `cc` at `now` (ms of Redis
 -- TIME, or nil when the caller has not read it: then it is read here, once per script,
 -- and only for a host that pushed back): its own setting or the default, and never
--- faster than its robots.txt Crawl-delay or the pace its push-back taught (pace_now).
+-- faster than its robots.txt Crawl-delay, the pace its push-back taught (pace_now) or,
+-- with the crawl's adaptive_delay on, its response time x that factor, at most max_delay.
 local clock
 local function host_limits(c, cc, now)
   local delay = c.delay or cc.delay
   if c.robots and c.robots > delay then delay = c.robots end
+  if cc.adapt > 0 and c.lat then
+    local adaptive = math.min(cc.max_delay, math.floor(c.lat * cc.adapt / 1000 + 0.5))
+    if adaptive > delay then delay = adaptive end
+  end
   if c.pace > 0 then
     if not now then
       clock = clock or now_ms()
@@ -207,4 +218,36 @@ local function note_sent(sent)
     end
   end
   if #args > 1 then redis.call('ZADD', H.last, unpack(args)) end
+end
+
+-- The weight of a response's time in its host's moving average (`lat`).
+local LAT_WEIGHT = 0.3
+
+-- With the crawl's adaptive_delay on (`cc.adapt` > 0), folds the response times of acked
+-- requests (`elapsed`: a list of {host, ms}) into their hosts' moving averages; with it
+-- off, nothing is read. One HMGET and one HSET for the hosts.
+local function note_elapsed(elapsed, cc)
+  if cc.adapt <= 0 or #elapsed == 0 then return end
+  local hosts, samples = {}, {}
+  for _, e in ipairs(elapsed) do
+    if not samples[e[1]] then
+      samples[e[1]] = {}
+      hosts[#hosts + 1] = e[1]
+    end
+    local list = samples[e[1]]
+    list[#list + 1] = e[2]
+  end
+  local confs = call_sliced('HMGET', H.hostconf, hosts, 1000)
+  local args = {}
+  for i, host in ipairs(hosts) do
+    local c = conf_decode(confs[i])
+    local lat = c.lat
+    for _, ms in ipairs(samples[host]) do
+      lat = lat and lat + LAT_WEIGHT * (ms - lat) or ms
+    end
+    c.lat = math.floor(lat + 0.5)
+    args[#args + 1] = host
+    args[#args + 1] = conf_encode(c)
+  end
+  call_sliced('HSET', H.hostconf, args, 1000)
 end
