@@ -88,6 +88,7 @@ class Flusher:
         self._turn_soon = turn_soon
         self._urgent = urgent
         self._links_waiting = False
+        self._pushed_back = False  # a push-back waits: its host's block is flushed at once
         self._notify = notify
         self._flush_at = batch
         self.health = health if health is not None else SinkHealth(DEFAULT_SINK_RETRY_FOR_S)
@@ -100,11 +101,13 @@ class Flusher:
         self.failed = 0
 
     def add(self, completion: Completion) -> None:
-        """Queue a completion; wakes the flusher for the first one, a full batch, or
-        discovered links while the consumer is urgent."""
+        """Queue a completion; wakes the flusher for the first one, a full batch, a
+        push-back, or discovered links while the consumer is urgent."""
         self.completions.append(completion)
         if completion.urls:
             self._links_waiting = True
+        if completion.failure is not None and completion.failure.pushback:
+            self._pushed_back = True
         if len(self.completions) >= self._flush_at or len(self.completions) == 1 \
                 or self._flush_now():
             self._completed.set()
@@ -116,9 +119,11 @@ class Flusher:
             self._completed.set()
 
     def _flush_now(self) -> bool:
-        """Discovered links wait here while the consumer has nothing to fetch: they are
-        its next work (a host's slot comes back without the ack: lease_turns)."""
-        return self._links_waiting and self._urgent()
+        """A push-back waits (each ms before its fail reaches Redis, the fleet may send
+        its host another request), or discovered links wait while the consumer has
+        nothing to fetch: they are its next work (a host's slot comes back without the
+        ack: lease_turns)."""
+        return self._pushed_back or (self._links_waiting and self._urgent())
 
     def finishing(self) -> set[str]:
         """Ids whose results wait to be flushed or are being flushed (they are not to be
@@ -161,6 +166,8 @@ class Flusher:
             batch = self.completions[:1000]
             del self.completions[:1000]
             self._links_waiting = any(c.urls for c in self.completions)
+            self._pushed_back = any(c.failure is not None and c.failure.pushback
+                                    for c in self.completions)
             ids = {c.lease.id for c in batch}
             self._in_flush |= ids
             self._quiet.clear()
