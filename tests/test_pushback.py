@@ -9,12 +9,14 @@ server's timeout.
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
-from test_consumer import enqueue, records, serve
+from test_consumer import enqueue, page, records, serve
 from test_frontier import lease_when_due, tasks
 
 from common.frontier.hostconf import HostConf
@@ -276,3 +278,21 @@ async def test_adaptive_delay_follows_response_times_for_every_consumer_within_m
     assert (await host_conf(one, "a.test")).lat == 670
     [lease] = await lease_when_due(one, "w1", 10, 60_000)
     assert lease.delay_ms == 500
+
+
+async def test_a_crawl_delay_over_max_crawl_delay_is_cut_to_it_and_logged(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """robots.txt asks an hour between requests; the crawl obeys 0.2 s and says so."""
+    await create_policy(redis_client, crawl_name,
+                        {"per_host_delay": 0.0, "max_crawl_delay": 0.2}, by="test")
+    caplog.set_level(logging.WARNING, logger="consumer")
+    async with serve({"/p/{i}": page}, robots="User-agent: *\nCrawl-delay: 3600\n") as site:
+        queue = await enqueue(redis_client, crawl_name, [site.url(f"/p/{i}") for i in range(3)])
+        assert await consume_defaults(redis_url, crawl_name, tmp_path, limit_s=30) == 0
+        host = site.base.removeprefix("http://")
+        row = await Frontier(queue).host(host)
+    assert row is not None and row.robots_delay_ms == 200 and row.delay_ms == 200
+    assert sorted(r["outcome"] for r in records(tmp_path)) == ["ok"] * 3
+    [capped] = [r for r in caplog.records if r.getMessage() == "robots_crawl_delay_capped"]
+    assert (capped.crawl_delay, capped.max_crawl_delay) == (3600.0, 0.2)  # type: ignore[attr-defined]
