@@ -1,15 +1,21 @@
 """What the benchmarks share: reading a process's CPU, waiting for a port, installing a
-Debian package they need (nginx, python3-doc) when it is missing, and an nginx config."""
+Debian package they need (nginx, python3-doc) when it is missing, an nginx config, and a
+run in a temporary directory that stops what it started however it ends."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -80,3 +86,26 @@ http {{
     }}
 }}
 """
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt  # unwinds through every finally, as Ctrl-C does
+
+
+def run_in_workdir(prefix: str, body: Callable[[Path], int], stop_all: Callable[[], None],
+                   keep: Callable[[Path], None] | None = None) -> int:
+    """`body(workdir)` in a new temporary directory; on SIGTERM or Ctrl-C it exits 130,
+    and whatever happens `stop_all()` stops what it started, `keep` may copy the
+    directory away, and the directory is removed."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        return body(workdir)
+    except KeyboardInterrupt:
+        print("\ninterrupted: stopping everything the bench started", file=sys.stderr)
+        return 130
+    finally:
+        stop_all()
+        if keep is not None:
+            keep(workdir)
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -89,19 +89,17 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
-from benchlib import wait_port  # noqa: E402
+from benchlib import run_in_workdir, wait_port  # noqa: E402
 
 from common.redis_server import RedisServer, free_port  # noqa: E402
 
@@ -257,10 +255,6 @@ def stop(procs: list[subprocess.Popen[bytes]], grace: float = 5.0) -> None:
 def stop_all() -> None:
     stop(list(reversed(STARTED)))
     STARTED.clear()
-
-
-def on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt  # unwinds through every finally, as Ctrl-C does
 
 
 def tail(path: Path, lines: int = 6) -> str:
@@ -797,19 +791,12 @@ def main(argv: list[str] | None = None) -> int:
             seen = uvloop.run(serve(args))
         Path(args.out).write_text(json.dumps(seen))
         return 0
-    signal.signal(signal.SIGTERM, on_sigterm)
-    workdir = Path(tempfile.mkdtemp(prefix="crawlq-pushback-bench-"))
-    try:
-        return bench(args, workdir)
-    except KeyboardInterrupt:
-        print("\ninterrupted: stopping everything the bench started", file=sys.stderr)
-        return 130
-    finally:
-        stop_all()
+    def keep(workdir: Path) -> None:
         if args.keep is not None:
             shutil.copytree(workdir, args.keep, dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns("code", "crawlq-out-*"))
-        shutil.rmtree(workdir, ignore_errors=True)
+    return run_in_workdir("crawlq-pushback-bench-", lambda workdir: bench(args, workdir),
+                          stop_all, keep)
 
 
 if __name__ == "__main__":

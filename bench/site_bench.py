@@ -73,16 +73,13 @@ import argparse
 import contextlib
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from urllib.parse import unquote
 
 import redis.asyncio
@@ -91,7 +88,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
-from benchlib import apt_install, cpu_seconds, nginx_conf, wait_port, which_nginx  # noqa: E402
+from benchlib import (  # noqa: E402
+    apt_install,
+    cpu_seconds,
+    nginx_conf,
+    run_in_workdir,
+    wait_port,
+    which_nginx,
+)
 
 from common.queue import CrawlQueue, CrawlSettings, NewTask  # noqa: E402
 from common.redis_server import RedisServer, free_port  # noqa: E402
@@ -208,10 +212,6 @@ def stop_all() -> None:
     for proc in reversed(STARTED):
         stop(proc)
     STARTED.clear()
-
-
-def on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt  # unwinds through every finally, as Ctrl-C does
 
 
 def find_root(root: Path | None) -> Path:
@@ -740,16 +740,8 @@ def bench(args: argparse.Namespace, workdir: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, on_sigterm)
-    workdir = Path(tempfile.mkdtemp(prefix="crawlq-site-bench-"))
-    try:
-        return bench(args, workdir)
-    except KeyboardInterrupt:
-        print("\ninterrupted: stopping everything the bench started", file=sys.stderr)
-        return 130
-    finally:
-        stop_all()
-        shutil.rmtree(workdir, ignore_errors=True)
+    return run_in_workdir("crawlq-site-bench-", lambda workdir: bench(args, workdir),
+                          stop_all)
 
 
 if __name__ == "__main__":
