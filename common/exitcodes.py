@@ -1,4 +1,5 @@
-"""The exit codes of every crawlq command, in one place (the README's tables list them)."""
+"""The exit codes of every crawlq command, in one place (the tables of docs/producer.md and
+docs/consumer.md list them)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 A code is the ``outcome`` of a done task (its result line, ``crawlq_tasks_total``) or the
 ``reason`` of a failed attempt (``FetchError.reason``, ``Failure.reason``, the dead
-letter's reason, ``crawlq_errors_total``). The README's "What happens to a fetch" table
+letter's reason, ``crawlq_errors_total``). docs/consumer.md's "What happens to a fetch" table
 lists exactly these codes; tests/test_reasons.py checks the table and the sources against
 `REASONS`. Each code is a plain ``str`` constant, so using one costs nothing on the hot path.
 """

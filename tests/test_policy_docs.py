@@ -1,19 +1,20 @@
-"""The README's "Crawl policy" section describes `POLICY_OPTIONS` as declared: its table
-has one row per option, in declaration order, each with the default `crawl show` prints;
-"Who creates it" names every option's flag, "Migration" every key a policy an earlier
-crawlq made may lack; and the policy module's docstring names every option. An option
-added to the declaration without its README row (or a row left after it is removed)
-fails here."""
+"""The "Crawl policy" page (docs/policy.md) describes `POLICY_OPTIONS` as declared: its
+table has one row per option, in declaration order, each with the default `crawl show`
+prints; "Who creates it" names every option's flag, "Migration" every key a policy an
+earlier crawlq made may lack; and the policy module's docstring names every option. An
+option added to the declaration without its row on that page (or a row left after it is
+removed) fails here."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
+
+from support.docs import page
+from support.docs import section as doc_section
 
 import common.frontier.policy
 from common.frontier.policy import POLICY_OPTIONS
 
-README = Path(__file__).resolve().parents[1] / "README.md"
 #: A row of the policy table: | `key` | what it means | `default` |
 ROW = re.compile(r"^\| `(?P<key>[^`]+)` \| (?P<value>.+) \| (?P<default>`[^`]*`) \|$")
 #: The options every policy has held since policies exist (crawlq's first policy: the
@@ -22,11 +23,8 @@ FIRST_KEYS = ("per_host_delay", "per_host_concurrency", "accept_content_type")
 
 
 def section() -> str:
-    """The text of README's "## Crawl policy", up to the next "## " heading."""
-    text = README.read_text(encoding="utf-8")
-    start = text.index("\n## Crawl policy\n")
-    end = text.index("\n## ", start + 1)
-    return text[start:end]
+    """The text of docs/policy.md's "# Crawl policy", up to the next heading of its level."""
+    return doc_section(page("policy.md"), "# Crawl policy")
 
 
 def paragraph(title: str) -> str:

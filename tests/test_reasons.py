@@ -1,4 +1,4 @@
-"""The README's "What happens to a fetch" table, `common.reasons` and the code agree."""
+"""The "What happens to a fetch" table (docs/consumer.md), `common.reasons` and the code agree."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import ast
 import re
 from collections.abc import Iterator
 from pathlib import Path
+
+from support.docs import page
 
 from common.reasons import METRIC_OUTCOMES, REASONS
 
@@ -18,9 +20,9 @@ _CODE_ARGS = {"FetchError": (0, "reason"), "Failure": (1, "reason"), "Completion
 _CODE_ATTRS = frozenset({"reason", "outcome"})
 
 
-def readme_table() -> dict[str, str]:
-    """Each code in the outcome column of the README's table -> that cell's first word."""
-    text = (ROOT / "README.md").read_text()
+def docs_table() -> dict[str, str]:
+    """Each code in the outcome column of the docs' table -> that cell's first word."""
+    text = page("consumer.md")
     start = text.index("**What happens to a fetch:**")
     rows = text[start:].split("\n\n", 2)[1].splitlines()
     assert rows[0] == "| what | outcome |", rows[0]
@@ -31,7 +33,7 @@ def readme_table() -> dict[str, str]:
         fate = re.split(r"[\s:,]", cells[1], maxsplit=1)[0]
         for code in CODE.findall(cells[1]):
             if not code.startswith("-"):
-                assert code not in found, f"{code} is in the README table twice"
+                assert code not in found, f"{code} is in the docs' table twice"
                 found[code] = fate
     return found
 
@@ -103,13 +105,13 @@ def codes_in_lua(source: str) -> Iterator[tuple[int, str]]:
         yield source.count("\n", 0, m.start()) + 1, m[1] or m[2]
 
 
-def test_readme_table_lists_exactly_the_known_codes_with_their_fate() -> None:
-    table = readme_table()
-    assert sorted(set(table) - set(REASONS)) == [], "in the README, not in common/reasons.py"
-    assert sorted(set(REASONS) - set(table)) == [], "in common/reasons.py, not in the README"
+def test_the_docs_table_lists_exactly_the_known_codes_with_their_fate() -> None:
+    table = docs_table()
+    assert sorted(set(table) - set(REASONS)) == [], "in docs/consumer.md, not in common/reasons.py"
+    assert sorted(set(REASONS) - set(table)) == [], "in common/reasons.py, not in docs/consumer.md"
     wrong = {code: (fate, REASONS[code].fate) for code, fate in table.items()
              if fate != REASONS[code].fate}
-    assert wrong == {}, "README fate vs common/reasons.py fate"
+    assert wrong == {}, "docs/consumer.md fate vs common/reasons.py fate"
 
 
 def test_every_reason_literal_in_the_sources_is_a_known_code() -> None:
@@ -129,7 +131,7 @@ def test_every_reason_literal_in_the_sources_is_a_known_code() -> None:
                 seen.add(code)
                 if code not in known:
                     unknown.append(f"{path.relative_to(ROOT)}:{line}: {code!r}")
-    assert unknown == [], "reason codes missing from common/reasons.py (and the README)"
+    assert unknown == [], "reason codes missing from common/reasons.py (and docs/consumer.md)"
     # The scan really reads the worker's literals and the Lua scripts' dead reasons.
     assert {"ok", "http_4xx", "robots_disallowed", "handler_error", "stalled"} <= seen
 

@@ -13,7 +13,7 @@ how a host that pushes back is slowed for the whole fleet, ``backoff_on``,
 host's delay follows its response times, ``adaptive_delay`` up to ``max_delay``; and the
 longest robots.txt Crawl-delay it obeys, ``max_crawl_delay``.
 What stays a process's own setting (credentials, memory and time bounds, sinks) is
-listed in the README's "Crawl policy".
+listed in docs/policy.md.
 
 Each option is declared once, in `POLICY_OPTIONS`: its name (the flag's, in snake_case),
 how its text parses (the flags' syntax: ``1s``, ``500ms``, ``2``, ``true``,
