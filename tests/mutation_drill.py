@@ -93,6 +93,33 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("17-push-back-in-a-block-escalates", "one push-back incident raises a host's "
            "backoff once: replies to requests sent before its block raise nothing",
            (_PB + "test_a_push_back_sent_before_the_block_raises_nothing",)),
+    Mutant("18-delay-gives-many-to-a-limited-host", "a host with a delay gives one task a "
+           "lease call, whatever its concurrency",
+           ("tests/test_guards.py::"
+            "test_a_host_with_a_delay_gives_one_task_a_call_whatever_its_concurrency",)),
+    Mutant("19-slot-back-only-at-the-ack", "a host's slot comes back when the response is "
+           "in, before the task's handler, sink write and ack",
+           ("tests/test_guards.py::"
+            "test_a_hosts_slot_comes_back_when_the_response_is_in_not_at_the_ack",)),
+    Mutant("20-max-links-ignored", "a handler's links past --max-links are dropped and "
+           "counted capped",
+           ("tests/test_guards.py::test_links_past_max_links_are_dropped_and_counted_capped",)),
+    Mutant("21-no-response-spends-a-page", "a timeout or a refused connection spends no "
+           "page of its host's budget",
+           ("tests/test_guards.py::"
+            "test_a_timeout_or_a_refused_connection_spends_no_page_of_the_budget",)),
+    Mutant("22-lease-reply-policy-version-ignored", "a lease reply naming a newer policy "
+           "version makes the consumer read it, with no message and no heartbeat",
+           ("tests/test_guards.py::"
+            "test_a_lease_reply_naming_a_newer_policy_is_followed_with_no_message",)),
+    Mutant("23-fsck-counts-responses-in-as-in-flight", "fsck counts in flight only the "
+           "leases whose response is not in",
+           ("tests/test_guards.py::"
+            "test_fsck_does_not_count_a_lease_whose_response_is_in_as_in_flight",)),
+    Mutant("24-host-concurrency-override-ignored", "a host's own concurrency overrides the "
+           "crawl's, higher or lower",
+           ("tests/test_guards.py::"
+            "test_a_hosts_own_concurrency_overrides_the_crawls_higher_and_lower",)),
 )
 
 
