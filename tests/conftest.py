@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient, TestServer
+from support.dashboard import DASHBOARD_TOKEN
 
 from common.redis_server import RedisServer
 from console.dashboard.app import make_app
@@ -45,10 +46,6 @@ def crawl_name(request: pytest.FixtureRequest) -> str:
     # Test ids of parametrized tests hold "[", spaces, ...: not in a crawl name.
     test = re.sub(r"[^A-Za-z0-9._-]", "-", request.node.name)[:40]
     return f"t{os.getpid()}-{next(_counter)}-{test}"
-
-
-#: The dashboard token the dashboard tests' clients present (make_client's default).
-DASHBOARD_TOKEN = "t0ken-for-the-tests-0123456789"
 
 
 @pytest.fixture

@@ -6,13 +6,9 @@ import asyncio
 import contextlib
 import gc
 import itertools
-import json
 import os
 import signal
 import time
-from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
 from email.utils import formatdate
 from pathlib import Path
 from typing import Any
@@ -21,11 +17,13 @@ import consumer_handlers
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
+from support.consume import consume, consumer_args, enqueue, records
+from support.routes import Handler, hanging, page, serve
 
 from common.errors import ConfigError
 from common.frontier.hosts import Frontier
 from common.metrics import Metrics
-from common.queue import CrawlQueue, Lease, LeaseBatch, NewTask
+from common.queue import CrawlQueue, Lease, LeaseBatch
 from common.runtime import tune_gc
 from common.task import Task
 from common.urls import fingerprint
@@ -33,91 +31,6 @@ from consumer.config import build_parser, settings_from_args
 from consumer.leases import LeaseBook
 from consumer.robots import RobotsCache
 from consumer.run import run
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@dataclass
-class Site:
-    """A local test site; records every request's path and time."""
-
-    base: str = ""
-    hits: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-    paths: list[str] = field(default_factory=list)
-
-    def url(self, path: str) -> str:
-        return self.base + path
-
-
-@contextlib.asynccontextmanager
-async def serve(routes: dict[str, Handler], robots: str | None = None) -> AsyncIterator[Site]:
-    site = Site()
-
-    @web.middleware
-    async def record(request: web.Request, handler: Handler) -> web.StreamResponse:
-        site.hits[request.path].append(time.monotonic())
-        site.paths.append(request.raw_path)
-        return await handler(request)
-
-    app = web.Application(middlewares=[record], handler_args={"max_field_size": 16384})
-    for path, handler in routes.items():
-        app.router.add_get(path, handler)
-    if robots is not None:
-        async def robots_txt(request: web.Request) -> web.Response:
-            return web.Response(text=robots)
-        app.router.add_get("/robots.txt", robots_txt)
-    runner = web.AppRunner(app, access_log=None, handler_cancellation=True,
-                           shutdown_timeout=1.0)
-    await runner.setup()
-    tcp = web.TCPSite(runner, "127.0.0.1", 0)
-    await tcp.start()
-    port = tcp._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    site.base = f"http://127.0.0.1:{port}"
-    try:
-        yield site
-    finally:
-        await runner.cleanup()
-
-
-async def page(request: web.Request) -> web.Response:
-    i = request.match_info.get("i", "0")
-    return web.Response(text=f"<html><body>page {i}</body></html>", content_type="text/html")
-
-
-def hanging(asked: asyncio.Event, text: str, *, once: bool = False) -> Handler:
-    """A handler that sets `asked` and hangs for 30 s (with `once`, only the first time)."""
-    async def handler(request: web.Request) -> web.Response:
-        if not (once and asked.is_set()):
-            asked.set()
-            await asyncio.sleep(30)
-        return web.Response(text=text)
-    return handler
-
-
-async def enqueue(client: aioredis.Redis, crawl: str, urls: list[str],
-                  **task: Any) -> CrawlQueue:
-    queue = await CrawlQueue.open(client, crawl)
-    await queue.enqueue([NewTask(u, fingerprint(u), **task) for u in urls])
-    return queue
-
-
-def consumer_args(redis_url: str, crawl: str, out: Path, *extra: str) -> list[str]:
-    return ["--redis-url", redis_url, "--crawl", crawl, "--output", str(out),
-            "--exit-when-empty", "--empty-grace", "0", "--allow-private", "--http-port", "-1",
-            "--retry-base", "0.05", "--per-host-concurrency", "0", "--per-host-delay", "0",
-            "--ignore-robots", *extra]
-
-
-async def consume(redis_url: str, crawl: str, out: Path, *extra: str,
-                  limit_s: float = 60) -> int:
-    settings = settings_from_args(build_parser().parse_args(
-        consumer_args(redis_url, crawl, out, *extra)))
-    return await asyncio.wait_for(run(settings), limit_s)
-
-
-def records(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for f in sorted(out.glob("*.jsonl"))
-            for line in f.read_text().splitlines()]
 
 
 async def test_crawl_2000_pages_each_success_in_the_sink_once(

@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sys
 import time
 from collections import Counter
@@ -31,6 +30,7 @@ import pytest
 import redis.asyncio as aioredis
 from procs import JsonLog
 from sites import start_site_process, test_site
+from support.ports import closed_port
 
 from common.exitcodes import EXIT_REDIS
 from common.keys import HASHTABLE_FIELD, CrawlKeys
@@ -187,14 +187,6 @@ async def http_get(url: str) -> tuple[int, str]:
     async with aiohttp.ClientSession() as session, session.get(
             url, timeout=aiohttp.ClientTimeout(total=5)) as resp:
         return resp.status, await resp.text()
-
-
-def closed_port() -> int:
-    """A port on 127.0.0.1 nothing listens on (bound, then closed)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 async def dump_keys(client: aioredis.Redis, pattern: str) -> bytes:

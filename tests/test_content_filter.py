@@ -11,7 +11,8 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 from aiohttp import web
-from test_consumer import consume, enqueue, records, serve
+from support.consume import consume, enqueue, records
+from support.routes import serve
 
 from common.frontier.policy import create_policy, set_policy
 from common.http.fetcher import Fetcher, FetchSettings, content_type_accepted

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
+from support.dashboard import AUTH, ClientFactory, error_of
+from support.dashboard import DASHBOARD_TOKEN as TOKEN
 
 from common.errors import ConfigError
 from common.frontier.hosts import Frontier
@@ -19,11 +19,6 @@ from common.urls import fingerprint
 from common.workers import WorkerRegistry
 from console.cli import main_async
 from console.dashboard.security import check_bind
-from tests.conftest import DASHBOARD_TOKEN as TOKEN
-
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-ClientFactory = Callable[..., Any]
 
 
 async def build(client: aioredis.Redis, name: str, partitions: int = 2) -> CrawlQueue:
@@ -44,14 +39,6 @@ async def build(client: aioredis.Redis, name: str, partitions: int = 2) -> Crawl
 @pytest.fixture
 async def crawl(redis_client: aioredis.Redis, crawl_name: str) -> CrawlQueue:
     return await build(redis_client, crawl_name)
-
-
-async def error_of(resp: ClientResponse, status: int) -> str:
-    assert resp.status == status, await resp.text()
-    assert resp.content_type == "application/json"
-    doc = await resp.json()
-    assert set(doc) == {"error"} and "Traceback" not in doc["error"]
-    return str(doc["error"])
 
 
 async def test_views(make_client: ClientFactory, crawl: CrawlQueue,

@@ -8,18 +8,27 @@ go to ``tests/artifacts/`` (git-ignored).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import shutil
-import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 from sites import start_site_process
+from support.browser import (
+    ARTIFACTS,
+    CHROMEDRIVER,
+    CHROMIUM,
+    TOKEN,
+    base,
+    child,
+    chromium,
+    click,
+    dashboard_argv,
+    wait_for,
+)
 
 from common.frontier.hosts import Frontier
 from common.keys import CRAWLS
@@ -27,10 +36,6 @@ from common.queue import CrawlQueue, Failure, NewTask
 from common.redis_server import free_port
 from common.urls import fingerprint
 
-ROOT = Path(__file__).resolve().parents[1]
-ARTIFACTS = Path(__file__).parent / "artifacts"
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-TOKEN = "browser-test-token-0123456789"
 PAGES = 200
 # Each would set window.__xss if the page ever ran it.
 XSS_URL = ('http://127.0.0.1:1/?q="><img/src=x/onerror="window.__xss=2">'
@@ -40,7 +45,7 @@ JS_URL = 'javascript:window.__xss=1//"><img/src=x/onerror=window.__xss=7>'
 XSS_ERROR = '<script>window.__xss=4</script>"><img src=x onerror=window.__xss=5>'
 XSS_CRAWL = "<svg/onload=window.__xss=6>"
 
-webdriver = pytest.importorskip("selenium.webdriver")
+pytest.importorskip("selenium.webdriver")
 pytestmark = [
     pytest.mark.timeout(90),
     pytest.mark.skipif(not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)),
@@ -51,48 +56,8 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    from selenium.webdriver.chrome.service import Service  # noqa: PLC0415
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1300,1500", "--no-first-run"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-    try:
+    with chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
-
-
-def _child_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLQ_") and k != "REDIS_URL"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    return env
-
-
-@contextlib.asynccontextmanager
-async def child(*argv: str, log: Path) -> AsyncIterator[asyncio.subprocess.Process]:
-    with log.open("wb") as out:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, *argv, cwd=ROOT, env=_child_env(), stdin=asyncio.subprocess.DEVNULL,
-            stdout=out, stderr=asyncio.subprocess.STDOUT)
-    try:
-        yield proc
-    finally:
-        if proc.returncode is None:
-            proc.terminate()
-            try:
-                await asyncio.wait_for(proc.wait(), 10)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
-
-
-def dashboard_argv(redis_url: str, port: int) -> list[str]:
-    return ["-c", "import sys; from console.cli import main; sys.exit(main(sys.argv[1:]))",
-            "dashboard", "--redis-url", redis_url, "--cluster", "no",
-            "--http-port", str(port), "--token", TOKEN]
 
 
 def consumer_argv(redis_url: str, crawl: str, tmp_path: Path) -> list[str]:
@@ -101,19 +66,6 @@ def consumer_argv(redis_url: str, crawl: str, tmp_path: Path) -> list[str]:
             "--output", str(tmp_path / "out"), "--http-port", "-1",
             "--concurrency", "2", "--lease", "3s", "--per-host-concurrency", "0",
             "--per-host-delay", "0"]
-
-
-def wait_for(pred: Callable[[], Any], what: str, within: float = 20) -> Any:
-    """Poll `pred` until it returns something truthy; fail after `within` seconds."""
-    deadline = time.monotonic() + within
-    while True:
-        with contextlib.suppress(Exception):
-            got = pred()
-            if got:
-                return got
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {within:g}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def card(driver: Any, state: str) -> int:
@@ -251,12 +203,6 @@ def host_rows(driver: Any) -> dict[str, list[str]]:
             for r in rows}
 
 
-def click(driver: Any, selector: str) -> None:
-    """Click an element of a panel that every refresh redraws."""
-    wait_for(lambda: driver.find_element("css selector", selector).click() or True,
-             f"a click on {selector}")
-
-
 HOSTS = 4
 HOST_PAGES = 400
 XSS_HOST = '<img src=x onerror="window.__xss=8">'
@@ -355,7 +301,3 @@ async def _leased_none(queue: CrawlQueue) -> bool:
 
 async def _done_more_than(queue: CrawlQueue, n: int) -> bool:
     return (await queue.stats()).done > n
-
-
-def base(port: int) -> str:
-    return f"http://127.0.0.1:{port}"

@@ -7,6 +7,7 @@ import time
 
 import pytest
 import redis.asyncio as aioredis
+from support.clock import redis_ms
 
 from common.errors import BadRequestError
 from common.queue import CrawlQueue, CrawlSettings, Failure, NewTask
@@ -16,11 +17,6 @@ from console import deadletters as dl
 from console.cli import main_async
 from console.crawls import summaries
 from console.deadletters import dead_page
-
-
-async def _redis_ms(client: aioredis.Redis) -> int:
-    secs, micros = await client.time()
-    return int(secs) * 1000 + int(micros) // 1000
 
 
 @pytest.mark.parametrize("skew_s", [-3600, 3600])
@@ -35,7 +31,7 @@ async def test_a_skewed_writer_clock_does_not_change_the_age(
         await registry.beat(in_flight=1, done=10, failed=0, state="running")
     [w] = (await read_workers(redis_client, crawl_name)).workers
     assert 0 <= w.age_ms < 5000 and not w.stale
-    assert abs(w.heartbeat_ms - await _redis_ms(redis_client)) < 5000
+    assert abs(w.heartbeat_ms - await redis_ms(redis_client)) < 5000
     assert await main_async(["workers", "--crawl", crawl_name, "--json",
                              "--redis-url", redis_url, "--cluster", "no"]) == 0
     [doc] = json.loads(capsys.readouterr().out)
@@ -48,11 +44,11 @@ async def test_late_heartbeat_is_stale_and_rate_is_per_second(
     await registry.beat(in_flight=0, done=0, failed=0, state="running")
     key = registry.keys.worker("w-1")
     # As if the last beat was 2 s ago (Redis time), then one with 100 more pages.
-    await redis_client.hset(key, "heartbeat_ms", await _redis_ms(redis_client) - 2000)
+    await redis_client.hset(key, "heartbeat_ms", await redis_ms(redis_client) - 2000)
     await registry.beat(in_flight=0, done=100, failed=0, state="running")
     [w] = (await read_workers(redis_client, crawl_name)).workers
     assert 40 <= w.pages_per_s <= 51 and not w.stale
-    await redis_client.hset(key, "heartbeat_ms", await _redis_ms(redis_client) - 60_000)
+    await redis_client.hset(key, "heartbeat_ms", await redis_ms(redis_client) - 60_000)
     [w] = (await read_workers(redis_client, crawl_name)).workers
     assert w.stale and w.age_ms >= 60_000
     await registry.leave()

@@ -5,14 +5,14 @@ change. Real redis-server; the API in process, the panel in headless Chromium.""
 from __future__ import annotations
 
 import asyncio
-import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from test_dashboard_api import AUTH, error_of
+from support.browser import ARTIFACTS, TOKEN, base, child, chromium, click, dashboard_argv, wait_for
+from support.dashboard import AUTH, ClientFactory, error_of
 
 from common.frontier.policy import LOG_LEN, POLICY_OPTIONS, create_policy, read_policy, set_policy
 from common.keys import CrawlKeys, PartitionKeys
@@ -21,7 +21,6 @@ from common.redis_server import free_port
 from console.dashboard.app import STATIC
 from console.dashboard.policy import BY
 
-ClientFactory = Callable[..., Any]
 NAMES = [o.name for o in POLICY_OPTIONS]
 
 
@@ -233,35 +232,20 @@ async def test_no_policy_is_a_404_that_says_create(
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """Chromium as tests/test_dashboard_browser.py drives it (skipped where it is)."""
-    tdb = pytest.importorskip("test_dashboard_browser")
-    if not (shutil.which(tdb.CHROMIUM) and shutil.which(tdb.CHROMEDRIVER)):
-        pytest.skip("needs Debian's chromium and chromium-driver (.ci/run installs them)")
-    from selenium.webdriver.chrome.service import Service  # noqa: PLC0415
-
-    opts = tdb.webdriver.ChromeOptions()
-    opts.binary_location = tdb.CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1300,1500", "--no-first-run"):
-        opts.add_argument(arg)
-    driver = tdb.webdriver.Chrome(service=Service(tdb.CHROMEDRIVER), options=opts)
-    try:
+    with chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 @pytest.mark.timeout(60)
 async def test_policy_panel_renders_the_options_and_saves(
         browser: Any, redis_url: str, redis_client: aioredis.Redis, crawl: str,
         tmp_path: Path) -> None:
-    import test_dashboard_browser as tdb  # noqa: PLC0415 (the browser fixture imported it)
-
     port = free_port()
     find = browser.find_element
-    async with tdb.child(*tdb.dashboard_argv(redis_url, port), log=tmp_path / "dash.log"):
-        tdb.wait_for(lambda: browser.get(f"{tdb.base(port)}/crawls/{crawl}") or True,
-                     "the dashboard to answer")
-        inputs = tdb.wait_for(lambda: browser.find_elements(
+    async with child(*dashboard_argv(redis_url, port), log=tmp_path / "dash.log"):
+        wait_for(lambda: browser.get(f"{base(port)}/crawls/{crawl}") or True,
+                 "the dashboard to answer")
+        inputs = wait_for(lambda: browser.find_elements(
             "css selector", "#policy form.policy-form input"), "the policy form")
         assert [i.get_attribute("name") for i in inputs] == NAMES
         stored = await read_policy(redis_client, crawl)
@@ -275,13 +259,13 @@ async def test_policy_panel_renders_the_options_and_saves(
         assert "version 1" in find("css selector", "#policy .meta").text
 
         # A bad value: refused, said in the panel, nothing written.
-        find("css selector", "#token-form input").send_keys(tdb.TOKEN)
+        find("css selector", "#token-form input").send_keys(TOKEN)
         find("css selector", "#token-form button").click()
         field = find("css selector", '#policy input[name="per_host_delay"]')
         field.clear()
         field.send_keys("fast")
-        tdb.click(browser, "#policy button.save-policy")
-        tdb.wait_for(lambda: "refused (400): per_host_delay: bad value 'fast'" in find(
+        click(browser, "#policy button.save-policy")
+        wait_for(lambda: "refused (400): per_host_delay: bad value 'fast'" in find(
             "css selector", "#policy .status").text, "the inline error")
         assert (await read_policy(redis_client, crawl, log_limit=0)).version == 1  # type: ignore[union-attr]
 
@@ -289,15 +273,15 @@ async def test_policy_panel_renders_the_options_and_saves(
         field = find("css selector", '#policy input[name="per_host_delay"]')
         field.clear()
         field.send_keys("3s")
-        tdb.click(browser, "#policy button.save-policy")
-        tdb.wait_for(lambda: "saved: version 2" in find("css selector", "#policy .status").text,
-                     "the saved message")
+        click(browser, "#policy button.save-policy")
+        wait_for(lambda: "saved: version 2" in find("css selector", "#policy .status").text,
+                 "the saved message")
         stored = await read_policy(redis_client, crawl)
         assert stored is not None and stored.policy.per_host_delay == 3.0
         assert stored.log[0]["by"] == "dashboard"
-        tdb.wait_for(lambda: "dashboard" in find(
+        wait_for(lambda: "dashboard" in find(
             "css selector", '#policy .log tr[data-version="2"]').text, "the change in the log")
-        tdb.wait_for(lambda: "version 2" in find("css selector", "#policy .meta").text,
-                     "the form reloaded at version 2")
-        tdb.ARTIFACTS.mkdir(exist_ok=True)
-        browser.save_screenshot(str(tdb.ARTIFACTS / "dashboard-policy.png"))
+        wait_for(lambda: "version 2" in find("css selector", "#policy .meta").text,
+                 "the form reloaded at version 2")
+        ARTIFACTS.mkdir(exist_ok=True)
+        browser.save_screenshot(str(ARTIFACTS / "dashboard-policy.png"))

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+from sites import test_site
+from support.consume import NullSink
+from support.frontier import lease_when_due, polite_queue, tasks
 
 from common import queue as queue_module
 from common.errors import ConfigError
@@ -24,33 +27,13 @@ from common.queue import (
     Code,
     CrawlFormatError,
     CrawlQueue,
-    CrawlSettings,
     Failure,
     Lease,
-    NewTask,
 )
-from common.urls import fingerprint
 from consumer.config import build_parser, settings_from_args
 from consumer.flush import Completion
 from consumer.run import run
-from consumer.sinks import Record
 from consumer.worker import Consumer
-from tests.sites import test_site
-
-
-def tasks(urls: list[str], **kw: int) -> list[NewTask]:
-    return [NewTask(u, fingerprint(u), **kw) for u in urls]  # type: ignore[arg-type]
-
-
-async def lease_when_due(q: CrawlQueue, worker: str, n: int, lease_ms: int,
-                         within: float = 10.0) -> list[Lease]:
-    """Lease until something is granted: a host's turn comes on Redis' clock, which a
-    wall-clock sleep only approximates."""
-    deadline = time.monotonic() + within
-    while not (got := await q.lease(worker, n, lease_ms)):
-        assert time.monotonic() < deadline, f"nothing leased within {within:g}s"
-        await asyncio.sleep(0.01)
-    return got
 
 
 async def reclaimed_when_expired(q: CrawlQueue, within: float = 10.0) -> tuple[int, int]:
@@ -60,13 +43,6 @@ async def reclaimed_when_expired(q: CrawlQueue, within: float = 10.0) -> tuple[i
         assert time.monotonic() < deadline, f"nothing reclaimed within {within:g}s"
         await asyncio.sleep(0.005)
     return got
-
-
-async def polite_queue(client: aioredis.Redis, crawl: str, *, delay_s: float = 0.0,
-                       concurrency: int = 0, partitions: int = 1) -> CrawlQueue:
-    q = await CrawlQueue.open(client, crawl, CrawlSettings(partitions=partitions))
-    await Frontier(q).set_defaults(delay_s=delay_s, concurrency=concurrency)
-    return q
 
 
 async def test_a_host_with_a_delay_gives_one_task_per_turn_and_says_when_the_next_is(
@@ -377,17 +353,6 @@ async def test_three_consumers_keep_each_hosts_delay_and_concurrency_robots_incl
             gaps = [b - a for a, b in itertools.pairwise(times)]
             assert min(gaps) >= delay - 0.05, gaps
         assert (await q.stats()).done == 12
-
-
-class NullSink:
-    async def open(self) -> None:
-        pass
-
-    async def write(self, records: list[Record]) -> None:
-        pass
-
-    async def close(self) -> None:
-        pass
 
 
 async def test_each_lease_says_its_hosts_delay_whatever_the_consumers_flags(

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import redis.asyncio as aioredis
-from test_consumer import consume, page, serve
+from support.consume import consume
+from support.routes import page, serve
 
 from common.exitcodes import EXIT_INCONSISTENT, EXIT_OK
 from common.frontier.hosts import Frontier

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
-from test_consumer import consume, consumer_args, enqueue, records, serve
+from support.clock import redis_ms
+from support.consume import consume, consumer_args, enqueue, records
+from support.routes import serve
 
 from common.http.fetcher import Fetcher
 from common.keys import PartitionKeys
@@ -28,11 +30,6 @@ from consumer.sinks import Record
 from consumer.worker import Consumer
 
 LEASE_S = 30.0
-
-
-async def redis_ms(client: aioredis.Redis) -> int:
-    sec, usec = await client.time()
-    return int(sec) * 1000 + int(usec) // 1000
 
 
 async def until_redis_time(client: aioredis.Redis, ms: float) -> None:

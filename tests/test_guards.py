@@ -19,7 +19,6 @@ Real redis-server, real aiohttp sites on 127.0.0.1.
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,8 +27,10 @@ from urllib.parse import urljoin
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
-from test_consumer import consume, page, serve
-from test_frontier import NullSink, polite_queue, tasks
+from support.consume import NullSink, consume
+from support.frontier import polite_queue, tasks
+from support.ports import closed_port
+from support.routes import page, serve
 
 import common.frontier.policy as policy_module
 from common.frontier.hostconf import HostConf
@@ -185,13 +186,6 @@ async def test_links_past_max_links_are_dropped_and_counted_capped(
     assert (stats.counters["enqueued"], stats.done, stats.pending) == (1 + 3, 4, 0)
     fates = link_fates(metrics)
     assert (fates["capped"], fates["sent"]) == (7, 3), fates
-
-
-def closed_port() -> int:
-    """A local port nothing listens on (a connection to it is refused)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_a_timeout_or_a_refused_connection_spends_no_page_of_the_budget(

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
-from test_consumer import consume, enqueue, serve
-from test_frontier import NullSink
+from support.consume import NullSink, consume, enqueue
+from support.routes import serve
 
 import consumer.flush
 import consumer.worker

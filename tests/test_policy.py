@@ -20,8 +20,9 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 from sites import test_site
-from test_consumer import Handler, Site, consumer_args, page, serve
-from test_queue import window_passed
+from support.clock import redis_ms, window_passed
+from support.consume import consumer_args
+from support.routes import Handler, Site, page, serve
 
 from common.frontier.hosts import Frontier
 from common.frontier.policy import (
@@ -84,11 +85,6 @@ async def ok(redis_url: str, *args: str) -> str:
     code, out, err = await crawlq(redis_url, *args)
     assert code == 0, (args, out, err)
     return out
-
-
-async def redis_ms(client: aioredis.Redis) -> int:
-    secs, micros = await client.time()
-    return int(secs) * 1000 + int(micros) // 1000
 
 
 #: What every partition's conf holds of a policy with adaptive_delay off (policy_apply.lua).

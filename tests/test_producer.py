@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from test_queue import window_passed
+from support.clock import window_passed
 
 from common.errors import SourceError
 from common.frontier.hosts import Frontier

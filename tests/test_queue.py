@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
+from support.clock import expire, redis_ms, window_passed
 
 import common.queue
 from common.errors import ConfigError, CrawlConflictError, MalformedTaskError
@@ -68,35 +69,10 @@ async def open_queue(client: aioredis.Redis, crawl: str, settings: CrawlSettings
     return await CrawlQueue.open(client, crawl, settings or CrawlSettings(), **kw)
 
 
-async def redis_ms(client: aioredis.Redis) -> int:
-    sec, usec = await client.time()
-    return int(sec) * 1000 + int(usec) // 1000
-
-
 async def lease_one(q: CrawlQueue, worker: str = "w1", lease_ms: int = 30_000) -> Lease:
     leases = await q.lease(worker, 1, lease_ms)
     assert len(leases) == 1, leases
     return leases[0]
-
-
-async def expire(q: CrawlQueue, *leases: Lease) -> None:
-    """Sleep until every lease's deadline (Redis clock) has passed."""
-    while True:
-        now = await redis_ms(q.client)
-        wait = max(lease.deadline_ms for lease in leases) - now
-        if wait < 0:
-            return
-        await asyncio.sleep(wait / 1000 + 0.01)
-
-
-async def window_passed(client: aioredis.Redis, window_s: int, within: float = 10.0) -> None:
-    """Return once Redis TIME's seconds are `window_s` past what they read now: a seen mark
-    written before this call (whole seconds of Redis TIME) is then that old at least."""
-    start = int((await client.time())[0])
-    deadline = time.monotonic() + within
-    while int((await client.time())[0]) < start + window_s:
-        assert time.monotonic() < deadline, f"Redis TIME not {window_s}s on within {within:g}s"
-        await asyncio.sleep(0.02)
 
 
 async def promoted_when_due(q: CrawlQueue, within: float = 10.0) -> int:

@@ -40,7 +40,7 @@ from procs import JsonLog
 from redis.exceptions import OutOfMemoryError, RedisError
 from redis_binaries import pause, resume
 from sites import start_site_process, test_site
-from test_queue import expire
+from support.clock import expire
 
 from common.frontier.policy import CrawlPolicy, ensure_policy
 from common.http.fetcher import Fetcher

@@ -8,7 +8,6 @@ copies of different tests never meet.
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
+from support.ports import closed_port
 
 from common import codec
 from common.errors import ConfigError, FetchError
@@ -320,19 +320,12 @@ async def test_failure_expires_then_refetched(serve: ServeFn,
     assert o.hits == 2
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
-
-
 async def test_connection_refused_and_timeout_are_unavailable(
     serve: ServeFn, make_cache: Callable[..., RobotsCache]
 ) -> None:
     cache = make_cache()
     with pytest.raises(FetchError) as info:
-        await cache.check(f"http://127.0.0.1:{_closed_port()}/a")
+        await cache.check(f"http://127.0.0.1:{closed_port()}/a")
     assert info.value.reason == "robots_unavailable" and info.value.retryable
     assert "connect_error" in info.value.message
 

@@ -22,7 +22,8 @@ import redis.asyncio as aioredis
 from aiohttp import web
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
-from test_consumer import consume, consumer_args, enqueue, serve
+from support.consume import consume, consumer_args, enqueue
+from support.routes import serve
 
 import consumer.run
 from common.errors import RedisUnavailableError

@@ -1,0 +1,35 @@
+"""A crawl's frontier as the tests set it up and lease from it: tasks for URLs, a queue
+with the crawl's politeness defaults, and a lease that waits for a host's turn."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import redis.asyncio as aioredis
+
+from common.frontier.hosts import Frontier
+from common.queue import CrawlQueue, CrawlSettings, Lease, NewTask
+from common.urls import fingerprint
+
+
+def tasks(urls: list[str], **kw: int) -> list[NewTask]:
+    return [NewTask(u, fingerprint(u), **kw) for u in urls]  # type: ignore[arg-type]
+
+
+async def lease_when_due(q: CrawlQueue, worker: str, n: int, lease_ms: int,
+                         within: float = 10.0) -> list[Lease]:
+    """Lease until something is granted: a host's turn comes on Redis' clock, which a
+    wall-clock sleep only approximates."""
+    deadline = time.monotonic() + within
+    while not (got := await q.lease(worker, n, lease_ms)):
+        assert time.monotonic() < deadline, f"nothing leased within {within:g}s"
+        await asyncio.sleep(0.01)
+    return got
+
+
+async def polite_queue(client: aioredis.Redis, crawl: str, *, delay_s: float = 0.0,
+                       concurrency: int = 0, partitions: int = 1) -> CrawlQueue:
+    q = await CrawlQueue.open(client, crawl, CrawlSettings(partitions=partitions))
+    await Frontier(q).set_defaults(delay_s=delay_s, concurrency=concurrency)
+    return q
