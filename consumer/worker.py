@@ -600,10 +600,16 @@ class Consumer:
                 # Told to drop a lease (lost at a heartbeat): go on with the next one. The
                 # drop may have been meant for the lease before this one, if the worker moved
                 # on before the cancellation reached it: then this lease starts again. Any
-                # other cancellation stops the worker.
+                # other cancellation (the consumer stopping: draining or closing is set
+                # first) stops the worker. A library call can swallow a cancel (Python
+                # 3.11's wait_for, which redis-py uses), leaving it counted: so a drop
+                # clears every count, or the next drop would look like a stop and end
+                # this fetch slot for good.
                 dropped = self._dropping.pop(me, None)
-                if dropped is None or me.uncancel() > 0:
+                if dropped is None or self.draining or self._closing:
                     raise
+                while me.uncancel() > 0:
+                    pass
                 if dropped is not lease and book.holds(lease):
                     pending.appendleft(lease)
             finally:

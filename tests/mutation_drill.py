@@ -120,6 +120,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "crawl's, higher or lower",
            ("tests/test_guards.py::"
             "test_a_hosts_own_concurrency_overrides_the_crawls_higher_and_lower",)),
+    Mutant("25-stale-cancel-ends-a-fetch-slot", "a fetch slot survives a drop after a library "
+           "swallowed an earlier cancel: held leases are always fetched",
+           ("tests/test_guards.py::"
+            "test_a_fetch_slot_survives_a_drop_after_a_library_swallowed_a_cancel",)),
 )
 
 

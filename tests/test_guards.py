@@ -11,7 +11,8 @@ drill's table, ``tests/mutation_drill.py``) and reads as the rule it guards:
 - a lease reply naming a newer policy version makes the consumer read it again, with no
   pub/sub message and no heartbeat;
 - fsck does not count a lease whose response is in as in flight;
-- a host's own concurrency overrides the crawl's, higher or lower.
+- a host's own concurrency overrides the crawl's, higher or lower;
+- a fetch slot survives a drop after a library swallowed an earlier cancel.
 
 Real redis-server, real aiohttp sites on 127.0.0.1.
 """
@@ -22,6 +23,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import urljoin
 
 import pytest
@@ -38,7 +40,7 @@ from common.frontier.hosts import Frontier
 from common.frontier.policy import create_policy, set_policy
 from common.http.fetcher import Fetcher, FetchResult
 from common.metrics import Metrics
-from common.queue import CrawlQueue
+from common.queue import CrawlQueue, Lease
 from console.fsck import check, fsck
 from consumer.config import ConsumerSettings, build_parser, settings_from_args
 from consumer.handlers import HandlerContext, HandlerResult
@@ -299,3 +301,63 @@ async def test_fsck_does_not_count_a_lease_whose_response_is_in_as_in_flight(
     assert await q.lease("w", 10, 60_000) == []
     await q.ack("w", [(x, "ok") for x in (fetched, other, third)])
     assert (await check(q)).problems == []
+
+
+# -- the fetch slots -----------------------------------------------------------------------
+
+async def test_a_fetch_slot_survives_a_drop_after_a_library_swallowed_a_cancel(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str) -> None:
+    """One fetch slot. Its first lease is dropped (lost at a heartbeat) while a library
+    call in its fetch swallows the cancel (as Python 3.11's wait_for can, inside redis-py
+    or aiohttp); then its second lease is dropped as usual. The slot must go on to the
+    third: a slot that took the leftover cancel count for a stop would die, and the
+    consumer would hold leases that nothing fetches (seen once under CLIENT KILL)."""
+    asked: dict[str, asyncio.Event] = {p: asyncio.Event() for p in ("/a", "/b", "/c")}
+
+    async def hang(request: web.Request) -> web.Response:
+        asked[request.path].set()
+        await asyncio.sleep(30)
+        return web.Response(text="late")
+
+    async def ok(request: web.Request) -> web.Response:
+        asked[request.path].set()
+        return web.Response(text="ok")
+
+    async with serve({"/a": ok, "/b": hang, "/c": ok}) as site:
+        q = await polite_queue(redis_client, crawl_name, delay_s=0, concurrency=0)
+        await q.enqueue(tasks([site.url("/a"), site.url("/b"), site.url("/c")]))
+        settings = settings_for(redis_url, crawl_name, "--lease", "60s", "--concurrency", "1")
+        async with Fetcher(settings.fetch) as fetcher:
+            real_fetch = fetcher.fetch
+            swallowed = asyncio.Event()
+
+            async def swallowing(url: str, **kwargs: Any) -> FetchResult:
+                if url.endswith("/a"):
+                    try:  # a library call that loses the cancel meant for it
+                        await asyncio.sleep(30)
+                    except asyncio.CancelledError:
+                        swallowed.set()
+                return await real_fetch(url, **kwargs)
+
+            fetcher.fetch = swallowing  # type: ignore[method-assign]
+            consumer = Consumer(settings, q, fetcher, NullSink(), Metrics())
+            running = asyncio.create_task(consumer.run())
+            try:
+                def lease_of(path: str) -> Lease | None:
+                    return next((lease for _, lease in consumer._running.values()
+                                 if lease.task.url.endswith(path)), None)
+
+                for path, event in (("/a", swallowed), ("/b", asked["/b"])):
+                    await until(f"a fetch of {path} started", lambda p=path: bool(lease_of(p)),
+                                10)
+                    if path == "/b":
+                        await until("/b asked", event.is_set, 10)
+                    lease = lease_of(path)
+                    assert lease is not None
+                    consumer._lost(lease)  # the heartbeat found it lost
+                    if path == "/a":
+                        await until("the cancel swallowed", event.is_set, 10)
+                await until("the slot fetched /c after the second drop", asked["/c"].is_set, 5)
+            finally:
+                consumer.request_stop()
+                await asyncio.wait_for(running, 30)
