@@ -10,7 +10,7 @@ copy, stopping at the first failure. One line per mutant: killed by <test>, or S
 It exits 1 when a mutant survives, a patch no longer applies (a refactor must carry its
 mutant along), a patch has no table entry or an entry no patch, or the baseline fails.
 
-    python3 tests/mutation_drill.py          # every mutant (~70 s on 2 cores)
+    python3 tests/mutation_drill.py          # every mutant (~75 s on 2 cores)
     python3 tests/mutation_drill.py 03 07    # those whose names start so
 """
 
