@@ -37,8 +37,8 @@ local function push_back(hostconf, blocked, done, pushes, now, p)
   for i, host in ipairs(hosts) do
     local c, push = conf_decode(confs[i]), pushes[host]
     local ra = push.ra >= 0 and math.min(push.ra, p.max_ra) or -1
-    local until_ms = c.blocked
-    if now >= c.blocked then
+    local until_ms, incident = c.blocked, now >= c.blocked
+    if incident then
       incidents = incidents + 1
       local served = tonumber(dones[i]) or 0
       local level, pace = 0, pace_now(c, now)
@@ -60,12 +60,13 @@ local function push_back(hostconf, blocked, done, pushes, now, p)
     elseif ra >= 0 and now + ra > until_ms then
       until_ms = now + ra
     end
-    if until_ms > c.blocked then
+    local stretched = until_ms > c.blocked
+    if stretched then
       c.blocked = until_ms
       block_args[#block_args + 1] = until_ms
       block_args[#block_args + 1] = host
     end
-    if c.pb_at == now or #block_args > 0 and block_args[#block_args] == host then
+    if incident or stretched then
       conf_args[#conf_args + 1] = host
       conf_args[#conf_args + 1] = conf_encode(c)
     end
