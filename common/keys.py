@@ -104,7 +104,7 @@ interval_ms, in_flight, done, failed, pages_per_s; times in ms of Redis TIME; ex
 unless refreshed; ``common.workers``), ``history`` LIST (newest first, at most 720 JSON
 snapshots ``{"t": unix s of Redis TIME, "done": n, ...}`` of the summed counters, about
 one per 5 s fleet-wide: an hour, for rates and the dashboard's chart; ``common.history``),
-``policy`` HASH (the crawl's policy, ``common.frontier.policy``: ``version``, bumped by every
+``policy`` HASH (the crawl's policy, ``common.policy``: ``version``, bumped by every
 change, and one field per policy option, its value as text in the flag's syntax, e.g.
 ``per_host_delay`` ``1s``; written only by ``policy_set.lua``) and ``policy:log`` LIST
 (newest first, at most 200 JSON ``{"at": ms of Redis TIME, "version", "changes": {key:

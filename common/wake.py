@@ -10,7 +10,7 @@ A publish costs a round trip, so a publisher that found nobody else listening (P
 returns how many did: itself, or none) stays quiet for `quiet_s` before it looks again.
 
 The same channel carries one other message, `POLICY` (``notify_policy``, sent by
-``common.frontier.policy`` after a change): the crawl's policy changed, read it again. It is
+``common.policy`` after a change): the crawl's policy changed, read it again. It is
 never held back by the quiet time (changes are rare and a listener may have just come).
 """
 

@@ -1,5 +1,5 @@
 """``crawlq crawl create|show|set``: a crawl's policy, the one place its fleet-wide values
-live (``common.frontier.policy``).
+live (``common.policy``).
 
 Values are ``KEY=VALUE`` words in the flags' syntax (``per_host_delay=1s``,
 ``per_host_concurrency=2``, ``ignore_robots=true``, ``allow_domains=a.example,b.example``),
@@ -21,7 +21,7 @@ from common.config import Option, add_options
 from common.connection import RedisClient
 from common.errors import ConfigError
 from common.exitcodes import EXIT_OK
-from common.frontier.policy import (
+from common.policy import (
     POLICY_OPTIONS,
     VALID_KEYS,
     NoPolicyError,

@@ -20,10 +20,10 @@ from common.config import (
     size,
 )
 from common.errors import ConfigError
-from common.frontier.policy import OPTIONS as POLICY
-from common.frontier.policy import domains, media_types
 from common.headers import parse_header_lines
 from common.http.fetcher import FetchSettings
+from common.policy import OPTIONS as POLICY
+from common.policy import domains, media_types
 from consumer.sinks import SINK_KINDS
 
 
@@ -53,7 +53,7 @@ def _worker_id(text: str) -> str:
 SERVICE_REDIS_WAIT_S = 15 * 60.0
 BATCH_REDIS_WAIT_S = 30.0
 
-#: How a crawl-level flag relates to the crawl's policy (``common.frontier.policy``).
+#: How a crawl-level flag relates to the crawl's policy (``common.policy``).
 _POLICY_VALUE = ("a crawl policy value: used only when this consumer creates the crawl's "
                  "policy, else the crawl's holds (a WARNING if they differ; change it with "
                  "crawlq crawl set)")

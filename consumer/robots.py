@@ -67,9 +67,9 @@ from yarl import URL
 from common import codec, reasons
 from common.connection import RedisClient
 from common.errors import ConfigError, FetchError, RedisUnavailableError
-from common.frontier.policy import product_token
 from common.keys import CrawlKeys
 from common.locks import TokenLocks
+from common.policy import product_token
 
 if TYPE_CHECKING:
 

@@ -14,7 +14,10 @@ from common.config import redact_url
 from common.connection import RedisClient, open_redis
 from common.errors import ConfigError
 from common.exitcodes import EXIT_REDIS, EXIT_SINK
-from common.frontier.policy import (
+from common.http.fetcher import Fetcher
+from common.keys import CrawlKeys
+from common.metrics import Metrics
+from common.policy import (
     CONSUMER,
     CrawlPolicy,
     ensure_policy,
@@ -23,9 +26,6 @@ from common.frontier.policy import (
     seeded_by,
     sync_partitions,
 )
-from common.http.fetcher import Fetcher
-from common.keys import CrawlKeys
-from common.metrics import Metrics
 from common.queue import CrawlQueue
 from common.redis_errors import REDIS_ERRORS, redis_error_message
 from consumer.backoff import Backoff

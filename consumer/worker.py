@@ -42,9 +42,9 @@ from typing import Any
 from common.errors import ConfigError, FetchError, RedisUnavailableError
 from common.exitcodes import EXIT_OK, EXIT_SINK
 from common.frontier.hosts import Frontier
-from common.frontier.policy import OPTIONS, is_pushback, read_values
 from common.http.fetcher import Fetcher, FetchResult
 from common.metrics import Metrics
+from common.policy import OPTIONS, is_pushback, read_values
 from common.queue import Code, CrawlQueue, DedupMode, Failure, Lease, LeaseBatch
 from common.reasons import CONNECT_ERROR
 from common.redis_errors import REDIS_ERRORS

@@ -44,8 +44,11 @@ from common.config import (
 from common.connection import RedisClient, open_redis
 from common.errors import ConfigError, CrawlConflictError, SourceError
 from common.exitcodes import EXIT_LOCKED, EXIT_OK, EXIT_REDIS, EXIT_SOURCE, EXIT_USAGE
-from common.frontier.policy import OPTIONS as POLICY
-from common.frontier.policy import (
+from common.headers import parse_header_lines
+from common.http.fetcher import Fetcher
+from common.logs import setup_logging
+from common.policy import OPTIONS as POLICY
+from common.policy import (
     PRODUCER,
     CrawlPolicy,
     ensure_policy,
@@ -53,9 +56,6 @@ from common.frontier.policy import (
     read_values,
     seeded_by,
 )
-from common.headers import parse_header_lines
-from common.http.fetcher import Fetcher
-from common.logs import setup_logging
 from common.queue import CrawlQueue, CrawlSettings, DedupMode
 from common.redis_errors import redis_error_message
 from common.runtime import run_loop
@@ -103,7 +103,7 @@ def _meta_pair(text: str) -> tuple[str, str]:
     return key.strip(), value
 
 
-#: How a crawl-level flag relates to the crawl's policy (``common.frontier.policy``).
+#: How a crawl-level flag relates to the crawl's policy (``common.policy``).
 _POLICY_VALUE = ("a crawl policy value: used only when this run creates the crawl's "
                  "policy, else the crawl's holds (a WARNING if they differ; change it with "
                  "crawlq crawl set)")

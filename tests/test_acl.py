@@ -25,8 +25,8 @@ from redis.exceptions import NoPermissionError, ResponseError
 from redis_binaries import all_redis_servers
 from sites import test_site
 
-from common.frontier.policy import create_policy
 from common.keys import CrawlKeys
+from common.policy import create_policy
 from common.queue import CrawlQueue
 from common.redis_server import RedisServer
 

@@ -14,9 +14,9 @@ from aiohttp import web
 from support.consume import consume, enqueue, records
 from support.routes import serve
 
-from common.frontier.policy import create_policy, set_policy
 from common.http.fetcher import Fetcher, FetchSettings, content_type_accepted
 from common.metrics import Metrics
+from common.policy import create_policy, set_policy
 from common.queue import CrawlQueue
 from consumer.config import build_parser, settings_from_args
 from consumer.sinks import Record

@@ -14,8 +14,8 @@ import redis.asyncio as aioredis
 from support.browser import ARTIFACTS, TOKEN, base, child, chromium, click, dashboard_argv, wait_for
 from support.dashboard import AUTH, ClientFactory, error_of
 
-from common.frontier.policy import LOG_LEN, POLICY_OPTIONS, create_policy, read_policy, set_policy
 from common.keys import CrawlKeys, PartitionKeys
+from common.policy import LOG_LEN, POLICY_OPTIONS, create_policy, read_policy, set_policy
 from common.queue import CrawlQueue, CrawlSettings
 from common.redis_server import free_port
 from console.dashboard.app import STATIC

@@ -507,7 +507,7 @@ def test_the_docs_name_only_keys_variables_and_policy_keys_that_exist() -> None:
     """A Redis key, a CRAWLQ_* variable or a `crawlq crawl set` key in the README, deploy/
     or docs/ that crawlq does not have fails here (the docs once described a removed
     ':ready' list for months)."""
-    from common.frontier.policy import OPTIONS  # noqa: PLC0415
+    from common.policy import OPTIONS  # noqa: PLC0415
 
     names, prefixes = _key_names()
     known_vars = _known_env_vars() | {"CRAWLQ_SOME_FLAG"}  # the naming rule's example

@@ -19,10 +19,10 @@ from support.frontier import lease_when_due, polite_queue, tasks
 from common import queue as queue_module
 from common.errors import ConfigError
 from common.frontier.hosts import Frontier
-from common.frontier.policy import create_policy, set_policy
 from common.http.fetcher import Fetcher
 from common.keys import PartitionKeys
 from common.metrics import Metrics
+from common.policy import create_policy, set_policy
 from common.queue import (
     Code,
     CrawlFormatError,

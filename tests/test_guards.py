@@ -34,12 +34,12 @@ from support.frontier import polite_queue, tasks
 from support.ports import closed_port
 from support.routes import page, serve
 
-import common.frontier.policy as policy_module
+import common.policy as policy_module
 from common.frontier.hostconf import HostConf
 from common.frontier.hosts import Frontier
-from common.frontier.policy import create_policy, set_policy
 from common.http.fetcher import Fetcher, FetchResult
 from common.metrics import Metrics
+from common.policy import create_policy, set_policy
 from common.queue import CrawlQueue, Lease
 from console.fsck import check, fsck
 from consumer.config import ConsumerSettings, build_parser, settings_from_args

@@ -8,7 +8,7 @@ import argparse
 import re
 from collections import defaultdict
 
-from common.frontier.policy import POLICY_OPTIONS
+from common.policy import POLICY_OPTIONS
 from console.cli import build_parser as crawlq_parser
 from consumer.config import CONSUMER_OPTIONS
 from consumer.config import build_parser as consumer_parser

@@ -1,4 +1,4 @@
-"""A crawl's policy (common/frontier/policy.py): one versioned, logged object in Redis that every
+"""A crawl's policy (common/policy.py): one versioned, logged object in Redis that every
 consumer reads and none overwrites. Real redis-server; the commands run as processes."""
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from support.consume import consumer_args
 from support.routes import Handler, Site, page, serve
 
 from common.frontier.hosts import Frontier
-from common.frontier.policy import (
+from common.keys import CrawlKeys
+from common.policy import (
     LOG_LEN,
     NOBODY,
     POLICY_OPTIONS,
@@ -39,7 +40,6 @@ from common.frontier.policy import (
     read_policy,
     set_policy,
 )
-from common.keys import CrawlKeys
 from common.queue import CrawlQueue, CrawlSettings, DedupMode, NewTask, RetryPolicy
 from common.scripts import register
 from common.task import decode_entry

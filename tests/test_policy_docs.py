@@ -12,8 +12,8 @@ import re
 from support.docs import page
 from support.docs import section as doc_section
 
-import common.frontier.policy
-from common.frontier.policy import POLICY_OPTIONS
+import common.policy
+from common.policy import POLICY_OPTIONS
 
 #: A row of the policy table: | `key` | what it means | `default` |
 ROW = re.compile(r"^\| `(?P<key>[^`]+)` \| (?P<value>.+) \| (?P<default>`[^`]*`) \|$")
@@ -74,6 +74,6 @@ def test_who_creates_it_names_every_flag_and_migration_every_newer_key() -> None
 
 
 def test_the_policy_module_says_what_the_policy_holds() -> None:
-    doc = common.frontier.policy.__doc__ or ""
+    doc = common.policy.__doc__ or ""
     intro = " ".join(doc[:doc.index("Each option is declared once")].split())
     assert [o.name for o in POLICY_OPTIONS if f"``{o.name}``" not in intro] == []

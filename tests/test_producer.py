@@ -25,8 +25,8 @@ from support.clock import window_passed
 
 from common.errors import SourceError
 from common.frontier.hosts import Frontier
-from common.frontier.policy import PolicyError, create_policy, read_policy, set_policy
 from common.keys import CRAWLS, CrawlKeys, PartitionKeys
+from common.policy import PolicyError, create_policy, read_policy, set_policy
 from common.queue import CrawlQueue, CrawlSettings, DedupMode
 from common.redis_server import free_port
 from common.resp_pack import use_hiredis_packer

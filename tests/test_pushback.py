@@ -23,8 +23,8 @@ from support.routes import page, serve
 
 from common.frontier.hostconf import HostConf
 from common.frontier.hosts import Frontier
-from common.frontier.policy import create_policy, set_policy
 from common.keys import PartitionKeys
+from common.policy import create_policy, set_policy
 from common.queue import Code, CrawlQueue, Failure, Lease, RetryPolicy
 from consumer.config import build_parser, settings_from_args
 from consumer.run import run

@@ -42,10 +42,10 @@ from redis_binaries import pause, resume
 from sites import start_site_process, test_site
 from support.clock import expire
 
-from common.frontier.policy import CrawlPolicy, ensure_policy
 from common.http.fetcher import Fetcher
 from common.keys import CrawlKeys
 from common.metrics import Metrics
+from common.policy import CrawlPolicy, ensure_policy
 from common.queue import Code, CrawlQueue, Lease, NewTask, Stats
 from common.redis_server import RedisServer
 from common.urls import canonicalize, fingerprint, task_id

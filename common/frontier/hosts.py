@@ -15,8 +15,8 @@ from typing import Any
 from common.errors import ConfigError
 from common.frontier.hostconf import HostConf
 from common.frontier.hostkey import host_key
-from common.frontier.policy import set_policy
 from common.keys import PartitionKeys
+from common.policy import set_policy
 from common.queue import CrawlQueue
 from common.urls import canonicalize
 
@@ -225,7 +225,7 @@ class Frontier:
 
     async def set_defaults(self, *, delay_s: float, concurrency: int) -> None:
         """Set the crawl's default per-host delay and concurrency (0 = no limit) through
-        its policy (``common.frontier.policy``, logged ``by: api``; created if the crawl has none),
+        its policy (``common.policy``, logged ``by: api``; created if the crawl has none),
         the one place they are written: every partition gets them, and scheduled turns
         move to match."""
         if delay_s < 0 or concurrency < 0:

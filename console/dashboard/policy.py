@@ -1,4 +1,4 @@
-"""The crawl's policy in the dashboard (``common.frontier.policy``): read it, and change it like
+"""The crawl's policy in the dashboard (``common.policy``): read it, and change it like
 ``crawlq crawl set`` does.
 
 ===========================================  ==========================================
@@ -33,7 +33,8 @@ from typing import Any
 from aiohttp import web
 
 from common.errors import BadRequestError, ConfigError
-from common.frontier.policy import (
+from common.names import validate_crawl_name
+from common.policy import (
     LOG_LEN,
     POLICY_OPTIONS,
     NoPolicyError,
@@ -45,7 +46,6 @@ from common.frontier.policy import (
     read_values,
     set_policy,
 )
-from common.names import validate_crawl_name
 from console.dashboard.actions import json_body
 from console.dashboard.api import CLIENT, int_param
 

@@ -32,9 +32,9 @@ import aiohttp
 from common import codec
 from common.config import COMMON_OPTIONS, Option, duration, redact_url
 from common.connection import RedisClient, connect
-from common.frontier.policy import CrawlPolicy, ensure_policy
 from common.keys import CRAWLS
 from common.names import validate_crawl_name
+from common.policy import CrawlPolicy, ensure_policy
 from common.queue import CrawlQueue, Stats
 from common.redis_server import RedisServer
 from console.demo.site import SiteSpec, sample_site
