@@ -3,7 +3,8 @@
 A pending task is one entry in its host's queue: ``<id><url>`` (the 32 hex digits of its
 fingerprint, then the canonical URL), followed by a space and a JSON object of only the
 fields that differ from their defaults (``a`` max_attempts, ``p`` priority, ``m`` meta,
-``d`` depth, ``h`` request headers: name -> value, checked by ``common/headers.py``).
+``d`` depth, ``h`` request headers: name -> value, checked by ``common/headers.py``,
+``v`` the previous visit of a URL its revisit schedule brought back: ``common/revisit.py``).
 Canonical URLs hold no space, so the first space ends the URL. Most entries are just id
 and URL: a frontier's size is mostly its URLs. Headers are not part of a task's identity:
 dedup is per URL, so the same URL enqueued again with other headers is a duplicate.
@@ -20,6 +21,7 @@ from typing import Any
 from common import codec
 from common.errors import MalformedTaskError
 from common.headers import checked_headers
+from common.revisit import Revisit
 
 MAX_TASK_BYTES = 256 * 1024
 ID_LEN = 32
@@ -42,11 +44,14 @@ class Task:
     depth: int = 0
     # Sent with this task's request over the crawl's own; never in a repr (credentials).
     headers: dict[str, str] = field(default_factory=dict, repr=False)
+    #: The previous visit, when the revisit schedule brought this URL back; else None.
+    revisit: Revisit | None = None
 
 
 def encode_entry(tid: str, url: str, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
                  priority: int = 0, meta: dict[str, Any] | None = None,
-                 depth: int = 0, headers: dict[str, str] | None = None) -> str:
+                 depth: int = 0, headers: dict[str, str] | None = None,
+                 revisit: Revisit | None = None) -> str:
     """The stored entry of a pending task (the enqueue hot path: no Task built)."""
     extra: dict[str, Any] = {}
     if max_attempts != DEFAULT_MAX_ATTEMPTS:
@@ -59,6 +64,8 @@ def encode_entry(tid: str, url: str, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS
         extra["d"] = depth
     if headers:
         extra["h"] = headers
+    if revisit is not None:
+        extra["v"] = revisit.to_field()
     if not extra:
         return tid + url
     return f"{tid}{url} {codec.dumps(extra)}"
@@ -107,7 +114,8 @@ def decode_entry(
                 priority=_int_field(extra, "p", "priority", 0, 0),
                 last_error=last_error, checkpoint=checkpoint, meta=meta,
                 depth=_int_field(extra, "d", "depth", 0, 0),
-                headers=_headers_field(extra))
+                headers=_headers_field(extra),
+                revisit=Revisit.from_field(extra["v"]) if "v" in extra else None)
 
 
 def _headers_field(extra: dict[str, Any]) -> dict[str, str]:
