@@ -7,6 +7,7 @@ import difflib
 import subprocess
 from pathlib import Path
 
+import pytest
 from mutation_drill import MUTANTS, MUTANTS_DIR, Mutant, drill, exit_code
 
 CALC = "def add(a, b):\n    return a + b\n\n\ndef unused(x):\n    return x\n"
@@ -33,8 +34,9 @@ def toy(tmp_path: Path, patches: dict[str, str]) -> tuple[Path, Path]:
     return root, mutants
 
 
+@pytest.mark.parametrize("jobs", [1, 2])
 def test_a_guarded_mutant_is_killed_an_unguarded_one_survives_and_fails_the_drill(
-        tmp_path: Path) -> None:
+        tmp_path: Path, jobs: int) -> None:
     root, mutants = toy(tmp_path, {
         "guarded": patch(CALC, CALC.replace("a + b", "a - b")),
         "unguarded": patch(CALC, CALC.replace("return x", "return -x")),
@@ -42,7 +44,9 @@ def test_a_guarded_mutant_is_killed_an_unguarded_one_survives_and_fails_the_dril
     lines: list[str] = []
     tests = ("test_calc.py::test_add",)
     table = [Mutant("guarded", "adds", tests), Mutant("unguarded", "nothing", tests)]
-    outcomes = drill(root, mutants, table, say=lines.append)
+    # Judged at once (jobs=2), each mutant still has its own copy and the outcomes come
+    # back in table order.
+    outcomes = drill(root, mutants, table, jobs=jobs, say=lines.append)
     assert [(o.name, o.verdict) for o in outcomes] == [("guarded", "killed"),
                                                        ("unguarded", "survived")]
     assert outcomes[0].detail == "test_calc.py::test_add"
