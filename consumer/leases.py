@@ -24,7 +24,7 @@ class LeaseBook:
         self._margin_s = min(1.0, lease_s / 10)
         self._metrics = metrics
         # Host -> held leases still taking one of its slots; a lease whose slot came back
-        # when its response was in (`slot_back`) is in `_back` until it ends.
+        # when its response was in (`response_in`) is in `_back` until it ends.
         self._slots: Counter[str] = Counter()
         self._back: set[str] = set()
 
@@ -42,8 +42,8 @@ class LeaseBook:
         self._slots[lease.host] += 1
         return old
 
-    def slot_back(self, lease: Lease) -> None:
-        """`lease`'s host slot goes back (its response is in) while the lease is held."""
+    def response_in(self, lease: Lease) -> None:
+        """`lease`'s response is in: its host slot goes back while the lease is held."""
         if self.holds(lease) and lease.id not in self._back:
             self._back.add(lease.id)
             self._take_slot(lease.host)

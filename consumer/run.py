@@ -33,9 +33,9 @@ from consumer.config import ConsumerSettings
 from consumer.flush import describe_error
 from consumer.handlers import load_handler
 from consumer.http_server import SideServer
+from consumer.lifecycle import Consumer
 from consumer.robots import RobotsCache
 from consumer.sinks import make_sink, sink_target
-from consumer.worker import Consumer
 
 log = logging.getLogger("consumer")
 

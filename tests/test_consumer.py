@@ -504,14 +504,14 @@ def test_the_lease_book_counts_the_host_slots_its_leases_take() -> None:
     for lease in (a1, a2, b1):
         book.hold(lease, time.monotonic())
     assert (book.slots("a.test"), book.slots("b.test")) == (2, 1)
-    book.slot_back(a1)
-    book.slot_back(a1)  # named twice: one slot
+    book.response_in(a1)
+    book.response_in(a1)  # named twice: one slot
     assert book.slots("a.test") == 1
     book.drop(a1)  # its slot went back already
     assert book.slots("a.test") == 1
     book.drop(a2)
     book.drop(b1)
-    book.slot_back(b1)  # not held any more: nothing to give back
+    book.response_in(b1)  # not held any more: nothing to give back
     assert (book.slots("a.test"), book.slots("b.test")) == (0, 0)
     again = Lease(Task(id=a2.id, url=a2.task.url), 0, "2", 0, "a.test")
     book.hold(again, time.monotonic())

@@ -19,8 +19,8 @@ from common.metrics import Metrics
 from common.policy import create_policy, set_policy
 from common.queue import CrawlQueue
 from consumer.config import build_parser, settings_from_args
+from consumer.lifecycle import Consumer
 from consumer.sinks import Record
-from consumer.worker import Consumer
 
 PDF_BYTES = 20 * 2**20
 CHUNK = 64 * 1024
@@ -134,15 +134,15 @@ async def test_a_running_consumer_takes_a_policy_change_within_a_second(
         running = asyncio.create_task(worker.run())
         try:
             for _ in range(1000):  # it has read the policy and is idle
-                if worker._leaser_idle:
+                if worker.leaser.idle:
                     break
                 await asyncio.sleep(0.01)
             await asyncio.sleep(0.2)  # it is subscribed by now
-            assert worker.accept == ()
+            assert worker.policy.now.accept == ()
             await set_policy(redis_client, crawl_name,
                              {"accept_content_type": ("text/html",)}, by="test")
             changed = time.monotonic()
-            while worker.accept != ("text/html",):
+            while worker.policy.now.accept != ("text/html",):
                 assert time.monotonic() - changed < 1.0, "the change did not arrive in 1 s"
                 await asyncio.sleep(0.01)
             await enqueue(redis_client, crawl_name, [site.url("/doc.pdf")])

@@ -32,8 +32,9 @@ from common.queue import (
 )
 from consumer.config import build_parser, settings_from_args
 from consumer.flush import Completion
+from consumer.lifecycle import Consumer
 from consumer.run import run
-from consumer.worker import Consumer
+from consumer.slots import Stage
 
 
 async def reclaimed_when_expired(q: CrawlQueue, within: float = 10.0) -> tuple[int, int]:
@@ -372,11 +373,10 @@ async def test_each_lease_says_its_hosts_delay_whatever_the_consumers_flags(
     settings = settings_from_args(build_parser().parse_args(
         ["--per-host-delay", "0", "--per-host-concurrency", "0"]))
     consumer = Consumer(settings, q, Fetcher(settings.fetch), NullSink(), Metrics())
-    consumer._dispatch(list(leases.values()))
-    assert [lease.host for lease in consumer._pending] == ["fast.test"]
-    assert set(consumer._scheduled) == {leases["slow.test"].id, leases["robots.test"].id}
-    for handle in set(consumer._scheduled.values()):
-        handle.cancel()
+    consumer.leaser.dispatch(list(leases.values()))
+    assert consumer.slots.ids(Stage.QUEUED) == {leases["fast.test"].id}
+    assert consumer.slots.ids(Stage.SCHEDULED) == {leases["slow.test"].id,
+                                                   leases["robots.test"].id}
     await consumer.fetcher.close()
 
 
@@ -514,8 +514,8 @@ async def test_a_polite_request_counts_from_when_its_headers_went_out(
     [lease] = await q.lease("w", 10, 60_000)
     settings = settings_from_args(build_parser().parse_args([]))
     consumer = Consumer(settings, q, Fetcher(settings.fetch), NullSink(), Metrics())
-    consumer._clock.observe(time.monotonic(), lease.granted_ms)
-    sent = consumer._on_sent(lease)
+    consumer.leaser.clock.observe(time.monotonic(), lease.granted_ms)
+    sent = consumer.runner.on_sent(lease)
     assert sent is not None and lease.sent_ms == 0
     await asyncio.sleep(0.15)  # the headers go out 150 ms after the turn
     sent()
@@ -525,7 +525,7 @@ async def test_a_polite_request_counts_from_when_its_headers_went_out(
     sent()  # a redirect's hop: a later request, not this one's start
     assert lease.sent_ms == first
     untimed = Lease(lease.task, lease.partition, lease.token, lease.deadline_ms, lease.host)
-    assert consumer._on_sent(untimed) is None
+    assert consumer.runner.on_sent(untimed) is None
     await consumer.fetcher.close()
 
 
@@ -541,20 +541,20 @@ async def test_an_ended_lease_wakes_the_leaser_only_if_its_host_can_go_before_it
     await q.enqueue(tasks(["http://a.test/", "http://b.test/"]))
     settings = settings_from_args(build_parser().parse_args([]))
     consumer = Consumer(settings, q, Fetcher(settings.fetch), NullSink(), Metrics())
-    leases = await q.lease(consumer.worker, 10, 60_000)
+    leases = await q.lease(consumer.worker_id, 10, 60_000)
     try:
-        assert consumer._turn_soon(leases)  # no clock yet: nothing is known, wake
-        consumer._clock.observe(time.monotonic(), leases[0].granted_ms)
-        assert not consumer._turn_soon(leases)  # next turns a second away
+        assert consumer.leaser.turn_soon(leases)  # no clock yet: nothing is known, wake
+        consumer.leaser.clock.observe(time.monotonic(), leases[0].granted_ms)
+        assert not consumer.leaser.turn_soon(leases)  # next turns a second away
         slow = dataclasses.replace(leases[1], granted_ms=leases[1].granted_ms - 1000)
-        assert consumer._turn_soon([leases[0], slow])  # its next turn is now
+        assert consumer.leaser.turn_soon([leases[0], slow])  # its next turn is now
         untimed = dataclasses.replace(leases[0], delay_ms=0)
-        assert consumer._turn_soon([untimed])
-        consumer._wake_at = time.monotonic() + 5  # the leaser sleeps past the next turns
-        assert consumer._turn_soon(leases)
+        assert consumer.leaser.turn_soon([untimed])
+        consumer.leaser.wake_at = time.monotonic() + 5  # the leaser sleeps past the next turns
+        assert consumer.leaser.turn_soon(leases)
 
-        consumer._wake_at = 0.0
-        consumer._freed.clear()
+        consumer.leaser.wake_at = 0.0
+        consumer.leaser.freed.clear()
         consumer.book.hold(leases[0], time.monotonic())
         told: list[str] = []
 
@@ -564,11 +564,11 @@ async def test_an_ended_lease_wakes_the_leaser_only_if_its_host_can_go_before_it
         consumer.flusher.add(Completion(leases[0], "ack"))
         await consumer.flusher.flush()
         assert consumer.flusher.done == 1
-        assert not consumer._freed.is_set() and told == []
+        assert not consumer.leaser.freed.is_set() and told == []
         consumer.book.hold(slow, time.monotonic())
         consumer.flusher.add(Completion(slow, "ack"))
         await consumer.flusher.flush()
-        assert consumer._freed.is_set() and told == ["wake"]
+        assert consumer.leaser.freed.is_set() and told == ["wake"]
     finally:
         await consumer.fetcher.close()
 

@@ -26,8 +26,8 @@ from consumer.config import build_parser, settings_from_args
 from consumer.flush import Completion, Flusher
 from consumer.intake import LinkIntake
 from consumer.leases import LeaseBook
+from consumer.lifecycle import Consumer
 from consumer.sinks import Record
-from consumer.worker import Consumer
 
 LEASE_S = 30.0
 
@@ -214,9 +214,9 @@ async def test_a_worker_survives_a_drop_meant_for_its_previous_lease(
             consumer = Consumer(settings, queue, fetcher, sink, Metrics())  # type: ignore[arg-type]
             running = asyncio.create_task(consumer.run())
             await asyncio.wait_for(asked.wait(), 10)
-            [(worker, lease)] = consumer._running.values()
-            consumer._dropping[worker] = copy.copy(lease)  # an earlier lease, as it were
-            worker.cancel()
+            [(slot, lease)] = consumer.slots.busy.items()
+            consumer.slots.dropping[slot] = copy.copy(lease)  # an earlier lease, as it were
+            slot.cancel()
             answer.set()
             assert await asyncio.wait_for(running, 20) == 0
     assert (await queue.stats()).done == 2
@@ -234,11 +234,11 @@ async def test_a_lease_acked_while_its_renewal_was_on_the_way_is_not_lost(
     settings = settings_from_args(build_parser().parse_args([]))
     consumer = Consumer(settings, queue, Fetcher(settings.fetch), GatedSink(), Metrics())
     try:
-        acking, gone = await queue.lease(consumer.worker, 2, 60_000)
+        acking, gone = await queue.lease(consumer.worker_id, 2, 60_000)
         for lease in (acking, gone):
             consumer.book.hold(lease, time.monotonic())
         # acking's ack is in Redis, its reply not back yet; gone was reclaimed elsewhere.
-        assert await queue.ack(consumer.worker, [(acking, "ok"), (gone, "ok")]) == [
+        assert await queue.ack(consumer.worker_id, [(acking, "ok"), (gone, "ok")]) == [
             Code.OK, Code.OK]
         consumer.flusher._in_flush.add(acking.id)
         with caplog.at_level("WARNING", logger="consumer"):

@@ -44,8 +44,8 @@ from common.queue import CrawlQueue, Lease
 from console.fsck import check, fsck
 from consumer.config import ConsumerSettings, build_parser, settings_from_args
 from consumer.handlers import HandlerContext, HandlerResult
+from consumer.lifecycle import Consumer
 from consumer.sinks import Record
-from consumer.worker import Consumer
 
 
 def settings_for(redis_url: str, crawl: str, *extra: str) -> ConsumerSettings:
@@ -255,7 +255,7 @@ async def test_a_lease_reply_naming_a_newer_policy_is_followed_with_no_message(
                 changed = time.monotonic()
                 await until("no request carried the new user agent",
                             lambda: any(a == "guardbot/2.0" for _, a in agents), 3.0)
-                assert consumer._policy_version == stored.version
+                assert consumer.policy.now.version == stored.version
                 assert not running.done()
             finally:
                 consumer.request_stop()
@@ -344,7 +344,7 @@ async def test_a_fetch_slot_survives_a_drop_after_a_library_swallowed_a_cancel(
             running = asyncio.create_task(consumer.run())
             try:
                 def lease_of(path: str) -> Lease | None:
-                    return next((lease for _, lease in consumer._running.values()
+                    return next((lease for lease in consumer.slots.busy.values()
                                  if lease.task.url.endswith(path)), None)
 
                 for path, event in (("/a", swallowed), ("/b", asked["/b"])):
@@ -354,7 +354,7 @@ async def test_a_fetch_slot_survives_a_drop_after_a_library_swallowed_a_cancel(
                         await until("/b asked", event.is_set, 10)
                     lease = lease_of(path)
                     assert lease is not None
-                    consumer._lost(lease)  # the heartbeat found it lost
+                    consumer.lost(lease)  # the heartbeat found it lost
                     if path == "/a":
                         await until("the cancel swallowed", event.is_set, 10)
                 await until("the slot fetched /c after the second drop", asked["/c"].is_set, 5)

@@ -14,7 +14,7 @@ from support.consume import NullSink, consume, enqueue
 from support.routes import serve
 
 import consumer.flush
-import consumer.worker
+import consumer.leaser
 from common.http.fetcher import Fetcher
 from common.metrics import Metrics
 from common.queue import CrawlQueue
@@ -22,7 +22,7 @@ from common.task import Task
 from consumer.backoff import Backoff
 from consumer.config import build_parser, settings_from_args
 from consumer.intake import LinkIntake, SeenCache
-from consumer.worker import Consumer
+from consumer.lifecycle import Consumer
 from producer.run import TaskTemplate, produce
 from producer.sources import Chunk
 from producer.summary import Summary
@@ -205,7 +205,7 @@ async def test_a_chain_of_pages_is_crawled_without_waiting_on_timers(
             self.failures += 1
             return 5.0
 
-    monkeypatch.setattr(consumer.worker, "Backoff", Slow)
+    monkeypatch.setattr(consumer.leaser, "Backoff", Slow)
     pages = 12
 
     async def chain(request: web.Request) -> web.Response:
@@ -234,7 +234,7 @@ async def test_an_idle_consumer_leases_at_once_when_work_is_enqueued(
             self.failures += 1
             return 30.0
 
-    monkeypatch.setattr(consumer.worker, "Backoff", Slow)
+    monkeypatch.setattr(consumer.leaser, "Backoff", Slow)
     queue = await CrawlQueue.open(redis_client, crawl_name)
     settings = settings_from_args(build_parser().parse_args(
         ["--redis-url", redis_url, "--crawl", crawl_name, "--allow-private",
@@ -250,7 +250,7 @@ async def test_an_idle_consumer_leases_at_once_when_work_is_enqueued(
         running = asyncio.create_task(worker.run())
         try:
             for _ in range(1000):  # until it found nothing and backs off for 30 s
-                if worker._leaser_idle:
+                if worker.leaser.idle:
                     break
                 await asyncio.sleep(0.01)
             await asyncio.sleep(0.2)  # it is subscribed by now

@@ -32,11 +32,11 @@ def test_a_wrong_import_breaks_the_contract_it_names(tmp_path: Path) -> None:
                         ignore=shutil.ignore_patterns("__pycache__", "*.lua", "static"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
     codec = tmp_path / "common" / "codec.py"
-    codec.write_text(codec.read_text() + "\nimport consumer.worker  # noqa\n")
+    codec.write_text(codec.read_text() + "\nimport consumer.lifecycle  # noqa\n")
     sitemaps = tmp_path / "producer" / "sitemaps.py"
     sitemaps.write_text(sitemaps.read_text() + "\nimport consumer.flush  # noqa\n")
     fsck = tmp_path / "console" / "fsck.py"
-    fsck.write_text(fsck.read_text() + "\nimport consumer.worker  # noqa\n")
+    fsck.write_text(fsck.read_text() + "\nimport consumer.lifecycle  # noqa\n")
     housekeeping = tmp_path / "consumer" / "housekeeping.py"
     housekeeping.write_text(housekeeping.read_text() + "\nimport console.crawls  # noqa\n")
     result = lint_imports(tmp_path)
@@ -48,4 +48,4 @@ def test_a_wrong_import_breaks_the_contract_it_names(tmp_path: Path) -> None:
     assert "the console (crawlq, the dashboard, the demo) drives the services from outside " \
            "BROKEN" in out
     assert "the services never import the console BROKEN" in out
-    assert "common.codec -> consumer.worker" in out
+    assert "common.codec -> consumer.lifecycle" in out

@@ -50,9 +50,9 @@ from common.queue import Code, CrawlQueue, Lease, NewTask, Stats
 from common.redis_server import RedisServer
 from common.urls import canonicalize, fingerprint, task_id
 from consumer.config import build_parser, settings_from_args
+from consumer.lifecycle import Consumer
 from consumer.run import run as run_consumer
 from consumer.sinks import make_sink
-from consumer.worker import Consumer
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Every consumer of these drills: local sites only, no robots.txt, no side server, no

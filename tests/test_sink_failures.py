@@ -37,8 +37,8 @@ from consumer.config import build_parser, settings_from_args
 from consumer.flush import Completion, Flusher, sink_outage
 from consumer.intake import LinkIntake
 from consumer.leases import LeaseBook
+from consumer.lifecycle import Consumer
 from consumer.sinks import JsonlSink, Record, Sink
-from consumer.worker import Consumer
 
 BODY = "x" * 2000  # with --store-body, ~100 results fill the 256 KiB disk
 

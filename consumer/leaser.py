@@ -1,0 +1,267 @@
+"""The leaser: asks the frontier for as many tasks as there are free fetch slots.
+
+The frontier only hands out tasks whose host's turn has come (``common/lua/lease.lua``),
+so a leased task is fetched at once. With none ready the leaser sleeps until the next
+host's turn (at most a second, so pauses and host settings apply within one). The
+leases whose response is in give their hosts' slots back in the next lease call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+from common.metrics import Metrics
+from common.queue import CrawlQueue, Lease, LeaseBatch
+from common.redis_errors import REDIS_ERRORS
+from consumer.backoff import Backoff
+from consumer.clock import RedisClock
+from consumer.config import ConsumerSettings
+from consumer.flush import Flusher
+from consumer.leases import LeaseBook
+from consumer.live import PolicyReader
+from consumer.sinkhealth import SinkHealth
+from consumer.slots import Slots, Stage
+from consumer.stopping import Stopping
+from consumer.window import CpuWindow
+
+log = logging.getLogger("consumer")
+
+#: In a polite crawl, a lease's request starts this long after the lease call returned
+#: (see Leaser.dispatch): event-loop delays up to this long don't bring two requests to
+#: a host closer than its delay; a request later still moves its host's next turn
+#: (Runner._note_sent). Each ms of it is a ms a fetch slot waits (frontier_bench, one
+#: consumer: 0.78 of the bound at 50 ms, 0.92 at 20).
+DISPATCH_S = 0.02
+DISPATCH_MS = int(DISPATCH_S * 1000)
+#: Shortest sleep between lease calls when a host's turn is close.
+MIN_IDLE_WAIT_S = 0.005
+#: An ended lease whose host's next turn comes within this long wakes the leaser (and
+#: the fleet's idle consumers) at once; a later turn is the leaser's idle wait's to end.
+TURN_SOON_MS = 50
+
+
+class Leaser:
+    """The lease loop of one consumer, and the room it leases for."""
+
+    def __init__(self, settings: ConsumerSettings, queue: CrawlQueue, book: LeaseBook,
+                 slots: Slots, *, window: CpuWindow, metrics: Metrics, stopping: Stopping,
+                 health: SinkHealth, policy: PolicyReader, flusher: Flusher,
+                 sink_failing: Callable[[], Awaitable[None]]) -> None:
+        self.s = settings
+        self.queue = queue
+        self.book = book
+        self.slots = slots
+        self.window = window
+        self.metrics = metrics
+        self.stopping = stopping
+        self.health = health
+        self.policy = policy
+        self.flusher = flusher
+        self._sink_failing = sink_failing
+        #: Redis' clock as lease replies show it (turns are on it).
+        self.clock = RedisClock()
+        self.room = asyncio.Event()
+        self.freed = asyncio.Event()
+        self.idle = False  # waits for a host's slot or new work
+        self.wake_at = 0.0  # monotonic time the idle wait ends (0: not idle)
+        # Leases whose response is in, to a host with a concurrency limit: the next lease
+        # call gives their hosts' slots back (the ack comes after the handler and sink).
+        self.responses_in: list[Lease] = []
+        self._max_held = 4 * settings.concurrency
+        self.started = time.monotonic()
+        # Whether the crawl's leases come with a delay (the lease reply says, host by
+        # host): then each is its host's turn, to be fetched when granted, so nothing is
+        # prefetched. Assumed until a lease call shows otherwise.
+        self._set_timed(True)
+
+    def _set_timed(self, timed: bool) -> None:
+        """Size leasing for timed leases (one slot, one turn) or untimed (prefetch up to
+        2x --concurrency, in calls of a quarter batch)."""
+        self._timed = timed
+        c = self.s.concurrency
+        self._max_active = c if timed else 2 * c
+        self._lease_min = 1 if timed else max(1, min(self.s.lease_batch, 2 * c) // 4)
+
+    async def run(self) -> str:
+        """Lease until draining; returns why it stopped ("crawl empty" or "signal")."""
+        idle = Backoff(base=0.02, cap=1.0)
+        errors = Backoff()
+        me = asyncio.current_task()
+        while not self.stopping.draining:
+            if me is not None and me.cancelling():
+                # Python 3.11's asyncio.wait_for (redis-py's socket writes) drops a cancel
+                # that lands as the write completes; the task still counts it: honour it.
+                raise asyncio.CancelledError
+            if self.health.failing:
+                await self._sink_failing()
+                continue
+            room, least = self._room(), self._least()
+            if room < least and not self.responses_in:
+                self.room.clear()
+                await self.room.wait()
+                continue
+            n = min(room, self.s.lease_batch) if room >= least else 0
+            t0 = time.monotonic()
+            try:
+                # Hosts whose responses are in get their slots back in the same call.
+                batch = await self.queue.lease_turns(self.s.worker_id, n, self.s.lease_ms,
+                                                     self.responses_in, self.book.slots)
+            except REDIS_ERRORS as exc:
+                self.metrics.redis_errors_total.inc()
+                log.warning("redis_error", extra={"during": "lease", "error": str(exc)[:200]})
+                await errors.sleep(self.stopping.stop)
+                continue
+            errors.reset()
+            self.policy.named(batch.policy_version)
+            if batch.leases:
+                self._took(batch.leases, t0)
+                idle.reset()
+                continue
+            if not n:
+                # Only gave slots back, with no room to use them: lease.lua told the
+                # fleet's idle consumers at once (this one's handlers are behind).
+                continue
+            if self.s.exit_when_empty and await self._crawl_finished():
+                self.stopping.draining = True
+                return "crawl empty"
+            self.idle = True
+            self.flusher.poke()  # links a handler found meanwhile are this consumer's work
+            try:
+                await self._idle_wait(batch, idle)
+            finally:
+                self.idle = False
+        return "signal"
+
+    def _took(self, leases: Sequence[Lease], t0: float) -> None:
+        """Hold the leases of a reply sent at monotonic `t0`, and dispatch them."""
+        self.clock.observe(time.monotonic(), leases[-1].granted_ms)
+        for lease in leases:
+            old = self.book.hold(lease, t0)
+            if old is not None:
+                self.slots.drop(old)
+        timed = any(lease.delay_ms > 0 for lease in leases)
+        if timed != self._timed:
+            self._set_timed(timed)
+        self.dispatch(leases)
+
+    async def _idle_wait(self, batch: LeaseBatch, idle: Backoff) -> None:
+        """Sleep until the next host's turn, else (no host ready: busy or nothing pending)
+        a growing poll interval; a lease of ours ending (a slot freed) ends the sleep."""
+        if batch.wait_s is not None and not batch.paused:
+            delay = max(MIN_IDLE_WAIT_S, batch.wait_s)
+            idle.reset()
+        else:
+            delay = idle.next_delay()
+        self.freed.clear()
+        stop, freed = asyncio.ensure_future(self.stopping.stop.wait()), asyncio.ensure_future(
+            self.freed.wait())
+        self.wake_at = time.monotonic() + delay
+        try:
+            await asyncio.wait({stop, freed}, timeout=delay,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self.wake_at = 0.0
+            stop.cancel()
+            freed.cancel()
+        if freed.done() and not freed.cancelled():
+            idle.reset()
+
+    def dispatch(self, leases: Sequence[Lease]) -> None:
+        """Hand new leases to the fetch slots. Those whose host has a delay (the lease
+        reply says, whatever this consumer's flags), all of one call's at the same moment,
+        DISPATCH_S after the reply: each is its host's turn on Redis' clock, and starting
+        every such request a fixed time after its turn (rather than whenever the event
+        loop gets to it) keeps two requests to a host at least the host's delay apart at
+        the server, whichever consumers send them. The others start at once."""
+        timed = [lease for lease in leases if lease.delay_ms > 0]
+        if len(timed) < len(leases):
+            for lease in leases:
+                if lease.delay_ms <= 0:
+                    self.slots.move(lease, Stage.QUEUED)
+        if not timed:
+            return
+        for lease in timed:
+            self.slots.move(lease, Stage.SCHEDULED)
+        asyncio.get_running_loop().call_later(DISPATCH_S, self._start, timed)
+
+    def _start(self, leases: Sequence[Lease]) -> None:
+        for lease in leases:
+            if self.slots.stage(lease) is Stage.SCHEDULED:
+                if self.book.holds(lease) and not self.stopping.draining:
+                    self.slots.move(lease, Stage.QUEUED)
+                else:
+                    self.slots.move(lease, Stage.DONE)
+
+    def _room(self) -> int:
+        # Leases not yet finished keep every slot fed; finished ones waiting for their
+        # flush don't count, or leasing would stall in waves. Held leases in all are
+        # capped too, so a stuck flush can't make a consumer hoard work.
+        unfinished = self.slots.count()
+        if self.window.cpu_bound:
+            return 0  # CPU-bound: what it would lease would wait here, not at the host
+        # The CPU window sizes untimed leasing only: a timed lease is its host's turn,
+        # and a turn not taken is a turn lost.
+        active = self._max_active if self._timed else min(self._max_active,
+                                                           int(self.window.size))
+        return min(active - unfinished, self._max_held - len(self.book))
+
+    def _least(self) -> int:
+        """The least room worth a lease call (a batch's quarter, less in a small window)."""
+        return min(self._lease_min, max(1, int(self.window.size) // 4))
+
+    def wake(self) -> None:
+        """Wake the leaser once a lease call's worth of room is free (not every page)."""
+        if not self.room.is_set() and self._room() >= self._least():
+            self.room.set()
+
+    def response_in(self, lease: Lease) -> None:
+        """`lease`'s response is in: its host's slot goes back with the next lease call,
+        which is now (the idle wait and the wait for room end)."""
+        self.responses_in.append(lease)
+        self.book.response_in(lease)
+        self.freed.set()  # ends the leaser's idle wait
+        self.room.set()  # and its wait for room
+
+    def woken(self) -> None:
+        """Another process freed a host's slot or queued work: look again now."""
+        self.queue.woken()
+        self.slot_freed(True)
+
+    def starved(self) -> bool:
+        """A fetch slot idles while the leaser waits for a host's turn or new work."""
+        return self.idle and self.slots.has_idle()
+
+    def slot_freed(self, turn: bool) -> None:
+        """Leases of ours ended in Redis: room for more; with `turn`, a host may take
+        another request now (end the leaser's idle wait)."""
+        if turn:
+            self.freed.set()
+        self.wake()
+
+    def turn_soon(self, ended: Sequence[Lease]) -> bool:
+        """Whether a host of these ended leases may take a request before the leaser asks
+        again (its idle wait's end; at least TURN_SOON_MS from now: the fleet's idle
+        consumers are told too): one without a delay (a free slot was all it waited
+        for), or one whose next turn, its turn plus its delay, comes before then. A host
+        whose next turn is later is served then: a lease call before it would find it
+        not due (each such call is a script's work for no page)."""
+        local = time.monotonic()
+        now = self.clock.to_redis_ms(local)
+        if now is None:
+            return True
+        until = now + max(TURN_SOON_MS, (self.wake_at - local) * 1000)
+        return any(lease.delay_ms <= 0 or lease.granted_ms + lease.delay_ms <= until
+                   for lease in ended)
+
+    async def _crawl_finished(self) -> bool:
+        if self.book.held or self.flusher.completions:
+            return False
+        if time.monotonic() - self.started < self.s.empty_grace_s:
+            return False
+        try:
+            return await self.queue.is_empty()
+        except REDIS_ERRORS:
+            return False

@@ -1,0 +1,150 @@
+"""The crawl's policy as this consumer applies it: one immutable snapshot, replaced whole
+each time the policy is read (at start, on a policy message, when a lease reply names a
+newer version, and at every heartbeat: a fallback for a lost message).
+
+The consumer's parts read `PolicyReader.now` when they use a value (the content types,
+robots.txt's rule, push-back outcomes, adaptive timing, the longest Crawl-delay); the
+fetcher, robots.txt cache and link intake are told what changed once per new snapshot
+(`PolicyReader.read`), and the queue's retry policy and recrawl window are assigned
+there too, the one place: the queue reads them at each fail, reclaim and enqueue call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from common.errors import ConfigError
+from common.http.fetcher import Fetcher
+from common.policy import OPTIONS, CrawlPolicy, read_values
+from common.queue import CrawlQueue, DedupMode
+from common.redis_errors import REDIS_ERRORS
+from consumer.config import ConsumerSettings
+from consumer.intake import LinkIntake
+from consumer.robots import RobotsCache
+from consumer.stopping import Stopping
+
+log = logging.getLogger("consumer")
+
+
+@dataclass(frozen=True, slots=True)
+class LivePolicy:
+    """One read of the crawl's policy, as this consumer applies it."""
+
+    version: int  # -1: none read yet (this consumer's flags)
+    accept: tuple[str, ...]  # media types whose bodies are read (empty: all)
+    ignore_robots: bool
+    backoff_on: tuple[str, ...]  # the outcomes that count as push-back
+    adaptive: bool  # acks carry response times (adaptive_delay is on)
+    max_crawl_delay: float  # the longest Crawl-delay obeyed (0: any)
+
+    @classmethod
+    def of_flags(cls, settings: ConsumerSettings) -> LivePolicy:
+        """What the consumer applies until it has read the crawl's policy."""
+        return cls(-1, settings.accept_content_type, settings.ignore_robots,
+                   OPTIONS["backoff_on"].default, False, OPTIONS["max_crawl_delay"].default)
+
+    @classmethod
+    def of(cls, version: int, policy: CrawlPolicy) -> LivePolicy:
+        return cls(version, policy.accept_content_type, policy.ignore_robots,
+                   policy.backoff_on, policy.adaptive_delay > 0, policy.max_crawl_delay)
+
+
+class PolicyReader:
+    """Reads the crawl's policy into `now`, one read at a time."""
+
+    def __init__(self, settings: ConsumerSettings, queue: CrawlQueue, *, fetcher: Fetcher,
+                 robots: RobotsCache | None, intake: LinkIntake, stopping: Stopping,
+                 on_change: Callable[[], None]) -> None:
+        self.now = LivePolicy.of_flags(settings)
+        self.queue = queue
+        self.fetcher = fetcher
+        self.robots = robots
+        self.intake = intake
+        self.stopping = stopping
+        self._on_change = on_change
+        self._task: asyncio.Task[None] | None = None
+        self._again = False
+        self._named = -1  # the newest version a lease reply named
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The read under way after a change, if any (shutdown cancels it)."""
+        return self._task
+
+    async def read(self) -> None:
+        """Read the crawl's policy (one HGETALL) and apply what the consumer takes from
+        it live (`accept`, `ignore_robots`, the user agent of the fetcher and of robots.txt,
+        robots.txt's TTL, the link intake's scope and the attempts and recrawl window of
+        its tasks, the queue's retry policy); on a Redis error keep what it had (the next
+        heartbeat reads it again)."""
+        try:
+            stored = await read_values(self.queue.client, self.queue.crawl)
+        except REDIS_ERRORS as exc:
+            log.warning("redis_error", extra={"during": "policy", "error": str(exc)[:200]})
+            return
+        except ConfigError as exc:  # a stored value this crawlq can't read
+            log.warning("crawl_policy_unreadable", extra={"error": str(exc)[:200]})
+            return
+        if stored is None or stored.version == self.now.version:
+            return
+        policy = stored.policy
+        self.now = LivePolicy.of(stored.version, policy)
+        self.fetcher.set_user_agent(policy.user_agent)
+        if self.robots is not None:
+            self.robots.set_user_agent(policy.user_agent)
+            self.robots.set_ttl(policy.robots_ttl)
+        recrawl_after = self._recrawl_after(policy.recrawl_after)
+        self.intake.set_scope(policy.max_depth, policy.allow_domains)
+        self.intake.set_tasks(policy.max_attempts, recrawl_after)
+        # The queue reads these at each fail, reclaim and enqueue call: the next one
+        # takes them.
+        self.queue.policy = policy.retry()
+        self.queue.recrawl_after_s = recrawl_after
+        texts = policy.texts()
+        log.info("crawl_policy_applied", extra={
+            "version": stored.version,
+            "accept_content_type": ",".join(self.now.accept) or "*/*",
+            "per_host_delay": policy.per_host_delay,
+            "per_host_concurrency": policy.per_host_concurrency,
+            **{k: texts[k] for k in ("user_agent", "ignore_robots", "robots_ttl",
+                                     "max_depth", "allow_domains", "retry_base",
+                                     "retry_cap", "max_retry_after", "max_stalls",
+                                     "max_attempts", "recrawl_after")}})
+
+    def _recrawl_after(self, window: int) -> int:
+        """The policy's recrawl window for the links this consumer enqueues; none on a
+        bloom crawl (no timestamps: the policy was set before the crawl was created)."""
+        if window and self.queue.settings.dedup is DedupMode.BLOOM:
+            log.warning("crawl_policy_not_applied", extra={
+                "key": "recrawl_after", "value": f"{window}s",
+                "advice": "this crawl uses bloom dedup, which keeps no timestamps: links "
+                          "are enqueued without a recrawl window. Set recrawl_after=0 with "
+                          f"crawlq crawl set --crawl {self.queue.crawl} recrawl_after=0"})
+            return 0
+        return window
+
+    def named(self, version: int) -> None:
+        """A lease reply named the policy `version` its partition holds: read the policy
+        again if that is newer than the one read (and than the last one named)."""
+        if version > max(self.now.version, self._named):
+            self._named = version
+            self.changed()
+
+    def changed(self) -> None:
+        """The policy changed (a policy message, or a lease reply naming a newer version):
+        read it again, one read at a time (a change during a read gets one more); and
+        lease again now: the change may have moved hosts' turns earlier."""
+        self._on_change()
+        if self._task is not None and not self._task.done():
+            self._again = True
+            return
+        self._task = asyncio.create_task(self._read_again())
+
+    async def _read_again(self) -> None:
+        self._again = True
+        while self._again and not self.stopping.closing:
+            self._again = False
+            await self.read()

@@ -1,0 +1,281 @@
+"""The runner: one lease through robots.txt, the fetch and the handler to its completion.
+
+A lease whose robots.txt is not known yet waits outside the fetch slots while it is
+looked up; when this consumer fetched robots.txt itself, that request was the host's
+turn, so the task goes back to the head of its host's queue for the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from common.errors import FetchError, RedisUnavailableError
+from common.frontier.hosts import Frontier
+from common.http.fetcher import Fetcher, FetchResult
+from common.metrics import Metrics
+from common.policy import is_pushback
+from common.queue import Code, CrawlQueue, Failure, Lease
+from common.reasons import CONNECT_ERROR
+from common.redis_errors import REDIS_ERRORS
+from consumer.backoff import Backoff
+from consumer.config import ConsumerSettings
+from consumer.flush import Completion, Flusher
+from consumer.handlers import Handler, HandlerContext, LeaseLostError, as_result
+from consumer.leaser import DISPATCH_MS, Leaser
+from consumer.leases import LeaseBook
+from consumer.live import PolicyReader
+from consumer.robots import RobotsCache, RobotsVerdict
+from consumer.sinks import Record
+from consumer.slots import Slots, Stage
+from consumer.stopping import Stopping
+from consumer.window import CpuWindow
+
+log = logging.getLogger("consumer")
+
+#: A polite request this much later than DISPATCH_S after its turn is on time: its host's
+#: next turn is not moved (each move is a write, and a late turn a slower crawl).
+LATE_SLACK_MS = 10
+
+
+class Runner:
+    """Works leases for the fetch slots; each ends as one completion for the flusher."""
+
+    def __init__(self, settings: ConsumerSettings, queue: CrawlQueue, *, fetcher: Fetcher,
+                 robots: RobotsCache | None, handler: Handler | None, metrics: Metrics,
+                 book: LeaseBook, slots: Slots, leaser: Leaser, flusher: Flusher,
+                 policy: PolicyReader, window: CpuWindow, stopping: Stopping) -> None:
+        self.s = settings
+        self.worker_id = settings.worker_id
+        self.queue = queue
+        self.frontier = Frontier(queue)
+        self.fetcher = fetcher
+        self.robots = robots
+        self.handler = handler
+        self.metrics = metrics
+        self.book = book
+        self.slots = slots
+        self.leaser = leaser
+        self.flusher = flusher
+        self.policy = policy
+        self.window = window
+        self.stopping = stopping
+
+    async def work(self, lease: Lease) -> None:
+        """Take a lease through robots.txt, the fetch and the handler to its completion,
+        or hand it to a robots.txt lookup outside the fetch slots."""
+        try:
+            url = lease.task.url
+            if self.robots is not None and not self.policy.now.ignore_robots:
+                try:
+                    verdict = self.robots.cached(url)
+                except FetchError as exc:  # a cached failure (robots_unavailable)
+                    self._complete_error(lease, exc)
+                    return
+                if verdict is None:
+                    self.slots.wait_for_robots(lease, self._robots_lookup(lease))
+                    return
+                if not verdict.allowed:
+                    self._complete(Completion(lease, "ack", "robots_disallowed",
+                                              record=self._record(lease, None,
+                                                                  "robots_disallowed")))
+                    return
+            if self.book.expired(lease):
+                # e.g. the process was stopped: someone else may own it now.
+                self.book.drop(lease, lost=True)
+                return
+            await self._fetch(lease)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("task_crashed", extra={"id": lease.id})
+            self._complete(Completion(lease, "fail", failure=Failure(
+                lease, "internal_error", f"{type(exc).__name__}: {exc}")))
+
+    async def _robots_lookup(self, lease: Lease) -> None:
+        """Fetch (or read the fleet's copy of) a lease's robots.txt while no slot waits.
+
+        If this consumer fetched it, that request was the host's turn: record the host's
+        Crawl-delay and give the task back to the head of its host's queue. Otherwise
+        queue the lease again: its slot then finds the verdict cached.
+        """
+        assert self.robots is not None
+        outage: Backoff | None = None
+        try:
+            while True:
+                try:
+                    verdict, fetched = await self.robots.lookup(lease.task.url)
+                    break
+                except RedisUnavailableError:
+                    outage = outage or Backoff()
+                    await outage.sleep()
+            if fetched:
+                self.metrics.robots_turns_total.inc()
+                delay = verdict.crawl_delay if isinstance(verdict, RobotsVerdict) else None
+                if delay:
+                    await self.frontier.set_robots_delay(lease.host, self._crawl_delay(
+                        lease.host, delay))
+        except Exception as exc:  # a FetchError such as ssrf_blocked is not cached
+            self.slots.robots_done(lease)
+            if self.book.holds(lease):
+                if isinstance(exc, FetchError):
+                    self._complete_error(lease, exc)
+                elif isinstance(exc, REDIS_ERRORS):
+                    self._complete(Completion(lease, "release"))
+                else:
+                    log.exception("task_crashed", extra={"id": lease.id})
+                    self._complete(Completion(lease, "fail", failure=Failure(
+                        lease, "internal_error", f"{type(exc).__name__}: {exc}")))
+            else:
+                self.slots.move(lease, Stage.DONE)
+            self.leaser.wake()
+            return
+        self.slots.robots_done(lease)
+        if not self.book.holds(lease):
+            self.slots.move(lease, Stage.DONE)
+            self.leaser.wake()
+        elif fetched:
+            self._complete(Completion(lease, "release"))
+        elif not self.stopping.draining:
+            self.slots.move(lease, Stage.QUEUED, front=True)
+        else:
+            self.slots.move(lease, Stage.DONE)
+
+    def _crawl_delay(self, host: str, asked: float) -> float:
+        """A robots.txt Crawl-delay as the crawl obeys it: cut to the policy's
+        max_crawl_delay (logged and counted) when longer."""
+        cap = self.policy.now.max_crawl_delay
+        if cap <= 0 or asked <= cap:
+            return asked
+        self.metrics.robots_crawl_delay_capped_total.inc()
+        log.warning("robots_crawl_delay_capped", extra={
+            "host": host, "crawl_delay": asked, "max_crawl_delay": cap,
+            "advice": "the crawl obeys at most max_crawl_delay; raise it (crawlq crawl set) "
+                      "to obey the site, or block the host"})
+        return cap
+
+    def _note_sent(self, lease: Lease, started: float) -> None:
+        """A request to a host with a delay that goes out later than DISPATCH_S after its
+        turn (a busy event loop, a slow connect) has its time sent with its ack, and its
+        host's next turn counts from it: another consumer's on-time request then can't
+        follow it too closely."""
+        sent = self.leaser.clock.to_redis_ms(started)
+        if sent is not None and sent - DISPATCH_MS - LATE_SLACK_MS > lease.granted_ms:
+            lease.sent_ms = max(lease.sent_ms, sent - DISPATCH_MS)
+
+    def on_sent(self, lease: Lease) -> Callable[[], None] | None:
+        """For a request to a host with a delay: note when its headers really go out
+        (after the connect; the first hop's, a redirect's are later requests)."""
+        if lease.delay_ms <= 0:
+            return None
+        first = True
+
+        def sent() -> None:
+            nonlocal first
+            if first:
+                first = False
+                self._note_sent(lease, time.monotonic())
+        return sent
+
+    async def _fetch(self, lease: Lease) -> None:
+        self.slots.move(lease, Stage.FETCHING)
+        started = time.monotonic()
+        live = self.policy.now
+        try:
+            task = lease.task
+            result = await self.fetcher.fetch(task.url, headers=task.headers or None,
+                                              crawl_credentials=True,
+                                              accept=live.accept or None,
+                                              on_sent=self.on_sent(lease))
+        except FetchError as exc:
+            self.metrics.response(exc.status)
+            # A status is the host's response, a page of its budget (a proxy's refusal
+            # of CONNECT is not); a timeout or a refused connection is not.
+            lease.responded = exc.status is not None and exc.reason != CONNECT_ERROR
+            self._complete_error(lease, exc)
+            return
+        finally:
+            self.metrics.fetch_duration_seconds.observe(time.monotonic() - started)
+            if self.slots.stage(lease) is Stage.FETCHING:
+                self.slots.move(lease, Stage.RESPONSE_IN)
+            # A host with a delay is bound by it: its next turn is a delay away whatever
+            # its slots do, so its slot comes back with the ack (no extra script work).
+            if lease.concurrency > 0 and not lease.delay_ms and not self.stopping.draining:
+                self.leaser.response_in(lease)
+        lease.responded = True  # a page of its host's budget, whatever becomes of it
+        if live.adaptive:
+            lease.elapsed_ms = round(result.elapsed * 1000)
+        self.metrics.response(result.status, len(result.body))
+        if result.filtered:  # its Content-Type is not accepted: no body, no handler
+            outcome = "filtered"
+            self._complete(Completion(lease, "ack", outcome,
+                                      record=self._record(lease, result, outcome)))
+            return
+        outcome = "ok" if result.status < 400 else "http_4xx"
+        record = self._record(lease, result, outcome)
+        urls: Sequence[str] = ()
+        if self.handler is not None:
+            # Counted before the handler's CPU work, and the loop goes round once: the
+            # responses that came in together are all counted when the leaser runs next,
+            # so a consumer whose CPU is behind gives its hosts' slots back (to the
+            # fleet) instead of taking them all again.
+            self.window.enter()
+            try:
+                await asyncio.sleep(0)
+                handled = as_result(await self.handler(result, self._context(lease)))
+            except LeaseLostError:
+                self._complete(Completion(lease, "drop"))
+                return
+            except Exception as exc:
+                self.metrics.error("handler_error")
+                self._complete(Completion(lease, "fail", failure=Failure(
+                    lease, "handler_error", f"{type(exc).__name__}: {exc}"[:500])))
+                return
+            finally:
+                self.window.leave()
+            record.items = handled.items
+            urls = handled.urls
+            if len(urls) > self.s.max_links:
+                self.flusher.intake.capped(len(urls) - self.s.max_links)
+                urls = urls[:self.s.max_links]
+        self._complete(Completion(lease, "ack", outcome, record=record, urls=urls))
+
+    def _context(self, lease: Lease) -> HandlerContext:
+        async def save(value: Any) -> bool:
+            return await self.queue.checkpoint(self.worker_id, lease, value) == Code.OK
+        return HandlerContext(task=lease.task, worker=self.worker_id, _save=save,
+                              max_links=self.s.max_links)
+
+    def _complete_error(self, lease: Lease, exc: FetchError) -> None:
+        self.metrics.error(exc.reason)
+        pushback = is_pushback(self.policy.now.backoff_on, exc.reason, exc.status)
+        if pushback:
+            self.metrics.pushback(exc.reason)
+        self._complete(Completion(lease, "fail", failure=Failure(
+            lease, exc.reason, exc.message[:500], retry_after=exc.retry_after,
+            permanent=not exc.retryable, pushback=pushback)))
+
+    def _complete(self, completion: Completion) -> None:
+        """The lease's completion goes to the flusher: it leaves the slots' stages."""
+        self.flusher.add(completion)
+        lease = completion.lease
+        if self.slots.stage(lease) is not Stage.DONE:
+            self.slots.move(lease, Stage.DONE)
+
+    def _record(self, lease: Lease, result: FetchResult | None, outcome: str) -> Record:
+        task = lease.task
+        if result is None:
+            return Record(task_id=task.id, url=task.url, final_url=task.url, status=None,
+                          outcome=outcome, headers={}, raw_headers=(), body=None, bytes=0,
+                          elapsed=0.0, attempt=task.attempt, fetched_at=time.time(),
+                          worker=self.worker_id, depth=task.depth, meta=task.meta)
+        return Record(task_id=task.id, url=task.url, final_url=result.final_url,
+                      status=result.status, outcome=outcome, headers=result.headers,
+                      raw_headers=result.raw_headers,
+                      body=None if result.filtered else result.body,
+                      bytes=len(result.body), elapsed=result.elapsed, attempt=task.attempt,
+                      fetched_at=time.time(), worker=self.worker_id,
+                      http_version=result.http_version, depth=task.depth, meta=task.meta)
