@@ -114,6 +114,13 @@ def option_values(options: Sequence[Option], args: argparse.Namespace) -> dict[s
     return values
 
 
+def defaults(options: Sequence[Option]) -> dict[str, Any]:
+    """Each option's default as its settings field holds it (converted), keyed by its
+    target attribute: what a settings dataclass takes its field defaults from."""
+    return {opt.target: opt.convert(opt.default) if opt.convert else opt.default
+            for opt in options}
+
+
 def add_options(parser: argparse.ArgumentParser, options: Sequence[Option],
                 env: Mapping[str, str] | None = None) -> None:
     """Add options to a parser, with defaults read from ``env`` (default os.environ).
@@ -219,10 +226,18 @@ def redact_url(url: str) -> str:
     return f"{url[:start]}***{url[at:]}"
 
 
+REDIS_URL = Option("--redis-url", "REDIS_URL", "redis://localhost:6379/0",
+                   "Redis URL: redis://, rediss:// (TLS), with user:password for an ACL "
+                   "user", secret=True)
+#: Options some commands share, declared here once (a command may point `field` elsewhere).
+JSON = Option("--json", "CRAWLQ_JSON", False, "print one JSON document on stdout",
+              flag_only_bool=True)
+ALLOW_PRIVATE = Option("--allow-private", "CRAWLQ_ALLOW_PRIVATE", False,
+                       "turn the SSRF guard off: let fetches (the producer's: of sitemaps) "
+                       "reach loopback, private and link-local addresses", flag_only_bool=True)
+
 COMMON_OPTIONS = (
-    Option("--redis-url", "REDIS_URL", "redis://localhost:6379/0",
-           "Redis URL: redis://, rediss:// (TLS), with user:password for an ACL user",
-           secret=True),
+    REDIS_URL,
     Option("--cluster", "CRAWLQ_CLUSTER", "auto", "Redis Cluster mode: auto asks the "
            "server", choices=("auto", "yes", "no")),
     Option("--crawl", "CRAWLQ_CRAWL", "default", "crawl name: the queue to work on; "
@@ -234,15 +249,18 @@ COMMON_OPTIONS = (
 )
 
 
+_COMMON = defaults(COMMON_OPTIONS)
+
+
 @dataclass(frozen=True, slots=True)
 class CommonSettings:
-    """The settings every command shares."""
+    """The settings every command shares (defaults: `COMMON_OPTIONS`')."""
 
-    redis_url: str = "redis://localhost:6379/0"
-    crawl: str = "default"
-    log_level: str = "INFO"
-    log_format: str = "text"
-    cluster: str = "auto"
+    redis_url: str = _COMMON["redis_url"]
+    crawl: str = _COMMON["crawl"]
+    log_level: str = _COMMON["log_level"]
+    log_format: str = _COMMON["log_format"]
+    cluster: str = _COMMON["cluster"]
     # The flags of the command's options the user gave (flag or env variable): a value
     # asked for, not a default (`given_flags`). Empty when not built from a command line.
     given: frozenset[str] = frozenset()
@@ -260,4 +278,4 @@ class CommonSettings:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> CommonSettings:
         return cls(args.redis_url, args.crawl, args.log_level, args.log_format,
-                   getattr(args, "cluster", "auto"), given_flags(args))
+                   getattr(args, "cluster", _COMMON["cluster"]), given_flags(args))

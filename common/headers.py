@@ -21,8 +21,12 @@ from collections.abc import Iterable, Mapping
 
 from common.errors import CrawlqError
 
-__all__ = ["CREDENTIAL_WORDS", "MAX_HEADERS", "MAX_HEADERS_BYTES", "checked_headers",
-           "is_credential", "parse_header_lines", "redacted_headers"]
+__all__ = ["CREDENTIAL_WORDS", "DEFAULT_USER_AGENT", "MAX_HEADERS", "MAX_HEADERS_BYTES",
+           "checked_headers", "is_credential", "parse_header_lines", "redacted_headers"]
+
+#: The crawler's own User-Agent (the policy's ``user_agent`` default): here, low in
+#: common, so the policy needs no HTTP client to name it.
+DEFAULT_USER_AGENT = "crawlq/0.1 (+https://github.com/crawlq/crawlq)"
 
 MAX_HEADERS = 32
 MAX_NAME_CHARS = 128

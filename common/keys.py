@@ -5,7 +5,7 @@ lifecycle script touches a single Redis Cluster slot. Crawl-wide keys use the ta
 ``{<crawl>}``. Task data lives in fields of the hashes below, never in per-task keys.
 
 Partition keys (``crawlq:{<crawl>:<p>}:<name>``). A partition holds whole hosts (a URL is
-routed by its host key, ``common.frontier.hostkey.host_key``), so a host's queue, its politeness
+routed by its host key, ``common.hostmodel.hostkey.host_key``), so a host's queue, its politeness
 state and its URLs' dedup entries live under one hash tag, on one Cluster shard.
 
 The frontier (what is pending, per host):

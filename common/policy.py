@@ -72,7 +72,7 @@ from common.codec import text as _text
 from common.config import boolean, duration
 from common.connection import RedisClient
 from common.errors import ConfigError
-from common.http.fetcher import DEFAULT_USER_AGENT
+from common.headers import DEFAULT_USER_AGENT
 from common.keys import CrawlKeys, PartitionKeys
 from common.queue import CrawlSettings, DedupMode, RetryPolicy
 from common.scripts import register

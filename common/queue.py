@@ -30,8 +30,8 @@ from common import codec
 from common.codec import text as _text
 from common.connection import RedisClient
 from common.errors import ConfigError, CrawlConflictError, MalformedTaskError
-from common.frontier.hostconf import HostConf
-from common.frontier.hostkey import host_key, partition_of_host
+from common.hostmodel.hostconf import HostConf
+from common.hostmodel.hostkey import host_key, partition_of_host
 from common.keys import CRAWLS, CrawlKeys, PartitionKeys
 from common.reasons import HANDLER_ERROR, HTTP_5XX, HTTP_408, HTTP_429, ROBOTS_DISALLOWED
 from common.scripts import Scripts, locate_in

@@ -46,7 +46,7 @@ from redis.exceptions import (
 
 from common import codec
 from common.codec import text as _text
-from common.config import COMMON_OPTIONS, Option, add_options, duration, redact_url
+from common.config import COMMON_OPTIONS, JSON, Option, add_options, duration, redact_url
 from common.connection import RedisClient, connect, open_redis
 from common.errors import BadRequestError, ConfigError, CrawlqError
 from common.exitcodes import EXIT_FAIL, EXIT_INCONSISTENT, EXIT_OK, EXIT_REDIS, EXIT_USAGE
@@ -317,7 +317,6 @@ async def cmd_fsck(args: argparse.Namespace, client: RedisClient) -> int:
 
 # -- parser -------------------------------------------------------------------------------
 
-_JSON = Option("--json", "CRAWLQ_JSON", False, "print one JSON document", flag_only_bool=True)
 _YES = Option("--yes", "CRAWLQ_YES", False, "really do it", flag_only_bool=True)
 _REASON = Option("--reason", "CRAWLQ_DEAD_REASON", None, "only dead tasks with this reason")
 
@@ -337,12 +336,12 @@ def build_parser() -> argparse.ArgumentParser:
         add_options(p, options)
         return p
 
-    p = command("stats", "counts of every state, rates, dead letters, live workers", _JSON,
+    p = command("stats", "counts of every state, rates, dead letters, live workers", JSON,
                 Option("--watch", "CRAWLQ_WATCH", False, "redraw every 2 s until Ctrl-C",
                        flag_only_bool=True))
     p.set_defaults(handler=cmd_stats)
     command("workers", "live consumers with heartbeat age and in-flight counts",
-            _JSON).set_defaults(handler=cmd_workers)
+            JSON).set_defaults(handler=cmd_workers)
 
     dead = sub.add_parser("dead", help="list, requeue or purge dead tasks")
     dead_sub = dead.add_subparsers(dest="dead_command", metavar="ACTION", required=True)
@@ -353,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_options(p, options)
         return p
 
-    p = dead_command("ls", "list dead tasks, oldest first", _REASON, _JSON,
+    p = dead_command("ls", "list dead tasks, oldest first", _REASON, JSON,
                      Option("--limit", "CRAWLQ_DEAD_LIMIT", 50, "list at most this many",
                             type=int))
     p.set_defaults(handler=cmd_dead_ls)
@@ -369,7 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_host_commands(sub, command, COMMON_OPTIONS)
     command("crawls", "the crawls in this Redis with their sizes",
-            _JSON).set_defaults(handler=cmd_crawls)
+            JSON).set_defaults(handler=cmd_crawls)
     add_crawl_commands(sub, COMMON_OPTIONS)
     command("dashboard", "serve the web dashboard (read-only unless --token is set)",
             *DASHBOARD_OPTIONS).set_defaults(handler=cmd_dashboard)
@@ -382,7 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
                    type=duration)).set_defaults(handler=cmd_check)
 
     command("fsck", "check a crawl's invariants (every task in one state, counts, due); "
-            "exit 7 when problems are left", _JSON,
+            "exit 7 when problems are left", JSON,
             Option("--repair", "CRAWLQ_FSCK_REPAIR", False, "fix the counts and due, then "
                    "check again", flag_only_bool=True)).set_defaults(handler=cmd_fsck)
 

@@ -11,13 +11,12 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict
 
-from common.config import Option, add_options, duration
+from common.config import JSON, Option, add_options, duration
 from common.connection import RedisClient
 from common.frontier.hosts import SORT_COLUMNS, Frontier, HostPage
 from common.queue import CrawlQueue
 
 Command = Callable[..., argparse.ArgumentParser]
-_JSON = Option("--json", "CRAWLQ_JSON", False, "print one JSON document", flag_only_bool=True)
 
 
 def _in(ms: int | None, now_ms: int) -> str:
@@ -108,7 +107,7 @@ def add_host_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                            "change one host's settings while the crawl runs.")
     add_options(hosts, common)
     add_options(hosts, (
-        _JSON,
+        JSON,
         Option("--sort", "CRAWLQ_HOSTS_SORT", "queued", "column to sort by",
                choices=SORT_COLUMNS),
         Option("--asc", "CRAWLQ_HOSTS_ASC", False, "smallest first", flag_only_bool=True),

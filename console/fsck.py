@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from common.codec import text as _text
-from common.frontier.hostconf import HostConf
+from common.hostmodel.hostconf import HostConf
 from common.keys import HASHTABLE_FIELD, PartitionKeys
 from common.queue import CrawlQueue
 from common.scripts import register

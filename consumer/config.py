@@ -7,14 +7,16 @@ import ipaddress
 import os
 import socket
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from common.config import (
+    ALLOW_PRIVATE,
     COMMON_OPTIONS,
     CommonSettings,
     Option,
     add_options,
+    defaults,
     duration,
     option_values,
     size,
@@ -22,8 +24,8 @@ from common.config import (
 from common.errors import ConfigError
 from common.headers import parse_header_lines
 from common.http.fetcher import FetchSettings
-from common.policy import OPTIONS as POLICY
-from common.policy import domains, media_types
+from common.policy import CONSUMER
+from common.policy_flags import policy_flag
 from consumer.sinks import SINK_KINDS
 
 
@@ -39,11 +41,6 @@ def _headers(lines: list[str]) -> tuple[tuple[str, str], ...]:
     return tuple(parse_header_lines(lines, ConfigError, "--header / CRAWLQ_HEADERS").items())
 
 
-def _domains(texts: list[str]) -> tuple[str, ...]:
-    """Every flag's (or the env list's) comma-separated domains, canonical, in order."""
-    return tuple(dict.fromkeys(d for text in texts for d in domains(text)))
-
-
 def _worker_id(text: str) -> str:
     return text or default_worker_id()
 
@@ -53,10 +50,8 @@ def _worker_id(text: str) -> str:
 SERVICE_REDIS_WAIT_S = 15 * 60.0
 BATCH_REDIS_WAIT_S = 30.0
 
-#: How a crawl-level flag relates to the crawl's policy (``common.policy``).
-_POLICY_VALUE = ("a crawl policy value: used only when this consumer creates the crawl's "
-                 "policy, else the crawl's holds (a WARNING if they differ; change it with "
-                 "crawlq crawl set)")
+#: The fetcher's own defaults, which its flags take.
+_FETCH = FetchSettings()
 
 
 CONSUMER_OPTIONS = (
@@ -68,30 +63,19 @@ CONSUMER_OPTIONS = (
     Option("--lease-batch", "CRAWLQ_LEASE_BATCH", 0,
            "tasks per lease/ack round trip (0 = derived from --concurrency)", type=int,
            field="batch_size"),
-    Option("--per-host-concurrency", "CRAWLQ_PER_HOST_CONCURRENCY", 2,
-           "most requests in flight to one host across the whole fleet (0 = no limit); "
-           + _POLICY_VALUE, type=int),
-    Option("--per-host-delay", "CRAWLQ_PER_HOST_DELAY", 1.0,
-           "least time between requests to one host across the whole fleet; "
-           + _POLICY_VALUE, type=duration, field="per_host_delay_s"),
-    Option("--accept-content-type", "CRAWLQ_ACCEPT_CONTENT_TYPE", (),
-           "media types whose bodies are read, comma-separated, type/* allowed (e.g. "
-           "text/html,application/xhtml+xml; */* = all); any other 2xx ends done, outcome "
-           "filtered, unread; " + _POLICY_VALUE, type=media_types),
-    Option("--timeout", "CRAWLQ_TIMEOUT", 30.0, "total time for one fetch, redirects and "
-           "body included", type=duration, field="fetch.total_timeout"),
-    Option("--connect-timeout", "CRAWLQ_CONNECT_TIMEOUT", 10.0, "TCP+TLS connect timeout",
-           type=duration, field="fetch.connect_timeout"),
-    Option("--read-timeout", "CRAWLQ_READ_TIMEOUT", 15.0, "longest silence while reading",
-           type=duration, field="fetch.sock_read_timeout"),
-    Option("--max-body-bytes", "CRAWLQ_MAX_BODY_BYTES", 10 * 2**20,
+    policy_flag("per_host_concurrency", CONSUMER),
+    policy_flag("per_host_delay", CONSUMER, field="per_host_delay_s"),
+    policy_flag("accept_content_type", CONSUMER),
+    Option("--timeout", "CRAWLQ_TIMEOUT", _FETCH.total_timeout, "total time for one fetch, "
+           "redirects and body included", type=duration, field="fetch.total_timeout"),
+    Option("--connect-timeout", "CRAWLQ_CONNECT_TIMEOUT", _FETCH.connect_timeout,
+           "TCP+TLS connect timeout", type=duration, field="fetch.connect_timeout"),
+    Option("--read-timeout", "CRAWLQ_READ_TIMEOUT", _FETCH.sock_read_timeout,
+           "longest silence while reading", type=duration, field="fetch.sock_read_timeout"),
+    Option("--max-body-bytes", "CRAWLQ_MAX_BODY_BYTES", _FETCH.max_body_bytes,
            "body cap, counted on decompressed bytes (e.g. 10MiB)", type=size,
            field="fetch.max_body_bytes"),
-    Option("--user-agent", "CRAWLQ_USER_AGENT", POLICY["user_agent"].default,
-           "User-Agent header of every request; robots.txt groups are matched on its "
-           "product token (its first word up to /); " + _POLICY_VALUE,
-           type=POLICY["user_agent"].parse, check=POLICY["user_agent"].check,
-           field="fetch.user_agent"),
+    policy_flag("user_agent", CONSUMER, field="fetch.user_agent"),
     Option("--header", "CRAWLQ_HEADERS", [], "'Name: value' sent on every request of the "
            "crawl, repeatable (env: one per line); credential headers are never shown, "
            "never sent to robots.txt, dropped on a redirect to another origin",
@@ -99,19 +83,12 @@ CONSUMER_OPTIONS = (
     Option("--proxy", "CRAWLQ_PROXIES", [], "HTTP(S) proxy URL, repeatable (env: comma "
            "separated); rotated per request", append=True, secret=True,
            field="fetch.proxies", convert=tuple),
-    Option("--allow-private", "CRAWLQ_ALLOW_PRIVATE", False,
-           "turn the SSRF guard off: allow loopback/private/link-local targets",
-           flag_only_bool=True, field="fetch.allow_private"),
+    replace(ALLOW_PRIVATE, field="fetch.allow_private"),
     Option("--allow-network", "CRAWLQ_ALLOW_NETWORKS", [],
            "a network the SSRF guard lets through, repeatable (e.g. 10.1.0.0/16)",
            type=_network, append=True, field="fetch.allow_networks", convert=tuple),
-    Option("--ignore-robots", "CRAWLQ_IGNORE_ROBOTS", False,
-           "do not fetch or obey robots.txt (only for sites you own); " + _POLICY_VALUE,
-           flag_only_bool=True),
-    Option("--robots-ttl", "CRAWLQ_ROBOTS_TTL", POLICY["robots_ttl"].default,
-           "how long a fetched robots.txt is trusted (e.g. 1d, 6h; > 0); " + _POLICY_VALUE,
-           type=POLICY["robots_ttl"].parse, check=POLICY["robots_ttl"].check,
-           field="robots_ttl_s"),
+    policy_flag("ignore_robots", CONSUMER),
+    policy_flag("robots_ttl", CONSUMER, field="robots_ttl_s"),
     Option("--sink", "CRAWLQ_SINK", "jsonl", "where results go", choices=SINK_KINDS),
     Option("--output", "CRAWLQ_OUTPUT", Path("crawlq-output"),
            "directory for jsonl/warc files", type=Path),
@@ -128,18 +105,14 @@ CONSUMER_OPTIONS = (
            field="sink_retry_for_s"),
     Option("--handler", "CRAWLQ_HANDLER", "", "async handler module:function, given each "
            "response; may return items and new URLs (e.g. consumer.handlers:links)"),
-    Option("--max-depth", "CRAWLQ_MAX_DEPTH", POLICY["max_depth"].default,
-           "deepest link depth a handler may enqueue (seeds are 0); " + _POLICY_VALUE,
-           type=int),
+    policy_flag("max_depth", CONSUMER),
     Option("--max-links", "CRAWLQ_MAX_LINKS", 10_000, "most links taken from one page; "
            "the rest are dropped and counted (crawlq_links_total{fate=\"capped\"})",
            type=int),
     Option("--link-cache", "CRAWLQ_LINK_CACHE", 50_000, "discovered URLs this consumer "
            "remembers having sent to the crawl's dedup, so links repeated on every page "
            "skip it (0 = off; ~200 bytes each)", type=int),
-    Option("--allow-domains", "CRAWLQ_ALLOW_DOMAINS", [], "domains a handler's links may "
-           "go to (and their subdomains), comma-separated, repeatable; none (or @parent) = "
-           "the parent URL's host; " + _POLICY_VALUE, append=True, convert=_domains),
+    policy_flag("allow_domains", CONSUMER, repeatable=True),
     Option("--http-host", "CRAWLQ_HTTP_HOST", "127.0.0.1",
            "address of /healthz, /readyz and /metrics"),
     Option("--http-port", "CRAWLQ_HTTP_PORT", 9410,
@@ -156,19 +129,10 @@ CONSUMER_OPTIONS = (
            f"{SERVICE_REDIS_WAIT_S / 60:g}m for a service, {BATCH_REDIS_WAIT_S:g}s with "
            "--exit-when-empty, so a batch job on a wrong URL fails instead of hanging)",
            type=duration, field="redis_wait_s"),
-    Option("--retry-base", "CRAWLQ_RETRY_BASE", POLICY["retry_base"].default,
-           "backoff before the first retry, in whole ms (> 0); doubles per attempt, with "
-           "full jitter; " + _POLICY_VALUE, type=POLICY["retry_base"].parse,
-           check=POLICY["retry_base"].check, field="retry_base_s"),
-    Option("--retry-cap", "CRAWLQ_RETRY_CAP", POLICY["retry_cap"].default,
-           "longest backoff between attempts, in whole ms (>= --retry-base); "
-           + _POLICY_VALUE, type=POLICY["retry_cap"].parse, field="retry_cap_s"),
-    Option("--max-retry-after", "CRAWLQ_MAX_RETRY_AFTER", POLICY["max_retry_after"].default,
-           "longest Retry-After honoured (and 429/503 host block), in whole ms; "
-           + _POLICY_VALUE, type=POLICY["max_retry_after"].parse, field="max_retry_after_s"),
-    Option("--max-stalls", "CRAWLQ_MAX_STALLS", POLICY["max_stalls"].default,
-           "lease expiries before a task is dead with reason 'stalled'; " + _POLICY_VALUE,
-           type=int),
+    policy_flag("retry_base", CONSUMER, field="retry_base_s"),
+    policy_flag("retry_cap", CONSUMER, field="retry_cap_s"),
+    policy_flag("max_retry_after", CONSUMER, field="max_retry_after_s"),
+    policy_flag("max_stalls", CONSUMER),
     Option("--worker-id", "CRAWLQ_WORKER_ID", "", "this consumer's id (default "
            "host-pid-random)", convert=_worker_id),
     Option("--gc-threshold", "CRAWLQ_GC_THRESHOLD", 10_000,
@@ -181,44 +145,47 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()[:32]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
+_DEFAULT = defaults(CONSUMER_OPTIONS)
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerSettings:
-    """Everything the consumer needs, built once in main()."""
+    """Everything the consumer needs, built once in main() (defaults: `CONSUMER_OPTIONS`')."""
 
     common: CommonSettings = field(default_factory=CommonSettings)
     fetch: FetchSettings = field(default_factory=FetchSettings)
-    concurrency: int = 64
-    lease_s: float = 60.0
-    batch_size: int = 0
-    per_host_concurrency: int = 2
-    per_host_delay_s: float = 1.0
-    accept_content_type: tuple[str, ...] = ()
-    ignore_robots: bool = False
-    robots_ttl_s: float = 86400.0
-    sink: str = "jsonl"
-    output: Path = Path("crawlq-output")
-    rotate_bytes: int = 256 * 2**20
-    gzip: bool = False
-    store_body: bool = False
-    stream_maxlen: int = 1_000_000
-    sink_retry_for_s: float = 60.0
-    handler: str = ""
-    max_depth: int = 3
-    max_links: int = 10_000
-    link_cache: int = 50_000
-    allow_domains: tuple[str, ...] = ()
-    http_host: str = "127.0.0.1"
-    http_port: int = 9410
-    grace_s: float = 20.0
-    exit_when_empty: bool = False
-    empty_grace_s: float = 5.0
-    redis_wait_s: float = 0.0  # 0: the mode's default (`redis_wait_limit_s`)
-    retry_base_s: float = 2.0
-    retry_cap_s: float = 600.0
-    max_retry_after_s: float = 3600.0
-    max_stalls: int = 2
+    concurrency: int = _DEFAULT["concurrency"]
+    lease_s: float = _DEFAULT["lease_s"]
+    batch_size: int = _DEFAULT["batch_size"]
+    per_host_concurrency: int = _DEFAULT["per_host_concurrency"]
+    per_host_delay_s: float = _DEFAULT["per_host_delay_s"]
+    accept_content_type: tuple[str, ...] = _DEFAULT["accept_content_type"]
+    ignore_robots: bool = _DEFAULT["ignore_robots"]
+    robots_ttl_s: float = _DEFAULT["robots_ttl_s"]
+    sink: str = _DEFAULT["sink"]
+    output: Path = _DEFAULT["output"]
+    rotate_bytes: int = _DEFAULT["rotate_bytes"]
+    gzip: bool = _DEFAULT["gzip"]
+    store_body: bool = _DEFAULT["store_body"]
+    stream_maxlen: int = _DEFAULT["stream_maxlen"]
+    sink_retry_for_s: float = _DEFAULT["sink_retry_for_s"]
+    handler: str = _DEFAULT["handler"]
+    max_depth: int = _DEFAULT["max_depth"]
+    max_links: int = _DEFAULT["max_links"]
+    link_cache: int = _DEFAULT["link_cache"]
+    allow_domains: tuple[str, ...] = _DEFAULT["allow_domains"]
+    http_host: str = _DEFAULT["http_host"]
+    http_port: int = _DEFAULT["http_port"]
+    grace_s: float = _DEFAULT["grace_s"]
+    exit_when_empty: bool = _DEFAULT["exit_when_empty"]
+    empty_grace_s: float = _DEFAULT["empty_grace_s"]
+    redis_wait_s: float = _DEFAULT["redis_wait_s"]  # 0: the mode's (`redis_wait_limit_s`)
+    retry_base_s: float = _DEFAULT["retry_base_s"]
+    retry_cap_s: float = _DEFAULT["retry_cap_s"]
+    max_retry_after_s: float = _DEFAULT["max_retry_after_s"]
+    max_stalls: int = _DEFAULT["max_stalls"]
     worker_id: str = field(default_factory=default_worker_id)
-    gc_threshold: int = 10_000
+    gc_threshold: int = _DEFAULT["gc_threshold"]
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:

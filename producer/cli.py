@@ -33,10 +33,13 @@ from typing import Any, BinaryIO, TextIO
 from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 
 from common.config import (
+    ALLOW_PRIVATE,
     COMMON_OPTIONS,
+    JSON,
     CommonSettings,
     Option,
     add_options,
+    defaults,
     duration,
     option_values,
     redact_url,
@@ -47,7 +50,6 @@ from common.exitcodes import EXIT_LOCKED, EXIT_OK, EXIT_REDIS, EXIT_SOURCE, EXIT
 from common.headers import parse_header_lines
 from common.http.fetcher import Fetcher
 from common.logs import setup_logging
-from common.policy import OPTIONS as POLICY
 from common.policy import (
     PRODUCER,
     CrawlPolicy,
@@ -56,6 +58,7 @@ from common.policy import (
     read_values,
     seeded_by,
 )
+from common.policy_flags import policy_flag
 from common.queue import CrawlQueue, CrawlSettings, DedupMode
 from common.redis_errors import redis_error_message
 from common.runtime import run_loop
@@ -103,10 +106,8 @@ def _meta_pair(text: str) -> tuple[str, str]:
     return key.strip(), value
 
 
-#: How a crawl-level flag relates to the crawl's policy (``common.policy``).
-_POLICY_VALUE = ("a crawl policy value: used only when this run creates the crawl's "
-                 "policy, else the crawl's holds (a WARNING if they differ; change it with "
-                 "crawlq crawl set)")
+#: What every task of a run gets by default, which its flags take.
+_TEMPLATE = TaskTemplate()
 #: The policy options this producer has flags for (the consumer's keep their defaults).
 SEEDS = frozenset(o.name for o in seeded_by(PRODUCER))
 
@@ -119,12 +120,10 @@ PRODUCER_OPTIONS = (
            field="urls", convert=tuple),
     Option("--sitemap", "CRAWLQ_SITEMAP", [], "a sitemap, sitemap index or robots.txt URL "
            "whose URLs to enqueue (repeatable)", append=True, field="sitemaps", convert=tuple),
-    Option("--priority", "CRAWLQ_PRIORITY", 0, "task priority: 0 is first come first "
-           "served, higher is leased first", type=_int_at_least(0), field="template.priority"),
-    Option("--max-attempts", "CRAWLQ_MAX_ATTEMPTS", POLICY["max_attempts"].default,
-           "fetch attempts before a task is dead-lettered (>= 1), stamped on the tasks "
-           "enqueued; " + _POLICY_VALUE, type=POLICY["max_attempts"].parse,
-           check=POLICY["max_attempts"].check, field="template.max_attempts"),
+    Option("--priority", "CRAWLQ_PRIORITY", _TEMPLATE.priority, "task priority: 0 is first "
+           "come first served, higher is leased first", type=_int_at_least(0),
+           field="template.priority"),
+    policy_flag("max_attempts", PRODUCER, field="template.max_attempts"),
     Option("--meta", "CRAWLQ_META", [], "key=value stored in every task's meta "
            "(repeatable)", type=_meta_pair, append=True, field="template.meta", convert=dict),
     # Not CRAWLQ_HEADERS: that is the consumer's, and a settings file both read would
@@ -133,17 +132,13 @@ PRODUCER_OPTIONS = (
            "this run and sent with its request over the consumer's --header, repeatable "
            "(env: one per line); credential headers are never shown", append=True,
            env_separator="\n", secret=True, field="template.headers", convert=_task_headers),
-    Option("--depth", "CRAWLQ_DEPTH", 0, "link depth recorded on the tasks",
+    Option("--depth", "CRAWLQ_DEPTH", _TEMPLATE.depth, "link depth recorded on the tasks",
            type=_int_at_least(0), field="template.depth"),
     Option("--dedup", "CRAWLQ_DEDUP", None, "dedup mode, fixed when the crawl is created "
            "(exact if unset)", choices=("exact", "bloom"), convert=_dedup),
     Option("--partitions", "CRAWLQ_PARTITIONS", None, "partitions, fixed when the crawl is "
            "created (1 if unset)", type=_int_at_least(1)),
-    Option("--recrawl-after", "CRAWLQ_RECRAWL_AFTER", POLICY["recrawl_after"].default,
-           "enqueue again a URL whose last enqueue is older than this and that is done, in "
-           "whole seconds (e.g. 7d; 0 never; exact dedup only); " + _POLICY_VALUE,
-           type=POLICY["recrawl_after"].parse, check=POLICY["recrawl_after"].check,
-           field="recrawl_after_s"),
+    policy_flag("recrawl_after", PRODUCER, field="recrawl_after_s"),
     Option("--sort-query", "CRAWLQ_SORT_QUERY", False, "sort query parameters by key when "
            "canonicalizing", flag_only_bool=True),
     Option("--reject-file", "CRAWLQ_REJECT_FILE", None, "write every rejected line there, "
@@ -152,42 +147,43 @@ PRODUCER_OPTIONS = (
            type=_int_at_least(1), field="batch_size"),
     Option("--dry-run", "CRAWLQ_DRY_RUN", False, "canonicalize and count, write nothing "
            "(Redis is not contacted)", flag_only_bool=True),
-    Option("--json", "CRAWLQ_JSON", False, "print the summary as one JSON object on stdout",
-           flag_only_bool=True),
+    JSON,
     Option("--every", "CRAWLQ_EVERY", 0.0, "run again this long after each run, +-10%% "
            "jitter (e.g. 1h); 0 runs once", type=duration, field="every_s"),
     Option("--lock-wait", "CRAWLQ_LOCK_WAIT", 0.0, "how long to wait for another "
            "producer of the same crawl to finish before exiting 5", type=duration,
            field="lock_wait_s"),
-    Option("--allow-private", "CRAWLQ_ALLOW_PRIVATE", False, "let sitemap fetches reach "
-           "private and loopback addresses (off: the SSRF guard refuses them)",
-           flag_only_bool=True),
+    ALLOW_PRIVATE,
     Option("--progress", "CRAWLQ_PROGRESS", "auto", "progress bar: auto (on a terminal), "
            "on, off (log lines every 5 s)", choices=("auto", "on", "off")),
 )
 
 
+_DEFAULT = defaults(PRODUCER_OPTIONS)
+
+
 @dataclass(frozen=True, slots=True)
 class ProducerSettings:
-    """Everything a producer run needs, built once from flags and environment."""
+    """Everything a producer run needs, built once from flags and environment (defaults:
+    `PRODUCER_OPTIONS`')."""
 
     common: CommonSettings
-    inputs: tuple[str, ...] = ()
-    urls: tuple[str, ...] = ()
-    sitemaps: tuple[str, ...] = ()
+    inputs: tuple[str, ...] = _DEFAULT["inputs"]
+    urls: tuple[str, ...] = _DEFAULT["urls"]
+    sitemaps: tuple[str, ...] = _DEFAULT["sitemaps"]
     template: TaskTemplate = field(default_factory=TaskTemplate)
-    dedup: DedupMode | None = None
-    partitions: int | None = None
-    recrawl_after_s: int = 0
-    sort_query: bool = False
-    reject_file: str | None = None
-    batch_size: int = 1000
-    dry_run: bool = False
-    json: bool = False
-    every_s: float = 0.0
-    lock_wait_s: float = 0.0
-    allow_private: bool = False
-    progress: str = "auto"
+    dedup: DedupMode | None = _DEFAULT["dedup"]
+    partitions: int | None = _DEFAULT["partitions"]
+    recrawl_after_s: int = _DEFAULT["recrawl_after_s"]
+    sort_query: bool = _DEFAULT["sort_query"]
+    reject_file: str | None = _DEFAULT["reject_file"]
+    batch_size: int = _DEFAULT["batch_size"]
+    dry_run: bool = _DEFAULT["dry_run"]
+    json: bool = _DEFAULT["json"]
+    every_s: float = _DEFAULT["every_s"]
+    lock_wait_s: float = _DEFAULT["lock_wait_s"]
+    allow_private: bool = _DEFAULT["allow_private"]
+    progress: str = _DEFAULT["progress"]
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ProducerSettings:

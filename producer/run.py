@@ -25,6 +25,7 @@ from common import codec
 from common.errors import SourceError
 from common.http.fetcher import redact_url
 from common.queue import CrawlQueue, EnqueueResult, NewTask
+from common.task import DEFAULT_MAX_ATTEMPTS
 from common.urls import canonicalize
 from common.wake import WakeChannel
 from producer.progress import Progress
@@ -44,7 +45,7 @@ class TaskTemplate:
     """What every task of a run gets besides its URL."""
 
     priority: int = 0
-    max_attempts: int = 3
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS  # the policy's max_attempts default
     meta: dict[str, Any] = field(default_factory=dict)
     depth: int = 0
     headers: dict[str, str] = field(default_factory=dict, repr=False)  # checked: common.headers

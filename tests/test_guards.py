@@ -35,8 +35,8 @@ from support.ports import closed_port
 from support.routes import page, serve
 
 import common.policy as policy_module
-from common.frontier.hostconf import HostConf
 from common.frontier.hosts import Frontier
+from common.hostmodel.hostconf import HostConf
 from common.http.fetcher import Fetcher, FetchResult
 from common.metrics import Metrics
 from common.policy import create_policy, set_policy

@@ -26,19 +26,24 @@ def test_the_tree_keeps_every_contract() -> None:
     assert "0 broken" in result.stdout
 
 
-def test_a_wrong_import_breaks_the_contract_it_names(tmp_path: Path) -> None:
+def copy_tree(to: Path) -> None:
+    """The packages and the contracts, without what import-linter does not read."""
     for package in ("common", "producer", "consumer", "console"):
-        shutil.copytree(ROOT / package, tmp_path / package,
+        shutil.copytree(ROOT / package, to / package,
                         ignore=shutil.ignore_patterns("__pycache__", "*.lua", "static"))
-    shutil.copy(ROOT / "pyproject.toml", tmp_path)
-    codec = tmp_path / "common" / "codec.py"
-    codec.write_text(codec.read_text() + "\nimport consumer.lifecycle  # noqa\n")
-    sitemaps = tmp_path / "producer" / "sitemaps.py"
-    sitemaps.write_text(sitemaps.read_text() + "\nimport consumer.flush  # noqa\n")
-    fsck = tmp_path / "console" / "fsck.py"
-    fsck.write_text(fsck.read_text() + "\nimport consumer.lifecycle  # noqa\n")
-    housekeeping = tmp_path / "consumer" / "housekeeping.py"
-    housekeeping.write_text(housekeeping.read_text() + "\nimport console.crawls  # noqa\n")
+    shutil.copy(ROOT / "pyproject.toml", to)
+
+
+def add_import(module: Path, name: str) -> None:
+    module.write_text(module.read_text() + f"\nimport {name}  # noqa\n")
+
+
+def test_a_wrong_import_breaks_the_contract_it_names(tmp_path: Path) -> None:
+    copy_tree(tmp_path)
+    add_import(tmp_path / "common" / "codec.py", "consumer.lifecycle")
+    add_import(tmp_path / "producer" / "sitemaps.py", "consumer.flush")
+    add_import(tmp_path / "console" / "fsck.py", "consumer.lifecycle")
+    add_import(tmp_path / "consumer" / "housekeeping.py", "console.crawls")
     result = lint_imports(tmp_path)
     assert result.returncode != 0
     out = result.stdout
@@ -49,3 +54,27 @@ def test_a_wrong_import_breaks_the_contract_it_names(tmp_path: Path) -> None:
            "BROKEN" in out
     assert "the services never import the console BROKEN" in out
     assert "common.codec -> consumer.lifecycle" in out
+
+
+def test_a_wrong_import_inside_common_breaks_its_layers(tmp_path: Path) -> None:
+    """The host model under the queue, the queue under the fleet's modules, those under
+    the policy, the policy under the operator's Frontier; the fleet's modules are
+    independent of each other."""
+    copy_tree(tmp_path)
+    common = tmp_path / "common"
+    add_import(common / "hostmodel" / "hostkey.py", "common.queue")
+    add_import(common / "keys.py", "common.wake")
+    add_import(common / "workers.py", "common.history")
+    add_import(common / "wake.py", "common.policy")
+    add_import(common / "policy.py", "common.frontier.hosts")
+    result = lint_imports(tmp_path)
+    assert result.returncode != 0
+    out = result.stdout
+    assert "inside common: policy and fleet over the queue over its parts BROKEN" in out
+    for arrow in ("common.hostmodel.hostkey -> common.queue",
+                  "common.keys -> common.wake", "common.workers -> common.history",
+                  "common.wake -> common.policy", "common.policy -> common.frontier.hosts"):
+        assert arrow in out, arrow
+    # The other contracts still hold: the wrong imports stay inside common.
+    assert "common is the base layer: it imports neither the services nor the console " \
+           "KEPT" in out

@@ -21,8 +21,8 @@ from support.consume import enqueue, records
 from support.frontier import lease_when_due, tasks
 from support.routes import page, serve
 
-from common.frontier.hostconf import HostConf
 from common.frontier.hosts import Frontier
+from common.hostmodel.hostconf import HostConf
 from common.keys import PartitionKeys
 from common.policy import create_policy, set_policy
 from common.queue import Code, CrawlQueue, Failure, Lease, RetryPolicy

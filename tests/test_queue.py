@@ -22,8 +22,8 @@ from support.clock import expire, redis_ms, window_passed
 
 import common.queue
 from common.errors import ConfigError, CrawlConflictError, MalformedTaskError
-from common.frontier.hostkey import host_key
 from common.frontier.hosts import Frontier
+from common.hostmodel.hostkey import host_key
 from common.keys import HASHTABLE_FIELD
 from common.queue import (
     MALFORMED,

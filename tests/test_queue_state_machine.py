@@ -47,8 +47,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from common.frontier.hostconf import HostConf
 from common.frontier.hosts import Frontier
+from common.hostmodel.hostconf import HostConf
 from common.keys import HASHTABLE_FIELD
 from common.queue import (
     Code,

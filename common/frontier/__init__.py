@@ -1,11 +1,9 @@
-"""The frontier: which host's turn it is, and the rules that decide it.
+"""The frontier's operator API: steering hosts while a crawl runs.
 
-- `hostkey`: which host (and partition) a URL belongs to;
-- `hostconf`: a host's own settings as Redis keeps them (delay, concurrency, budget,
-  block, robots.txt's Crawl-delay);
-- `policy`: the crawl's policy, one versioned object every process follows;
-- `hosts`: steering it while a crawl runs (list hosts, set one, pause, resume).
+- `hosts`: `Frontier` (list hosts, set one, pause, resume), a layer above the queue.
 
-The lease itself is ``common/lua/lease.lua`` (its reply's layout is read in
-`common.queue`), the host state its scripts share ``common/lua/lib/hosts.lua``.
+What a host is (its key, its settings as Redis keeps them) is the host model below the
+queue, `common.hostmodel`; the crawl's policy is `common.policy`. The lease itself is
+``common/lua/lease.lua`` (its reply's layout is read in `common.queue`), the host state
+its scripts share ``common/lua/lib/hosts.lua``.
 """

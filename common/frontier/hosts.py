@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.errors import ConfigError
-from common.frontier.hostconf import HostConf
-from common.frontier.hostkey import host_key
+from common.hostmodel.hostconf import HostConf
+from common.hostmodel.hostkey import host_key
 from common.keys import PartitionKeys
 from common.policy import set_policy
 from common.queue import CrawlQueue

@@ -55,11 +55,10 @@ from yarl import URL
 from common import reasons
 from common.config import redact_url
 from common.errors import ConfigError, FetchError
-from common.headers import checked_headers, is_credential, redacted_headers
+from common.headers import DEFAULT_USER_AGENT, checked_headers, is_credential, redacted_headers
 from common.http.ssrf import GuardedResolver, SsrfGuard, literal_host_ip, ssrf_error_from
 
 __all__ = [
-    "DEFAULT_USER_AGENT",
     "MAX_RETRY_AFTER_S",
     "FetchResult",
     "FetchSettings",
@@ -87,7 +86,6 @@ KEPT_HEADERS = (
 )
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _HTTP_SCHEMES = frozenset({"http", "https"})
-DEFAULT_USER_AGENT = "crawlq/0.1 (+https://github.com/crawlq/crawlq)"
 # After these, a proxied fetch is tried again once on the next proxy.
 _PROXY_RETRY_STATUSES = frozenset({403, 407, 429})
 _PROXY_RETRY_REASONS = frozenset({reasons.CONNECT_ERROR, reasons.HTTP_429})

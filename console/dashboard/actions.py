@@ -33,8 +33,8 @@ from typing import Any
 from aiohttp import web
 
 from common.errors import BadRequestError
-from common.frontier.hostkey import host_key
 from common.frontier.hosts import Frontier
+from common.hostmodel.hostkey import host_key
 from common.queue import CrawlQueue
 from common.urls import canonicalize
 from console.dashboard.api import open_crawl

@@ -23,14 +23,14 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from common import codec
-from common.config import COMMON_OPTIONS, Option, duration, redact_url
+from common.config import COMMON_OPTIONS, REDIS_URL, Option, duration, redact_url
 from common.connection import RedisClient, connect
 from common.keys import CRAWLS
 from common.names import validate_crawl_name
@@ -46,8 +46,8 @@ PLAIN_PROGRESS_EVERY_S = 5.0
 STOP_GRACE_S = 5.0
 
 DEMO_OPTIONS = (
-    Option("--redis-url", "REDIS_URL", "", "Redis to use (the demo crawl is reset first); "
-           "unset: start an embedded redis-server for the demo and stop it after", secret=True),
+    replace(REDIS_URL, default="", help="Redis to use (the demo crawl is reset first); "
+            "unset: start an embedded redis-server for the demo and stop it after"),
     Option("--crawl", "CRAWLQ_DEMO_CRAWL", "demo", "crawl name of the demo",
            check=validate_crawl_name),
     Option("--output", "CRAWLQ_DEMO_OUTPUT", "./crawlq-demo", "where results, logs and the "
