@@ -58,6 +58,7 @@ from consumer.handlers import Handler, HandlerContext, LeaseLostError, as_result
 from consumer.housekeeping import Housekeeping
 from consumer.intake import LinkIntake
 from consumer.leases import LeaseBook
+from consumer.revisits import NOT_HANDLED, conditional_headers, noted, observe, outcome_of
 from consumer.robots import RobotsCache, RobotsVerdict
 from consumer.sinkhealth import SinkHealth
 from consumer.sinks import Record, Sink, sink_target
@@ -770,7 +771,8 @@ class Consumer:
             result = await self.fetcher.fetch(task.url, headers=task.headers or None,
                                               crawl_credentials=True,
                                               accept=self.accept or None,
-                                              on_sent=self._on_sent(lease))
+                                              on_sent=self._on_sent(lease),
+                                              conditional=conditional_headers(task.revisit))
         except FetchError as exc:
             self.metrics.response(exc.status)
             # A status is the host's response, a page of its budget (a proxy's refusal
@@ -792,15 +794,16 @@ class Consumer:
         if self.adaptive:
             lease.elapsed_ms = round(result.elapsed * 1000)
         self.metrics.response(result.status, len(result.body))
+        lease.observed = observed = observe(task.revisit, result)
         if result.filtered:  # its Content-Type is not accepted: no body, no handler
             outcome = "filtered"
             self._complete(Completion(lease, "ack", outcome,
                                       record=self._record(lease, result, outcome)))
             return
-        outcome = "ok" if result.status < 400 else "http_4xx"
-        record = self._record(lease, result, outcome)
+        outcome = outcome_of(task.revisit, result, observed)
+        record = noted(self._record(lease, result, outcome), task.revisit, observed)
         urls: Sequence[str] = ()
-        if self.handler is not None:
+        if self.handler is not None and outcome not in NOT_HANDLED:
             # Counted before the handler's CPU work, and the loop goes round once: the
             # responses that came in together are all counted when the leaser runs next,
             # so a consumer whose CPU is behind gives its hosts' slots back (to the
