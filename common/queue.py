@@ -34,6 +34,7 @@ from common.hostmodel.hostconf import HostConf
 from common.hostmodel.hostkey import host_key, partition_of_host
 from common.keys import CRAWLS, CrawlKeys, PartitionKeys
 from common.reasons import HANDLER_ERROR, HTTP_5XX, HTTP_408, HTTP_429, ROBOTS_DISALLOWED
+from common.revisit import Observed, Revisit
 from common.scripts import Scripts, locate_in
 from common.task import Task, decode_entry, encode_entry, entry_url, stored_entry
 from common.urls import task_id
@@ -163,6 +164,7 @@ class NewTask:
     meta: dict[str, Any] = field(default_factory=dict)
     depth: int = 0
     headers: dict[str, str] = field(default_factory=dict, repr=False)  # checked: common.headers
+    revisit: Revisit | None = None  # the URL's previous visit (the frontier's recrawls; tests)
 
 
 @dataclass(slots=True)
@@ -189,6 +191,7 @@ class Lease:
     responded: bool | None = None
     # Its response's time in ms, for a crawl whose adaptive_delay is on (-1: not sent).
     elapsed_ms: int = -1
+    observed: Observed | None = None  # what its response learned for the URL's history (ack)
     id: str = field(init=False)  # the task's id, copied: it is read many times per task
 
     def __post_init__(self) -> None:
@@ -461,7 +464,7 @@ class CrawlQueue:
     @staticmethod
     def _entry(tid: str, t: NewTask) -> str:
         return encode_entry(tid, t.url, max_attempts=t.max_attempts, priority=t.priority,
-                            meta=t.meta, depth=t.depth, headers=t.headers)
+                            meta=t.meta, depth=t.depth, headers=t.headers, revisit=t.revisit)
 
     # -- lease ------------------------------------------------------------------------
 

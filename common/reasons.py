@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
-__all__ = ["METRIC_OUTCOMES", "REASONS", "Reason"]
+__all__ = ["METRIC_OUTCOMES", "REASONS", "REVISIT_OUTCOMES", "Reason"]
 
 Fate = Literal["done", "retry", "dead"]
 
@@ -34,13 +34,25 @@ def _reason(code: str, fate: Fate, meaning: str) -> str:
     return code
 
 
-OK: Final = _reason("ok", "done", "a 2xx, or a final 3xx such as 304; result written")
+OK: Final = _reason("ok", "done", "a 2xx, or a final 3xx (a 304 not to a revisit); result "
+                   "written")
 HTTP_4XX: Final = _reason("http_4xx", "done", "a 4xx other than 408/429; result written")
 ROBOTS_DISALLOWED: Final = _reason(
     "robots_disallowed", "done", "robots.txt disallows the URL for our user agent")
 FILTERED: Final = _reason(
     "filtered", "done", "a 2xx whose Content-Type the crawl's accept_content_type does not "
     "accept: closed unread, result written without a body")
+NOT_MODIFIED: Final = _reason(
+    "not_modified", "done", "a revisit answered 304 to its validators: no body read, no "
+    "handler; result written (a WARC revisit record)")
+UNCHANGED: Final = _reason(
+    "unchanged", "done", "a revisit's 2xx whose body digest is the previous visit's: no "
+    "handler, its links are known; result written (a WARC revisit record)")
+CHANGED: Final = _reason(
+    "changed", "done", "a revisit's 2xx whose body differs from the previous visit's: "
+    "handled as a new page, its links followed")
+#: The outcomes of a revisit's response (a record's ``revisit`` field).
+REVISIT_OUTCOMES: Final = frozenset({NOT_MODIFIED, UNCHANGED, CHANGED})
 
 CONNECT_ERROR: Final = _reason(
     "connect_error", "retry", "DNS failure, connection refused or reset, proxy refused")

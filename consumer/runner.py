@@ -28,6 +28,7 @@ from consumer.handlers import Handler, HandlerContext, LeaseLostError, as_result
 from consumer.leaser import DISPATCH_MS, Leaser
 from consumer.leases import LeaseBook
 from consumer.live import PolicyReader
+from consumer.revisits import NOT_HANDLED, conditional_headers, noted, observe, outcome_of
 from consumer.robots import RobotsCache, RobotsVerdict
 from consumer.sinks import Record
 from consumer.slots import Slots, Stage
@@ -189,7 +190,8 @@ class Runner:
             result = await self.fetcher.fetch(task.url, headers=task.headers or None,
                                               crawl_credentials=True,
                                               accept=live.accept or None,
-                                              on_sent=self.on_sent(lease))
+                                              on_sent=self.on_sent(lease),
+                                              conditional=conditional_headers(task.revisit))
         except FetchError as exc:
             self.metrics.response(exc.status)
             # A status is the host's response, a page of its budget (a proxy's refusal
@@ -209,15 +211,16 @@ class Runner:
         if live.adaptive:
             lease.elapsed_ms = round(result.elapsed * 1000)
         self.metrics.response(result.status, len(result.body))
+        lease.observed = observed = observe(task.revisit, result)
         if result.filtered:  # its Content-Type is not accepted: no body, no handler
             outcome = "filtered"
             self._complete(Completion(lease, "ack", outcome,
                                       record=self._record(lease, result, outcome)))
             return
-        outcome = "ok" if result.status < 400 else "http_4xx"
-        record = self._record(lease, result, outcome)
+        outcome = outcome_of(task.revisit, result, observed)
+        record = noted(self._record(lease, result, outcome), task.revisit, observed)
         urls: Sequence[str] = ()
-        if self.handler is not None:
+        if self.handler is not None and outcome not in NOT_HANDLED:
             # Counted before the handler's CPU work, and the loop goes round once: the
             # responses that came in together are all counted when the leaser runs next,
             # so a consumer whose CPU is behind gives its hosts' slots back (to the

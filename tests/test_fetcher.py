@@ -206,6 +206,14 @@ def _main_app(state: Servers, stop: asyncio.Event, bomb: bytes) -> web.Applicati
         state.record("main", dict(request.headers))
         return web.Response(text="echo")
 
+    @routes.get("/cond")
+    async def cond(request: web.Request) -> web.Response:
+        """A page whose ETag is "v1": a 304 to a request that shows it."""
+        state.record("cond", dict(request.headers))
+        if request.headers.get("If-None-Match") == '"v1"':
+            return web.Response(status=304, headers={"ETag": '"v1"'})
+        return web.Response(text="fresh", headers={"ETag": '"v1"'})
+
     @routes.get("/peer")
     async def peer(request: web.Request) -> web.Response:
         """Records the client's (address, port): one pair per connection the client opened."""
@@ -785,6 +793,44 @@ async def test_credentials_kept_on_same_origin_redirect(servers: Servers, fetche
     got = servers.seen["main"][-1]
     assert got["Authorization"] == "Bearer t0ken"
     assert got["Cookie"] == "session=1"
+
+
+# --- conditional requests (a revisit) ----------------------------------------------------------
+
+VALIDATORS = {"If-None-Match": '"v1"', "If-Modified-Since": "Thu, 01 Jan 1970 00:00:00 GMT"}
+
+
+async def test_conditional_headers_go_to_the_url_and_a_304_has_no_body(
+        servers: Servers, fetcher: Fetcher) -> None:
+    result = await fetcher.fetch(f"{servers.main}/cond", conditional=VALIDATORS)
+    assert (result.status, result.body, result.headers["etag"]) == (304, b"", '"v1"')
+    sent = servers.seen["cond"][-1]
+    assert {k: sent.get(k) for k in VALIDATORS} == VALIDATORS
+    fresh = await fetcher.fetch(f"{servers.main}/cond")
+    assert (fresh.status, fresh.body) == (200, b"fresh")
+    assert not {"If-None-Match", "If-Modified-Since"} & set(servers.seen["cond"][-1])
+
+
+@pytest.mark.parametrize("target", ["/echo", "other"])
+async def test_validators_never_follow_a_redirect_to_another_url(
+        servers: Servers, fetcher: Fetcher, target: str) -> None:
+    where = "main" if target == "/echo" else "other"
+    location = "/echo" if target == "/echo" else f"{servers.other}/echo"
+    result = await fetcher.fetch(redirect_via(servers, location), headers={"X-Task": "1"},
+                                 conditional=VALIDATORS)
+    assert result.status == 200 and result.redirects
+    got = servers.seen[where][-1]
+    assert not {"If-None-Match", "If-Modified-Since"} & set(got)
+    assert got["X-Task"] == "1"  # the task's own headers still follow
+
+
+async def test_the_crawls_and_the_tasks_own_validator_headers_win(servers: Servers) -> None:
+    crawl = settings(headers=(("If-None-Match", '"crawl"'),))
+    async with Fetcher(crawl) as f:
+        await f.fetch(f"{servers.main}/echo", headers={"if-modified-since": "task"},
+                      conditional=VALIDATORS)
+    got = servers.seen["main"][-1]
+    assert (got["If-None-Match"], got["If-Modified-Since"]) == ('"crawl"', "task")
 
 
 # --- SSRF ----------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import gzip
 import hashlib
 import json
@@ -117,7 +118,9 @@ async def test_jsonl_writes_every_record_once(tmp_path: Path) -> None:
     assert set(row) == {
         "task_id", "url", "final_url", "status", "outcome", "headers", "bytes", "elapsed",
         "attempt", "fetched_at", "worker", "depth", "meta", "items", "body", "body_sha1",
+        "revisit", "digest",
     }  # fmt: skip
+    assert (row["revisit"], row["digest"]) == (None, None)  # a first visit, not digested
 
     with pytest.raises(RuntimeError):
         await sink.write([_record(1)])
@@ -264,6 +267,33 @@ async def test_close_without_writes_creates_no_file(tmp_path: Path) -> None:
     assert _files(tmp_path / "w") == []
 
 
+def _revisit(i: int, outcome: str) -> Record:
+    """A revisit's record as the consumer writes it: a 304 (no body) or a 200."""
+    rec = _record(i, status=304 if outcome == "not_modified" else 200,
+                  body=b"" if outcome == "not_modified" else None)
+    rec.final_url = rec.url
+    rec.outcome = outcome
+    rec.digest = f"{i:016x}"
+    rec.refers_to_s = 1_770_000_000
+    return rec
+
+
+async def test_jsonl_says_which_revisit_it_was_and_the_digest(tmp_path: Path) -> None:
+    sink = JsonlSink(output_dir=tmp_path, crawl="c", worker="w")
+    first = _record(0)
+    first.digest = "00000000000000aa"
+    await sink.write([first, *(_revisit(i, o) for i, o in
+                               enumerate(("not_modified", "unchanged", "changed"), 1))])
+    await sink.close()
+    rows = _read_jsonl(sink.files)
+    assert [(r["outcome"], r["revisit"], r["digest"]) for r in rows] == [
+        ("ok", None, "00000000000000aa"),
+        ("not_modified", "not_modified", "0000000000000001"),
+        ("unchanged", "unchanged", "0000000000000002"),
+        ("changed", "changed", "0000000000000003"),
+    ]
+
+
 # -- warc ---------------------------------------------------------------------------
 
 
@@ -340,6 +370,34 @@ async def test_warc_round_trip(tmp_path: Path) -> None:
         assert http.get_header("Content-Length") == str(len(rec.body or b""))
     assert got[1]["http"].protocol == "HTTP/1.1"
     assert got[1]["http"].statusline == "200 OK"
+
+
+async def test_warc_revisit_records_for_not_modified_and_unchanged(tmp_path: Path) -> None:
+    sink = WarcSink(output_dir=tmp_path, crawl="v", worker="w")
+    records = [_revisit(1, "not_modified"), _revisit(2, "unchanged"), _revisit(3, "changed")]
+    records[1].refers_to_s = 0  # the previous visit's time not known: no Refers-To-Date
+    await sink.write(records)
+    await sink.close()
+    with sink.files[0].open("rb") as fh:
+        got = [(rec.rec_type, rec.rec_headers, rec.http_headers, rec.content_stream().read())
+               for rec in ArchiveIterator(fh, check_digests="raise")][1:]
+    profile = "http://netpreserve.org/warc/1.1/revisit/"
+    (t304, h304, http304, b304), (tsame, hsame, httpsame, bsame), (tnew, _, _, bnew) = got
+    assert (t304, tsame, tnew) == ("revisit", "revisit", "response")
+    assert h304.get_header("WARC-Profile") == profile + "server-not-modified"
+    assert hsame.get_header("WARC-Profile") == profile + "identical-payload-digest"
+    for headers, rec in ((h304, records[0]), (hsame, records[1])):
+        assert headers.get_header("WARC-Target-URI") == rec.url
+        assert headers.get_header("WARC-Refers-To-Target-URI") == rec.url
+    assert h304.get_header("WARC-Refers-To-Date") == "2026-02-02T02:40:00Z"
+    assert hsame.get_header("WARC-Refers-To-Date") is None
+    assert h304.get_header("WARC-Payload-Digest") is None  # a 304 shows no payload
+    body = records[1].body
+    assert body is not None
+    sha1 = base64.b32encode(hashlib.sha1(body).digest()).decode()
+    assert hsame.get_header("WARC-Payload-Digest") == "sha1:" + sha1
+    assert http304.get_statuscode() == "304" and httpsame.get_statuscode() == "200"
+    assert (b304, bsame, bnew) == (b"", b"", records[2].body)  # revisits hold no payload
 
 
 async def test_warc_date_is_fetched_at(tmp_path: Path) -> None:

@@ -28,6 +28,12 @@ response without a Content-Type is read. Only the final response is checked, nev
 redirect hop; `accept=None` (robots.txt) reads everything. Other statuses (4xx, a final
 3xx) are read as ever: their outcome says more than their type.
 
+Conditional requests (a revisit): `fetch(..., conditional={"If-None-Match": etag})` adds
+those headers to the request for `url` itself only: the first redirect drops them (a
+validator is its URL's own, never sent to another URL), and a name the crawl's or the
+fetch's own `headers` set is not replaced. A 304 is a result with an empty body, never
+read (it has none; a server that sends one anyway is not believed).
+
 Proxies: with `FetchSettings.proxies`, each fetch goes through the next proxy round-robin.
 An HTTP proxy resolves host names itself, so for names the SSRF guard can only check the
 proxy's own address (keep proxies inside `allow_networks` if they live on a private
@@ -285,6 +291,7 @@ class Fetcher:
         self._timeout = _client_timeout(settings, settings.total_timeout)
         self._cap = settings.max_body_bytes
         self._credentials = {k: v for k, v in settings.headers if is_credential(k)}
+        self._crawl_header_names = frozenset(k.lower() for k, _ in settings.headers)
         self._user_agent = settings.user_agent
         # raw host -> why the guard refuses it as an IP literal, or None (also for names).
         self._literal_verdicts: dict[str | None, str | None] = {}
@@ -365,6 +372,7 @@ class Fetcher:
         crawl_credentials: bool = False,
         accept: tuple[str, ...] | None = None,
         on_sent: Callable[[], None] | None = None,
+        conditional: Mapping[str, str] | None = None,
     ) -> Coroutine[Any, Any, FetchResult]:
         """GET `url`, following up to `max_redirects` redirects; raise FetchError.
 
@@ -377,7 +385,8 @@ class Fetcher:
         Await it like a coroutine function (it returns the fetch's coroutine: no extra
         coroutine frame per page). `on_sent` is called as each request's headers are
         written to its connection (after any connect: a request's real start, for
-        politeness), through a pool of its own.
+        politeness), through a pool of its own. `conditional`: validators for `url` only
+        (see the module's docstring).
         """
         session = self._session
         if session is None:
@@ -387,12 +396,15 @@ class Fetcher:
         started = time.monotonic()
         if crawl_credentials and self._credentials:
             headers = self._with_credentials(headers)
+        if conditional:
+            conditional = self._not_set(conditional, headers)
         if not self._proxies:
             return self._fetch_via(
                 session, url, headers, None, started=started, limits=self._timeout,
-                accept=accept, on_sent=on_sent,
+                accept=accept, on_sent=on_sent, conditional=conditional,
             )
-        return self._fetch_proxied(session, url, headers, started, accept, on_sent=on_sent)
+        return self._fetch_proxied(session, url, headers, started, accept, on_sent=on_sent,
+                                   conditional=conditional)
 
     async def _fetch_proxied(
         self,
@@ -403,6 +415,7 @@ class Fetcher:
         accept: tuple[str, ...] | None,
         *,
         on_sent: Callable[[], None] | None = None,
+        conditional: Mapping[str, str] | None = None,
     ) -> FetchResult:
         proxies = self._proxies
         n = len(proxies)
@@ -415,7 +428,7 @@ class Fetcher:
             try:
                 result = await self._fetch_via(
                     session, url, headers, proxy, started=started, limits=limits,
-                    accept=accept, on_sent=on_sent,
+                    accept=accept, on_sent=on_sent, conditional=conditional,
                 )
             except FetchError as exc:
                 if last or exc.reason not in _PROXY_RETRY_REASONS:
@@ -440,10 +453,15 @@ class Fetcher:
         limits: ClientTimeout,
         accept: tuple[str, ...] | None = None,
         on_sent: Callable[[], None] | None = None,
+        conditional: Mapping[str, str] | None = None,
     ) -> FetchResult:
         """Fetch `url` through `proxy`: the first hop under `limits` (aiohttp's timeouts,
-        `total` included), each redirect hop under what is left of the deadline."""
+        `total` included), each redirect hop under what is left of the deadline; the
+        `conditional` headers go with the first hop only."""
         current, current_text = _parse_start_url(url)
+        later = headers
+        if conditional:
+            headers = {**headers, **conditional} if headers else conditional
         check_literals = not self._guard.allow_private
         max_redirects = self._settings.max_redirects
         redirects: list[str] = []
@@ -476,6 +494,8 @@ class Fetcher:
                                     f"more than {max_redirects} redirects",
                                     retryable=False,
                                 )
+                            if conditional:  # a validator is its URL's own
+                                headers, conditional = later, None
                             if headers and _origin(target) != _origin(current):
                                 headers = _without_credentials(headers)
                             seen.add(key)
@@ -493,7 +513,8 @@ class Fetcher:
                             url, current_text, resp=resp, body=b"", started=started,
                             redirects=redirects, filtered=True,
                         )
-                    body = await self._read_body(resp)
+                    # A 304 has no body (RFC 9110 15.4.5): none is read, whatever is sent.
+                    body = b"" if status == 304 else await self._read_body(resp)
                     return _result(
                         url, current_text, resp=resp, body=body, started=started,
                         redirects=redirects,
@@ -530,6 +551,14 @@ class Fetcher:
         merged = {k: v for k, v in self._credentials.items() if k.lower() not in names}
         merged.update(headers)
         return merged
+
+    def _not_set(self, conditional: Mapping[str, str],
+                 headers: Mapping[str, str] | None) -> dict[str, str]:
+        """The `conditional` headers whose names neither the crawl nor `headers` set."""
+        taken = self._crawl_header_names
+        if headers:
+            taken = taken | {k.lower() for k in headers}
+        return {k: v for k, v in conditional.items() if k.lower() not in taken}
 
     def _time_left(self, started: float) -> ClientTimeout:
         """The session's timeouts with `total` cut to what is left of the fetch's deadline."""

@@ -78,6 +78,8 @@ class Record:
     items: list[Any] = field(default_factory=list)  # what a user handler returned
     depth: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
+    digest: str = ""  # the body's BLAKE2b-64 in hex (consumer.revisits.digest); "": none
+    refers_to_s: int = 0  # a revisit's: when its URL's previous visit was fetched (0: none)
 
 
 @runtime_checkable

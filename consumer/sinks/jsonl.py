@@ -4,11 +4,15 @@ Files are ``<crawl>-<worker>-<seq>.jsonl`` (or ``.jsonl.gz``) under `output_dir`
 series per consumer. A line holds::
 
     task_id, url, final_url, status, outcome, headers, bytes, elapsed, attempt,
-    fetched_at, worker, depth, meta, items, body, body_sha1
+    fetched_at, worker, depth, meta, items, body, body_sha1, revisit, digest
 
 ``body`` is the body decoded as UTF-8 (``errors="replace"``) when `store_body`, else
 null; ``body_sha1`` is the hex SHA-1 of the body bytes whenever there is a body (null
-otherwise), so duplicates can be found without storing bodies.
+otherwise), so duplicates can be found without storing bodies. ``revisit`` is the
+outcome of a revisit's response (``not_modified``, ``unchanged``, ``changed``; null for
+anything else) and ``digest`` the body's 16-hex-digit BLAKE2b-64, the one the URL's
+history compares (null when no body was read; a ``not_modified`` one has the previous
+visit's).
 
 With gzip on, every batch is written as its own complete gzip member (concatenated
 members are one valid gzip stream, RFC 1952 section 2.2): the file is a readable gzip
@@ -28,6 +32,7 @@ from typing import Any, BinaryIO
 
 import ujson
 
+from common.reasons import REVISIT_OUTCOMES
 from consumer.sinks.base import DEFAULT_ROTATE_BYTES, Record, RotatingFileSink
 
 __all__ = ["JsonlSink", "encode_record", "encode_records"]
@@ -120,6 +125,8 @@ def _doc(record: Record, store_body: bool) -> dict[str, Any]:
         "body_sha1": hashlib.sha1(body, usedforsecurity=False).hexdigest()
         if body is not None
         else None,
+        "revisit": record.outcome if record.outcome in REVISIT_OUTCOMES else None,
+        "digest": record.digest or None,
     }
 
 

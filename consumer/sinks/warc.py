@@ -20,6 +20,14 @@ Records with an HTTP response (``status`` not None) become ``response`` records:
     ``X-Crawlq-Orig-Content-Length`` when it differs).
   - The body is always stored: `store_body` does not apply to WARC, whose point is the
     payload. A response without a body (HEAD, 204) is stored with an empty payload.
+A revisit's response that brought nothing new becomes a ``revisit`` record (WARC/1.1
+6.7): its HTTP headers, no payload, ``WARC-Refers-To-Target-URI`` (the URL of the visit
+it revisits: the same URL) and ``WARC-Refers-To-Date`` (when that visit was fetched, when
+known). A ``not_modified`` one (a 304) has the profile
+``http://netpreserve.org/warc/1.1/revisit/server-not-modified``; an ``unchanged`` one
+(the same body as the previous visit) ``.../identical-payload-digest`` and the
+``WARC-Payload-Digest`` of that body (SHA-1, as the original response record has it). A
+``changed`` one is a ``response`` record like any page.
 Records without an HTTP response (robots_disallowed, DNS or connect errors), and
 ``filtered`` ones (a response whose body was never read), become ``metadata`` records
 (``application/warc-fields``) for the task URL, holding the outcome, task id, attempt,
@@ -30,6 +38,8 @@ WARC files.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import io
 import socket
 from datetime import UTC, datetime
@@ -43,11 +53,17 @@ from warcio.warcwriter import WARCWriter
 
 from consumer.sinks.base import Record, RotatingFileSink
 
-__all__ = ["WarcSink", "warc_http_headers"]
+__all__ = ["REVISIT_PROFILES", "WarcSink", "warc_http_headers"]
 
 SOFTWARE = "crawlq/0.1.0 (warcio)"
 _DECODED_HEADERS = frozenset({"content-encoding", "transfer-encoding"})
 _ORIG_PREFIX = "X-Crawlq-Orig-"
+_PROFILE = "http://netpreserve.org/warc/1.1/revisit/"
+#: The outcomes written as revisit records, and their WARC-Profile.
+REVISIT_PROFILES = {
+    "not_modified": _PROFILE + "server-not-modified",
+    "unchanged": _PROFILE + "identical-payload-digest",
+}
 
 
 def _warc_date(unix_seconds: float) -> str:
@@ -119,6 +135,8 @@ class WarcSink(RotatingFileSink):
         for record in records:
             if record.status is None or record.outcome == "filtered":
                 writer.write_record(self._metadata_record(writer, record))
+            elif record.outcome in REVISIT_PROFILES:
+                writer.write_record(self._revisit_record(writer, record))
             else:
                 writer.write_record(self._response_record(writer, record))
 
@@ -141,6 +159,23 @@ class WarcSink(RotatingFileSink):
             payload=io.BytesIO(body),
             length=len(body),
             warc_headers_dict=warc_headers,
+            http_headers=warc_http_headers(record),
+        )
+
+    def _revisit_record(self, writer: Any, record: Record) -> Any:
+        warc_headers = self._common_headers(record)
+        target = record.final_url or record.url
+        if target != record.url:
+            warc_headers["WARC-Crawlq-Task-URI"] = record.url
+        warc_headers["WARC-Profile"] = REVISIT_PROFILES[record.outcome]
+        warc_headers["WARC-Refers-To-Target-URI"] = target
+        if record.refers_to_s:
+            warc_headers["WARC-Refers-To-Date"] = _warc_date(record.refers_to_s)
+        if record.outcome == "unchanged" and record.body is not None:
+            sha1 = hashlib.sha1(record.body, usedforsecurity=False).digest()
+            warc_headers["WARC-Payload-Digest"] = "sha1:" + base64.b32encode(sha1).decode()
+        return writer.create_warc_record(
+            target, "revisit", warc_headers_dict=warc_headers,
             http_headers=warc_http_headers(record),
         )
 

@@ -1,0 +1,148 @@
+"""What a fetch learned about its URL's page, and what a revisit's response means (issue 26).
+
+A task the frontier brought back carries its URL's previous visit (`Task.revisit`):
+
+- its validators go out as ``If-None-Match`` / ``If-Modified-Since``
+  (`conditional_headers`; the fetcher sends them to the task's URL only);
+- the response's outcome (`outcome_of`): a 304 is ``not_modified``; a 2xx whose digest is
+  the previous one is ``unchanged``, one whose digest differs ``changed``; anything else
+  (a first visit, a 4xx, a final 3xx) is ``ok`` / ``http_4xx`` as ever;
+- `observe` says what goes into the URL's history with the ack (`Lease.observed`): the
+  response's validators (only when it came from the task's URL itself, not through a
+  redirect: a validator is its URL's own), its digest and its freshness lifetime. A 304
+  keeps the previous visit's digest and any validator it does not replace.
+
+``not_modified`` and ``unchanged`` responses are not handed to the handler (`NOT_HANDLED`):
+the page is the one already handled, so its links are known and its items are the
+previous visit's (the record's ``revisit`` and ``digest`` join it to them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from datetime import UTC
+from email.utils import parsedate_to_datetime
+
+from common.http.fetcher import FetchResult
+from common.revisit import Observed, Revisit
+from consumer.sinks import Record
+
+__all__ = ["MAX_VALIDATOR_BYTES", "NOT_HANDLED", "conditional_headers", "digest", "max_age_s",
+           "noted", "observe", "outcome_of"]
+
+#: A longer ETag or Last-Modified is not kept (not worth its room in the history).
+MAX_VALIDATOR_BYTES = 256
+#: The outcomes whose page was handled at an earlier visit: no handler this time.
+NOT_HANDLED = frozenset({"not_modified", "unchanged"})
+#: RFC 9111 1.2.2: a delta-seconds past 2^31 is taken as 2^31.
+_MAX_DELTA_S = 2**31
+
+
+def digest(body: bytes) -> str:
+    """A body's digest as a URL's history keeps it: 16 hex digits of BLAKE2b-64."""
+    return hashlib.blake2b(body, digest_size=8).hexdigest()
+
+
+def conditional_headers(revisit: Revisit | None) -> dict[str, str] | None:
+    """The headers that ask for a page only if it changed since `revisit` (None: none)."""
+    if revisit is None:
+        return None
+    headers = {}
+    if revisit.etag:
+        headers["If-None-Match"] = revisit.etag
+    if revisit.last_modified:
+        headers["If-Modified-Since"] = revisit.last_modified
+    return headers or None
+
+
+def observe(revisit: Revisit | None, result: FetchResult) -> Observed:
+    """What `result` tells the history of the task's URL (see the module docstring)."""
+    headers = result.headers
+    if result.redirects:  # the validators are another URL's
+        etag = last_modified = ""
+    else:
+        etag = _kept(headers.get("etag"))
+        last_modified = _kept(headers.get("last-modified"))
+    fresh = max_age_s(result.raw_headers, headers.get("date"))
+    if result.status == 304 and revisit is not None:
+        return Observed(etag or revisit.etag, last_modified or revisit.last_modified,
+                        revisit.digest, fresh)
+    return Observed(etag, last_modified, "" if result.filtered else digest(result.body), fresh)
+
+
+def outcome_of(revisit: Revisit | None, result: FetchResult, observed: Observed) -> str:
+    """The outcome code of a response that is read (not ``filtered``)."""
+    status = result.status
+    outcome = "ok" if status < 400 else "http_4xx"
+    if revisit is not None:
+        if status == 304:
+            outcome = "not_modified"
+        elif 200 <= status < 300:
+            same = revisit.digest and observed.digest == revisit.digest
+            outcome = "unchanged" if same else "changed"
+    return outcome
+
+
+def noted(record: Record, revisit: Revisit | None, observed: Observed) -> Record:
+    """`record` with its body's digest and the time of the visit it revisits."""
+    record.digest = observed.digest
+    if revisit is not None:
+        record.refers_to_s = revisit.fetched_s
+    return record
+
+
+def max_age_s(raw_headers: Sequence[tuple[bytes, bytes]], date: str | None,
+              now: float | None = None) -> int:
+    """The freshness lifetime a response declares, in seconds: ``Cache-Control: max-age``,
+    else ``Expires`` minus ``Date`` (`now` without one); 0 for ``no-store`` / ``no-cache``
+    or an invalid value (RFC 9111: stale); -1 when it declares none.
+
+    ``s-maxage`` is ignored: it is for shared caches (a CDN's lifetime), and a crawler
+    asks on its own behalf."""
+    cache_control: list[str] = []
+    expires: str | None = None
+    for name, value in raw_headers:
+        lower = name.lower()
+        if lower == b"cache-control":
+            cache_control += value.decode("latin-1").split(",")
+        elif lower == b"expires" and expires is None:
+            expires = value.decode("latin-1")
+    max_age: str | None = None
+    for directive in cache_control:
+        key, _, argument = directive.strip().partition("=")
+        key = key.strip().lower()
+        if key in ("no-store", "no-cache"):
+            return 0
+        if key == "max-age" and max_age is None:
+            max_age = argument.strip().strip('"')
+    if max_age is not None:
+        if not (max_age.isascii() and max_age.isdigit()):
+            return 0
+        return _MAX_DELTA_S if len(max_age) > 10 else min(_MAX_DELTA_S, int(max_age))
+    if expires is None:
+        return -1
+    until = _http_date(expires)
+    if until is None:
+        return 0
+    start = _http_date(date) if date is not None else None
+    base = start if start is not None else (time.time() if now is None else now)
+    return max(0, min(_MAX_DELTA_S, int(until - base)))
+
+
+def _http_date(value: str) -> float | None:
+    try:
+        when = parsedate_to_datetime(value.strip())
+        if when.tzinfo is None:  # "-0000" or asctime: HTTP dates are GMT
+            when = when.replace(tzinfo=UTC)
+        return when.timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError, OSError):
+        return None
+
+
+def _kept(value: str | None) -> str:
+    """A validator as the history keeps it: "" when none or over MAX_VALIDATOR_BYTES."""
+    if not value or len(value.encode("utf-8", "surrogateescape")) > MAX_VALIDATOR_BYTES:
+        return ""
+    return value
