@@ -309,6 +309,7 @@ class Consumer:
         # takes them.
         self.queue.policy = policy.retry()
         self.queue.recrawl_after_s = recrawl_after
+        self.queue.revisits = policy.revisit != "off"  # acks send what fetches observed
         texts = policy.texts()
         log.info("crawl_policy_applied", extra={
             "version": stored.version, "accept_content_type": ",".join(self.accept) or "*/*",
