@@ -11,7 +11,10 @@ long a URL already done may be enqueued again, ``recrawl_after`` (exact dedup on
 how a host that pushes back is slowed for the whole fleet, ``backoff_on``,
 ``backoff_base``, ``backoff_cap`` and ``backoff_forgive`` (lib/backoff.lua); whether a
 host's delay follows its response times, ``adaptive_delay`` up to ``max_delay``; and the
-longest robots.txt Crawl-delay it obeys, ``max_crawl_delay``.
+longest robots.txt Crawl-delay it obeys, ``max_crawl_delay``; and whether done URLs come
+back by themselves on a revisit schedule, ``revisit`` (off, fixed or adaptive, exact
+dedup only), between ``min_interval`` and ``max_interval``, learning by
+``interval_grow`` and ``interval_shrink`` (common/lua/lib/revisits.lua).
 What stays a process's own setting (credentials, memory and time bounds, sinks) is
 listed in docs/policy.md.
 
