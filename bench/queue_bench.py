@@ -51,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 from common.connection import connect
 from common.keys import partition_prefix
+from common.policy import set_policy
 from common.queue import (
     CrawlQueue,
     CrawlSettings,
@@ -59,6 +60,7 @@ from common.queue import (
     NewTask,
 )
 from common.redis_server import RedisServer
+from common.revisit import Observed
 from common.urls import canonicalize, fingerprint, task_id
 
 try:
@@ -71,6 +73,8 @@ TARGET_LEASE_ACK = 50_000
 TARGET_EXACT_BYTES = 40.0
 TARGET_BLOOM_BYTES = 4.0
 TARGET_PENDING_BYTES = 150.0
+#: The revisit schedule's bytes per done URL (rv:hist + rv:due), on top of its dedup entry.
+TARGET_REVISIT_BYTES = 120.0
 
 
 class Meter:
@@ -309,6 +313,30 @@ async def bench_bloom_memory(client: aioredis.Redis, urls: Sequence[str],
     return used / enqueued, layers, 1 - enqueued / len(fps), meter
 
 
+async def bench_revisit_memory(client: aioredis.Redis, n: int) -> tuple[float, float]:
+    """Bytes per done URL of the revisit schedule (MEMORY USAGE of rv:hist and rv:due) after
+    n URLs were enqueued, leased and acked with a typical ETag, Last-Modified and digest;
+    and the average URL length."""
+    crawl = "bench-revisit"
+    q = await CrawlQueue.open(client, crawl, CrawlSettings())
+    await set_policy(client, crawl, {"revisit": "adaptive", "recrawl_after": 86400,
+                                     "per_host_delay": 0.0, "per_host_concurrency": 0},
+                     by="bench", create=True)
+    q.revisits = True
+    urls = [url_of(i) for i in range(n)]
+    for lo in range(0, n, 5_000):
+        await q.enqueue([NewTask(u, fingerprint(u)) for u in urls[lo:lo + 5_000]])
+    observed = Observed('"5f2b-1a3c9e7d"', "Wed, 21 Oct 2015 07:28:00 GMT", "0123456789abcdef")
+    while leases := await q.lease("bench", 1_000, 600_000):
+        for lease in leases:
+            lease.observed = observed
+        await q.ack("bench", [(lease, "ok") for lease in leases])
+    pk = q.partitions[0]
+    used = await memory_usage(client, [pk.rv_hist, pk.rv_due])
+    await drop_crawl(client, crawl, 1)
+    return used / n, sum(map(len, urls)) / n
+
+
 async def bench_set_baseline(client: aioredis.Redis, n: int) -> float:
     key = "bench:baseline"
     await client.unlink(key)
@@ -357,6 +385,14 @@ async def run(args: argparse.Namespace, server: RedisServer) -> int:
                  f"<= {TARGET_BLOOM_BYTES:.0f}", per <= TARGET_BLOOM_BYTES)
             print(f"{'':<8}{lost:.1e} of the URLs lost to false positives; enqueueing "
                   f"{m.split(m_urls, 'URL')}")
+        if args.revisit_urls:
+            per, url_bytes = await bench_revisit_memory(client, args.revisit_urls)
+            ok = per <= TARGET_REVISIT_BYTES + url_bytes
+            missed += not ok
+            line(f"revisit schedule @{args.revisit_urls:,} done URLs (rv:hist + rv:due; "
+                 f"URLs {url_bytes:.0f} B)", f"{per:>10.1f} B/URL "
+                 f"({per - url_bytes:.1f} B + its URL)",
+                 f"<= {TARGET_REVISIT_BYTES:.0f} + its URL", ok)
     finally:
         await client.aclose()
     print("all targets met" if not missed else f"{missed} target(s) missed")
@@ -419,6 +455,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seen-bits", type=lambda s: [int(x) for x in s.split(",")],
                         default=[12, 14, 16, 18],
                         help="exact-dedup seen_bits values to measure")
+    parser.add_argument("--revisit-urls", type=int, default=100_000,
+                        help="done URLs for the revisit schedule's memory (0: skip)")
     parser.add_argument("--redis-server", default="", help="redis-server binary to run")
     parser.add_argument("--no-uvloop", dest="uvloop", action="store_false")
     args = parser.parse_args(argv)

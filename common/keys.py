@@ -84,6 +84,17 @@ bloom          HASH    bloom dedup: layers, count:<layer>          enqueue_bloom
 lock:reap      STRING  SET NX PX guard: one reaper per interval    reaper (Python)
 =============  ======  ==========================================  ===================
 
+The revisit schedule (the crawl's ``revisit`` policy on; ``common/lua/lib/revisits.lua``):
+
+=============  ======  ==========================================  ===================
+rv:hist        HASH    id -> "<host> <priority> <interval_s>       ack (reads: revisit,
+                       <fetched_s> <digest|-> <#etag> <#lm>        enqueue)
+                       <etag><lm><entry>": a done URL's last
+                       visit, and its entry without ``v``
+rv:due         ZSET    id -> its next visit, ms of Redis TIME      ack; revisit moves
+                       (a URL in it is done, waiting for it)       the due ones out
+=============  ======  ==========================================  ===================
+
 A pending task is one list entry and nothing else (its id, URL and only the fields that
 differ from the defaults), so a frontier of millions of URLs stays small; its body moves
 to ``tasks`` when it is leased.
@@ -134,7 +145,7 @@ _PARTITION_NAMES = (
     "due", "h:queued", "h:inflight", "h:last", "hostconf", "conf", "prio_hosts", "h:done",
     "h:errors", "h:delay", "h:blocked", "h:budget", "pending", "tasks", "attempts", "leases",
     "owners", "seq", "delayed", "dead", "errors", "dead_reasons", "checkpoints", "stalls",
-    "stats", "bloom", "lock:reap", "hungry",
+    "stats", "bloom", "lock:reap", "hungry", "rv:hist", "rv:due",
 )
 
 
@@ -186,6 +197,8 @@ class PartitionKeys:
     bloom: str
     reap_lock: str
     hungry: str
+    rv_hist: str
+    rv_due: str
     prefix: str
 
     @classmethod

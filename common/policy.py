@@ -11,7 +11,10 @@ long a URL already done may be enqueued again, ``recrawl_after`` (exact dedup on
 how a host that pushes back is slowed for the whole fleet, ``backoff_on``,
 ``backoff_base``, ``backoff_cap`` and ``backoff_forgive`` (lib/backoff.lua); whether a
 host's delay follows its response times, ``adaptive_delay`` up to ``max_delay``; and the
-longest robots.txt Crawl-delay it obeys, ``max_crawl_delay``.
+longest robots.txt Crawl-delay it obeys, ``max_crawl_delay``; and whether done URLs come
+back by themselves on a revisit schedule, ``revisit`` (off, fixed or adaptive, exact
+dedup only), between ``min_interval`` and ``max_interval``, learning by
+``interval_grow`` and ``interval_shrink`` (common/lua/lib/revisits.lua).
 What stays a process's own setting (credentials, memory and time bounds, sinks) is
 listed in docs/policy.md.
 
@@ -308,6 +311,29 @@ def _show_domains(value: tuple[str, ...]) -> str:
     return ",".join(value) or PARENT_HOST
 
 
+#: How a crawl revisits the URLs it has done (`revisit`): never (off), after the first
+#: interval every time (fixed), or after an interval each visit learns (adaptive).
+REVISIT_MODES = ("off", "fixed", "adaptive")
+
+
+def revisit_mode(text: str) -> str:
+    """One of `REVISIT_MODES`."""
+    mode = str(text).strip().lower()
+    if mode not in REVISIT_MODES:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(REVISIT_MODES)}")
+    return mode
+
+
+def _revisit_mode_ok(value: str) -> None:
+    if value not in REVISIT_MODES:
+        raise ConfigError(f"must be one of {', '.join(REVISIT_MODES)}, got {value!r}")
+
+
+def _below_one(value: float) -> None:
+    if not 0 <= value < 1:
+        raise ConfigError(f"must be >= 0 and < 1, got {value:g}")
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyOption:
     """One policy option: ``name`` as the flag spells it, in snake_case; ``flag`` is
@@ -404,10 +430,29 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  "longest robots.txt Crawl-delay (or Request-rate interval) obeyed: a longer "
                  "one is cut to this, logged and counted (0s = obey any)",
                  show=_show_seconds, toml_string=True, seeded_by=NOBODY),
+    PolicyOption("revisit", "", revisit_mode, "off",
+                 "bring every done URL back by itself, on a schedule kept in the frontier: "
+                 "off, fixed (every recrawl_after) or adaptive (an interval per URL, longer "
+                 "while it does not change, shorter when it does); exact dedup only",
+                 check=_revisit_mode_ok, toml_string=True, seeded_by=NOBODY),
+    PolicyOption("min_interval", "", _whole_seconds, 60,
+                 "shortest interval between two visits of a URL the schedule gives",
+                 check=_whole_ok, show=_show_seconds, toml_string=True, seeded_by=NOBODY),
+    PolicyOption("max_interval", "", _whole_seconds, 90 * 86400,
+                 "longest interval between two visits of a URL (>= min_interval)",
+                 check=_whole_ok, show=_show_seconds, toml_string=True, seeded_by=NOBODY),
+    PolicyOption("interval_grow", "", _factor, 0.4,
+                 "adaptive: a URL's interval x (1 + this) after a visit that found it "
+                 "unchanged (a 304 or the same digest)", show=_show_factor, seeded_by=NOBODY),
+    PolicyOption("interval_shrink", "", _factor, 0.2,
+                 "adaptive: a URL's interval x (1 - this) after a visit that found it "
+                 "changed (>= 0, < 1)", check=_below_one, show=_show_factor,
+                 seeded_by=NOBODY),
 )
 OPTIONS: dict[str, PolicyOption] = {o.name: o for o in POLICY_OPTIONS}
 #: The (base, cap) pairs whose cap may not be below its base.
-CAPPED = (("retry_base", "retry_cap"), ("backoff_base", "backoff_cap"))
+CAPPED = (("retry_base", "retry_cap"), ("backoff_base", "backoff_cap"),
+          ("min_interval", "max_interval"))
 VALID_KEYS = ", ".join(OPTIONS)
 
 
@@ -441,6 +486,11 @@ class CrawlPolicy:
     adaptive_delay: float = OPTIONS["adaptive_delay"].default
     max_delay: float = OPTIONS["max_delay"].default
     max_crawl_delay: float = OPTIONS["max_crawl_delay"].default
+    revisit: str = OPTIONS["revisit"].default
+    min_interval: int = OPTIONS["min_interval"].default
+    max_interval: int = OPTIONS["max_interval"].default
+    interval_grow: float = OPTIONS["interval_grow"].default
+    interval_shrink: float = OPTIONS["interval_shrink"].default
 
     def __post_init__(self) -> None:
         for opt in POLICY_OPTIONS:
@@ -462,6 +512,14 @@ class CrawlPolicy:
                            backoff_base_ms=round(self.backoff_base * 1000),
                            backoff_cap_ms=round(self.backoff_cap * 1000),
                            backoff_forgive_ms=round(self.backoff_forgive * 1000))
+
+    def revisit_conf(self) -> list[int]:
+        """What policy_apply.lua gives each partition's ``conf`` for the revisit schedule:
+        mode (0 off, 1 fixed, 2 adaptive), first, min and max interval (s), grow and
+        shrink (thousandths)."""
+        return [REVISIT_MODES.index(self.revisit), self.recrawl_after, self.min_interval,
+                self.max_interval, round(self.interval_grow * 1000),
+                round(self.interval_shrink * 1000)]
 
     def texts(self) -> dict[str, str]:
         """Each value as text in the flags' syntax (what Redis stores)."""
@@ -617,15 +675,17 @@ async def dedup_of(client: RedisClient, crawl: str) -> DedupMode | None:
 
 async def _recrawl_needs_exact(client: RedisClient, crawl: str, texts: Mapping[str, str]
                                ) -> None:
-    """PolicyError when `texts` set a recrawl window on a crawl that uses bloom dedup."""
-    text = texts.get("recrawl_after")
-    if text is None or not parse_value("recrawl_after", text):
-        return
-    if await dedup_of(client, crawl) is DedupMode.BLOOM:
-        raise PolicyError(f"recrawl_after: crawl {crawl} uses bloom dedup, which keeps no "
-                          f"timestamps, so it can't enqueue a URL again (got {text}): a "
-                          f"recrawl window needs an exact-dedup crawl; valid keys: "
-                          f"{VALID_KEYS}")
+    """PolicyError when `texts` set a recrawl window or turn revisits on for a crawl that
+    uses bloom dedup."""
+    for name, off in (("recrawl_after", 0), ("revisit", "off")):
+        text = texts.get(name)
+        if text is None or parse_value(name, text) == off:
+            continue
+        if await dedup_of(client, crawl) is DedupMode.BLOOM:
+            raise PolicyError(f"{name}: crawl {crawl} uses bloom dedup, which keeps no "
+                              f"timestamps, so it can't enqueue a URL again (got {text}): a "
+                              f"recrawl window or revisits need an exact-dedup crawl; valid "
+                              f"keys: {VALID_KEYS}")
 
 
 async def legacy_conf(client: RedisClient, crawl: str) -> CrawlPolicy | None:
@@ -666,7 +726,7 @@ async def apply_policy(client: RedisClient, crawl: str, version: int, policy: Cr
                 keys=pk.host_state,
                 args=[version, policy.delay_ms, policy.per_host_concurrency, _text(cursor),
                       APPLY_SLICE, round(policy.adaptive_delay * 1000),
-                      round(policy.max_delay * 1000)])
+                      round(policy.max_delay * 1000), *policy.revisit_conf()])
             if not int(applied) or _text(cursor) == "0":
                 break
 

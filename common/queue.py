@@ -35,6 +35,7 @@ from common.hostmodel.hostkey import host_key, partition_of_host
 from common.keys import CRAWLS, CrawlKeys, PartitionKeys
 from common.reasons import HANDLER_ERROR, HTTP_5XX, HTTP_408, HTTP_429, ROBOTS_DISALLOWED
 from common.revisit import Observed, Revisit
+from common.schedule import MARKS_OBSERVED, observed_arg, promote_revisits
 from common.scripts import Scripts, locate_in
 from common.task import Task, decode_entry, encode_entry, entry_url, stored_entry
 from common.urls import task_id
@@ -191,7 +192,8 @@ class Lease:
     responded: bool | None = None
     # Its response's time in ms, for a crawl whose adaptive_delay is on (-1: not sent).
     elapsed_ms: int = -1
-    observed: Observed | None = None  # what its response learned for the URL's history (ack)
+    # What its fetch learned for the URL's history (the revisit schedule; ack sends it).
+    observed: Observed | None = None
     id: str = field(init=False)  # the task's id, copied: it is read many times per task
 
     def __post_init__(self) -> None:
@@ -316,6 +318,8 @@ class CrawlQueue:
         self.settings = settings
         self.policy = policy or RetryPolicy()
         self.recrawl_after_s = recrawl_after_s
+        #: The crawl's revisits are on (its policy): each ack sends what its fetch observed.
+        self.revisits = False
         self._jitter = jitter
         self.crawl_keys = CrawlKeys.build(crawl)
         self.partitions = [PartitionKeys.build(crawl, p) for p in range(settings.partitions)]
@@ -459,6 +463,7 @@ class CrawlQueue:
                 tid = task_id(t.fp)
                 keys.append(pk.seen(int.from_bytes(t.fp[:4], "big") >> shift))
                 args += [tid, t.fp[2:], t.priority, h, self._entry(tid, t)]
+        keys.append(pk.rv_hist)
         return self.scripts.enqueue, keys, args
 
     @staticmethod
@@ -668,7 +673,8 @@ class CrawlQueue:
             pk = self.partitions[p]
             keys = [*pk.host_state, pk.leases, pk.owners, pk.tasks, pk.attempts,
                     pk.checkpoints, pk.errors, pk.stalls, pk.stats, pk.done]
-            args: list[Any] = [worker, int(marks)]
+            mode = (MARKS_OBSERVED if self.revisits else 1) if marks else 0
+            args: list[Any] = [worker, mode]
             for lease, outcome in group:
                 responded = (outcome != ROBOTS_DISALLOWED if lease.responded is None
                              else lease.responded)
@@ -678,6 +684,10 @@ class CrawlQueue:
                     bucket, seen_field = self._seen_mark(pk, lease.id)
                     keys.append(bucket)
                     args.append(seen_field)
+                if mode == MARKS_OBSERVED:
+                    args.append(observed_arg(lease.observed))
+            if mode == MARKS_OBSERVED:
+                keys += [pk.rv_hist, pk.rv_due]
             calls.append((self.scripts.ack, keys, args))
         return self._in_order(items, groups, await self._run(calls) if calls else [],
                               lambda reply, i: _CODES[int(reply[i])])
@@ -814,10 +824,12 @@ class CrawlQueue:
                 return moved, int(r[1])
 
     async def promote(self, limit: int = 1000) -> tuple[int, int]:
-        """Put due retries back in their hosts' queues; returns (moved, ms to the next
-        due retry or -1)."""
+        """Put due retries and due revisits (common/schedule.py) back in their hosts'
+        queues; returns (moved, ms to the next due retry or -1)."""
         moved, next_due = 0, -1
         for pk in self.partitions:
+            moved += (await promote_revisits(self.client, self.scripts.revisit, pk,
+                                             self._host_args, limit))[0]
             n, wait = await self._promote_partition(pk, limit)
             moved += n
             if wait >= 0 and (next_due < 0 or wait < next_due):

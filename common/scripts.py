@@ -29,7 +29,7 @@ LUA = Path(__file__).parent / "lua"
 
 NAMES = (
     "enqueue", "enqueue_bloom", "lease", "renew", "ack", "fail", "release", "checkpoint",
-    "reclaim", "promote", "requeue", "purge", "host_set", "is_empty",
+    "reclaim", "promote", "requeue", "purge", "host_set", "is_empty", "revisit",
 )
 
 _INCLUDE = re.compile(r'--- @include "([\w/.-]+)"')
@@ -161,3 +161,4 @@ class Scripts:
     purge: LuaScript
     host_set: LuaScript
     is_empty: LuaScript
+    revisit: LuaScript

@@ -103,6 +103,7 @@ class PolicyReader:
         # takes them.
         self.queue.policy = policy.retry()
         self.queue.recrawl_after_s = recrawl_after
+        self.queue.revisits = policy.revisit != "off"  # acks send what fetches observed
         texts = policy.texts()
         log.info("crawl_policy_applied", extra={
             "version": stored.version,

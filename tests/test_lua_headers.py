@@ -369,7 +369,9 @@ def args_problems(name: str, layout: Argv, args: list[str]) -> list[str]:
         return problems
     start = int(layout.tail_start.removesuffix("+H")) + (h if "+H" in layout.tail_start else 0)
     marks = [i for i, t in layout.fixed.items() if _label(t) == "marks"]
-    names = [*layout.items, *(layout.optional if marks and args[marks[0] - 1] == "1" else ())]
+    # marks k: the first k optional values of each item (ack.lua's 2: seen field, observed)
+    level = int(args[marks[0] - 1]) if marks and INT.match(args[marks[0] - 1]) else 0
+    names = [*layout.items, *layout.optional[:level]]
     tail = args[start - 1:]
     if len(tail) % len(names):
         problems.append(f"{where}[{start}..]: {len(tail)} values, not whole groups of "
@@ -420,12 +422,12 @@ def code_problems(name: str, layout: Argv) -> list[str]:
     var = "base" if "local base = first" in code else "i"
     offsets = [int(k or 0) for k in re.findall(rf"ARGV\[{var}(?: \+ (\d+))?\]", code)]
     width = max(offsets, default=0) + 1
-    if width not in (len(layout.items), len(layout.items) + len(layout.optional)):
+    if width - len(layout.items) not in range(len(layout.optional) + 1):
         problems.append(f"{where}: code reads {width} values per item, header names "
                         f"{layout.items}")
     if m := re.search(r"width = marks and (\d+) or (\d+)", code):
-        if (int(m.group(2)), int(m.group(1))) != (len(layout.items),
-                                                  len(layout.items) + len(layout.optional)):
+        if int(m.group(2)) != len(layout.items) or int(m.group(1)) - len(layout.items) \
+                not in range(1, len(layout.optional) + 1):
             problems.append(f"{where}: code's width {m.group(0)!r}, header names "
                             f"{layout.items} [{layout.optional}]")
     elif layout.optional:
@@ -516,8 +518,8 @@ def reply_problems(name: str, layout: Argv, call: Call) -> list[str]:
         start = int(layout.tail_start.removesuffix("+H")) + (
             h if "+H" in layout.tail_start else 0)
         marks = [i for i, t in layout.fixed.items() if _label(t) == "marks"]
-        width = len(layout.items) + (len(layout.optional)
-                                     if marks and call.args[marks[0] - 1] == "1" else 0)
+        level = int(call.args[marks[0] - 1]) if marks else 0
+        width = len(layout.items) + len(layout.optional[:level])
         items = (len(call.args) - start + 1) // width
     if returns.startswith("a code"):
         return [] if int(reply) in _codes(returns) else [f"{where}: not one of the codes"]

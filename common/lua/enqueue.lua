@@ -4,7 +4,10 @@
 -- (s of Redis TIME) while the task lives, and -(the time it ended) once it is done or
 -- purged (ack.lua, purge.lua). It is enqueued again only when the crawl has a recrawl
 -- window and it ended longer ago than that: a live task (pending, leased, waiting,
--- dead) is never queued twice.
+-- dead) is never queued twice. With the crawl's revisits on (`conf`), a done URL with a
+-- history record is a duplicate too: its revisit schedule brings it back (revisit.lua);
+-- one done before revisits were turned on has none, and comes back by the window once,
+-- to be scheduled when that visit is done.
 --
 -- KEYS[1..6]   host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib/hosts.lua)
 -- KEYS[7]      tasks       HASH  (unused here; same layout as enqueue_bloom.lua)
@@ -12,7 +15,8 @@
 -- KEYS[9]      pending     STRING pending tasks
 -- KEYS[10]     prio_hosts  ZSET  host -> -highest pending priority
 -- KEYS[11..]   per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
--- KEYS[11+2H..] per item i: its seen bucket HASH (field -> enqueue time, or -end time)
+-- KEYS[11+2H..] per item i: its seen bucket HASH (field -> enqueue time, or -end time);
+--              then rv:hist HASH (the last key: the revisit schedule's history records)
 -- ARGV[1]      recrawl_after, seconds; 0 = never enqueue a seen URL again
 -- ARGV[2]      H, the number of hosts; ARGV[3..2+H] the host keys
 -- ARGV[3+H..]  per item 5 values: id, seen field (binary fingerprint tail), priority
@@ -27,9 +31,12 @@ local recrawl_after = int_arg(ARGV[1], 'recrawl_after')
 local hosts, nhosts = argv_hosts(2)
 local first = 3 + nhosts
 local n = (#ARGV - first + 1) / 5
-if n ~= math.floor(n) or #KEYS ~= 10 + 2 * nhosts + n then
-  error('crawlq: enqueue needs 2 keys per host, one seen key and 5 ARGV values per item')
+if n ~= math.floor(n) or #KEYS ~= 11 + 2 * nhosts + n then
+  error('crawlq: enqueue needs 2 keys per host, one seen key and 5 ARGV values per item, '
+    .. 'and rv:hist')
 end
+local hist = KEYS[#KEYS]
+local revisits  -- whether the crawl's revisits are on: read at the first URL it matters for
 local items = {}
 for i = 1, n do
   local base = first + 5 * (i - 1)
@@ -51,8 +58,11 @@ for _, it in ipairs(items) do
     local mark = tonumber(redis.call('HGET', it.bucket, it.field))
     new = not mark
     if mark and mark < 0 and now_s + mark >= recrawl_after then
-      new = true
-      recrawled = recrawled + 1
+      if revisits == nil then
+        revisits = (tonumber(redis.call('HGET', H.conf, 'rv')) or 0) > 0
+      end
+      new = not (revisits and redis.call('HEXISTS', hist, it.id) == 1)
+      if new then recrawled = recrawled + 1 end
     end
     if new then redis.call('HSET', it.bucket, it.field, now_s) end
   end

@@ -16,6 +16,9 @@
 -- ARGV[4] cursor (0 to start)  ARGV[5] count: hosts a slice
 -- ARGV[6] adapt: the policy's adaptive_delay in thousandths (0 = off)
 -- ARGV[7] max_delay_ms: the longest delay adaptive_delay gives
+-- ARGV[8] revisit: 0 off, 1 fixed, 2 adaptive (the revisit schedule: ack.lua, revisit.lua)
+-- ARGV[9] first interval, s (recrawl_after)  ARGV[10] min interval, s
+-- ARGV[11] max interval, s  ARGV[12] grow, thousandths  ARGV[13] shrink, thousandths
 -- Returns {applied, cursor}: applied 1, or 0 when `conf` holds a newer version (nothing
 --   written); cursor 0 once every host was refreshed
 --- @include "lib/codes"
@@ -28,14 +31,17 @@ local cursor = ARGV[4]
 local count = int_arg(ARGV[5], 'count')
 local adapt = int_arg(ARGV[6], 'adapt')
 local max_delay = int_arg(ARGV[7], 'max_delay_ms')
-if delay < 0 or conc < 0 or count < 1 or adapt < 0 or max_delay < 0 then
-  error('crawlq: policy_apply needs delay_ms, concurrency, adapt and max_delay_ms >= 0 '
-    .. 'and count >= 1')
+local revisit = {'rv', int_arg(ARGV[8], 'revisit'), 'rv_first', int_arg(ARGV[9], 'first interval'),
+                 'rv_min', int_arg(ARGV[10], 'min interval'),
+                 'rv_max', int_arg(ARGV[11], 'max interval'),
+                 'rv_grow', int_arg(ARGV[12], 'grow'), 'rv_shrink', int_arg(ARGV[13], 'shrink')}
+for i = 2, #revisit, 2 do
+  if revisit[i] < 0 then error('crawlq: policy_apply needs revisit values >= 0') end
 end
 local held = tonumber(redis.call('HGET', H.conf, 'policy_version')) or 0
 if held > version then return {0, '0'} end
 redis.call('HSET', H.conf, 'delay', delay, 'concurrency', conc, 'policy_version', version,
-           'adapt', adapt, 'max_delay', max_delay)
+           'adapt', adapt, 'max_delay', max_delay, unpack(revisit))
 local hosts = {}
 if cursor == '0' then hosts = redis.call('ZRANGEBYSCORE', H.inflight, 1, '+inf') end
 local scan = redis.call('ZSCAN', H.due, cursor, 'COUNT', count)

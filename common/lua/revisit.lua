@@ -1,0 +1,52 @@
+-- revisit.lua: put URLs whose next visit has come back in their hosts' queues (the revisit
+-- schedule, lib/revisits.lua), each with its previous visit (`v`: its own validators
+-- and digest) in its entry.
+--
+-- The caller names candidate ids (the head of `rv:due`) and their hosts (from their
+-- history records); each is checked here against Redis TIME. A revisit joins the tail of
+-- its host's queue, so it keeps every politeness rule a new URL does (delay,
+-- concurrency, budget, blocks, robots.txt at its lease). Its history record stays: the
+-- ack of the visit writes the next one. Nothing moves while the crawl's revisits are off
+-- (the schedule waits). Each revisit's lateness (now - due) is counted in its bucket
+-- (stats rv_late:<bound s>).
+--
+-- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib/hosts.lua)
+-- KEYS[7]  rv:due      ZSET  id -> next visit (ms)
+-- KEYS[8]  rv:hist     HASH  id -> history record
+-- KEYS[9]  stats       HASH  counters (revisits, rv_late:<bound>)
+-- KEYS[10] pending     STRING
+-- KEYS[11] prio_hosts  ZSET
+-- KEYS[12..] per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
+-- ARGV[1]  H, the number of hosts; ARGV[2..1+H] the hosts
+-- ARGV[2+H..] candidate ids
+-- Returns {revisits queued, ms until the next one is due or -1 if none waits}
+--- @include "lib/codes"
+--- @include "lib/hosts"
+--- @include "lib/queues"
+--- @include "lib/revisits"
+
+local due, hist, stats, pending, prio_hosts = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local hosts, nhosts = argv_hosts(1)
+if #KEYS ~= 11 + 2 * nhosts then error('crawlq: revisit needs 2 keys per host') end
+if not revisit_conf() then return {0, -1} end
+local qkeys = host_queue_keys(12, hosts)
+local now = now_ms()
+local back, counts = {}, {}
+for i = 2 + nhosts, #ARGV do
+  local id = ARGV[i]
+  local at = tonumber(redis.call('ZSCORE', due, id))
+  local r = record_decode(redis.call('HGET', hist, id))
+  if at and at <= now and r and qkeys[r.host] then
+    redis.call('ZREM', due, id)
+    back[#back + 1] = {r.host, r.prio, revisit_entry(r)}
+    local bucket = late_bucket(now - at)
+    counts[bucket] = (counts[bucket] or 0) + 1
+  end
+end
+refresh_hosts(requeue_entries(back, qkeys, prio_hosts, pending, false))
+counts.revisits = #back
+bump(stats, counts)
+local next_due = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
+local wait = -1
+if next_due[2] then wait = math.max(0, tonumber(next_due[2]) - now) end
+return {#back, wait}

@@ -1,0 +1,119 @@
+"""The revisit schedule's Python side (issue 26): what an ack sends of a fetch's
+`Observed`, bringing due revisits back (``revisit.lua``) and what operators see of it.
+
+The schedule itself lives in each partition (``rv:hist``, ``rv:due``: common/keys.py) and
+is written by the scripts alone: ack.lua writes a done URL's history and next visit
+(lib/revisits.lua), revisit.lua puts the due ones back in their hosts' queues.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from common.codec import text as _text
+from common.revisit import Observed
+
+if TYPE_CHECKING:
+    from common.connection import RedisClient
+    from common.keys import PartitionKeys
+    from common.scripts import LuaScript
+
+#: Validators longer than this are not kept (common/revisit.py; lib/revisits.lua too).
+MAX_VALIDATOR = 256
+#: ack.lua's ARGV[2] when each item also carries what its fetch observed.
+MARKS_OBSERVED = 2
+#: The upper bounds (s) of revisit.lua's lateness buckets (stats ``rv_late:<bound>``),
+#: then ``inf``.
+LATE_BOUNDS = (1, 10, 60, 600, 3600, 21600, 86400)
+_NONE = Observed()
+
+
+def _validator(value: str) -> str:
+    return value if len(value.encode()) <= MAX_VALIDATOR else ""
+
+
+def observed_arg(observed: Observed | None) -> str:
+    """One ack item's ``observed`` value: ``<max_age_s> <digest|-> <#etag> <#lm>
+    <etag><lm>`` (lengths in bytes, as Lua counts them); None: nothing observed."""
+    o = observed or _NONE
+    etag, lm = _validator(o.etag), _validator(o.last_modified)
+    digest = "".join(o.digest.split()) or "-"
+    return (f"{max(o.max_age_s, -1)} {digest} {len(etag.encode())} {len(lm.encode())} "
+            f"{etag}{lm}")
+
+
+async def promote_revisits(client: RedisClient, script: LuaScript, pk: PartitionKeys,
+                           host_args: Any, limit: int) -> tuple[int, int]:
+    """Move one partition's due revisits into their hosts' queues (``revisit.lua``), a
+    batch of `limit` at a time; returns (moved, ms to the next due one or -1)."""
+    moved = 0
+    while True:
+        seconds, micros = await client.time()
+        now_ms = seconds * 1000 + micros // 1000
+        raw = cast(list[bytes], await client.zrangebyscore(pk.rv_due, "-inf", now_ms,
+                                                             start=0, num=limit))
+        ids = [_text(m) for m in raw]
+        records = cast(list[bytes | None], await client.hmget(pk.rv_hist, ids)) if ids else []
+        hosts = list(dict.fromkeys(r.split(b" ", 1)[0].decode() for r in records if r))
+        host_keys, host_head = host_args(pk, hosts)
+        r = await script(keys=[*pk.host_state, pk.rv_due, pk.rv_hist, pk.stats, pk.pending,
+                               pk.prio_hosts, *host_keys], args=[*host_head, *ids])
+        moved += int(r[0])
+        if len(ids) < limit or int(r[0]) == 0:
+            return moved, int(r[1])
+
+
+@dataclass(frozen=True, slots=True)
+class RevisitStats:
+    """What operators see of the schedule: URLs scheduled, due now, revisits queued,
+    their lateness (p50/p99, s: a bucket's upper bound; None: none yet) and what the
+    revisits found."""
+
+    scheduled: int = 0
+    due: int = 0
+    revisits: int = 0
+    late_p50_s: float | None = None
+    late_p99_s: float | None = None
+    not_modified: int = 0
+    unchanged: int = 0
+    changed: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+def late_quantile(counters: Mapping[str, int], q: float) -> float | None:
+    """The q-quantile of the lateness buckets in `counters` (a bucket's upper bound, s;
+    ``inf`` past the last), or None when no revisit was counted."""
+    bounds = [*(float(b) for b in LATE_BOUNDS), float("inf")]
+    counts = [counters.get(f"rv_late:{b}", 0) for b in (*LATE_BOUNDS, "inf")]
+    total = sum(counts)
+    if not total:
+        return None
+    seen = 0
+    for bound, n in zip(bounds, counts, strict=True):
+        seen += n
+        if seen >= q * total:
+            return bound
+    return bounds[-1]
+
+
+async def revisit_stats(client: RedisClient, partitions: Sequence[PartitionKeys],
+                        counters: Mapping[str, int]) -> RevisitStats:
+    """The schedule's numbers over `partitions`; `counters` are their summed stats."""
+    seconds, micros = await client.time()
+    now_ms = seconds * 1000 + micros // 1000
+    async with client.pipeline(transaction=False) as pipe:
+        for pk in partitions:
+            pipe.zcard(pk.rv_due)
+            pipe.zcount(pk.rv_due, "-inf", now_ms)
+        replies = await pipe.execute()
+    return RevisitStats(
+        scheduled=sum(replies[0::2]), due=sum(replies[1::2]),
+        revisits=counters.get("revisits", 0),
+        late_p50_s=late_quantile(counters, 0.5), late_p99_s=late_quantile(counters, 0.99),
+        not_modified=counters.get("outcome:not_modified", 0),
+        unchanged=counters.get("outcome:unchanged", 0),
+        changed=counters.get("outcome:changed", 0))

@@ -1,0 +1,259 @@
+"""The revisit schedule (issue 26), frontier side, against a real redis-server: a done URL
+comes back by itself with its own validators, its interval learns, politeness holds, and
+a crawl with revisits off works as it did.
+
+Due times are moved into the past in ``rv:due`` (what the passing of an interval does),
+so no test waits for one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from support.clock import redis_ms, window_passed
+
+from common.frontier.hosts import Frontier
+from common.policy import PolicyError, set_policy
+from common.queue import CrawlQueue, CrawlSettings, DedupMode, Lease, NewTask
+from common.revisit import Observed, Revisit
+from common.schedule import late_quantile, observed_arg, revisit_stats
+from common.urls import canonicalize, fingerprint, task_id
+
+
+def nt(url: str, **kw: Any) -> NewTask:
+    canonical = canonicalize(url)
+    assert isinstance(canonical, str)
+    return NewTask(canonical, fingerprint(canonical), **kw)
+
+
+def tid(url: str) -> str:
+    canonical = canonicalize(url)
+    assert isinstance(canonical, str)
+    return task_id(fingerprint(canonical))
+
+
+async def revisit_queue(client: aioredis.Redis, crawl: str, **policy: Any) -> CrawlQueue:
+    """A crawl with revisits on (adaptive unless said), no politeness delay."""
+    q = await CrawlQueue.open(client, crawl, CrawlSettings())
+    values = {"revisit": "adaptive", "recrawl_after": 100, "min_interval": 10,
+              "max_interval": 1000, "per_host_delay": 0.0, "per_host_concurrency": 0,
+              **policy}
+    await set_policy(client, crawl, values, by="test", create=True)
+    q.revisits = True
+    return q
+
+
+async def make_due(q: CrawlQueue, *urls: str) -> None:
+    """What the passing of their intervals does: their next visits are now."""
+    pk = q.partitions[0]
+    past = await redis_ms(q.client) - 5
+    await q.client.zadd(pk.rv_due, {tid(u): past for u in urls})
+
+
+async def visit(q: CrawlQueue, outcome: str, observed: Observed | None,
+                n: int = 1) -> list[Lease]:
+    leases = await q.lease("w", n, 60_000)
+    assert len(leases) == n, leases
+    for lease in leases:
+        lease.observed = observed
+    await q.ack("w", [(lease, outcome) for lease in leases])
+    return leases
+
+
+async def interval_of(q: CrawlQueue, url: str) -> int:
+    record = await q.client.hget(q.partitions[0].rv_hist, tid(url))
+    assert record is not None
+    return int(record.split(b" ")[2])
+
+
+async def test_the_schedule_brings_a_done_url_back_with_no_producer_run_and_no_link(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await revisit_queue(redis_client, crawl_name)
+    url = "http://a.test/page"
+    await q.enqueue([nt(url)])
+    await visit(q, "ok", Observed('"e1"', "Wed, 21 Oct 2015 07:28:00 GMT", "ab" * 8, -1))
+    assert await q.state_of(tid(url), url) == "done"
+    pk = q.partitions[0]
+    due = await redis_client.zscore(pk.rv_due, tid(url))
+    assert due is not None and due >= await redis_ms(redis_client) + 99_000
+    assert (await q.promote())[0] == 0  # not due yet: nothing moves
+    await make_due(q, url)
+    assert (await q.promote())[0] == 1
+    assert await q.state_of(tid(url), url) == "pending"
+    assert await redis_client.zscore(pk.rv_due, tid(url)) is None
+    [lease] = await q.lease("w", 1, 60_000)
+    assert lease.task.url == canonicalize(url)
+    fetched_s = int((await redis_client.time())[0])
+    assert lease.task.revisit is not None
+    assert abs(lease.task.revisit.fetched_s - fetched_s) <= 2
+    assert lease.task.revisit == Revisit('"e1"', "Wed, 21 Oct 2015 07:28:00 GMT", "ab" * 8,
+                                         lease.task.revisit.fetched_s, 100)
+    stats = await revisit_stats(redis_client, q.partitions, (await q.stats()).counters)
+    assert (stats.scheduled, stats.due, stats.revisits) == (0, 0, 1)
+    assert stats.late_p50_s == 1.0  # promoted within a second of its due time
+
+
+async def test_a_revisit_carries_its_own_urls_validators_never_anothers(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await revisit_queue(redis_client, crawl_name)
+    urls = [f"http://a.test/{i}" for i in range(3)] + ["http://b.test/x"]
+    await q.enqueue([nt(u) for u in urls])
+    leases = await q.lease("w", 4, 60_000)
+    for lease in leases:
+        name = lease.task.url.rsplit("/", 1)[1]
+        lease.observed = Observed(f'"etag-{name}"', f"lm-{name}", name.encode().hex()[:16],
+                                  -1)
+    await q.ack("w", [(lease, "ok") for lease in leases])
+    await make_due(q, *urls)
+    assert (await q.promote())[0] == 4
+    back = await q.lease("w", 4, 60_000)
+    assert len(back) == 4
+    for lease in back:
+        name = lease.task.url.rsplit("/", 1)[1]
+        assert lease.task.revisit is not None
+        assert (lease.task.revisit.etag, lease.task.revisit.last_modified,
+                lease.task.revisit.digest) == (f'"etag-{name}"', f"lm-{name}",
+                                               name.encode().hex()[:16])
+
+
+async def test_adaptive_intervals_grow_shrink_and_clamp(redis_client: aioredis.Redis,
+                                                        crawl_name: str) -> None:
+    q = await revisit_queue(redis_client, crawl_name, recrawl_after=100, min_interval=60,
+                            max_interval=150, interval_grow=0.4, interval_shrink=0.5)
+    url = "http://a.test/p"
+    await q.enqueue([nt(url)])
+    seen = []
+    for outcome in ("ok", "not_modified", "changed", "changed", "changed", "unchanged",
+                    "unchanged", "unchanged"):
+        if seen:
+            await make_due(q, url)
+            assert (await q.promote())[0] == 1
+        await visit(q, outcome, Observed("", "", "cd" * 8, -1))
+        seen.append(await interval_of(q, url))
+    # first 100; x1.4 = 140; x0.5 = 70; 35 -> clamped 60; 60; x1.4 84; 118; 165 -> 150
+    assert seen == [100, 140, 70, 60, 60, 84, 118, 150]
+
+
+async def test_max_age_raises_an_adaptive_interval_and_fixed_ignores_learning(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await revisit_queue(redis_client, crawl_name)
+    await q.enqueue([nt("http://a.test/1")])
+    await visit(q, "ok", Observed("", "", "", 500))
+    assert await interval_of(q, "http://a.test/1") == 500
+    fixed = await revisit_queue(redis_client, crawl_name + "f", revisit="fixed")
+    await fixed.enqueue([nt("http://a.test/2")])
+    await visit(fixed, "ok", Observed("", "", "", 500))
+    await make_due(fixed, "http://a.test/2")
+    await fixed.promote()
+    await visit(fixed, "unchanged", None)
+    assert await interval_of(fixed, "http://a.test/2") == 100
+
+
+async def test_a_304_keeps_the_stored_validators_it_did_not_carry(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await revisit_queue(redis_client, crawl_name)
+    url = "http://a.test/p"
+    await q.enqueue([nt(url)])
+    await visit(q, "ok", Observed('"v1"', "lm1", "ef" * 8, -1))
+    await make_due(q, url)
+    await q.promote()
+    await visit(q, "not_modified", Observed("", "", "", -1))
+    await make_due(q, url)
+    await q.promote()
+    [lease] = await q.lease("w", 1, 60_000)
+    assert lease.task.revisit is not None
+    assert (lease.task.revisit.etag, lease.task.revisit.digest) == ('"v1"', "ef" * 8)
+
+
+async def test_a_seen_url_enqueued_again_with_revisits_on_is_a_duplicate(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await revisit_queue(redis_client, crawl_name, recrawl_after=1, min_interval=1)
+    q.recrawl_after_s = 1  # a producer run with the crawl's window
+    url = "http://a.test/p"
+    await q.enqueue([nt(url)])
+    await visit(q, "ok", None)
+    await window_passed(redis_client, 2)
+    result = await q.enqueue([nt(url)])
+    assert (result.enqueued, result.duplicates) == (0, 1)
+    # A URL done before revisits were on (no history) comes back by the window once.
+    q.revisits = False
+    await q.enqueue([nt("http://a.test/old")])
+    await visit(q, "ok", None)
+    assert await redis_client.hexists(q.partitions[0].rv_hist, tid("http://a.test/old")) == 0
+    await window_passed(redis_client, 2)
+    assert (await q.enqueue([nt("http://a.test/old")])).recrawled == 1
+
+
+async def test_revisits_keep_their_hosts_politeness(redis_client: aioredis.Redis,
+                                                    crawl_name: str) -> None:
+    q = await revisit_queue(redis_client, crawl_name)
+    urls = ["http://a.test/1", "http://a.test/2"]
+    await q.enqueue([nt(u) for u in urls])
+    await visit(q, "ok", None, n=2)
+    await Frontier(q).set_host("a.test", concurrency=1)
+    await Frontier(q).block_host("a.test", 60)
+    await make_due(q, *urls)
+    assert (await q.promote())[0] == 2
+    assert await q.lease("w", 2, 60_000) == []  # blocked: a revisit waits like any task
+    await Frontier(q).block_host("a.test", 0)
+    assert len(await q.lease("w", 2, 60_000)) == 1  # one slot
+
+
+async def test_with_revisits_off_ack_sends_what_it_sent_and_schedules_nothing(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await CrawlQueue.open(redis_client, crawl_name, CrawlSettings())
+    sent: list[list[Any]] = []
+    real = q.scripts.ack
+
+    async def recording(keys: Any = None, args: Any = None, client: Any = None) -> Any:
+        sent.append(list(args))
+        return await real(keys=keys, args=args, client=client)
+
+    q.scripts.ack = recording  # type: ignore[assignment]
+    await q.enqueue([nt("http://a.test/1")])
+    await visit(q, "ok", Observed('"e"', "", "", -1))
+    assert sent[0][1] == 1 and len(sent[0]) == 2 + 7  # marks, 7 values an item, as before
+    pk = q.partitions[0]
+    assert await redis_client.exists(pk.rv_hist, pk.rv_due) == 0
+    await q.promote()
+    assert await q.state_of(tid("http://a.test/1"), "http://a.test/1") == "done"
+
+
+async def test_a_schedule_waits_while_revisits_are_off(redis_client: aioredis.Redis,
+                                                       crawl_name: str) -> None:
+    q = await revisit_queue(redis_client, crawl_name)
+    await q.enqueue([nt("http://a.test/1")])
+    await visit(q, "ok", None)
+    await set_policy(redis_client, crawl_name, {"revisit": "off"}, by="test")
+    await make_due(q, "http://a.test/1")
+    assert (await q.promote())[0] == 0
+    await set_policy(redis_client, crawl_name, {"revisit": "fixed"}, by="test")
+    assert (await q.promote())[0] == 1
+
+
+async def test_revisit_policy_is_checked(redis_client: aioredis.Redis,
+                                         crawl_name: str) -> None:
+    await CrawlQueue.open(redis_client, crawl_name, CrawlSettings(dedup=DedupMode.BLOOM))
+    with pytest.raises(PolicyError, match=r"revisit: crawl .* uses bloom dedup"):
+        await set_policy(redis_client, crawl_name, {"revisit": "adaptive"}, by="t",
+                         create=True)
+    for values, message in (({"revisit": "sometimes"}, "revisit"),
+                            ({"interval_shrink": 1.0}, "interval_shrink"),
+                            ({"min_interval": 100, "max_interval": 10}, "max_interval")):
+        with pytest.raises(PolicyError, match=message):
+            await set_policy(redis_client, crawl_name + "x", values, by="t", create=True)
+
+
+def test_observed_values_are_length_prefixed_and_long_validators_dropped() -> None:
+    assert observed_arg(None) == "-1 - 0 0 "
+    assert observed_arg(Observed('"a b"', "Tue, 1", "ab" * 8, 60)) == \
+        f'60 {"ab" * 8} 5 6 "a b"Tue, 1'
+    assert observed_arg(Observed("x" * 257, "é", "", -1)) == "-1 - 0 2 é"
+
+
+def test_lateness_quantiles_read_the_buckets() -> None:
+    assert late_quantile({}, 0.5) is None
+    counters = {"rv_late:1": 98, "rv_late:600": 1, "rv_late:inf": 1}
+    assert (late_quantile(counters, 0.5), late_quantile(counters, 0.99)) == (1.0, 600.0)
