@@ -45,7 +45,7 @@ from common.frontier.hosts import Frontier
 from common.http.fetcher import Fetcher, FetchResult
 from common.metrics import Metrics
 from common.policy import OPTIONS, is_pushback, read_values
-from common.queue import Code, CrawlQueue, DedupMode, Failure, Lease, LeaseBatch
+from common.queue import Code, DedupMode, Failure, Lease, LeaseBatch, LeasingQueue
 from common.reasons import CONNECT_ERROR
 from common.redis_errors import REDIS_ERRORS
 from common.wake import WakeChannel
@@ -94,7 +94,7 @@ class Consumer:
     def __init__(
         self,
         settings: ConsumerSettings,
-        queue: CrawlQueue,
+        queue: LeasingQueue,
         fetcher: Fetcher,
         sink: Sink,
         metrics: Metrics,
@@ -307,8 +307,7 @@ class Consumer:
         self.flusher.intake.set_tasks(policy.max_attempts, recrawl_after)
         # The queue reads these at each fail, reclaim and enqueue call: the next one
         # takes them.
-        self.queue.policy = policy.retry()
-        self.queue.recrawl_after_s = recrawl_after
+        self.queue.configure(retry=policy.retry(), recrawl_after_s=recrawl_after)
         texts = policy.texts()
         log.info("crawl_policy_applied", extra={
             "version": stored.version, "accept_content_type": ",".join(self.accept) or "*/*",
