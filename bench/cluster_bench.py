@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from common.connection import open_redis  # noqa: E402
-from common.queue import CrawlQueue, CrawlSettings, NewTask  # noqa: E402
+from common.queue import CrawlSettings, LeasingQueue, NewTask  # noqa: E402
 from common.redis_server import RedisClusterServers, RedisServer  # noqa: E402
 from common.urls import fingerprint  # noqa: E402
 
@@ -37,7 +37,7 @@ BATCH = 500
 
 async def _fill(url: str, crawl: str, tasks: int, partitions: int) -> None:
     client = await open_redis(url)
-    queue = await CrawlQueue.open(client, crawl, CrawlSettings(partitions=partitions))
+    queue = await LeasingQueue.open(client, crawl, CrawlSettings(partitions=partitions))
     for start in range(0, tasks, 5000):
         urls = [f"http://bench.example/{i}" for i in range(start, min(tasks, start + 5000))]
         await queue.enqueue([NewTask(u, fingerprint(u)) for u in urls])
@@ -46,7 +46,7 @@ async def _fill(url: str, crawl: str, tasks: int, partitions: int) -> None:
 
 async def _drain(url: str, crawl: str, worker: str, coroutines: int) -> int:
     client = await open_redis(url)
-    queue = await CrawlQueue.existing(client, crawl)
+    queue = await LeasingQueue.existing(client, crawl)
     done = 0
 
     async def loop() -> None:
@@ -91,7 +91,7 @@ def crawl_rate(url: str, crawl: str, pages: int, partitions: int, site: str) -> 
     """Pages/s of one consumer process crawling `pages` local pages."""
     async def fill() -> None:
         client = await open_redis(url)
-        queue = await CrawlQueue.open(client, crawl, CrawlSettings(partitions=partitions))
+        queue = await LeasingQueue.open(client, crawl, CrawlSettings(partitions=partitions))
         urls = [f"{site}/p/{i}" for i in range(pages)]
         await queue.enqueue([NewTask(u, fingerprint(u)) for u in urls])
         await client.aclose()

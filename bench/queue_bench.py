@@ -53,10 +53,10 @@ from common.connection import connect
 from common.keys import partition_prefix
 from common.policy import set_policy
 from common.queue import (
-    CrawlQueue,
     CrawlSettings,
     DedupMode,
     Lease,
+    LeasingQueue,
     NewTask,
 )
 from common.redis_server import RedisServer
@@ -139,7 +139,7 @@ async def drop_crawl(client: aioredis.Redis, crawl: str, partitions: int) -> Non
 async def bench_enqueue(client: aioredis.Redis, n: int, settings: CrawlSettings,
                         *, batch: int = 1_000, depth: int = 2, yields: int = 4) -> Meter:
     crawl = f"bench-enqueue-{settings.dedup.value}"
-    q = await CrawlQueue.open(client, crawl, settings)
+    q = await LeasingQueue.open(client, crawl, settings)
     inflight: list[asyncio.Task[Any]] = []
     enqueued = 0
     meter = Meter(client)
@@ -169,7 +169,7 @@ async def bench_enqueue(client: aioredis.Redis, n: int, settings: CrawlSettings,
 # ------------------------------------------------------------------------- 2. lease + ack
 
 
-async def fill(client: aioredis.Redis, q: CrawlQueue, n: int) -> None:
+async def fill(client: aioredis.Redis, q: LeasingQueue, n: int) -> None:
     for lo in range(0, n, 5_000):
         tasks = [NewTask(url_of(i), fingerprint(url_of(i))) for i in range(lo, min(n, lo + 5_000))]
         await q.enqueue(tasks)
@@ -178,13 +178,13 @@ async def fill(client: aioredis.Redis, q: CrawlQueue, n: int) -> None:
 async def bench_lease_ack(client: aioredis.Redis, n: int, batch: int, workers: int,
                           partitions: int) -> Meter:
     crawl = f"bench-lease-{partitions}"
-    q = await CrawlQueue.open(client, crawl, CrawlSettings(partitions=partitions))
+    q = await LeasingQueue.open(client, crawl, CrawlSettings(partitions=partitions))
     await fill(client, q, n)
     done = 0
 
     async def worker(name: str) -> None:
         nonlocal done
-        wq = CrawlQueue(client, crawl, q.settings)
+        wq = LeasingQueue(client, crawl, q.settings)
         while True:
             leases: list[Lease] = await wq.lease(name, batch, 60_000)
             if not leases:
@@ -243,7 +243,7 @@ async def keys_matching(client: aioredis.Redis, pattern: str) -> list[Any]:
     return [k async for k in client.scan_iter(match=pattern, count=10_000)]
 
 
-async def feed(q: CrawlQueue, urls: Sequence[str], fps: Sequence[bytes], *,
+async def feed(q: LeasingQueue, urls: Sequence[str], fps: Sequence[bytes], *,
                batch: int = 2_000, in_flight: int = 4) -> int:
     """Enqueue through the real path (CrawlQueue.enqueue), a few batches at a time;
     returns how many were enqueued."""
@@ -278,7 +278,7 @@ async def bench_exact_memory(client: aioredis.Redis, urls: Sequence[str],
     """Dedup bytes per URL (the seen buckets) and, beside it, what a pending task costs
     (every other key of the partition: host queues and host state) at len(urls) URLs."""
     crawl = f"bench-exact-{bits}"
-    q = await CrawlQueue.open(client, crawl, CrawlSettings(seen_bits=bits))
+    q = await LeasingQueue.open(client, crawl, CrawlSettings(seen_bits=bits))
     pk = q.partitions[0]
     enqueued = await feed(q, urls, fps)
     assert enqueued == len(urls) == (await q.stats()).pending, enqueued
@@ -303,7 +303,7 @@ async def bench_bloom_memory(client: aioredis.Redis, urls: Sequence[str],
     """(bytes per URL, layers, share lost to false positives, the feed's meter)."""
     crawl = "bench-bloom"
     settings = CrawlSettings(dedup=DedupMode.BLOOM, bloom_capacity=len(fps), bloom_error=error)
-    q = await CrawlQueue.open(client, crawl, settings)
+    q = await LeasingQueue.open(client, crawl, settings)
     pk = q.partitions[0]
     async with Meter(client) as meter:
         enqueued = await feed(q, urls, fps)
@@ -318,11 +318,11 @@ async def bench_revisit_memory(client: aioredis.Redis, n: int) -> tuple[float, f
     n URLs were enqueued, leased and acked with a typical ETag, Last-Modified and digest;
     and the average URL length."""
     crawl = "bench-revisit"
-    q = await CrawlQueue.open(client, crawl, CrawlSettings())
+    q = await LeasingQueue.open(client, crawl, CrawlSettings())
     await set_policy(client, crawl, {"revisit": "adaptive", "recrawl_after": 86400,
                                      "per_host_delay": 0.0, "per_host_concurrency": 0},
                      by="bench", create=True)
-    q.revisits = True
+    q.configure(revisits=True)
     urls = [url_of(i) for i in range(n)]
     for lo in range(0, n, 5_000):
         await q.enqueue([NewTask(u, fingerprint(u)) for u in urls[lo:lo + 5_000]])

@@ -33,7 +33,7 @@ import redis.asyncio as aioredis
 
 # The crawlq imported is the one first on sys.path: _run_in puts the measured tree there.
 from common.frontier.hosts import Frontier
-from common.queue import CrawlQueue, CrawlSettings, NewTask
+from common.queue import CrawlSettings, LeasingQueue, NewTask
 from common.redis_server import RedisServer
 from common.urls import fingerprint
 
@@ -61,7 +61,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     with RedisServer() as server:
         client = aioredis.Redis.from_url(server.url)
         try:
-            q = await CrawlQueue.open(client, "bench", CrawlSettings(partitions=1))
+            q = await LeasingQueue.open(client, "bench", CrawlSettings(partitions=1))
             await Frontier(q).set_defaults(delay_s=args.delay, concurrency=2)
             urls = [f"http://h{h}.test/p/{i}" for i in range(args.pages)
                     for h in range(args.hosts)]

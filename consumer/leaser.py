@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from common.metrics import Metrics
-from common.queue import CrawlQueue, Lease, LeaseBatch
+from common.queue import Lease, LeaseBatch, LeasingQueue
 from common.redis_errors import REDIS_ERRORS
 from consumer.backoff import Backoff
 from consumer.clock import RedisClock
@@ -46,7 +46,7 @@ TURN_SOON_MS = 50
 class Leaser:
     """The lease loop of one consumer, and the room it leases for."""
 
-    def __init__(self, settings: ConsumerSettings, queue: CrawlQueue, book: LeaseBook,
+    def __init__(self, settings: ConsumerSettings, queue: LeasingQueue, book: LeaseBook,
                  slots: Slots, *, window: CpuWindow, metrics: Metrics, stopping: Stopping,
                  health: SinkHealth, policy: PolicyReader, flusher: Flusher,
                  sink_failing: Callable[[], Awaitable[None]]) -> None:

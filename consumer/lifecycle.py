@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from common.exitcodes import EXIT_OK, EXIT_SINK
 from common.http.fetcher import Fetcher
 from common.metrics import Metrics
-from common.queue import Code, CrawlQueue, Lease
+from common.queue import Code, Lease, LeasingQueue
 from common.redis_errors import REDIS_ERRORS
 from common.wake import WakeChannel
 from common.workers import WorkerRegistry
@@ -66,7 +66,7 @@ class Consumer:
     def __init__(
         self,
         settings: ConsumerSettings,
-        queue: CrawlQueue,
+        queue: LeasingQueue,
         fetcher: Fetcher,
         sink: Sink,
         metrics: Metrics,

@@ -101,9 +101,8 @@ class PolicyReader:
         self.intake.set_tasks(policy.max_attempts, recrawl_after)
         # The queue reads these at each fail, reclaim and enqueue call: the next one
         # takes them.
-        self.queue.policy = policy.retry()
-        self.queue.recrawl_after_s = recrawl_after
-        self.queue.revisits = policy.revisit != "off"  # acks send what fetches observed
+        self.queue.configure(retry=policy.retry(), recrawl_after_s=recrawl_after,
+                             revisits=policy.revisit != "off")
         texts = policy.texts()
         log.info("crawl_policy_applied", extra={
             "version": stored.version,

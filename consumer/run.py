@@ -26,7 +26,7 @@ from common.policy import (
     seeded_by,
     sync_partitions,
 )
-from common.queue import CrawlQueue
+from common.queue import CrawlQueue, LeasingQueue
 from common.redis_errors import REDIS_ERRORS, redis_error_message
 from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
@@ -77,7 +77,7 @@ class _RedisWait:
 
 
 async def _wait_for_crawl(settings: ConsumerSettings, client: RedisClient,
-                          stop: asyncio.Event, wait: _RedisWait) -> CrawlQueue | None:
+                          stop: asyncio.Event, wait: _RedisWait) -> LeasingQueue | None:
     """Open the crawl, waiting for a producer to create it (None: stopped or gave up)."""
     # The flags' values until the consumer reads the crawl's policy, before its first lease.
     policy = _flag_policy(settings).retry()
@@ -90,8 +90,8 @@ async def _wait_for_crawl(settings: ConsumerSettings, client: RedisClient,
                 await _ensure_policy(client, settings)
                 ensured = True
             if await client.exists(CrawlKeys.build(settings.common.crawl).meta):
-                return await CrawlQueue.existing(client, settings.common.crawl,
-                                                 policy=policy)
+                return await LeasingQueue.existing(client, settings.common.crawl,
+                                                   retry=policy)
         except REDIS_ERRORS as exc:
             wait.failed(exc)
             await backoff.sleep(stop, at_most=wait.left())

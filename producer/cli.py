@@ -300,7 +300,7 @@ def _follow(queue: CrawlQueue, policy: CrawlPolicy) -> None:
     """Enqueue with the policy's recrawl window (a bloom crawl can't have one)."""
     if policy.recrawl_after and queue.settings.dedup is DedupMode.BLOOM:
         raise ConfigError(_bloom_under_window(queue.crawl, policy))
-    queue.recrawl_after_s = policy.recrawl_after
+    queue.configure(recrawl_after_s=policy.recrawl_after)
 
 
 def _sources(settings: ProducerSettings, stdin: BinaryIO | None,

@@ -20,7 +20,7 @@ from common.errors import ConfigError
 from common.history import rates
 from common.keys import CRAWLS, CrawlKeys
 from common.names import CRAWL_NAME_RULE, validate_crawl_name
-from common.queue import CrawlQueue, CrawlSettings, Failure, NewTask
+from common.queue import CrawlSettings, Failure, LeasingQueue, NewTask
 from common.redis_server import free_port
 from common.urls import fingerprint
 from common.workers import WorkerRegistry
@@ -34,7 +34,7 @@ from consumer.config import settings_from_args
 @dataclass
 class Crawl:
     name: str
-    queue: CrawlQueue
+    queue: LeasingQueue
     done: list[str]
     dead_5xx: list[str]
     dead_loop: list[str]
@@ -42,7 +42,7 @@ class Crawl:
 
 async def build_crawl(client: aioredis.Redis, name: str, partitions: int = 2) -> Crawl:
     """12 tasks: 4 done, 2 dead (http_5xx), 1 dead (redirect_loop), 5 pending."""
-    queue = await CrawlQueue.open(client, name, CrawlSettings(partitions=partitions))
+    queue = await LeasingQueue.open(client, name, CrawlSettings(partitions=partitions))
     urls = [f"https://cli.example/{i}" for i in range(12)]
     result = await queue.enqueue([NewTask(u, fingerprint(u)) for u in urls])
     assert result.enqueued == 12
@@ -204,7 +204,7 @@ async def test_dead_purge_needs_yes(redis_url: str, crawl: Crawl,
 async def test_crawls_lists_each_with_sizes(
         redis_url: str, redis_client: aioredis.Redis, crawl: Crawl, crawl_name: str,
         capsys: pytest.CaptureFixture[str]) -> None:
-    other = await CrawlQueue.open(redis_client, crawl_name + "-b")
+    other = await LeasingQueue.open(redis_client, crawl_name + "-b")
     await other.enqueue([NewTask("https://b.example/", fingerprint("https://b.example/"))])
     assert await crawlq(redis_url, "crawls", "--json") == 0
     rows = {r["crawl"]: r for r in json.loads(capsys.readouterr().out)}

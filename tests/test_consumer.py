@@ -23,7 +23,7 @@ from support.routes import Handler, hanging, page, serve
 from common.errors import ConfigError
 from common.frontier.hosts import Frontier
 from common.metrics import Metrics
-from common.queue import CrawlQueue, Lease, LeaseBatch
+from common.queue import Lease, LeaseBatch, LeasingQueue
 from common.runtime import tune_gc
 from common.task import Task
 from common.urls import fingerprint
@@ -418,9 +418,9 @@ async def test_a_cancel_that_a_library_call_dropped_still_stops_the_consumer(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Python 3.11's asyncio.wait_for, which redis-py's socket writes use, drops a cancel
     that lands as the write completes. The task still counts it: the consumer stops."""
-    inside, original = asyncio.Event(), CrawlQueue.lease_turns
+    inside, original = asyncio.Event(), LeasingQueue.lease_turns
 
-    async def dropping(self: CrawlQueue, *args: Any, **kwargs: Any) -> LeaseBatch:
+    async def dropping(self: LeasingQueue, *args: Any, **kwargs: Any) -> LeaseBatch:
         if inside.is_set():
             return await original(self, *args, **kwargs)
         inside.set()
@@ -428,7 +428,7 @@ async def test_a_cancel_that_a_library_call_dropped_still_stops_the_consumer(
             await asyncio.sleep(3600)
         return LeaseBatch(leases=[])
 
-    monkeypatch.setattr(CrawlQueue, "lease_turns", dropping)
+    monkeypatch.setattr(LeasingQueue, "lease_turns", dropping)
     async with serve({"/p/{i}": page}) as site:
         queue = await enqueue(redis_client, crawl_name, [site.url("/p/1")])
         task = asyncio.create_task(run(settings_from_args(build_parser().parse_args(

@@ -17,7 +17,7 @@ from support.routes import serve
 from common.http.fetcher import Fetcher, FetchSettings, content_type_accepted
 from common.metrics import Metrics
 from common.policy import create_policy, set_policy
-from common.queue import CrawlQueue
+from common.queue import LeasingQueue
 from consumer.config import build_parser, settings_from_args
 from consumer.lifecycle import Consumer
 from consumer.sinks import Record
@@ -97,7 +97,7 @@ async def test_the_consumer_ends_an_unaccepted_type_filtered_without_a_body(
         "filtered", 200, 0, None)
     assert pdf["headers"]["content-type"].startswith("Application/PDF")
     assert written[0] < 2**20
-    stats = await (await CrawlQueue.existing(redis_client, crawl_name)).stats()
+    stats = await (await LeasingQueue.existing(redis_client, crawl_name)).stats()
     assert stats.counters.get("outcome:filtered") == 1, stats.counters
 
 
@@ -118,7 +118,7 @@ class _Sink:
 async def test_a_running_consumer_takes_a_policy_change_within_a_second(
         redis_client: aioredis.Redis, redis_url: str, crawl_name: str) -> None:
     await create_policy(redis_client, crawl_name, {}, by="test")
-    queue = await CrawlQueue.open(redis_client, crawl_name)
+    queue = await LeasingQueue.open(redis_client, crawl_name)
     settings = settings_from_args(build_parser().parse_args(
         ["--redis-url", redis_url, "--crawl", crawl_name, "--allow-private",
          "--ignore-robots", "--http-port", "-1", "--per-host-delay", "0",

@@ -14,16 +14,16 @@ from support.dashboard import DASHBOARD_TOKEN as TOKEN
 from common.errors import ConfigError
 from common.frontier.hosts import Frontier
 from common.history import record
-from common.queue import CrawlQueue, CrawlSettings, Failure, NewTask
+from common.queue import CrawlSettings, Failure, LeasingQueue, NewTask
 from common.urls import fingerprint
 from common.workers import WorkerRegistry
 from console.cli import main_async
 from console.dashboard.security import check_bind
 
 
-async def build(client: aioredis.Redis, name: str, partitions: int = 2) -> CrawlQueue:
+async def build(client: aioredis.Redis, name: str, partitions: int = 2) -> LeasingQueue:
     """10 tasks: 3 done, 4 dead http_5xx, 1 dead timeout, 2 pending."""
-    queue = await CrawlQueue.open(client, name, CrawlSettings(partitions=partitions))
+    queue = await LeasingQueue.open(client, name, CrawlSettings(partitions=partitions))
     urls = [f"https://api.example/{i}" for i in range(10)]
     await queue.enqueue([NewTask(u, fingerprint(u)) for u in urls])
     leases = []
@@ -37,11 +37,11 @@ async def build(client: aioredis.Redis, name: str, partitions: int = 2) -> Crawl
 
 
 @pytest.fixture
-async def crawl(redis_client: aioredis.Redis, crawl_name: str) -> CrawlQueue:
+async def crawl(redis_client: aioredis.Redis, crawl_name: str) -> LeasingQueue:
     return await build(redis_client, crawl_name)
 
 
-async def test_views(make_client: ClientFactory, crawl: CrawlQueue,
+async def test_views(make_client: ClientFactory, crawl: LeasingQueue,
                      redis_client: aioredis.Redis) -> None:
     client = await make_client()
     await WorkerRegistry(redis_client, crawl.crawl, "w-a", ttl_s=30).beat(
@@ -80,7 +80,7 @@ async def test_views(make_client: ClientFactory, crawl: CrawlQueue,
     assert session == {"actions": True}
 
 
-async def test_history_chart_points(make_client: ClientFactory, crawl: CrawlQueue,
+async def test_history_chart_points(make_client: ClientFactory, crawl: LeasingQueue,
                                     redis_client: aioredis.Redis) -> None:
     client = await make_client()
     empty = await (await client.get(f"/api/crawls/{crawl.crawl}/history")).json()
@@ -101,7 +101,7 @@ async def test_history_chart_points(make_client: ClientFactory, crawl: CrawlQueu
 
 
 async def test_bad_input_answers_4xx_json(make_client: ClientFactory,
-                                          crawl: CrawlQueue) -> None:
+                                          crawl: LeasingQueue) -> None:
     client = await make_client()
     base = f"/api/crawls/{crawl.crawl}"
     assert "no crawl named" in await error_of(await client.get("/api/crawls/nope"), 404)
@@ -132,7 +132,7 @@ async def test_bad_input_answers_4xx_json(make_client: ClientFactory,
 
 
 async def test_actions_need_the_token_and_the_same_origin(
-        make_client: ClientFactory, crawl: CrawlQueue) -> None:
+        make_client: ClientFactory, crawl: LeasingQueue) -> None:
     client = await make_client()
     url = f"/api/crawls/{crawl.crawl}/dead/requeue"
     body = {"reason": "http_5xx"}
@@ -166,7 +166,7 @@ async def test_actions_need_the_token_and_the_same_origin(
 
 
 async def test_read_only_without_a_token(make_client: ClientFactory,
-                                         crawl: CrawlQueue) -> None:
+                                         crawl: LeasingQueue) -> None:
     client = await make_client(token=None)
     assert await (await client.get("/api/session")).json() == {"actions": False}
     resp = await client.post(f"/api/crawls/{crawl.crawl}/dead/requeue", json={"all": True},
@@ -176,7 +176,7 @@ async def test_read_only_without_a_token(make_client: ClientFactory,
 
 
 async def test_security_headers_and_host_check(make_client: ClientFactory,
-                                               crawl: CrawlQueue) -> None:
+                                               crawl: LeasingQueue) -> None:
     client = await make_client()
     for path in ("/", f"/crawls/{crawl.crawl}", "/static/app.js", "/api/crawls",
                  "/api/crawls/nope"):
@@ -215,10 +215,10 @@ async def test_cli_refuses_a_public_bind_without_token(
     assert "refusing to listen on 0.0.0.0 without a token" in capsys.readouterr().err
 
 
-async def many_hosts(client: aioredis.Redis, name: str) -> CrawlQueue:
+async def many_hosts(client: aioredis.Redis, name: str) -> LeasingQueue:
     """Three hosts over two partitions: a.test 5 queued, b.test 3, c.test:8080 1; one task
     of a.test leased and acked."""
-    queue = await CrawlQueue.open(client, name, CrawlSettings(partitions=2))
+    queue = await LeasingQueue.open(client, name, CrawlSettings(partitions=2))
     urls = ([f"https://a.test/{i}" for i in range(6)] + [f"https://b.test/{i}" for i in range(3)]
             + ["https://c.test:8080/"])
     await queue.enqueue([NewTask(u, fingerprint(u)) for u in urls])
@@ -230,7 +230,7 @@ async def many_hosts(client: aioredis.Redis, name: str) -> CrawlQueue:
     return queue
 
 
-HostsApi = tuple[CrawlQueue, TestClient[Any, Any], str]
+HostsApi = tuple[LeasingQueue, TestClient[Any, Any], str]
 
 
 @pytest.fixture
@@ -277,7 +277,7 @@ async def test_hosts_view_refuses_bad_input(hosts_api: HostsApi,
     await error_of(await client.get("/api/crawls/nope/hosts"), 404)
 
 
-async def test_pause_and_resume(make_client: ClientFactory, crawl: CrawlQueue) -> None:
+async def test_pause_and_resume(make_client: ClientFactory, crawl: LeasingQueue) -> None:
     client = await make_client()
     url = f"/api/crawls/{crawl.crawl}"
     assert "token" in await error_of(await client.post(f"{url}/pause", json={}), 401)
@@ -292,7 +292,7 @@ async def test_pause_and_resume(make_client: ClientFactory, crawl: CrawlQueue) -
     resp = await client.post(f"{url}/resume", json={}, headers=AUTH)
     assert (await resp.json())["paused"] is False and not await Frontier(crawl).is_paused()
     # A fresh queue object: `crawl` remembers for up to a second that nothing was ready.
-    again = await CrawlQueue.existing(crawl.client, crawl.crawl)
+    again = await LeasingQueue.existing(crawl.client, crawl.crawl)
     assert len(await again.lease("w1", 10, 60_000)) == 2
 
 

@@ -32,7 +32,7 @@ from support.browser import (
 
 from common.frontier.hosts import Frontier
 from common.keys import CRAWLS
-from common.queue import CrawlQueue, Failure, NewTask
+from common.queue import Failure, LeasingQueue, NewTask
 from common.redis_server import free_port
 from common.urls import fingerprint
 
@@ -73,7 +73,7 @@ def card(driver: Any, state: str) -> int:
     return int(text.replace(",", ""))
 
 
-async def plant_dead(queue: CrawlQueue, items: list[tuple[str, str, str]]) -> None:
+async def plant_dead(queue: LeasingQueue, items: list[tuple[str, str, str]]) -> None:
     """Dead letters with these (url, reason, error), and JS_URL's malformed one, before
     any consumer runs."""
     urls = [url for url, _, _ in items]
@@ -95,7 +95,7 @@ async def plant_dead(queue: CrawlQueue, items: list[tuple[str, str, str]]) -> No
 async def test_dashboard_pages_live(browser: Any, redis_url: str, redis_client: aioredis.Redis,
                                     crawl_name: str, tmp_path: Path) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
-    queue = await CrawlQueue.open(redis_client, crawl_name)
+    queue = await LeasingQueue.open(redis_client, crawl_name)
     # A name no crawlq command accepts, as an older version or a hostile writer left it.
     await redis_client.sadd(CRAWLS, XSS_CRAWL)
     port = free_port()
@@ -212,7 +212,7 @@ async def test_hosts_panel_pause_and_host_settings(
         browser: Any, redis_url: str, redis_client: aioredis.Redis, crawl_name: str,
         tmp_path: Path) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
-    queue = await CrawlQueue.open(redis_client, crawl_name)
+    queue = await LeasingQueue.open(redis_client, crawl_name)
     frontier = Frontier(queue)
     port = free_port()
     async with start_site_process(delay_ms=100, hosts=HOSTS) as site:
@@ -295,9 +295,9 @@ async def test_hosts_panel_pause_and_host_settings(
             assert browser.execute_script("return window.__xss") is None
 
 
-async def _leased_none(queue: CrawlQueue) -> bool:
+async def _leased_none(queue: LeasingQueue) -> bool:
     return (await queue.stats()).leased == 0
 
 
-async def _done_more_than(queue: CrawlQueue, n: int) -> bool:
+async def _done_more_than(queue: LeasingQueue, n: int) -> bool:
     return (await queue.stats()).done > n

@@ -27,7 +27,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from common.connection import connect
 from common.keys import CrawlKeys
-from common.queue import CrawlQueue, CrawlSettings, Failure, NewTask
+from common.queue import CrawlSettings, Failure, LeasingQueue, NewTask
 from common.redis_server import RedisServer
 from common.urls import fingerprint
 from common.workers import WorkerRegistry
@@ -67,7 +67,7 @@ def big_server() -> Iterator[RedisServer]:
         yield server
 
 
-async def _load(queue: CrawlQueue) -> int:
+async def _load(queue: LeasingQueue) -> int:
     per_host = TASKS // HOSTS
     gate = asyncio.Semaphore(IN_FLIGHT)
 
@@ -83,7 +83,7 @@ async def _load(queue: CrawlQueue) -> int:
     return sum(await asyncio.gather(*(batch(h) for h in range(0, HOSTS, BATCH_HOSTS))))
 
 
-async def _activity(client: aioredis.Redis, queue: CrawlQueue) -> None:
+async def _activity(client: aioredis.Redis, queue: LeasingQueue) -> None:
     """Leases, acks, dead letters, workers and an hour of history, as a running crawl has."""
     leases: list[Any] = []
     while len(leases) < 300:
@@ -106,7 +106,7 @@ async def _activity(client: aioredis.Redis, queue: CrawlQueue) -> None:
 @pytest.fixture(scope="module")
 async def dashboard(big_server: RedisServer) -> AsyncIterator[TestClient[Any, Any]]:
     client = connect(big_server.url)
-    queue = await CrawlQueue.open(client, CRAWL, CrawlSettings(partitions=PARTITIONS))
+    queue = await LeasingQueue.open(client, CRAWL, CrawlSettings(partitions=PARTITIONS))
     assert await _load(queue) == TASKS
     await _activity(client, queue)
     stats = await queue.stats()

@@ -10,7 +10,7 @@ import redis.asyncio as aioredis
 from support.clock import redis_ms
 
 from common.errors import BadRequestError
-from common.queue import CrawlQueue, CrawlSettings, Failure, NewTask
+from common.queue import CrawlSettings, Failure, LeasingQueue, NewTask
 from common.urls import fingerprint
 from common.workers import WorkerRegistry, read_workers
 from console import deadletters as dl
@@ -23,7 +23,7 @@ from console.deadletters import dead_page
 async def test_a_skewed_writer_clock_does_not_change_the_age(
         redis_url: str, redis_client: aioredis.Redis, crawl_name: str, *, skew_s: int,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    await CrawlQueue.open(redis_client, crawl_name)
+    await LeasingQueue.open(redis_client, crawl_name)
     registry = WorkerRegistry(redis_client, crawl_name, "w-skewed", ttl_s=30)
     real = time.time
     with monkeypatch.context() as m:
@@ -56,8 +56,8 @@ async def test_late_heartbeat_is_stale_and_rate_is_per_second(
 
 
 async def _crawl_with_dead(client: aioredis.Redis, name: str, partitions: int,
-                           reasons: list[str]) -> CrawlQueue:
-    queue = await CrawlQueue.open(client, name, CrawlSettings(partitions=partitions))
+                           reasons: list[str]) -> LeasingQueue:
+    queue = await LeasingQueue.open(client, name, CrawlSettings(partitions=partitions))
     urls = [f"https://dead.example/{i}" for i in range(len(reasons))]
     await queue.enqueue([NewTask(u, fingerprint(u)) for u in urls])
     leases = []
@@ -104,7 +104,7 @@ async def test_summaries_of_many_crawls_fit_a_bounded_pool(redis_client: aioredi
     # must not open one per crawl at once.
     names = [f"{crawl_name}-{i}" for i in range(150)]
     for name in names:
-        await CrawlQueue.open(redis_client, name)
+        await LeasingQueue.open(redis_client, name)
     found, total = await summaries(redis_client, limit=10**6)
     got = {c.crawl for c in found if not isinstance(c, str)}
     assert set(names) <= got and total >= 150

@@ -16,7 +16,6 @@ from sites import test_site
 from support.consume import NullSink
 from support.frontier import lease_when_due, polite_queue, tasks
 
-from common import queue as queue_module
 from common.errors import ConfigError
 from common.frontier.hosts import Frontier
 from common.http.fetcher import Fetcher
@@ -26,9 +25,11 @@ from common.policy import create_policy, set_policy
 from common.queue import (
     Code,
     CrawlFormatError,
-    CrawlQueue,
     Failure,
     Lease,
+    LeasingQueue,
+    RetryPolicy,
+    leasing,
 )
 from consumer.config import build_parser, settings_from_args
 from consumer.flush import Completion
@@ -37,7 +38,7 @@ from consumer.run import run
 from consumer.slots import Stage
 
 
-async def reclaimed_when_expired(q: CrawlQueue, within: float = 10.0) -> tuple[int, int]:
+async def reclaimed_when_expired(q: LeasingQueue, within: float = 10.0) -> tuple[int, int]:
     """reclaim() until it takes something back (a lease's deadline passes on Redis' clock)."""
     deadline = time.monotonic() + within
     while (got := await q.reclaim()) == (0, 0):
@@ -100,7 +101,7 @@ async def test_hosts_the_last_lease_did_not_name_are_found_when_the_named_give_n
     q = await polite_queue(redis_client, crawl_name, concurrency=1)
     await q.enqueue(tasks(["http://a.test/1", "http://b.test/1"]))
     [first] = await q.lease("w", 1, 60_000)  # names the other host, ready
-    other = CrawlQueue(redis_client, crawl_name, q.settings)
+    other = LeasingQueue(redis_client, crawl_name, q.settings)
     [second] = await other.lease("w2", 1, 60_000)  # another consumer takes its turn
     assert {first.host, second.host} == {"a.test", "b.test"}
     await q.enqueue(tasks(["http://c.test/1"]))
@@ -150,7 +151,7 @@ async def test_priority_goes_first_within_a_host_and_across_hosts(
 async def test_a_push_back_blocks_the_host_for_every_consumer_within_the_cap(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
     q = await polite_queue(redis_client, crawl_name)
-    q.policy = q.policy.__class__(base_ms=10, max_retry_after_ms=800, backoff_base_ms=10)
+    q.configure(retry=RetryPolicy(base_ms=10, max_retry_after_ms=800, backoff_base_ms=10))
     await q.enqueue(tasks([f"http://a.test/{i}" for i in range(3)] + ["http://b.test/"]))
     leases = await q.lease("w1", 2, 60_000)
     a = next(x for x in leases if x.host == "a.test")
@@ -171,7 +172,7 @@ async def test_a_push_back_blocks_the_host_for_every_consumer_within_the_cap(
 async def test_a_retry_after_of_zero_still_waits_the_normal_backoff(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
     q = await polite_queue(redis_client, crawl_name)
-    q.policy = q.policy.__class__(base_ms=2000)
+    q.configure(retry=RetryPolicy(base_ms=2000))
     await q.enqueue(tasks(["http://a.test/"]))
     [lease] = await q.lease("w", 1, 60_000)
     [(_, delay)] = await q.fail("w", [Failure(lease, "http_503", "x", retry_after=0)])
@@ -308,7 +309,7 @@ async def test_a_crawl_made_by_the_previous_version_gets_a_clear_error(
           ' "bloom_error": 1e-06, "bloom_layers": 8}'
     await redis_client.hset(f"crawlq:{{{crawl_name}}}:meta", "settings", old)
     with pytest.raises(CrawlFormatError, match="re-create it"):
-        await CrawlQueue.existing(redis_client, crawl_name)
+        await LeasingQueue.existing(redis_client, crawl_name)
 
 
 async def test_release_and_reclaim_put_tasks_back_at_the_head_of_their_host(
@@ -340,8 +341,8 @@ async def test_three_consumers_keep_each_hosts_delay_and_concurrency_robots_incl
     async with test_site(delay_ms=50, robots="User-agent: *\nAllow: /") as s1, \
             test_site(delay_ms=50, robots="User-agent: *\nAllow: /") as s2:
         urls = [s.url(f"/p/{i}") for s in (s1, s2) for i in range(6)]
-        await CrawlQueue.open(redis_client, crawl_name)
-        q = await CrawlQueue.existing(redis_client, crawl_name)
+        await LeasingQueue.open(redis_client, crawl_name)
+        q = await LeasingQueue.existing(redis_client, crawl_name)
         await q.enqueue(tasks(urls))
         codes = await asyncio.gather(*(run(_consumer_settings(
             redis_url, crawl_name, tmp_path / f"c{i}", "--per-host-delay", f"{delay}",
@@ -471,10 +472,10 @@ async def test_a_policy_change_reaches_three_running_consumers_within_a_second(
     woke the consumers) instead of at the old turn."""
     caplog.set_level(logging.INFO, logger="consumer")
     async with test_site(robots="User-agent: *\nAllow: /") as site:
-        await CrawlQueue.open(redis_client, crawl_name)
+        await LeasingQueue.open(redis_client, crawl_name)
         await create_policy(redis_client, crawl_name,
                             {"per_host_delay": 0.1, "per_host_concurrency": 1}, by="test")
-        q = await CrawlQueue.existing(redis_client, crawl_name)
+        q = await LeasingQueue.existing(redis_client, crawl_name)
         await q.enqueue(tasks([site.url(f"/p/{i}") for i in range(8)]))
         runs = [asyncio.create_task(run(_consumer_settings(
             redis_url, crawl_name, tmp_path / f"c{i}", "--concurrency", "4")))
@@ -581,18 +582,18 @@ async def test_a_lease_call_reads_no_more_candidate_hosts_than_it_may_use(
     q = await polite_queue(redis_client, crawl_name, delay_s=0, concurrency=1)
     await q.enqueue(tasks([f"http://h{i}.test/{j}" for i in range(60) for j in range(2)]))
     given: list[tuple[int, int]] = []
-    script = q._lease_script
+    script = q.leases._lease_script
 
     async def recording(pk, worker, n, lease_ms, *, hosts, **kw):  # type: ignore[no-untyped-def]
         given.append((n, len(hosts)))
         return await script(pk, worker, n, lease_ms, hosts=hosts, **kw)
-    q._lease_script = recording  # type: ignore[method-assign]
+    q.leases._lease_script = recording  # type: ignore[method-assign]
     big = await q.lease_turns("w", 50, 60_000)
     assert len(big.leases) == 50
     given.clear()
     small = await q.lease_turns("w", 1, 60_000)
     assert len(small.leases) == 1
-    assert given and all(hosts <= queue_module._candidates_for(1) for _, hosts in given)
+    assert given and all(hosts <= leasing.candidates_for(1) for _, hosts in given)
     given.clear()
     await q.lease_turns("w", 0, 60_000, fetched=small.leases)
     assert given == [(0, 0)]

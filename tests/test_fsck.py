@@ -14,7 +14,7 @@ from support.routes import page, serve
 
 from common.exitcodes import EXIT_INCONSISTENT, EXIT_OK
 from common.frontier.hosts import Frontier
-from common.queue import CrawlQueue, CrawlSettings, Failure, NewTask
+from common.queue import CrawlSettings, Failure, LeasingQueue, NewTask
 from common.urls import fingerprint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,9 +36,9 @@ def tasks(*urls: str, priority: int = 0) -> list[NewTask]:
     return [NewTask(u, fingerprint(u), priority=priority) for u in urls]
 
 
-async def crawl_of(client: aioredis.Redis, name: str, partitions: int = 2) -> CrawlQueue:
+async def crawl_of(client: aioredis.Redis, name: str, partitions: int = 2) -> LeasingQueue:
     """a.test: 4 plain + 2 priority pending; b.test and c.test: 3 each; concurrency 2."""
-    q = await CrawlQueue.open(client, name, CrawlSettings(partitions=partitions))
+    q = await LeasingQueue.open(client, name, CrawlSettings(partitions=partitions))
     await Frontier(q).set_defaults(delay_s=0, concurrency=2)
     await q.enqueue(tasks(*(f"http://a.test/{i}" for i in range(4))))
     await q.enqueue(tasks("http://a.test/p1", "http://a.test/p2", priority=5))
@@ -46,7 +46,7 @@ async def crawl_of(client: aioredis.Redis, name: str, partitions: int = 2) -> Cr
     return q
 
 
-async def drain(q: CrawlQueue) -> int:
+async def drain(q: LeasingQueue) -> int:
     """Lease and ack everything; the number done."""
     done = 0
     for _ in range(100):
@@ -139,7 +139,7 @@ async def test_a_wrong_inflight_count_is_found_and_repaired(
 
 async def test_a_host_missing_from_due_is_found_and_repaired(
         redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
-    q = await CrawlQueue.open(redis_client, crawl_name)
+    q = await LeasingQueue.open(redis_client, crawl_name)
     await q.enqueue(tasks("http://solo.test/1"))
     pk = q.partitions[0]
     await redis_client.zrem(pk.due, "solo.test")
@@ -185,7 +185,7 @@ async def test_a_consumer_finishes_a_crawl_whose_host_queue_was_lost(
     every lease popped nothing, and an --exit-when-empty consumer leased ~300 times a
     second forever."""
     async with serve({"/p/{i}": page}) as site:
-        q = await CrawlQueue.open(redis_client, crawl_name)
+        q = await LeasingQueue.open(redis_client, crawl_name)
         await q.enqueue(tasks(*(site.url(f"/p/{i}") for i in range(5))))
         await q.enqueue(tasks(*(f"http://lost.test/{i}" for i in range(4))))
         await q.enqueue(tasks("http://lost.test/p", priority=3))

@@ -20,7 +20,7 @@ from support.routes import serve
 from common.http.fetcher import Fetcher
 from common.keys import PartitionKeys
 from common.metrics import Metrics
-from common.queue import Code, CrawlQueue, Lease, NewTask
+from common.queue import Code, Crawl, Lease, LeasingQueue, NewTask, housekeeping
 from common.urls import fingerprint
 from consumer.config import build_parser, settings_from_args
 from consumer.flush import Completion, Flusher
@@ -41,8 +41,8 @@ async def until_redis_time(client: aioredis.Redis, ms: float) -> None:
         await asyncio.sleep(left / 1000 + 0.01)
 
 
-async def queue_with(client: aioredis.Redis, crawl: str, n: int) -> CrawlQueue:
-    queue = await CrawlQueue.open(client, crawl)
+async def queue_with(client: aioredis.Redis, crawl: str, n: int) -> LeasingQueue:
+    queue = await LeasingQueue.open(client, crawl)
     urls = [f"http://g.test/{i}" for i in range(n)]
     await queue.enqueue([NewTask(u, fingerprint(u)) for u in urls])
     return queue
@@ -68,7 +68,7 @@ class GatedSink:
         pass
 
 
-def flusher(queue: CrawlQueue, sink: GatedSink) -> tuple[Flusher, LeaseBook]:
+def flusher(queue: LeasingQueue, sink: GatedSink) -> tuple[Flusher, LeaseBook]:
     metrics = Metrics()
     book = LeaseBook(LEASE_S, metrics)
     intake = LinkIntake(metrics, max_depth=0, allow_domains=(), cache_size=0)
@@ -146,13 +146,13 @@ async def test_reclaim_checks_each_deadline_on_redis_time_itself(
     queue = await queue_with(redis_client, crawl_name, 1)
     [lease] = await queue.lease("w", 1, 60_000)
 
-    async def every_lease(pk: PartitionKeys, zset: str, limit: int
+    async def every_lease(crawl: Crawl, pk: PartitionKeys, zset: str, limit: int
                           ) -> tuple[list[str], list[str]]:
         ids = [m.decode() for m in await redis_client.zrange(zset, 0, limit - 1)]
         values = await redis_client.hmget(pk.tasks, ids) if ids else []
         return ids, [v.split(b" ", 1)[0].decode() for v in values]
 
-    monkeypatch.setattr(queue, "_due_ids", every_lease)
+    monkeypatch.setattr(housekeeping, "due_ids", every_lease)
     assert await queue.reclaim() == (0, 0)
     assert await queue.state_of(lease.id) == "leased"
     assert await queue.ack("w", [(lease, "ok")]) == [Code.OK]

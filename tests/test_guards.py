@@ -40,7 +40,7 @@ from common.hostmodel.hostconf import HostConf
 from common.http.fetcher import Fetcher, FetchResult
 from common.metrics import Metrics
 from common.policy import create_policy, set_policy
-from common.queue import CrawlQueue, Lease
+from common.queue import Lease, LeasingQueue
 from console.fsck import check, fsck
 from consumer.config import ConsumerSettings, build_parser, settings_from_args
 from consumer.handlers import HandlerContext, HandlerResult
@@ -173,7 +173,7 @@ async def test_links_past_max_links_are_dropped_and_counted_capped(
     """A handler returns ten links with --max-links 3: the first three are enqueued (and
     crawled), the other seven counted ``capped``, never enqueued."""
     async with serve({"/seed": page, "/leaf/{i}": page}) as site:
-        q = await CrawlQueue.open(redis_client, crawl_name)
+        q = await LeasingQueue.open(redis_client, crawl_name)
         await create_policy(redis_client, crawl_name, {"per_host_delay": 0,
                                                        "per_host_concurrency": 0}, by="test")
         await q.enqueue(tasks([site.url("/seed")]))
@@ -202,7 +202,7 @@ async def test_a_timeout_or_a_refused_connection_spends_no_page_of_the_budget(
     async with serve({"/hang": hang, "/p/{i}": page}) as site:
         host = site.base.removeprefix("http://")
         refused = f"127.0.0.1:{closed_port()}"
-        q = await CrawlQueue.open(redis_client, crawl_name)
+        q = await LeasingQueue.open(redis_client, crawl_name)
         front = Frontier(q)
         await front.set_host(host, budget=1)
         await front.set_host(refused, budget=1)
@@ -238,7 +238,7 @@ async def test_a_lease_reply_naming_a_newer_policy_is_followed_with_no_message(
         return web.Response(text="<html></html>", content_type="text/html")
 
     async with serve({"/p/{i}": record}) as site:
-        q = await CrawlQueue.open(redis_client, crawl_name)
+        q = await LeasingQueue.open(redis_client, crawl_name)
         await create_policy(redis_client, crawl_name, {
             "per_host_delay": 0.1, "per_host_concurrency": 1, "user_agent": "guardbot/1.0"},
             by="test")

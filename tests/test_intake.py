@@ -17,7 +17,7 @@ import consumer.flush
 import consumer.leaser
 from common.http.fetcher import Fetcher
 from common.metrics import Metrics
-from common.queue import CrawlQueue
+from common.queue import LeasingQueue
 from common.task import Task
 from consumer.backoff import Backoff
 from consumer.config import build_parser, settings_from_args
@@ -174,7 +174,7 @@ def test_marks_judged_under_old_domains_are_not_cached() -> None:
 
 async def test_a_url_the_cache_evicted_still_dedups_in_redis(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
-    queue = await CrawlQueue.open(redis_client, crawl_name)
+    queue = await LeasingQueue.open(redis_client, crawl_name)
     i = intake(size=2)
     first, mark = i.children([(parent(), ["http://a.test/0"])])
     assert (await queue.enqueue(first)).enqueued == 1
@@ -235,7 +235,7 @@ async def test_an_idle_consumer_leases_at_once_when_work_is_enqueued(
             return 30.0
 
     monkeypatch.setattr(consumer.leaser, "Backoff", Slow)
-    queue = await CrawlQueue.open(redis_client, crawl_name)
+    queue = await LeasingQueue.open(redis_client, crawl_name)
     settings = settings_from_args(build_parser().parse_args(
         ["--redis-url", redis_url, "--crawl", crawl_name, "--allow-private",
          "--ignore-robots", "--http-port", "-1", "--per-host-delay", "0"]))

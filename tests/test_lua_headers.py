@@ -15,27 +15,34 @@ reply) of a real run of the queue API, and:
   its position (an id is 32 hex digits, a token an integer, a *_ms an integer, ...), so a
   swap of two entries on either side fails.
 - Reply: the length and codes the header's "Returns" gives, on real replies; lease.lua's
-  layout against the offsets common/queue.py names for it.
+  layout against the one common/queue/lease_reply.py declares.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
 
-from common import queue, scripts
+from common import scripts
 from common.frontier.hosts import Frontier
 from common.history import record
 from common.keys import CrawlKeys
 from common.locks import TokenLocks
-from common.queue import CrawlQueue, CrawlSettings, DedupMode, Failure, NewTask, RetryPolicy
+from common.queue import (
+    CrawlSettings,
+    DedupMode,
+    Failure,
+    LeasingQueue,
+    NewTask,
+    RetryPolicy,
+    lease_reply,
+)
 from common.urls import fingerprint
 from common.workers import WorkerRegistry
 from console.fsck import repair_hosts
@@ -165,8 +172,8 @@ async def exercise(client: aioredis.Redis, crawl: str, partitions: int = 2) -> N
     def tasks(*urls: str, **kw: Any) -> list[NewTask]:
         return [NewTask(u, fingerprint(u), **kw) for u in urls]
 
-    q = await CrawlQueue.open(client, crawl, CrawlSettings(partitions=partitions),
-                              policy=RetryPolicy(base_ms=10))
+    q = await LeasingQueue.open(client, crawl, CrawlSettings(partitions=partitions),
+                              retry=RetryPolicy(base_ms=10))
     await q.enqueue(tasks("http://a.test/1", "http://a.test/2", "http://b.test/1",
                           "http://c.test/1", "http://d.test/1"))
     await q.enqueue(tasks("http://a.test/p", priority=3))
@@ -192,7 +199,7 @@ async def exercise(client: aioredis.Redis, crawl: str, partitions: int = 2) -> N
     await q.lease("w", 10, 60_000)
     del short
     await q.is_empty()
-    bloom = await CrawlQueue.open(client, crawl + "b", CrawlSettings(dedup=DedupMode.BLOOM))
+    bloom = await LeasingQueue.open(client, crawl + "b", CrawlSettings(dedup=DedupMode.BLOOM))
     await bloom.enqueue(tasks("http://e.test/1"))
     [e] = await bloom.lease("w", 1, 60_000)
     await bloom.fail("w", [Failure(e, "gone", "x", permanent=True)])
@@ -570,22 +577,13 @@ async def test_replies_match_the_headers(redis_client: aioredis.Redis,
     assert seen >= {"lease", "ack", "fail", "renew", "release", "enqueue", "purge"}
 
 
-def test_lease_reply_layout_is_the_one_queue_names() -> None:
-    """lease.lua's "Returns" against the offsets common/queue.py reads its reply at."""
+def test_lease_reply_layout_is_the_one_python_declares() -> None:
+    """lease.lua's "Returns" names, in order, the fields of common/queue/lease_reply.py's
+    LeaseReply (the head) and Granted (one leased task): the layout is declared once, in
+    Python, and the script's header must say the same."""
     names, width = _reply_names(argv_header("lease").returns)
-    head = names.index("id")
-    assert head == queue._LEASE_HEAD
-    assert names.index("next") == queue._NEXT_HOSTS
-    source = inspect.getsource(queue)
-    m = re.search(r"(\w+(?:, \w+)+) = ((?:int\(reply\[\d\]\)(?: == 1)?(?:, )?)+)\n", source)
-    assert m, "queue.py no longer reads wait/retry/paused as int(reply[i]): update this test"
-    read = dict(zip(m.group(1).split(", "), map(int, re.findall(r"reply\[(\d)\]", m.group(2))),
-                    strict=True))
-    assert read == {n: names.index(n) for n in read}
-    m = re.search(r"range\(_LEASE_HEAD, len\(reply\), (\w+)\):\n\s+(.*) = reply\[i:i \+ (\w+)\]",
-                  source)
-    assert m, "queue.py no longer reads a leased task as reply[i:i + w]: update this test"
-
-    def value(token: str) -> int:  # a literal width, or the name queue.py gives it
-        return int(token) if token.isdigit() else int(getattr(queue, token))
-    assert value(m.group(1)) == value(m.group(3)) == width == len(m.group(2).split(", "))
+    names = [n.removesuffix("|false") for n in names]
+    head, item = names[:names.index("id")], names[names.index("id"):]
+    assert head == list(lease_reply.HEAD_NAMES)
+    assert item == [f.name for f in fields(lease_reply.Granted)]
+    assert (len(head), width) == (lease_reply.HEAD, lease_reply.WIDTH)

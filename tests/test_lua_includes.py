@@ -24,6 +24,7 @@ from common import scripts
 from common.errors import LuaIncludeError
 from common.keys import PartitionKeys
 from common.queue import CrawlQueue, CrawlSettings
+from common.queue.calls import run
 from common.redis_server import RedisServer
 
 LUA = scripts.LUA
@@ -232,13 +233,13 @@ async def check_error_locations(client: aioredis.Redis, crawl: str) -> None:
     await client.delete(pk.leases, pk.owners)
     at = line_of("lib/leases.lua", "judge_lease(owner, redis.call('ZSCORE', leases, id)")
     assert str(caught.value).endswith(f" (at lib/leases.lua:{at})"), str(caught.value)
-    # Pipelined (CrawlQueue._run, calls on several partitions): the failing call's script
+    # Pipelined (common.queue.calls.run, calls on several partitions): the failing call's script
     # is found by the SHA the message names.
     q = await CrawlQueue.open(client, crawl, CrawlSettings(partitions=1))
     keys = [pk.leases, pk.owners, pk.stats]
     with pytest.raises(ResponseError) as caught:
-        await q._run([(q.scripts.renew, keys, ["w", "1000"]),
-                      (q.scripts.renew, keys, ["w", "0"])])
+        await run(q.client, [(q.scripts.renew, keys, ["w", "1000"]),
+                             (q.scripts.renew, keys, ["w", "0"])])
     at = line_of("renew.lua", "error('crawlq: renew needs lease_ms >= 1")
     assert str(caught.value).endswith(f" (at renew.lua:{at})"), str(caught.value)
 

@@ -40,7 +40,7 @@ from common.policy import (
     read_policy,
     set_policy,
 )
-from common.queue import CrawlQueue, CrawlSettings, DedupMode, NewTask, RetryPolicy
+from common.queue import CrawlSettings, DedupMode, LeasingQueue, NewTask, RetryPolicy
 from common.scripts import register
 from common.task import decode_entry
 from common.urls import fingerprint
@@ -93,7 +93,7 @@ ADAPT_OFF = {b"adapt": b"0", b"max_delay": b"30000", b"rv": b"0", b"rv_first": b
              b"rv_min": b"60", b"rv_max": b"7776000", b"rv_grow": b"400", b"rv_shrink": b"200"}
 
 
-async def confs(client: aioredis.Redis, queue: CrawlQueue) -> list[dict[bytes, bytes]]:
+async def confs(client: aioredis.Redis, queue: LeasingQueue) -> list[dict[bytes, bytes]]:
     return [await client.hgetall(pk.conf) for pk in queue.partitions]
 
 
@@ -460,7 +460,7 @@ async def test_robots_ttl_max_attempts_and_recrawl_after_through_the_python_api(
     assert (await read_policy(redis_client, crawl_name) or stored).version == 2
 
     bloom = crawl_name + "-bloom"
-    await CrawlQueue.open(redis_client, bloom, CrawlSettings(dedup=DedupMode.BLOOM))
+    await LeasingQueue.open(redis_client, bloom, CrawlSettings(dedup=DedupMode.BLOOM))
     code, out, err = await crawlq(redis_url, "crawl", "create", "--crawl", bloom,
                                   "recrawl_after=1d")
     assert (code, out) == (2, "")
@@ -516,7 +516,7 @@ async def test_hosts_show_the_policy_before_any_consumer_starts(
 
 async def test_set_defaults_is_a_policy_change(redis_client: aioredis.Redis,
                                                crawl_name: str) -> None:
-    q = await CrawlQueue.open(redis_client, crawl_name, CrawlSettings(partitions=2))
+    q = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings(partitions=2))
     await Frontier(q).set_defaults(delay_s=0.25, concurrency=0)
     await Frontier(q).set_defaults(delay_s=0.25, concurrency=1)
     stored = await read_policy(redis_client, crawl_name)
@@ -537,7 +537,7 @@ async def test_restarting_a_consumer_leaves_the_policy_as_it_was(
     """A consumer whose flags (0 / no limit) differ from the crawl's policy changes
     nothing: not the policy, not a partition's conf; it says so once per flag it was
     given (not for --max-retry-after, left at its default: 3600s against the crawl's 60s)."""
-    q = await CrawlQueue.open(redis_client, crawl_name, CrawlSettings(partitions=2))
+    q = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings(partitions=2))
     await create_policy(redis_client, crawl_name, {
         "per_host_delay": 0.05, "per_host_concurrency": 1, "user_agent": "crawl/1.0",
         "ignore_robots": True, "max_depth": 2, "allow_domains": ("a.test",),
@@ -584,7 +584,7 @@ async def test_a_consumer_warns_only_for_the_policy_flags_it_was_given(
     """Every value of the crawl's policy differs from the consumer's defaults: started
     with no policy flag it says nothing; given --per-host-delay 3s (the flag, or
     CRAWLQ_PER_HOST_DELAY) it warns for that flag only."""
-    await CrawlQueue.open(redis_client, crawl_name)
+    await LeasingQueue.open(redis_client, crawl_name)
     await create_policy(redis_client, crawl_name, {
         "per_host_delay": 0.05, "per_host_concurrency": 1, "accept_content_type": ("text/*",),
         "user_agent": "crawl/1.0", "ignore_robots": True, "robots_ttl": 60, "max_depth": 2,
@@ -610,7 +610,7 @@ async def test_a_consumer_warns_only_for_the_policy_flags_it_was_given(
 
 async def test_the_first_consumer_creates_the_policy_from_its_flags(
         redis_url: str, redis_client: aioredis.Redis, crawl_name: str, tmp_path: Path) -> None:
-    q = await CrawlQueue.open(redis_client, crawl_name)
+    q = await LeasingQueue.open(redis_client, crawl_name)
     settings = consumer_settings(redis_url, crawl_name, tmp_path, "--worker-id", "first",
                                  "--per-host-delay", "0.1s", "--per-host-concurrency", "3",
                                  "--user-agent", "first/1.0 (+https://example.com)",
@@ -640,7 +640,7 @@ async def test_a_mixed_fleet_keeps_the_crawls_delay(
     await create_policy(redis_client, crawl_name,
                         {"per_host_delay": delay, "per_host_concurrency": 1}, by="test")
     async with serve({"/p/{i}": page}) as site:
-        q = await CrawlQueue.open(redis_client, crawl_name)
+        q = await LeasingQueue.open(redis_client, crawl_name)
         await q.enqueue([NewTask(u, fingerprint(u)) for u in
                          (site.url(f"/p/{i}") for i in range(4))])
         fleet = [consumer_settings(redis_url, crawl_name, tmp_path / "a", "--worker-id", "a"),
@@ -658,7 +658,7 @@ async def test_a_mixed_fleet_keeps_the_crawls_delay(
 
 async def test_lowering_the_delay_moves_a_scheduled_turn_earlier(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
-    q = await CrawlQueue.open(redis_client, crawl_name)
+    q = await LeasingQueue.open(redis_client, crawl_name)
     await create_policy(redis_client, crawl_name, {"per_host_delay": 5}, by="test")
     await q.enqueue([NewTask(u, fingerprint(u)) for u in
                      ("http://a.test/1", "http://a.test/2", "http://a.test/3")])
@@ -682,7 +682,7 @@ async def test_lowering_the_delay_moves_a_scheduled_turn_earlier(
 
 async def test_an_older_version_never_overwrites_a_newer_one(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
-    q = await CrawlQueue.open(redis_client, crawl_name)
+    q = await LeasingQueue.open(redis_client, crawl_name)
     await create_policy(redis_client, crawl_name, {"per_host_delay": 2}, by="test")
     await set_policy(redis_client, crawl_name, {"per_host_delay": 3}, by="test")
     await apply_policy(redis_client, crawl_name, 1, CrawlPolicy(per_host_delay=2))
@@ -694,7 +694,7 @@ async def test_a_crawl_made_without_a_policy_is_adopted(
         redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
     """The previous crawlq wrote the consumers' flags into every partition's conf and
     kept no policy: show says so, and the first ensure adopts partition 0's values."""
-    q = await CrawlQueue.open(redis_client, crawl_name, CrawlSettings(partitions=2))
+    q = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings(partitions=2))
     for pk in q.partitions:  # as the old Frontier.set_defaults wrote them
         await redis_client.hset(pk.conf, mapping={"delay": 700, "concurrency": 3})
     code, _, err = await crawlq(redis_url, "crawl", "show", "--crawl", crawl_name)
@@ -710,7 +710,7 @@ async def test_a_crawl_made_without_a_policy_is_adopted(
 
     # `crawl create` on such a crawl: adopted first, then its values, each logged.
     other = crawl_name + "-c"
-    q2 = await CrawlQueue.open(redis_client, other)
+    q2 = await LeasingQueue.open(redis_client, other)
     await redis_client.hset(q2.partitions[0].conf, mapping={"delay": 700, "concurrency": 3})
     await ok(redis_url, "crawl", "create", "--crawl", other, "per_host_delay=1s")
     doc = json.loads(await ok(redis_url, "crawl", "show", "--crawl", other, "--json"))
@@ -781,7 +781,7 @@ async def test_each_command_adds_only_the_missing_keys_its_flags_seed(
     assert stored is not None and stored.version == 3
     assert (stored.log[0]["by"], stored.log[0]["changes"]) == (
         "producer", {"max_attempts": [None, "6"], "recrawl_after": [None, "86400s"]})
-    queue = await CrawlQueue.existing(redis_client, crawl_name)
+    queue = await LeasingQueue.existing(redis_client, crawl_name)
     await Frontier(queue).set_defaults(delay_s=0, concurrency=0)
     [lease] = await queue.lease("w", 1, 60_000)
     assert lease.task.max_attempts == 6
@@ -849,7 +849,7 @@ async def changed(redis_client: aioredis.Redis, crawl: str, caplog: pytest.LogCa
 class Probe:
     """Enqueues a site's pages for a running consumer and sees what became of them."""
 
-    def __init__(self, queue: CrawlQueue, site: Site,
+    def __init__(self, queue: LeasingQueue, site: Site,
                  seen: list[tuple[str, str]] | None = None) -> None:
         self.queue, self.site, self.seen = queue, site, seen if seen is not None else []
         self.wake = WakeChannel(queue.client, queue.crawl_keys.wake)
@@ -907,7 +907,7 @@ async def test_a_running_consumer_takes_a_new_user_agent_and_robots_rule(
 
     await create_policy(redis_client, crawl_name, {
         "per_host_delay": 0, "per_host_concurrency": 0, "user_agent": "first/1.0"}, by="test")
-    queue = await CrawlQueue.open(redis_client, crawl_name)
+    queue = await LeasingQueue.open(redis_client, crawl_name)
     routes: dict[str, Handler] = {
         path: answer for path in ("/robots.txt", "/p/{i}", "/private/{i}", "/secret/{i}")}
     async with serve(routes) as site, running(live_settings(
@@ -948,7 +948,7 @@ async def test_a_running_consumer_takes_a_new_link_depth_and_domains(
     await create_policy(redis_client, crawl_name, {
         "per_host_delay": 0, "per_host_concurrency": 0, "ignore_robots": True,
         "max_depth": 0}, by="test")
-    queue = await CrawlQueue.open(redis_client, crawl_name)
+    queue = await LeasingQueue.open(redis_client, crawl_name)
 
     def done(n: int) -> Callable[[], Awaitable[bool]]:
         async def check() -> bool:
@@ -989,7 +989,7 @@ async def test_a_running_consumer_takes_a_new_retry_base(
     await create_policy(redis_client, crawl_name, {
         "per_host_delay": 0, "per_host_concurrency": 0, "ignore_robots": True,
         "retry_base": 3600, "retry_cap": 7200}, by="test")
-    queue = await CrawlQueue.open(redis_client, crawl_name)
+    queue = await LeasingQueue.open(redis_client, crawl_name)
     delayed = queue.partitions[0].delayed
     wake = WakeChannel(redis_client, queue.crawl_keys.wake)
 
@@ -1039,7 +1039,7 @@ async def test_a_running_consumer_stamps_links_with_the_crawls_attempts_and_wind
     await create_policy(redis_client, crawl_name, {
         "per_host_delay": 0, "per_host_concurrency": 0, "ignore_robots": True,
         "max_depth": 1, "retry_base": 0.05, "retry_cap": 0.05, "max_attempts": 2}, by="test")
-    queue = await CrawlQueue.open(redis_client, crawl_name)
+    queue = await LeasingQueue.open(redis_client, crawl_name)
     wake = WakeChannel(redis_client, queue.crawl_keys.wake)
 
     async def crawled(site: Site, i: int) -> None:
@@ -1098,7 +1098,7 @@ async def test_a_running_consumer_takes_a_new_robots_ttl(
 
     await create_policy(redis_client, crawl_name, {
         "per_host_delay": 0, "per_host_concurrency": 0}, by="test")
-    queue = await CrawlQueue.open(redis_client, crawl_name)
+    queue = await LeasingQueue.open(redis_client, crawl_name)
     keys = CrawlKeys.build(crawl_name)
     routes: dict[str, Handler] = {"/robots.txt": answer, "/p/{i}": answer}
     async with serve(routes) as site, running(live_settings(
@@ -1134,7 +1134,7 @@ async def test_a_consumer_of_a_bloom_crawl_enqueues_links_without_the_window(
     await create_policy(redis_client, crawl_name, {
         "per_host_delay": 0, "per_host_concurrency": 0, "ignore_robots": True,
         "recrawl_after": 3600}, by="test")
-    queue = await CrawlQueue.open(redis_client, crawl_name,
+    queue = await LeasingQueue.open(redis_client, crawl_name,
                                   CrawlSettings(dedup=DedupMode.BLOOM))
     async with serve({"/seed": seed, "/child/{i}": page}) as site:
         await queue.enqueue([NewTask(site.url("/seed"), fingerprint(site.url("/seed")))])

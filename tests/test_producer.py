@@ -27,7 +27,7 @@ from common.errors import SourceError
 from common.frontier.hosts import Frontier
 from common.keys import CRAWLS, CrawlKeys, PartitionKeys
 from common.policy import PolicyError, create_policy, read_policy, set_policy
-from common.queue import CrawlQueue, CrawlSettings, DedupMode
+from common.queue import CrawlSettings, DedupMode, LeasingQueue
 from common.redis_server import free_port
 from common.resp_pack import use_hiredis_packer
 from common.task import decode_entry
@@ -233,7 +233,7 @@ async def test_rerun_enqueues_nothing_and_says_so(
     code, s = await produce_json(redis_url, crawl_name, str(src))
     assert (code, s["enqueued"], s["duplicates"]) == (0, 0, 2500)
     assert s["notice"].startswith("nothing enqueued: all 2500 URLs were already seen")
-    stats = await (await CrawlQueue.existing(redis_client, crawl_name)).stats()
+    stats = await (await LeasingQueue.existing(redis_client, crawl_name)).stats()
     assert stats.pending == 2500
 
 
@@ -248,7 +248,7 @@ async def test_recrawl_after_reenqueues_done_urls_only(
     assert s["enqueued"] == 5
     stored = await read_policy(redis_client, crawl_name)
     assert stored is not None and stored.policy.recrawl_after == 1
-    queue = await CrawlQueue.existing(redis_client, crawl_name)
+    queue = await LeasingQueue.existing(redis_client, crawl_name)
     # The producer gave the crawl the default politeness (1 s, 2 a host): lease freely here.
     await Frontier(queue).set_defaults(delay_s=0, concurrency=0)
     leases = await queue.lease("w1", 3, 60_000)
@@ -307,7 +307,7 @@ async def test_the_producer_seeds_the_policy_then_follows_it(
     code, _ = await produce_json(redis_url, crawl_name, "--url", "https://s.example/3",
                                  "--max-attempts", "2")
     assert code == 0
-    queue = await CrawlQueue.existing(redis_client, crawl_name)
+    queue = await LeasingQueue.existing(redis_client, crawl_name)
     await Frontier(queue).set_defaults(delay_s=0, concurrency=0)
     leases = await queue.lease("w", 10, 60_000)
     assert sorted((lease.task.url, lease.task.max_attempts) for lease in leases) == [
@@ -384,7 +384,7 @@ async def test_killed_mid_run_then_rerun_enqueues_exactly_the_missing_urls(
     assert code == 0
     assert s["enqueued"] == len(urls) - first
     assert s["duplicates"] == first
-    queue = await CrawlQueue.existing(redis_client, crawl_name)
+    queue = await LeasingQueue.existing(redis_client, crawl_name)
     assert {await queue.state_of(task_id(fingerprint(u)), u) for u in urls[:20]} == {"pending"}
     assert int(await redis_client.get(PartitionKeys.build(crawl_name, 0).pending)) == len(urls)
 
@@ -517,7 +517,7 @@ async def test_meta_priority_depth_and_attempts_reach_the_tasks(
                                  "--priority", "5", "--max-attempts", "7", "--depth", "2",
                                  "--meta", "source=test", "--meta", "team=crawl")
     assert code == 0
-    queue = await CrawlQueue.existing(redis_client, crawl_name)
+    queue = await LeasingQueue.existing(redis_client, crawl_name)
     [lease] = await queue.lease("w", 1, 60_000)
     t = lease.task
     assert (t.url, t.priority, t.max_attempts, t.depth) == ("https://m.example/", 5, 7, 2)
@@ -611,7 +611,7 @@ async def test_a_bloom_crawl_never_runs_with_a_recrawl_window(
     assert f"crawlq crawl set --crawl {crawl_name} recrawl_after=0" in s["error"]
     assert not await redis_client.exists(CrawlKeys.build(crawl_name).meta)  # not created
 
-    await CrawlQueue.open(redis_client, crawl_name, CrawlSettings(dedup=DedupMode.BLOOM))
+    await LeasingQueue.open(redis_client, crawl_name, CrawlSettings(dedup=DedupMode.BLOOM))
     code, s = await produce_json(redis_url, crawl_name, "--url", "https://b.example/1")
     assert code == 2 and s["enqueued"] == 0 and "recrawl_after=86400s" in s["error"]
     with pytest.raises(PolicyError, match=r"recrawl_after: crawl .* uses bloom dedup"):

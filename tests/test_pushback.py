@@ -25,7 +25,7 @@ from common.frontier.hosts import Frontier
 from common.hostmodel.hostconf import HostConf
 from common.keys import PartitionKeys
 from common.policy import create_policy, set_policy
-from common.queue import Code, CrawlQueue, Failure, Lease, RetryPolicy
+from common.queue import Code, Failure, Lease, LeasingQueue, RetryPolicy
 from consumer.config import build_parser, settings_from_args
 from consumer.run import run
 
@@ -121,21 +121,21 @@ FOREVER_MS = 600_000
 
 
 async def two_consumers(client: aioredis.Redis, crawl: str, **policy: int
-                        ) -> tuple[CrawlQueue, CrawlQueue]:
+                        ) -> tuple[LeasingQueue, LeasingQueue]:
     """Two consumers' queues on one crawl, politeness off, their backoff from `policy`
     (RetryPolicy's fields) and jitter 0.5: a block is exactly base * 2^(level-1)."""
     retry = RetryPolicy(base_ms=60_000, **policy)
-    first = await CrawlQueue.open(client, crawl, policy=retry, jitter=lambda: 0.5)
+    first = await LeasingQueue.open(client, crawl, retry=retry, jitter=lambda: 0.5)
     await Frontier(first).set_defaults(delay_s=0, concurrency=0)
-    second = await CrawlQueue.existing(client, crawl, policy=retry, jitter=lambda: 0.5)
+    second = await LeasingQueue.existing(client, crawl, retry=retry, jitter=lambda: 0.5)
     return first, second
 
 
-async def host_conf(q: CrawlQueue, host: str) -> HostConf:
+async def host_conf(q: LeasingQueue, host: str) -> HostConf:
     return HostConf.decode(await q.client.hget(q.partitions[0].hostconf, host))
 
 
-async def push_back(q: CrawlQueue, worker: str, retry_after: float | None = None
+async def push_back(q: LeasingQueue, worker: str, retry_after: float | None = None
                     ) -> tuple[int, HostConf]:
     """Lease one a.test task when its turn comes and fail it as a 429: the block's length
     (ms from the fail) and the host's settings after."""
@@ -250,7 +250,7 @@ async def test_adaptive_delay_follows_response_times_for_every_consumer_within_m
     one, two = await two_consumers(redis_client, crawl_name, backoff_forgive_ms=FOREVER_MS)
     await one.enqueue(tasks([f"http://a.test/{i}" for i in range(30)]))
 
-    async def serve_all(q: CrawlQueue, elapsed_ms: int) -> list[Lease]:
+    async def serve_all(q: LeasingQueue, elapsed_ms: int) -> list[Lease]:
         leases = await lease_when_due(q, "w1", 10, 60_000)
         for x in leases:
             x.elapsed_ms = elapsed_ms

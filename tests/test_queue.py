@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 from support.clock import expire, redis_ms, window_passed
 
-import common.queue
+import common.queue.leasing
 from common.errors import ConfigError, CrawlConflictError, MalformedTaskError
 from common.frontier.hosts import Frontier
 from common.hostmodel.hostkey import host_key
@@ -29,11 +29,11 @@ from common.queue import (
     MALFORMED,
     UNKNOWN_WAIT_S,
     Code,
-    CrawlQueue,
     CrawlSettings,
     DedupMode,
     Failure,
     Lease,
+    LeasingQueue,
     NewTask,
     RetryPolicy,
 )
@@ -65,17 +65,17 @@ def many(n: int, prefix: str = "p", hosts: int = 1) -> list[NewTask]:
 
 
 async def open_queue(client: aioredis.Redis, crawl: str, settings: CrawlSettings | None = None,
-                     **kw: Any) -> CrawlQueue:
-    return await CrawlQueue.open(client, crawl, settings or CrawlSettings(), **kw)
+                     **kw: Any) -> LeasingQueue:
+    return await LeasingQueue.open(client, crawl, settings or CrawlSettings(), **kw)
 
 
-async def lease_one(q: CrawlQueue, worker: str = "w1", lease_ms: int = 30_000) -> Lease:
+async def lease_one(q: LeasingQueue, worker: str = "w1", lease_ms: int = 30_000) -> Lease:
     leases = await q.lease(worker, 1, lease_ms)
     assert len(leases) == 1, leases
     return leases[0]
 
 
-async def promoted_when_due(q: CrawlQueue, within: float = 10.0) -> int:
+async def promoted_when_due(q: LeasingQueue, within: float = 10.0) -> int:
     """promote() until it moves something (a retry comes due on Redis' clock, which a
     wall-clock sleep only approximates); how many it moved."""
     deadline = time.monotonic() + within
@@ -85,7 +85,7 @@ async def promoted_when_due(q: CrawlQueue, within: float = 10.0) -> int:
     return moved
 
 
-async def all_ops(q: CrawlQueue, worker: str, lease: Lease) -> dict[str, Code]:
+async def all_ops(q: LeasingQueue, worker: str, lease: Lease) -> dict[str, Code]:
     """Try every holder-only transition with one lease; each must be refused alike."""
     codes: dict[str, Code] = {}
     lost = await q.renew(worker, [lease], 10_000)
@@ -101,20 +101,20 @@ def _ids(entries: Sequence[bytes]) -> list[str]:
     return [e[:32].decode() for e in entries]
 
 
-async def host_queue(client: aioredis.Redis, q: CrawlQueue, host: str) -> list[str]:
+async def host_queue(client: aioredis.Redis, q: LeasingQueue, host: str) -> list[str]:
     """The ids pending in a host's FIFO (priority 0), head first."""
     pk = q.partitions[q.partition_of(host)]
     return _ids(await client.lrange(pk.host_queue(host), 0, -1))
 
 
-async def host_prio(client: aioredis.Redis, q: CrawlQueue, host: str) -> dict[str, int]:
+async def host_prio(client: aioredis.Redis, q: LeasingQueue, host: str) -> dict[str, int]:
     """The ids pending in a host's priority ZSET, with their priorities."""
     pk = q.partitions[q.partition_of(host)]
     return {e[:32].decode(): int(-s) for e, s in
             await client.zrange(pk.host_prio(host), 0, -1, withscores=True)}
 
 
-async def assert_frontier(client: aioredis.Redis, q: CrawlQueue) -> None:
+async def assert_frontier(client: aioredis.Redis, q: LeasingQueue) -> None:
     """Per partition: `pending` == entries in host queues == sum of h:queued; h:inflight
     per host == its leases; `due` == the hosts with work and a free slot (no limits)."""
     for pk in q.partitions:
@@ -139,7 +139,7 @@ async def assert_frontier(client: aioredis.Redis, q: CrawlQueue) -> None:
                        and not await client.hexists(pk.hostconf, h)}
 
 
-async def _plant(client: aioredis.Redis, q: CrawlQueue, host: str, entries: list[bytes]
+async def _plant(client: aioredis.Redis, q: LeasingQueue, host: str, entries: list[bytes]
                  ) -> None:
     """Put raw entries at the tail of a host's queue, counted pending like enqueue does."""
     pk = q.partitions[q.partition_of(host)]
@@ -293,8 +293,8 @@ async def test_two_workers_never_hold_one_task(redis_client: aioredis.Redis, cra
     rng = random.Random(7)
 
     async def worker(name: str) -> tuple[str, list[Lease]]:
-        # Each worker has its own CrawlQueue (its own partition cursor), as in a fleet.
-        wq = CrawlQueue(redis_client, crawl_name, q.settings)
+        # Each worker has its own LeasingQueue (its own partition cursor), as in a fleet.
+        wq = LeasingQueue(redis_client, crawl_name, q.settings)
         got: list[Lease] = []
         while True:
             batch = await wq.lease(name, rng.randint(1, 13), 60_000)
@@ -303,7 +303,7 @@ async def test_two_workers_never_hold_one_task(redis_client: aioredis.Redis, cra
                     return name, got
                 # Work left in a partition this worker found empty a moment ago: it
                 # would skip it for up to a second (tested below); ask again now.
-                wq._idle_until = [0.0] * len(wq.partitions)
+                wq.leases._idle_until = [0.0] * len(wq.partitions)
             got += batch
 
     results = await asyncio.gather(*(worker(f"w{i}") for i in range(24)))
@@ -537,7 +537,7 @@ async def test_reclaim_pages_through_many(redis_client: aioredis.Redis, crawl_na
 async def test_stall_limit_dead_letters_on_third_reclaim(redis_client: aioredis.Redis,
                                                          crawl_name: str) -> None:
     q = await open_queue(redis_client, crawl_name,
-                         policy=RetryPolicy(max_stalls=2))
+                         retry=RetryPolicy(max_stalls=2))
     await q.enqueue([nt("http://poison.test/1", max_attempts=10)])
     for round_ in (1, 2, 3):
         lease = await lease_one(q, "A", 150)
@@ -598,7 +598,7 @@ async def test_renew_extends_and_reports_lost(redis_client: aioredis.Redis, craw
 async def test_backoff_delays_exact_with_full_jitter(redis_client: aioredis.Redis,
                                                      crawl_name: str) -> None:
     policy = RetryPolicy(base_ms=20, cap_ms=100)
-    q = await open_queue(redis_client, crawl_name, policy=policy, jitter=lambda: 1.0)
+    q = await open_queue(redis_client, crawl_name, retry=policy, jitter=lambda: 1.0)
     await q.enqueue([nt("http://backoff.test/1", max_attempts=6)])
     pk = q.partitions[0]
     expected = [20, 40, 80, 100, 100]  # base * 2^(attempt-1), capped at cap_ms
@@ -627,8 +627,8 @@ async def test_backoff_delays_exact_with_full_jitter(redis_client: aioredis.Redi
 async def test_backoff_jitter_scales_the_delay(redis_client: aioredis.Redis, crawl_name: str
                                                ) -> None:
     policy = RetryPolicy(base_ms=1_000, cap_ms=600_000)
-    zero = await open_queue(redis_client, crawl_name, policy=policy, jitter=lambda: 0.0)
-    half = CrawlQueue(redis_client, crawl_name, zero.settings, policy=policy,
+    zero = await open_queue(redis_client, crawl_name, retry=policy, jitter=lambda: 0.0)
+    half = LeasingQueue(redis_client, crawl_name, zero.settings, retry=policy,
                       jitter=lambda: 0.5)
     await zero.enqueue([nt("http://jitter.test/1", max_attempts=5)])
     lease = await lease_one(zero)
@@ -647,7 +647,7 @@ async def test_backoff_jitter_scales_the_delay(redis_client: aioredis.Redis, cra
 async def test_retry_after_is_honoured_and_capped(redis_client: aioredis.Redis, crawl_name: str
                                                   ) -> None:
     policy = RetryPolicy(base_ms=20, cap_ms=100, max_retry_after_ms=3_000)
-    q = await open_queue(redis_client, crawl_name, policy=policy, jitter=lambda: 1.0)
+    q = await open_queue(redis_client, crawl_name, retry=policy, jitter=lambda: 1.0)
     await q.enqueue(many(3, "ra"))
     pk = q.partitions[0]
     leases = await q.lease("w1", 3, 10_000)
@@ -890,7 +890,7 @@ async def test_bloom_full_refuses_the_batch_before_any_write(redis_client: aiore
     s = await q.stats()
     assert (s.pending, s.counters["enqueued"]) == (8, 8)
     with pytest.raises(ConfigError):
-        await CrawlQueue(redis_client, crawl_name, settings, recrawl_after_s=5).enqueue(
+        await LeasingQueue(redis_client, crawl_name, settings, recrawl_after_s=5).enqueue(
             many(1, "x"))
 
 
@@ -952,7 +952,7 @@ async def test_recrawl_after_purge(redis_client: aioredis.Redis, crawl_name: str
 # ------------------------------------------------------------------------- dead letters
 
 
-async def _make_dead(q: CrawlQueue, reasons: Sequence[str]) -> list[Lease]:
+async def _make_dead(q: LeasingQueue, reasons: Sequence[str]) -> list[Lease]:
     await q.enqueue([nt(f"http://dead.test/{i}") for i in range(len(reasons))])
     leases = await q.lease("w", len(reasons), 60_000)
     by_url = sorted(leases, key=lambda x: x.task.url)
@@ -1144,18 +1144,18 @@ async def test_stats_counters_add_up(redis_client: aioredis.Redis, crawl_name: s
 
 
 async def test_open_conflicting_settings(redis_client: aioredis.Redis, crawl_name: str) -> None:
-    q = await CrawlQueue.open(redis_client, crawl_name, CrawlSettings(partitions=2))
+    q = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings(partitions=2))
     assert len(q.partitions) == 2
     with pytest.raises(CrawlConflictError, match="partitions=2"):
-        await CrawlQueue.open(redis_client, crawl_name, CrawlSettings(partitions=4))
+        await LeasingQueue.open(redis_client, crawl_name, CrawlSettings(partitions=4))
     with pytest.raises(CrawlConflictError):
-        await CrawlQueue.open(redis_client, crawl_name,
+        await LeasingQueue.open(redis_client, crawl_name,
                               CrawlSettings(partitions=2, dedup=DedupMode.BLOOM))
-    stored = await CrawlQueue.open(redis_client, crawl_name)
+    stored = await LeasingQueue.open(redis_client, crawl_name)
     assert stored.settings == CrawlSettings(partitions=2)
-    assert (await CrawlQueue.existing(redis_client, crawl_name)).settings.partitions == 2
+    assert (await LeasingQueue.existing(redis_client, crawl_name)).settings.partitions == 2
     with pytest.raises(ConfigError):
-        await CrawlQueue.existing(redis_client, crawl_name + "-missing")
+        await LeasingQueue.existing(redis_client, crawl_name + "-missing")
     for bad in ({"partitions": 0}, {"seen_bits": 3}, {"bloom_error": 1.0}, {"bloom_layers": 0}):
         with pytest.raises(ConfigError):
             CrawlSettings(**bad)
@@ -1189,7 +1189,7 @@ class FakeClock:
         return self.now
 
 
-def _host_in(q: CrawlQueue, partition: int, name: str) -> str:
+def _host_in(q: LeasingQueue, partition: int, name: str) -> str:
     return next(h for h in (f"{name}{i}.skip.test" for i in range(100))
                 if q.partition_of(h) == partition)
 
@@ -1198,7 +1198,7 @@ async def test_a_partition_that_had_nothing_is_skipped_until_its_wait_or_a_freed
         redis_client: aioredis.Redis, crawl_name: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeClock()
-    monkeypatch.setattr(common.queue, "time", clock)
+    monkeypatch.setattr(common.queue.leasing, "time", clock)
     q = await open_queue(redis_client, crawl_name, CrawlSettings(partitions=2))
     a, b, c, d = (_host_in(q, p, n) for p, n in ((0, "a"), (1, "b"), (0, "c"), (0, "d")))
     # Nothing anywhere: no turn is known (the caller backs off), and both partitions are

@@ -15,7 +15,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis_binaries import all_redis_servers
 
-from common.queue import Code, CrawlQueue, CrawlSettings, DedupMode, Failure, NewTask, RetryPolicy
+from common.queue import Code, CrawlSettings, DedupMode, Failure, LeasingQueue, NewTask, RetryPolicy
 from common.redis_server import (
     RedisServer,
     bundled_redis_server,
@@ -46,7 +46,7 @@ async def client_of(server: RedisServer) -> AsyncIterator[aioredis.Redis]:
 async def test_acknowledged_enqueues_survive_kill_and_restart(crawl_name: str) -> None:
     with RedisServer(aof=True) as server:
         async with client_of(server) as client:
-            q = await CrawlQueue.open(client, crawl_name, CrawlSettings(partitions=2))
+            q = await LeasingQueue.open(client, crawl_name, CrawlSettings(partitions=2))
             for i in range(6):
                 assert (await q.enqueue(batch("aof", 500, 500 * i))).enqueued == 500
             leases = await q.lease("w", 40, 600_000)
@@ -60,7 +60,7 @@ async def test_acknowledged_enqueues_survive_kill_and_restart(crawl_name: str) -
         server.restart()  # SIGKILL, then start on the same port and data dir
 
         async with client_of(server) as client:
-            q = await CrawlQueue.existing(client, crawl_name)
+            q = await LeasingQueue.existing(client, crawl_name)
             after = await q.stats()
             assert (after.pending, after.leased, after.waiting, after.dead) == (
                 before.pending, before.leased, before.waiting, before.dead) == (2960, 10, 10, 10)
@@ -78,7 +78,7 @@ async def test_enqueue_in_flight_when_redis_dies_is_all_or_nothing(crawl_name: s
         acked: list[int] = []
         running = asyncio.Event()
         async with client_of(server) as client:
-            q = await CrawlQueue.open(client, crawl_name)
+            q = await LeasingQueue.open(client, crawl_name)
 
             async def producer() -> None:
                 for i in range(10_000):
@@ -95,7 +95,7 @@ async def test_enqueue_in_flight_when_redis_dies_is_all_or_nothing(crawl_name: s
                 await task
         server.start()
         async with client_of(server) as client:
-            q = await CrawlQueue.existing(client, crawl_name)
+            q = await LeasingQueue.existing(client, crawl_name)
             s = await q.stats()
             assert s.pending == s.counters["enqueued"]
             assert s.pending % 200 == 0 and s.pending // 200 in (len(acked), len(acked) + 1)
@@ -109,7 +109,7 @@ async def test_enqueue_in_flight_when_redis_dies_is_all_or_nothing(crawl_name: s
 
 async def test_script_flush_mid_run_is_harmless(redis_client: aioredis.Redis, crawl_name: str
                                                 ) -> None:
-    q = await CrawlQueue.open(redis_client, crawl_name, CrawlSettings(partitions=2),
+    q = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings(partitions=2),
                               jitter=lambda: 0.0)
     await q.enqueue(batch("flush", 20))
     await redis_client.script_flush()
@@ -152,8 +152,8 @@ async def lifecycle_smoke(binary: str, crawl_name: str) -> tuple[int, ...]:
         async with client_of(server) as client:
             info = await client.info("server")
             version = tuple(int(x) for x in str(info["redis_version"]).split("."))
-            q = await CrawlQueue.open(client, crawl_name, CrawlSettings(partitions=2),
-                                      policy=RetryPolicy(max_stalls=0), jitter=lambda: 0.0)
+            q = await LeasingQueue.open(client, crawl_name, CrawlSettings(partitions=2),
+                                      retry=RetryPolicy(max_stalls=0), jitter=lambda: 0.0)
             res = await q.enqueue([*batch("v", 6), nt("http://fault.test/v/p", priority=2),
                                    *batch("v", 2)])
             assert (res.enqueued, res.duplicates) == (7, 2)
@@ -182,7 +182,7 @@ async def lifecycle_smoke(binary: str, crawl_name: str) -> tuple[int, ...]:
             s = await q.stats()
             assert (s.pending, s.leased, s.done, s.counters["enqueued"]) == (0, 0, 7, 7)
             # Bloom dedup (GETBIT/SETBIT on layer strings, sized with SETBIT).
-            bq = await CrawlQueue.open(client, crawl_name + "-bloom", CrawlSettings(
+            bq = await LeasingQueue.open(client, crawl_name + "-bloom", CrawlSettings(
                 dedup=DedupMode.BLOOM, bloom_capacity=100, bloom_error=1e-3))
             assert (await bq.enqueue(batch("vb", 150))).enqueued >= 149
             assert (await bq.enqueue(batch("vb", 150))).duplicates == 150
@@ -212,7 +212,7 @@ async def test_enqueue_out_of_memory_is_all_or_nothing(crawl_name: str) -> None:
     args = ("--maxmemory", "2mb", "--maxmemory-policy", "noeviction")
     with RedisServer(extra_args=args) as server:
         async with client_of(server) as client:
-            q = await CrawlQueue.open(client, crawl_name)
+            q = await LeasingQueue.open(client, crawl_name)
             pk = q.partitions[0]
             for i in range(1_000):
                 before = await q.stats()

@@ -52,10 +52,10 @@ from common.hostmodel.hostconf import HostConf
 from common.keys import HASHTABLE_FIELD
 from common.queue import (
     Code,
-    CrawlQueue,
     CrawlSettings,
     Failure,
     Lease,
+    LeasingQueue,
     NewTask,
     RetryPolicy,
 )
@@ -139,9 +139,9 @@ class QueueMachine(RuleBasedStateMachine):
         self.loop = asyncio.new_event_loop()
         self.client = aioredis.Redis.from_url(self.url)
         crawl = f"{self.crawl}-{next(self._serial)}"
-        self.q: CrawlQueue = self.run(CrawlQueue.open(
+        self.q: LeasingQueue = self.run(LeasingQueue.open(
             self.client, crawl, CrawlSettings(partitions=self.partitions),
-            policy=RetryPolicy(base_ms=0, max_stalls=MAX_STALLS, max_retry_after_ms=LONG_MS,
+            retry=RetryPolicy(base_ms=0, max_stalls=MAX_STALLS, max_retry_after_ms=LONG_MS,
                                backoff_base_ms=LONG_MS, backoff_cap_ms=LONG_MS,
                                backoff_forgive_ms=1_000),
             jitter=lambda: 0.0))
@@ -258,7 +258,7 @@ class QueueMachine(RuleBasedStateMachine):
         ready = [self.hosts[name] for name, at in due.items() if at <= now]
         ready.sort(key=lambda h: (-max((self.tasks[i].priority for i in h.hp), default=0),
                                   due[h.name], h.name))
-        named = set(self.q._candidates[p])
+        named = set(self.q.leases._candidates[p])
         popped: list[str] = []
         for hosts in ([h for h in ready if h.name in named] if named else [], ready):
             for h in hosts:
@@ -354,8 +354,8 @@ class QueueMachine(RuleBasedStateMachine):
     def lease(self, worker: str, n: int, lease_ms: int) -> None:
         # lease() skips a partition it found empty for up to a second (a local-clock
         # optimisation tested in test_queue.py); the model looks at every partition.
-        self.q._idle_until = [0.0] * self.partitions
-        start = self.q._next_partition
+        self.q.leases._idle_until = [0.0] * self.partitions
+        start = self.q.leases._next_partition
         before = self.settle(at + HUNGRY_MS for at in self.hungry.values())
         expected: list[str] = []
         asked: dict[int, bool] = {}  # partition -> whether its call leased anything
@@ -405,7 +405,7 @@ class QueueMachine(RuleBasedStateMachine):
                  and not (before <= self.tasks[x.id].deadline <= before + 1000)]
         if not named:
             return
-        self.q._idle_until = [0.0] * self.partitions
+        self.q.leases._idle_until = [0.0] * self.partitions
         for p in dict.fromkeys(x.partition for x in named):
             self.promote_partition(p, before)
         self.run(self.q.lease_turns(worker, 0, 30_000, fetched=list(named)))

@@ -46,7 +46,7 @@ from common.http.fetcher import Fetcher
 from common.keys import CrawlKeys
 from common.metrics import Metrics
 from common.policy import CrawlPolicy, ensure_policy
-from common.queue import Code, CrawlQueue, Lease, NewTask, Stats
+from common.queue import Code, Lease, LeasingQueue, NewTask, Stats
 from common.redis_server import RedisServer
 from common.urls import canonicalize, fingerprint, task_id
 from consumer.config import build_parser, settings_from_args
@@ -207,11 +207,11 @@ async def until(pred: Callable[[], Awaitable[bool]], within: float, what: str,
 
 
 @contextlib.asynccontextmanager
-async def queue_of(server: RedisServer, crawl: str) -> AsyncIterator[CrawlQueue]:
+async def queue_of(server: RedisServer, crawl: str) -> AsyncIterator[LeasingQueue]:
     """The crawl's queue on a fresh client of `server` (closed on exit)."""
     client = aioredis.Redis.from_url(server.url)
     try:
-        yield await CrawlQueue.existing(client, crawl)
+        yield await LeasingQueue.existing(client, crawl)
     finally:
         await client.aclose()
 
@@ -227,7 +227,7 @@ def url_file(path: Path, urls: list[str]) -> tuple[str, dict[str, str]]:
     return str(path), ids
 
 
-async def assert_nothing_lost(queue: CrawlQueue, ids: dict[str, str]) -> Stats:
+async def assert_nothing_lost(queue: LeasingQueue, ids: dict[str, str]) -> Stats:
     """Every task done or dead, each counted once; returns the final stats."""
     stats = await queue.stats()
     assert (stats.pending, stats.leased, stats.waiting) == (0, 0, 0), stats
@@ -253,7 +253,7 @@ def assert_no_crash(*consumers: Child, max_warnings: int) -> None:
         assert stopped is not None and stopped["reason"] == "crawl empty", stopped
 
 
-async def crawl_completes(queue: CrawlQueue, within: float) -> bool:
+async def crawl_completes(queue: LeasingQueue, within: float) -> bool:
     """Whether nothing is pending, leased or waiting within `within` seconds."""
     deadline = time.monotonic() + within
     while (await queue.stats()).active:
@@ -263,7 +263,7 @@ async def crawl_completes(queue: CrawlQueue, within: float) -> bool:
     return True
 
 
-async def finish(queue: CrawlQueue, consumers: list[Child], within: float) -> None:
+async def finish(queue: LeasingQueue, consumers: list[Child], within: float) -> None:
     """Wait for the crawl to complete, then for each consumer to exit 0 by itself."""
     assert await crawl_completes(queue, within), f"the crawl did not complete: " \
         f"{await queue.stats()}"
@@ -336,7 +336,7 @@ async def test_redis_kill_9_mid_crawl_and_aof_restart_loses_nothing(
             async def late_enqueueing() -> bool:
                 if await queue.client.hget(late_keys.meta, "settings") is None:
                     return False
-                late_queue = await CrawlQueue.existing(queue.client, f"{fleet.crawl}-late")
+                late_queue = await LeasingQueue.existing(queue.client, f"{fleet.crawl}-late")
                 return (await late_queue.stats()).pending >= 40
 
             await until(late_enqueueing, 20, "the second producer to enqueue")
@@ -361,7 +361,7 @@ async def test_redis_kill_9_mid_crawl_and_aof_restart_loses_nothing(
 
             # The second producer's reported batches are all there, plus at most the two
             # it had in flight when Redis died (each one all or nothing).
-            late_queue = await CrawlQueue.existing(queue.client, f"{fleet.crawl}-late")
+            late_queue = await LeasingQueue.existing(queue.client, f"{fleet.crawl}-late")
             late_enqueued = (await late_queue.stats()).counters["enqueued"]
             assert late_enqueued - late_reported in (0, 20, 40), (late_enqueued, late_reported)
 
@@ -494,7 +494,7 @@ async def test_client_kill_loop_no_double_ack_and_nothing_lost(
 OOM_ARGS = ("--maxmemory", "2mb", "--maxmemory-policy", "noeviction")
 
 
-async def seen_marks(client: aioredis.Redis, queue: CrawlQueue) -> int:
+async def seen_marks(client: aioredis.Redis, queue: LeasingQueue) -> int:
     """How many URLs the exact-dedup buckets of every partition remember."""
     total = 0
     for pk in queue.partitions:
@@ -554,7 +554,7 @@ async def test_maxmemory_refuses_whole_batches_and_consumers_still_drain(
             await client.config_set("maxmemory", 500_000)
             with pytest.raises(OutOfMemoryError):
                 await client.set("drill:probe", "x")
-            queue = await CrawlQueue.existing(client, fleet.crawl)
+            queue = await LeasingQueue.existing(client, fleet.crawl)
             pk = queue.partitions[0]
             stats = await queue.stats()
             enqueued = stats.counters["enqueued"]
@@ -587,12 +587,12 @@ async def test_maxmemory_refuses_whole_batches_and_consumers_still_drain(
 
 
 async def full_redis(servers: list[RedisServer], crawl: str
-                     ) -> tuple[aioredis.Redis, CrawlQueue, list[Lease], list[Lease]]:
+                     ) -> tuple[aioredis.Redis, LeasingQueue, list[Lease], list[Lease]]:
     """A queue with 4 live and 2 expired leases, on a Redis then over its maxmemory (set
     below what it uses, so no freed buffer brings it back under the limit)."""
     server = start_redis(servers, extra_args=("--maxmemory-policy", "noeviction"))
     client = aioredis.Redis.from_url(server.url)
-    queue = await CrawlQueue.open(client, crawl)
+    queue = await LeasingQueue.open(client, crawl)
     urls = [f"http://127.0.0.1:9/full/{i}" for i in range(10)]
     await queue.enqueue([NewTask(u, fingerprint(u)) for u in urls])
     live = await queue.lease("w", 4, 600_000)
@@ -645,11 +645,11 @@ async def test_an_expired_ack_is_answered_at_maxmemory(servers: list[RedisServer
 
 
 @contextlib.asynccontextmanager
-async def consumer_in_process(server: RedisServer, queue: CrawlQueue, tmp_path: Path,
+async def consumer_in_process(server: RedisServer, queue: LeasingQueue, tmp_path: Path,
                               worker_id: str) -> AsyncIterator[Consumer]:
     """A consumer (concurrency 4, 60 s leases) running in this process, so a test can
     drive its heartbeat; on exit it is stopped hard (released, pages not waited for). It
-    has its own CrawlQueue, so a test can patch the consumer's without touching `queue`."""
+    has its own LeasingQueue, so a test can patch the consumer's without touching `queue`."""
     args = ["--redis-url", server.url, "--crawl", queue.crawl, *CONSUMER_FLAGS,
             "--output", str(tmp_path / "out"), "--concurrency", "4", "--lease", "60s",
             "--worker-id", worker_id]
@@ -658,7 +658,7 @@ async def consumer_in_process(server: RedisServer, queue: CrawlQueue, tmp_path: 
         sink = make_sink("jsonl", output_dir=settings.output, worker=settings.worker_id,
                          crawl=queue.crawl)
         await sink.open()
-        consumer = Consumer(settings, CrawlQueue(queue.client, queue.crawl, queue.settings),
+        consumer = Consumer(settings, LeasingQueue(queue.client, queue.crawl, queue.settings),
                             fetcher, sink, Metrics())
         running = asyncio.create_task(consumer.run())
         try:
@@ -683,7 +683,7 @@ async def test_consumer_leases_again_after_an_outage_took_every_lease(
     client = aioredis.Redis.from_url(server.url)
     try:
         async with test_site(delay_ms=20_000) as site:
-            queue = await CrawlQueue.open(client, crawl_name)
+            queue = await LeasingQueue.open(client, crawl_name)
             urls = [site.url(f"/p/{i}") for i in range(12)]
             await queue.enqueue([NewTask(u, fingerprint(u)) for u in urls])
             async with consumer_in_process(server, queue, tmp_path, "w-stall") as consumer:
@@ -720,7 +720,7 @@ async def test_a_late_renew_reply_does_not_cancel_the_work_of_a_newer_lease(
     client = aioredis.Redis.from_url(server.url)
     try:
         async with test_site(delay_ms=1500) as site:
-            queue = await CrawlQueue.open(client, crawl_name)
+            queue = await LeasingQueue.open(client, crawl_name)
             url = site.url("/p/1")
             tid = task_id(fingerprint(url))
             await queue.enqueue([NewTask(url, fingerprint(url))])
@@ -773,7 +773,7 @@ async def test_consumer_exits_when_its_crawl_is_already_empty_at_start(
     client = aioredis.Redis.from_url(server.url)
     runs: list[asyncio.Task[int]] = []
     try:
-        queue = await CrawlQueue.open(client, crawl_name)
+        queue = await LeasingQueue.open(client, crawl_name)
         url = "http://127.0.0.1:9/done"
         await queue.enqueue([NewTask(url, fingerprint(url))])
         [lease] = await queue.lease("w", 1, 60_000)

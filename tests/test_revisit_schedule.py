@@ -16,9 +16,9 @@ from support.clock import redis_ms, window_passed
 
 from common.frontier.hosts import Frontier
 from common.policy import PolicyError, set_policy
-from common.queue import CrawlQueue, CrawlSettings, DedupMode, Lease, NewTask
+from common.queue import CrawlSettings, DedupMode, Lease, LeasingQueue, NewTask
+from common.queue.revisits import late_quantile, observed_arg, revisit_stats
 from common.revisit import Observed, Revisit
-from common.schedule import late_quantile, observed_arg, revisit_stats
 from common.urls import canonicalize, fingerprint, task_id
 
 
@@ -34,25 +34,25 @@ def tid(url: str) -> str:
     return task_id(fingerprint(canonical))
 
 
-async def revisit_queue(client: aioredis.Redis, crawl: str, **policy: Any) -> CrawlQueue:
+async def revisit_queue(client: aioredis.Redis, crawl: str, **policy: Any) -> LeasingQueue:
     """A crawl with revisits on (adaptive unless said), no politeness delay."""
-    q = await CrawlQueue.open(client, crawl, CrawlSettings())
+    q = await LeasingQueue.open(client, crawl, CrawlSettings())
     values = {"revisit": "adaptive", "recrawl_after": 100, "min_interval": 10,
               "max_interval": 1000, "per_host_delay": 0.0, "per_host_concurrency": 0,
               **policy}
     await set_policy(client, crawl, values, by="test", create=True)
-    q.revisits = True
+    q.configure(revisits=True)
     return q
 
 
-async def make_due(q: CrawlQueue, *urls: str) -> None:
+async def make_due(q: LeasingQueue, *urls: str) -> None:
     """What the passing of their intervals does: their next visits are now."""
     pk = q.partitions[0]
     past = await redis_ms(q.client) - 5
     await q.client.zadd(pk.rv_due, {tid(u): past for u in urls})
 
 
-async def visit(q: CrawlQueue, outcome: str, observed: Observed | None,
+async def visit(q: LeasingQueue, outcome: str, observed: Observed | None,
                 n: int = 1) -> list[Lease]:
     leases = await q.lease("w", n, 60_000)
     assert len(leases) == n, leases
@@ -62,7 +62,7 @@ async def visit(q: CrawlQueue, outcome: str, observed: Observed | None,
     return leases
 
 
-async def interval_of(q: CrawlQueue, url: str) -> int:
+async def interval_of(q: LeasingQueue, url: str) -> int:
     record = await q.client.hget(q.partitions[0].rv_hist, tid(url))
     assert record is not None
     return int(record.split(b" ")[2])
@@ -170,7 +170,7 @@ async def test_a_304_keeps_the_stored_validators_it_did_not_carry(
 async def test_a_seen_url_enqueued_again_with_revisits_on_is_a_duplicate(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
     q = await revisit_queue(redis_client, crawl_name, recrawl_after=1, min_interval=1)
-    q.recrawl_after_s = 1  # a producer run with the crawl's window
+    q.configure(recrawl_after_s=1)  # a producer run with the crawl's window
     url = "http://a.test/p"
     await q.enqueue([nt(url)])
     await visit(q, "ok", None)
@@ -178,7 +178,7 @@ async def test_a_seen_url_enqueued_again_with_revisits_on_is_a_duplicate(
     result = await q.enqueue([nt(url)])
     assert (result.enqueued, result.duplicates) == (0, 1)
     # A URL done before revisits were on (no history) comes back by the window once.
-    q.revisits = False
+    q.configure(revisits=False)
     await q.enqueue([nt("http://a.test/old")])
     await visit(q, "ok", None)
     assert await redis_client.hexists(q.partitions[0].rv_hist, tid("http://a.test/old")) == 0
@@ -203,7 +203,7 @@ async def test_revisits_keep_their_hosts_politeness(redis_client: aioredis.Redis
 
 async def test_with_revisits_off_ack_sends_what_it_sent_and_schedules_nothing(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
-    q = await CrawlQueue.open(redis_client, crawl_name, CrawlSettings())
+    q = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings())
     sent: list[list[Any]] = []
     real = q.scripts.ack
 
@@ -235,7 +235,7 @@ async def test_a_schedule_waits_while_revisits_are_off(redis_client: aioredis.Re
 
 async def test_revisit_policy_is_checked(redis_client: aioredis.Redis,
                                          crawl_name: str) -> None:
-    await CrawlQueue.open(redis_client, crawl_name, CrawlSettings(dedup=DedupMode.BLOOM))
+    await LeasingQueue.open(redis_client, crawl_name, CrawlSettings(dedup=DedupMode.BLOOM))
     with pytest.raises(PolicyError, match=r"revisit: crawl .* uses bloom dedup"):
         await set_policy(redis_client, crawl_name, {"revisit": "adaptive"}, by="t",
                          create=True)

@@ -19,7 +19,7 @@ from support.routes import serve
 
 from common.http.fetcher import Fetcher, FetchResult
 from common.metrics import Metrics
-from common.queue import CrawlQueue, Lease, NewTask
+from common.queue import Lease, LeasingQueue, NewTask
 from common.revisit import Observed, Revisit
 from common.urls import fingerprint
 from consumer.config import build_parser, settings_from_args
@@ -62,7 +62,7 @@ class Crawl:
 async def crawl(redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
                 tasks: list[NewTask]) -> Crawl:
     """Enqueue `tasks` and run a consumer with the ``links`` handler until the crawl is done."""
-    queue = await CrawlQueue.open(redis_client, crawl_name)
+    queue = await LeasingQueue.open(redis_client, crawl_name)
     await queue.enqueue(tasks)
     settings = settings_from_args(build_parser().parse_args(
         consumer_args(redis_url, crawl_name, "unused")))

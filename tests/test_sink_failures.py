@@ -31,7 +31,7 @@ from common.exitcodes import EXIT_OK, EXIT_SINK
 from common.http.fetcher import Fetcher
 from common.keys import CrawlKeys
 from common.metrics import Metrics
-from common.queue import CrawlQueue
+from common.queue import LeasingQueue
 from common.urls import fingerprint, task_id
 from consumer.config import build_parser, settings_from_args
 from consumer.flush import Completion, Flusher, sink_outage
@@ -95,7 +95,7 @@ async def stream_results(client: aioredis.Redis, crawl: str) -> list[dict[str, A
     return [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in entries]
 
 
-async def check_nothing_held_or_lost(queue: CrawlQueue, urls: Sequence[str],
+async def check_nothing_held_or_lost(queue: LeasingQueue, urls: Sequence[str],
                                      written: Sequence[dict[str, Any]]) -> int:
     """No lease left, every task pending, waiting or done, and every done task's result
     written; returns how many are done."""

@@ -8,7 +8,7 @@ import time
 
 import redis.asyncio as aioredis
 
-from common.queue import CrawlQueue, Lease
+from common.queue import Lease, LeasingQueue
 
 
 async def redis_ms(client: aioredis.Redis) -> int:
@@ -16,7 +16,7 @@ async def redis_ms(client: aioredis.Redis) -> int:
     return int(sec) * 1000 + int(usec) // 1000
 
 
-async def expire(q: CrawlQueue, *leases: Lease) -> None:
+async def expire(q: LeasingQueue, *leases: Lease) -> None:
     """Sleep until every lease's deadline (Redis clock) has passed."""
     while True:
         now = await redis_ms(q.client)

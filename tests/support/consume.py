@@ -10,7 +10,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from common.queue import CrawlQueue, NewTask
+from common.queue import LeasingQueue, NewTask
 from common.urls import fingerprint
 from consumer.config import build_parser, settings_from_args
 from consumer.run import run
@@ -18,8 +18,8 @@ from consumer.sinks import Record
 
 
 async def enqueue(client: aioredis.Redis, crawl: str, urls: list[str],
-                  **task: Any) -> CrawlQueue:
-    queue = await CrawlQueue.open(client, crawl)
+                  **task: Any) -> LeasingQueue:
+    queue = await LeasingQueue.open(client, crawl)
     await queue.enqueue([NewTask(u, fingerprint(u), **task) for u in urls])
     return queue
 

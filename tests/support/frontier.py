@@ -9,7 +9,7 @@ import time
 import redis.asyncio as aioredis
 
 from common.frontier.hosts import Frontier
-from common.queue import CrawlQueue, CrawlSettings, Lease, NewTask
+from common.queue import CrawlSettings, Lease, LeasingQueue, NewTask
 from common.urls import fingerprint
 
 
@@ -17,7 +17,7 @@ def tasks(urls: list[str], **kw: int) -> list[NewTask]:
     return [NewTask(u, fingerprint(u), **kw) for u in urls]  # type: ignore[arg-type]
 
 
-async def lease_when_due(q: CrawlQueue, worker: str, n: int, lease_ms: int,
+async def lease_when_due(q: LeasingQueue, worker: str, n: int, lease_ms: int,
                          within: float = 10.0) -> list[Lease]:
     """Lease until something is granted: a host's turn comes on Redis' clock, which a
     wall-clock sleep only approximates."""
@@ -29,7 +29,7 @@ async def lease_when_due(q: CrawlQueue, worker: str, n: int, lease_ms: int,
 
 
 async def polite_queue(client: aioredis.Redis, crawl: str, *, delay_s: float = 0.0,
-                       concurrency: int = 0, partitions: int = 1) -> CrawlQueue:
-    q = await CrawlQueue.open(client, crawl, CrawlSettings(partitions=partitions))
+                       concurrency: int = 0, partitions: int = 1) -> LeasingQueue:
+    q = await LeasingQueue.open(client, crawl, CrawlSettings(partitions=partitions))
     await Frontier(q).set_defaults(delay_s=delay_s, concurrency=concurrency)
     return q

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from common.codec import text as _text
+from common.queue.calls import host_args
+from common.queue.crawl import Crawl
 from common.revisit import Observed
 
 if TYPE_CHECKING:
     from common.connection import RedisClient
     from common.keys import PartitionKeys
-    from common.scripts import LuaScript
 
 #: Validators longer than this are not kept (common/revisit.py; lib/revisits.lua too).
 MAX_VALIDATOR = 256
@@ -44,11 +45,10 @@ def observed_arg(observed: Observed | None) -> str:
             f"{etag}{lm}")
 
 
-async def promote_revisits(client: RedisClient, script: LuaScript, pk: PartitionKeys,
-                           host_args: Any, limit: int) -> tuple[int, int]:
+async def promote_revisits(crawl: Crawl, pk: PartitionKeys, limit: int) -> tuple[int, int]:
     """Move one partition's due revisits into their hosts' queues (``revisit.lua``), a
     batch of `limit` at a time; returns (moved, ms to the next due one or -1)."""
-    moved = 0
+    client, moved = crawl.client, 0
     while True:
         seconds, micros = await client.time()
         now_ms = seconds * 1000 + micros // 1000
@@ -58,8 +58,9 @@ async def promote_revisits(client: RedisClient, script: LuaScript, pk: Partition
         records = cast(list[bytes | None], await client.hmget(pk.rv_hist, ids)) if ids else []
         hosts = list(dict.fromkeys(r.split(b" ", 1)[0].decode() for r in records if r))
         host_keys, host_head = host_args(pk, hosts)
-        r = await script(keys=[*pk.host_state, pk.rv_due, pk.rv_hist, pk.stats, pk.pending,
-                               pk.prio_hosts, *host_keys], args=[*host_head, *ids])
+        r = await crawl.scripts.revisit(
+            keys=[*pk.host_state, pk.rv_due, pk.rv_hist, pk.stats, pk.pending,
+                  pk.prio_hosts, *host_keys], args=[*host_head, *ids])
         moved += int(r[0])
         if len(ids) < limit or int(r[0]) == 0:
             return moved, int(r[1])

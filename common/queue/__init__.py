@@ -1,0 +1,53 @@
+"""The async Python API over the lifecycle scripts: one crawl's queue, a host-fair frontier.
+
+A task is in exactly one state: pending (an entry in its host's queue, ``hq:<host>`` or
+``hp:<host>``), leased (``leases``), waiting to retry (``delayed``), dead (``dead``), or
+done (its body deleted; only its seen mark remains). Every transition is one Lua script
+in ``common/lua``; this package builds their KEYS and ARGV, routes each task to the
+partition of its host and sends one call per partition per batch, pipelined.
+
+One module per job: ``crawl`` (settings, opening, partitions), ``calls`` (sending
+calls), ``enqueue``, ``leasing`` (one consumer's `LeaseClient`) with ``lease_reply``
+(lease.lua's reply layout, declared once), ``transitions`` (ack, fail, release, renew,
+checkpoint), ``housekeeping`` (reclaim, promote, reap), ``deadletters``, ``inspection``
+(stats, is_empty, state_of); ``facade``'s `CrawlQueue` and `LeasingQueue` put them in
+one object.
+"""
+
+from common.queue.crawl import (
+    FORMAT,
+    Crawl,
+    CrawlFormatError,
+    CrawlSettings,
+    DedupMode,
+)
+from common.queue.facade import CrawlQueue, LeasingQueue
+from common.queue.lease_reply import LeaseReply
+from common.queue.leasing import (
+    CANDIDATE_HOSTS,
+    MAX_IDLE_WAIT_S,
+    UNKNOWN_WAIT_S,
+    LeaseClient,
+)
+from common.queue.model import (
+    COUNTERS,
+    MALFORMED,
+    RESPONSE_REASONS,
+    Code,
+    DeadTask,
+    EnqueueResult,
+    Failure,
+    Lease,
+    LeaseBatch,
+    NewTask,
+    RetryPolicy,
+    Stats,
+)
+
+__all__ = [
+    "CANDIDATE_HOSTS", "COUNTERS", "FORMAT", "MALFORMED", "MAX_IDLE_WAIT_S",
+    "RESPONSE_REASONS", "UNKNOWN_WAIT_S", "Code", "Crawl", "CrawlFormatError",
+    "CrawlQueue", "CrawlSettings", "DeadTask", "DedupMode", "EnqueueResult", "Failure",
+    "Lease", "LeaseBatch", "LeaseClient", "LeaseReply", "LeasingQueue", "NewTask",
+    "RetryPolicy", "Stats",
+]

@@ -1,0 +1,83 @@
+"""Enqueue: dedup a batch and put each new task in its host's queue (enqueue.lua, or
+enqueue_bloom.lua for a crawl that dedups with a Bloom filter)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from common.errors import ConfigError, MalformedTaskError
+from common.hostmodel.hostkey import host_key
+from common.keys import PartitionKeys
+from common.queue.calls import Call, host_args, run
+from common.queue.crawl import Crawl, DedupMode
+from common.queue.model import EnqueueResult, NewTask
+from common.task import encode_entry
+from common.urls import task_id
+
+
+async def enqueue(crawl: Crawl, tasks: Sequence[NewTask], recrawl_after_s: int = 0
+                  ) -> EnqueueResult:
+    """Dedup and enqueue a batch into its hosts' queues; one script call per
+    partition, pipelined. MalformedTaskError for a URL without an http(s) host.
+    `recrawl_after_s`: a done URL enqueued again after this long is crawled again (0:
+    never)."""
+    by_partition: dict[int, dict[str, list[NewTask]]] = defaultdict(
+        lambda: defaultdict(list))
+    for t in tasks:
+        if t.priority < 0 or t.max_attempts < 1 or t.depth < 0:
+            raise ConfigError("priority and depth must be >= 0, max_attempts >= 1")
+        if " " in t.url:  # an entry's URL ends at its first space (common.task)
+            raise MalformedTaskError(f"URL is not canonical (it holds a space): "
+                                     f"{t.url[:200]!r}; canonicalize it first")
+        host = host_key(t.url)
+        by_partition[crawl.partition_of(host)][host].append(t)
+    calls = [_call(crawl, crawl.partitions[p], hosts, recrawl_after_s)
+             for p, hosts in by_partition.items()]
+    if not calls:
+        return EnqueueResult()
+    results = await run(crawl.client, calls)
+    warnings = tuple(int(r[3]) for r in results if len(r) > 3 and int(r[3]) >= 0)
+    return EnqueueResult(
+        enqueued=sum(int(r[0]) for r in results),
+        duplicates=sum(int(r[1]) for r in results),
+        recrawled=sum(int(r[2]) for r in results),
+        bloom_warnings=warnings,
+    )
+
+
+def _call(crawl: Crawl, pk: PartitionKeys, by_host: dict[str, list[NewTask]],
+          recrawl_after_s: int) -> Call:
+    settings = crawl.settings
+    host_keys, host_head = host_args(pk, list(by_host))
+    head = [*pk.host_state, pk.tasks, pk.stats, pk.pending, pk.prio_hosts]
+    args: list[Any]
+    if settings.dedup is DedupMode.BLOOM:
+        if recrawl_after_s:
+            raise ConfigError("recrawl_after needs exact dedup: bloom keeps no timestamps")
+        layers = settings.bloom_layers
+        keys = [*head, pk.bloom, *(pk.bloom_layer(i) for i in range(layers)), *host_keys]
+        args = [settings.bloom_capacity, repr(settings.bloom_error), layers, *host_head]
+        for h, batch in enumerate(by_host.values(), 1):
+            for t in batch:
+                tid = task_id(t.fp)
+                args += [tid, int.from_bytes(t.fp[8:12], "big"),
+                         int.from_bytes(t.fp[12:16], "big") | 1, t.priority, h,
+                         _entry(tid, t)]
+        return crawl.scripts.enqueue_bloom, keys, args
+    shift = 32 - settings.seen_bits
+    keys = [*head, *host_keys]
+    args = [recrawl_after_s, *host_head]
+    for h, batch in enumerate(by_host.values(), 1):
+        for t in batch:
+            tid = task_id(t.fp)
+            keys.append(pk.seen(int.from_bytes(t.fp[:4], "big") >> shift))
+            args += [tid, t.fp[2:], t.priority, h, _entry(tid, t)]
+    keys.append(pk.rv_hist)
+    return crawl.scripts.enqueue, keys, args
+
+
+def _entry(tid: str, t: NewTask) -> str:
+    return encode_entry(tid, t.url, max_attempts=t.max_attempts, priority=t.priority,
+                        meta=t.meta, depth=t.depth, headers=t.headers, revisit=t.revisit)

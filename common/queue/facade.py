@@ -1,0 +1,194 @@
+"""`CrawlQueue`: one crawl's queue calls in one object, for any process; and
+`LeasingQueue`, the same for a consumer, which also owns its lease client."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from typing import Any, Self
+
+from common.connection import RedisClient
+from common.queue import deadletters, housekeeping, inspection, transitions
+from common.queue.crawl import Crawl, CrawlSettings, existing_settings, open_settings
+from common.queue.enqueue import enqueue
+from common.queue.leasing import LeaseClient
+from common.queue.model import (
+    Code,
+    DeadTask,
+    EnqueueResult,
+    Failure,
+    Lease,
+    LeaseBatch,
+    NewTask,
+    RetryPolicy,
+    Stats,
+)
+
+
+class CrawlQueue:
+    """One crawl's queue on one Redis (or Redis Cluster) client: stateless calls, but
+    for the crawl policy's values it applies (`configure`)."""
+
+    def __init__(self, client: RedisClient, crawl: str, settings: CrawlSettings, *,
+                 retry: RetryPolicy | None = None, recrawl_after_s: int = 0,
+                 jitter: Callable[[], float] = random.random) -> None:
+        self.on = Crawl.on(client, crawl, settings)
+        self.client, self.crawl, self.settings = client, crawl, settings
+        self.crawl_keys, self.partitions, self.scripts = (
+            self.on.keys, self.on.partitions, self.on.scripts)
+        self._retry = retry or RetryPolicy()
+        self._recrawl_after_s = recrawl_after_s
+        self._revisits = False
+        self._jitter = jitter
+
+    @classmethod
+    async def open(cls, client: RedisClient, crawl: str,
+                   settings: CrawlSettings | None = None, **kwargs: Any) -> Self:
+        """Open a crawl, creating it with ``settings`` if new (see `open_settings`)."""
+        return cls(client, crawl, await open_settings(client, crawl, settings), **kwargs)
+
+    @classmethod
+    async def existing(cls, client: RedisClient, crawl: str, **kwargs: Any) -> Self:
+        """Open a crawl that must exist already."""
+        return cls(client, crawl, await existing_settings(client, crawl), **kwargs)
+
+    # -- the crawl policy's values ----------------------------------------------------
+
+    @property
+    def retry(self) -> RetryPolicy:
+        """Backoff and stall limit of the fail and reclaim calls."""
+        return self._retry
+
+    @property
+    def recrawl_after_s(self) -> int:
+        """How long after its last enqueue a done URL is enqueued again (0: never)."""
+        return self._recrawl_after_s
+
+    @property
+    def revisits(self) -> bool:
+        """Whether the crawl's revisits are on: each ack then sends what its fetch
+        observed (the URL's history and next visit)."""
+        return self._revisits
+
+    def configure(self, *, retry: RetryPolicy | None = None,
+                  recrawl_after_s: int | None = None, revisits: bool | None = None) -> None:
+        """Apply the crawl policy's values: the next fail, reclaim, enqueue or ack call
+        takes them (None: keep the current one)."""
+        if retry is not None:
+            self._retry = retry
+        if recrawl_after_s is not None:
+            self._recrawl_after_s = recrawl_after_s
+        if revisits is not None:
+            self._revisits = revisits
+
+    # -- calls ------------------------------------------------------------------------
+
+    def partition_of(self, host: str) -> int:
+        """The partition that holds a host."""
+        return self.on.partition_of(host)
+
+    async def enqueue(self, tasks: Sequence[NewTask]) -> EnqueueResult:
+        """Dedup and enqueue a batch (see `common.queue.enqueue.enqueue`)."""
+        return await enqueue(self.on, tasks, self._recrawl_after_s)
+
+    async def renew(self, worker: str, leases: Sequence[Lease], lease_ms: int
+                    ) -> list[tuple[Lease, Code]]:
+        """Extend held leases; returns the ones lost, with why. Updates deadlines."""
+        return await transitions.renew(self.on, worker, leases, lease_ms)
+
+    async def ack(self, worker: str, items: Sequence[tuple[Lease, str]]) -> list[Code]:
+        """Mark tasks done with an outcome code; returns a code per item, in order."""
+        return await transitions.ack(self.on, worker, items, revisits=self._revisits)
+
+    async def fail(self, worker: str, failures: Sequence[Failure]) -> list[tuple[Code, int]]:
+        """Record failed attempts; returns (RETRY with delay ms | DEAD | refusal, -1)."""
+        return await transitions.fail(self.on, worker, failures, self._retry, self._jitter)
+
+    async def release(self, worker: str, leases: Sequence[Lease], *,
+                      restart_turn: bool = False) -> list[Code]:
+        """Hand leases back to the head of their hosts' queues (see
+        `transitions.release`)."""
+        return await transitions.release(self.on, worker, leases, restart_turn=restart_turn)
+
+    async def checkpoint(self, worker: str, lease: Lease, value: Any) -> Code:
+        """Save a checkpoint for a held lease (a lost lease can't)."""
+        return await transitions.checkpoint(self.on, worker, lease, value)
+
+    async def reclaim(self, limit: int = 1000) -> tuple[int, int]:
+        """Take back expired leases in every partition; returns (reclaimed, dead)."""
+        return await housekeeping.reclaim(self.on, self._retry.max_stalls, limit)
+
+    async def promote(self, limit: int = 1000) -> tuple[int, int]:
+        """Put due retries back in their hosts' queues; returns (moved, ms to the next
+        due retry or -1)."""
+        return await housekeeping.promote(self.on, limit)
+
+    async def reap(self, guard_ms: int) -> tuple[int, int, int] | None:
+        """Reclaim and promote, at most once per guard_ms across the fleet."""
+        return await housekeeping.reap(self.on, self._retry.max_stalls, guard_ms)
+
+    async def dead_list(self, *, reason: str | None = None, limit: int = 50,
+                        page: int = 500) -> list[DeadTask]:
+        """Dead tasks, oldest first, optionally only those with one reason."""
+        return await deadletters.dead_list(self.on, reason=reason, limit=limit, page=page)
+
+    async def dead_requeue(self, ids: Sequence[str]) -> int:
+        """Put dead tasks back in their hosts' queues; returns how many moved."""
+        return await deadletters.dead_requeue(self.on, ids)
+
+    async def dead_purge(self, ids: Sequence[str]) -> int:
+        """Delete dead tasks for good; returns how many were deleted."""
+        return await deadletters.dead_purge(self.on, ids)
+
+    async def dead_ids(self, reason: str | None = None) -> list[str]:
+        """Every dead id (optionally of one reason)."""
+        return await deadletters.dead_ids(self.on, reason)
+
+    async def stats(self) -> Stats:
+        """Every state's count and every counter, summed over the partitions."""
+        return await inspection.stats(self.on)
+
+    async def is_empty(self) -> bool:
+        """Whether nothing is pending, leased or waiting (see `inspection.is_empty`)."""
+        return await inspection.is_empty(self.on)
+
+    async def state_of(self, tid: str, url: str | None = None) -> str:
+        """The state of one task: pending, leased, waiting, dead, done or unknown."""
+        return await inspection.state_of(self.on, tid, url)
+
+
+class LeasingQueue(CrawlQueue):
+    """A consumer's queue: the calls, and `leases`, the lease client that owns this
+    consumer's lease state (told when its leases end, so a partition is asked again)."""
+
+    def __init__(self, client: RedisClient, crawl: str, settings: CrawlSettings,
+                 **kwargs: Any) -> None:
+        super().__init__(client, crawl, settings, **kwargs)
+        self.leases = LeaseClient(self.on, self.fail)
+
+    async def lease(self, worker: str, n: int, lease_ms: int) -> list[Lease]:
+        """Lease up to n tasks from hosts whose turn has come (see `LeaseClient`)."""
+        return await self.leases.lease(worker, n, lease_ms)
+
+    async def lease_turns(self, worker: str, n: int, lease_ms: int,
+                          fetched: list[Lease] | None = None,
+                          held: Callable[[str], int] | None = None) -> LeaseBatch:
+        """Lease up to n tasks (see `LeaseClient.lease_turns`)."""
+        return await self.leases.lease_turns(worker, n, lease_ms, fetched, held)
+
+    def woken(self) -> None:
+        """Another process says work may be ready: ask every partition on the next call."""
+        self.leases.woken()
+
+    async def ack(self, worker: str, items: Sequence[tuple[Lease, str]]) -> list[Code]:
+        self.leases.ended({lease.partition for lease, _ in items})
+        return await super().ack(worker, items)
+
+    async def fail(self, worker: str, failures: Sequence[Failure]) -> list[tuple[Code, int]]:
+        self.leases.ended({f.lease.partition for f in failures})
+        return await super().fail(worker, failures)
+
+    async def release(self, worker: str, leases: Sequence[Lease], *,
+                      restart_turn: bool = False) -> list[Code]:
+        self.leases.ended({lease.partition for lease in leases})
+        return await super().release(worker, leases, restart_turn=restart_turn)

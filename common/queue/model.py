@@ -1,0 +1,181 @@
+"""What the queue's calls take and give: tasks, leases, failures, result codes, counts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+from common.reasons import HANDLER_ERROR, HTTP_5XX, HTTP_408, HTTP_429
+from common.revisit import Observed, Revisit
+from common.task import Task
+
+#: Every counter of a partition's ``stats`` hash (plus ``outcome:<code>`` per ack outcome).
+#: ``repaired_hosts``: hosts whose pending count was found larger than their queues
+#: (a lost ``hq``/``hp`` key), set right by lease.lua or ``crawlq fsck --repair``;
+#: ``lost_pending``: the entries those counts held that no queue did (tasks lost);
+#: ``backoffs``: push-back incidents that raised a host's backoff (lib/backoff.lua).
+COUNTERS = (
+    "enqueued", "duplicates", "recrawled", "leased", "renewed", "lost", "done", "failed",
+    "retried", "dead", "stalled", "stale", "released", "promoted", "reclaimed", "requeued",
+    "purged", "checkpoints", "repaired_hosts", "lost_pending", "backoffs",
+)
+
+MALFORMED = "malformed"
+#: Fail reasons that say the request got a response from the host (a page of its
+#: budget) when the lease doesn't say (``Lease.responded``).
+RESPONSE_REASONS = frozenset({HTTP_5XX, HTTP_408, HTTP_429, HANDLER_ERROR})
+
+
+class Code(IntEnum):
+    """Per-item result of a lifecycle script (mirrors ``common/lua/lib/codes.lua``)."""
+
+    OK = 0
+    RETRY = 1
+    DEAD = 2
+    STALE = 3
+    EXPIRED = 4
+    UNKNOWN = 5
+
+
+CODES = tuple(Code)  # Code by value, faster than Code(value) per item
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Backoff for failed attempts, a host's backoff when it pushes back, and the stall
+    limit for reclaimed leases (the crawl policy's values: `CrawlPolicy.retry`)."""
+
+    base_ms: int = 2_000
+    cap_ms: int = 600_000
+    max_retry_after_ms: int = 3_600_000
+    max_stalls: int = 2
+    backoff_base_ms: int = 1_000
+    backoff_cap_ms: int = 3_600_000
+    backoff_forgive_ms: int = 300_000
+
+
+@dataclass(frozen=True, slots=True)
+class NewTask:
+    """A canonical URL ready to enqueue; ``fp`` is its 16-byte fingerprint."""
+
+    url: str
+    fp: bytes
+    priority: int = 0
+    max_attempts: int = 3
+    meta: dict[str, Any] = field(default_factory=dict)
+    depth: int = 0
+    headers: dict[str, str] = field(default_factory=dict, repr=False)  # checked: common.headers
+    revisit: Revisit | None = None  # the URL's previous visit (the frontier's recrawls; tests)
+
+
+@dataclass(slots=True)
+class Lease:
+    """A task a worker holds, with the fencing token every later call must show."""
+
+    task: Task
+    partition: int
+    token: str
+    deadline_ms: int
+    host: str
+    granted_ms: int = 0  # Redis time of the lease: its host's turn
+    # The host's delay when leased: with one, the request goes out at its turn.
+    delay_ms: int = 0
+    # The host's concurrency when leased (0: unlimited): with a limit, the host's slot is
+    # given back as soon as the response is in (lease_turns' `fetched`).
+    concurrency: int = 0
+    # Redis time its request went out when later than the turn allows for (0: on time):
+    # the host's next turn then counts from it (ack/fail).
+    sent_ms: int = 0
+    # Whether its request to the host got a response (any status): then it is a page of
+    # the host's budget (ack/fail settle it). None: not said; ack counts every outcome
+    # but robots_disallowed, fail only the reasons of a response (RESPONSE_REASONS).
+    responded: bool | None = None
+    # Its response's time in ms, for a crawl whose adaptive_delay is on (-1: not sent).
+    elapsed_ms: int = -1
+    # What its fetch learned for the URL's history (the revisit schedule; ack sends it).
+    observed: Observed | None = None
+    id: str = field(init=False)  # the task's id, copied: it is read many times per task
+
+    def __post_init__(self) -> None:
+        self.id = self.task.id
+
+
+@dataclass(slots=True)
+class LeaseBatch:
+    """What one lease call got: the leases, and when to ask again if there were none.
+
+    ``wait_s`` is how long until some host's turn comes (None: no host holds pending
+    work; then a retry's due time or new work is what to wait for); ``paused``: the
+    crawl is paused; ``policy_version``: the newest crawl policy version a partition's
+    reply named (-1: none said).
+    """
+
+    leases: list[Lease]
+    wait_s: float | None = None
+    paused: bool = False
+    policy_version: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A failed attempt: ``reason`` is a short code, ``message`` the detail.
+
+    ``pushback``: the host pushed back (a 429/503, or what else the crawl's policy
+    counts): its backoff rises for the whole fleet (lib/backoff.lua).
+    """
+
+    lease: Lease
+    reason: str
+    message: str
+    retry_after: float | None = None
+    permanent: bool = False
+    pushback: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    enqueued: int = 0
+    duplicates: int = 0
+    recrawled: int = 0
+    bloom_warnings: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeadTask:
+    id: str
+    partition: int
+    reason: str
+    message: str
+    died_at_ms: int
+    attempts: int
+    url: str | None
+    raw: bytes | None
+
+
+@dataclass(slots=True)
+class Stats:
+    """Counts of every state and the running counters, summed over partitions.
+
+    ``hosts_due``: hosts holding pending work with a free slot (what KEDA scales on).
+    ``parked``: the pending tasks of hosts whose page budget is spent (counted in
+    ``pending``): no consumer serves them until the budget is raised.
+    """
+
+    pending: int = 0
+    leased: int = 0
+    waiting: int = 0
+    dead: int = 0
+    hosts_due: int = 0
+    parked: int = 0
+    counters: dict[str, int] = field(default_factory=dict)
+    dead_reasons: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def done(self) -> int:
+        return self.counters.get("done", 0)
+
+    @property
+    def active(self) -> int:
+        """Tasks that still need work: pending, leased or waiting."""
+        return self.pending + self.leased + self.waiting
