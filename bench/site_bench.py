@@ -78,8 +78,10 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 import redis.asyncio
@@ -274,10 +276,12 @@ def parse_line(line: str) -> Hit | None:
 
 
 class AccessLog:
-    """The access log, read from an offset: each run's lines are its own."""
+    """The access log, read from an offset: each run's lines are its own (`parse` makes
+    one line a hit, None for a line that isn't one: recrawl_bench logs other fields)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, parse: Callable[[str], Any] = parse_line) -> None:
         self.path = path
+        self.parse = parse
 
     def size(self) -> int:
         try:
@@ -285,14 +289,14 @@ class AccessLog:
         except FileNotFoundError:
             return 0
 
-    def read(self, start: int, end: int | None = None) -> tuple[list[Hit], int]:
+    def read(self, start: int, end: int | None = None) -> tuple[list[Any], int]:
         """Whole lines from byte `start` (to `end`); returns them and where they stop."""
         with open(self.path, "rb") as fh:
             fh.seek(start)
             data = fh.read() if end is None else fh.read(end - start)
         cut = data.rfind(b"\n") + 1
         hits = [h for line in data[:cut].decode("utf-8", "replace").splitlines()
-                if (h := parse_line(line)) is not None]
+                if (h := self.parse(line)) is not None]
         return hits, start + cut
 
 
