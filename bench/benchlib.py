@@ -1,6 +1,7 @@
 """What the benchmarks share: reading a process's CPU, waiting for a port, installing a
-Debian package they need (nginx, python3-doc) when it is missing, an nginx config, and a
-run in a temporary directory that stops what it started however it ends."""
+Debian package they need (nginx, python3-doc) when it is missing, the python3-doc tree,
+an nginx config, child processes started and stopped together, and a run in a temporary
+directory that stops what it started however it ends."""
 
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+
+ROOT = Path(__file__).resolve().parents[1]  # the checkout: where crawlq's commands run
+#: Debian's python3-doc: a real HTML tree (~530 pages) for the benches that crawl one.
+DOC_ROOT = Path("/usr/share/doc/python3-doc/html")
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -59,6 +64,18 @@ def which_nginx(install: bool = False) -> str | None:
     return found
 
 
+def doc_root(root: Path | None) -> Path:
+    """`root`, or python3-doc's tree (apt-get installed when missing); it must hold
+    index.html (SystemExit otherwise)."""
+    if root is None:
+        if not (DOC_ROOT / "index.html").exists():
+            apt_install("python3-doc")
+        root = DOC_ROOT
+    if not (root / "index.html").is_file():
+        raise SystemExit(f"{root}/index.html not found (give --root an HTML tree)")
+    return root.resolve()
+
+
 def nginx_conf(directory: Path, port: int, *, http: str = "", server: str,
                workers: int = 1) -> str:
     """A foreground nginx config whose files all live in `directory`, serving on
@@ -86,6 +103,58 @@ http {{
     }}
 }}
 """
+
+
+# -- processes: every one a bench starts, stopped on exit --------------------------------
+
+
+STARTED: list[subprocess.Popen[bytes]] = []
+
+
+def spawn(argv: list[str], *, log: Path | None = None, cwd: Path = ROOT,
+          env: dict[str, str] | None = None,
+          stdout: int | None = None) -> subprocess.Popen[bytes]:
+    """Start `argv` (its output appended to `log`, else to `stdout`), noted in STARTED."""
+    out = open(log, "ab") if log is not None else None  # noqa: SIM115 - the child holds it
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                stdout=out if out is not None else stdout,
+                                stderr=out if out is not None else None, cwd=cwd, env=env)
+    finally:
+        if out is not None:
+            out.close()
+    STARTED.append(proc)
+    return proc
+
+
+def stop(procs: list[subprocess.Popen[bytes]], grace: float = 5.0) -> None:
+    """SIGTERM them all, then SIGKILL what is left after `grace` seconds."""
+    for p in procs:
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                p.terminate()
+    deadline = time.monotonic() + grace
+    for p in procs:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                p.kill()
+            p.wait()
+
+
+def stop_all() -> None:
+    """Stop every process `spawn` started, the last first."""
+    stop(list(reversed(STARTED)))
+    STARTED.clear()
+
+
+def tail(path: Path, lines: int = 6) -> str:
+    """The last `lines` lines of a log, indented, each cut to 300 characters."""
+    if not path.exists():
+        return ""
+    text = path.read_text(errors="replace").strip().splitlines()[-lines:]
+    return "\n".join("      | " + line[:300] for line in text)
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:

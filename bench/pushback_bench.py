@@ -99,7 +99,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
-from benchlib import run_in_workdir, wait_port  # noqa: E402
+from benchlib import run_in_workdir, spawn, stop, stop_all, tail, wait_port  # noqa: E402
 
 from common.redis_server import RedisServer, free_port  # noqa: E402
 
@@ -213,55 +213,6 @@ async def serve(args: argparse.Namespace) -> dict[str, Any]:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(runner.cleanup(), 2)
     return {"records": records, "robots": robots[0]}
-
-
-# -- processes: every one the bench starts, stopped on exit --------------------------------
-
-
-STARTED: list[subprocess.Popen[bytes]] = []
-
-
-def spawn(argv: list[str], *, log: Path | None = None, cwd: Path = ROOT,
-          env: dict[str, str] | None = None,
-          stdout: int | None = None) -> subprocess.Popen[bytes]:
-    out = open(log, "ab") if log is not None else None  # noqa: SIM115 - the child holds it
-    try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                                stdout=out if out is not None else stdout,
-                                stderr=out if out is not None else None, cwd=cwd, env=env)
-    finally:
-        if out is not None:
-            out.close()
-    STARTED.append(proc)
-    return proc
-
-
-def stop(procs: list[subprocess.Popen[bytes]], grace: float = 5.0) -> None:
-    """SIGTERM them all, then SIGKILL what is left after `grace` seconds."""
-    for p in procs:
-        if p.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                p.terminate()
-    deadline = time.monotonic() + grace
-    for p in procs:
-        try:
-            p.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                p.kill()
-            p.wait()
-
-
-def stop_all() -> None:
-    stop(list(reversed(STARTED)))
-    STARTED.clear()
-
-
-def tail(path: Path, lines: int = 6) -> str:
-    if not path.exists():
-        return ""
-    text = path.read_text(errors="replace").strip().splitlines()[-lines:]
-    return "\n".join("      | " + line[:300] for line in text)
 
 
 # -- one run: a fresh server, clients started, stopped after --duration ---------------------

@@ -78,8 +78,10 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 import redis.asyncio
@@ -89,8 +91,10 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
 from benchlib import (  # noqa: E402
+    DOC_ROOT,
     apt_install,
     cpu_seconds,
+    doc_root,
     nginx_conf,
     run_in_workdir,
     wait_port,
@@ -102,7 +106,6 @@ from common.redis_server import RedisServer, free_port  # noqa: E402
 from common.runtime import run_loop  # noqa: E402
 from common.urls import canonicalize, fingerprint  # noqa: E402
 
-DEFAULT_ROOT = Path("/usr/share/doc/python3-doc/html")
 SCRAPY_VENV = Path.home() / ".cache" / "crawlq-bench" / "scrapy-venv"
 # What pages embed and a link-follower never fetches: wget -r fetches these, so skip them.
 WGET_REJECT = r"\.(css|js|png|gif|jpe?g|svg|ico|woff2?|ttf)(\?.*)?$"
@@ -214,16 +217,6 @@ def stop_all() -> None:
     STARTED.clear()
 
 
-def find_root(root: Path | None) -> Path:
-    if root is None:
-        if not (DEFAULT_ROOT / "index.html").exists():
-            apt_install("python3-doc")
-        root = DEFAULT_ROOT
-    if not (root / "index.html").is_file():
-        raise SystemExit(f"{root}/index.html not found (give --root an HTML tree)")
-    return root.resolve()
-
-
 def start_nginx(root: Path, workdir: Path) -> tuple[int, Path, subprocess.Popen[bytes]]:
     d = workdir / "nginx"
     d.mkdir()
@@ -283,10 +276,12 @@ def parse_line(line: str) -> Hit | None:
 
 
 class AccessLog:
-    """The access log, read from an offset: each run's lines are its own."""
+    """The access log, read from an offset: each run's lines are its own (`parse` makes
+    one line a hit, None for a line that isn't one: recrawl_bench logs other fields)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, parse: Callable[[str], Any] = parse_line) -> None:
         self.path = path
+        self.parse = parse
 
     def size(self) -> int:
         try:
@@ -294,14 +289,14 @@ class AccessLog:
         except FileNotFoundError:
             return 0
 
-    def read(self, start: int, end: int | None = None) -> tuple[list[Hit], int]:
+    def read(self, start: int, end: int | None = None) -> tuple[list[Any], int]:
         """Whole lines from byte `start` (to `end`); returns them and where they stop."""
         with open(self.path, "rb") as fh:
             fh.seek(start)
             data = fh.read() if end is None else fh.read(end - start)
         cut = data.rfind(b"\n") + 1
         hits = [h for line in data[:cut].decode("utf-8", "replace").splitlines()
-                if (h := parse_line(line)) is not None]
+                if (h := self.parse(line)) is not None]
         return hits, start + cut
 
 
@@ -679,7 +674,7 @@ def print_medians(rounds: list[Round], stall_s: float) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--root", type=Path, default=None,
-                   help=f"the HTML tree to serve (default {DEFAULT_ROOT}, installed with "
+                   help=f"the HTML tree to serve (default {DOC_ROOT}, installed with "
                    "apt-get install -y python3-doc when missing); must hold index.html")
     p.add_argument("--per-host-concurrency", type=int, default=16,
                    help="requests in flight to the site (crawlq's fleet-wide limit, "
@@ -700,7 +695,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def bench(args: argparse.Namespace, workdir: Path) -> int:
-    root = find_root(args.root)
+    root = doc_root(args.root)
     scrapy = None if args.skip_scrapy else scrapy_python(args.reinstall_scrapy)
     if shutil.which("wget") is None:
         apt_install("wget")
