@@ -12,24 +12,28 @@ evicted, or never saw, goes to Redis and is deduplicated there. With a recrawl w
 the cache also forgets within half of it, so it never holds back a URL the window lets
 in again by more than that.
 
-The scope is the crawl policy's (``max_depth``, ``allow_domains``) and changes while the
-consumer runs (`LinkIntake.set_scope`): a new depth applies to the pages finished after
-it; new domains also empty the cache, which remembers the links out of the old ones. So
-are the attempts each new task gets and the recrawl window (``max_attempts``,
-``recrawl_after``; `LinkIntake.set_tasks`): the links of the pages finished after a change
-are stamped with the new value; a new window also empties the cache, whose generations
-follow it.
+The scope is the crawl policy's (``max_depth``, ``allow_domains``), read from the
+consumer's live snapshot (``consumer.live``) at each batch, and changes while the
+consumer runs: a new depth applies to the pages finished after it; new domains also
+empty the cache, which remembers the links out of the old ones. So are the attempts each
+new task gets and the recrawl window (``max_attempts``, ``recrawl_after``): the links of
+the pages finished after a change are stamped with the new value; a new window also
+empties the cache, whose generations follow it.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from common.metrics import LINK_FATES, Metrics
 from common.queue import NewTask
-from common.task import DEFAULT_MAX_ATTEMPTS, Task
+from common.task import Task
 from common.urls import canonicalize, fingerprint
+
+if TYPE_CHECKING:
+    from consumer.live import LivePolicy
 
 
 class SeenCache:
@@ -86,51 +90,51 @@ class _Marks(list[str]):
 
 
 class LinkIntake:
-    """Turns the URLs handlers returned for finished tasks into new tasks to enqueue."""
+    """Turns the URLs handlers returned for finished tasks into new tasks to enqueue,
+    as the policy snapshot `policy` returns says at each batch."""
 
-    def __init__(self, metrics: Metrics, *, max_depth: int, allow_domains: Sequence[str],
-                 cache_size: int, recrawl_after_s: float = 0.0,
-                 max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
+    def __init__(self, metrics: Metrics, policy: Callable[[], LivePolicy], *,
+                 cache_size: int) -> None:
         self.metrics = metrics
-        self.max_depth = max_depth
-        self.allow_domains = frozenset(allow_domains)
-        self.max_attempts = max_attempts
+        self._policy = policy
+        now = self._now = policy()
+        self.allow_domains = frozenset(now.allow_domains)
         # A URL recrawled after the window is not kept out by the cache for more than
         # half of it: each generation lives at most a quarter.
-        self.cache = SeenCache(cache_size, max_age_s=recrawl_after_s / 4)
+        self.cache = SeenCache(cache_size, max_age_s=now.recrawl_after / 4)
         self._fates = dict.fromkeys(LINK_FATES, 0)
         self._scope = 0  # bumped when the domains change
 
-    def set_scope(self, max_depth: int, allow_domains: Sequence[str]) -> None:
-        """Take links up to `max_depth` into `allow_domains` (none: each page's own host)
-        from the next batch on."""
-        self.max_depth = max_depth
-        domains = frozenset(allow_domains)
+    def _follow(self) -> LivePolicy:
+        """The policy snapshot of the moment, taken in if it is new."""
+        now = self._policy()
+        if now is self._now:
+            return now
+        self._now = now
+        domains = frozenset(now.allow_domains)
         if domains != self.allow_domains:
             # Links out of the old domains were remembered as handled: forget them.
             self.cache.clear()
             self.allow_domains = domains
             self._scope += 1
-
-    def set_tasks(self, max_attempts: int, recrawl_after_s: float) -> None:
-        """Give the new tasks `max_attempts` each, and follow a recrawl window of
-        `recrawl_after_s` (0: none), from the next batch on."""
-        self.max_attempts = max_attempts
-        if recrawl_after_s / 4 != self.cache.max_age_s:
+        if now.recrawl_after / 4 != self.cache.max_age_s:
             # The cache may hold URLs sent longer ago than the new window allows.
-            self.cache.max_age_s = recrawl_after_s / 4
+            self.cache.max_age_s = now.recrawl_after / 4
             self.cache.clear()
+        return now
 
     def children(self, found: Iterable[tuple[Task, Sequence[str]]]
                  ) -> tuple[list[NewTask], list[str]]:
         """The new tasks for ``(parent task, its URLs)`` pairs, and the URLs to mark seen
         once they are enqueued (:meth:`sent`)."""
+        now = self._follow()
         out: list[NewTask] = []
         mark = _Marks(self._scope)
-        cache, fates, attempts = self.cache, self._fates, self.max_attempts
+        cache, fates = self.cache, self._fates
+        attempts, max_depth = now.max_attempts, now.max_depth
         batch: set[str] = set()  # canonical URLs already taken in this batch
         for task, urls in found:
-            if not urls or task.depth + 1 > self.max_depth:
+            if not urls or task.depth + 1 > max_depth:
                 continue
             domains = self.allow_domains or frozenset((_host(task.url),))
             for raw in urls:
@@ -164,6 +168,7 @@ class LinkIntake:
     def sent(self, mark: Sequence[str]) -> None:
         """The queue has deduplicated these URLs: later copies may skip it (unless the
         domains changed meanwhile: some were marked for being out of the old ones)."""
+        self._follow()
         if isinstance(mark, _Marks) and mark.scope != self._scope:
             return
         self.cache.add_all(mark)

@@ -48,7 +48,7 @@ from consumer.housekeeping import Housekeeping
 from consumer.intake import LinkIntake
 from consumer.leaser import Leaser
 from consumer.leases import LeaseBook
-from consumer.live import PolicyReader
+from consumer.live import Live, LivePolicy, PolicyReader
 from consumer.robots import RobotsCache
 from consumer.runner import Runner
 from consumer.sinkhealth import SinkHealth
@@ -61,7 +61,8 @@ log = logging.getLogger("consumer")
 
 
 class Consumer:
-    """One consumer process over one crawl: runs its parts, sheds, drains."""
+    """One consumer process over one crawl: runs its parts, sheds, drains. `live` is the
+    policy snapshot `fetcher` and `robots` read (a new one when they read none)."""
 
     def __init__(
         self,
@@ -71,6 +72,7 @@ class Consumer:
         sink: Sink,
         metrics: Metrics,
         *,
+        live: Live | None = None,
         robots: RobotsCache | None = None,
         handler: Handler | None = None,
     ) -> None:
@@ -84,15 +86,13 @@ class Consumer:
         self.book = LeaseBook(settings.lease_s, metrics)
         self.window = CpuWindow(settings.concurrency)
         self.slots = Slots(self.book, self.stopping, on_slot_free=self._wake_leaser)
-        intake = LinkIntake(metrics, max_depth=settings.max_depth,
-                            allow_domains=settings.allow_domains,
-                            cache_size=settings.link_cache,
-                            recrawl_after_s=queue.recrawl_after_s)
+        if live is None:
+            live = Live(LivePolicy.of_flags(settings))
+        self.policy = PolicyReader(queue, live, stopping=self.stopping,
+                                   on_change=self._woken)
+        intake = LinkIntake(metrics, live, cache_size=settings.link_cache)
         self.wake = WakeChannel(queue.client, queue.crawl_keys.wake, listening=True)
         self.sink_health = SinkHealth(settings.sink_retry_for_s)
-        self.policy = PolicyReader(settings, queue, fetcher=fetcher, robots=robots,
-                                   intake=intake, stopping=self.stopping,
-                                   on_change=self._woken)
         self.flusher = Flusher(queue, sink, metrics, self.book, worker=self.worker_id,
                                batch=max(8, settings.lease_batch // 4), intake=intake,
                                on_freed=self._slot_freed, turn_soon=self._turn_soon,

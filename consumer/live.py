@@ -1,12 +1,15 @@
-"""The crawl's policy as this consumer applies it: one immutable snapshot, replaced whole
-each time the policy is read (at start, on a policy message, when a lease reply names a
-newer version, and at every heartbeat: a fallback for a lost message).
+"""The crawl's policy as this consumer applies it: one immutable snapshot (`LivePolicy`)
+held by `Live`, replaced whole each time the policy is read (at start, on a policy
+message, when a lease reply names a newer version, and at every heartbeat: a fallback
+for a lost message).
 
-The consumer's parts read `PolicyReader.now` when they use a value (the content types,
-robots.txt's rule, push-back outcomes, adaptive timing, the longest Crawl-delay); the
-fetcher, robots.txt cache and link intake are told what changed once per new snapshot
-(`PolicyReader.read`), and the queue's retry policy and recrawl window are assigned
-there too, the one place: the queue reads them at each fail, reclaim and enqueue call.
+Whatever uses a value reads the snapshot of the moment when it uses it: the consumer's
+parts through `PolicyReader.now` (the content types, robots.txt's rule, push-back
+outcomes, adaptive timing, the longest Crawl-delay), the fetcher (its user agent), the
+robots.txt cache (its user agent and TTL) and the link intake (its scope, the attempts
+and recrawl window of its tasks) through the `Live` they were given. The queue's retry
+policy and recrawl window are assigned in `PolicyReader.read`, the one place: the queue
+reads them at each fail, reclaim and enqueue call.
 """
 
 from __future__ import annotations
@@ -17,13 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from common.errors import ConfigError
-from common.http.fetcher import Fetcher
 from common.policy import OPTIONS, CrawlPolicy, read_values
 from common.queue import CrawlQueue, DedupMode
 from common.redis_errors import REDIS_ERRORS
 from consumer.config import ConsumerSettings
-from consumer.intake import LinkIntake
-from consumer.robots import RobotsCache
 from consumer.stopping import Stopping
 
 log = logging.getLogger("consumer")
@@ -39,30 +39,55 @@ class LivePolicy:
     backoff_on: tuple[str, ...]  # the outcomes that count as push-back
     adaptive: bool  # acks carry response times (adaptive_delay is on)
     max_crawl_delay: float  # the longest Crawl-delay obeyed (0: any)
+    user_agent: str  # every request's, robots.txt's included
+    robots_ttl: float  # seconds a fetched robots.txt is trusted
+    max_depth: int  # the deepest link depth enqueued
+    allow_domains: tuple[str, ...]  # where links may go (empty: each page's own host)
+    max_attempts: int  # stamped on each link's task
+    recrawl_after: int  # the links' recrawl window, s (0: none)
 
     @classmethod
     def of_flags(cls, settings: ConsumerSettings) -> LivePolicy:
         """What the consumer applies until it has read the crawl's policy."""
         return cls(-1, settings.accept_content_type, settings.ignore_robots,
-                   OPTIONS["backoff_on"].default, False, OPTIONS["max_crawl_delay"].default)
+                   OPTIONS["backoff_on"].default, False, OPTIONS["max_crawl_delay"].default,
+                   settings.fetch.user_agent, settings.robots_ttl_s, settings.max_depth,
+                   settings.allow_domains, OPTIONS["max_attempts"].default,
+                   OPTIONS["recrawl_after"].default)
 
     @classmethod
-    def of(cls, version: int, policy: CrawlPolicy) -> LivePolicy:
+    def of(cls, version: int, policy: CrawlPolicy, recrawl_after: int) -> LivePolicy:
+        """`policy` as applied, with the links' window `recrawl_after` (the policy's, or
+        none on a bloom crawl)."""
         return cls(version, policy.accept_content_type, policy.ignore_robots,
-                   policy.backoff_on, policy.adaptive_delay > 0, policy.max_crawl_delay)
+                   policy.backoff_on, policy.adaptive_delay > 0, policy.max_crawl_delay,
+                   policy.user_agent, policy.robots_ttl, policy.max_depth,
+                   policy.allow_domains, policy.max_attempts, recrawl_after)
+
+
+class Live:
+    """This consumer's policy snapshot of the moment, replaced whole by its reader; the
+    robots.txt cache and link intake call it, the fetcher calls `user_agent`."""
+
+    __slots__ = ("now",)
+
+    def __init__(self, now: LivePolicy) -> None:
+        self.now = now
+
+    def __call__(self) -> LivePolicy:
+        return self.now
+
+    def user_agent(self) -> str:
+        return self.now.user_agent
 
 
 class PolicyReader:
-    """Reads the crawl's policy into `now`, one read at a time."""
+    """Reads the crawl's policy into `live`, one read at a time."""
 
-    def __init__(self, settings: ConsumerSettings, queue: CrawlQueue, *, fetcher: Fetcher,
-                 robots: RobotsCache | None, intake: LinkIntake, stopping: Stopping,
+    def __init__(self, queue: CrawlQueue, live: Live, *, stopping: Stopping,
                  on_change: Callable[[], None]) -> None:
-        self.now = LivePolicy.of_flags(settings)
+        self.live = live
         self.queue = queue
-        self.fetcher = fetcher
-        self.robots = robots
-        self.intake = intake
         self.stopping = stopping
         self._on_change = on_change
         self._task: asyncio.Task[None] | None = None
@@ -70,15 +95,18 @@ class PolicyReader:
         self._named = -1  # the newest version a lease reply named
 
     @property
+    def now(self) -> LivePolicy:
+        """The snapshot of the moment."""
+        return self.live.now
+
+    @property
     def task(self) -> asyncio.Task[None] | None:
         """The read under way after a change, if any (shutdown cancels it)."""
         return self._task
 
     async def read(self) -> None:
-        """Read the crawl's policy (one HGETALL) and apply what the consumer takes from
-        it live (`accept`, `ignore_robots`, the user agent of the fetcher and of robots.txt,
-        robots.txt's TTL, the link intake's scope and the attempts and recrawl window of
-        its tasks, the queue's retry policy); on a Redis error keep what it had (the next
+        """Read the crawl's policy (one HGETALL) into a new snapshot, and give the queue
+        its retry policy and recrawl window; on a Redis error keep what it had (the next
         heartbeat reads it again)."""
         try:
             stored = await read_values(self.queue.client, self.queue.crawl)
@@ -91,14 +119,8 @@ class PolicyReader:
         if stored is None or stored.version == self.now.version:
             return
         policy = stored.policy
-        self.now = LivePolicy.of(stored.version, policy)
-        self.fetcher.set_user_agent(policy.user_agent)
-        if self.robots is not None:
-            self.robots.set_user_agent(policy.user_agent)
-            self.robots.set_ttl(policy.robots_ttl)
         recrawl_after = self._recrawl_after(policy.recrawl_after)
-        self.intake.set_scope(policy.max_depth, policy.allow_domains)
-        self.intake.set_tasks(policy.max_attempts, recrawl_after)
+        self.live.now = LivePolicy.of(stored.version, policy, recrawl_after)
         # The queue reads these at each fail, reclaim and enqueue call: the next one
         # takes them.
         self.queue.configure(retry=policy.retry(), recrawl_after_s=recrawl_after,

@@ -41,12 +41,12 @@ Crawl-delay is Protego's ``crawl_delay(agent)``; without one, a ``Request-rate: 
 gives ``s / n`` seconds. Groups are matched on the product token of `user_agent` (its
 first word up to ``/``: ``crawlq`` for ``crawlq/0.1 (+https://...)``), so a group for a
 word that merely appears in our full User-Agent string (``github``) does not apply to us.
-The crawl policy may change the user agent while a consumer runs (`set_user_agent`):
-what is cached is the parsed robots.txt, the same for every agent, and each verdict,
-Crawl-delay included, is judged for the agent of the moment. It may change `ttl_s` too
-(`set_ttl`, the policy's ``robots_ttl``): the copies fetched after the change get the
-new TTL, a copy read from Redis lives no longer than it in-process, and a copy already
-cached keeps its expiry.
+The user agent and the TTL (``robots_ttl``) are read from the consumer's live policy
+snapshot (``consumer.live``) at each use, and the crawl policy may change them while a
+consumer runs: what is cached is the parsed robots.txt, the same for every agent, and
+each verdict, Crawl-delay included, is judged for the agent of the moment; the copies
+fetched after a new TTL get it, a copy read from Redis lives no longer than it
+in-process, and a copy already cached keeps its expiry.
 """  # noqa: E501
 
 from __future__ import annotations
@@ -72,8 +72,10 @@ from common.locks import TokenLocks
 from common.policy import product_token
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
 
     from common.http.fetcher import Fetcher
+    from consumer.live import LivePolicy
 
 __all__ = ["MAX_ROBOTS_BYTES", "RobotsCache", "RobotsVerdict", "product_token"]
 
@@ -153,11 +155,12 @@ def decode_body(body: bytes) -> str:
 class RobotsCache:
     """robots.txt verdicts for one crawl, shared by every consumer through Redis.
 
-    `user_agent` is our User-Agent (or just its product token); see the module docstring.
-    `failure_ttl_s` bounds how long a failed fetch is remembered (never longer than
-    `ttl_s`). Keep `lock_ms` above the fetcher's `total_timeout`, or a slow fetch lets a
-    second consumer take the lock over and fetch too. Call `close()` at shutdown to cancel
-    lookups still in flight.
+    `policy` returns the snapshot whose ``user_agent`` (our User-Agent, or just its
+    product token) and ``robots_ttl`` apply; see the module docstring. `failure_ttl_s`
+    bounds how long a failed fetch is remembered (never longer than the TTL). Keep
+    `lock_ms` above the fetcher's `total_timeout`, or a slow fetch lets a second consumer
+    take the lock over and fetch too. Call `close()` at shutdown to cancel lookups still
+    in flight.
     """
 
     def __init__(
@@ -166,23 +169,22 @@ class RobotsCache:
         crawl: str,
         fetcher: Fetcher,
         *,
-        user_agent: str,
-        ttl_s: float = 86400,
+        policy: Callable[[], LivePolicy],
         local_size: int = 10_000,
         lock_ms: int = 30_000,
         failure_ttl_s: float = 60.0,
     ) -> None:
-        if not ttl_s > 0 or not failure_ttl_s > 0:
-            raise ConfigError("robots ttl_s and failure_ttl_s must be > 0")
+        if not failure_ttl_s > 0:
+            raise ConfigError("robots failure_ttl_s must be > 0")
         if local_size < 1 or lock_ms < 1:
             raise ConfigError("robots local_size and lock_ms must be >= 1")
         self._redis = redis
         self._keys = CrawlKeys.build(crawl)
         self._fetcher = fetcher
-        self._agent = product_token(user_agent)
+        self._policy = policy
+        self._user_agent = policy().user_agent
+        self._agent = product_token(self._user_agent)
         self._failure_ttl_s = failure_ttl_s
-        self.ttl_s = ttl_s
-        self.failure_ttl_s = min(failure_ttl_s, ttl_s)
         self.local_size = local_size
         self.lock_ms = lock_ms
         self._local: OrderedDict[str, _Entry] = OrderedDict()
@@ -222,22 +224,24 @@ class RobotsCache:
 
     @property
     def agent(self) -> str:
-        """The product token robots.txt groups are matched on."""
+        """The product token robots.txt groups are matched on: the user agent's of the
+        moment (a new one judges cached robots.txt again, fetches none)."""
+        user_agent = self._policy().user_agent
+        if user_agent != self._user_agent:
+            self._agent = product_token(user_agent)
+            self._user_agent = user_agent
         return self._agent
 
-    def set_user_agent(self, user_agent: str) -> None:
-        """Match robots.txt groups on `user_agent`'s product token from now on (ConfigError
-        when it has none); cached robots.txt is judged again for it, none is fetched."""
-        self._agent = product_token(user_agent)
+    @property
+    def ttl_s(self) -> float:
+        """How long robots.txt is trusted: the copies fetched from now on, and those read
+        from Redis (never longer than it); a copy already held keeps its expiry."""
+        return self._policy().robots_ttl
 
-    def set_ttl(self, ttl_s: float) -> None:
-        """Trust robots.txt `ttl_s` from now on (ConfigError unless > 0): the copies
-        fetched after, and those read from Redis after (never longer than it); a copy
-        already held keeps its expiry."""
-        if not ttl_s > 0:
-            raise ConfigError("robots ttl_s must be > 0")
-        self.ttl_s = ttl_s
-        self.failure_ttl_s = min(self._failure_ttl_s, ttl_s)
+    @property
+    def failure_ttl_s(self) -> float:
+        """How long a failed fetch is remembered."""
+        return min(self._failure_ttl_s, self.ttl_s)
 
     async def close(self) -> None:
         """Cancel lookups in flight (their callers get CancelledError) and forget them."""
@@ -260,7 +264,7 @@ class RobotsCache:
         robots = entry.robots
         if robots is None:
             return _ALLOW_ALL
-        agent = self._agent
+        agent = self.agent
         if entry.agent != agent:  # read for another agent (the policy changed it)
             entry.crawl_delay, entry.agent = _crawl_delay(robots, agent), agent
         return RobotsVerdict(robots.can_fetch(path, agent), entry.crawl_delay)
@@ -309,7 +313,7 @@ class RobotsCache:
         status = doc["status"]
         if not 200 <= status < 300:
             return _Entry(None, None, None, expires)
-        agent = self._agent
+        agent = self.agent
         try:
             robots = Protego.parse(doc["body"])
             delay = _crawl_delay(robots, agent)
@@ -367,8 +371,8 @@ class RobotsCache:
         if doc is None:
             log.warning("robots_cache_corrupt", extra={"key": key})
             return None
-        ttl_s = self.ttl_s if pttl < 0 else pttl / 1000
-        return self._entry(doc, min(ttl_s, self.ttl_s))
+        ttl_s = self.ttl_s
+        return self._entry(doc, ttl_s if pttl < 0 else min(pttl / 1000, ttl_s))
 
     async def _fetch_and_store(self, origin: str, key: str) -> _Entry:
         doc = await self._fetch(origin)  # ssrf_blocked propagates, uncached

@@ -34,6 +34,7 @@ from consumer.flush import describe_error
 from consumer.handlers import load_handler
 from consumer.http_server import SideServer
 from consumer.lifecycle import Consumer
+from consumer.live import Live, LivePolicy
 from consumer.robots import RobotsCache
 from consumer.sinks import make_sink, sink_target
 
@@ -238,15 +239,16 @@ async def run(settings: ConsumerSettings) -> int:
                     "advice": f"the {kind} sink ({target}) can't be opened; fix the volume "
                               "(permissions, read-only mount, space), then restart"})
                 return EXIT_SINK
-            fetcher = await stack.enter_async_context(Fetcher(settings.fetch))
-            # Always made: whether robots.txt is obeyed is the crawl policy's, live (and
-            # so is its TTL, which the consumer gives it when it reads the policy).
-            robots = RobotsCache(client, settings.common.crawl, fetcher,
-                                 user_agent=settings.fetch.user_agent,
-                                 ttl_s=settings.robots_ttl_s)
+            # One policy snapshot: the consumer reads the crawl's policy into it, the
+            # fetcher and robots.txt cache read their user agent (and TTL) at each use.
+            live = Live(LivePolicy.of_flags(settings))
+            fetcher = await stack.enter_async_context(
+                Fetcher(settings.fetch, user_agent=live.user_agent))
+            # Always made: whether robots.txt is obeyed is the crawl policy's, live.
+            robots = RobotsCache(client, settings.common.crawl, fetcher, policy=live)
             stack.push_async_callback(robots.close)
-            consumer = Consumer(settings, queue, fetcher, sink, metrics, robots=robots,
-                                handler=handler)
+            consumer = Consumer(settings, queue, fetcher, sink, metrics, live=live,
+                                robots=robots, handler=handler)
             if stop.is_set():
                 consumer.request_stop()
             return await consumer.run()

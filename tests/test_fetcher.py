@@ -407,24 +407,25 @@ async def test_user_agent_sent(servers: Servers, fetcher: Fetcher) -> None:
     assert servers.seen["main"][-1]["User-Agent"] == FetchSettings().user_agent
 
 
-async def test_on_sent_says_when_each_hops_headers_went_out(servers: Servers,
-                                                              fetcher: Fetcher) -> None:
+async def test_on_sent_says_when_each_hops_headers_went_out(servers: Servers) -> None:
     """Politeness reads a request's real start from `on_sent` (after any connect), once
-    per hop, with the crawl's User-Agent as on the plain pool; never for a request that
-    never went out."""
-    calls: list[float] = []
-    before = time.monotonic()
-    result = await fetcher.fetch(f"{servers.main}/redir/2",
-                                 on_sent=lambda: calls.append(time.monotonic()))
-    assert result.status == 200 and len(result.redirects) == 2
-    assert len(calls) == 3 and before <= calls[0] <= calls[1] <= calls[2]
-    fetcher.set_user_agent("polite/2")
-    await fetcher.fetch(f"{servers.main}/echo", on_sent=lambda: calls.append(0.0))
-    assert servers.seen["main"][-1]["User-Agent"] == "polite/2" and calls[-1] == 0.0
-    refused: list[float] = []
-    err = await fetch_error(fetcher, f"http://127.0.0.1:{free_port()}/",
-                            on_sent=lambda: refused.append(0.0))
-    assert err.reason == "connect_error" and refused == []
+    per hop, with the crawl's User-Agent of the moment as on the plain pool; never for a
+    request that never went out."""
+    agent = [FetchSettings().user_agent]
+    async with Fetcher(settings(), user_agent=lambda: agent[0]) as fetcher:
+        calls: list[float] = []
+        before = time.monotonic()
+        result = await fetcher.fetch(f"{servers.main}/redir/2",
+                                     on_sent=lambda: calls.append(time.monotonic()))
+        assert result.status == 200 and len(result.redirects) == 2
+        assert len(calls) == 3 and before <= calls[0] <= calls[1] <= calls[2]
+        agent[0] = "polite/2"
+        await fetcher.fetch(f"{servers.main}/echo", on_sent=lambda: calls.append(0.0))
+        assert servers.seen["main"][-1]["User-Agent"] == "polite/2" and calls[-1] == 0.0
+        refused: list[float] = []
+        err = await fetch_error(fetcher, f"http://127.0.0.1:{free_port()}/",
+                                on_sent=lambda: refused.append(0.0))
+        assert err.reason == "connect_error" and refused == []
 
 
 async def test_connection_refused_is_retryable(fetcher: Fetcher) -> None:

@@ -15,6 +15,7 @@ import redis.asyncio as aioredis
 from aiohttp import web
 from support.clock import redis_ms
 from support.consume import consume, consumer_args, enqueue, records
+from support.live import snapshot
 from support.routes import serve
 
 from common.http.fetcher import Fetcher
@@ -27,6 +28,7 @@ from consumer.flush import Completion, Flusher
 from consumer.intake import LinkIntake
 from consumer.leases import LeaseBook
 from consumer.lifecycle import Consumer
+from consumer.live import Live
 from consumer.sinks import Record
 
 LEASE_S = 30.0
@@ -71,7 +73,7 @@ class GatedSink:
 def flusher(queue: LeasingQueue, sink: GatedSink) -> tuple[Flusher, LeaseBook]:
     metrics = Metrics()
     book = LeaseBook(LEASE_S, metrics)
-    intake = LinkIntake(metrics, max_depth=0, allow_domains=(), cache_size=0)
+    intake = LinkIntake(metrics, Live(snapshot(max_depth=0)), cache_size=0)
     return Flusher(queue, sink, metrics, book, worker="w", batch=8, intake=intake,
                    on_freed=lambda turn: None), book
 

@@ -45,6 +45,7 @@ from console.fsck import check, fsck
 from consumer.config import ConsumerSettings, build_parser, settings_from_args
 from consumer.handlers import HandlerContext, HandlerResult
 from consumer.lifecycle import Consumer
+from consumer.live import Live, LivePolicy
 from consumer.sinks import Record
 
 
@@ -244,8 +245,9 @@ async def test_a_lease_reply_naming_a_newer_policy_is_followed_with_no_message(
             by="test")
         await q.enqueue(tasks([site.url(f"/p/{i}") for i in range(300)]))
         settings = settings_for(redis_url, crawl_name, "--lease", "300s")
-        async with Fetcher(settings.fetch) as fetcher:
-            consumer = Consumer(settings, q, fetcher, NullSink(), Metrics())
+        live = Live(LivePolicy.of_flags(settings))
+        async with Fetcher(settings.fetch, user_agent=live.user_agent) as fetcher:
+            consumer = Consumer(settings, q, fetcher, NullSink(), Metrics(), live=live)
             running = asyncio.create_task(consumer.run())
             try:
                 await until("the crawl never started", lambda: len(agents) >= 2, 15)

@@ -11,6 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 from support.consume import NullSink, consume, enqueue
+from support.live import snapshot
 from support.routes import serve
 
 import consumer.flush
@@ -23,6 +24,7 @@ from consumer.backoff import Backoff
 from consumer.config import build_parser, settings_from_args
 from consumer.intake import LinkIntake, SeenCache
 from consumer.lifecycle import Consumer
+from consumer.live import Live
 from producer.run import TaskTemplate, produce
 from producer.sources import Chunk
 from producer.summary import Summary
@@ -32,10 +34,13 @@ def parent(url: str = "http://a.test/", depth: int = 0) -> Task:
     return Task(id="0" * 32, url=url, depth=depth)
 
 
-def intake(size: int = 100, **kw: object) -> LinkIntake:
-    return LinkIntake(Metrics(), max_depth=kw.pop("max_depth", 5),  # type: ignore[arg-type]
-                      allow_domains=kw.pop("allow_domains", ()),  # type: ignore[arg-type]
-                      cache_size=size, **kw)  # type: ignore[arg-type]
+def scope(**values: object) -> Live:
+    """A live policy snapshot with these values (max_depth 5 unless given)."""
+    return Live(snapshot(**{"max_depth": 5, **values}))
+
+
+def intake(size: int = 100, live: Live | None = None, **values: object) -> LinkIntake:
+    return LinkIntake(Metrics(), live or scope(**values), cache_size=size)
 
 
 def fates(i: LinkIntake) -> dict[str, float]:
@@ -114,29 +119,32 @@ def test_depth_limit() -> None:
 
 def test_a_new_scope_applies_to_the_next_batch() -> None:
     """The crawl policy's max_depth and allow_domains change while a consumer runs."""
-    i = intake(max_depth=0)
+    live = scope(max_depth=0)
+    i = intake(live=live)
     assert i.children([(parent(), ["http://a.test/x"])])[0] == []
-    i.set_scope(1, ())
+    live.now = snapshot(max_depth=1)
     assert [t.url for t in i.children([(parent(), ["http://a.test/x"])])[0]] == [
         "http://a.test/x"]
-    i.set_scope(1, ("b.test",))
+    live.now = snapshot(max_depth=1, allow_domains=("b.test",))
     out, _ = i.children([(parent(), ["http://a.test/x", "http://sub.b.test/y"])])
     assert [t.url for t in out] == ["http://sub.b.test/y"]
-    i.set_scope(0, ("b.test",))
+    live.now = snapshot(max_depth=0, allow_domains=("b.test",))
     assert i.children([(parent(), ["http://b.test/z"])])[0] == []
 
 
 def test_new_domains_forget_links_out_of_the_old_ones() -> None:
     """A link out of the allowed domains is cached as handled; once the domains take it
     in, it must be sent, not skipped as seen."""
-    i = intake(allow_domains=("a.test",))
+    live = scope(allow_domains=("a.test",))
+    i = intake(live=live)
     out, mark = i.children([(parent(), ["http://a.test/in", "http://b.test/out"])])
     assert [t.url for t in out] == ["http://a.test/in"]
     i.sent(mark)
     assert "http://b.test/out" in i.cache
-    i.set_scope(5, ("a.test",))  # the same domains: the cache stays
+    live.now = snapshot(max_depth=5, allow_domains=("a.test",))  # the same domains
+    i.children([])  # taken in by the next batch: the cache stays
     assert "http://b.test/out" in i.cache
-    i.set_scope(5, ("a.test", "b.test"))
+    live.now = snapshot(max_depth=5, allow_domains=("a.test", "b.test"))
     out, _ = i.children([(parent(), ["http://a.test/in", "http://b.test/out"])])
     assert [t.url for t in out] == ["http://a.test/in", "http://b.test/out"]
 
@@ -145,15 +153,18 @@ def test_new_tasks_get_the_crawls_attempts_and_follow_its_window() -> None:
     """A link's task gets the crawl policy's max_attempts, not its parent's; a new one
     applies to the next batch. A new recrawl window sets the cache's generation age to a
     quarter of it and forgets what the cache held (sent longer ago than it may allow)."""
-    i = intake(max_attempts=4)
+    live = scope(max_attempts=4)
+    i = intake(live=live)
     seed = Task(id="0" * 32, url="http://a.test/", max_attempts=9)
     out, mark = i.children([(seed, ["http://a.test/x"])])
     assert [t.max_attempts for t in out] == [4]
     i.sent(mark)
-    i.set_tasks(1, 0)  # the same window: the cache stays
+    live.now = snapshot(max_depth=5, max_attempts=1)  # the same window
+    i.children([])  # taken in by the next batch: the cache stays
     assert "http://a.test/x" in i.cache
     assert [t.max_attempts for t in i.children([(seed, ["http://a.test/y"])])[0]] == [1]
-    i.set_tasks(1, 3600)
+    live.now = snapshot(max_depth=5, max_attempts=1, recrawl_after=3600)
+    i.children([])  # taken in by the next batch
     assert "http://a.test/x" not in i.cache and i.cache.max_age_s == 900
     assert [t.url for t in i.children([(seed, ["http://a.test/x"])])[0]] == [
         "http://a.test/x"]
@@ -162,10 +173,11 @@ def test_new_tasks_get_the_crawls_attempts_and_follow_its_window() -> None:
 def test_marks_judged_under_old_domains_are_not_cached() -> None:
     """The domains changed while a batch was being enqueued: its out-of-scope marks
     are stale, so none of the batch is remembered."""
-    i = intake(allow_domains=("a.test",))
+    live = scope(allow_domains=("a.test",))
+    i = intake(live=live)
     _, mark = i.children([(parent(), ["http://b.test/out"])])
     assert mark == ["http://b.test/out"]
-    i.set_scope(5, ("b.test",))
+    live.now = snapshot(max_depth=5, allow_domains=("b.test",))
     i.sent(mark)
     assert "http://b.test/out" not in i.cache
     out, _ = i.children([(parent(), ["http://b.test/out"])])

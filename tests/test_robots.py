@@ -15,12 +15,14 @@ from dataclasses import dataclass
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
+from support.live import snapshot
 from support.ports import closed_port
 
 from common import codec
 from common.errors import ConfigError, FetchError
 from common.http.fetcher import Fetcher, FetchSettings
 from common.keys import CrawlKeys
+from consumer.live import Live
 from consumer.robots import (
     MAX_ROBOTS_BYTES,
     RobotsCache,
@@ -118,10 +120,11 @@ async def fetcher() -> AsyncIterator[Fetcher]:
 def make_cache(
     redis_client: aioredis.Redis, crawl_name: str, fetcher: Fetcher
 ) -> Callable[..., RobotsCache]:
-    def make(**kwargs: object) -> RobotsCache:
-        options: dict[str, object] = {"user_agent": UA}
-        options.update(kwargs)
-        return RobotsCache(redis_client, crawl_name, fetcher, **options)  # type: ignore[arg-type]
+    def make(*, user_agent: str = UA, ttl_s: float = 86400, policy: Live | None = None,
+             **options: object) -> RobotsCache:
+        live = policy or Live(snapshot(user_agent=user_agent, robots_ttl=ttl_s))
+        return RobotsCache(redis_client, crawl_name, fetcher, policy=live,
+                           **options)  # type: ignore[arg-type]
 
     return make
 
@@ -210,20 +213,21 @@ async def test_a_new_user_agent_judges_cached_robots_txt_again(
     and in Redis) is judged for the new product token, Crawl-delay included; nothing is
     fetched again."""
     o = await serve(body=ROBOTS)
-    cache = make_cache()
+    live = Live(snapshot(user_agent=UA))
+    cache = make_cache(policy=live)
     assert await cache.check(f"{o.url}/private/open/a") == RobotsVerdict(False, 5.0)
-    cache.set_user_agent("OtherBot/2.0 (+https://example.com)")
+    live.now = snapshot(user_agent="OtherBot/2.0 (+https://example.com)")
     assert cache.agent == "OtherBot"
     assert cache.cached(f"{o.url}/private/open/a") == RobotsVerdict(True, 2.0)  # group *
     assert await cache.check(f"{o.url}/private/x") == RobotsVerdict(False, 2.0)
-    cache.set_user_agent(UA)
+    live.now = snapshot(user_agent=UA)
     assert cache.cached(f"{o.url}/private/open/a") == RobotsVerdict(False, 5.0)
     # Another process that reads the Redis copy judges it for its own agent.
     other = make_cache(user_agent="GitHub-Hookshot/1")
     assert await other.check(f"{o.url}/a") == RobotsVerdict(False, None)
     assert o.hits == 1
     with pytest.raises(ConfigError, match="no product token"):
-        cache.set_user_agent("/1.0")
+        live.now = snapshot(user_agent="/1.0")
     assert cache.agent == "crawlq"  # a refused agent changes nothing
 
 
@@ -341,7 +345,8 @@ async def test_ssrf_blocked_is_reraised_and_not_cached(
 ) -> None:
     o = await serve(body=ROBOTS)
     async with Fetcher(FetchSettings(user_agent=UA)) as guarded:  # allow_private=False
-        cache = RobotsCache(redis_client, crawl_name, guarded, user_agent=UA)
+        cache = RobotsCache(redis_client, crawl_name, guarded,
+                            policy=Live(snapshot(user_agent=UA)))
         with pytest.raises(FetchError) as info:
             await cache.check(f"{o.url}/public")
     assert info.value.reason == "ssrf_blocked" and not info.value.retryable
@@ -408,8 +413,9 @@ async def test_fetched_once_across_consumers(
     o = await serve(body=ROBOTS, delay=0.3)  # slow: the 50 checks really overlap
     second_client = aioredis.Redis.from_url(redis_url)  # a second consumer process
     try:
-        a = RobotsCache(redis_client, crawl_name, fetcher, user_agent=UA)
-        b = RobotsCache(second_client, crawl_name, fetcher, user_agent=UA)
+        live = Live(snapshot(user_agent=UA))
+        a = RobotsCache(redis_client, crawl_name, fetcher, policy=live)
+        b = RobotsCache(second_client, crawl_name, fetcher, policy=live)
         urls = [f"{o.url}/private/{i}" if i % 2 else f"{o.url}/public/{i}" for i in range(50)]
         verdicts = await asyncio.gather(
             *((a if i % 2 else b).check(url) for i, url in enumerate(urls))
@@ -455,15 +461,16 @@ async def test_ttl_expiry_refetches(serve: ServeFn, make_cache: Callable[..., Ro
 async def test_a_new_ttl_applies_to_the_copies_fetched_after_it(
         serve: ServeFn, make_cache: Callable[..., RobotsCache],
         redis_client: aioredis.Redis, crawl_name: str) -> None:
-    """set_ttl (the crawl policy's robots_ttl, changed while a consumer runs): a copy
+    """A new robots_ttl in the policy snapshot (changed while a consumer runs): a copy
     fetched after it lives that long, in Redis and in-process, and a failure no longer
     than it; a copy fetched before keeps its expiry. Not > 0: ConfigError."""
     before, after = await serve(body=ROBOTS), await serve(body=ROBOTS)
-    cache = make_cache(failure_ttl_s=30)
+    live = Live(snapshot(user_agent=UA))
+    cache = make_cache(policy=live, failure_ttl_s=30)
     assert not (await cache.check(f"{before.url}/private/x")).allowed
     keys = CrawlKeys.build(crawl_name)
     assert await redis_client.pttl(keys.robots(before.url)) > 3_600_000
-    cache.set_ttl(1)
+    live.now = snapshot(user_agent=UA, robots_ttl=1)
     assert (cache.ttl_s, cache.failure_ttl_s) == (1, 1)
     assert not (await cache.check(f"{after.url}/private/x")).allowed
     assert 0 < await redis_client.pttl(keys.robots(after.url)) <= 1000
@@ -471,10 +478,11 @@ async def test_a_new_ttl_applies_to_the_copies_fetched_after_it(
     assert not (await cache.check(f"{after.url}/private/y")).allowed
     assert not (await cache.check(f"{before.url}/private/y")).allowed
     assert (before.hits, after.hits) == (1, 2)
-    cache.set_ttl(3600)
+    live.now = snapshot(user_agent=UA, robots_ttl=3600)
     assert (cache.ttl_s, cache.failure_ttl_s) == (3600, 30)
     with pytest.raises(ConfigError, match="must be > 0"):
-        cache.set_ttl(0)
+        live.now = snapshot(user_agent=UA, robots_ttl=0)
+    assert cache.ttl_s == 3600
 
 
 async def test_local_copy_expires_with_the_redis_copy(

@@ -23,6 +23,7 @@ from aiohttp import web
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from support.consume import consume, consumer_args, enqueue
+from support.live import snapshot
 from support.routes import serve
 
 import consumer.run
@@ -38,6 +39,7 @@ from consumer.flush import Completion, Flusher, sink_outage
 from consumer.intake import LinkIntake
 from consumer.leases import LeaseBook
 from consumer.lifecycle import Consumer
+from consumer.live import Live
 from consumer.sinks import JsonlSink, Record, Sink
 
 BODY = "x" * 2000  # with --store-body, ~100 results fill the 256 KiB disk
@@ -336,7 +338,7 @@ async def test_a_refused_write_releases_its_tasks_and_acks_nothing(
     leases = await queue.lease("w", 3, 30_000)
     metrics = Metrics()
     book = LeaseBook(30.0, metrics)
-    intake = LinkIntake(metrics, max_depth=5, allow_domains=(), cache_size=0)
+    intake = LinkIntake(metrics, Live(snapshot(max_depth=5)), cache_size=0)
     flush = Flusher(queue, RefusingSink(), metrics, book, worker="w", batch=8,
                     intake=intake, on_freed=lambda turn: None)
     for lease in leases:

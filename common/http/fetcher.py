@@ -11,8 +11,9 @@ request, robots.txt included; the credential ones are added only when a fetch as
 them (`fetch(..., crawl_credentials=True)`: the worker does, robots.txt does not).
 A fetch's own `headers` (a task's) override the crawl's, name by name. Every credential
 header, the crawl's or a task's, is dropped from the first hop that changes origin on.
-The User-Agent (the crawl policy's ``user_agent``) is a session default too;
-`Fetcher.set_user_agent` changes it for the requests made after.
+The User-Agent is a session default too: `FetchSettings.user_agent`, or what the
+fetcher's `user_agent` source returns when a request is made (the consumer's: the crawl
+policy's ``user_agent`` of the moment).
 
 One deadline covers the whole fetch, kept by aiohttp's own per-request `total` timer: it
 cancels any wait of the request (pool, DNS, connect, headers, every body read) and aiohttp
@@ -274,10 +275,12 @@ class Fetcher:
     """One pooled aiohttp session with SSRF guard, caps and hand-followed redirects.
 
     Use as `async with Fetcher(settings) as f: result = await f.fetch(url)`. See
-    `classify_status` for every outcome of `fetch`.
+    `classify_status` for every outcome of `fetch`. `user_agent` is read at each request
+    (default: `settings.user_agent`).
     """
 
-    def __init__(self, settings: FetchSettings) -> None:
+    def __init__(self, settings: FetchSettings, *,
+                 user_agent: Callable[[], str] | None = None) -> None:
         self._settings = settings
         self._guard = SsrfGuard(settings.allow_private, settings.allow_networks)
         self._session: ClientSession | None = None
@@ -292,7 +295,8 @@ class Fetcher:
         self._cap = settings.max_body_bytes
         self._credentials = {k: v for k, v in settings.headers if is_credential(k)}
         self._crawl_header_names = frozenset(k.lower() for k, _ in settings.headers)
-        self._user_agent = settings.user_agent
+        self._user_agent_of = user_agent or (lambda: settings.user_agent)
+        self._user_agent = self._user_agent_of()  # what the sessions send
         # raw host -> why the guard refuses it as an IP literal, or None (also for names).
         self._literal_verdicts: dict[str | None, str | None] = {}
 
@@ -338,17 +342,19 @@ class Fetcher:
     @property
     def user_agent(self) -> str:
         """The User-Agent every request sends (robots.txt's included)."""
-        return self._user_agent
+        return self._user_agent_of()
 
-    def set_user_agent(self, user_agent: str) -> None:
-        """Send `user_agent` from the next request on (the crawl policy changed it).
+    def _take_user_agent(self) -> None:
+        """Have the next requests send the source's User-Agent, if it changed.
 
         The session's default headers are copied into each request when it is made, so
         replacing the entry there changes later requests only, never one under way."""
-        self._user_agent = user_agent
-        for session in (self._session, self._sent_session):
-            if session is not None:
-                session.headers["User-Agent"] = user_agent
+        user_agent = self._user_agent_of()
+        if user_agent != self._user_agent:
+            self._user_agent = user_agent
+            for session in (self._session, self._sent_session):
+                if session is not None:
+                    session.headers["User-Agent"] = user_agent
 
     async def close(self) -> None:
         sessions = (self._session, self._sent_session)
@@ -458,6 +464,7 @@ class Fetcher:
         """Fetch `url` through `proxy`: the first hop under `limits` (aiohttp's timeouts,
         `total` included), each redirect hop under what is left of the deadline; the
         `conditional` headers go with the first hop only."""
+        self._take_user_agent()
         current, current_text = _parse_start_url(url)
         later = headers
         if conditional:
