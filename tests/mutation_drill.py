@@ -43,6 +43,7 @@ _Q = "tests/test_queue.py::"
 _F = "tests/test_fetcher.py::"
 _FR = "tests/test_frontier.py::"
 _PB = "tests/test_pushback.py::"
+_RS = "tests/test_revisit_schedule.py::"
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,19 @@ MUTANTS: tuple[Mutant, ...] = (
            "swallowed an earlier cancel: held leases are always fetched",
            ("tests/test_guards.py::"
             "test_a_fetch_slot_survives_a_drop_after_a_library_swallowed_a_cancel",)),
+    Mutant("26-validators-follow-a-redirect", "a revisit's validators go to its own URL "
+           "only, never to a redirect target",
+           (_F + "test_validators_never_follow_a_redirect_to_another_url",)),
+    Mutant("27-not-modified-page-handled", "a 304 is never given to the handler: no links "
+           "are extracted again",
+           ("tests/test_revisits.py::"
+            "test_a_304_is_not_modified_never_given_a_body_nor_handled",)),
+    Mutant("28-done-url-not-scheduled", "with revisits on, a done URL comes back by itself "
+           "when its next visit is due",
+           (_RS + "test_the_schedule_brings_a_done_url_back_with_no_producer_run_and_no_link",)),
+    Mutant("29-history-of-another-url", "a revisit carries its own URL's validators, never "
+           "another's",
+           (_RS + "test_a_revisit_carries_its_own_urls_validators_never_anothers",)),
 )
 
 
