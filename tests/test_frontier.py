@@ -393,17 +393,17 @@ async def test_a_hosts_slot_comes_back_once_when_the_response_is_in(
     assert first.concurrency == 1
     assert await q.lease("w1", 5, 60_000) == []  # the host's one slot is taken
     stranger = Lease(first.task, first.partition, first.token, first.deadline_ms, first.host)
-    assert (await q.lease_turns("w2", 5, 60_000, fetched=[stranger])).leases == []
+    assert (await q.lease_turns("w2", 5, 60_000, responses_in=[stranger])).leases == []
     forged = Lease(first.task, first.partition, "999", first.deadline_ms, first.host)
-    assert (await q.lease_turns("w1", 5, 60_000, fetched=[forged])).leases == []
+    assert (await q.lease_turns("w1", 5, 60_000, responses_in=[forged])).leases == []
 
     fetched = [first]
-    second = (await q.lease_turns("w1", 5, 60_000, fetched=fetched)).leases
+    second = (await q.lease_turns("w1", 5, 60_000, responses_in=fetched)).leases
     assert fetched == []  # the list is taken
     assert [x.task.url for x in second] == ["http://a.test/1"]
     assert await q.ack("w1", [(first, "ok")]) == [Code.OK]
     assert await q.lease("w1", 5, 60_000) == []  # the ack gave nothing back twice
-    await q.lease_turns("w1", 0, 60_000, fetched=[second[0], second[0]])  # named twice
+    await q.lease_turns("w1", 0, 60_000, responses_in=[second[0], second[0]])  # named twice
     assert len(await q.lease("w1", 5, 60_000)) == 1
     assert await q.lease("w1", 5, 60_000) == []
 
@@ -427,7 +427,7 @@ async def test_a_hosts_slots_are_shared_with_a_worker_whose_lease_came_back_empt
     def none(host: str) -> int:
         return 0
 
-    again = (await q.lease_turns("w1", 10, 60_000, fetched=list(first), held=none)).leases
+    again = (await q.lease_turns("w1", 10, 60_000, responses_in=list(first), held=none)).leases
     assert len(again) == 2
     deadline = time.monotonic() + 5
     while (woken := await pubsub.get_message(ignore_subscribe_messages=True,
@@ -440,12 +440,12 @@ async def test_a_hosts_slots_are_shared_with_a_worker_whose_lease_came_back_empt
     assert await redis_client.zscore(pk.hungry, "w2") is None  # fed: not hungry
 
     # Nobody hungry: w1's two freed slots and nothing held elsewhere by w1 -> all it may.
-    assert len((await q.lease_turns("w1", 10, 60_000, fetched=list(again),
+    assert len((await q.lease_turns("w1", 10, 60_000, responses_in=list(again),
                                     held=none)).leases) == 2
     # A hungry mark older than HUNGRY_MS (2 s) no longer caps anyone.
     seconds, micros = await redis_client.time()
     await redis_client.zadd(pk.hungry, {"w3": seconds * 1000 + micros // 1000 - 3000})
-    assert len((await q.lease_turns("w2", 10, 60_000, fetched=list(theirs),
+    assert len((await q.lease_turns("w2", 10, 60_000, responses_in=list(theirs),
                                     held=none)).leases) == 2
     await pubsub.aclose()
 
@@ -595,7 +595,7 @@ async def test_a_lease_call_reads_no_more_candidate_hosts_than_it_may_use(
     assert len(small.leases) == 1
     assert given and all(hosts <= leasing.candidates_for(1) for _, hosts in given)
     given.clear()
-    await q.lease_turns("w", 0, 60_000, fetched=small.leases)
+    await q.lease_turns("w", 0, 60_000, responses_in=small.leases)
     assert given == [(0, 0)]
 
 
@@ -611,7 +611,7 @@ async def test_a_call_that_only_gives_slots_back_wakes_the_fleet(
     pubsub = redis_client.pubsub()
     await pubsub.subscribe(q.crawl_keys.wake)
     await pubsub.get_message(timeout=1)  # the subscribe confirmation
-    assert (await q.lease_turns("w1", 0, 60_000, fetched=list(held))).leases == []
+    assert (await q.lease_turns("w1", 0, 60_000, responses_in=list(held))).leases == []
     woken = await pubsub.get_message(ignore_subscribe_messages=True, timeout=2)
     assert woken is not None and woken["data"] == b"1", "slots given back, nobody woken"
     assert len((await q.lease_turns("w2", 10, 60_000)).leases) == 2

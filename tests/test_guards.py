@@ -282,7 +282,7 @@ async def test_fsck_does_not_count_a_lease_whose_response_is_in_as_in_flight(
     await q.enqueue(tasks([f"http://a.test/{i}" for i in range(4)]))
     fetched, other = await q.lease("w", 10, 60_000)
     assert await redis_client.zscore(pk.due, "a.test") is None  # full
-    assert (await q.lease_turns("w", 0, 60_000, fetched=[fetched])).leases == []
+    assert (await q.lease_turns("w", 0, 60_000, responses_in=[fetched])).leases == []
     owner = await redis_client.hget(pk.owners, fetched.id)
     assert isinstance(owner, bytes) and owner.startswith(b"f")
     assert await redis_client.zscore(pk.inflight, "a.test") == 1

@@ -408,7 +408,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.q.leases._idle_until = [0.0] * self.partitions
         for p in dict.fromkeys(x.partition for x in named):
             self.promote_partition(p, before)
-        self.run(self.q.lease_turns(worker, 0, 30_000, fetched=list(named)))
+        self.run(self.q.lease_turns(worker, 0, 30_000, responses_in=list(named)))
         for x in named:
             t = self.tasks[x.id]
             if self.holds(x) and t.worker == worker and t.deadline > before:

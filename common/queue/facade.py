@@ -171,10 +171,10 @@ class LeasingQueue(CrawlQueue):
         return await self.leases.lease(worker, n, lease_ms)
 
     async def lease_turns(self, worker: str, n: int, lease_ms: int,
-                          fetched: list[Lease] | None = None,
+                          responses_in: list[Lease] | None = None,
                           held: Callable[[str], int] | None = None) -> LeaseBatch:
         """Lease up to n tasks (see `LeaseClient.lease_turns`)."""
-        return await self.leases.lease_turns(worker, n, lease_ms, fetched, held)
+        return await self.leases.lease_turns(worker, n, lease_ms, responses_in, held)
 
     def woken(self) -> None:
         """Another process says work may be ready: ask every partition on the next call."""

@@ -68,12 +68,12 @@ class LeaseClient:
         return (await self.lease_turns(worker, n, lease_ms)).leases
 
     async def lease_turns(self, worker: str, n: int, lease_ms: int,
-                          fetched: list[Lease] | None = None,
+                          responses_in: list[Lease] | None = None,
                           held: Callable[[str], int] | None = None) -> LeaseBatch:
         """Lease up to n tasks from hosts whose turn has come, taking partitions in turn
         so none starves; with none, say how long until a host's turn comes.
 
-        `fetched`: leases of `worker` whose response is in; their hosts get their slots
+        `responses_in`: leases of `worker` whose response is in; their hosts get their slots
         back in the same calls, before the leasing (n may be 0 to only do that). The
         list is emptied. `held(host)`: how many of a host's slots `worker`'s leases take
         now; with it, a host's slots are shared with the consumers whose lease calls came
@@ -90,14 +90,14 @@ class LeaseClient:
         count = len(self._idle_until)
         now = time.monotonic()
         waits: list[float] = []
-        responses_in: dict[int, list[Lease]] = defaultdict(list)
-        for lease in fetched or ():
-            responses_in[lease.partition].append(lease)
-        if fetched:
-            fetched.clear()
+        by_partition: dict[int, list[Lease]] = defaultdict(list)
+        for lease in responses_in or ():
+            by_partition[lease.partition].append(lease)
+        if responses_in:
+            responses_in.clear()
         for step in range(count):
             p = (self._next_partition + step) % count
-            mine = responses_in.pop(p, [])
+            mine = by_partition.pop(p, [])
             if len(batch.leases) >= n and not mine:
                 continue
             if now < self._idle_until[p] and not mine:
@@ -126,7 +126,7 @@ class LeaseClient:
         got = False
         while True:  # again while a full page of candidate hosts gave tasks
             reply, full = await self._lease_partition(
-                p, worker, max(0, n - len(batch.leases)), lease_ms, fetched=mine, held=held)
+                p, worker, max(0, n - len(batch.leases)), lease_ms, responses_in=mine, held=held)
             mine = []
             wait_ms, retry_ms, paused = reply.wait_ms, reply.retry_ms, reply.paused == 1
             batch.paused = batch.paused or paused
@@ -150,14 +150,14 @@ class LeaseClient:
         return got, None
 
     async def _lease_partition(self, p: int, worker: str, n: int, lease_ms: int, *,
-                               fetched: Sequence[Lease] = (),
+                               responses_in: Sequence[Lease] = (),
                                held: Callable[[str], int] | None = None
                                ) -> tuple[LeaseReply, bool]:
         """One lease call; and whether more ready hosts may wait.
 
         The script is given candidate hosts and checks them again: a call costs what is
         ready, not what is queued. The candidates are the ones the partition's previous
-        reply named (or the hosts of `fetched`), so a steady crawl leases in one round
+        reply named (or the hosts of `responses_in`), so a steady crawl leases in one round
         trip; with none, a call on no hosts names them (and how long until a host's turn
         or a retry: with none ready, that call is all), and a second call leases.
         """
@@ -166,10 +166,10 @@ class LeaseClient:
         # A call's work grows with the hosts it reads: no more than its n may use (a call
         # that only gives slots back reads none).
         hosts, self._candidates[p] = (self._candidates[p][:k] if n else []), []
-        if not hosts and fetched and n:  # their hosts are the likely ones to have work
-            hosts = list(dict.fromkeys(lease.host for lease in fetched))
+        if not hosts and responses_in and n:  # their hosts are the likely ones to have work
+            hosts = list(dict.fromkeys(lease.host for lease in responses_in))
         reply = await self._lease_script(pk, worker, n, lease_ms, hosts=hosts,
-                                         fetched=fetched, held=held)
+                                         responses_in=responses_in, held=held)
         if not reply.granted and self._candidates[p] and n > 0:
             hosts = self._candidates[p]  # none given, others may
             reply = await self._lease_script(pk, worker, n, lease_ms, hosts=hosts,
@@ -177,14 +177,14 @@ class LeaseClient:
         return reply, len(hosts) >= k
 
     async def _lease_script(self, pk: PartitionKeys, worker: str, n: int, lease_ms: int, *,
-                            hosts: list[str], fetched: Sequence[Lease] = (),
+                            hosts: list[str], responses_in: Sequence[Lease] = (),
                             held: Callable[[str], int] | None = None) -> LeaseReply:
         """lease.lua on these candidate hosts (and the leases whose response is in);
         keeps the hosts it names for the next call."""
         host_keys, host_head = host_args(pk, hosts)
         args: list[Any] = [worker, n, lease_ms, candidates_for(n), self.crawl.keys.wake,
                            *host_head, ",".join(str(held(h)) for h in hosts) if held else ""]
-        for lease in fetched:
+        for lease in responses_in:
             args += [lease.id, lease.token]
         reply = LeaseReply.parse(await self.crawl.scripts.lease(
             keys=[*pk.host_state, pk.tasks, pk.attempts, pk.leases, pk.owners, pk.seq,

@@ -82,7 +82,7 @@ class Lease:
     # The host's delay when leased: with one, the request goes out at its turn.
     delay_ms: int = 0
     # The host's concurrency when leased (0: unlimited): with a limit, the host's slot is
-    # given back as soon as the response is in (lease_turns' `fetched`).
+    # given back as soon as the response is in (lease_turns' `responses_in`).
     concurrency: int = 0
     # Redis time its request went out when later than the turn allows for (0: on time):
     # the host's next turn then counts from it (ack/fail).
