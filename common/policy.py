@@ -436,10 +436,12 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  "while it does not change, shorter when it does); exact dedup only",
                  check=_revisit_mode_ok, toml_string=True, seeded_by=NOBODY),
     PolicyOption("min_interval", "", _whole_seconds, 60,
-                 "shortest interval between two visits of a URL the schedule gives",
+                 "adaptive: shortest interval between two visits of a URL it learns "
+                 "(fixed revisits every recrawl_after, whatever this says)",
                  check=_whole_ok, show=_show_seconds, toml_string=True, seeded_by=NOBODY),
     PolicyOption("max_interval", "", _whole_seconds, 90 * 86400,
-                 "longest interval between two visits of a URL (>= min_interval)",
+                 "adaptive: longest interval between two visits of a URL it learns "
+                 "(>= min_interval)",
                  check=_whole_ok, show=_show_seconds, toml_string=True, seeded_by=NOBODY),
     PolicyOption("interval_grow", "", _factor, 0.4,
                  "adaptive: a URL's interval x (1 + this) after a visit that found it "

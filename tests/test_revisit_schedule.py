@@ -154,6 +154,12 @@ async def test_max_age_raises_an_adaptive_interval_and_fixed_ignores_learning(
     await fixed.promote()
     await visit(fixed, "unchanged", None)
     assert await interval_of(fixed, "http://a.test/2") == 100
+    # min_interval and max_interval bound what adaptive learns, not a fixed interval.
+    short = await revisit_queue(redis_client, crawl_name + "s", revisit="fixed",
+                                recrawl_after=5, min_interval=10)
+    await short.enqueue([nt("http://a.test/3")])
+    await visit(short, "ok", Observed("", "", "", -1))
+    assert await interval_of(short, "http://a.test/3") == 5
 
 
 async def test_a_304_keeps_the_stored_validators_it_did_not_carry(

@@ -53,14 +53,16 @@ local function observed_decode(value)
           etag = string.sub(rest, 1, ne), lm = string.sub(rest, ne + 1, ne + nl)}
 end
 
--- The interval (s) until a URL's next visit. Fixed: the first interval, always. Adaptive
--- (Nutch's AdaptiveFetchSchedule): the last interval x (1 + grow) when the visit found
--- the page as it was (a 304 or the same digest), x (1 - shrink) when it changed, as it
--- was otherwise; a declared freshness lifetime (max-age / Expires) longer than that
--- raises it (a visit before then gets the same copy). Clamped to [min, max].
+-- The interval (s) until a URL's next visit. Fixed: the first interval, always (min and
+-- max bound what adaptive learns, not what an operator fixed). Adaptive (Nutch's
+-- AdaptiveFetchSchedule): the last interval x (1 + grow) when the visit found the page
+-- as it was (a 304 or the same digest), x (1 - shrink) when it changed, as it was
+-- otherwise; a declared freshness lifetime (max-age / Expires) longer than that raises
+-- it (a visit before then gets the same copy). Clamped to [min, max].
 local function next_interval(c, prev, outcome, max_age)
   local iv = c.first
-  if c.mode == 2 and prev then
+  if c.mode ~= 2 then return math.max(iv, 1) end
+  if prev then
     iv = prev.interval
     if outcome == 'not_modified' or outcome == 'unchanged' then
       iv = iv * (1000 + c.grow) / 1000
@@ -68,7 +70,7 @@ local function next_interval(c, prev, outcome, max_age)
       iv = iv * (1000 - c.shrink) / 1000
     end
   end
-  if c.mode == 2 and max_age > iv then iv = max_age end
+  if max_age > iv then iv = max_age end
   iv = math.floor(iv + 0.5)
   return math.max(c.min, math.min(c.max, iv), 1)
 end
