@@ -149,7 +149,8 @@ class CrawlQueue:
         return await inspection.stats(self.on)
 
     async def is_empty(self) -> bool:
-        """Whether nothing is pending, leased or waiting (see `inspection.is_empty`)."""
+        """Whether nothing is pending, leased, waiting or a due revisit (see
+        `inspection.is_empty`)."""
         return await inspection.is_empty(self.on)
 
     async def state_of(self, tid: str, url: str | None = None) -> str:

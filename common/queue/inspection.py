@@ -63,13 +63,13 @@ async def _parked(crawl: Crawl, budgeted: list[tuple[PartitionKeys, list[str]]])
 
 async def is_empty(crawl: Crawl) -> bool:
     """Whether nothing is pending (but tasks parked by a spent budget), leased or
-    waiting in the whole crawl, read atomically
+    waiting, and no revisit is due (with revisits on), in the whole crawl, read atomically
     (one script over every partition on one Redis; per partition on a cluster, where a
     task never moves between partitions and children are enqueued before their
     parent's ack, so a crawl read empty partition by partition twice in a row is
     empty)."""
     def keys(pk: PartitionKeys) -> list[str]:
-        return [pk.pending, pk.leases, pk.delayed, pk.due]
+        return [pk.pending, pk.leases, pk.delayed, pk.due, pk.conf, pk.rv_due]
 
     if not isinstance(crawl.client, aioredis.RedisCluster):
         every = [k for pk in crawl.partitions for k in keys(pk)]
