@@ -145,7 +145,8 @@ class CrawlQueue:
         return await deadletters.dead_ids(self.on, reason)
 
     async def stats(self) -> Stats:
-        """Every state's count and every counter, summed over the partitions."""
+        """Every state's count and every counter, summed over the partitions, and the
+        revisit schedule's numbers when it is in use (`Stats.revisits`)."""
         return await inspection.stats(self.on)
 
     async def is_empty(self) -> bool:
