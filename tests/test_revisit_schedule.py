@@ -19,11 +19,15 @@ from support.consume import consume, records
 from support.routes import serve
 
 from common.frontier.hosts import Frontier
+from common.metrics import Metrics
 from common.policy import PolicyError, set_policy
 from common.queue import CrawlSettings, DedupMode, Failure, Lease, LeasingQueue, NewTask
 from common.queue.revisits import late_quantile, observed_arg
 from common.revisit import Observed, Revisit
 from common.urls import canonicalize, fingerprint, task_id
+from common.workers import WorkerRegistry
+from consumer.housekeeping import Housekeeping
+from consumer.leases import LeaseBook
 
 
 def nt(url: str, **kw: Any) -> NewTask:
@@ -326,3 +330,37 @@ async def test_a_purged_url_leaves_the_schedule(redis_client: aioredis.Redis,
     q.configure(recrawl_after_s=1)
     await window_passed(redis_client, 2)
     assert (await q.enqueue([nt(urls[0])])).recrawled == 1
+
+
+async def reaper_round(q: LeasingQueue, metrics: Metrics, worker: str) -> None:
+    """One round of a consumer's reaper loop (reclaim, promote, its figures)."""
+    rounds = iter([False, True])
+    keeper = Housekeeping(q, LeaseBook(1.0, metrics), metrics,
+                          WorkerRegistry(q.client, q.crawl, worker, ttl_s=30), worker=worker,
+                          lease_s=1.0, status=dict, on_lost=lambda lease: None)
+    await keeper.reaper(lambda: next(rounds))
+
+
+async def test_every_consumer_serves_the_crawls_revisit_figures(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    plain = await LeasingQueue.open(redis_client, crawl_name + "p", CrawlSettings())
+    quiet = Metrics()
+    await reaper_round(plain, quiet, "w0")
+    assert "crawlq_revisits" not in quiet.render()[0].decode()  # revisits off, no history
+
+    q = await revisit_queue(redis_client, crawl_name)
+    urls = ["http://a.test/1", "http://b.test/2"]
+    await q.enqueue([nt(u) for u in urls])
+    await visit(q, "ok", None, n=2)
+    pk = q.partitions[0]
+    await redis_client.zadd(pk.rv_due, {tid(urls[0]): await redis_ms(redis_client) - 7_200_000})
+    reaper, other = Metrics(), Metrics()
+    await reaper_round(q, reaper, "w1")  # holds the reap guard: brings one back, 2 h late
+    await redis_client.set(pk.reap_lock, b"w1", px=60_000)
+    await reaper_round(q, other, "w2")  # the guard is taken: figures only
+    for metrics in (reaper, other):
+        text = metrics.render()[0].decode()
+        assert "crawlq_revisits_scheduled 1.0" in text
+        assert "crawlq_revisits_due 0.0" in text
+        assert "crawlq_revisits_total 1.0" in text
+        assert 'crawlq_revisits_late_seconds{quantile="0.99"} 21600.0' in text

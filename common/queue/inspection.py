@@ -12,7 +12,6 @@ from common.queue.crawl import Crawl, DedupMode
 from common.queue.model import Stats
 from common.queue.revisits import revisit_stats
 
-
 #: Replies per partition of the stats pipeline.
 _READS = 12
 
