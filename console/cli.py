@@ -19,8 +19,9 @@ Subcommands (each takes the common options: --redis-url, --crawl, --log-level, .
 ``crawlq reset --crawl C --yes``   delete every key of one crawl, nothing else
 ``crawlq check``                   0 if Redis answers (and --http-url if given), else 1
 ``crawlq fsck [--repair] [--json]`` check a crawl's invariants (every task in one state,
-                                   counts, ``due``); ``--repair`` fixes the counts and
-                                   ``due`` (``console.fsck``)
+                                   counts, ``due``, the revisit schedule); ``--repair``
+                                   fixes the counts, ``due`` and the schedule
+                                   (``console.fsck``)
 ``crawlq demo``                    a local Redis, a sample site, a producer, two consumers
 =================================  =====================================================
 
