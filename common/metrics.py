@@ -33,6 +33,17 @@ custom collector (`FetchHistogram`) rather than prometheus-client's locked Histo
     crawlq_links_total{fate}                links handlers found: cached (skipped by the
                                             consumer's seen cache), sent (to the crawl's
                                             dedup), invalid, out_of_scope, capped
+
+The crawl's revisit schedule, read from Redis by each consumer every few seconds and
+served only for a crawl with revisits on or any URL's history (`RevisitFigures`). They
+are the crawl's, the same in every consumer: aggregate them with max(), not sum(). What
+revisits found is ``crawlq_tasks_total{outcome=not_modified|unchanged|changed}``.
+
+    crawlq_revisits_scheduled               gauge: URLs waiting for their next visit
+    crawlq_revisits_due                     gauge: those whose next visit has come
+    crawlq_revisits_total                   revisits brought back to their hosts' queues
+    crawlq_revisits_late_seconds{quantile}  how late they were brought back (0.5, 0.99;
+                                            a lateness bucket's bound, +Inf past a day)
 """
 
 from __future__ import annotations
@@ -41,7 +52,7 @@ import math
 import re
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -50,10 +61,18 @@ from prometheus_client import (
     Gauge,
     generate_latest,
 )
-from prometheus_client.core import HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+if TYPE_CHECKING:
+    from common.queue.model import RevisitStats
 
 __all__ = ["FETCH_BUCKETS", "LINK_FATES", "OUTCOMES", "STATUS_CLASSES", "FetchHistogram", "Metrics",
-           "status_class"]
+           "RevisitFigures", "status_class"]
 
 NAMESPACE: Final = "crawlq"
 
@@ -140,6 +159,39 @@ class FetchHistogram:
 
     def describe(self) -> list[Metric]:
         return [HistogramMetricFamily(self.name, self.documentation)]
+
+
+class RevisitFigures:
+    """The crawl's revisit schedule as last read (`stats`; None: revisits off and no
+    history, then nothing is served), registered as a custom collector."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.stats: RevisitStats | None = None
+        registry.register(self)
+
+    def collect(self) -> list[Metric]:
+        rv = self.stats
+        if rv is None:
+            return []
+        name = f"{NAMESPACE}_revisits"
+        late = GaugeMetricFamily(f"{name}_late_seconds", "How late revisits were brought "
+                                 "back after their due time (a bucket's upper bound).",
+                                 labels=["quantile"])
+        for q, value in (("0.5", rv.late_p50_s), ("0.99", rv.late_p99_s)):
+            if value is not None:
+                late.add_metric([q], value)
+        return [
+            GaugeMetricFamily(f"{name}_scheduled", "URLs on the crawl's revisit schedule.",
+                              value=rv.scheduled),
+            GaugeMetricFamily(f"{name}_due", "Scheduled URLs whose next visit has come.",
+                              value=rv.due),
+            CounterMetricFamily(name, "Revisits the crawl brought back to their hosts' "
+                                "queues.", value=rv.revisits),
+            late,
+        ]
+
+    def describe(self) -> list[Metric]:
+        return []
 
 
 class Metrics:
@@ -251,6 +303,7 @@ class Metrics:
             namespace=NAMESPACE,
             registry=reg,
         )
+        self.revisits = RevisitFigures(reg)
         # Labelled children by raw value: `labels()` costs a few us (lock, tuple key,
         # validation) and the consumer counts every page.
         self._tasks: dict[str, Counter] = {}

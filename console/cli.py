@@ -19,8 +19,9 @@ Subcommands (each takes the common options: --redis-url, --crawl, --log-level, .
 ``crawlq reset --crawl C --yes``   delete every key of one crawl, nothing else
 ``crawlq check``                   0 if Redis answers (and --http-url if given), else 1
 ``crawlq fsck [--repair] [--json]`` check a crawl's invariants (every task in one state,
-                                   counts, ``due``); ``--repair`` fixes the counts and
-                                   ``due`` (``console.fsck``)
+                                   counts, ``due``, the revisit schedule); ``--repair``
+                                   fixes the counts, ``due`` and the schedule
+                                   (``console.fsck``)
 ``crawlq demo``                    a local Redis, a sample site, a producer, two consumers
 =================================  =====================================================
 
@@ -116,8 +117,23 @@ def _stats_text(doc: dict[str, Any]) -> str:
     lines.append(f"hosts with work and a free slot: {doc['hosts_due']:,}")
     if doc.get("parked"):
         lines.append(f"parked (pending on hosts past their page budget): {doc['parked']:,}")
+    if doc["revisits"] is not None:
+        lines.append(_revisits_text(doc["revisits"]))
     lines.append(f"live workers: {doc['workers']}")
     return "\n".join(lines)
+
+
+def _late(seconds: float | str | None) -> str:
+    if seconds is None:
+        return "-"
+    return "over 1d" if seconds == "+Inf" else f"<= {seconds:g}s"
+
+
+def _revisits_text(rv: dict[str, Any]) -> str:
+    return (f"revisits: {rv['scheduled']:,} scheduled, {rv['due']:,} due now, "
+            f"{rv['revisits']:,} brought back (late p50 {_late(rv['late_p50_s'])}, p99 "
+            f"{_late(rv['late_p99_s'])}); found not_modified {rv['not_modified']:,}, "
+            f"unchanged {rv['unchanged']:,}, changed {rv['changed']:,}")
 
 
 # -- subcommands --------------------------------------------------------------------------

@@ -60,6 +60,7 @@ class CrawlSummary:
             "rates": self.rates,
             "dead_reasons": dict(sorted(s.dead_reasons.items(), key=lambda kv: -kv[1])),
             "workers": self.workers,
+            "revisits": None if s.revisits is None else s.revisits.to_json(),
         }
 
 

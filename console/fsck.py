@@ -7,12 +7,15 @@ What is checked, per partition (``common/keys.py`` has the schema):
 - the counts add up: each host's ``h:queued`` == the entries its queues hold,
   ``pending`` == their sum, each host's ``h:inflight`` == its leases (their host read
   from ``tasks``) less those whose response is in (their owner marked fetched); the
-  stats: ``enqueued`` == pending + leased + waiting + dead + done + purged +
-  lost_pending, and the ``dead_reasons`` add up to ``dead``;
+  stats: ``enqueued`` + ``revisits`` (a revisit is done once more without an enqueue)
+  == pending + leased + waiting + dead + done + purged + lost_pending, and the
+  ``dead_reasons`` add up to ``dead``;
 - ``due`` holds exactly the hosts with pending entries and a free slot, and
   ``prio_hosts`` the hosts with priority entries, at their highest priority;
 - every lease has an owner and a body, every owner a lease, every body in ``tasks`` a
-  state (leased, waiting or dead).
+  state (leased, waiting or dead);
+- the revisit schedule: every id in ``rv:due`` has a history and no other state, every
+  history is scheduled or being revisited (``console.fsck_revisits``).
 
 Reads are bounded per call (SCAN, ZSCAN, HSCAN with COUNT; LRANGE and ZRANGE pages), so
 a check never blocks Redis; it is not a snapshot, so on a running crawl a task that moved
@@ -21,7 +24,8 @@ between two reads can show as a problem: check a quiet crawl, or check twice.
 ``repair`` fixes the counts and the frontier: ``fsck_repair.lua`` recounts the hosts
 given (h:queued from their queues, prio_hosts, h:inflight from the leases, pending from
 h:queued) and puts them in ``due`` or takes them out, atomically per call, so it is
-safe on a running crawl. What it can't fix (an id in two states, a lease without a body,
+safe on a running crawl; ``fsck_revisits.lua`` sets the schedule of the ids found
+wrong right, each checked again. What it can't fix (an id in two states, a lease without a body,
 an orphan body, counters that don't add up) is reported, for an operator to decide.
 """
 
@@ -37,6 +41,8 @@ from common.hostmodel.hostconf import HostConf
 from common.keys import HASHTABLE_FIELD, PartitionKeys
 from common.queue import CrawlQueue
 from common.scripts import register
+from console.fsck_revisits import KINDS as SCHEDULE_KINDS
+from console.fsck_revisits import describe, repair_schedule, schedule_findings
 
 #: The most values one read asks Redis for (SCAN COUNT, a page of LRANGE or ZRANGE) and
 #: the most hosts one repair call takes.
@@ -47,7 +53,7 @@ UNLIMITED = 10**9
 FETCHED = b"f"
 #: Problems the repair fixes (the others are reported only).
 REPAIRABLE = frozenset({"host_queued", "pending", "inflight", "due_missing", "due_extra",
-                        "prio_hosts"})
+                        "prio_hosts", *SCHEDULE_KINDS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,10 +91,13 @@ class Repair:
     pending_after: int = 0
     due_added: int = 0
     due_removed: int = 0
+    unscheduled: int = 0  # ids taken out of rv:due
+    scheduled: int = 0  # histories put in rv:due
 
     def changed(self) -> bool:
         return bool(self.recounted or self.inflight_fixed or self.due_added
-                    or self.due_removed or self.pending_before != self.pending_after)
+                    or self.due_removed or self.pending_before != self.pending_after
+                    or self.unscheduled or self.scheduled)
 
     def text(self) -> str:
         parts = []
@@ -102,6 +111,8 @@ class Repair:
                          "the leases")
         if self.due_added or self.due_removed:
             parts.append(f"due: {self.due_added} added, {self.due_removed} removed")
+        if self.unscheduled or self.scheduled:
+            parts.append(f"rv:due: {self.scheduled} scheduled, {self.unscheduled} removed")
         return f"partition {self.partition}: repaired " + ("; ".join(parts) or "nothing")
 
 
@@ -175,6 +186,8 @@ class _Partition:
     pending: int = 0
     stats: dict[str, int] = field(default_factory=dict)
     dead_reasons: int = 0
+    rv_due: set[str] = field(default_factory=set)
+    rv_hosts: dict[str, str] = field(default_factory=dict)  # history record id -> host
 
 
 async def _queue_hosts(client: Any, pk: PartitionKeys) -> set[str]:
@@ -227,6 +240,9 @@ async def _read(queue: CrawlQueue, pk: PartitionKeys) -> _Partition:
     part.pending = int(await client.get(pk.pending) or 0)
     part.stats = {_text(k): int(v) for k, v in (await client.hgetall(pk.stats)).items()}
     part.dead_reasons = sum(int(v) for v in (await client.hgetall(pk.dead_reasons)).values())
+    part.rv_due = set(await _zscan(client, pk.rv_due))
+    part.rv_hosts = {tid: _text(v).split(" ", 1)[0]
+                     for tid, v in (await _hscan(client, pk.rv_hist)).items()}
     return part
 
 
@@ -307,12 +323,24 @@ def _state_problems(p: int, part: _Partition) -> Iterable[Problem]:
                       "not leased, waiting or dead", id=tid)
 
 
+def _schedule_problems(p: int, part: _Partition) -> Iterable[Problem]:
+    active = {tid: "pending" for tid in part.pending_ids}
+    for name, ids in (("leased", part.leases), ("waiting", part.delayed),
+                      ("dead", part.dead)):
+        active.update(dict.fromkeys(ids, name))
+    for kind, tid in schedule_findings(part.rv_due, part.rv_hosts, active):
+        yield Problem(kind, p, f"partition {p} task {tid}: "
+                      + describe(kind, active.get(tid, "")), host=part.rv_hosts.get(tid),
+                      id=tid)
+
+
 def _counter_problems(p: int, part: _Partition) -> Iterable[Problem]:
     s = part.stats
     states = (part.pending + len(part.leases) + len(part.delayed) + len(part.dead)
               + s.get("done", 0) + s.get("purged", 0) + s.get("lost_pending", 0))
-    if s.get("enqueued", 0) != states:
-        yield Problem("counters", p, f"partition {p}: enqueued is {s.get('enqueued', 0)}, "
+    entered = s.get("enqueued", 0) + s.get("revisits", 0)
+    if entered != states:
+        yield Problem("counters", p, f"partition {p}: enqueued + revisits is {entered}, "
                       f"pending + leased + waiting + dead + done + purged + lost_pending "
                       f"is {states}")
     if part.dead_reasons != len(part.dead):
@@ -328,8 +356,10 @@ async def check(queue: CrawlQueue) -> Report:
         report.checked.update(hosts=len(part.held), pending=sum(part.pending_ids.values()),
                               leased=len(part.leases), waiting=len(part.delayed),
                               dead=len(part.dead))
+        if part.rv_due:  # a crawl without revisits reads as it did
+            report.checked["scheduled"] += len(part.rv_due)
         for found in (_frontier_problems(p, part), _state_problems(p, part),
-                      _counter_problems(p, part)):
+                      _schedule_problems(p, part), _counter_problems(p, part)):
             report.problems += found
     return report
 
@@ -377,10 +407,18 @@ async def repair(queue: CrawlQueue, problems: Iterable[Problem]) -> list[Repair]
             by_partition[problem.partition].append(problem)
     done = []
     for p, found in sorted(by_partition.items()):
-        kinds = {f.kind for f in found}
-        done.append(await repair_hosts(
-            queue, p, {f.host for f in found if f.host},
-            inflight="inflight" in kinds, pending=bool(kinds & {"pending", "host_queued"})))
+        frontier = [f for f in found if f.kind not in SCHEDULE_KINDS]
+        kinds = {f.kind for f in frontier}
+        out = Repair(p)
+        if frontier:
+            out = await repair_hosts(
+                queue, p, {f.host for f in frontier if f.host},
+                inflight="inflight" in kinds, pending=bool(kinds & {"pending", "host_queued"}))
+        schedule = {f.id: f.host for f in found if f.kind in SCHEDULE_KINDS and f.id}
+        if schedule:
+            out.unscheduled, out.scheduled = await repair_schedule(
+                queue, queue.partitions[p], schedule)
+        done.append(out)
     return done
 
 
@@ -403,7 +441,8 @@ def report_text(report: Report) -> str:
         lines += ["still wrong: " + p.message for p in report.remaining]
     c = report.checked
     checked = (f"{report.partitions} partitions, {c['hosts']} hosts, {c['pending']} pending, "
-               f"{c['leased']} leased, {c['waiting']} waiting, {c['dead']} dead")
+               f"{c['leased']} leased, {c['waiting']} waiting, {c['dead']} dead"
+               + (f", {c['scheduled']} scheduled" if c["scheduled"] else ""))
     if not report.problems:
         lines.append(f"crawl {report.crawl}: clean ({checked})")
     elif report.repaired:

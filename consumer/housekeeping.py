@@ -1,6 +1,6 @@
 """The consumer's housekeeping loops: the heartbeat (renew held leases, refresh the worker
 registry, read the crawl's policy again, log progress) and the reaper (reclaim expired
-leases, promote due retries, record the crawl's history)."""
+leases, promote due retries, record the crawl's history, read its revisit figures)."""
 
 from __future__ import annotations
 
@@ -47,6 +47,7 @@ class Housekeeping:
         #: for a lost policy message).
         self.on_beat = on_beat
         self._last_history = 0.0
+        self._last_figures = 0.0
 
     async def heartbeat(self, closing: Callable[[], bool]) -> None:
         """Renew every lease_s / 3; beat the registry; log progress now and then."""
@@ -126,19 +127,27 @@ class Housekeeping:
                     if reclaimed or died:
                         log.info("leases_reclaimed", extra={"reclaimed": reclaimed,
                                                             "dead": died})
-                    await self._snapshot()
+                await self._snapshot(reaped is not None)
             except REDIS_ERRORS as exc:
                 self.metrics.redis_errors_total.inc()
                 log.warning("redis_error", extra={"during": "reap", "error": str(exc)[:200]})
             await asyncio.sleep(interval * random.uniform(0.8, 1.2))
 
-    async def _snapshot(self) -> None:
-        """Append the crawl's counters to its history (for rates), every few seconds."""
+    async def _snapshot(self, reaper: bool) -> None:
+        """Every few seconds: read the crawl's revisit figures for /metrics (every
+        consumer serves them) and, as this interval's reaper, append its counters to its
+        history (for rates)."""
         now = time.time()
-        if now - self._last_history < history.HISTORY_EVERY_S:
+        figures = now - self._last_figures >= history.HISTORY_EVERY_S
+        record = reaper and now - self._last_history >= history.HISTORY_EVERY_S
+        if not (figures or record):
+            return
+        stats = await self.queue.stats()
+        self._last_figures = now
+        self.metrics.revisits.stats = stats.revisits
+        if not record:
             return
         self._last_history = now
-        stats = await self.queue.stats()
         # Running counters only (rates are their differences); the state counts share
         # some names (leased, dead) and are read live by `crawlq stats` anyway.
         await history.record(self.queue.client, self.queue.crawl, stats.counters)

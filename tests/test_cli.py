@@ -20,6 +20,7 @@ from common.errors import ConfigError
 from common.history import rates
 from common.keys import CRAWLS, CrawlKeys
 from common.names import CRAWL_NAME_RULE, validate_crawl_name
+from common.policy import set_policy
 from common.queue import CrawlSettings, Failure, LeasingQueue, NewTask
 from common.redis_server import free_port
 from common.urls import fingerprint
@@ -83,6 +84,7 @@ async def test_stats_text_and_json(redis_url: str, redis_client: aioredis.Redis,
     assert "rates: n/a" in out
     assert "dead letters by reason: http_5xx 2, redirect_loop 1" in out
     assert "live workers: 0" in out
+    assert "revisits" not in out  # a crawl without revisits shows none
 
     now = time.time()
     history = CrawlKeys.build(crawl.name).history
@@ -96,9 +98,46 @@ async def test_stats_text_and_json(redis_url: str, redis_client: aioredis.Redis,
     assert doc["settings"] == {"partitions": 2, "dedup": "exact"}
     assert doc["rates"] == {"window_s": 60.0, "done_per_s": 2.0, "failed_per_s": 0.0}
     assert doc["workers"] == 0
+    assert doc["revisits"] is None
 
     assert await crawlq(redis_url, "stats", "--crawl", crawl.name) == 0
     assert "rates (last 60s): done 2.0/s, failed 0.0/s" in capsys.readouterr().out
+
+
+async def test_stats_show_the_revisit_schedule(redis_url: str, redis_client: aioredis.Redis,
+                                              crawl_name: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    queue = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings(partitions=2))
+    await set_policy(redis_client, crawl_name, {"revisit": "fixed", "recrawl_after": 600,
+                                                "per_host_delay": 0.0}, by="test", create=True)
+    queue.configure(revisits=True)
+    urls = [f"https://{h}.example/p" for h in "abcdef"]
+    await queue.enqueue([NewTask(u, fingerprint(u)) for u in urls])
+    leases = []
+    while len(leases) < 6:
+        leases += await queue.lease("w1", 6 - len(leases), 60_000)
+    await queue.ack("w1", [(lease, "ok") for lease in leases])
+    # Two come due (one of them 2 minutes ago), one of those is brought back and revisited.
+    first, second = leases[0], leases[1]
+    now = (await redis_client.time())[0] * 1000
+    for lease, at in ((first, now - 120_000), (second, now - 5)):
+        await redis_client.zadd(queue.partitions[lease.partition].rv_due, {lease.id: at})
+    assert await queue.is_empty() is False
+    assert (await queue.promote())[0] == 2
+    back = []
+    while len(back) < 2:
+        back += await queue.lease("w1", 2 - len(back), 60_000)
+    await queue.ack("w1", [(back[0], "not_modified"), (back[1], "changed")])
+    await redis_client.zadd(queue.partitions[first.partition].rv_due, {first.id: now - 5})
+
+    assert await crawlq(redis_url, "stats", "--crawl", crawl_name, "--json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["revisits"] == {"scheduled": 6, "due": 1, "revisits": 2, "late_p50_s": 1.0,
+                               "late_p99_s": 600.0, "not_modified": 1, "unchanged": 0,
+                               "changed": 1}
+    assert await crawlq(redis_url, "stats", "--crawl", crawl_name) == 0
+    assert ("revisits: 6 scheduled, 1 due now, 2 brought back (late p50 <= 1s, p99 <= 600s);"
+            " found not_modified 1, unchanged 0, changed 1") in capsys.readouterr().out
 
 
 def test_rates_edge_cases() -> None:

@@ -14,6 +14,7 @@ from support.dashboard import DASHBOARD_TOKEN as TOKEN
 from common.errors import ConfigError
 from common.frontier.hosts import Frontier
 from common.history import record
+from common.policy import set_policy
 from common.queue import CrawlSettings, Failure, LeasingQueue, NewTask
 from common.urls import fingerprint
 from common.workers import WorkerRegistry
@@ -53,6 +54,7 @@ async def test_views(make_client: ClientFactory, crawl: LeasingQueue,
     assert doc["dead_reasons"] == {"http_5xx": 4, "timeout": 1}
     assert doc["outcomes"] == {"ok": 3} and doc["workers"] == 1
     assert 0 <= doc["now_ms"] - doc["created_ms"] < 60_000
+    assert doc["revisits"] is None  # revisits off, no history: nothing shown
 
     listed = await (await client.get("/api/crawls")).json()
     [row] = [c for c in listed["crawls"] if c["crawl"] == crawl.crawl]
@@ -78,6 +80,34 @@ async def test_views(make_client: ClientFactory, crawl: LeasingQueue,
 
     session = await (await client.get("/api/session")).json()
     assert session == {"actions": True}
+
+
+async def test_the_crawl_view_carries_the_revisit_schedule(
+        make_client: ClientFactory, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    queue = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings())
+    await set_policy(redis_client, crawl_name, {"revisit": "adaptive", "recrawl_after": 600,
+                                                "per_host_delay": 0.0}, by="test", create=True)
+    queue.configure(revisits=True)
+    urls = [f"https://{h}.api.example/" for h in "abc"]
+    await queue.enqueue([NewTask(u, fingerprint(u)) for u in urls])
+    leases = await queue.lease("w1", 3, 60_000)
+    assert len(leases) == 3
+    await queue.ack("w1", [(lease, "ok") for lease in leases])
+    now = (await redis_client.time())[0] * 1000
+    await redis_client.zadd(queue.partitions[0].rv_due, {leases[0].id: now - 2 * 86_400_000})
+    assert (await queue.promote())[0] == 1  # two days late: past the last bucket
+    [back] = await queue.lease("w1", 1, 60_000)
+    await queue.ack("w1", [(back, "unchanged")])
+    await redis_client.zadd(queue.partitions[0].rv_due, {leases[1].id: now - 5})
+
+    client = await make_client()
+    doc = await (await client.get(f"/api/crawls/{crawl_name}")).json()
+    assert doc["revisits"] == {"scheduled": 3, "due": 1, "revisits": 1,
+                               "late_p50_s": "+Inf", "late_p99_s": "+Inf",
+                               "not_modified": 0, "unchanged": 1, "changed": 0}
+    listed = await (await client.get("/api/crawls")).json()
+    [row] = [c for c in listed["crawls"] if c["crawl"] == crawl_name]
+    assert row["revisits"] == doc["revisits"]
 
 
 async def test_history_chart_points(make_client: ClientFactory, crawl: LeasingQueue,

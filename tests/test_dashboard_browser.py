@@ -32,6 +32,7 @@ from support.browser import (
 
 from common.frontier.hosts import Frontier
 from common.keys import CRAWLS
+from common.policy import set_policy
 from common.queue import Failure, LeasingQueue, NewTask
 from common.redis_server import free_port
 from common.urls import fingerprint
@@ -184,6 +185,20 @@ async def test_dashboard_pages_live(browser: Any, redis_url: str, redis_client: 
                      "the chart's lines", 20)
             browser.save_screenshot(str(ARTIFACTS / "dashboard-crawl.png"))
             assert browser.execute_script("return window.__xss") is None
+
+            # Revisits off and no history: no revisit panel; turned on, it shows.
+            assert not browser.find_element("css selector", "#revisits").is_displayed()
+            await set_policy(redis_client, crawl_name, {"revisit": "fixed"}, by="test")
+
+            def revisit_figures() -> dict[str, str]:
+                rows = browser.find_elements("css selector", "#revisits tr[data-figure]")
+                return {r.get_attribute("data-figure"): r.find_elements(
+                    "css selector", "td")[1].text for r in rows}
+
+            wait_for(lambda: revisit_figures().get("scheduled") == "0",
+                     "the revisit panel, scheduled 0")
+            assert browser.find_element("css selector", "#revisits").is_displayed()
+            assert revisit_figures()["late p50"] == "-"
 
 
 async def until(pred: Callable[[], Any], what: str, within: float = 20) -> Any:

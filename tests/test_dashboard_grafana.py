@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 
 from common.metrics import Metrics
+from common.queue import RevisitStats
 from consumer.http_server import SideServer
 
 GRAFANA = Path(__file__).resolve().parents[1] / "deploy" / "grafana" / "crawlq-consumers.json"
@@ -32,7 +33,10 @@ async def _served() -> dict[str, set[str]]:
     async def ready() -> str | None:
         return None
 
-    metrics = Metrics()  # a consumer that has fetched a page, met an error and a 429
+    # A consumer that has fetched a page, met an error and a 429, in a crawl with revisits.
+    metrics = Metrics()
+    metrics.revisits.stats = RevisitStats(scheduled=3, due=1, revisits=2, late_p50_s=1.0,
+                                          late_p99_s=float("inf"))
     metrics.response(200, 1234)
     metrics.task("ok")
     metrics.error("timeout")

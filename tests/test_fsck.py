@@ -14,6 +14,7 @@ from support.routes import page, serve
 
 from common.exitcodes import EXIT_INCONSISTENT, EXIT_OK
 from common.frontier.hosts import Frontier
+from common.policy import set_policy
 from common.queue import CrawlSettings, Failure, LeasingQueue, NewTask
 from common.urls import fingerprint
 
@@ -201,3 +202,55 @@ async def test_a_consumer_finishes_a_crawl_whose_host_queue_was_lost(
     assert await redis_client.zscore(pk.due, "lost.test") is None
     assert calls < 50, calls  # every script: leases, acks, heartbeats, history
     assert (await fsck(redis_url, crawl_name))[0] == EXIT_OK
+
+
+# -- the revisit schedule ---------------------------------------------------------------------
+
+
+async def test_the_revisit_schedule_is_checked_and_repaired(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings(partitions=1))
+    await set_policy(redis_client, crawl_name, {"revisit": "fixed", "recrawl_after": 600,
+                                                "per_host_delay": 0.0,
+                                                "per_host_concurrency": 0}, by="t", create=True)
+    q.configure(revisits=True)
+    urls = [f"http://a.test/{i}" for i in range(5)]
+    await q.enqueue(tasks(*urls))
+    leases = await q.lease("w", 5, 60_000)
+    await q.ack("w", [(lease, "ok") for lease in leases])
+    pk = q.partitions[0]
+    ids = {lease.task.url: lease.id for lease in leases}
+    now = (await redis_client.time())[0] * 1000
+    # A revisit brought back and leased keeps its history, out of rv:due: not a problem.
+    await redis_client.zadd(pk.rv_due, {ids[urls[0]]: now - 5})
+    assert (await q.promote())[0] == 1
+    [again] = await q.lease("w", 1, 60_000)
+    code, out = await fsck(redis_url, crawl_name)
+    assert code == EXIT_OK, out
+    assert out.endswith("1 leased, 0 waiting, 0 dead, 4 scheduled)\n")
+
+    # Broken behind its back: one scheduled with no history, one scheduled while leased,
+    # one history with no schedule.
+    stray = "e" * 32
+    await redis_client.zadd(pk.rv_due, {stray: now, again.id: now + 10**6})
+    await redis_client.hdel(pk.rv_hist, ids[urls[1]])
+    await redis_client.zrem(pk.rv_due, ids[urls[2]])
+    code, out = await fsck(redis_url, crawl_name, "--json")
+    doc = json.loads(out)
+    found = {(p["kind"], p["id"]) for p in doc["problems"]}
+    assert found == {("due_no_history", stray), ("due_no_history", ids[urls[1]]),
+                     ("scheduled_and_active", again.id),
+                     ("history_unscheduled", ids[urls[2]])}, doc["problems"]
+    assert code == EXIT_INCONSISTENT and all(p["repairable"] for p in doc["problems"])
+
+    code, out = await fsck(redis_url, crawl_name, "--repair")
+    assert code == EXIT_OK, out
+    assert "rv:due: 1 scheduled, 3 removed" in out
+    fetched_s = int((await redis_client.hget(pk.rv_hist, ids[urls[2]])).split(b" ")[3])
+    assert await redis_client.zscore(pk.rv_due, ids[urls[2]]) == (fetched_s + 600) * 1000
+    assert await redis_client.zscore(pk.rv_due, again.id) is None
+    assert await redis_client.zcard(pk.rv_due) == 3  # urls 2, 3, 4
+    # The revisit's ack schedules it again; everything adds up.
+    await q.ack("w", [(again, "not_modified")])
+    code, out = await fsck(redis_url, crawl_name)
+    assert code == EXIT_OK, out

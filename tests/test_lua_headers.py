@@ -46,6 +46,7 @@ from common.queue import (
 from common.urls import fingerprint
 from common.workers import WorkerRegistry
 from console.fsck import repair_hosts
+from console.fsck_revisits import repair_schedule
 
 LUA = Path(scripts.__file__).parent / "lua"
 FIXED = re.compile(r"^-- KEYS\[(\d+)\]\s+(\S+)")
@@ -53,6 +54,7 @@ RANGE = re.compile(r"^-- KEYS\[(\d+)\.\.(\d+)\]\s+host state: ([^(]+)\(lib/hosts
 TAIL = re.compile(r"^-- KEYS\[(\d+)[^\]]*\.\.\]")
 CYCLE = re.compile(r"^-- KEYS\[(\d+)\(i-1\)\+(\d+)\]\s+(\S+)")
 OTHERS = ("worker_beat", "history_push", "release_lock", "refresh_lock", "fsck_repair",
+          "fsck_revisits",
           "policy_set", "policy_apply")
 SOURCES = {scripts.source(name): name for name in (*scripts.NAMES, *OTHERS)}
 
@@ -213,6 +215,7 @@ async def exercise(client: aioredis.Redis, crawl: str, partitions: int = 2) -> N
     await locks.release(lock, "token")
     await repair_hosts(q, 0, [h for h in ("a.test", "b.test", "c.test", "d.test")
                               if q.partition_of(h) == 0])
+    await repair_schedule(q, q.partitions[0], {"a" * 32: "a.test", "b" * 32: None})
 
 
 # -- ARGV and the reply --------------------------------------------------------------------

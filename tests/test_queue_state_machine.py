@@ -14,7 +14,8 @@ id is in exactly the place the model says (one host queue, at its position, or l
 waiting, dead, done), that ``pending`` == the entries in the host queues == the sum of
 ``h:queued``, that ``h:inflight`` counts each host's leases whose response is not in,
 that ``due`` holds exactly the hosts with pending work and a free slot (at their next
-turn), and that the counters add up.
+turn), and that the counters add up. `WithRevisits` runs the same with the crawl's
+revisits on (see its docstring).
 
 Time is the Redis clock. Retries and cool-downs are either due at once or a minute
 away, so a lease never depends on when it runs. A lease's validity is judged against
@@ -43,6 +44,7 @@ from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
     invariant,
+    precondition,
     rule,
     run_state_machine_as_test,
 )
@@ -50,6 +52,7 @@ from hypothesis.stateful import (
 from common.frontier.hosts import Frontier
 from common.hostmodel.hostconf import HostConf
 from common.keys import HASHTABLE_FIELD
+from common.policy import set_policy
 from common.queue import (
     Code,
     CrawlSettings,
@@ -59,6 +62,8 @@ from common.queue import (
     NewTask,
     RetryPolicy,
 )
+from common.revisit import Observed
+from common.task import decode_entry, stored_entry
 from common.urls import fingerprint, task_id
 
 T = TypeVar("T")
@@ -79,6 +84,22 @@ PUSHBACK_MS = LONG_MS * 9 // 10
 DEFAULT_CONCURRENCY = 3
 UNLIMITED = 10**9
 HUNGRY_MS = 2000  # lease.lua: how long an empty lease call keeps its worker hungry
+
+
+# The draws of the lease and act rules (a subclass that extends them draws the same).
+LEASE_DRAWS: dict[str, Any] = {
+    "worker": st.sampled_from(WORKERS), "n": st.integers(1, 6),
+    "lease_ms": st.sampled_from([SHORT_MS, SHORT_MS, 30_000])}
+ACT_DRAWS: dict[str, Any] = {
+    "op": st.sampled_from(["ack", "ack", "fail", "fail", "fail", "release", "checkpoint",
+                           "renew"]),
+    "picks": st.lists(st.integers(0, 63), min_size=1, max_size=4),
+    "stale": st.sampled_from([False, False, True]), "worker": st.sampled_from(WORKERS),
+    "outcome": st.sampled_from(["ok", "http_404"]),
+    "permanent": st.sampled_from([False, False, True]),
+    "retry_after": st.sampled_from([None, None, 0.0, 7_200.0]),
+    "pushback": st.sampled_from([False, False, False, True]),
+    "lease_ms": st.sampled_from([SHORT_MS, 30_000])}
 
 
 def priority_of(i: int) -> int:
@@ -286,6 +307,10 @@ class QueueMachine(RuleBasedStateMachine):
         self.counters["promoted"] += len(due)
         return len(due)
 
+    def reaper_promotes(self, p: int, now: int) -> int:
+        """What the reaper's promote moves in partition p by `now`: its due retries."""
+        return self.promote_partition(p, now)
+
     def wait(self, t: Model, before: int, after: int, delay: int) -> None:
         """The task waits in `delayed`: check its due time and adopt the exact value."""
         pk = self.q.partitions[t.partition]
@@ -349,8 +374,7 @@ class QueueMachine(RuleBasedStateMachine):
             self.run(self.frontier.set_host(host, concurrency=int(change)))
             h.concurrency = int(change)
 
-    @rule(worker=st.sampled_from(WORKERS), n=st.integers(1, 6),
-          lease_ms=st.sampled_from([SHORT_MS, SHORT_MS, 30_000]))
+    @rule(**LEASE_DRAWS)
     def lease(self, worker: str, n: int, lease_ms: int) -> None:
         # lease() skips a partition it found empty for up to a second (a local-clock
         # optimisation tested in test_queue.py); the model looks at every partition.
@@ -433,15 +457,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.counters["renewed"] += len(unique) - len(lost)
         self.counters["lost"] += len(lost)
 
-    @rule(op=st.sampled_from(["ack", "ack", "fail", "fail", "fail", "release",
-                              "checkpoint", "renew"]),
-          picks=st.lists(st.integers(0, 63), min_size=1, max_size=4),
-          stale=st.sampled_from([False, False, True]), worker=st.sampled_from(WORKERS),
-          outcome=st.sampled_from(["ok", "http_404"]),
-          permanent=st.sampled_from([False, False, True]),
-          retry_after=st.sampled_from([None, None, 0.0, 7_200.0]),
-          pushback=st.sampled_from([False, False, False, True]),
-          lease_ms=st.sampled_from([SHORT_MS, 30_000]))
+    @rule(**ACT_DRAWS)
     def act(self, *, op: str, picks: list[int], stale: bool, worker: str, outcome: str,
             permanent: bool, retry_after: float | None, pushback: bool,
             lease_ms: int) -> None:
@@ -590,7 +606,7 @@ class QueueMachine(RuleBasedStateMachine):
         now = self.now()
         moved, next_due = self.run(self.q.promote(limit=2))
         after = self.now()
-        assert moved == sum(self.promote_partition(p, now) for p in range(self.partitions))
+        assert moved == sum(self.reaper_promotes(p, now) for p in range(self.partitions))
         later = [t.due for t in waiting if t.state == "waiting"]
         if later:
             assert min(later) - after <= next_due <= min(later) - now
@@ -719,26 +735,145 @@ class QueueMachine(RuleBasedStateMachine):
         assert (stats.pending, stats.leased, stats.waiting, stats.dead) == (
             states["pending"] + lost, states["leased"], states["waiting"], states["dead"])
         assert stats.hosts_due == sum(len(self.due(p)) for p in range(self.partitions))
-        assert c.get("enqueued", 0) == (
+        # A revisit is done once more without an enqueue.
+        assert c.get("enqueued", 0) + c.get("revisits", 0) == (
             stats.pending + stats.leased + stats.waiting + stats.dead + c.get("done", 0)
             + c.get("purged", 0) + c.get("lost_pending", 0))
         assert c == {k: v for k, v in self.counters.items() if v}
 
 
-def _run(machine: type[QueueMachine], url: str, crawl: str, partitions: int) -> None:
+def _run(machine: type[QueueMachine], url: str, crawl: str, partitions: int,
+         examples: int = 25) -> None:
     machine.url, machine.crawl, machine.partitions = url, crawl, partitions
     # No shrink phase: steps sleep on the real clock, so shrinking a failure takes
     # minutes (past pytest's timeout, which Hypothesis would count as one more failure).
     # A failure is reported at once with its whole run of at most 40 steps, and replayed
     # first on the next run from the example database.
     run_state_machine_as_test(machine, settings=settings(
-        max_examples=25, stateful_step_count=40, deadline=None,
+        max_examples=examples, stateful_step_count=40, deadline=None,
         phases=[Phase.explicit, Phase.reuse, Phase.generate],
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]))
 
 
 class OnePartition(QueueMachine):
     pass
+
+
+class WithRevisits(QueueMachine):
+    """The same crawl with revisits on (fixed, an hour): every ack writes its URL's
+    history (with the validators its lease observed: unique per lease) and next visit; a
+    rule passes the time of some done URLs' next visits and runs the reaper's promote,
+    which brings them back to their hosts' tails before the due retries. Checked: every
+    done URL is scheduled exactly once and nothing else is; each history is its URL's
+    last ack's; a revisit leased carries its own URL's validators; a purge forgets its
+    history; and nothing is lost (the base invariant: each live id in one place)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.run(set_policy(self.client, self.q.crawl, {"revisit": "fixed",
+                                                        "recrawl_after": 3600}, by="sm"))
+        self.q.configure(revisits=True)
+        self.etag: dict[str, str] = {}  # id -> the validator its history holds
+        self.carries: dict[str, str] = {}  # id -> the validator its queued revisit carries
+        self.next_at: dict[str, int] = {}  # id -> its next visit (a done URL's)
+
+    @rule(**LEASE_DRAWS)
+    def lease(self, worker: str, n: int, lease_ms: int) -> None:
+        given = {id(x) for _, x in self.pool}
+        super().lease(worker, n, lease_ms)
+        for _, x in self.pool:
+            if id(x) in given:
+                continue
+            # A revisit carries the validators of its own URL's last visit, and only then.
+            got = x.task.revisit.etag if x.task.revisit is not None else None
+            assert got == self.carries.get(x.id), (x.id, got)
+            x.observed = Observed(f'"{x.id[:6]}.{x.partition}.{x.token}"', "", "", -1)
+
+    # Acks more often than the base machine: each one schedules a revisit.
+    @rule(**{**ACT_DRAWS, "op": st.sampled_from(["ack", "ack", "ack", "fail", "fail",
+                                                 "release", "renew"])})
+    def act(self, **kw: Any) -> None:
+        held = {t.id: t.token for t in self.in_state("leased")}
+        super().act(**kw)
+        for tid, token in held.items():
+            if self.tasks[tid].state == "done":  # acked: its history and next visit
+                [lease] = [x for _, x in self.pool if x.id == tid and x.token == token]
+                assert lease.observed is not None
+                self.etag[tid] = lease.observed.etag
+                self.next_at[tid] = self.run(self._next_visit(tid))
+
+    async def _next_visit(self, tid: str) -> int:
+        pk = self.q.partitions[self.tasks[tid].partition]
+        at = await self.client.zscore(pk.rv_due, tid)
+        assert at is not None and 3_599_000 <= at - await self._now() <= 3_600_000, at
+        return int(at)
+
+    @precondition(lambda self: self.next_at)
+    @rule(picks=st.lists(st.integers(0, 63), min_size=1, max_size=4), **LEASE_DRAWS)
+    def revisits_due(self, picks: list[int], worker: str, n: int, lease_ms: int) -> None:
+        """The next visits of some done URLs come (their scores passed), the reaper's
+        promote runs, and a worker leases."""
+        chosen = list(dict.fromkeys(self.pick(sorted(self.next_at), picks)))
+        now = self.now()
+        for tid in chosen:
+            pk = self.q.partitions[self.tasks[tid].partition]
+            self.run(self.client.zadd(pk.rv_due, {tid: now - 5}))
+            self.next_at[tid] = now - 5
+        before = self.counters["revisits"]
+        self.promote()
+        # Each revisit brought back counts its lateness in a bucket (by the Redis clock:
+        # adopted, once their number is checked).
+        late = {k: v for k, v in self.run(self.q.stats()).counters.items()
+                if k.startswith("rv_late:")}
+        mine = {k: v for k, v in self.counters.items() if k.startswith("rv_late:")}
+        assert sum(late.values()) - sum(mine.values()) == self.counters["revisits"] - before
+        self.counters.update({k: v - mine.get(k, 0) for k, v in late.items()})
+        self.lease(worker, n, lease_ms)
+
+    def reaper_promotes(self, p: int, now: int) -> int:
+        """Due revisits first, in due order (then by id), each to its host's tail; then
+        the due retries."""
+        due = sorted((tid for tid, at in self.next_at.items()
+                      if at <= now and self.tasks[tid].partition == p),
+                     key=lambda tid: (self.next_at[tid], tid))
+        for tid in due:  # a new visit: fresh attempts
+            del self.next_at[tid]
+            self.carries[tid] = self.etag[tid]
+            self.tasks[tid].attempts = self.tasks[tid].stalls = 0
+        self.push_all([self.tasks[tid] for tid in due], front=False)
+        self.counters["revisits"] += len(due)
+        return len(due) + self.promote_partition(p, now)
+
+    def dead_letters(self, op: str, picks: list[int], one_dead: bool) -> None:
+        super().dead_letters(op, picks, one_dead)
+        for t in self.in_state("purged"):  # a purge forgets the URL's history
+            self.etag.pop(t.id, None)
+
+    @invariant()
+    def every_done_url_is_scheduled_once_with_its_own_history(self) -> None:
+        for p, pk in enumerate(self.q.partitions):
+            due = self.run(self.client.zrange(pk.rv_due, 0, -1, withscores=True))
+            hist = self.run(self.client.hgetall(pk.rv_hist))
+            mine = {tid for tid, t in self.tasks.items() if t.partition == p}
+            assert {m.decode(): int(s) for m, s in due} == {
+                tid: at for tid, at in self.next_at.items() if tid in mine}
+            assert set(self.next_at) == {t.id for t in self.in_state("done")}
+            etags = {}
+            for k, v in hist.items():
+                _, _, _, _, _, ne, _, rest = v.decode().split(" ", 7)
+                etags[k.decode()] = rest[:int(ne)]
+            assert etags == {tid: e for tid, e in self.etag.items() if tid in mine}
+            # Every entry brought back (queued, leased, waiting, dead) carries its own
+            # URL's validators, and no other entry carries any.
+            entries = [stored_entry(v) for v in self.run(self.client.hvals(pk.tasks))]
+            for h in self.hosts.values():
+                if h.partition == p:
+                    entries += self.run(self.client.lrange(pk.host_queue(h.name), 0, -1))
+                    entries += self.run(self.client.zrange(pk.host_prio(h.name), 0, -1))
+            for entry in entries:
+                task = decode_entry(entry)
+                got = task.revisit.etag if task.revisit is not None else None
+                assert got == self.carries.get(task.id), (task.id, got)
 
 
 class TwoPartitions(QueueMachine):
@@ -751,3 +886,7 @@ def test_queue_state_machine_one_partition(redis_url: str, crawl_name: str) -> N
 
 def test_queue_state_machine_two_partitions(redis_url: str, crawl_name: str) -> None:
     _run(TwoPartitions, redis_url, crawl_name, 2)
+
+
+def test_queue_state_machine_with_revisits(redis_url: str, crawl_name: str) -> None:
+    _run(WithRevisits, redis_url, crawl_name, 2, examples=40)

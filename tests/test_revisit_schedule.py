@@ -8,18 +8,26 @@ so no test waits for one.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from aiohttp import web
 from support.clock import redis_ms, window_passed
+from support.consume import consume, records
+from support.routes import serve
 
 from common.frontier.hosts import Frontier
+from common.metrics import Metrics
 from common.policy import PolicyError, set_policy
-from common.queue import CrawlSettings, DedupMode, Lease, LeasingQueue, NewTask
-from common.queue.revisits import late_quantile, observed_arg, revisit_stats
+from common.queue import CrawlSettings, DedupMode, Failure, Lease, LeasingQueue, NewTask
+from common.queue.revisits import late_quantile, observed_arg
 from common.revisit import Observed, Revisit
 from common.urls import canonicalize, fingerprint, task_id
+from common.workers import WorkerRegistry
+from consumer.housekeeping import Housekeeping
+from consumer.leases import LeaseBook
 
 
 def nt(url: str, **kw: Any) -> NewTask:
@@ -90,7 +98,8 @@ async def test_the_schedule_brings_a_done_url_back_with_no_producer_run_and_no_l
     assert abs(lease.task.revisit.fetched_s - fetched_s) <= 2
     assert lease.task.revisit == Revisit('"e1"', "Wed, 21 Oct 2015 07:28:00 GMT", "ab" * 8,
                                          lease.task.revisit.fetched_s, 100)
-    stats = await revisit_stats(redis_client, q.partitions, (await q.stats()).counters)
+    stats = (await q.stats()).revisits
+    assert stats is not None
     assert (stats.scheduled, stats.due, stats.revisits) == (0, 0, 1)
     assert stats.late_p50_s == 1.0  # promoted within a second of its due time
 
@@ -268,3 +277,101 @@ def test_lateness_quantiles_read_the_buckets() -> None:
     assert late_quantile({}, 0.5) is None
     counters = {"rv_late:1": 98, "rv_late:600": 1, "rv_late:inf": 1}
     assert (late_quantile(counters, 0.5), late_quantile(counters, 0.99)) == (1.0, 600.0)
+
+
+async def test_only_a_due_revisit_keeps_a_crawl_from_being_empty(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await revisit_queue(redis_client, crawl_name)
+    url = "http://a.test/p"
+    await q.enqueue([nt(url)])
+    await visit(q, "ok", None)
+    assert await q.is_empty()  # its next visit is in 100 s: nothing for this pass
+    await make_due(q, url)
+    assert not await q.is_empty()  # due: the reaper brings it back
+    await set_policy(redis_client, crawl_name, {"revisit": "off"}, by="test")
+    assert await q.is_empty()  # the schedule waits while revisits are off
+    await set_policy(redis_client, crawl_name, {"revisit": "adaptive"}, by="test")
+    assert not await q.is_empty()
+    assert (await q.promote())[0] == 1
+    assert not await q.is_empty()  # pending now
+    await visit(q, "not_modified", None)
+    assert await q.is_empty()
+
+
+async def test_a_batch_consumer_waits_for_a_due_revisit_not_for_a_later_one(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
+    async def page(request: web.Request) -> web.Response:
+        if request.headers.get("If-None-Match") == '"e1"':
+            return web.Response(status=304, headers={"ETag": '"e1"'})
+        return web.Response(text="<html></html>", content_type="text/html",
+                            headers={"ETag": '"e1"'})
+
+    q = await revisit_queue(redis_client, crawl_name, recrawl_after=3600)
+    async with serve({"/p": page}) as site:
+        url = site.url("/p")
+        await q.enqueue([nt(url)])
+        assert await consume(redis_url, crawl_name, tmp_path / "1", limit_s=30) == 0
+        assert [r["outcome"] for r in records(tmp_path / "1")] == ["ok"]
+        assert await redis_client.zcard(q.partitions[0].rv_due) == 1  # exited, scheduled
+        await make_due(q, url)
+        assert await consume(redis_url, crawl_name, tmp_path / "2", limit_s=30) == 0
+    assert [r["outcome"] for r in records(tmp_path / "2")] == ["not_modified"]
+    assert await q.is_empty()
+
+
+async def test_a_purged_url_leaves_the_schedule(redis_client: aioredis.Redis,
+                                                crawl_name: str) -> None:
+    q = await revisit_queue(redis_client, crawl_name)
+    urls = ["http://a.test/1", "http://a.test/2"]
+    await q.enqueue([nt(u) for u in urls])
+    await visit(q, "ok", None, n=2)
+    await make_due(q, *urls)
+    assert (await q.promote())[0] == 2
+    leases = await q.lease("w", 2, 60_000)
+    await q.fail("w", [Failure(lease, "gone", "no such page", permanent=True)
+                       for lease in leases])
+    pk = q.partitions[0]
+    # One dead revisit whose schedule entry is still there (a crash, an older crawlq).
+    await redis_client.zadd(pk.rv_due, {tid(urls[1]): await redis_ms(redis_client) + 10**6})
+    assert await q.dead_purge([tid(u) for u in urls]) == 2
+    assert await redis_client.exists(pk.rv_hist, pk.rv_due) == 0
+    assert await q.is_empty()
+    # Like any purged URL, a producer run's recrawl window may bring it back: no history
+    # keeps it a duplicate.
+    q.configure(recrawl_after_s=1)
+    await window_passed(redis_client, 2)
+    assert (await q.enqueue([nt(urls[0])])).recrawled == 1
+
+
+async def reaper_round(q: LeasingQueue, metrics: Metrics, worker: str) -> None:
+    """One round of a consumer's reaper loop (reclaim, promote, its figures)."""
+    rounds = iter([False, True])
+    keeper = Housekeeping(q, LeaseBook(1.0, metrics), metrics,
+                          WorkerRegistry(q.client, q.crawl, worker, ttl_s=30), worker=worker,
+                          lease_s=1.0, status=dict, on_lost=lambda lease: None)
+    await keeper.reaper(lambda: next(rounds))
+
+
+async def test_every_consumer_serves_the_crawls_revisit_figures(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    plain = await LeasingQueue.open(redis_client, crawl_name + "p", CrawlSettings())
+    quiet = Metrics()
+    await reaper_round(plain, quiet, "w0")
+    assert "crawlq_revisits" not in quiet.render()[0].decode()  # revisits off, no history
+
+    q = await revisit_queue(redis_client, crawl_name)
+    urls = ["http://a.test/1", "http://b.test/2"]
+    await q.enqueue([nt(u) for u in urls])
+    await visit(q, "ok", None, n=2)
+    pk = q.partitions[0]
+    await redis_client.zadd(pk.rv_due, {tid(urls[0]): await redis_ms(redis_client) - 7_200_000})
+    reaper, other = Metrics(), Metrics()
+    await reaper_round(q, reaper, "w1")  # holds the reap guard: brings one back, 2 h late
+    await redis_client.set(pk.reap_lock, b"w1", px=60_000)
+    await reaper_round(q, other, "w2")  # the guard is taken: figures only
+    for metrics in (reaper, other):
+        text = metrics.render()[0].decode()
+        assert "crawlq_revisits_scheduled 1.0" in text
+        assert "crawlq_revisits_due 0.0" in text
+        assert "crawlq_revisits_total 1.0" in text
+        assert 'crawlq_revisits_late_seconds{quantile="0.99"} 21600.0' in text

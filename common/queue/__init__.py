@@ -41,6 +41,7 @@ from common.queue.model import (
     LeaseBatch,
     NewTask,
     RetryPolicy,
+    RevisitStats,
     Stats,
 )
 
@@ -49,5 +50,5 @@ __all__ = [
     "RESPONSE_REASONS", "UNKNOWN_WAIT_S", "Code", "Crawl", "CrawlFormatError",
     "CrawlQueue", "CrawlSettings", "DeadTask", "DedupMode", "EnqueueResult", "Failure",
     "Lease", "LeaseBatch", "LeaseClient", "LeaseReply", "LeasingQueue", "NewTask",
-    "RetryPolicy", "Stats",
+    "RetryPolicy", "RevisitStats", "Stats",
 ]

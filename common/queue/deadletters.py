@@ -91,7 +91,7 @@ async def _requeue(crawl: Crawl, pk: PartitionKeys, here: list[tuple[str, str]])
 async def _purge(crawl: Crawl, pk: PartitionKeys, tids: list[str]) -> Any:
     marks = crawl.settings.dedup is DedupMode.EXACT
     keys = [pk.dead, pk.errors, pk.dead_reasons, pk.tasks, pk.attempts, pk.stalls,
-            pk.checkpoints, pk.stats]
+            pk.checkpoints, pk.stats, pk.rv_hist, pk.rv_due]
     args: list[Any] = [int(marks)]
     for tid in tids:
         args.append(tid)

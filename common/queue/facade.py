@@ -145,11 +145,13 @@ class CrawlQueue:
         return await deadletters.dead_ids(self.on, reason)
 
     async def stats(self) -> Stats:
-        """Every state's count and every counter, summed over the partitions."""
+        """Every state's count and every counter, summed over the partitions, and the
+        revisit schedule's numbers when it is in use (`Stats.revisits`)."""
         return await inspection.stats(self.on)
 
     async def is_empty(self) -> bool:
-        """Whether nothing is pending, leased or waiting (see `inspection.is_empty`)."""
+        """Whether nothing is pending, leased, waiting or a due revisit (see
+        `inspection.is_empty`)."""
         return await inspection.is_empty(self.on)
 
     async def state_of(self, tid: str, url: str | None = None) -> str:

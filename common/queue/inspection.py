@@ -10,10 +10,17 @@ from common.hostmodel.hostkey import host_key
 from common.keys import PartitionKeys
 from common.queue.crawl import Crawl, DedupMode
 from common.queue.model import Stats
+from common.queue.revisits import revisit_stats
+
+#: Replies per partition of the stats pipeline.
+_READS = 12
 
 
 async def stats(crawl: Crawl) -> Stats:
-    """Every state's count and every counter, summed over the partitions."""
+    """Every state's count and every counter, summed over the partitions, and the revisit
+    schedule's numbers when it is in use."""
+    seconds, micros = await crawl.client.time()
+    now_ms = seconds * 1000 + micros // 1000
     async with crawl.client.pipeline(transaction=False) as pipe:
         for pk in crawl.partitions:
             pipe.get(pk.pending)
@@ -24,13 +31,19 @@ async def stats(crawl: Crawl) -> Stats:
             pipe.hgetall(pk.stats)
             pipe.hgetall(pk.dead_reasons)
             pipe.zrange(pk.budget, 0, -1)
+            pipe.hget(pk.conf, "rv")
+            pipe.hlen(pk.rv_hist)
+            pipe.zcard(pk.rv_due)
+            pipe.zcount(pk.rv_due, "-inf", now_ms)
         replies = await pipe.execute()
     s = Stats()
     budgeted: list[tuple[PartitionKeys, list[str]]] = []
-    for i in range(0, len(replies), 8):
-        pending, leased, waiting, dead, due, counters, reasons, hosts = replies[i:i + 8]
+    revisits_on, histories, scheduled, due_now = False, 0, 0, 0
+    for i in range(0, len(replies), _READS):
+        (pending, leased, waiting, dead, due, counters, reasons, hosts, rv, hist, sched,
+         rv_due) = replies[i:i + _READS]
         if hosts:
-            budgeted.append((crawl.partitions[i // 8], [_text(h) for h in hosts]))
+            budgeted.append((crawl.partitions[i // _READS], [_text(h) for h in hosts]))
         s.pending += int(pending or 0)
         s.leased += leased
         s.waiting += waiting
@@ -40,8 +53,14 @@ async def stats(crawl: Crawl) -> Stats:
             s.counters[_text(k)] = s.counters.get(_text(k), 0) + int(v)
         for k, v in reasons.items():
             s.dead_reasons[_text(k)] = s.dead_reasons.get(_text(k), 0) + int(v)
+        revisits_on = revisits_on or int(rv or 0) > 0
+        histories += hist
+        scheduled += sched
+        due_now += rv_due
     if budgeted:
         s.parked = await _parked(crawl, budgeted)
+    if revisits_on or histories or scheduled:
+        s.revisits = revisit_stats(s.counters, scheduled, due_now)
     return s
 
 
@@ -63,13 +82,13 @@ async def _parked(crawl: Crawl, budgeted: list[tuple[PartitionKeys, list[str]]])
 
 async def is_empty(crawl: Crawl) -> bool:
     """Whether nothing is pending (but tasks parked by a spent budget), leased or
-    waiting in the whole crawl, read atomically
+    waiting, and no revisit is due (with revisits on), in the whole crawl, read atomically
     (one script over every partition on one Redis; per partition on a cluster, where a
     task never moves between partitions and children are enqueued before their
     parent's ack, so a crawl read empty partition by partition twice in a row is
     empty)."""
     def keys(pk: PartitionKeys) -> list[str]:
-        return [pk.pending, pk.leases, pk.delayed, pk.due]
+        return [pk.pending, pk.leases, pk.delayed, pk.due, pk.conf, pk.rv_due]
 
     if not isinstance(crawl.client, aioredis.RedisCluster):
         every = [k for pk in crawl.partitions for k in keys(pk)]

@@ -153,6 +153,31 @@ class DeadTask:
     raw: bytes | None
 
 
+@dataclass(frozen=True, slots=True)
+class RevisitStats:
+    """What operators see of the schedule: URLs scheduled, due now, revisits queued,
+    their lateness (p50/p99, s: a bucket's upper bound; None: none yet) and what the
+    revisits found."""
+
+    scheduled: int = 0
+    due: int = 0
+    revisits: int = 0
+    late_p50_s: float | None = None
+    late_p99_s: float | None = None
+    not_modified: int = 0
+    unchanged: int = 0
+    changed: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """As JSON: a lateness past the last bucket is ``"+Inf"`` (as Prometheus' ``le``),
+        which JSON has no number for."""
+        doc = {name: getattr(self, name) for name in self.__slots__}
+        for name in ("late_p50_s", "late_p99_s"):
+            if doc[name] == float("inf"):
+                doc[name] = "+Inf"
+        return doc
+
+
 @dataclass(slots=True)
 class Stats:
     """Counts of every state and the running counters, summed over partitions.
@@ -170,6 +195,7 @@ class Stats:
     parked: int = 0
     counters: dict[str, int] = field(default_factory=dict)
     dead_reasons: dict[str, int] = field(default_factory=dict)
+    revisits: RevisitStats | None = None
 
     @property
     def done(self) -> int:

@@ -8,17 +8,16 @@ is written by the scripts alone: ack.lua writes a done URL's history and next vi
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, cast
 
 from common.codec import text as _text
 from common.queue.calls import host_args
 from common.queue.crawl import Crawl
+from common.queue.model import RevisitStats
 from common.revisit import Observed
 
 if TYPE_CHECKING:
-    from common.connection import RedisClient
     from common.keys import PartitionKeys
 
 #: Validators longer than this are not kept (common/revisit.py; lib/revisits.lua too).
@@ -66,25 +65,6 @@ async def promote_revisits(crawl: Crawl, pk: PartitionKeys, limit: int) -> tuple
             return moved, int(r[1])
 
 
-@dataclass(frozen=True, slots=True)
-class RevisitStats:
-    """What operators see of the schedule: URLs scheduled, due now, revisits queued,
-    their lateness (p50/p99, s: a bucket's upper bound; None: none yet) and what the
-    revisits found."""
-
-    scheduled: int = 0
-    due: int = 0
-    revisits: int = 0
-    late_p50_s: float | None = None
-    late_p99_s: float | None = None
-    not_modified: int = 0
-    unchanged: int = 0
-    changed: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__slots__}
-
-
 def late_quantile(counters: Mapping[str, int], q: float) -> float | None:
     """The q-quantile of the lateness buckets in `counters` (a bucket's upper bound, s;
     ``inf`` past the last), or None when no revisit was counted."""
@@ -101,19 +81,11 @@ def late_quantile(counters: Mapping[str, int], q: float) -> float | None:
     return bounds[-1]
 
 
-async def revisit_stats(client: RedisClient, partitions: Sequence[PartitionKeys],
-                        counters: Mapping[str, int]) -> RevisitStats:
-    """The schedule's numbers over `partitions`; `counters` are their summed stats."""
-    seconds, micros = await client.time()
-    now_ms = seconds * 1000 + micros // 1000
-    async with client.pipeline(transaction=False) as pipe:
-        for pk in partitions:
-            pipe.zcard(pk.rv_due)
-            pipe.zcount(pk.rv_due, "-inf", now_ms)
-        replies = await pipe.execute()
+def revisit_stats(counters: Mapping[str, int], scheduled: int, due: int) -> RevisitStats:
+    """The schedule's numbers: `scheduled` and `due` URLs (ZCARD and ZCOUNT up to now of
+    ``rv:due``) with what `counters` (the partitions' summed stats) say of its revisits."""
     return RevisitStats(
-        scheduled=sum(replies[0::2]), due=sum(replies[1::2]),
-        revisits=counters.get("revisits", 0),
+        scheduled=scheduled, due=due, revisits=counters.get("revisits", 0),
         late_p50_s=late_quantile(counters, 0.5), late_p99_s=late_quantile(counters, 0.99),
         not_modified=counters.get("outcome:not_modified", 0),
         unchanged=counters.get("outcome:unchanged", 0),

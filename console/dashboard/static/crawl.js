@@ -82,8 +82,32 @@
           el("td", null, reason), el("td", { class: "num" }, fmt.int(n)),
           el("td", { class: "actions" }, deadActions({ reason }, `reason ${reason}`)))),
         "no dead letters"));
+      revisitsPanel(s.revisits);
     },
   };
+
+  // The revisit schedule's figures (crawlq stats' line), or the panel hidden without one.
+  function revisitsPanel(rv) {
+    const node = document.getElementById("revisits");
+    node.hidden = !rv;
+    if (!rv) return;
+    const late = (s) => (s === null ? "-" : s === "+Inf" ? "over 1d" : `\u2264 ${fmt.age(s * 1000)}`);
+    const rows = [
+      ["scheduled", fmt.int(rv.scheduled), "URLs waiting for their next visit"],
+      ["due now", fmt.int(rv.due), "next visit has come; the reaper brings them back"],
+      ["brought back", fmt.int(rv.revisits), "revisits put back in their hosts' queues"],
+      ["late p50", late(rv.late_p50_s), "how long after its due time a revisit was brought back (a bucket's bound)"],
+      ["late p99", late(rv.late_p99_s), ""],
+      ["not modified", fmt.int(rv.not_modified), "answered 304 to its validators"],
+      ["unchanged", fmt.int(rv.unchanged), "a 2xx with the previous visit's digest"],
+      ["changed", fmt.int(rv.changed), "a 2xx whose body changed"],
+    ];
+    replace(node.querySelector(".body"), table(
+      ["figure", { label: "value", num: true }],
+      rows.map(([k, v, title]) => el("tr", { "data-figure": k, title },
+        el("td", null, k), el("td", { class: "num" }, v))),
+      ""));
+  }
 
   const chartPanel = {
     node: document.querySelector("#chart .body"),

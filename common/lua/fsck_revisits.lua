@@ -1,0 +1,48 @@
+-- fsck_revisits.lua: set the revisit schedule of some ids right (`crawlq fsck --repair`,
+-- console/fsck_revisits.py).
+--
+-- The rule (docs/frontier.md, Revisits): an id in `rv:due` has a history record and is in
+-- no other state; a history record is in `rv:due` unless its URL is being revisited
+-- (pending in its host's queue, leased, waiting or dead: that visit's ack writes its next
+-- one). For each id given, checked here again so a call is atomic and safe on a running
+-- crawl: one scheduled with no history, or while its URL is active, leaves `rv:due`; a
+-- history neither scheduled nor active is scheduled at its last visit + its interval
+-- (due at once if that has passed). Reads each host queue it is given (O(its length)).
+--
+-- KEYS[1]  rv:due   ZSET  id -> next visit (ms)
+-- KEYS[2]  rv:hist  HASH  id -> "<host> <priority> <interval_s> <fetched_s> ..."
+-- KEYS[3]  leases   ZSET  only read
+-- KEYS[4]  delayed  ZSET  only read
+-- KEYS[5]  dead     ZSET  only read
+-- KEYS[6..] per id i (ARGV order): hq:<h> LIST, hp:<h> ZSET of its host (its record's)
+-- ARGV[1..] ids
+-- Returns {removed from rv:due, added to rv:due}
+if #KEYS ~= 5 + 2 * #ARGV then error('crawlq: fsck_revisits needs 2 host keys per id') end
+local due, hist, leases, delayed, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+
+local function queued(id, hq, hp)
+  for _, entries in ipairs({redis.call('LRANGE', hq, 0, -1), redis.call('ZRANGE', hp, 0, -1)}) do
+    for _, e in ipairs(entries) do
+      if string.sub(e, 1, #id) == id then return true end
+    end
+  end
+  return false
+end
+
+local removed, added = 0, 0
+for i = 1, #ARGV do
+  local id = ARGV[i]
+  local record = redis.call('HGET', hist, id)
+  local active = redis.call('ZSCORE', leases, id) or redis.call('ZSCORE', delayed, id)
+    or redis.call('ZSCORE', dead, id) or queued(id, KEYS[4 + 2 * i], KEYS[5 + 2 * i])
+  local scheduled = redis.call('ZSCORE', due, id)
+  if scheduled and (not record or active) then
+    removed = removed + redis.call('ZREM', due, id)
+  elseif record and not scheduled and not active then
+    local iv, at = string.match(record, '^%S+ %d+ (%d+) (%d+) ')
+    if iv then
+      added = added + redis.call('ZADD', due, (tonumber(at) + tonumber(iv)) * 1000, id)
+    end
+  end
+end
+return {removed, added}
