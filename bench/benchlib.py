@@ -5,6 +5,7 @@ directory that stops what it started however it ends."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import shutil
@@ -105,6 +106,28 @@ http {{
 """
 
 
+# -- arguments ----------------------------------------------------------------------------
+
+
+def add_server_args(p: argparse.ArgumentParser) -> None:
+    """The hidden flags a bench passes to itself to run its own server as a child process
+    (``--serve --port P --out FILE``)."""
+    p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--out", default=None, help=argparse.SUPPRESS)
+
+
+def parse_with_profile(p: argparse.ArgumentParser, argv: list[str] | None,
+                       quick: dict[str, object], full: dict[str, object]) -> argparse.Namespace:
+    """Parse `argv`; each option left unset (None) takes its value from the ``--quick``
+    profile or the full one."""
+    args = p.parse_args(argv)
+    for key, value in (quick if args.quick else full).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
+
+
 # -- processes: every one a bench starts, stopped on exit --------------------------------
 
 
@@ -147,6 +170,26 @@ def stop_all() -> None:
     """Stop every process `spawn` started, the last first."""
     stop(list(reversed(STARTED)))
     STARTED.clear()
+
+
+def start_nginx(root: Path, workdir: Path, http: str) -> tuple[int, Path]:
+    """nginx serving `root` on a free 127.0.0.1 port (apt-get installed if missing), with
+    `http` (its access log at ``{log}``) in its http block; returns (port, log path).
+    Stopped by `stop_all`."""
+    from common.redis_server import free_port  # noqa: PLC0415 - benches put ROOT on the path
+
+    d = workdir / "nginx"
+    d.mkdir()
+    port, log = free_port(), d / "access.log"
+    conf = d / "nginx.conf"
+    conf.write_text(nginx_conf(d, port, http=http.replace("{log}", str(log)),
+                               server=f"        root {root};\n        index index.html;"))
+    nginx = which_nginx(install=True)
+    if nginx is None:
+        raise SystemExit("no nginx on PATH (apt-get install nginx)")
+    proc = spawn([nginx, "-p", str(d), "-c", str(conf)], stdout=subprocess.DEVNULL)
+    wait_port(port, proc, "nginx")
+    return port, log
 
 
 def tail(path: Path, lines: int = 6) -> str:

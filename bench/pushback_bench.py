@@ -99,7 +99,16 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
-from benchlib import run_in_workdir, spawn, stop, stop_all, tail, wait_port  # noqa: E402
+from benchlib import (  # noqa: E402
+    add_server_args,
+    parse_with_profile,
+    run_in_workdir,
+    spawn,
+    stop,
+    stop_all,
+    tail,
+    wait_port,
+)
 
 from common.redis_server import RedisServer, free_port  # noqa: E402
 
@@ -646,13 +655,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skip-crawlq", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--keep", type=Path, default=None,
                    help="copy the logs and the server's records into this directory")
-    p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
-    p.add_argument("--out", default=None, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    for key, value in (QUICK if args.quick else FULL).items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    add_server_args(p)
+    args = parse_with_profile(p, argv, QUICK, FULL)
     if args.burst is None:
         args.burst = args.rate
     if not args.kinds or set(args.kinds) - set(KIND_LABELS) or len(args.kinds) > 250:

@@ -110,15 +110,16 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout
 
 from benchlib import (  # noqa: E402
     DOC_ROOT,
+    add_server_args,
     doc_root,
-    nginx_conf,
+    parse_with_profile,
     run_in_workdir,
     spawn,
+    start_nginx,
     stop,
     stop_all,
     tail,
     wait_port,
-    which_nginx,
 )
 from pushback_bench import crawlq_cmd  # noqa: E402
 from site_bench import AccessLog, page_uri  # noqa: E402
@@ -426,24 +427,11 @@ def run_pass(label: str, proc: subprocess.Popen[bytes], log: AccessLog,
     return p
 
 
-def start_nginx(root: Path, workdir: Path) -> tuple[int, AccessLog]:
-    d = workdir / "nginx"
-    d.mkdir()
-    port, log = free_port(), d / "access.log"
-    conf = d / "nginx.conf"
-    conf.write_text(nginx_conf(d, port, http=NGINX_HTTP.replace("{log}", str(log)),
-                               server=f"        root {root};\n        index index.html;"))
-    nginx = which_nginx(install=True)
-    if nginx is None:
-        raise SystemExit("no nginx on PATH (apt-get install nginx)")
-    proc = spawn([nginx, "-p", str(d), "-c", str(conf)], stdout=subprocess.DEVNULL)
-    wait_port(port, proc, "nginx")
-    return port, AccessLog(log, parse_line)
-
 
 def part_site(args: argparse.Namespace, workdir: Path) -> bool:
     root = doc_root(args.root)
-    port, log = start_nginx(root, workdir)
+    port, log_path = start_nginx(root, workdir, NGINX_HTTP)
+    log = AccessLog(log_path, parse_line)
     redis = RedisServer().start()
     try:
         crawl = f"recrawl-site-{int(time.time())}"
@@ -977,13 +965,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--keep", type=Path, default=None,
                    help="copy the logs and records into this directory")
-    p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
-    p.add_argument("--out", default=None, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    for key, value in (QUICK if args.quick else FULL).items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    add_server_args(p)
+    args = parse_with_profile(p, argv, QUICK, FULL)
     if args.warmup >= args.days:
         p.error("--warmup must be shorter than --days")
     if not 0 < args.rate_min < args.rate_max:

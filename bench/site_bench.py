@@ -90,19 +90,18 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
+import benchlib  # noqa: E402
 from benchlib import (  # noqa: E402
     DOC_ROOT,
     apt_install,
     cpu_seconds,
     doc_root,
-    nginx_conf,
     run_in_workdir,
-    wait_port,
-    which_nginx,
+    start_nginx,
 )
 
 from common.queue import CrawlQueue, CrawlSettings, NewTask  # noqa: E402
-from common.redis_server import RedisServer, free_port  # noqa: E402
+from common.redis_server import RedisServer  # noqa: E402
 from common.runtime import run_loop  # noqa: E402
 from common.urls import canonicalize, fingerprint  # noqa: E402
 
@@ -215,21 +214,8 @@ def stop_all() -> None:
     for proc in reversed(STARTED):
         stop(proc)
     STARTED.clear()
+    benchlib.stop_all()  # nginx (benchlib.start_nginx)
 
-
-def start_nginx(root: Path, workdir: Path) -> tuple[int, Path, subprocess.Popen[bytes]]:
-    d = workdir / "nginx"
-    d.mkdir()
-    port, log = free_port(), d / "access.log"
-    conf = d / "nginx.conf"
-    conf.write_text(nginx_conf(d, port, http=NGINX_HTTP.replace("{log}", str(log)),
-                               server=f"        root {root};\n        index index.html;"))
-    nginx = which_nginx(install=True)
-    if nginx is None:
-        raise SystemExit("no nginx on PATH (apt-get install nginx)")
-    proc = spawn([nginx, "-p", str(d), "-c", str(conf)], stderr=subprocess.DEVNULL)
-    wait_port(port, proc, "nginx")
-    return port, log, proc
 
 
 def count_links(root: Path) -> dict[str, int]:
@@ -704,7 +690,7 @@ def bench(args: argparse.Namespace, workdir: Path) -> int:
     html_files = sum(1 for u in links if u.endswith(".html"))
     print(f"{root}: {html_files} .html files, {sum(links[u] for u in links if u.endswith('.html'))}"
           f" links (<a href>/<area href>, counted in {time.perf_counter() - started:.1f} s)")
-    port, log_path, _ = start_nginx(root, workdir)
+    port, log_path = start_nginx(root, workdir, NGINX_HTTP)
     redis_server = RedisServer().start()
     try:
         env = Env(args, root, port, AccessLog(log_path), workdir, redis_server, links)
