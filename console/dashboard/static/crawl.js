@@ -86,7 +86,7 @@
     },
   };
 
-  // The revisit schedule's figures (crawlq stats' line), or the panel hidden without one.
+  // The figures of the schedule of revisits (crawlq stats' line), or the panel hidden without one.
   function revisitsPanel(rv) {
     const node = document.getElementById("revisits");
     node.hidden = !rv;
@@ -96,7 +96,7 @@
       ["scheduled", fmt.int(rv.scheduled), "URLs waiting for their next visit"],
       ["due now", fmt.int(rv.due), "next visit has come; the reaper brings them back"],
       ["brought back", fmt.int(rv.revisits), "revisits put back in their hosts' queues"],
-      ["late p50", late(rv.late_p50_s), "how long after its due time a revisit was brought back (a bucket's bound)"],
+      ["late p50", late(rv.late_p50_s), "how long after their due time revisits were brought back (a bucket's bound)"],
       ["late p99", late(rv.late_p99_s), ""],
       ["not modified", fmt.int(rv.not_modified), "answered 304 to its validators"],
       ["unchanged", fmt.int(rv.unchanged), "a 2xx with the previous visit's digest"],
