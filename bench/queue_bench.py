@@ -59,6 +59,7 @@ from common.queue import (
     LeasingQueue,
     NewTask,
 )
+from common.queue.revisits import late_quantile
 from common.redis_server import RedisServer
 from common.revisit import Observed
 from common.urls import canonicalize, fingerprint, task_id
@@ -73,6 +74,10 @@ TARGET_LEASE_ACK = 50_000
 TARGET_EXACT_BYTES = 40.0
 TARGET_BLOOM_BYTES = 4.0
 TARGET_PENDING_BYTES = 150.0
+#: A revisit's lateness (s) when it goes back to its host's queue, p99 at most (a bucket).
+TARGET_REVISIT_LATE_S = 1.0
+#: How often the consumers' reaper promotes (consumer/housekeeping.py, at most).
+REAPER_EVERY_S = 0.5
 #: The revisit schedule's bytes per done URL (rv:hist + rv:due), on top of its dedup entry.
 TARGET_REVISIT_BYTES = 120.0
 
@@ -337,6 +342,41 @@ async def bench_revisit_memory(client: aioredis.Redis, n: int) -> tuple[float, f
     return used / n, sum(map(len, urls)) / n
 
 
+async def bench_revisit_lateness(client: aioredis.Redis, n: int, every_s: float
+                                 ) -> tuple[float | None, float | None, float, float]:
+    """n URLs done under a fixed 5 s revisit interval (their next visits as spread as
+    their acks), then promote() every `every_s` (the consumers' reaper) until all are back
+    in their hosts' queues: lateness p50 / p99 (s, a bucket's bound: revisit.lua counts
+    each one's now - due), the promote calls' URLs/s and the ack span (s)."""
+    crawl = "bench-revisit-late"
+    q = await LeasingQueue.open(client, crawl, CrawlSettings())
+    await set_policy(client, crawl, {"revisit": "fixed", "recrawl_after": 5,
+                                     "per_host_delay": 0.0, "per_host_concurrency": 0},
+                     by="bench", create=True)
+    q.configure(revisits=True)
+    urls = [url_of(i) for i in range(n)]
+    for lo in range(0, n, 5_000):
+        await q.enqueue([NewTask(u, fingerprint(u)) for u in urls[lo:lo + 5_000]])
+    observed = Observed('"5f2b-1a3c9e7d"', "Wed, 21 Oct 2015 07:28:00 GMT", "0123456789abcdef")
+    t0 = time.perf_counter()
+    while leases := await q.lease("bench", 1_000, 600_000):
+        for lease in leases:
+            lease.observed = observed
+        await q.ack("bench", [(lease, "ok") for lease in leases])
+    ack_span = time.perf_counter() - t0
+    moved, busy = 0, 0.0
+    deadline = time.perf_counter() + ack_span + 30
+    while moved < n and time.perf_counter() < deadline:
+        started = time.perf_counter()
+        moved += (await q.promote())[0]
+        busy += time.perf_counter() - started
+        await asyncio.sleep(every_s)
+    counters = (await q.stats()).counters
+    await drop_crawl(client, crawl, 1)
+    return (late_quantile(counters, 0.5), late_quantile(counters, 0.99),
+            moved / busy if busy else 0.0, ack_span)
+
+
 async def bench_set_baseline(client: aioredis.Redis, n: int) -> float:
     key = "bench:baseline"
     await client.unlink(key)
@@ -393,6 +433,14 @@ async def run(args: argparse.Namespace, server: RedisServer) -> int:
                  f"URLs {url_bytes:.0f} B)", f"{per:>10.1f} B/URL "
                  f"({per - url_bytes:.1f} B + its URL)",
                  f"<= {TARGET_REVISIT_BYTES:.0f} + its URL", ok)
+        if args.revisit_urls:
+            p50, p99, rate, span = await bench_revisit_lateness(client, args.revisit_urls,
+                                                                REAPER_EVERY_S)
+            ok = p99 is not None and p99 <= TARGET_REVISIT_LATE_S
+            missed += not ok
+            line(f"revisit lateness @{args.revisit_urls:,} URLs due within {span:.1f} s, "
+                 f"promoted every {REAPER_EVERY_S:g} s ({rate:,.0f} URLs/s a promote)",
+                 f"p50 <= {p50} s, p99 <= {p99} s", f"p99 <= {TARGET_REVISIT_LATE_S:g} s", ok)
     finally:
         await client.aclose()
     print("all targets met" if not missed else f"{missed} target(s) missed")
