@@ -8,6 +8,7 @@ so no test waits for one.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -219,6 +220,27 @@ async def test_revisits_keep_their_hosts_politeness(redis_client: aioredis.Redis
     assert await q.lease("w", 2, 60_000) == []  # blocked: a revisit waits like any task
     await Frontier(q).block_host("a.test", 0)
     assert len(await q.lease("w", 2, 60_000)) == 1  # one slot
+
+
+async def test_revisits_keep_their_hosts_delay_and_page_budget(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await revisit_queue(redis_client, crawl_name)
+    slow = [f"http://slow.test/{i}" for i in range(3)]
+    spent = [f"http://spent.test/{i}" for i in range(2)]
+    await Frontier(q).set_host("spent.test", budget=2)
+    await q.enqueue([nt(u) for u in slow + spent])
+    await visit(q, "ok", None, n=5)  # the budget's two pages are spent by the first visits
+    await Frontier(q).set_host("slow.test", delay_s=30)
+    await make_due(q, *slow, *spent)
+    assert (await q.promote())[0] == 5
+    # slow.test's last request was its first visits: its turn is 30 s after; spent.test's
+    # budget is spent: its revisits wait, parked.
+    assert await q.lease("w", 5, 60_000) == []
+    await Frontier(q).set_host("slow.test", delay_s=0.2)
+    await asyncio.sleep(0.25)
+    first = await q.lease("w", 5, 60_000)
+    assert [lease.host for lease in first] == ["slow.test"]  # one a turn
+    assert await q.lease("w", 5, 60_000) == []
 
 
 async def test_with_revisits_off_ack_sends_what_it_sent_and_schedules_nothing(
