@@ -45,6 +45,7 @@ class LivePolicy:
     allow_domains: tuple[str, ...]  # where links may go (empty: each page's own host)
     max_attempts: int  # stamped on each link's task
     recrawl_after: int  # the links' recrawl window, s (0: none)
+    revisits: bool  # the crawl's revisit schedule is on: each fetch notes what it observed
 
     @classmethod
     def of_flags(cls, settings: ConsumerSettings) -> LivePolicy:
@@ -53,7 +54,7 @@ class LivePolicy:
                    OPTIONS["backoff_on"].default, False, OPTIONS["max_crawl_delay"].default,
                    settings.fetch.user_agent, settings.robots_ttl_s, settings.max_depth,
                    settings.allow_domains, OPTIONS["max_attempts"].default,
-                   OPTIONS["recrawl_after"].default)
+                   OPTIONS["recrawl_after"].default, False)
 
     @classmethod
     def of(cls, version: int, policy: CrawlPolicy, recrawl_after: int) -> LivePolicy:
@@ -62,7 +63,8 @@ class LivePolicy:
         return cls(version, policy.accept_content_type, policy.ignore_robots,
                    policy.backoff_on, policy.adaptive_delay > 0, policy.max_crawl_delay,
                    policy.user_agent, policy.robots_ttl, policy.max_depth,
-                   policy.allow_domains, policy.max_attempts, recrawl_after)
+                   policy.allow_domains, policy.max_attempts, recrawl_after,
+                   policy.revisit != "off")
 
 
 class Live:

@@ -72,22 +72,27 @@ def observe(revisit: Revisit | None, result: FetchResult) -> Observed:
     return Observed(etag, last_modified, "" if result.filtered else digest(result.body), fresh)
 
 
-def outcome_of(revisit: Revisit | None, result: FetchResult, observed: Observed) -> str:
-    """The outcome code of a response that is read (not ``filtered``)."""
+def outcome_of(revisit: Revisit | None, result: FetchResult,
+               observed: Observed | None) -> str:
+    """The outcome code of a response that is read (not ``filtered``); `observed` is
+    None only for a first visit with the crawl's revisits off."""
     status = result.status
     outcome = "ok" if status < 400 else "http_4xx"
     if revisit is not None:
         if status == 304:
             outcome = "not_modified"
         elif 200 <= status < 300:
-            same = revisit.digest and observed.digest == revisit.digest
+            same = revisit.digest and observed is not None \
+                and observed.digest == revisit.digest
             outcome = "unchanged" if same else "changed"
     return outcome
 
 
-def noted(record: Record, revisit: Revisit | None, observed: Observed) -> Record:
-    """`record` with its body's digest and the time of the visit it revisits."""
-    record.digest = observed.digest
+def noted(record: Record, revisit: Revisit | None, observed: Observed | None) -> Record:
+    """`record` with its body's digest (when one was taken) and the time of the visit it
+    revisits."""
+    if observed is not None:
+        record.digest = observed.digest
     if revisit is not None:
         record.refers_to_s = revisit.fetched_s
     return record

@@ -211,7 +211,11 @@ class Runner:
         if live.adaptive:
             lease.elapsed_ms = round(result.elapsed * 1000)
         self.metrics.response(result.status, len(result.body))
-        lease.observed = observed = observe(task.revisit, result)
+        # What a fetch observed (its digest, validators, freshness) is the revisit
+        # schedule's: without one, no body is hashed.
+        observed = None
+        if live.revisits or task.revisit is not None:
+            lease.observed = observed = observe(task.revisit, result)
         if result.filtered:  # its Content-Type is not accepted: no body, no handler
             outcome = "filtered"
             self._complete(Completion(lease, "ack", outcome,

@@ -10,9 +10,9 @@ task each, no task per lease) take QUEUED leases in order and hand each to the r
 from __future__ import annotations
 
 import asyncio
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
-from enum import Enum
+from enum import IntEnum
 
 from common.queue import Lease
 from consumer.leases import LeaseBook
@@ -21,16 +21,17 @@ from consumer.stopping import Stopping
 SHUTDOWN_WAIT_S = 5.0
 
 
-class Stage(Enum):
-    """Where a held lease is, locally, before its completion goes to the flusher."""
+class Stage(IntEnum):
+    """Where a held lease is, locally, before its completion goes to the flusher. (An
+    IntEnum: a lease moves five times a page, and a plain Enum hashes in Python.)"""
 
-    SCHEDULED = "scheduled"  # a host's turn, to start DISPATCH_S after the lease reply
-    QUEUED = "queued"  # waits for a free fetch slot
-    ROBOTS_WAIT = "robots_wait"  # its robots.txt is looked up outside the slots
-    STARTING = "starting"  # a slot took it: robots.txt gate, lease still ours?
-    FETCHING = "fetching"  # its request is under way
-    RESPONSE_IN = "response_in"  # the fetch returned: handler, then its completion
-    DONE = "done"  # left the slots (completion queued, dropped or released)
+    SCHEDULED = 0  # a host's turn, to start DISPATCH_S after the lease reply
+    QUEUED = 1  # waits for a free fetch slot
+    ROBOTS_WAIT = 2  # its robots.txt is looked up outside the slots
+    STARTING = 3  # a slot took it: robots.txt gate, lease still ours?
+    FETCHING = 4  # its request is under way
+    RESPONSE_IN = 5  # the fetch returned: handler, then its completion
+    DONE = 6  # left the slots (completion queued, dropped or released)
 
 
 #: The stages in which a fetch slot works on the lease.
@@ -41,6 +42,15 @@ STARTED = frozenset({Stage.FETCHING, Stage.RESPONSE_IN})
 NOT_STARTED = frozenset({Stage.SCHEDULED, Stage.QUEUED, Stage.ROBOTS_WAIT})
 
 
+class _At:
+    """A held lease and its stage (changed in place: five moves a page)."""
+
+    __slots__ = ("lease", "stage")
+
+    def __init__(self, lease: Lease, stage: Stage) -> None:
+        self.lease, self.stage = lease, stage
+
+
 class Slots:
     """The fetch slots, and the stage of each lease they hold locally."""
 
@@ -49,8 +59,8 @@ class Slots:
         self.book = book
         self.stopping = stopping
         self._on_slot_free = on_slot_free
-        self._at: dict[str, tuple[Lease, Stage]] = {}  # task id -> its lease, its stage
-        self._count: Counter[Stage] = Counter()
+        self._at: dict[str, _At] = {}  # task id -> its lease and stage
+        self._count = [0] * len(Stage)  # leases per stage
         self._queued: deque[Lease] = deque()  # QUEUED, in order (stale entries skipped)
         self._lookups: dict[str, asyncio.Task[None]] = {}  # ROBOTS_WAIT: the lookup
         #: Each slot task -> the lease it works on.
@@ -65,13 +75,18 @@ class Slots:
     def move(self, lease: Lease, stage: Stage, *, front: bool = False) -> None:
         """Put `lease` in `stage` (DONE: forget it); a QUEUED lease waits at the back of
         the slots' queue, or at its `front` (it had started once), and wakes a slot."""
-        old = self._at.pop(lease.id, None)
-        if old is not None:
-            self._count[old[1]] -= 1
-        if stage is Stage.DONE:
+        at, count = self._at.get(lease.id), self._count
+        if at is not None:
+            count[at.stage] -= 1
+            if stage is Stage.DONE:
+                del self._at[lease.id]
+                return
+            at.lease, at.stage = lease, stage
+        elif stage is Stage.DONE:
             return
-        self._at[lease.id] = (lease, stage)
-        self._count[stage] += 1
+        else:
+            self._at[lease.id] = _At(lease, stage)
+        count[stage] += 1
         if stage is Stage.QUEUED:
             if front:
                 self._queued.appendleft(lease)
@@ -82,7 +97,7 @@ class Slots:
     def stage(self, lease: Lease) -> Stage:
         """`lease`'s stage (DONE when not this lease's, e.g. an older lease of its task)."""
         at = self._at.get(lease.id)
-        return at[1] if at is not None and at[0] is lease else Stage.DONE
+        return at.stage if at is not None and at.lease is lease else Stage.DONE
 
     def count(self, *stages: Stage) -> int:
         """How many leases are in these stages (all stages: every unfinished lease)."""
@@ -92,7 +107,7 @@ class Slots:
 
     def ids(self, *stages: Stage) -> set[str]:
         """The task ids in these stages (whichever lease of the task it is)."""
-        return {tid for tid, (_, s) in self._at.items() if s in stages}
+        return {tid for tid, at in self._at.items() if at.stage in stages}
 
     def wait_for_robots(self, lease: Lease, lookup: Awaitable[None]) -> None:
         """Move `lease` to ROBOTS_WAIT while `lookup` runs outside the slots."""
@@ -187,9 +202,9 @@ class Slots:
     async def shed(self) -> None:
         """Forget every lease no slot has begun to fetch (their leases are released by
         the caller), cancelling their robots.txt lookups."""
-        for lease, stage in list(self._at.values()):
-            if stage in NOT_STARTED:
-                self.move(lease, Stage.DONE)
+        for at in list(self._at.values()):
+            if at.stage in NOT_STARTED:
+                self.move(at.lease, Stage.DONE)
         self._queued.clear()
         lookups = list(self._lookups.values())
         self._lookups.clear()

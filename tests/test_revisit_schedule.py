@@ -170,6 +170,12 @@ async def test_max_age_raises_an_adaptive_interval_and_fixed_ignores_learning(
     await short.enqueue([nt("http://a.test/3")])
     await visit(short, "ok", Observed("", "", "", -1))
     assert await interval_of(short, "http://a.test/3") == 5
+    # With no recrawl_after, the interval is min_interval.
+    zero = await revisit_queue(redis_client, crawl_name + "z", revisit="fixed",
+                               recrawl_after=0, min_interval=10)
+    await zero.enqueue([nt("http://a.test/4")])
+    await visit(zero, "ok", Observed("", "", "", -1))
+    assert await interval_of(zero, "http://a.test/4") == 10
 
 
 async def test_a_304_keeps_the_stored_validators_it_did_not_carry(

@@ -19,6 +19,7 @@ from support.routes import serve
 
 from common.http.fetcher import Fetcher, FetchResult
 from common.metrics import Metrics
+from common.policy import set_policy
 from common.queue import Lease, LeasingQueue, NewTask
 from common.revisit import Observed, Revisit
 from common.urls import fingerprint
@@ -60,9 +61,11 @@ class Crawl:
 
 
 async def crawl(redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
-                tasks: list[NewTask]) -> Crawl:
-    """Enqueue `tasks` and run a consumer with the ``links`` handler until the crawl is done."""
+                tasks: list[NewTask], revisit: str = "fixed") -> Crawl:
+    """Enqueue `tasks` and run a consumer with the ``links`` handler until the crawl is done
+    (a crawl whose policy says `revisit`)."""
     queue = await LeasingQueue.open(redis_client, crawl_name)
+    await set_policy(redis_client, crawl_name, {"revisit": revisit}, by="test", create=True)
     await queue.enqueue(tasks)
     settings = settings_from_args(build_parser().parse_args(
         consumer_args(redis_url, crawl_name, "unused")))
@@ -174,6 +177,18 @@ async def test_a_first_visit_sends_no_validator_and_is_ok(
     assert not set(VALIDATOR_NAMES) & set(requests["/p"][0])
     assert seen.record(url).outcome == "ok" and seen.handled[0] == url
     assert seen.acked[url].observed == Observed('"v2"', "", digest(OLD_PAGE), 600)
+
+
+async def test_with_revisits_off_a_first_visit_hashes_no_body(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str) -> None:
+    requests: dict[str, list[dict[str, str]]] = {"/p": [], "/known": []}
+    async with serve(site_routes(requests, {"body": OLD_PAGE})) as site:
+        url = site.url("/p")
+        seen = await crawl(redis_client, redis_url, crawl_name,
+                           [NewTask(url, fingerprint(url))], revisit="off")
+    record = seen.record(url)
+    assert (record.outcome, record.digest) == ("ok", "")
+    assert seen.acked[url].observed is None and seen.handled[0] == url
 
 
 async def test_a_validator_is_never_sent_to_the_redirect_target_nor_kept_for_the_url(

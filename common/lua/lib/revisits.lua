@@ -60,7 +60,7 @@ end
 -- otherwise; a declared freshness lifetime (max-age / Expires) longer than that raises
 -- it (a visit before then gets the same copy). Clamped to [min, max].
 local function next_interval(c, prev, outcome, max_age)
-  local iv = c.first
+  local iv = c.first > 0 and c.first or c.min  -- recrawl_after 0: min_interval
   if c.mode ~= 2 then return math.max(iv, 1) end
   if prev then
     iv = prev.interval
