@@ -248,7 +248,8 @@ async def test_hosts_panel_pause_and_host_settings(
                 rows = host_rows(browser)
                 return set(hosts) <= set(rows) and sum(int(rows[h][3]) for h in hosts) > 0
             wait_for(filling, "the hosts table to fill", 30)
-            rows = host_rows(browser)
+            # Read again until no refresh redraws the table under the read (stale rows).
+            rows = wait_for(lambda: host_rows(browser), "the hosts table")
             assert rows[XSS_HOST][0] == XSS_HOST  # the hostile name, as text
             assert browser.find_elements("css selector", "#hosts img, #hosts script") == []
             assert (await queue.stats()).pending > 0, "the crawl ended before the checks"
