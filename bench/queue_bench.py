@@ -318,24 +318,32 @@ async def bench_bloom_memory(client: aioredis.Redis, urls: Sequence[str],
     return used / enqueued, layers, 1 - enqueued / len(fps), meter
 
 
-async def bench_revisit_memory(client: aioredis.Redis, n: int) -> tuple[float, float]:
-    """Bytes per done URL of the revisit schedule (MEMORY USAGE of rv:hist and rv:due) after
-    n URLs were enqueued, leased and acked with a typical ETag, Last-Modified and digest;
-    and the average URL length."""
-    crawl = "bench-revisit"
+async def revisits_done(client: aioredis.Redis, crawl: str, n: int, policy: dict[str, Any]
+                        ) -> tuple[LeasingQueue, list[str], float]:
+    """A crawl with revisits on (`policy`) whose n URLs were enqueued, leased and acked
+    with a typical ETag, Last-Modified and digest: the queue, the URLs and the ack span (s)."""
     q = await LeasingQueue.open(client, crawl, CrawlSettings())
-    await set_policy(client, crawl, {"revisit": "adaptive", "recrawl_after": 86400,
-                                     "per_host_delay": 0.0, "per_host_concurrency": 0},
-                     by="bench", create=True)
+    await set_policy(client, crawl, {**policy, "per_host_delay": 0.0,
+                                     "per_host_concurrency": 0}, by="bench", create=True)
     q.configure(revisits=True)
     urls = [url_of(i) for i in range(n)]
     for lo in range(0, n, 5_000):
         await q.enqueue([NewTask(u, fingerprint(u)) for u in urls[lo:lo + 5_000]])
     observed = Observed('"5f2b-1a3c9e7d"', "Wed, 21 Oct 2015 07:28:00 GMT", "0123456789abcdef")
+    t0 = time.perf_counter()
     while leases := await q.lease("bench", 1_000, 600_000):
         for lease in leases:
             lease.observed = observed
         await q.ack("bench", [(lease, "ok") for lease in leases])
+    return q, urls, time.perf_counter() - t0
+
+
+async def bench_revisit_memory(client: aioredis.Redis, n: int) -> tuple[float, float]:
+    """Bytes per done URL of the revisit schedule (MEMORY USAGE of rv:hist and rv:due) after
+    n URLs were done; and the average URL length."""
+    crawl = "bench-revisit"
+    q, urls, _ = await revisits_done(client, crawl, n,
+                                     {"revisit": "adaptive", "recrawl_after": 86400})
     pk = q.partitions[0]
     used = await memory_usage(client, [pk.rv_hist, pk.rv_due])
     await drop_crawl(client, crawl, 1)
@@ -349,21 +357,8 @@ async def bench_revisit_lateness(client: aioredis.Redis, n: int, every_s: float
     in their hosts' queues: lateness p50 / p99 (s, a bucket's bound: revisit.lua counts
     each one's now - due), the promote calls' URLs/s and the ack span (s)."""
     crawl = "bench-revisit-late"
-    q = await LeasingQueue.open(client, crawl, CrawlSettings())
-    await set_policy(client, crawl, {"revisit": "fixed", "recrawl_after": 5,
-                                     "per_host_delay": 0.0, "per_host_concurrency": 0},
-                     by="bench", create=True)
-    q.configure(revisits=True)
-    urls = [url_of(i) for i in range(n)]
-    for lo in range(0, n, 5_000):
-        await q.enqueue([NewTask(u, fingerprint(u)) for u in urls[lo:lo + 5_000]])
-    observed = Observed('"5f2b-1a3c9e7d"', "Wed, 21 Oct 2015 07:28:00 GMT", "0123456789abcdef")
-    t0 = time.perf_counter()
-    while leases := await q.lease("bench", 1_000, 600_000):
-        for lease in leases:
-            lease.observed = observed
-        await q.ack("bench", [(lease, "ok") for lease in leases])
-    ack_span = time.perf_counter() - t0
+    q, _, ack_span = await revisits_done(client, crawl, n,
+                                         {"revisit": "fixed", "recrawl_after": 5})
     moved, busy = 0, 0.0
     deadline = time.perf_counter() + ack_span + 30
     while moved < n and time.perf_counter() < deadline:
