@@ -20,6 +20,10 @@ from typing import Any
 
 from common.errors import MalformedTaskError
 
+#: A longer ETag or Last-Modified is not kept (not worth its room in the history); the
+#: scripts' lib/revisits.lua holds the same bound.
+MAX_VALIDATOR_BYTES = 256
+
 
 @dataclass(frozen=True, slots=True)
 class Revisit:

@@ -26,14 +26,12 @@ from datetime import UTC
 from email.utils import parsedate_to_datetime
 
 from common.http.fetcher import FetchResult
-from common.revisit import Observed, Revisit
+from common.revisit import MAX_VALIDATOR_BYTES, Observed, Revisit
 from consumer.sinks import Record
 
-__all__ = ["MAX_VALIDATOR_BYTES", "NOT_HANDLED", "conditional_headers", "digest", "max_age_s",
+__all__ = ["NOT_HANDLED", "conditional_headers", "digest", "max_age_s",
            "noted", "observe", "outcome_of"]
 
-#: A longer ETag or Last-Modified is not kept (not worth its room in the history).
-MAX_VALIDATOR_BYTES = 256
 #: The outcomes whose page was handled at an earlier visit: no handler this time.
 NOT_HANDLED = frozenset({"not_modified", "unchanged"})
 #: RFC 9111 1.2.2: a delta-seconds past 2^31 is taken as 2^31.

@@ -21,13 +21,13 @@ from common.http.fetcher import Fetcher, FetchResult
 from common.metrics import Metrics
 from common.policy import set_policy
 from common.queue import Lease, LeasingQueue, NewTask
-from common.revisit import Observed, Revisit
+from common.revisit import MAX_VALIDATOR_BYTES, Observed, Revisit
 from common.urls import fingerprint
 from consumer.config import build_parser, settings_from_args
 from consumer.flush import Completion
 from consumer.handlers import HandlerContext, HandlerResult, links
 from consumer.lifecycle import Consumer
-from consumer.revisits import MAX_VALIDATOR_BYTES, digest, max_age_s, observe
+from consumer.revisits import digest, max_age_s, observe
 from consumer.sinks import Record
 
 ETAG = '"v1"'

@@ -15,13 +15,11 @@ from common.codec import text as _text
 from common.queue.calls import host_args
 from common.queue.crawl import Crawl
 from common.queue.model import RevisitStats
-from common.revisit import Observed
+from common.revisit import MAX_VALIDATOR_BYTES, Observed
 
 if TYPE_CHECKING:
     from common.keys import PartitionKeys
 
-#: Validators longer than this are not kept (common/revisit.py; lib/revisits.lua too).
-MAX_VALIDATOR = 256
 #: ack.lua's ARGV[2] when each item also carries what its fetch observed.
 MARKS_OBSERVED = 2
 #: The upper bounds (s) of revisit.lua's lateness buckets (stats ``rv_late:<bound>``),
@@ -31,7 +29,7 @@ _NONE = Observed()
 
 
 def _validator(value: str) -> str:
-    return value if len(value.encode()) <= MAX_VALIDATOR else ""
+    return value if len(value.encode()) <= MAX_VALIDATOR_BYTES else ""
 
 
 def observed_arg(observed: Observed | None) -> str:
