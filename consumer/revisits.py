@@ -22,10 +22,8 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Sequence
-from datetime import UTC
-from email.utils import parsedate_to_datetime
 
-from common.http.fetcher import FetchResult
+from common.http.fetcher import FetchResult, http_date
 from common.revisit import MAX_VALIDATOR_BYTES, Observed, Revisit
 from consumer.sinks import Record
 
@@ -126,22 +124,12 @@ def max_age_s(raw_headers: Sequence[tuple[bytes, bytes]], date: str | None,
         return _MAX_DELTA_S if len(max_age) > 10 else min(_MAX_DELTA_S, int(max_age))
     if expires is None:
         return -1
-    until = _http_date(expires)
+    until = http_date(expires)
     if until is None:
         return 0
-    start = _http_date(date) if date is not None else None
+    start = http_date(date) if date is not None else None
     base = start if start is not None else (time.time() if now is None else now)
     return max(0, min(_MAX_DELTA_S, int(until - base)))
-
-
-def _http_date(value: str) -> float | None:
-    try:
-        when = parsedate_to_datetime(value.strip())
-        if when.tzinfo is None:  # "-0000" or asctime: HTTP dates are GMT
-            when = when.replace(tzinfo=UTC)
-        return when.timestamp()
-    except (TypeError, ValueError, IndexError, OverflowError, OSError):
-        return None
 
 
 def _kept(value: str | None) -> str:

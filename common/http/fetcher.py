@@ -198,17 +198,21 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
         if len(digits) > _MAX_RETRY_AFTER_DIGITS:  # int() refuses > 4300 digits
             return MAX_RETRY_AFTER_S
         return min(MAX_RETRY_AFTER_S, float(int(digits or "0")))
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if when.tzinfo is None:  # "-0000" or asctime: RFC 9110 dates are GMT
-        when = when.replace(tzinfo=UTC)
-    try:
-        stamp = when.timestamp()
-    except (OverflowError, OSError, ValueError):
+    stamp = http_date(value)
+    if stamp is None:
         return None
     return min(MAX_RETRY_AFTER_S, max(0.0, stamp - (time.time() if now is None else now)))
+
+
+def http_date(value: str) -> float | None:
+    """An HTTP-date (RFC 9110) as a Unix time; None when it is not one. Never raises."""
+    try:
+        when = parsedate_to_datetime(value.strip())
+        if when.tzinfo is None:  # "-0000" or asctime: RFC 9110 dates are GMT
+            when = when.replace(tzinfo=UTC)
+        return when.timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError, OSError):
+        return None
 
 
 def classify_status(status: int, headers: Mapping[str, str]) -> FetchError | None:
