@@ -43,7 +43,8 @@ Each run prints:
   no target, for comparing runs.
 
 ``FRONTIER_BENCH_SHOW=1`` prints the first violations; ``FRONTIER_BENCH_COMMANDS=1`` the
-commands that took most Redis time per page (INFO commandstats).
+commands that took most Redis time per page (INFO commandstats) and each script's time and
+calls per page (SLOWLOG at threshold 0, which logs every top-level call with its time).
 
 The wide run (H=5000, P=5, most time spent discovering hosts) is bound by the slots as
 much as by politeness: its bound is the larger of ``P x delay + latency`` and every
@@ -66,6 +67,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import json
 import os
@@ -88,6 +90,7 @@ import redis.asyncio as aioredis
 import uvloop
 from wire_server import WireServer
 
+from common import scripts
 from common.queue import CrawlQueue, NewTask
 from common.redis_server import RedisServer
 from common.urls import fingerprint
@@ -222,6 +225,24 @@ async def command_costs(client: aioredis.Redis, pages: int) -> str:
                      f"{int(v['calls']) / pages:.2f}x" for name, v in top)
 
 
+async def script_costs(client: aioredis.Redis, pages: int) -> str:
+    """Each script's time (us, its commands included) and calls per page, from SLOWLOG."""
+    names = {hashlib.sha1(scripts.source(f.stem).encode()).hexdigest(): f.stem
+             for f in scripts.LUA.glob("*.lua")}
+    await client.config_set("slowlog-log-slower-than", 10_000)
+    usec: dict[str, float] = defaultdict(float)
+    calls: dict[str, int] = defaultdict(int)
+    for entry in await client.slowlog_get(1_000_000):
+        command = entry["command"]
+        words = (command.decode("latin-1") if isinstance(command, bytes) else command).split()[:2]
+        if len(words) == 2 and words[0].upper() == "EVALSHA":
+            name = names.get(words[1], words[1][:8])
+            usec[name] += entry["duration"]
+            calls[name] += 1
+    top = sorted(usec, key=lambda n: -usec[n])
+    return "  ".join(f"{n} {usec[n] / pages:.1f}us {calls[n] / pages:.2f}x" for n in top)
+
+
 def seeds(site: Site, port: int, *, interleaved: bool) -> list[str]:
     """The URLs enqueued up front: every page, or each host's root when the site links."""
     hosts, pages = range(site.hosts), range(1 if site.fanout else site.pages)
@@ -249,6 +270,11 @@ async def crawl(server: RedisServer, port: int, *, site: Site, delay: float,
     for lo in range(0, len(urls), 2_000):
         await q.enqueue([NewTask(u, fingerprint(u)) for u in urls[lo:lo + 2_000]])
     await client.config_resetstat()
+    profiling = bool(os.environ.get("FRONTIER_BENCH_COMMANDS"))
+    if profiling:
+        await client.config_set("slowlog-max-len", 1_000_000)
+        await client.config_set("slowlog-log-slower-than", 0)
+        await client.slowlog_reset()
     cpu0, calls0 = await redis_counters(client)
     flags, extra_env = discovery_options(site)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CRAWLQ_LOG_LEVEL": "WARNING", **extra_env}
@@ -264,8 +290,9 @@ async def crawl(server: RedisServer, port: int, *, site: Site, delay: float,
         assert await proc.wait() == 0, f"{label}: a consumer exited {proc.returncode}"
     children1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # the site is still running
     cpu1, calls1 = await redis_counters(client)
-    if os.environ.get("FRONTIER_BENCH_COMMANDS"):
+    if profiling:
         print(f"  {label}: {await command_costs(client, site.hosts * site.pages)}")
+        print(f"  {label}, scripts: {await script_costs(client, site.hosts * site.pages)}")
     stats = await q.stats()
     await client.aclose()
     n = site.hosts * site.pages
