@@ -8,39 +8,39 @@ Partition keys (``crawlq:{<crawl>:<p>}:<name>``). A partition holds whole hosts 
 routed by its host key, ``common.hostmodel.hostkey.host_key``), so a host's queue, its politeness
 state and its URLs' dedup entries live under one hash tag, on one Cluster shard.
 
-The frontier (what is pending, per host):
+The frontier (what is pending, per host). Layout 3 (``common.queue.crawl.FORMAT``): one
+record per host and one per lease; a crawl of layout 2 is converted by
+``common/lua/migrate.lua`` (``common.queue.migrate``).
 
 =============  ======  ==========================================  ===================
 name           type    holds                                       written by
 =============  ======  ==========================================  ===================
+hosts          HASH    host -> its record: 18 little-endian        every script that
+                       doubles (``common.hostmodel.hostrec``,      changes a host,
+                       ``lib/hosts.lua``): queued, inflight        through the host
+                       (leases whose response is not in), last     ledger
+                       request start (ms), done, its settings
+                       (delay, concurrency, budget, used,
+                       blocked until, robots delay, reserved;
+                       -1 = unset) and push-back state
 hq:<host>      LIST    the host's pending entries, priority 0,     enqueue, release,
                        FIFO; an entry is ``<id><url>[ <json>]``    reclaim, promote,
                        (``common.task.encode_entry``)              requeue, lease
 hp:<host>      ZSET    the host's pending entries with priority    same as hq
                        > 0, score = -priority (highest first)
-due            ZSET    host -> when its next request may start,    every script that
-                       ms of Redis TIME: exactly the hosts with    changes a host
-                       pending work and a free slot (KEDA reads
-                       its ZCARD)
+due            ZSET    host -> when its next request may start,    the host ledger's
+                       ms of Redis TIME: exactly the hosts with    flush (lib/hosts.lua:
+                       pending work, a free slot and budget left   the due rule)
+                       (the due rule; KEDA reads its ZCARD)
 prio_hosts     ZSET    host -> -(highest pending priority)         enqueue, lease, ...
-h:queued       ZSET    host -> pending tasks (every host seen)     enqueue, lease, ...
-h:inflight     ZSET    host -> leased tasks                        lease, ack, fail,
-                                                                   release, reclaim
-h:done         ZSET    host -> tasks done                          ack (fail reads
-                                                                   it: backoff)
-h:errors       ZSET    host -> failed attempts                     fail, reclaim
-h:last         ZSET    host -> last request start (a lease), ms    lease
+h:queued       ZSET    host -> pending tasks: the index            the host ledger's
+                       ``crawlq hosts`` sorts by, a copy of the    flush, when a count
+                       records' counts (every host seen)           changed
+h:errors       ZSET    host -> failed attempts (a sort index)      fail, reclaim
 h:delay        ZSET    host -> its delay when not the default, ms  host_set
 h:blocked      ZSET    host -> blocked until, ms (cool-downs,      fail, host_set
                        ``crawlq hosts block``)
 h:budget       ZSET    host -> its page budget (hosts with one)    host_set
-hostconf       HASH    host -> "delay,concurrency,budget,used,     host_set, lease,
-                       blocked,robots_delay,reserved[,level,pace,  ack, fail,
-                       pb_at,pb_done,fade,pushbacks]" (ms; '' =    release, reclaim
-                       unset; used: pages fetched, reserved:
-                       leases holding a page of the budget; the
-                       rest: push-back, lib/backoff.lua), only
-                       hosts with a setting
 hungry         ZSET    worker -> when its lease call last came     lease
                        back empty, ms of Redis TIME: while one
                        is recent, the other workers take only
@@ -55,14 +55,21 @@ pending        STRING  pending tasks in this partition             enqueue, leas
 Everything else a task needs, once it has left its host queue:
 
 =============  ======  ==========================================  ===================
-tasks          HASH    id -> "<host> <priority> <entry>" of a      lease; deleted by
-                       leased, waiting or dead task                ack, release, ...
-attempts       HASH    id -> attempts so far (counted at lease)    lease, release,
-                                                                   ack, requeue
+leased         HASH    id -> "<owner> <attempt> <host> <priority>  lease; deleted by
+                       <entry>" of a leased task, owner            ack, fail, release,
+                       "[f][b]<fencing token>:<worker>" (f: its    reclaim
+                       response is in, its host's slot given
+                       back; b: it holds a page of its host's
+                       budget): the one record of a lease
 leases         ZSET    id -> lease deadline, ms of Redis TIME      lease, renew, ack,
                                                                    fail, release,
                                                                    reclaim
-owners         HASH    id -> "<fencing token>:<worker>"            same as leases
+tasks          HASH    id -> "<host> <priority> <entry>" of a      fail, reclaim;
+                       waiting or dead task                        promote, requeue,
+                                                                   purge delete
+attempts       HASH    id -> attempts so far, of a task that is    release, reclaim,
+                       not leased (pending again, waiting,         fail; lease takes it
+                       dead); a lease holds its own                into the lease record
 seq            STRING  fencing-token counter                       lease
 delayed        ZSET    id -> due time of a retry, ms of Redis TIME fail, promote
 dead           ZSET    id -> time of death, ms                     fail, reclaim,
@@ -97,9 +104,10 @@ rv:due         ZSET    id -> its next visit, ms of Redis TIME      ack; revisit 
 
 A pending task is one list entry and nothing else (its id, URL and only the fields that
 differ from the defaults), so a frontier of millions of URLs stays small; its body moves
-to ``tasks`` when it is leased.
+to its lease record (``leased``) when it is leased, and to ``tasks`` while it waits or is
+dead.
 
-``owners`` and ``attempts`` also hold one field that is not a task id,
+``attempts`` also holds one field that is not a task id,
 `HASHTABLE_FIELD` (128 ``~``), written by lease: a field that long makes Redis store the
 hash as a hashtable for good. Their size follows the tasks in flight, a few hundred
 fields, where Redis would otherwise keep a listpack (up to 512 short fields) and scan
@@ -137,14 +145,14 @@ from common.names import validate_crawl_name
 
 PREFIX = "crawlq"
 CRAWLS = f"{PREFIX}:crawls"
-#: The non-task field of ``owners`` and ``attempts`` (mirrors ``lib/memory.lua``).
+#: The non-task field of ``attempts`` (mirrors ``lib/memory.lua``).
 HASHTABLE_FIELD = "~" * 128
 
 # Names of the fixed per-partition keys, in the order PartitionKeys declares them.
 _PARTITION_NAMES = (
-    "due", "h:queued", "h:inflight", "h:last", "hostconf", "conf", "prio_hosts", "h:done",
+    "hosts", "due", "h:queued", "conf", "prio_hosts",
     "h:errors", "h:delay", "h:blocked", "h:budget", "pending", "tasks", "attempts", "leases",
-    "owners", "seq", "delayed", "dead", "errors", "dead_reasons", "checkpoints", "stalls",
+    "leased", "seq", "delayed", "dead", "errors", "dead_reasons", "checkpoints", "stalls",
     "stats", "bloom", "lock:reap", "hungry", "rv:hist", "rv:due",
 )
 
@@ -169,14 +177,11 @@ class PartitionKeys:
 
     crawl: str
     partition: int
+    hosts: str
     due: str
     queued: str
-    inflight: str
-    last: str
-    hostconf: str
     conf: str
     prio_hosts: str
-    done: str
     errors_by_host: str
     delay: str
     blocked: str
@@ -185,7 +190,7 @@ class PartitionKeys:
     tasks: str
     attempts: str
     leases: str
-    owners: str
+    leased: str
     seq: str
     delayed: str
     dead: str
@@ -209,8 +214,14 @@ class PartitionKeys:
 
     @property
     def host_state(self) -> list[str]:
-        """The six keys every host-changing script takes first, in this order (lib/hosts.lua)."""
-        return [self.due, self.queued, self.inflight, self.last, self.hostconf, self.conf]
+        """The four keys every host-changing script takes first, in this order
+        (lib/hosts.lua's host_keys)."""
+        return [self.hosts, self.due, self.queued, self.conf]
+
+    @property
+    def lease_state(self) -> list[str]:
+        """The two keys of the leases (lib/leases.lua's lease_keys): records, deadlines."""
+        return [self.leased, self.leases]
 
     def seen(self, bucket: int) -> str:
         """One exact-dedup bucket hash (called per URL)."""

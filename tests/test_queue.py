@@ -19,6 +19,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 from support.clock import expire, redis_ms, window_passed
+from support.frontier import host_record, host_records, put_record
 
 import common.queue.leasing
 from common.errors import ConfigError, CrawlConflictError, MalformedTaskError
@@ -115,28 +116,33 @@ async def host_prio(client: aioredis.Redis, q: LeasingQueue, host: str) -> dict[
 
 
 async def assert_frontier(client: aioredis.Redis, q: LeasingQueue) -> None:
-    """Per partition: `pending` == entries in host queues == sum of h:queued; h:inflight
-    per host == its leases; `due` == the hosts with work and a free slot (no limits)."""
+    """Per partition: `pending` == entries in host queues == the records' queued counts ==
+    h:queued; each record's inflight == its leases; `due` == the hosts with work and a free
+    slot (no limits)."""
     for pk in q.partitions:
-        queued = {h.decode(): int(s) for h, s in
-                  await client.zrange(pk.queued, 0, -1, withscores=True)}
+        records = await host_records(client, pk)
+        queued = {h: r.queued for h, r in records.items()}
+        index = {h.decode(): int(s) for h, s in
+                 await client.zrange(pk.queued, 0, -1, withscores=True)}
+        assert {h: n for h, n in index.items() if n} == {h: n for h, n in queued.items() if n}
         entries = {h: await client.llen(pk.host_queue(h)) + await client.zcard(pk.host_prio(h))
                    for h in queued}
         assert {h: n for h, n in entries.items() if n} == {h: n for h, n in queued.items() if n}
         assert int(await client.get(pk.pending) or 0) == sum(entries.values())
         leased = [m.decode() for m in await client.zrange(pk.leases, 0, -1)]
         per_host: dict[str, int] = {}
-        for value in await client.hmget(pk.tasks, leased) if leased else []:
-            host = value.split(b" ", 1)[0].decode()
-            per_host[host] = per_host.get(host, 0) + 1
-        inflight = {h.decode(): int(s) for h, s in
-                    await client.zrange(pk.inflight, 0, -1, withscores=True) if s}
+        for value in await client.hmget(pk.leased, leased) if leased else []:
+            owner, _, host = value.split(b" ", 3)[:3]
+            if not owner.startswith(b"f"):
+                per_host[host.decode()] = per_host.get(host.decode(), 0) + 1
+        inflight = {h: r.inflight for h, r in records.items() if r.inflight}
         assert inflight == per_host
         due = {h.decode() for h in await client.zrange(pk.due, 0, -1)}
         conc = int(await client.hget(pk.conf, "concurrency") or 0)
-        assert due == {h for h, n in queued.items()
-                       if n and (not conc or inflight.get(h, 0) < conc)
-                       and not await client.hexists(pk.hostconf, h)}
+        assert due == {h for h, r in records.items()
+                       if r.queued and (not conc or r.inflight < conc)
+                       and r.delay is None and r.conc is None and r.budget is None
+                       and not r.blocked}
 
 
 async def _plant(client: aioredis.Redis, q: LeasingQueue, host: str, entries: list[bytes]
@@ -144,7 +150,9 @@ async def _plant(client: aioredis.Redis, q: LeasingQueue, host: str, entries: li
     """Put raw entries at the tail of a host's queue, counted pending like enqueue does."""
     pk = q.partitions[q.partition_of(host)]
     await client.rpush(pk.host_queue(host), *entries)
-    await client.zincrby(pk.queued, len(entries), host)
+    record = await host_record(client, pk, host)
+    await put_record(client, pk, host, queued=record.queued + len(entries))
+    await client.zadd(pk.queued, {host: record.queued + len(entries)})
     await client.incrby(pk.pending, len(entries))
 
 

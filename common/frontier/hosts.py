@@ -3,8 +3,9 @@ it, pause and resume the crawl, set the crawl's defaults (through its policy).
 
 Every change is one script or one single-key write per partition and takes effect on
 the fleet's next lease call (consumers ask at least once a second). Listing is O(page)
-in Redis work per partition: each sortable column is a ZSET of host -> value
-(``common/keys.py``).
+in Redis work per partition: each sortable column is a ZSET of host -> value kept beside
+the host records (``common/keys.py``): queued, errors, next turn, delay and block. The
+other columns are read from the records of the page's hosts.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.errors import ConfigError
-from common.hostmodel.hostconf import HostConf
+from common.hostmodel.hostrec import HostRecord
 from common.hostmodel.hostkey import host_key
 from common.keys import PartitionKeys
 from common.policy import set_policy
@@ -21,8 +22,7 @@ from common.queue import CrawlQueue
 from common.urls import canonicalize
 
 #: Sortable columns and the ZSET of each (sparse ones list only hosts that have a value).
-SORT_COLUMNS = ("queued", "in_flight", "done", "errors", "next_allowed", "last_request",
-                "delay", "blocked_until")
+SORT_COLUMNS = ("queued", "errors", "next_allowed", "delay", "blocked_until")
 MAX_PAGE = 1000
 
 
@@ -60,8 +60,7 @@ class HostPage:
 
 
 def _column_key(pk: PartitionKeys, column: str) -> str:
-    return {"queued": pk.queued, "in_flight": pk.inflight, "done": pk.done,
-            "errors": pk.errors_by_host, "next_allowed": pk.due, "last_request": pk.last,
+    return {"queued": pk.queued, "errors": pk.errors_by_host, "next_allowed": pk.due,
             "delay": pk.delay, "blocked_until": pk.blocked}[column]
 
 
@@ -123,8 +122,8 @@ class Frontier:
         return rows[0] if rows and rows[0].queued + rows[0].done + rows[0].in_flight else None
 
     async def _rows(self, hosts: list[tuple[str, int]], now_ms: int) -> list[HostRow]:
-        """The rows of `hosts` at `now_ms` (Redis TIME): per partition, one ZMSCORE a
-        column and two hash reads."""
+        """The rows of `hosts` at `now_ms` (Redis TIME): per partition, their records,
+        errors and turns, and the crawl's defaults."""
         if not hosts:
             return []
         by_partition: dict[int, list[str]] = {}
@@ -133,34 +132,32 @@ class Frontier:
         async with self.client.pipeline(transaction=False) as pipe:
             for p, names in by_partition.items():
                 pk = self.queue.partitions[p]
-                for key in (pk.queued, pk.inflight, pk.done, pk.errors_by_host, pk.last,
-                            pk.due):
-                    pipe.zmscore(key, names)
-                pipe.hmget(pk.hostconf, names)
+                pipe.hmget(pk.hosts, names)
+                pipe.zmscore(pk.errors_by_host, names)
+                pipe.zmscore(pk.due, names)
                 pipe.hmget(pk.conf, "delay", "concurrency", "adapt", "max_delay")
             replies = await pipe.execute()
         found: dict[tuple[str, int], HostRow] = {}
         for i, (p, names) in enumerate(by_partition.items()):
-            queued, inflight, done, errors, last, due, confs, defaults = replies[8 * i:8 * i + 8]
+            records, errors, due, defaults = replies[4 * i:4 * i + 4]
             default_delay, default_conc, adapt, max_delay = (int(v) if v else 0
                                                              for v in defaults)
             for j, host in enumerate(names):
-                c = HostConf.decode(confs[j])
+                c = HostRecord.decode(records[j])
                 own_delay = default_delay if c.delay is None else c.delay
                 pace = c.pace_at(now_ms)
                 found[(host, p)] = HostRow(
-                    host=host, partition=p, queued=int(queued[j] or 0),
-                    in_flight=int(inflight[j] or 0), done=int(done[j] or 0),
-                    errors=int(errors[j] or 0),
-                    last_request_ms=None if last[j] is None else int(last[j]),
+                    host=host, partition=p, queued=c.queued, in_flight=c.inflight,
+                    done=c.done, errors=int(errors[j] or 0),
+                    last_request_ms=c.last or None,
                     next_allowed_ms=None if due[j] is None else int(due[j]),
                     delay_ms=max(own_delay, c.robots or 0, pace,
                                  c.adaptive_ms(adapt, max_delay)),
                     concurrency=default_conc if c.conc is None else c.conc,
-                    budget=c.budget, used=c.used or 0,
+                    budget=c.budget, used=c.used,
                     blocked_until_ms=c.blocked or None, robots_delay_ms=c.robots,
-                    reserved=c.reserved or 0, backoff_level=c.level or 0, pace_ms=pace,
-                    pushbacks=c.pushbacks or 0)
+                    reserved=c.reserved, backoff_level=c.level, pace_ms=pace,
+                    pushbacks=c.pushbacks)
         return [found[h] for h in hosts]
 
     async def _host_set(self, host: str, *pairs: Any) -> None:

@@ -9,13 +9,13 @@
 -- one done before revisits were turned on has none, and comes back by the window once,
 -- to be scheduled when that visit is done.
 --
--- KEYS[1..6]   host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib/hosts.lua)
--- KEYS[7]      tasks       HASH  (unused here; same layout as enqueue_bloom.lua)
--- KEYS[8]      stats       HASH  counters (enqueued, duplicates, recrawled)
--- KEYS[9]      pending     STRING pending tasks
--- KEYS[10]     prio_hosts  ZSET  host -> -highest pending priority
--- KEYS[11..]   per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
--- KEYS[11+2H..] per item i: its seen bucket HASH (field -> enqueue time, or -end time);
+-- KEYS[1..4]   host state: hosts, due, h:queued, conf (lib/hosts.lua)
+-- KEYS[5]      tasks       HASH  (unused here; same layout as enqueue_bloom.lua)
+-- KEYS[6]      stats       HASH  counters (enqueued, duplicates, recrawled)
+-- KEYS[7]      pending     STRING pending tasks
+-- KEYS[8]      prio_hosts  ZSET  host -> -highest pending priority
+-- KEYS[9..]    per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
+-- KEYS[9+2H..] per item i: its seen bucket HASH (field -> enqueue time, or -end time);
 --              then rv:hist HASH (the last key: the revisit schedule's history records)
 -- ARGV[1]      recrawl_after, seconds; 0 = never enqueue a seen URL again
 -- ARGV[2]      H, the number of hosts; ARGV[3..2+H] the host keys
@@ -26,12 +26,12 @@
 --- @include "lib/hosts"
 --- @include "lib/queues"
 
-local stats, pending, prio_hosts = KEYS[8], KEYS[9], KEYS[10]
+local stats, pending, prio_hosts = KEYS[6], KEYS[7], KEYS[8]
 local recrawl_after = int_arg(ARGV[1], 'recrawl_after')
 local hosts, nhosts = argv_hosts(2)
 local first = 3 + nhosts
 local n = (#ARGV - first + 1) / 5
-if n ~= math.floor(n) or #KEYS ~= 11 + 2 * nhosts + n then
+if n ~= math.floor(n) or #KEYS ~= 9 + 2 * nhosts + n then
   error('crawlq: enqueue needs 2 keys per host, one seen key and 5 ARGV values per item, '
     .. 'and rv:hist')
 end
@@ -44,7 +44,7 @@ for i = 1, n do
   if hi < 1 or hi > nhosts then error('crawlq: enqueue host index out of range') end
   items[i] = {id = ARGV[base], field = ARGV[base + 1],
               priority = int_arg(ARGV[base + 2], 'priority'), host = hosts[hi],
-              entry = ARGV[base + 4], bucket = KEYS[10 + 2 * nhosts + i]}
+              entry = ARGV[base + 4], bucket = KEYS[8 + 2 * nhosts + i]}
 end
 
 local now_s = tonumber(redis.call('TIME')[1])
@@ -59,7 +59,7 @@ for _, it in ipairs(items) do
     new = not mark
     if mark and mark < 0 and now_s + mark >= recrawl_after then
       if revisits == nil then
-        revisits = (tonumber(redis.call('HGET', H.conf, 'rv')) or 0) > 0
+        revisits = (tonumber(redis.call('HGET', KEYS[4], 'rv')) or 0) > 0
       end
       new = not (revisits and redis.call('HEXISTS', hist, it.id) == 1)
       if new then recrawled = recrawled + 1 end
@@ -73,7 +73,8 @@ for _, it in ipairs(items) do
     duplicates = duplicates + 1
   end
 end
-local touched = requeue_entries(fresh, host_queue_keys(11, hosts), prio_hosts, pending, false)
-refresh_hosts(touched)
+local L = ledger(host_keys(1), now_ms())
+requeue_entries(L, fresh, host_queue_keys(9, hosts), prio_hosts, pending, false)
+ledger_flush(L)
 bump(stats, {enqueued = enqueued, duplicates = duplicates, recrawled = recrawled})
 return {enqueued, duplicates, recrawled}

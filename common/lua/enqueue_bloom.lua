@@ -6,15 +6,15 @@
 -- Membership is tested in every layer; new URLs are added to the newest one.
 -- A bloom crawl has no recrawl window (the filter keeps no timestamps).
 --
--- KEYS[1..6]   host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib/hosts.lua)
--- KEYS[7]      tasks       HASH  (unused here; same layout as enqueue.lua)
--- KEYS[8]      stats       HASH  counters (enqueued, duplicates)
--- KEYS[9]      pending     STRING pending tasks
--- KEYS[10]     prio_hosts  ZSET  host -> -highest pending priority
--- KEYS[11]     bloom       HASH  layers -> number of layers; count:<L> -> URLs in layer L
--- KEYS[12..11+M] bloom:<L> STRING layer bits, for L = 0 .. M-1 (M = the most layers);
+-- KEYS[1..4]   host state: hosts, due, h:queued, conf (lib/hosts.lua)
+-- KEYS[5]      tasks       HASH  (unused here; same layout as enqueue.lua)
+-- KEYS[6]      stats       HASH  counters (enqueued, duplicates)
+-- KEYS[7]      pending     STRING pending tasks
+-- KEYS[8]      prio_hosts  ZSET  host -> -highest pending priority
+-- KEYS[9]      bloom       HASH  layers -> number of layers; count:<L> -> URLs in layer L
+-- KEYS[10..9+M] bloom:<L> STRING layer bits, for L = 0 .. M-1 (M = the most layers);
 --                              sized exactly (m bits) when the layer gets its first URL
--- KEYS[12+M..] per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
+-- KEYS[10+M..] per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
 -- ARGV[1]      capacity of layer 0, URLs
 -- ARGV[2]      target false-positive rate (e.g. 1e-6)
 -- ARGV[3]      M, the number of layer keys
@@ -26,7 +26,7 @@
 --- @include "lib/hosts"
 --- @include "lib/queues"
 
-local stats, pending, prio_hosts, meta = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local stats, pending, prio_hosts, meta = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local capacity0 = int_arg(ARGV[1], 'capacity')
 local err = tonumber(ARGV[2])
 if capacity0 < 1 or not err or err <= 0 or err >= 1 then
@@ -36,10 +36,10 @@ local max_layers = int_arg(ARGV[3], 'layers')
 local hosts, nhosts = argv_hosts(4)
 local first = 5 + nhosts
 local n = (#ARGV - first + 1) / 6
-if n ~= math.floor(n) or #KEYS ~= 11 + max_layers + 2 * nhosts then
+if n ~= math.floor(n) or #KEYS ~= 9 + max_layers + 2 * nhosts then
   error('crawlq: enqueue_bloom needs M layer keys, 2 keys per host, 6 ARGV values per item')
 end
-local function layer_key(layer) return KEYS[12 + layer] end
+local function layer_key(layer) return KEYS[10 + layer] end
 
 -- Layer L is built for a false-positive rate of error * (1 - TIGHTEN) * TIGHTEN^L: the
 -- rates of all layers sum to under `error` however many grow, and layer 0, where a crawl
@@ -136,8 +136,9 @@ for i = 1, n do
     enqueued = enqueued + 1
   end
 end
-refresh_hosts(requeue_entries(fresh, host_queue_keys(12 + max_layers, hosts), prio_hosts,
-                              pending, false))
+local L = ledger(host_keys(1), now_ms())
+requeue_entries(L, fresh, host_queue_keys(10 + max_layers, hosts), prio_hosts, pending, false)
+ledger_flush(L)
 if enqueued > 0 then redis.call('HSET', meta, 'count:' .. (layers - 1), count) end
 bump(stats, {enqueued = enqueued, duplicates = duplicates})
 return {enqueued, duplicates, 0, warn}

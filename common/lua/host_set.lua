@@ -6,10 +6,10 @@
 -- used puts a host whose budget was spent back in `due`: its parked tasks are served.
 -- Pages used are kept across budget changes (lowering a budget below them parks the host).
 --
--- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib/hosts.lua)
--- KEYS[7]  h:delay    ZSET  host -> its delay when not the default (ms)
--- KEYS[8]  h:blocked  ZSET  host -> blocked until (ms)
--- KEYS[9]  h:budget   ZSET  host -> its page budget (hosts with one)
+-- KEYS[1..4] host state: hosts, due, h:queued, conf (lib/hosts.lua)
+-- KEYS[5]  h:delay    ZSET  host -> its delay when not the default (ms)
+-- KEYS[6]  h:blocked  ZSET  host -> blocked until (ms)
+-- KEYS[7]  h:budget   ZSET  host -> its page budget (hosts with one)
 -- ARGV[1]  host
 -- ARGV[2..] pairs: setting, value. Settings: delay (ms), concurrency, budget (pages),
 --           robots_delay (ms) -- value -1 clears it (back to the default); block (ms from
@@ -17,19 +17,27 @@
 -- Returns the host's settings after the change: "delay,conc,budget,used,blocked,robots,reserved"
 --- @include "lib/codes"
 --- @include "lib/hosts"
+--- @include "lib/backoff"
 
-local delays, blocked, budgets = KEYS[7], KEYS[8], KEYS[9]
+local delays, blocked, budgets = KEYS[5], KEYS[6], KEYS[7]
 local host = ARGV[1]
 if not host or host == '' or string.find(host, '%s') then error('crawlq: host_set needs a host') end
 if #ARGV % 2 ~= 1 then error('crawlq: host_set needs (setting, value) pairs') end
 local now = now_ms()
-local c = conf_decode(redis.call('HGET', H.hostconf, host))
+local L = ledger(host_keys(1), now)
+local c = ledger_get(L, host)
 local fields = {delay = 'delay', concurrency = 'conc', budget = 'budget', robots_delay = 'robots'}
 for i = 2, #ARGV, 2 do
   local name, value = ARGV[i], int_arg(ARGV[i + 1], ARGV[i])
   if name == 'block' then
     if value < 0 then error('crawlq: block must be >= 0 ms') end
-    c.blocked = value > 0 and now + value or 0
+    if value == 0 then
+      c.blocked = 0
+      redis.call('ZREM', blocked, host)
+    elseif not block_host(L, blocked, host, now + value) then
+      c.blocked = now + value  -- a shorter block than the one it has: the operator's word
+      redis.call('ZADD', blocked, c.blocked, host)
+    end
   elseif fields[name] then
     if value < -1 then error('crawlq: ' .. name .. ' must be >= 0, or -1 to clear it') end
     c[fields[name]] = value >= 0 and value or nil
@@ -37,15 +45,13 @@ for i = 2, #ARGV, 2 do
     error('crawlq: unknown host setting ' .. name)
   end
 end
-if conf_empty(c, now) then
-  redis.call('HDEL', H.hostconf, host)
-else
-  redis.call('HSET', H.hostconf, host, conf_encode(c))
-end
+ledger_touch(L, host)
 local own = c.delay
 if c.robots and (not own or c.robots > own) then own = c.robots end
 if own then redis.call('ZADD', delays, own, host) else redis.call('ZREM', delays, host) end
-if c.blocked > now then redis.call('ZADD', blocked, c.blocked, host) else redis.call('ZREM', blocked, host) end
+if c.blocked <= now then redis.call('ZREM', blocked, host) end
 if c.budget then redis.call('ZADD', budgets, c.budget, host) else redis.call('ZREM', budgets, host) end
-refresh_hosts({host})
-return conf_encode(c)
+ledger_flush(L)
+local function s(v) return v and string.format('%d', v) or '' end
+return s(c.delay) .. ',' .. s(c.conc) .. ',' .. s(c.budget) .. ',' .. s(c.used) .. ','
+  .. s(c.blocked) .. ',' .. s(c.robots) .. ',' .. s(c.reserved)

@@ -28,7 +28,7 @@
 local due, hist, stats, pending, prio_hosts = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local hosts, nhosts = argv_hosts(1)
 if #KEYS ~= 11 + 2 * nhosts then error('crawlq: revisit needs 2 keys per host') end
-if not revisit_conf() then return {0, -1} end
+if not revisit_conf(KEYS[4]) then return {0, -1} end
 local qkeys = host_queue_keys(12, hosts)
 local now = now_ms()
 local back, counts = {}, {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from common.codec import text as _text
-from common.hostmodel.hostconf import HostConf
+from common.hostmodel.hostrec import HostRecord
 from common.hostmodel.hostkey import host_key
 from common.keys import PartitionKeys
 from common.queue.crawl import Crawl, DedupMode
@@ -69,14 +69,14 @@ async def _parked(crawl: Crawl, budgeted: list[tuple[PartitionKeys, list[str]]])
     budget is spent by pages used and held (lib/hosts.lua's budget_left)."""
     async with crawl.client.pipeline(transaction=False) as pipe:
         for pk, hosts in budgeted:
-            pipe.hmget(pk.hostconf, hosts)
-            pipe.zmscore(pk.queued, hosts)
+            pipe.hmget(pk.hosts, hosts)
         replies = await pipe.execute()
     parked = 0
-    for confs, queued in zip(replies[::2], replies[1::2], strict=True):
-        for conf, n in zip(confs, queued, strict=True):
-            if HostConf.decode(conf).budget_spent:
-                parked += int(n or 0)
+    for values in replies:
+        for value in values:
+            record = HostRecord.decode(value)
+            if record.budget_spent:
+                parked += record.queued
     return parked
 
 

@@ -187,7 +187,7 @@ class LeaseClient:
         for lease in responses_in:
             args += [lease.id, lease.token]
         reply = LeaseReply.parse(await self.crawl.scripts.lease(
-            keys=[*pk.host_state, pk.tasks, pk.attempts, pk.leases, pk.owners, pk.seq,
+            keys=[*pk.host_state, *pk.lease_state, pk.tasks, pk.attempts, pk.seq,
                   pk.stats, pk.checkpoints, pk.errors, pk.pending, pk.prio_hosts, pk.delayed,
                   pk.dead, pk.dead_reasons, pk.hungry, *host_keys],
             args=args,

@@ -60,8 +60,8 @@ async def ack(crawl: Crawl, worker: str, items: Sequence[tuple[Lease, str]], *,
     mode = (MARKS_OBSERVED if revisits else 1) if marks else 0
     for p, group in groups.items():
         pk = crawl.partitions[p]
-        keys = [*pk.host_state, pk.leases, pk.owners, pk.tasks, pk.attempts,
-                pk.checkpoints, pk.errors, pk.stalls, pk.stats, pk.done]
+        keys = [*pk.host_state, *pk.lease_state, pk.checkpoints, pk.errors, pk.stalls,
+                pk.stats]
         args: list[Any] = [worker, mode]
         for lease, outcome in group:
             args.extend(_ack_item(lease, outcome))

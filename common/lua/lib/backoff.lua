@@ -1,7 +1,7 @@
 -- lib/backoff.lua: a host's answer to push-back (a 429 or 503, or another outcome the
 -- crawl's policy counts, `backoff_on`), for the whole fleet: its backoff level, its block,
 -- and the pace it teaches (lib/hosts.lua: pace_now, host_limits).
--- Includes lib/hosts (conf_decode, conf_encode, pace_now; lib/codes' call_sliced).
+-- Includes lib/hosts (the host ledger, pace_now).
 --- @include "lib/hosts"
 
 -- A push-back after fewer responses than this since the last one finds the pace far too
@@ -10,10 +10,22 @@
 local SETTLED = 10
 local PACE_DOUBLE, PACE_STEP = 2, 1.1
 
+-- Blocks a host until `until_ms` (ms of Redis TIME) in ledger `L` (the host loaded) and
+-- in the h:blocked index (`blocked`), the one place a block is written; a block never
+-- gets shorter here (host_set's unblock writes its own). Returns whether it got longer.
+local function block_host(L, blocked, host, until_ms)
+  local r = L.rec[host]
+  if until_ms <= r.blocked then return false end
+  r.blocked = until_ms
+  redis.call('ZADD', blocked, until_ms, host)
+  ledger_touch(L, host)
+  return true
+end
+
 -- Records the push-backs of one script call. `pushes`: host -> {ra = Retry-After ms (-1:
 -- none), jitter = 0..1}; `p`: {base, cap, max_ra, fade} (ms, the policy's backoff_base,
--- backoff_cap, max_retry_after, backoff_forgive); `hostconf`, `blocked` and `done` are
--- the keys of hostconf, h:blocked and h:done (host -> responses acked).
+-- backoff_cap, max_retry_after, backoff_forgive); `L` the script's host ledger, `blocked`
+-- the key of h:blocked (block_host).
 --
 -- A push-back that comes while its host is blocked was sent before the block (no lease is
 -- given inside one): it only stretches the block to its own Retry-After. Any other is an
@@ -26,21 +38,20 @@ local PACE_DOUBLE, PACE_STEP = 2, 1.1
 --           its last incident, else PACE_STEP), the interval it served at since its
 --           last block ended: that time over the responses it gave), the delay its next
 --           requests keep, fading by half every `fade` ms after the block (pace_now).
--- Returns the number of incidents. Two commands to read, two to write, for any hosts.
-local function push_back(hostconf, blocked, done, pushes, now, p)
+-- Returns the number of incidents.
+local function push_back(L, blocked, pushes, now, p)
   local hosts = {}
   for host in pairs(pushes) do hosts[#hosts + 1] = host end
   if #hosts == 0 then return 0 end
-  local confs = call_sliced('HMGET', hostconf, hosts, 1000)
-  local dones = call_sliced('ZMSCORE', done, hosts, 1000)
-  local conf_args, block_args, incidents = {}, {}, 0
-  for i, host in ipairs(hosts) do
-    local c, push = conf_decode(confs[i]), pushes[host]
+  ledger_load(L, hosts)
+  local incidents = 0
+  for _, host in ipairs(hosts) do
+    local c, push = L.rec[host], pushes[host]
     local ra = push.ra >= 0 and math.min(push.ra, p.max_ra) or -1
     local until_ms, incident = c.blocked, now >= c.blocked
     if incident then
       incidents = incidents + 1
-      local served = tonumber(dones[i]) or 0
+      local served = c.done
       local level, pace = 0, pace_now(c, now)
       if c.pb_at then
         local since = math.max(0, served - (c.pb_done or served))
@@ -60,18 +71,8 @@ local function push_back(hostconf, blocked, done, pushes, now, p)
     elseif ra >= 0 and now + ra > until_ms then
       until_ms = now + ra
     end
-    local stretched = until_ms > c.blocked
-    if stretched then
-      c.blocked = until_ms
-      block_args[#block_args + 1] = until_ms
-      block_args[#block_args + 1] = host
-    end
-    if incident or stretched then
-      conf_args[#conf_args + 1] = host
-      conf_args[#conf_args + 1] = conf_encode(c)
-    end
+    block_host(L, blocked, host, until_ms)
+    if incident then ledger_touch(L, host) end
   end
-  if #conf_args > 0 then call_sliced('HSET', hostconf, conf_args, 1000) end
-  if #block_args > 0 then call_sliced('ZADD', blocked, block_args, 1000) end
   return incidents
 end

@@ -1,253 +1,197 @@
--- lib/hosts.lua: the frontier's host state: the crawl's and each host's politeness
--- settings, page budgets, per-host counters and the `due` schedule.
+-- lib/hosts.lua: the frontier's host state: each host's record in `hosts` (its counters,
+-- settings and push-back state), the crawl's politeness defaults in `conf`, the one due
+-- rule, and the host ledger through which every script reads and writes host records.
 -- Includes lib/codes (call_sliced).
 --- @include "lib/codes"
 
--- The frontier's host state. Every script that changes a host takes these six keys first:
--- KEYS[1] due  KEYS[2] h:queued  KEYS[3] h:inflight  KEYS[4] h:last  KEYS[5] hostconf
--- KEYS[6] conf (see common/keys.py). A host is in `due` exactly when it has pending work
--- and a free slot; its score there is when its next request may start.
-local H = {due = KEYS[1], queued = KEYS[2], inflight = KEYS[3], last = KEYS[4],
-           hostconf = KEYS[5], conf = KEYS[6]}
 local UNLIMITED = 1000000000
+
+-- The host-state keys of a script, from KEYS[first ..]: hosts, due, h:queued, conf
+-- (common/keys.py's PartitionKeys.host_state, in that order).
+local function host_keys(first)
+  return {hosts = KEYS[first], due = KEYS[first + 1], queued = KEYS[first + 2],
+          conf = KEYS[first + 3]}
+end
+
+-- A host's record: 18 little-endian doubles (common/hostmodel/hostrec.py mirrors it).
+-- queued: pending tasks; inflight: leases whose response is not in; last: its last
+-- request's start (ms); done: tasks acked; then its settings (delay and concurrency
+-- when not the crawl's, page budget, used: pages fetched while it had a budget, blocked
+-- until (ms), robots.txt Crawl-delay (ms), reserved: leases holding a page of its
+-- budget; -1 = unset) and its push-back state (lib/backoff.lua): level, pace (ms), pb_at
+-- and pb_done (when its last push-back came, and its done count then), fade (the pace's
+-- half-life, ms), pushbacks, lat (its response time, ms, a moving average kept while the
+-- crawl's adaptive_delay is on).
+local HOST_FORMAT = '<dddddddddddddddddd'
+local HOST_BYTES = 144
+
+local function host_decode(value, host)
+  if not value then
+    return {queued = 0, inflight = 0, last = 0, done = 0, used = 0, blocked = 0,
+            reserved = 0, level = 0, pace = 0, pushbacks = 0}
+  end
+  if #value ~= HOST_BYTES then
+    error('crawlq: the record of host ' .. host .. ' is ' .. #value .. ' bytes, not '
+      .. HOST_BYTES .. ': run crawlq fsck --repair')
+  end
+  local q, f, l, d, dl, c, b, u, bl, rb, rs, lv, pc, pa, pd, fd, n, lat =
+    struct.unpack(HOST_FORMAT, value)
+  return {queued = q, inflight = f, last = l, done = d,
+          delay = dl >= 0 and dl or nil, conc = c >= 0 and c or nil,
+          budget = b >= 0 and b or nil, used = u, blocked = bl,
+          robots = rb >= 0 and rb or nil, reserved = rs, level = lv, pace = pc,
+          pb_at = pa >= 0 and pa or nil, pb_done = pd >= 0 and pd or nil,
+          fade = fd >= 0 and fd or nil, pushbacks = n, lat = lat >= 0 and lat or nil}
+end
+
+local function host_encode(r)
+  return struct.pack(HOST_FORMAT, r.queued, r.inflight, r.last, r.done, r.delay or -1,
+    r.conc or -1, r.budget or -1, r.used, r.blocked, r.robots or -1, r.reserved, r.level,
+    r.pace, r.pb_at or -1, r.pb_done or -1, r.fade or -1, r.pushbacks, r.lat or -1)
+end
 
 -- The crawl's politeness defaults, the policy version they came from (policy_apply.lua)
 -- and the pause flag; `adapt` (the policy's adaptive_delay, in thousandths: 0 = off) and
 -- `max_delay` (ms) turn a host's response times into a delay (host_limits).
-local function crawl_conf()
-  local c = redis.call('HMGET', H.conf, 'paused', 'delay', 'concurrency', 'policy_version',
+local function crawl_conf(conf)
+  local c = redis.call('HMGET', conf, 'paused', 'delay', 'concurrency', 'policy_version',
                        'adapt', 'max_delay')
   return {paused = c[1] == '1', delay = tonumber(c[2]) or 0, conc = tonumber(c[3]) or 0,
           version = tonumber(c[4]) or 0, adapt = tonumber(c[5]) or 0,
           max_delay = tonumber(c[6]) or 0}
 end
 
--- A host's settings from its hostconf value
--- "delay,conc,budget,used,blocked,robots,reserved[,level,pace,pb_at,pb_done,fade,pushbacks,lat]"
--- (ms, counts; '' = unset; a value written before `reserved` existed has six fields, one
--- of a host that never pushed back has seven).
--- `used`: pages of the host fetched (a response came back) while it had a budget;
--- `reserved`: its leases holding a page of the budget, not settled yet. The rest is its
--- push-back state (lib/backoff.lua): `level` its backoff level, `pace` the delay it taught
--- the fleet (ms, fading: pace_now), `pb_at` / `pb_done` when its last push-back came and
--- its h:done count then, `fade` the pace's half-life (ms), `pushbacks` how many it gave;
--- `lat` its response time (ms, a moving average: note_elapsed), kept only while the
--- crawl's adaptive_delay is on.
-local function conf_decode(value)
-  local f = {}
-  if value then
-    local i = 1
-    for v in string.gmatch(value .. ',', '([^,]*),') do
-      f[i] = tonumber(v)
-      i = i + 1
-    end
-  end
-  return {delay = f[1], conc = f[2], budget = f[3], used = f[4] or 0, blocked = f[5] or 0,
-          robots = f[6], reserved = f[7] or 0, level = f[8] or 0, pace = f[9] or 0,
-          pb_at = f[10], pb_done = f[11], fade = f[12], pushbacks = f[13] or 0, lat = f[14]}
-end
-
-local function conf_encode(c)
-  local function s(v) return v and string.format('%d', v) or '' end
-  local v = s(c.delay) .. ',' .. s(c.conc) .. ',' .. s(c.budget) .. ',' .. s(c.used) .. ','
-    .. s(c.blocked) .. ',' .. s(c.robots) .. ',' .. s(c.reserved)
-  if c.pb_at or c.lat then
-    v = v .. ',' .. s(c.level) .. ',' .. s(c.pace) .. ',' .. s(c.pb_at) .. ','
-      .. s(c.pb_done) .. ',' .. s(c.fade) .. ',' .. s(c.pushbacks) .. ',' .. s(c.lat)
-  end
-  return v
-end
-
 -- The delay (ms) a host's push-back taught the fleet, at `now`: its pace, halved for
 -- every `fade` ms since its last block ended, to the nearest ms (0 once under one).
-local function pace_now(c, now)
-  if c.pace <= 0 then return 0 end
-  local quiet = now - c.blocked
-  if quiet <= 0 then return c.pace end
-  local p = c.pace * 2 ^ (-quiet / math.max(c.fade or 1, 1))
+local function pace_now(r, now)
+  if r.pace <= 0 then return 0 end
+  local quiet = now - r.blocked
+  if quiet <= 0 then return r.pace end
+  local p = r.pace * 2 ^ (-quiet / math.max(r.fade or 1, 1))
   if p < 1 then return 0 end
   return math.floor(p + 0.5)
 end
 
 -- How many more pages a host may be leased under its budget (UNLIMITED without one):
 -- pages fetched and leases holding a page together never pass the budget.
-local function budget_left(c)
-  if not c.budget then return UNLIMITED end
-  return math.max(0, c.budget - c.used - c.reserved)
+local function budget_left(r)
+  if not r.budget then return UNLIMITED end
+  return math.max(0, r.budget - r.used - r.reserved)
 end
 
--- Whether a conf holds nothing worth keeping (then its hostconf field is deleted).
-local function conf_empty(c, now)
-  return not (c.delay or c.conc or c.budget or c.robots or c.pb_at or c.lat)
-    and c.blocked <= now
-end
-
--- A host's delay (ms) and concurrency under the crawl defaults `cc` at `now` (ms of Redis
--- TIME, or nil when the caller has not read it: then it is read here, once per script,
--- and only for a host that pushed back): its own setting or the default, and never
--- faster than its robots.txt Crawl-delay, the pace its push-back taught (pace_now) or,
--- with the crawl's adaptive_delay on, its response time x that factor, at most max_delay.
-local clock
-local function host_limits(c, cc, now)
-  local delay = c.delay or cc.delay
-  if c.robots and c.robots > delay then delay = c.robots end
-  if cc.adapt > 0 and c.lat then
-    local adaptive = math.min(cc.max_delay, math.floor(c.lat * cc.adapt / 1000 + 0.5))
+-- A host's delay (ms) and concurrency under the crawl defaults `cc` at `now` (ms of
+-- Redis TIME): its own setting or the default, and never faster than its robots.txt
+-- Crawl-delay, the pace its push-back taught (pace_now) or, with the crawl's
+-- adaptive_delay on, its response time x that factor, at most max_delay.
+local function host_limits(r, cc, now)
+  local delay = r.delay or cc.delay
+  if r.robots and r.robots > delay then delay = r.robots end
+  if cc.adapt > 0 and r.lat then
+    local adaptive = math.min(cc.max_delay, math.floor(r.lat * cc.adapt / 1000 + 0.5))
     if adaptive > delay then delay = adaptive end
   end
-  if c.pace > 0 then
-    if not now then
-      clock = clock or now_ms()
-      now = clock
-    end
-    local pace = pace_now(c, now)
+  if r.pace > 0 then
+    local pace = pace_now(r, now)
     if pace > delay then delay = pace end
   end
-  local conc = c.conc or cc.conc
+  local conc = r.conc or cc.conc
   if conc <= 0 then conc = UNLIMITED end
   return delay, conc
 end
 
--- The unique values of a list, in first-seen order.
-local function unique(list)
-  local out, seen = {}, {}
-  for _, v in ipairs(list) do
-    if not seen[v] then
-      seen[v] = true
-      out[#out + 1] = v
+-- The due rule, the one place it is written: a host is due when it has pending work, a
+-- free slot and budget left, and its turn is max(its last request + its delay, blocked
+-- until). Returns its turn (ms), or nil when it is not due.
+local function turn_of(r, cc, now)
+  if r.queued <= 0 or budget_left(r) <= 0 then return nil end
+  local delay, conc = host_limits(r, cc, now)
+  if r.inflight >= conc then return nil end
+  local at = r.last + delay
+  if r.blocked > at then at = r.blocked end
+  return at
+end
+
+-- The host ledger: a script's view of host records. `ledger_load` reads the records of
+-- the named hosts not read yet (one HMGET); a script changes them in place and marks
+-- them (`ledger_touch`); `ledger_flush` writes back the marked records (one HSET), the
+-- queued index of those whose count changed (one ZADD) and their places in `due` by the
+-- due rule (one ZADD, one ZREM). `ledger_reschedule` marks a host whose record did not
+-- change but whose place in `due` may have (a crawl default changed meanwhile).
+local function ledger(K, now)
+  return {K = K, now = now, rec = {}, queued0 = {}, marked = {}, order = {}, write = {}}
+end
+
+-- The crawl defaults, read once per ledger.
+local function ledger_conf(L)
+  if not L.cc then L.cc = crawl_conf(L.K.conf) end
+  return L.cc
+end
+
+local function ledger_load(L, hosts)
+  local want, seen = {}, {}
+  for _, host in ipairs(hosts) do
+    if not L.rec[host] and not seen[host] then
+      seen[host] = true
+      want[#want + 1] = host
     end
   end
-  return out
-end
-
--- Adds deltas to per-host counters in a ZSET (host -> count) with two commands.
-local function add_counts(zset, deltas)
-  local hosts = {}
-  for host in pairs(deltas) do hosts[#hosts + 1] = host end
-  if #hosts == 0 then return end
-  local old = call_sliced('ZMSCORE', zset, hosts, 1000)
-  local args = {}
-  for i, host in ipairs(hosts) do
-    local v = (tonumber(old[i]) or 0) + deltas[host]
-    if v < 0 then v = 0 end
-    args[2 * i - 1], args[2 * i] = v, host
+  if #want == 0 then return end
+  local values = call_sliced('HMGET', L.K.hosts, want, 1000)
+  for i, host in ipairs(want) do
+    local r = host_decode(values[i], host)
+    L.rec[host] = r
+    L.queued0[host] = r.queued
   end
-  call_sliced('ZADD', zset, args, 1000)
 end
 
--- Puts each host in `due` (at max(last request + delay, blocked until)) or takes it out,
--- from its pending count, leases, settings and the crawl defaults. A host whose page
--- budget is spent (or held by its leases: budget_left) stays out: its pending tasks are
--- parked until its budget is raised or a lease gives its page back. Six commands for any
--- number of hosts.
-local function refresh_hosts(hosts)
-  hosts = unique(hosts)
-  if #hosts == 0 then return end
-  local cc = crawl_conf()
-  local queued = call_sliced('ZMSCORE', H.queued, hosts, 1000)
-  local inflight = call_sliced('ZMSCORE', H.inflight, hosts, 1000)
-  local last = call_sliced('ZMSCORE', H.last, hosts, 1000)
-  local confs = call_sliced('HMGET', H.hostconf, hosts, 1000)
-  local add, rem = {}, {}
-  for i, host in ipairs(hosts) do
-    local c = conf_decode(confs[i])
-    local delay, conc = host_limits(c, cc)
-    if (tonumber(queued[i]) or 0) > 0 and (tonumber(inflight[i]) or 0) < conc
-        and budget_left(c) > 0 then
-      local at = (tonumber(last[i]) or 0) + delay
-      if c.blocked > at then at = c.blocked end
+-- A loaded host's record (loading it alone if it was not: prefer ledger_load in bulk).
+local function ledger_get(L, host)
+  if not L.rec[host] then ledger_load(L, {host}) end
+  return L.rec[host]
+end
+
+local function mark(L, host)
+  if not L.marked[host] then
+    L.marked[host] = true
+    L.order[#L.order + 1] = host
+  end
+end
+
+local function ledger_touch(L, host)
+  mark(L, host)
+  L.write[host] = true
+end
+
+local function ledger_reschedule(L, host)
+  mark(L, host)
+end
+
+local function ledger_flush(L)
+  if #L.order == 0 then return end
+  local cc = ledger_conf(L)
+  local hargs, qargs, add, rem = {}, {}, {}, {}
+  for _, host in ipairs(L.order) do
+    local r = L.rec[host]
+    if L.write[host] then
+      hargs[#hargs + 1] = host
+      hargs[#hargs + 1] = host_encode(r)
+      if r.queued ~= L.queued0[host] then
+        qargs[#qargs + 1] = r.queued
+        qargs[#qargs + 1] = host
+        L.queued0[host] = r.queued
+      end
+    end
+    local at = turn_of(r, cc, L.now)
+    if at then
       add[#add + 1] = at
       add[#add + 1] = host
     else
       rem[#rem + 1] = host
     end
   end
-  if #add > 0 then call_sliced('ZADD', H.due, add, 1000) end
-  if #rem > 0 then call_sliced('ZREM', H.due, rem, 1000) end
-end
-
--- Settles the budget pages of ended leases. `items` holds {host, reserved, responded}:
--- a lease that held a page (reserved: its host had a budget when it was leased) gives it
--- back, and counts it used if its request got a response (any status). Leases of hosts
--- without a budget cost nothing here (a budget counts the pages leased after it is
--- set). One HMGET for the hosts (`now`: ms of Redis TIME); a host with no setting left
--- keeps no hostconf entry.
-local function settle_pages(items, now)
-  local per_host, hosts = {}, {}
-  for _, it in ipairs(items) do
-    if it[2] then
-      local d = per_host[it[1]]
-      if not d then
-        d = {back = 0, held = 0}
-        per_host[it[1]] = d
-        hosts[#hosts + 1] = it[1]
-      end
-      d.back = d.back + 1
-      if it[3] then d.held = d.held + 1 end
-    end
-  end
-  if #hosts == 0 then return end
-  local confs = call_sliced('HMGET', H.hostconf, hosts, 1000)
-  local args = {}
-  for i, host in ipairs(hosts) do
-    local c, d = conf_decode(confs[i]), per_host[host]
-    local used = d.held
-    if d.back > 0 or used > 0 then
-      c.reserved = math.max(0, c.reserved - d.back)
-      c.used = c.used + used
-      if confs[i] and not conf_empty(c, now) then
-        args[#args + 1] = host
-        args[#args + 1] = conf_encode(c)
-      end
-    end
-  end
-  if #args > 0 then call_sliced('HSET', H.hostconf, args, 1000) end
-end
-
--- A request that went out later than its turn moves its host's last request to when it
--- went (`sent`: host -> Redis ms, the latest per host), so the host's next turn counts its
--- delay from the request itself. GT: an earlier time never moves it back.
-local function note_sent(sent)
-  local args = {'GT'}
-  for host, at in pairs(sent) do
-    args[#args + 1] = at
-    args[#args + 1] = host
-    if #args > 1000 then
-      redis.call('ZADD', H.last, unpack(args))
-      args = {'GT'}
-    end
-  end
-  if #args > 1 then redis.call('ZADD', H.last, unpack(args)) end
-end
-
--- The weight of a response's time in its host's moving average (`lat`).
-local LAT_WEIGHT = 0.3
-
--- With the crawl's adaptive_delay on (`cc.adapt` > 0), folds the response times of acked
--- requests (`elapsed`: a list of {host, ms}) into their hosts' moving averages; with it
--- off, nothing is read. One HMGET and one HSET for the hosts.
-local function note_elapsed(elapsed, cc)
-  if cc.adapt <= 0 or #elapsed == 0 then return end
-  local hosts, samples = {}, {}
-  for _, e in ipairs(elapsed) do
-    if not samples[e[1]] then
-      samples[e[1]] = {}
-      hosts[#hosts + 1] = e[1]
-    end
-    local list = samples[e[1]]
-    list[#list + 1] = e[2]
-  end
-  local confs = call_sliced('HMGET', H.hostconf, hosts, 1000)
-  local args = {}
-  for i, host in ipairs(hosts) do
-    local c = conf_decode(confs[i])
-    local lat = c.lat
-    for _, ms in ipairs(samples[host]) do
-      lat = lat and lat + LAT_WEIGHT * (ms - lat) or ms
-    end
-    c.lat = math.floor(lat + 0.5)
-    args[#args + 1] = host
-    args[#args + 1] = conf_encode(c)
-  end
-  call_sliced('HSET', H.hostconf, args, 1000)
+  if #hargs > 0 then call_sliced('HSET', L.K.hosts, hargs, 1000) end
+  if #qargs > 0 then call_sliced('ZADD', L.K.queued, qargs, 1000) end
+  if #add > 0 then call_sliced('ZADD', L.K.due, add, 1000) end
+  if #rem > 0 then call_sliced('ZREM', L.K.due, rem, 1000) end
+  L.order, L.marked, L.write = {}, {}, {}
 end

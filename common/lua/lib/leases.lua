@@ -1,15 +1,35 @@
--- lib/leases.lua: a lease's `owners` entry and its marks, whether a worker still holds a
--- lease (one or many), and ending one.
+-- lib/leases.lua: lease records, the one record of a leased task in `leased`, with its
+-- deadline in `leases`: writing, reading, judging and ending them.
 -- Includes lib/codes (result codes, call_sliced).
 --- @include "lib/codes"
 
--- An `owners` entry is "<token>:<worker>", or "f<token>:<worker>" once the lease's
--- response is in (lease.lua's fetched list): its host's slot was given back then, so
--- the lease's end must not give it back again. A lease of a host with a page budget
--- holds a page of it (reserved at lease, settled at its end: settle_pages) and is
--- "b<token>:<worker>" ("fb..." once its response is in).
+-- The lease keys of a script, from KEYS[first ..]: leased, leases (common/keys.py's
+-- PartitionKeys.lease_state, in that order).
+local function lease_keys(first)
+  return {leased = KEYS[first], leases = KEYS[first + 1]}
+end
+
+-- A lease record "<owner> <attempt> <host> <priority> <entry>". The owner is
+-- "<token>:<worker>", "b<token>:<worker>" when the lease holds a page of its host's
+-- budget (reserved at lease, settled at its end: lib/lease_end.lua), and "f..." once its
+-- response is in (lease.lua's responses in): its host's slot was given back then, so the
+-- lease's end must not give it back again.
+local function lease_value(owner, attempt, host, prio, entry)
+  return owner .. ' ' .. attempt .. ' ' .. host .. ' ' .. prio .. ' ' .. entry
+end
+
+-- A lease record as a table {owner, attempt, host, prio, entry} (nil if malformed).
+local function lease_decode(value)
+  if not value then return nil end
+  local owner, attempt, host, prio, entry = string.match(value,
+    '^(%S+) (%d+) (%S+) (%d+) (.*)$')
+  if not owner then return nil end
+  return {owner = owner, attempt = tonumber(attempt), host = host, prio = tonumber(prio),
+          entry = entry}
+end
+
 local function fetched_owner(owner)
-  return owner and string.byte(owner, 1) == 102  -- 'f'
+  return string.byte(owner, 1) == 102  -- 'f'
 end
 
 -- The owner with its marks taken off, and whether it holds a page of its host's budget.
@@ -19,42 +39,33 @@ local function owner_marks(owner)
   return owner, false
 end
 
--- The result code of a lease from its `owners` entry and its deadline in `leases`
--- (either false when absent): whether `worker` still holds it under `token`.
-local function judge_lease(owner, deadline, token, worker, now)
-  if not owner then return UNKNOWN end
-  if owner_marks(owner) ~= token .. ':' .. worker then return STALE end
+-- The result code of a lease from its record and its deadline (either nil or false when
+-- absent): whether `worker` still holds it under `token`.
+local function judge_lease(rec, deadline, token, worker, now)
+  if not rec then return UNKNOWN end
+  if owner_marks(rec.owner) ~= token .. ':' .. worker then return STALE end
   deadline = deadline and tonumber(deadline)
   if (not deadline) or deadline <= now then return EXPIRED end
   return OK
 end
 
--- Whether `worker` still holds the lease on `id` under `token`, as a result code.
-local function lease_state(leases, owners, id, token, worker, now)
-  local owner = redis.call('HGET', owners, id)
-  if not owner then return UNKNOWN end
-  return judge_lease(owner, redis.call('ZSCORE', leases, id), token, worker, now)
-end
-
--- Ends a lease (the caller already checked it); true when its host's slot is still
--- taken (not given back at its fetch), so the caller gives it back; and whether it
--- held a page of its host's budget (owner_marks), for settle_pages.
-local function drop_lease(leases, owners, id)
-  local owner = redis.call('HGET', owners, id)
-  redis.call('ZREM', leases, id)
-  redis.call('HDEL', owners, id)
-  local _, reserved = owner_marks(owner)
-  return not fetched_owner(owner), reserved
-end
-
--- lease_state of many (id, token) pairs in two commands (HMGET owners, ZMSCORE leases),
--- sliced like call_sliced; and the `owners` entries read.
-local function lease_states(leases, owners, ids, tokens, worker, now)
-  local held = call_sliced('HMGET', owners, ids, 1000)
-  local deadlines = call_sliced('ZMSCORE', leases, ids, 1000)
-  local states = {}
+-- Judges many (id, token) pairs of `worker` in two commands (HMGET leased, ZMSCORE
+-- leases). Returns the result codes and the lease records read (tables; nil: none).
+local function lease_states(LK, ids, tokens, worker, now)
+  local values = call_sliced('HMGET', LK.leased, ids, 1000)
+  local deadlines = call_sliced('ZMSCORE', LK.leases, ids, 1000)
+  local states, recs = {}, {}
   for i = 1, #ids do
-    states[i] = judge_lease(held[i], deadlines[i], tokens[i], worker, now)
+    local rec = lease_decode(values[i])
+    recs[i] = rec
+    states[i] = judge_lease(rec, deadlines[i], tokens[i], worker, now)
   end
-  return states, held
+  return states, recs
+end
+
+-- Deletes the records and deadlines of ended leases (two commands).
+local function drop_leases(LK, ids)
+  if #ids == 0 then return end
+  call_sliced('HDEL', LK.leased, ids, 1000)
+  call_sliced('ZREM', LK.leases, ids, 1000)
 end

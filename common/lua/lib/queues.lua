@@ -1,6 +1,6 @@
 -- lib/queues.lua: the hosts' task queues (hq:<h> LIST, hp:<h> ZSET by priority): stored
 -- task values, putting entries back, and the hosts and queue keys a script is given.
--- Includes lib/codes (call_sliced, int_arg) and lib/hosts (H, add_counts).
+-- Includes lib/codes (call_sliced, int_arg) and lib/hosts (the host ledger).
 --- @include "lib/codes"
 --- @include "lib/hosts"
 
@@ -22,10 +22,11 @@ local function refresh_prio(prio_hosts, hp, host)
   end
 end
 
--- Puts pending entries back in their hosts' queues. `items` holds {host, priority,
--- entry}; `qkeys[host]` = {hq key, hp key}; front=true puts priority-0 entries at the
--- head (they already waited their turn). Counts them pending; returns the hosts touched.
-local function requeue_entries(items, qkeys, prio_hosts, pending, front)
+-- Puts pending entries in their hosts' queues. `items` holds {host, priority, entry};
+-- `qkeys[host]` = {hq key, hp key}; front=true puts priority-0 entries at the head (they
+-- already waited their turn). Counts them pending, and queued on their hosts' records in
+-- ledger `L` (loaded here; flushed by the caller).
+local function requeue_entries(L, items, qkeys, prio_hosts, pending, front)
   local lists, deltas, hosts = {}, {}, {}
   for _, it in ipairs(items) do
     local host, prio, entry = it[1], it[2], it[3]
@@ -54,9 +55,13 @@ local function requeue_entries(items, qkeys, prio_hosts, pending, front)
       call_sliced('RPUSH', qkeys[host][1], l, 1000)
     end
   end
-  add_counts(H.queued, deltas)
+  ledger_load(L, hosts)
+  for host, n in pairs(deltas) do
+    local r = L.rec[host]
+    r.queued = r.queued + n
+    ledger_touch(L, host)
+  end
   if #items > 0 then redis.call('INCRBY', pending, #items) end
-  return hosts
 end
 
 -- The queue keys of the hosts a script was given: KEYS[first + 2(i-1)] and the next are

@@ -1,9 +1,8 @@
 -- lib/revisits.lua: the revisit schedule (issue 26): each done URL's history record in
 -- `rv:hist` and its next visit in `rv:due` (common/keys.py), the interval each visit
 -- learns, and the entry a due URL goes back to its host's queue with.
--- Includes lib/codes (call_sliced) and lib/hosts (H: the crawl's `conf`).
+-- Includes lib/codes (call_sliced).
 --- @include "lib/codes"
---- @include "lib/hosts"
 
 -- Validators longer than this are not kept (common/revisit.py).
 local MAX_VALIDATOR = 256
@@ -11,10 +10,10 @@ local MAX_VALIDATOR = 256
 -- a revisit later than the last is counted in rv_late:inf.
 local LATE_BOUNDS = {1, 10, 60, 600, 3600, 21600, 86400}
 
--- The crawl's revisit settings from `conf` (policy_apply.lua), or nil when revisits are off:
+-- The crawl's revisit settings from its `conf` key (policy_apply.lua), or nil when revisits are off:
 -- mode 1 fixed, 2 adaptive; intervals in s; grow and shrink in thousandths.
-local function revisit_conf()
-  local c = redis.call('HMGET', H.conf, 'rv', 'rv_first', 'rv_min', 'rv_max', 'rv_grow',
+local function revisit_conf(conf)
+  local c = redis.call('HMGET', conf, 'rv', 'rv_first', 'rv_min', 'rv_max', 'rv_grow',
                        'rv_shrink')
   local mode = tonumber(c[1]) or 0
   if mode == 0 then return nil end
