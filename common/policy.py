@@ -85,7 +85,7 @@ from common.wake import WakeChannel
 
 #: Entries ``policy:log`` keeps (newest first).
 LOG_LEN = 200
-#: Hosts of ``due`` one ``policy_apply.lua`` call refreshes.
+#: Hosts (of ``hosts``) one ``policy_apply.lua`` call refreshes.
 APPLY_SLICE = 1000
 #: Who a change is by, when it is not a person's command.
 BY_MIGRATION = "migration"

@@ -3,8 +3,7 @@
 -- Only the current lease holder, before its deadline, can save one; a reclaimed task
 -- is leased again with the last checkpoint saved.
 --
--- KEYS[1]  leases       ZSET
--- KEYS[2]  owners       HASH
+-- KEYS[1..2] lease state: leased, leases (lib/leases.lua)
 -- KEYS[3]  checkpoints  HASH  id -> checkpoint JSON
 -- KEYS[4]  stats        HASH  counters (checkpoints, stale)
 -- ARGV[1]  worker id
@@ -15,9 +14,9 @@
 --- @include "lib/codes"
 --- @include "lib/leases"
 
-local leases, owners, checkpoints, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local LK, checkpoints, stats = lease_keys(1), KEYS[3], KEYS[4]
 local worker, id, token, value = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local state = lease_state(leases, owners, id, token, worker, now_ms())
+local state = lease_states(LK, {id}, {token}, worker, now_ms())[1]
 if state == OK then
   redis.call('HSET', checkpoints, id, value)
   bump(stats, {checkpoints = 1})

@@ -8,26 +8,24 @@
 -- otherwise -> `dead` with the reason. Jitter comes in ARGV so tests are deterministic.
 -- A push-back (a 429/503, or what else the policy's backoff_on counts) raises its host's
 -- backoff for the whole fleet: its level, its block and the pace its next requests keep
--- (push_back, lib/backoff.lua). Either way the host gets its slot back, and an
--- item sent late (sent_ms) moves its host's last request to then (note_sent, lib/hosts.lua).
--- A lease's page of its host's budget is settled (settle_pages, lib/hosts.lua): used if its
--- request got a response (a 5xx, 429, a handler's error on a page), given back if not
--- (a timeout, a refused connection, a robots.txt failure).
+-- (push_back, lib/backoff.lua). Either way its lease ends on its host's record (end_lease,
+-- lib/lease_end.lua: the slot back, the request's time; the page of its budget used if its
+-- request got a response (a 5xx, 429, a handler's error on a page), given back if not (a
+-- timeout, a refused connection, a robots.txt failure)). A task that waits or is dead
+-- keeps its body in `tasks` and its attempts in `attempts`.
 -- Only the current lease holder, before its deadline, can fail a task.
 --
--- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib/hosts.lua)
--- KEYS[7]  leases        ZSET
--- KEYS[8]  owners        HASH  id -> "[f][b]<token>:<worker>"
--- KEYS[9]  attempts      HASH
--- KEYS[10] delayed       ZSET  id -> due (ms)
--- KEYS[11] dead          ZSET  id -> died (ms)
--- KEYS[12] errors        HASH  id -> "<reason> <message>"
--- KEYS[13] dead_reasons  HASH  reason -> count
--- KEYS[14] stats         HASH  counters (failed, retried, dead, stale, backoffs)
--- KEYS[15] tasks         HASH  id -> "<host> <priority> <entry>" (kept: still live)
--- KEYS[16] h:errors      ZSET  host -> failed attempts
--- KEYS[17] h:blocked     ZSET  host -> blocked until (ms)
--- KEYS[18] h:done        ZSET  host -> done
+-- KEYS[1..4] host state: hosts, due, h:queued, conf (lib/hosts.lua)
+-- KEYS[5..6] lease state: leased, leases (lib/leases.lua)
+-- KEYS[7]  attempts      HASH  id -> attempts of a task that is not leased
+-- KEYS[8]  delayed       ZSET  id -> due (ms)
+-- KEYS[9]  dead          ZSET  id -> died (ms)
+-- KEYS[10] errors        HASH  id -> "<reason> <message>"
+-- KEYS[11] dead_reasons  HASH  reason -> count
+-- KEYS[12] stats         HASH  counters (failed, retried, dead, stale, backoffs)
+-- KEYS[13] tasks         HASH  id -> "<host> <priority> <entry>" (waiting or dead)
+-- KEYS[14] h:errors      ZSET  host -> failed attempts
+-- KEYS[15] h:blocked     ZSET  host -> blocked until (ms)
 -- ARGV[1]  worker id
 -- ARGV[2]  base_ms, backoff of the first retry, milliseconds
 -- ARGV[3]  cap_ms, the longest backoff, milliseconds
@@ -47,12 +45,13 @@
 --- @include "lib/dead"
 --- @include "lib/memory"
 --- @include "lib/hosts"
+--- @include "lib/lease_end"
 --- @include "lib/backoff"
---- @include "lib/queues"
 
-local leases, owners, attempts, delayed = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local dead, errors, dead_reasons, stats = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
-local tasks, errors_by_host, blocked, done_by_host = KEYS[15], KEYS[16], KEYS[17], KEYS[18]
+local LK = lease_keys(5)
+local attempts, delayed, dead, errors = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local dead_reasons, stats, tasks = KEYS[11], KEYS[12], KEYS[13]
+local errors_by_host, blocked = KEYS[14], KEYS[15]
 local worker = ARGV[1]
 local base_ms = int_arg(ARGV[2], 'base_ms')
 local cap_ms = int_arg(ARGV[3], 'cap_ms')
@@ -80,37 +79,40 @@ end
 
 allow_at_maxmemory(stats)
 local now = now_ms()
-local result = {}
+local L = ledger(host_keys(1), now)
+local ids, tokens = {}, {}
+for k, it in ipairs(items) do ids[k], tokens[k] = it.id, it.token end
+local states, recs = {}, {}
+if #ids > 0 then states, recs = lease_states(LK, ids, tokens, worker, now) end
+local result, gone, ended, failed_by_host, pushes, seen = {}, {}, {}, {}, {}, {}
 local retried, died, stale = 0, 0, 0
-local freed, failed_by_host, hosts, pushes, sent, settle = {}, {}, {}, {}, {}, {}
-for _, it in ipairs(items) do
-  local state = lease_state(leases, owners, it.id, it.token, worker, now)
+for k, it in ipairs(items) do
+  local state, rec = states[k], recs[k]
+  if state == OK and seen[it.id] then state = UNKNOWN end
   local delay = -1
   if state == OK then
-    local slot_taken, reserved = drop_lease(leases, owners, it.id)
-    local host = split_value(redis.call('HGET', tasks, it.id))
-    if host then
-      if slot_taken then freed[host] = (freed[host] or 0) - 1 end
-      settle[#settle + 1] = {host, reserved, it.responded}
-      failed_by_host[host] = (failed_by_host[host] or 0) + 1
-      hosts[#hosts + 1] = host
-      if it.sent > (sent[host] or 0) then sent[host] = it.sent end
-      if it.pushback then
-        local push = pushes[host]
-        if not push then
-          pushes[host] = {ra = it.retry_after, jitter = it.jitter}
-        elseif it.retry_after > push.ra then
-          push.ra = it.retry_after
-        end
+    seen[it.id] = true
+    gone[#gone + 1] = it.id
+    local host, _, reserved = rec.host, owner_marks(rec.owner)
+    ended[#ended + 1] = {host, {slot = not fetched_owner(rec.owner), reserved = reserved,
+                                responded = it.responded, sent = it.sent}}
+    failed_by_host[host] = (failed_by_host[host] or 0) + 1
+    if it.pushback then
+      local push = pushes[host]
+      if not push then
+        pushes[host] = {ra = it.retry_after, jitter = it.jitter}
+      elseif it.retry_after > push.ra then
+        push.ra = it.retry_after
       end
     end
-    local attempt = tonumber(redis.call('HGET', attempts, it.id) or '1')
-    if it.permanent or attempt >= it.max_attempts then
+    redis.call('HSET', tasks, it.id, host .. ' ' .. rec.prio .. ' ' .. rec.entry)
+    redis.call('HSET', attempts, it.id, rec.attempt)
+    if it.permanent or rec.attempt >= it.max_attempts then
       to_dead(dead, errors, dead_reasons, it.id, it.reason, it.message, now)
       state = DEAD
       died = died + 1
     else
-      local backoff = math.min(cap_ms, base_ms * 2 ^ (attempt - 1))
+      local backoff = math.min(cap_ms, base_ms * 2 ^ (rec.attempt - 1))
       if it.retry_after >= 0 then
         delay = math.max(math.min(it.retry_after, max_retry_after_ms), backoff)
       else
@@ -127,12 +129,14 @@ for _, it in ipairs(items) do
   result[#result + 1] = state
   result[#result + 1] = delay
 end
-local incidents = push_back(H.hostconf, blocked, done_by_host, pushes, now, backoff)
-add_counts(H.inflight, freed)
-add_counts(errors_by_host, failed_by_host)
-note_sent(sent)
-settle_pages(settle, now)
-refresh_hosts(hosts)
+drop_leases(LK, gone)
+local touched = {}
+for _, e in ipairs(ended) do touched[#touched + 1] = e[1] end
+ledger_load(L, touched)
+for _, e in ipairs(ended) do end_lease(L, e[1], e[2]) end
+local incidents = push_back(L, blocked, pushes, now, backoff)
+for host, n in pairs(failed_by_host) do redis.call('ZINCRBY', errors_by_host, n, host) end
+ledger_flush(L)
 bump(stats, {failed = retried + died, retried = retried, dead = died, stale = stale,
              backoffs = incidents})
 return result

@@ -1,17 +1,17 @@
 -- policy_apply.lua: give one partition its crawl's politeness (common/frontier/policy.py): the
 -- policy's default delay and concurrency (and its adaptive delay) into `conf`, with the
 -- policy version they come
--- from, and every host waiting in `due` moved to its turn under them (refresh_hosts,
+-- from, and every host's place in `due` written again under them (the due rule,
 -- lib/hosts.lua: max(last request + its delay, blocked until)), so a lower delay moves
--- scheduled turns earlier and a higher one later. A version older than the one `conf`
+-- scheduled turns earlier and a higher one later, and a higher concurrency gives a host
+-- whose slots were all taken its turn. A version older than the one `conf`
 -- holds is refused, so a slower writer never undoes a newer policy.
 --
--- Hosts are refreshed a slice at a time: ZSCAN of `due` from a cursor, the caller calling
--- again with the cursor returned until it is 0 (every host in `due` for the whole scan is
--- seen at least once). The first call (cursor 0) also refreshes the hosts with requests
--- in flight, which a higher concurrency may give a free slot.
+-- Hosts are refreshed a slice at a time: HSCAN of `hosts` from a cursor, the caller calling
+-- again with the cursor returned until it is 0 (every host for the whole scan is seen at
+-- least once).
 --
--- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib/hosts.lua)
+-- KEYS[1..4] host state: hosts, due, h:queued, conf (lib/hosts.lua)
 -- ARGV[1] version  ARGV[2] delay_ms  ARGV[3] concurrency (0 = no limit)
 -- ARGV[4] cursor (0 to start)  ARGV[5] count: hosts a slice
 -- ARGV[6] adapt: the policy's adaptive_delay in thousandths (0 = off)
@@ -38,13 +38,16 @@ local revisit = {'rv', int_arg(ARGV[8], 'revisit'), 'rv_first', int_arg(ARGV[9],
 for i = 2, #revisit, 2 do
   if revisit[i] < 0 then error('crawlq: policy_apply needs revisit values >= 0') end
 end
-local held = tonumber(redis.call('HGET', H.conf, 'policy_version')) or 0
+local K = host_keys(1)
+local held = tonumber(redis.call('HGET', K.conf, 'policy_version')) or 0
 if held > version then return {0, '0'} end
-redis.call('HSET', H.conf, 'delay', delay, 'concurrency', conc, 'policy_version', version,
+redis.call('HSET', K.conf, 'delay', delay, 'concurrency', conc, 'policy_version', version,
            'adapt', adapt, 'max_delay', max_delay, unpack(revisit))
+local L = ledger(K, now_ms())
+local scan = redis.call('HSCAN', K.hosts, cursor, 'COUNT', count)
 local hosts = {}
-if cursor == '0' then hosts = redis.call('ZRANGEBYSCORE', H.inflight, 1, '+inf') end
-local scan = redis.call('ZSCAN', H.due, cursor, 'COUNT', count)
 for i = 1, #scan[2], 2 do hosts[#hosts + 1] = scan[2][i] end
-refresh_hosts(hosts)
+ledger_load(L, hosts)
+for _, host in ipairs(hosts) do ledger_reschedule(L, host) end
+ledger_flush(L)
 return {1, scan[1]}

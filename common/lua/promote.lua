@@ -4,13 +4,13 @@
 -- checked here against Redis TIME. A retry joins the tail of its host's queue, so it
 -- takes its host's turn like any other task.
 --
--- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib/hosts.lua)
--- KEYS[7]  delayed     ZSET  id -> due (ms)
--- KEYS[8]  tasks       HASH  id -> "<host> <priority> <entry>"
--- KEYS[9]  stats       HASH  counters (promoted)
--- KEYS[10] pending     STRING
--- KEYS[11] prio_hosts  ZSET
--- KEYS[12..] per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
+-- KEYS[1..4] host state: hosts, due, h:queued, conf (lib/hosts.lua)
+-- KEYS[5]  delayed     ZSET  id -> due (ms)
+-- KEYS[6]  tasks       HASH  id -> "<host> <priority> <entry>"
+-- KEYS[7]  stats       HASH  counters (promoted)
+-- KEYS[8]  pending     STRING
+-- KEYS[9]  prio_hosts  ZSET
+-- KEYS[10..] per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
 -- ARGV[1]  H, the number of hosts; ARGV[2..1+H] the hosts
 -- ARGV[2+H..] candidate ids
 -- Returns {promoted, ms until the next retry is due or -1 if none waits}
@@ -19,10 +19,10 @@
 --- @include "lib/hosts"
 --- @include "lib/queues"
 
-local delayed, tasks, stats, pending, prio_hosts = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local delayed, tasks, stats, pending, prio_hosts = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local hosts, nhosts = argv_hosts(1)
-if #KEYS ~= 11 + 2 * nhosts then error('crawlq: promote needs 2 keys per host') end
-local qkeys = host_queue_keys(12, hosts)
+if #KEYS ~= 9 + 2 * nhosts then error('crawlq: promote needs 2 keys per host') end
+local qkeys = host_queue_keys(10, hosts)
 allow_at_maxmemory(stats)
 local now = now_ms()
 local back = {}
@@ -36,7 +36,9 @@ for i = 2 + nhosts, #ARGV do
     back[#back + 1] = {host, prio, entry}
   end
 end
-refresh_hosts(requeue_entries(back, qkeys, prio_hosts, pending, false))
+local L = ledger(host_keys(1), now)
+requeue_entries(L, back, qkeys, prio_hosts, pending, false)
+ledger_flush(L)
 bump(stats, {promoted = #back})
 local next_due = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
 local wait = -1

@@ -5,15 +5,13 @@
 -- instead of waiting for the lease to expire; the host gets its slot back, and the page
 -- of its budget the lease held (settle_pages, lib/hosts.lua): a release is not a page.
 --
--- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib/hosts.lua)
--- KEYS[7]  leases      ZSET
--- KEYS[8]  owners      HASH
--- KEYS[9]  attempts    HASH
--- KEYS[10] tasks       HASH  id -> "<host> <priority> <entry>"
--- KEYS[11] stats       HASH  counters (released, stale)
--- KEYS[12] pending     STRING
--- KEYS[13] prio_hosts  ZSET
--- KEYS[14..] per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
+-- KEYS[1..4] host state: hosts, due, h:queued, conf (lib/hosts.lua)
+-- KEYS[5..6] lease state: leased, leases (lib/leases.lua)
+-- KEYS[7]  attempts    HASH  id -> attempts of a task that is not leased
+-- KEYS[8]  stats       HASH  counters (released, stale)
+-- KEYS[9]  pending     STRING
+-- KEYS[10] prio_hosts  ZSET
+-- KEYS[11..] per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
 -- ARGV[1]  worker id
 -- ARGV[2]  H, the number of hosts; ARGV[3..2+H] the hosts of the tasks
 -- ARGV[3+H] restart: 1 = the hosts' last request was just now (a robots.txt fetch that
@@ -24,52 +22,54 @@
 --- @include "lib/leases"
 --- @include "lib/memory"
 --- @include "lib/hosts"
+--- @include "lib/lease_end"
 --- @include "lib/queues"
 
-local leases, owners, attempts, tasks = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local stats, pending, prio_hosts = KEYS[11], KEYS[12], KEYS[13]
+local LK = lease_keys(5)
+local attempts, stats, pending, prio_hosts = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local worker = ARGV[1]
 local hosts, nhosts = argv_hosts(2)
 local restart = ARGV[3 + nhosts] == '1'
 local first = 4 + nhosts
-if (#ARGV - first + 1) % 2 ~= 0 or #KEYS ~= 13 + 2 * nhosts then
+if (#ARGV - first + 1) % 2 ~= 0 or #KEYS ~= 10 + 2 * nhosts then
   error('crawlq: release needs 2 keys per host and (id, token) pairs')
 end
-local qkeys = host_queue_keys(14, hosts)
+local qkeys = host_queue_keys(11, hosts)
 allow_at_maxmemory(stats)
 local now = now_ms()
-local codes, back, freed, stale, released_hosts, settle = {}, {}, {}, 0, {}, {}
+local L = ledger(host_keys(1), now)
+local ids, tokens = {}, {}
 for i = first, #ARGV, 2 do
-  local id, token = ARGV[i], ARGV[i + 1]
-  local state = lease_state(leases, owners, id, token, worker, now)
-  local host, prio, entry
+  ids[#ids + 1] = ARGV[i]
+  tokens[#tokens + 1] = ARGV[i + 1]
+end
+local states, recs = {}, {}
+if #ids > 0 then states, recs = lease_states(LK, ids, tokens, worker, now) end
+local codes, back, gone, ended, seen, stale = {}, {}, {}, {}, {}, 0
+for i, id in ipairs(ids) do
+  local state, rec = states[i], recs[i]
+  if state == OK and (seen[id] or not qkeys[rec.host]) then state = UNKNOWN end
   if state == OK then
-    host, prio, entry = split_value(redis.call('HGET', tasks, id))
-    if not (host and qkeys[host]) then state = UNKNOWN end
-  end
-  if state == OK then
-    local slot_taken, reserved = drop_lease(leases, owners, id)
-    if slot_taken then freed[host] = (freed[host] or 0) - 1 end
-    if reserved then settle[#settle + 1] = {host, true, false} end
-    redis.call('HINCRBY', attempts, id, -1)
-    redis.call('HDEL', tasks, id)
-    back[#back + 1] = {host, prio, entry}
-    released_hosts[host] = true
+    seen[id] = true
+    gone[#gone + 1] = id
+    local _, reserved = owner_marks(rec.owner)
+    ended[#ended + 1] = {rec.host, {slot = not fetched_owner(rec.owner), reserved = reserved}}
+    if rec.attempt > 1 then redis.call('HSET', attempts, id, rec.attempt - 1) end
+    back[#back + 1] = {rec.host, rec.prio, rec.entry}
   else
     stale = stale + 1
   end
   codes[#codes + 1] = state
 end
-add_counts(H.inflight, freed)
-settle_pages(settle, now)
-if restart and #back > 0 then
-  local last = {}
-  for host in pairs(released_hosts) do
-    last[#last + 1] = now
-    last[#last + 1] = host
-  end
-  redis.call('ZADD', H.last, unpack(last))
+drop_leases(LK, gone)
+local touched = {}
+for _, e in ipairs(ended) do touched[#touched + 1] = e[1] end
+ledger_load(L, touched)
+for _, e in ipairs(ended) do
+  end_lease(L, e[1], e[2])
+  if restart then L.rec[e[1]].last = now end
 end
-refresh_hosts(requeue_entries(back, qkeys, prio_hosts, pending, true))
+requeue_entries(L, back, qkeys, prio_hosts, pending, true)
+ledger_flush(L)
 bump(stats, {released = #back, stale = stale})
 return codes

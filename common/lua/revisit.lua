@@ -10,13 +10,13 @@
 -- (the schedule waits). Each revisit's lateness (now - due) is counted in its bucket
 -- (stats rv_late:<bound s>).
 --
--- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib/hosts.lua)
--- KEYS[7]  rv:due      ZSET  id -> next visit (ms)
--- KEYS[8]  rv:hist     HASH  id -> history record
--- KEYS[9]  stats       HASH  counters (revisits, rv_late:<bound>)
--- KEYS[10] pending     STRING
--- KEYS[11] prio_hosts  ZSET
--- KEYS[12..] per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
+-- KEYS[1..4] host state: hosts, due, h:queued, conf (lib/hosts.lua)
+-- KEYS[5]  rv:due      ZSET  id -> next visit (ms)
+-- KEYS[6]  rv:hist     HASH  id -> history record
+-- KEYS[7]  stats       HASH  counters (revisits, rv_late:<bound>)
+-- KEYS[8]  pending     STRING
+-- KEYS[9]  prio_hosts  ZSET
+-- KEYS[10..] per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
 -- ARGV[1]  H, the number of hosts; ARGV[2..1+H] the hosts
 -- ARGV[2+H..] candidate ids
 -- Returns {revisits queued, ms until the next one is due or -1 if none waits}
@@ -25,11 +25,11 @@
 --- @include "lib/queues"
 --- @include "lib/revisits"
 
-local due, hist, stats, pending, prio_hosts = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local due, hist, stats, pending, prio_hosts = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local hosts, nhosts = argv_hosts(1)
-if #KEYS ~= 11 + 2 * nhosts then error('crawlq: revisit needs 2 keys per host') end
+if #KEYS ~= 9 + 2 * nhosts then error('crawlq: revisit needs 2 keys per host') end
 if not revisit_conf(KEYS[4]) then return {0, -1} end
-local qkeys = host_queue_keys(12, hosts)
+local qkeys = host_queue_keys(10, hosts)
 local now = now_ms()
 local back, counts = {}, {}
 for i = 2 + nhosts, #ARGV do
@@ -43,7 +43,9 @@ for i = 2 + nhosts, #ARGV do
     counts[bucket] = (counts[bucket] or 0) + 1
   end
 end
-refresh_hosts(requeue_entries(back, qkeys, prio_hosts, pending, false))
+local L = ledger(host_keys(1), now)
+requeue_entries(L, back, qkeys, prio_hosts, pending, false)
+ledger_flush(L)
 counts.revisits = #back
 bump(stats, counts)
 local next_due = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')

@@ -17,7 +17,8 @@ from common.queue.revisits import promote_revisits
 async def due_ids(crawl: Crawl, pk: PartitionKeys, zset: str, limit: int
                   ) -> tuple[list[str], list[str]]:
     """Ids in `zset` (leases or delayed) whose score has passed on Redis TIME, and
-    their hosts (from their task values): the candidates a script then re-checks."""
+    their hosts (from their lease records or task values): the candidates a script then
+    re-checks."""
     seconds, micros = await crawl.client.time()
     now_ms = seconds * 1000 + micros // 1000
     raw = cast(list[bytes], await crawl.client.zrangebyscore(zset, "-inf", now_ms, start=0,
@@ -25,8 +26,12 @@ async def due_ids(crawl: Crawl, pk: PartitionKeys, zset: str, limit: int
     ids = [_text(m) for m in raw]
     if not ids:
         return [], []
-    values = cast(list[bytes | None], await crawl.client.hmget(pk.tasks, ids))
-    hosts = [v.split(b" ", 1)[0].decode() if v else "" for v in values]
+    leased = zset == pk.leases
+    values = cast(list[bytes | None],
+                  await crawl.client.hmget(pk.leased if leased else pk.tasks, ids))
+    # A lease record is "<owner> <attempt> <host> ...", a task value "<host> ...".
+    at = 2 if leased else 0
+    hosts = [v.split(b" ", at + 1)[at].decode() if v else "" for v in values]
     return ids, hosts
 
 
@@ -41,9 +46,9 @@ async def reclaim(crawl: Crawl, max_stalls: int, limit: int = 1000) -> tuple[int
                 break
             host_keys, host_head = host_args(pk, list(dict.fromkeys(h for h in hosts if h)))
             r = await crawl.scripts.reclaim(
-                keys=[*pk.host_state, pk.leases, pk.owners, pk.stalls, pk.tasks, pk.dead,
+                keys=[*pk.host_state, *pk.lease_state, pk.stalls, pk.tasks, pk.dead,
                       pk.errors, pk.dead_reasons, pk.stats, pk.pending, pk.prio_hosts,
-                      pk.errors_by_host, *host_keys],
+                      pk.errors_by_host, pk.attempts, *host_keys],
                 args=[max_stalls, *host_head, *ids],
             )
             reclaimed += int(r[0])

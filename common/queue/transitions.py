@@ -26,7 +26,7 @@ async def renew(crawl: Crawl, worker: str, leases: Sequence[Lease], lease_ms: in
         args: list[Any] = [worker, lease_ms]
         for lease in group:
             args += [lease.id, lease.token]
-        calls.append((crawl.scripts.renew, [pk.leases, pk.owners, pk.stats], args))
+        calls.append((crawl.scripts.renew, [*pk.lease_state, pk.stats], args))
     if not calls:
         return []
     lost: list[tuple[Lease, Code]] = []
@@ -97,10 +97,10 @@ async def fail(crawl: Crawl, worker: str, failures: Sequence[Failure], retry: Re
                      f.message[:1000], retry_after, int(f.permanent),
                      repr(jitter()), int(f.pushback),
                      f.lease.sent_ms, int(responded)]
-        calls.append((crawl.scripts.fail, [*pk.host_state, pk.leases, pk.owners,
-                                           pk.attempts, pk.delayed, pk.dead, pk.errors,
-                                           pk.dead_reasons, pk.stats, pk.tasks,
-                                           pk.errors_by_host, pk.blocked, pk.done],
+        calls.append((crawl.scripts.fail, [*pk.host_state, *pk.lease_state, pk.attempts,
+                                           pk.delayed, pk.dead, pk.errors, pk.dead_reasons,
+                                           pk.stats, pk.tasks, pk.errors_by_host,
+                                           pk.blocked],
                       args))
     return in_order(failures, groups, await run(crawl.client, calls) if calls else [],
                     lambda reply, i: (Code(int(reply[2 * i])), int(reply[2 * i + 1])))
@@ -126,16 +126,15 @@ def _release_call(crawl: Crawl, pk: PartitionKeys, worker: str, group: list[Leas
     args: list[Any] = [worker, *host_head, int(restart_turn)]
     for lease in group:
         args += [lease.id, lease.token]
-    return crawl.scripts.release, [*pk.host_state, pk.leases, pk.owners, pk.attempts,
-                                   pk.tasks, pk.stats, pk.pending, pk.prio_hosts,
-                                   *host_keys], args
+    return crawl.scripts.release, [*pk.host_state, *pk.lease_state, pk.attempts, pk.stats,
+                                   pk.pending, pk.prio_hosts, *host_keys], args
 
 
 async def checkpoint(crawl: Crawl, worker: str, lease: Lease, value: Any) -> Code:
     """Save a checkpoint for a held lease (a lost lease can't)."""
     pk = crawl.partitions[lease.partition]
     code = await crawl.scripts.checkpoint(
-        keys=[pk.leases, pk.owners, pk.checkpoints, pk.stats],
+        keys=[*pk.lease_state, pk.checkpoints, pk.stats],
         args=[worker, lease.id, lease.token, codec.dumps(value)],
     )
     if code == Code.OK:
