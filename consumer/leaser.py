@@ -36,6 +36,12 @@ log = logging.getLogger("consumer")
 #: consumer: 0.78 of the bound at 50 ms, 0.92 at 20).
 DISPATCH_S = 0.02
 DISPATCH_MS = int(DISPATCH_S * 1000)
+#: A polite crawl leases each host's turn up to this long before it comes, timed to start
+#: then (lease.lua's ahead_ms), and asks again at most every half of it while no host is
+#: ready: one lease call serves the turns of many hosts, not the one or two whose turn
+#: came since the last call. Each ms of it is up to a ms a fetch slot holds a lease
+#: before its request.
+AHEAD_MS = 100
 #: Shortest sleep between lease calls when a host's turn is close.
 MIN_IDLE_WAIT_S = 0.005
 #: An ended lease whose host's next turn comes within this long wakes the leaser (and
@@ -107,8 +113,9 @@ class Leaser:
             t0 = time.monotonic()
             try:
                 # Hosts whose responses are in get their slots back in the same call.
-                batch = await self.queue.lease_turns(self.s.worker_id, n, self.s.lease_ms,
-                                                     self.responses_in, self.book.slots)
+                batch = await self.queue.lease_turns(
+                    self.s.worker_id, n, self.s.lease_ms, self.responses_in,
+                    self.book.slots, ahead_ms=AHEAD_MS if self._timed else 0)
             except REDIS_ERRORS as exc:
                 self.metrics.redis_errors_total.inc()
                 log.warning("redis_error", extra={"during": "lease", "error": str(exc)[:200]})
@@ -117,14 +124,15 @@ class Leaser:
             errors.reset()
             self.policy.named(batch.policy_version)
             if batch.leases:
-                self._took(batch.leases, t0)
+                self._took(batch.leases, t0, batch.now_ms)
                 idle.reset()
-                continue
-            if not n:
+                if batch.wait_s is None:  # more may be ready now
+                    continue
+            elif not n:
                 # Only gave slots back, with no room to use them: lease.lua told the
                 # fleet's idle consumers at once (this one's handlers are behind).
                 continue
-            if self.s.exit_when_empty and await self._crawl_finished():
+            elif self.s.exit_when_empty and await self._crawl_finished():
                 self.stopping.draining = True
                 return "crawl empty"
             self.idle = True
@@ -135,9 +143,10 @@ class Leaser:
                 self.idle = False
         return "signal"
 
-    def _took(self, leases: Sequence[Lease], t0: float) -> None:
-        """Hold the leases of a reply sent at monotonic `t0`, and dispatch them."""
-        self.clock.observe(time.monotonic(), leases[-1].granted_ms)
+    def _took(self, leases: Sequence[Lease], t0: float, now_ms: int) -> None:
+        """Hold the leases of a reply sent at monotonic `t0` at Redis ms `now_ms`, and
+        dispatch them."""
+        self.clock.observe(time.monotonic(), now_ms)
         for lease in leases:
             old = self.book.hold(lease, t0)
             if old is not None:
@@ -145,13 +154,16 @@ class Leaser:
         timed = any(lease.delay_ms > 0 for lease in leases)
         if timed != self._timed:
             self._set_timed(timed)
-        self.dispatch(leases)
+        self.dispatch(leases, now_ms)
 
     async def _idle_wait(self, batch: LeaseBatch, idle: Backoff) -> None:
         """Sleep until the next host's turn, else (no host ready: busy or nothing pending)
         a growing poll interval; a lease of ours ending (a slot freed) ends the sleep."""
         if batch.wait_s is not None and not batch.paused:
-            delay = max(MIN_IDLE_WAIT_S, batch.wait_s)
+            # A timed crawl's turns come within AHEAD_MS of each call: no call sooner
+            # than half of it, or each would serve only the turns come since the last.
+            least = AHEAD_MS / 2000 if self._timed else MIN_IDLE_WAIT_S
+            delay = max(least, batch.wait_s)
             idle.reset()
         else:
             delay = idle.next_delay()
@@ -169,13 +181,14 @@ class Leaser:
         if freed.done() and not freed.cancelled():
             idle.reset()
 
-    def dispatch(self, leases: Sequence[Lease]) -> None:
-        """Hand new leases to the fetch slots. Those whose host has a delay (the lease
-        reply says, whatever this consumer's flags), all of one call's at the same moment,
-        DISPATCH_S after the reply: each is its host's turn on Redis' clock, and starting
-        every such request a fixed time after its turn (rather than whenever the event
-        loop gets to it) keeps two requests to a host at least the host's delay apart at
-        the server, whichever consumers send them. The others start at once."""
+    def dispatch(self, leases: Sequence[Lease], now_ms: int) -> None:
+        """Hand new leases of a reply at Redis ms `now_ms` to the fetch slots. Those whose
+        host has a delay (the lease reply says, whatever this consumer's flags) start
+        DISPATCH_S after their turn (``granted_ms``: the reply's time, or up to AHEAD_MS
+        later): each is its host's turn on Redis' clock, and starting every such request a
+        fixed time after its turn (rather than whenever the event loop gets to it) keeps
+        two requests to a host at least the host's delay apart at the server, whichever
+        consumers send them. The others start at once."""
         timed = [lease for lease in leases if lease.delay_ms > 0]
         if len(timed) < len(leases):
             for lease in leases:
@@ -183,9 +196,13 @@ class Leaser:
                     self.slots.move(lease, Stage.QUEUED)
         if not timed:
             return
+        by_turn: dict[int, list[Lease]] = {}
         for lease in timed:
             self.slots.move(lease, Stage.SCHEDULED)
-        asyncio.get_running_loop().call_later(DISPATCH_S, self._start, timed)
+            by_turn.setdefault(lease.granted_ms, []).append(lease)
+        loop = asyncio.get_running_loop()
+        for turn, group in by_turn.items():
+            loop.call_later(DISPATCH_S + max(0, turn - now_ms) / 1000, self._start, group)
 
     def _start(self, leases: Sequence[Lease]) -> None:
         for lease in leases:

@@ -29,15 +29,16 @@ class Granted:
     host: bytes
     delay_ms: int  # the host's delay: with one, the request goes out at its turn
     concurrency: int  # the host's concurrency, 0 if unlimited
+    turn_ms: int  # its turn (Redis ms): the call's time, or up to ahead_ms later
 
-    def lease(self, partition: int, deadline_ms: int, granted_ms: int) -> Lease:
+    def lease(self, partition: int, deadline_ms: int) -> Lease:
         """The lease; MalformedTaskError or ValueError when its entry can't be read."""
         checkpoint = codec.loads(self.checkpoint) if self.checkpoint else None
         task = decode_entry(self.entry, attempt=int(self.attempt),
                             last_error=_text(self.last_error) if self.last_error else None,
                             checkpoint=checkpoint)
         return Lease(task, partition, _text(self.token), deadline_ms, _text(self.host),
-                     granted_ms, delay_ms=int(self.delay_ms),
+                     int(self.turn_ms), delay_ms=int(self.delay_ms),
                      concurrency=int(self.concurrency))
 
 
@@ -45,7 +46,7 @@ class Granted:
 class LeaseReply:
     """One lease.lua reply: what the call saw, then the tasks it leased."""
 
-    now_ms: int  # Redis TIME of the call: the leases' turn
+    now_ms: int  # Redis TIME of the call
     deadline_ms: int
     wait_ms: int  # -1: no host holds work; 0: hosts are ready; else ms to the next turn
     retry_ms: int  # ms until the next retry is due (0: one is due now), -1 if none waits
@@ -66,7 +67,7 @@ class LeaseReply:
         malformed: list[Failure] = []
         for g in self.granted:
             try:
-                leases.append(g.lease(partition, self.deadline_ms, self.now_ms))
+                leases.append(g.lease(partition, self.deadline_ms))
             except (MalformedTaskError, ValueError) as exc:
                 stub = Task(id=_text(g.id), url="", attempt=int(g.attempt))
                 malformed.append(Failure(

@@ -69,7 +69,8 @@ class LeaseClient:
 
     async def lease_turns(self, worker: str, n: int, lease_ms: int,
                           responses_in: list[Lease] | None = None,
-                          held: Callable[[str], int] | None = None) -> LeaseBatch:
+                          held: Callable[[str], int] | None = None,
+                          ahead_ms: int = 0) -> LeaseBatch:
         """Lease up to n tasks from hosts whose turn has come, taking partitions in turn
         so none starves; with none, say how long until a host's turn comes.
 
@@ -78,6 +79,8 @@ class LeaseClient:
         list is emptied. `held(host)`: how many of a host's slots `worker`'s leases take
         now; with it, a host's slots are shared with the consumers whose lease calls came
         back empty (lease.lua's fair share), else this worker may take them all.
+        `ahead_ms`: hosts whose turn comes within this long are served too, each lease
+        timed to its turn (``Lease.granted_ms``): the caller starts its request then.
 
         A partition with nothing ready is skipped until its next turn (at most
         MAX_IDLE_WAIT_S; UNKNOWN_WAIT_S when no host is due), so an idle partition costs
@@ -90,6 +93,7 @@ class LeaseClient:
         count = len(self._idle_until)
         now = time.monotonic()
         waits: list[float] = []
+        unknown = False  # a partition could not say when its next turn comes
         by_partition: dict[int, list[Lease]] = defaultdict(list)
         for lease in responses_in or ():
             by_partition[lease.partition].append(lease)
@@ -104,8 +108,11 @@ class LeaseClient:
                 waits.append(self._idle_until[p] - now)
                 continue
             got, wait = await self._lease_in(p, worker, n, lease_ms, mine=mine, held=held,
-                                             batch=batch, malformed=malformed)
-            if wait is not None and not got:
+                                             batch=batch, malformed=malformed,
+                                             ahead_ms=ahead_ms)
+            if wait is None:
+                unknown = True
+            elif not got or batch.leases:
                 waits.append(wait)
             if count > 1:
                 self._idle_until[p] = 0.0 if got else now + (
@@ -113,20 +120,22 @@ class LeaseClient:
         self._next_partition = (self._next_partition + 1) % count
         if malformed:
             await self._fail(worker, malformed)
-        if not batch.leases and waits:
+        if waits and (not batch.leases or (not unknown and min(waits) > 0)):
             batch.wait_s = min(waits)
         return batch
 
     async def _lease_in(self, p: int, worker: str, n: int, lease_ms: int, *,
                         mine: list[Lease], held: Callable[[str], int] | None,
-                        batch: LeaseBatch, malformed: list[Failure]
+                        batch: LeaseBatch, malformed: list[Failure], ahead_ms: int = 0
                         ) -> tuple[bool, float | None]:
         """Lease in partition p into `batch`; whether it gave any, and how long until it
         may (None: unknown)."""
         got = False
         while True:  # again while a full page of candidate hosts gave tasks
             reply, full = await self._lease_partition(
-                p, worker, max(0, n - len(batch.leases)), lease_ms, responses_in=mine, held=held)
+                p, worker, max(0, n - len(batch.leases)), lease_ms, responses_in=mine, held=held,
+                ahead_ms=ahead_ms)
+            batch.now_ms = max(batch.now_ms, reply.now_ms)
             mine = []
             wait_ms, retry_ms, paused = reply.wait_ms, reply.retry_ms, reply.paused == 1
             batch.paused = batch.paused or paused
@@ -151,7 +160,7 @@ class LeaseClient:
 
     async def _lease_partition(self, p: int, worker: str, n: int, lease_ms: int, *,
                                responses_in: Sequence[Lease] = (),
-                               held: Callable[[str], int] | None = None
+                               held: Callable[[str], int] | None = None, ahead_ms: int = 0
                                ) -> tuple[LeaseReply, bool]:
         """One lease call; and whether more ready hosts may wait.
 
@@ -169,21 +178,23 @@ class LeaseClient:
         if not hosts and responses_in and n:  # their hosts are the likely ones to have work
             hosts = list(dict.fromkeys(lease.host for lease in responses_in))
         reply = await self._lease_script(pk, worker, n, lease_ms, hosts=hosts,
-                                         responses_in=responses_in, held=held)
-        if not reply.granted and self._candidates[p] and n > 0:
-            hosts = self._candidates[p]  # none given, others may
+                                         responses_in=responses_in, held=held,
+                                         ahead_ms=ahead_ms)
+        if not reply.granted and self._candidates[p] and n > 0 and reply.wait_ms == 0:
+            hosts = self._candidates[p]  # none given, others are ready
             reply = await self._lease_script(pk, worker, n, lease_ms, hosts=hosts,
-                                             held=held)
+                                             held=held, ahead_ms=ahead_ms)
         return reply, len(hosts) >= k
 
     async def _lease_script(self, pk: PartitionKeys, worker: str, n: int, lease_ms: int, *,
                             hosts: list[str], responses_in: Sequence[Lease] = (),
-                            held: Callable[[str], int] | None = None) -> LeaseReply:
+                            held: Callable[[str], int] | None = None, ahead_ms: int = 0
+                            ) -> LeaseReply:
         """lease.lua on these candidate hosts (and the leases whose response is in);
         keeps the hosts it names for the next call."""
         host_keys, host_head = host_args(pk, hosts)
         args: list[Any] = [worker, n, lease_ms, candidates_for(n), self.crawl.keys.wake,
-                           *host_head, ",".join(str(held(h)) for h in hosts) if held else ""]
+                           ahead_ms, *host_head, ",".join(str(held(h)) for h in hosts) if held else ""]
         for lease in responses_in:
             args += [lease.id, lease.token]
         reply = LeaseReply.parse(await self.crawl.scripts.lease(

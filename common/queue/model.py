@@ -78,7 +78,7 @@ class Lease:
     token: str
     deadline_ms: int
     host: str
-    granted_ms: int = 0  # Redis time of the lease: its host's turn
+    granted_ms: int = 0  # its host's turn (Redis ms): its request starts then
     # The host's delay when leased: with one, the request goes out at its turn.
     delay_ms: int = 0
     # The host's concurrency when leased (0: unlimited): with a limit, the host's slot is
@@ -103,10 +103,11 @@ class Lease:
 
 @dataclass(slots=True)
 class LeaseBatch:
-    """What one lease call got: the leases, and when to ask again if there were none.
+    """What one lease call got: the leases, and when to ask again.
 
-    ``wait_s`` is how long until some host's turn comes (None: no host holds pending
-    work; then a retry's due time or new work is what to wait for); ``paused``: the
+    ``wait_s`` is how long until some host's turn comes within the call's ahead time
+    (None: no host holds pending work, or one is ready now: with leases, ask again at
+    once; without, a retry's due time or new work is what to wait for); ``paused``: the
     crawl is paused; ``policy_version``: the newest crawl policy version a partition's
     reply named (-1: none said).
     """
@@ -115,6 +116,7 @@ class LeaseBatch:
     wait_s: float | None = None
     paused: bool = False
     policy_version: int = -1
+    now_ms: int = 0  # Redis TIME of the last reply (0: none)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,86 @@
+-- lib/grant.lua: the lease side of a lease call (lease.lua): screening the entries taken
+-- from the hosts' queues, and granting the rest as lease records. `C` is the call's
+-- context (lib/turns.lua) with K: the keys tasks, attempts, seq, checkpoints, errors,
+-- dead, dead_reasons.
+-- Includes lib/leases, lib/dead, lib/hosts.
+--- @include "lib/leases"
+--- @include "lib/dead"
+--- @include "lib/hosts"
+
+local HEX_ID = '^' .. string.rep('[0-9a-f]', 32) .. '$'
+
+-- An entry whose id is live already (a URL queued twice: leased, waiting or dead) is
+-- dropped, and so is a repeat within this call: a task is in exactly one state. An entry
+-- without its id goes to `dead` as malformed, its bytes kept under sha1(entry)[:32].
+-- Either way its host's slot is not taken. Returns the entries kept, and how many were
+-- dropped and malformed.
+local function screen(C, popped)
+  local keep, dropped, malformed = {}, 0, 0
+  if #popped == 0 then return keep, 0, 0 end
+  local K, ids = C.K, {}
+  for k, p in ipairs(popped) do ids[k] = p[1] end
+  local live_lease = call_sliced('HMGET', C.LK.leased, ids, 1000)
+  local live_body = call_sliced('HMGET', K.tasks, ids, 1000)
+  local seen = {}
+  for k, p in ipairs(popped) do
+    local host, kept = C.hosts[p[3]], false
+    if not string.find(p[1], HEX_ID) then
+      local id = string.sub(redis.sha1hex(p[2]), 1, 32)
+      redis.call('HSET', K.tasks, id, host .. ' ' .. p[4] .. ' ' .. p[2])
+      to_dead(K.dead, K.errors, K.dead_reasons, id, 'malformed',
+        'task entry must start with its 32-hex-digit id', C.now)
+      malformed = malformed + 1
+    elseif live_lease[k] or live_body[k] or seen[p[1]] then
+      dropped = dropped + 1
+    else
+      seen[p[1]] = true
+      keep[#keep + 1] = p
+      kept = true
+    end
+    if not kept then
+      local r = C.L.rec[host]
+      r.inflight = r.inflight - 1
+    end
+  end
+  return keep, dropped, malformed
+end
+
+-- Grants the kept entries: each becomes a lease record of C.worker under a fresh fencing
+-- token, its attempt counted now (the ones before taken out of `attempts`), its owner
+-- marked "b" when its host has a page budget (a page of it reserved), with its deadline
+-- in `leases`. Returns per lease {id, token, attempt, entry, checkpoint|false,
+-- last error|false, candidate index}.
+local function grant(C, keep, deadline)
+  local grants = {}
+  if #keep == 0 then return grants end
+  local K, kids = C.K, {}
+  for k, p in ipairs(keep) do kids[k] = p[1] end
+  local cps, errs, counts = {}, {}, {}
+  if redis.call('EXISTS', K.checkpoints) == 1 then cps = call_sliced('HMGET', K.checkpoints, kids, 1000) end
+  if redis.call('EXISTS', K.errors) == 1 then errs = call_sliced('HMGET', K.errors, kids, 1000) end
+  if redis.call('EXISTS', K.attempts) == 1 then
+    counts = call_sliced('HMGET', K.attempts, kids, 1000)
+    call_sliced('HDEL', K.attempts, kids, 1000)
+  end
+  local base = redis.call('INCRBY', K.seq, #kids) - #kids
+  local records, deadlines = {}, {}
+  local owner_suffix, deadline_arg = ':' .. C.worker, tostring(deadline)
+  -- Explicit indexes, not #t: the length operator is a search in Lua 5.1.
+  for k, p in ipairs(keep) do
+    local id, host = p[1], C.hosts[p[3]]
+    local r = C.L.rec[host]
+    local token = tostring(base + k)
+    local attempt = (tonumber(counts[k]) or 0) + 1
+    local owner = token .. owner_suffix
+    if r.budget then
+      owner = 'b' .. owner
+      r.reserved = r.reserved + 1
+    end
+    records[2 * k - 1], records[2 * k] = id, lease_value(owner, attempt, host, p[4], p[2])
+    deadlines[2 * k - 1], deadlines[2 * k] = deadline_arg, id
+    grants[k] = {id, token, attempt, p[2], cps[k] or false, errs[k] or false, p[3]}
+  end
+  call_sliced('HSET', C.LK.leased, records, 1000)
+  call_sliced('ZADD', C.LK.leases, deadlines, 1000)
+  return grants
+end

@@ -1,0 +1,137 @@
+-- lib/turns.lua: the frontier's side of a lease call (lease.lua): slots given back by
+-- responses in, the candidates whose turn has come in serving order, and taking their
+-- entries. `C` is the call's context: L (host ledger), LK (lease keys), worker, now,
+-- ahead, n, cc (crawl defaults), hosts (candidates), prio (their -priority or false),
+-- held (slots this worker holds, per candidate), qkey(i) (candidate i's hq, hp keys),
+-- prio_hosts, pending, stats.
+-- Includes lib/leases, lib/hosts, lib/queues (refresh_prio), lib/fairshare.
+--- @include "lib/leases"
+--- @include "lib/hosts"
+--- @include "lib/queues"
+--- @include "lib/fairshare"
+
+-- Responses in: the hosts of these leases of C.worker get their slots back now (what
+-- the lease's end would do), and the lease records are marked "f" so the end does not.
+local function give_back(C, ids, tokens)
+  if #ids == 0 then return end
+  local states, recs = lease_states(C.LK, ids, tokens, C.worker, C.now)
+  local marks, freed, seen = {}, {}, {}
+  for i, id in ipairs(ids) do
+    local rec = recs[i]
+    if states[i] == OK and not fetched_owner(rec.owner) and not seen[id] then
+      seen[id] = true
+      marks[#marks + 1] = id
+      marks[#marks + 1] = lease_value('f' .. rec.owner, rec.attempt, rec.host, rec.prio,
+                                      rec.entry)
+      freed[#freed + 1] = rec.host
+    end
+  end
+  if #marks == 0 then return end
+  call_sliced('HSET', C.LK.leased, marks, 1000)
+  ledger_load(C.L, freed)
+  for _, host in ipairs(freed) do
+    local r = C.L.rec[host]
+    if r.inflight > 0 then r.inflight = r.inflight - 1 end
+    ledger_touch(C.L, host)
+  end
+end
+
+-- The ready candidates (indexes into C.hosts) in serving order: priority work first,
+-- then the longest-waiting; C.turn[host] is each one's turn. Each turn comes from the
+-- record (the due rule), so a `due` score written before the crawl's defaults changed
+-- can't serve a host early; a candidate that is not ready gets its place in `due`
+-- written again. A host with a delay is served up to C.ahead ms before its turn (the
+-- consumer times its request); one without (a block's end is its turn) only once it has
+-- come. Returns the order and the ms until a candidate not served comes within reach
+-- (-1: none).
+local function ready_order(C)
+  local L, cc, now = C.L, C.cc, C.now
+  local ready, wait, pkey = {}, -1, {}
+  C.turn = {}
+  for i, host in ipairs(C.hosts) do
+    local r = L.rec[host]
+    local at = turn_of(r, cc, now)
+    local lead = (at and at > now and host_limits(r, cc, now) > 0) and C.ahead or 0
+    if at and at <= now + lead and not C.turn[host] then
+      ready[#ready + 1] = i
+      C.turn[host], pkey[i] = math.max(at, now), tonumber(C.prio[i]) or 0
+    else
+      if at and (wait < 0 or at - now - lead < wait) then wait = math.max(0, at - now - lead) end
+      ledger_reschedule(L, host)
+    end
+  end
+  table.sort(ready, function(a, b)
+    if pkey[a] ~= pkey[b] then return pkey[a] < pkey[b] end
+    local ta, tb = C.turn[C.hosts[a]], C.turn[C.hosts[b]]
+    if ta ~= tb then return ta < tb end
+    return a < b
+  end)
+  return ready, wait
+end
+
+-- A host whose queues came up short (a lost or restored hq/hp key) gets its count set to
+-- what `left` priority entries hold, and `pending` corrected.
+local function recount(C, r, got, left)
+  local lost = r.queued - got - left
+  if lost == 0 then return end
+  r.queued = got + left
+  redis.call('DECRBY', C.pending, lost)
+  bump(C.stats, {repaired_hosts = 1, lost_pending = math.max(lost, 0)})
+end
+
+-- Takes up to C.n entries from the ready hosts' queues, in order: one from a host with a
+-- delay (its turn), else up to its free slots, never past its budget or its fair share
+-- (C.others hungry workers). Counts them out of `pending`, out of their hosts' queued
+-- and into their inflight, their last request at their turn. Returns the entries
+-- ({id, entry, candidate index, priority}), C.delays / C.concs per candidate, whether a
+-- fair share cut a take, and whether ready hosts were left unserved (n reached).
+local function take_entries(C, ready)
+  local L, popped, capped, more = C.L, {}, false, false
+  C.delays, C.concs = {}, {}
+  for _, i in ipairs(ready) do
+    if #popped >= C.n then
+      more = true
+      break
+    end
+    local host = C.hosts[i]
+    local hq, hp = C.qkey(i)
+    local r = L.rec[host]
+    local delay, conc = host_limits(r, C.cc, C.now)
+    C.delays[i], C.concs[i] = delay, conc < UNLIMITED and conc or 0
+    local take = math.min(C.n - #popped, conc - r.inflight, budget_left(r))
+    if delay > 0 then take = math.min(take, 1) end
+    if conc < UNLIMITED then
+      local cut
+      take, cut = fair_take(take, conc, C.others, C.held[i])
+      capped = capped or cut
+    end
+    local got = 0
+    if take > 0 and C.prio[i] then
+      local z = redis.call('ZPOPMIN', hp, take)
+      for k = 1, #z, 2 do
+        popped[#popped + 1] = {string.sub(z[k], 1, 32), z[k], i, -tonumber(z[k + 1])}
+        got = got + 1
+      end
+      refresh_prio(C.prio_hosts, hp, host)
+    end
+    if got < take then
+      for _, e in ipairs(redis.call('LPOP', hq, take - got) or {}) do
+        popped[#popped + 1] = {string.sub(e, 1, 32), e, i, 0}
+        got = got + 1
+      end
+    end
+    if got < take then
+      local left = redis.call('ZCARD', hp)
+      if left > 0 and not C.prio[i] then  -- priority work prio_hosts did not name
+        redis.call('ZADD', C.prio_hosts, redis.call('ZRANGE', hp, 0, 0, 'WITHSCORES')[2], host)
+      end
+      recount(C, r, got, left)
+    end
+    r.queued = r.queued - got
+    r.inflight = r.inflight + got
+    if got > 0 then r.last = C.turn[host] end
+    ledger_touch(L, host)
+  end
+  if #popped > 0 then redis.call('DECRBY', C.pending, #popped) end
+  return popped, capped, more
+end
