@@ -55,7 +55,7 @@ from common.queue import (
     RetryPolicy,
     migrate_crawl,
 )
-from common.queue.migrate import migration_keys
+from common.queue.migrate import MigrationBusyError, migration_keys
 from common.scripts import register
 from common.task import decode_entry, encode_entry
 from common.urls import fingerprint, task_id
@@ -530,16 +530,48 @@ async def test_fsck_repair_converts_the_crawl_first(
 
 
 async def test_concurrent_conversions_convert_each_partition_once(
-        redis_client: aioredis.Redis, crawl_name: str,
+        redis_client: aioredis.Redis, crawl_name: str, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
+    """Four processes at once: one converts, the others wait for its lock and find the
+    crawl converted (each partition's script runs once: slowed down here, so the others
+    are sure to come while it runs)."""
     old, expected = await live_crawl(redis_client, crawl_name)
+    runs: list[int] = []
+
+    def slow(client: Any, name: str) -> Any:
+        script = register(client, name)
+        if name != "migrate":
+            return script
+
+        async def call(keys: Any = None, args: Any = None) -> Any:
+            runs.append(1)
+            await asyncio.sleep(0.1)
+            return await script(keys=keys, args=args)
+        return call
+
+    monkeypatch.setattr("common.queue.migrate.register", slow)
+    monkeypatch.setattr("common.queue.migrate.POLL_S", 0.01)
     caplog.set_level(logging.INFO, logger="crawlq.migrate")
     done = await asyncio.gather(*(migrate_crawl(redis_client, crawl_name) for _ in range(4)))
     assert sorted(done) == [0, 0, 0, 2]
+    assert len(runs) == 2
     assert [r.getMessage() for r in caplog.records].count("crawl_migrated") == 1
     assert not await redis_client.exists(migrate_lock(crawl_name))
     for pk in old.crawl.partitions:
         assert await redis_client.hlen(pk.hosts) == sum(old.pk(h) == pk for h in expected)
+
+
+async def test_a_conversion_held_elsewhere_too_long_is_given_up(
+        redis_client: aioredis.Redis, crawl_name: str, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    await live_crawl(redis_client, crawl_name)
+    await redis_client.set(migrate_lock(crawl_name), "another process", px=60_000)
+    before = await contents(redis_client, crawl_name)
+    monkeypatch.setattr("common.queue.migrate.POLL_S", 0.01)
+    with pytest.raises(MigrationBusyError, match=r"being converted .* by another process"):
+        await migrate_crawl(redis_client, crawl_name, wait_s=0.2)
+    assert await contents(redis_client, crawl_name) == before
+    assert await redis_client.get(migrate_lock(crawl_name)) == b"another process"
 
 
 async def test_a_crawl_older_than_layout_2_is_still_refused(

@@ -6,7 +6,8 @@ from ``owners``, ``tasks`` and ``attempts``, the old keys deleted), then marks t
 settings ``"format": 3``. The mark comes last, so a run cut short leaves the crawl of
 layout 2 and the next run converts what is left (the script is idempotent: a partition
 converted already is left as it is). One process converts at a time (a SET NX PX lock on
-the crawl, `common.keys.migrate_lock`); the others wait for it to finish.
+the crawl, `common.keys.migrate_lock`); the others wait for its lock, then find the crawl
+converted.
 
 Who runs it: a consumer opening the crawl (`LeasingQueue.open` / `existing`, and the
 consumer's start before it writes the crawl's policy) and ``crawlq fsck --repair``.
@@ -99,10 +100,8 @@ async def migrate_crawl(client: RedisClient, crawl_name: str, *,
                 f"crawl {crawl_name!r} is being converted from layout 2 by another process "
                 f"(it holds {held.key}) for more than {wait_s:g}s: try again later")
         await asyncio.sleep(POLL_S)
-        if _pending_settings(await client.hget(meta, "settings"), crawl_name) is None:
-            return 0
     try:
-        raw = await client.hget(meta, "settings")  # the last holder may have finished
+        raw = await client.hget(meta, "settings")  # the holder before may have finished
         settings = _pending_settings(raw, crawl_name)
         if settings is None or raw is None:
             return 0
