@@ -48,60 +48,78 @@ end
 -- The non-task field of owners and attempts (lib/memory.lua's force_hashtable).
 local NOT_AN_ID = string.rep('~', 128)
 
--- Phase 1: every host the old keys name, its record from them.
-local recs, order = {}, {}
-local function rec_of(host)
-  local r = recs[host]
-  if not r then
-    r = host_decode(nil, host)
-    recs[host] = r
+-- Phase 1: every host the old keys name, and what each key holds of it (no table per
+-- host: a partition may hold hundreds of thousands).
+local order, named = {}, {}
+local function read_counts(zset)
+  local flat, counts = redis.call('ZRANGE', zset, 0, -1, 'WITHSCORES'), {}
+  for i = 1, #flat, 2 do
+    local host = flat[i]
+    counts[host] = tonumber(flat[i + 1]) or 0
+    if not named[host] then
+      named[host] = true
+      order[#order + 1] = host
+    end
+  end
+  return counts
+end
+local queued, inflight = read_counts(HK.queued), read_counts(old_inflight)
+local last, done = read_counts(old_last), read_counts(old_done)
+local confs = {}
+local flat = redis.call('HGETALL', hostconf)
+for i = 1, #flat, 2 do
+  local host = flat[i]
+  confs[host] = flat[i + 1]
+  if not named[host] then
+    named[host] = true
     order[#order + 1] = host
+  end
+end
+flat = nil
+
+-- A host's record from the old keys; hostconf as the old conf_decode read it: '' (or a
+-- field not there) is unset.
+local CONF = {'delay', 'conc', 'budget', 'used', 'blocked', 'robots', 'reserved', 'level',
+              'pace', 'pb_at', 'pb_done', 'fade', 'pushbacks', 'lat'}
+local function record(host)
+  local r = host_decode(nil, host)
+  r.queued, r.inflight = queued[host] or 0, inflight[host] or 0
+  r.last, r.done = last[host] or 0, done[host] or 0
+  local conf = confs[host]
+  if conf then
+    local k = 1
+    for v in string.gmatch(conf .. ',', '([^,]*),') do
+      local name = CONF[k]
+      if not name then break end
+      local n = tonumber(v)
+      if n then r[name] = n end
+      k = k + 1
+    end
   end
   return r
 end
-local function read_counts(zset, field)
-  local flat = redis.call('ZRANGE', zset, 0, -1, 'WITHSCORES')
-  for i = 1, #flat, 2 do rec_of(flat[i])[field] = tonumber(flat[i + 1]) or 0 end
-end
-read_counts(HK.queued, 'queued')
-read_counts(old_inflight, 'inflight')
-read_counts(old_last, 'last')
-read_counts(old_done, 'done')
--- hostconf as the old conf_decode read it: '' (or a field not there) is unset.
-local CONF = {'delay', 'conc', 'budget', 'used', 'blocked', 'robots', 'reserved', 'level',
-              'pace', 'pb_at', 'pb_done', 'fade', 'pushbacks', 'lat'}
-local conf = redis.call('HGETALL', hostconf)
-for i = 1, #conf, 2 do
-  local r, k = rec_of(conf[i]), 1
-  for v in string.gmatch(conf[i + 1] .. ',', '([^,]*),') do
-    local name = CONF[k]
-    if not name then break end
-    local n = tonumber(v)
-    if n then r[name] = n end
-    k = k + 1
-  end
-end
 
--- Phase 2: the records, but for hosts that have one already.
+-- Phase 2: the records, but for hosts that have one already; 1000 hosts a step.
 local hosts_done, hosts_kept = 0, 0
-if #order > 0 then
-  local have = call_sliced('HMGET', HK.hosts, order, 1000)
+for first = 1, #order, 1000 do
+  local slice = {unpack(order, first, math.min(first + 999, #order))}
+  local have = redis.call('HMGET', HK.hosts, unpack(slice))
   local args = {}
-  for i, host in ipairs(order) do
+  for i, host in ipairs(slice) do
     if have[i] then
       hosts_kept = hosts_kept + 1
     else
       args[#args + 1] = host
-      args[#args + 1] = host_encode(recs[host])
+      args[#args + 1] = host_encode(record(host))
       hosts_done = hosts_done + 1
     end
   end
-  if #args > 0 then call_sliced('HSET', HK.hosts, args, 1000) end
+  if #args > 0 then redis.call('HSET', HK.hosts, unpack(args)) end
 end
 
 -- Phase 3: a lease record of each owned id, from its owner, body and attempts.
 local ids, owner_of = {}, {}
-local flat = redis.call('HGETALL', owners)
+flat = redis.call('HGETALL', owners)
 for i = 1, #flat, 2 do
   if flat[i] ~= NOT_AN_ID then
     ids[#ids + 1] = flat[i]
@@ -135,6 +153,6 @@ if #ids > 0 then
   end
 end
 
--- Phase 4: the old keys go.
-redis.call('DEL', old_inflight, old_last, old_done, hostconf, owners)
+-- Phase 4: the old keys go (UNLINK: a big key is freed in the background, not here).
+redis.call('UNLINK', old_inflight, old_last, old_done, hostconf, owners)
 return {hosts_done, hosts_kept, leases_done, leases_kept, no_body}
