@@ -156,8 +156,9 @@ class Layout2:
         await self.client.incr(pk.pending)
 
     async def leased(self, host: str, url: str, owner: str, attempt: int | None,
-                     priority: int = 0) -> None:
+                     *, priority: int = 0, deadline_ms: int | None = None) -> None:
         """A lease as the old lease.lua wrote it (`attempt` None: no attempts field)."""
+        deadline = self.now + LEASE_MS if deadline_ms is None else deadline_ms
         tid, entry = await self._entered(host, url, priority)
         pk, old = self.pk(host), self.old(host)
         await self.client.hsetnx(old["owners"], HASHTABLE_FIELD, "1")
@@ -166,15 +167,14 @@ class Layout2:
         await self.client.hset(old["owners"], tid, owner)
         if attempt is not None:
             await self.client.hset(pk.attempts, tid, attempt)
-        await self.client.zadd(pk.leases, {tid: self.now + LEASE_MS})
+        await self.client.zadd(pk.leases, {tid: deadline})
         await self.client.hincrby(pk.stats, "leased", 1)
         if not owner.startswith("f"):  # a response in gave its host's slot back
             await self.client.zincrby(old["h:inflight"], 1, host)
         token, worker = owner.lstrip("fb").split(":", 1)
         self.workers[url] = worker
         self.leases[url] = Lease(decode_entry(entry, attempt=attempt or 1),
-                                 self.crawl.partition_of(host), token,
-                                 self.now + LEASE_MS, host)
+                                 self.crawl.partition_of(host), token, deadline, host)
 
     async def waiting(self, host: str, url: str, attempt: int, due_ms: int) -> None:
         """A retry as the old fail.lua left it."""
@@ -445,6 +445,32 @@ async def test_a_host_or_lease_written_by_layout_3_is_kept(redis_client: aioredi
     assert await redis_client.hget(pk.hosts, "a.test") == newer
     assert await redis_client.hkeys(pk.leased) == [old.ids["http://a.test/2"].encode()]
     assert not await redis_client.exists(old.old("a.test")["owners"])
+
+
+async def test_a_migrated_lease_that_expires_is_reclaimed_with_its_attempts(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """A consumer of the old crawlq stopped while it held a lease: once converted, the
+    reaper takes it back as it would have, its attempts and budget page with it."""
+    old = await Layout2.create(redis_client, crawl_name, partitions=1)
+    pk = old.pk("a.test")
+    await old.hostconf("a.test", ",,3,1,0,,1")
+    await old.leased("a.test", "http://a.test/1", "b4:w1", 2, deadline_ms=old.now - 1)
+    await old.last("a.test", old.now - 100)
+    assert await migrate_crawl(redis_client, crawl_name) == 1
+    assert await host_record(redis_client, pk, "a.test") == HostRecord(
+        inflight=1, last=old.now - 100, budget=3, used=1, reserved=1)
+    q = await LeasingQueue.existing(redis_client, crawl_name)
+    assert await q.reclaim() == (1, 0)
+    tid = old.ids["http://a.test/1"]
+    assert await q.state_of(tid, "http://a.test/1") == "pending"
+    assert await redis_client.hget(pk.attempts, tid) == b"2"
+    assert await host_record(redis_client, pk, "a.test") == HostRecord(
+        queued=1, last=old.now - 100, budget=3, used=1)
+    [again] = await q.lease("w2", 5, LEASE_MS)
+    assert (again.id, again.task.attempt) == (tid, 3)
+    assert await q.ack("w2", [(again, "ok")]) == [Code.OK]
+    s = await q.stats()
+    assert (s.pending, s.leased, s.done) == (0, 0, 1) and s.counters["enqueued"] == 1
 
 
 async def test_the_producer_and_the_console_refuse_a_crawl_of_layout_2(
