@@ -116,7 +116,9 @@ hashtable). Tools that list these hashes skip it.
 
 Crawl keys (``crawlq:{<crawl>}:<name>``): ``meta`` HASH (``settings``: partitions, dedup
 mode and parameters, fixed at creation, and ``format``, the schema version; ``created_ms``:
-when, ms of Redis TIME), ``lock:producer`` STRING (one producer run at a time), ``results``
+when, ms of Redis TIME), ``lock:producer`` STRING (one producer run at a time),
+``lock:migrate`` STRING (one conversion of a layout-2 crawl at a time,
+``common.queue.migrate``), ``results``
 STREAM (the redis-stream sink), ``workers`` ZSET (worker id -> last heartbeat, ms of Redis
 TIME) and ``worker:<id>`` HASH (id, host, pid, state, started_ms, heartbeat_ms,
 interval_ms, in_flight, done, failed, pages_per_s; times in ms of Redis TIME; expires
@@ -169,6 +171,27 @@ def crawl_key(crawl: str, name: str) -> str:
 def partition_prefix(crawl: str, partition: int) -> str:
     """The prefix shared by every key of one partition."""
     return f"{PREFIX}:{{{_check_crawl(crawl)}:{partition}}}:"
+
+
+#: The partition keys of layout 2 that layout 3 dropped, in ``common/lua/migrate.lua``'s
+#: KEYS order: ``h:inflight``, ``h:last``, ``h:done`` (ZSETs, host -> leases whose
+#: response is not in, last request start in ms, tasks done), ``hostconf`` (HASH, host ->
+#: "delay,conc,budget,used,blocked,robots,reserved[,level,pace,pb_at,pb_done,fade,
+#: pushbacks,lat]", '' = unset) and ``owners`` (HASH, id -> "[f][b]<token>:<worker>").
+#: Their content now lives in the ``hosts`` and ``leased`` records; only the migration
+#: reads them (and deletes them): no script of layout 3 may write one.
+LAYOUT2_NAMES = ("h:inflight", "h:last", "h:done", "hostconf", "owners")
+
+
+def layout2_keys(crawl: str, partition: int) -> list[str]:
+    """One partition's layout-2 keys (`LAYOUT2_NAMES`, in that order)."""
+    prefix = partition_prefix(crawl, partition)
+    return [prefix + name for name in LAYOUT2_NAMES]
+
+
+def migrate_lock(crawl: str) -> str:
+    """The SET NX PX guard of a crawl's conversion from layout 2."""
+    return crawl_key(crawl, "lock:migrate")
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,8 +20,8 @@ Subcommands (each takes the common options: --redis-url, --crawl, --log-level, .
 ``crawlq check``                   0 if Redis answers (and --http-url if given), else 1
 ``crawlq fsck [--repair] [--json]`` check a crawl's invariants (every task in one state,
                                    counts, ``due``, the revisit schedule); ``--repair``
-                                   fixes the counts, ``due`` and the schedule
-                                   (``console.fsck``)
+                                   converts a crawl of layout 2 first, then fixes the
+                                   counts, ``due`` and the schedule (``console.fsck``)
 ``crawlq demo``                    a local Redis, a sample site, a producer, two consumers
 =================================  =====================================================
 
@@ -53,7 +53,7 @@ from common.errors import BadRequestError, ConfigError, CrawlqError
 from common.exitcodes import EXIT_FAIL, EXIT_INCONSISTENT, EXIT_OK, EXIT_REDIS, EXIT_USAGE
 from common.keys import CRAWLS, PREFIX, CrawlKeys
 from common.logs import setup_logging
-from common.queue import CrawlQueue, CrawlSettings
+from common.queue import CrawlFormatError, CrawlQueue, CrawlSettings, migrate_crawl
 from common.redis_errors import redis_error_message
 from common.runtime import run_loop
 from common.workers import read_workers
@@ -91,6 +91,8 @@ def _emit(obj: Any) -> None:
 async def _queue(client: RedisClient, crawl: str) -> CrawlQueue:
     try:
         return await CrawlQueue.existing(client, crawl)
+    except CrawlFormatError as exc:  # its message says what to do
+        raise UsageError(str(exc)) from None
     except ConfigError as exc:
         raise UsageError(f"{exc} (crawlq crawls lists them)") from None
 
@@ -303,7 +305,7 @@ async def cmd_check(args: argparse.Namespace, client: RedisClient) -> int:
             await client.ping()
             raw = await client.hget(CrawlKeys.build(args.crawl).meta, "settings")
             if raw is not None:
-                CrawlSettings.from_json(raw)
+                CrawlSettings.from_json(raw, args.crawl)
     except TimeoutError:
         problem = f"Redis at {redact_url(args.redis_url)} did not answer in {args.timeout:g}s"
     except RedisError as exc:
@@ -321,6 +323,8 @@ async def cmd_check(args: argparse.Namespace, client: RedisClient) -> int:
 
 
 async def cmd_fsck(args: argparse.Namespace, client: RedisClient) -> int:
+    if args.repair:  # a crawl of layout 2 is converted first (common.queue.migrate)
+        await migrate_crawl(client, args.crawl)
     queue = await _queue(client, args.crawl)
     report = await fsck(queue, fix=args.repair)
     code = EXIT_OK if report.clean else EXIT_INCONSISTENT
@@ -398,8 +402,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     command("fsck", "check a crawl's invariants (every task in one state, counts, due); "
             "exit 7 when problems are left", JSON,
-            Option("--repair", "CRAWLQ_FSCK_REPAIR", False, "fix the counts and due, then "
-                   "check again", flag_only_bool=True)).set_defaults(handler=cmd_fsck)
+            Option("--repair", "CRAWLQ_FSCK_REPAIR", False, "convert a crawl of layout 2, "
+                   "fix the counts and due, then check again",
+                   flag_only_bool=True)).set_defaults(handler=cmd_fsck)
 
     p = sub.add_parser("demo", help="run a local crawl end to end: Redis, a sample site, "
                        "a producer and two consumers (under a minute)",

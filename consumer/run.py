@@ -26,7 +26,7 @@ from common.policy import (
     seeded_by,
     sync_partitions,
 )
-from common.queue import CrawlQueue, LeasingQueue
+from common.queue import CrawlQueue, LeasingQueue, migrate_crawl
 from common.redis_errors import REDIS_ERRORS, redis_error_message
 from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
@@ -88,6 +88,9 @@ async def _wait_for_crawl(settings: ConsumerSettings, client: RedisClient,
     while not stop.is_set():
         try:
             if not ensured:  # a consumer that starts first gives the crawl its policy
+                # A crawl of layout 2 is converted first: the policy's write reads its
+                # settings, which refuse layout 2 (common.queue.migrate).
+                await migrate_crawl(client, settings.common.crawl)
                 await _ensure_policy(client, settings)
                 ensured = True
             if await client.exists(CrawlKeys.build(settings.common.crawl).meta):

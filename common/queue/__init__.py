@@ -10,14 +10,15 @@ One module per job: ``crawl`` (settings, opening, partitions), ``calls`` (sendin
 calls), ``enqueue``, ``leasing`` (one consumer's `LeaseClient`) with ``lease_reply``
 (lease.lua's reply layout, declared once), ``transitions`` (ack, fail, release, renew,
 checkpoint), ``housekeeping`` (reclaim, promote, reap), ``deadletters``, ``inspection``
-(stats, is_empty, state_of); ``facade``'s `CrawlQueue` and `LeasingQueue` put them in
-one object.
+(stats, is_empty, state_of), ``migrate`` (converting a crawl of layout 2); ``facade``'s
+`CrawlQueue` and `LeasingQueue` put them in one object.
 """
 
 from common.queue.crawl import (
     FORMAT,
     Crawl,
     CrawlFormatError,
+    CrawlNeedsMigration,
     CrawlSettings,
     DedupMode,
 )
@@ -29,6 +30,7 @@ from common.queue.leasing import (
     UNKNOWN_WAIT_S,
     LeaseClient,
 )
+from common.queue.migrate import migrate_crawl
 from common.queue.model import (
     COUNTERS,
     MALFORMED,
@@ -48,7 +50,7 @@ from common.queue.model import (
 __all__ = [
     "CANDIDATE_HOSTS", "COUNTERS", "FORMAT", "MALFORMED", "MAX_IDLE_WAIT_S",
     "RESPONSE_REASONS", "UNKNOWN_WAIT_S", "Code", "Crawl", "CrawlFormatError",
-    "CrawlQueue", "CrawlSettings", "DeadTask", "DedupMode", "EnqueueResult", "Failure",
-    "Lease", "LeaseBatch", "LeaseClient", "LeaseReply", "LeasingQueue", "NewTask",
-    "RetryPolicy", "RevisitStats", "Stats",
+    "CrawlNeedsMigration", "CrawlQueue", "CrawlSettings", "DeadTask", "DedupMode",
+    "EnqueueResult", "Failure", "Lease", "LeaseBatch", "LeaseClient", "LeaseReply",
+    "LeasingQueue", "NewTask", "RetryPolicy", "RevisitStats", "Stats", "migrate_crawl",
 ]

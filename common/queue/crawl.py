@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from common import codec
 from common.connection import RedisClient
@@ -13,9 +14,14 @@ from common.hostmodel.hostkey import partition_of_host
 from common.keys import CRAWLS, CrawlKeys, PartitionKeys
 from common.scripts import Scripts
 
-#: The schema version a crawl's settings carry; a crawl of another version must be
-#: re-created (its keys mean something else).
-FORMAT = 2
+#: The schema version a crawl's settings carry: 3, one record per host and per lease
+#: (common/keys.py). A crawl of layout 2 is converted in place (`LAYOUT2`,
+#: common.queue.migrate); one of an older version must be re-created (its keys mean
+#: something else).
+FORMAT = 3
+#: The layout before: per-host counters in ZSETs, settings in ``hostconf``, a lease in
+#: ``owners``, ``tasks`` and ``attempts``.
+LAYOUT2 = 2
 
 
 class DedupMode(StrEnum):
@@ -25,6 +31,21 @@ class DedupMode(StrEnum):
 
 class CrawlFormatError(ConfigError):
     """The crawl was created by a crawlq whose Redis layout this one does not read."""
+
+
+class CrawlNeedsMigration(CrawlFormatError):
+    """The crawl holds layout 2, which this crawlq converts but does not use: a consumer
+    converts it when it opens the crawl (``LeasingQueue``), and so does ``crawlq fsck
+    --repair``; everything else refuses it with this message. `settings` are its
+    settings (the same fields in both layouts)."""
+
+    def __init__(self, crawl: str, settings: CrawlSettings) -> None:
+        super().__init__(
+            f"crawl {crawl!r} holds layout {LAYOUT2}: start a consumer of this version or "
+            f"run `crawlq fsck --repair --crawl {crawl}` to convert it (stop the producers "
+            "and consumers of the older crawlq first: they write the old layout)")
+        self.crawl = crawl
+        self.settings = settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +78,11 @@ class CrawlSettings:
 
     @classmethod
     def from_json(cls, raw: str | bytes, crawl: str = "") -> CrawlSettings:
-        """The stored settings; CrawlFormatError for a crawl an older crawlq created."""
+        """The stored settings; CrawlNeedsMigration for a crawl of layout 2 (to convert),
+        CrawlFormatError for one an older crawlq created."""
         obj = codec.loads(raw)
+        if obj.get("format") == LAYOUT2:
+            raise CrawlNeedsMigration(crawl, cls._fields(obj))
         if obj.get("format") != FORMAT:
             raise CrawlFormatError(
                 f"crawl {crawl!r} was created by an older crawlq (one queue per crawl, not "
@@ -66,6 +90,10 @@ class CrawlSettings:
                 f"`crawlq reset --crawl {crawl} --yes` and run the producer again, or use a "
                 "new --crawl name"
             )
+        return cls._fields(obj)
+
+    @classmethod
+    def _fields(cls, obj: dict[str, Any]) -> CrawlSettings:
         return cls(
             partitions=int(obj["partitions"]), dedup=DedupMode(obj["dedup"]),
             seen_bits=int(obj["seen_bits"]), bloom_capacity=int(obj["bloom_capacity"]),

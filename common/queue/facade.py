@@ -12,6 +12,7 @@ from common.queue import deadletters, housekeeping, inspection, transitions
 from common.queue.crawl import Crawl, CrawlSettings, existing_settings, open_settings
 from common.queue.enqueue import enqueue
 from common.queue.leasing import LeaseClient
+from common.queue.migrate import migrate_crawl
 from common.queue.model import (
     Code,
     DeadTask,
@@ -167,6 +168,20 @@ class LeasingQueue(CrawlQueue):
                  **kwargs: Any) -> None:
         super().__init__(client, crawl, settings, **kwargs)
         self.leases = LeaseClient(self.on, self.fail)
+
+    @classmethod
+    async def open(cls, client: RedisClient, crawl: str,
+                   settings: CrawlSettings | None = None, **kwargs: Any) -> Self:
+        """`CrawlQueue.open`, converting a crawl of layout 2 first (a consumer converts:
+        `common.queue.migrate`)."""
+        await migrate_crawl(client, crawl)
+        return await super().open(client, crawl, settings, **kwargs)
+
+    @classmethod
+    async def existing(cls, client: RedisClient, crawl: str, **kwargs: Any) -> Self:
+        """`CrawlQueue.existing`, converting a crawl of layout 2 first."""
+        await migrate_crawl(client, crawl)
+        return await super().existing(client, crawl, **kwargs)
 
     async def lease(self, worker: str, n: int, lease_ms: int) -> list[Lease]:
         """Lease up to n tasks from hosts whose turn has come (see `LeaseClient`)."""
