@@ -32,7 +32,7 @@ queued recounted from the queues, inflight and reserved from the lease records, 
 prio_hosts, ``due`` by the due rule, the h:queued index, pending); ``fsck_orphans.lua``
 gives a lease record with no deadline one that has passed (the reaper's reclaim takes it
 back), drops a deadline with no lease record, and drops a stale body from ``tasks`` or
-moves a task that has only its body there to ``dead`` (reason ``orphaned``);
+puts a task that has only its body there back in its host's queue;
 ``fsck_revisits.lua`` sets the schedule of the ids found wrong right. What it can't fix
 (an id in two states, a lease record it can't read, a waiting or dead task with no body,
 counters that don't add up) is reported, for an operator to decide.
@@ -116,7 +116,7 @@ class Repair:
     deadlines_added: int = 0  # lease records given a deadline that has passed
     deadlines_removed: int = 0  # deadlines with no lease record
     bodies_dropped: int = 0  # stale copies in tasks of pending or leased tasks
-    bodies_dead: int = 0  # tasks with only a body, moved to dead
+    bodies_queued: int = 0  # tasks with only a body, put back in their hosts' queues
     unscheduled: int = 0  # ids taken out of rv:due
     scheduled: int = 0  # histories put in rv:due
 
@@ -150,9 +150,8 @@ class Repair:
         if self.bodies_dropped:
             parts.append(f"{_n(self.bodies_dropped, 'stale body', 'stale bodies')} "
                          "dropped from tasks")
-        if self.bodies_dead:
-            parts.append(f"{_n(self.bodies_dead, 'task')} in no state moved to dead "
-                         "(orphaned)")
+        if self.bodies_queued:
+            parts.append(f"{_n(self.bodies_queued, 'task')} in no state queued again")
         if self.unscheduled or self.scheduled:
             parts.append(f"rv:due: {self.scheduled} scheduled, {self.unscheduled} removed")
         return f"partition {self.partition}: repaired " + ("; ".join(parts) or "nothing")
@@ -501,22 +500,25 @@ async def repair_hosts(queue: CrawlQueue, partition: int, hosts: Iterable[str], 
 
 async def repair_orphans(queue: CrawlQueue, pk: PartitionKeys,
                          ids: Mapping[str, str | None]) -> tuple[int, int, int, int]:
-    """Set right `ids` (id -> the host its body or lease names, None: none) whose lease
-    or body is missing its other half (fsck_orphans.lua, PAGE ids a call); returns
-    (deadlines added, deadlines removed, bodies dropped, bodies moved to dead)."""
+    """Set right `ids` (id -> the host its body names, None: no body) whose lease or
+    body is missing its other half (fsck_orphans.lua, PAGE ids a call); returns
+    (deadlines added, deadlines removed, bodies dropped, tasks put back in their
+    queues)."""
     script = register(queue.client, "fsck_orphans")
     totals = [0, 0, 0, 0]
     todo = sorted(ids.items())
     for i in range(0, len(todo), PAGE):
         batch = todo[i:i + PAGE]
-        keys = [pk.leased, pk.leases, pk.tasks, pk.delayed, pk.dead, pk.errors,
-                pk.dead_reasons, pk.stats]
-        for _, host in batch:
+        keys = [*pk.host_state, *pk.lease_state, pk.tasks, pk.delayed, pk.dead, pk.stats,
+                pk.pending, pk.prio_hosts]
+        args: list[str] = []
+        for tid, host in batch:
             keys += [pk.host_queue(host or ""), pk.host_prio(host or "")]
-        reply = await script(keys=keys, args=[tid for tid, _ in batch])
+            args += [tid, host or ""]
+        reply = await script(keys=keys, args=args)
         totals = [t + int(v) for t, v in zip(totals, reply, strict=True)]
-    added, removed, dropped, died = totals
-    return added, removed, dropped, died
+    added, removed, dropped, queued = totals
+    return added, removed, dropped, queued
 
 
 async def repair(queue: CrawlQueue, problems: Iterable[Problem]) -> list[Repair]:
@@ -535,10 +537,13 @@ async def repair(queue: CrawlQueue, problems: Iterable[Problem]) -> list[Repair]
                 queue, p, {f.host for f in found if f.kind in HOST_KINDS and f.host},
                 inflight=bool(kinds & {"inflight", "reserved"}),
                 pending=bool(kinds & {"pending", "host_queued"}))
-        orphans = {f.id: f.host for f in found if f.kind in ORPHAN_KINDS and f.id}
+        orphans: dict[str, str | None] = {}  # id -> the host its body names
+        for f in found:
+            if f.kind in ORPHAN_KINDS and f.id:
+                orphans[f.id] = f.host if f.kind == "orphan_body" else orphans.get(f.id)
         if orphans:
             (out.deadlines_added, out.deadlines_removed, out.bodies_dropped,
-             out.bodies_dead) = await repair_orphans(queue, pk, orphans)
+             out.bodies_queued) = await repair_orphans(queue, pk, orphans)
         schedule = {f.id: f.host for f in found if f.kind in SCHEDULE_KINDS and f.id}
         if schedule:
             out.unscheduled, out.scheduled = await repair_schedule(queue, pk, schedule)

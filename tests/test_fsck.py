@@ -211,7 +211,7 @@ async def test_leases_and_bodies_missing_their_other_half_are_repaired(
         redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
     """A lease record with no deadline gets a passed one (the reaper's reclaim takes it
     back), a deadline with no record goes, a stale body of a pending task goes, and a
-    task left with only its body goes to dead as orphaned, for an operator to requeue."""
+    task left with only its body goes back to its host's queue."""
     q = await crawl_of(redis_client, crawl_name, partitions=1)
     pk = q.partitions[0]
     x, y, *rest = await q.lease("w", 10, 60_000)
@@ -239,13 +239,14 @@ async def test_leases_and_bodies_missing_their_other_half_are_repaired(
     assert code == EXIT_OK, out
     assert "1 lease record given a passed deadline (reclaim takes them back); 1 deadline " \
         "with no lease record removed; 1 stale body dropped from tasks; 1 task in no state " \
-        "moved to dead (orphaned)" in out
+        "queued again" in out
     assert await redis_client.zscore(pk.leases, stray) is None
-    [dead] = await q.dead_list()
-    assert (dead.id, dead.reason, dead.url) == (y.id, "orphaned", y.task.url)
+    assert await q.state_of(y.id) == "pending"
+    assert (await host_record(redis_client, pk, y.host)).queued == \
+        await redis_client.llen(pk.host_queue(y.host)) + \
+        await redis_client.zcard(pk.host_prio(y.host))
     assert await q.reclaim() == (1, 0)
     assert await q.state_of(x.id) == "pending"
-    assert await q.dead_requeue([y.id]) == 1
     await q.ack("w", [(r, "ok") for r in rest])
     assert await drain(q) == 12 - len(rest)
     assert (await fsck(redis_url, crawl_name))[0] == EXIT_OK

@@ -9,29 +9,37 @@
 -- ids at the head of `leases` would stall it. A body in `tasks` of an id neither waiting
 -- (`delayed`) nor dead is a stale copy when the id is leased or pending in its host's
 -- queues (lease would drop that entry as a duplicate): it is deleted; otherwise its task
--- is in no state, and goes to `dead` as `orphaned`, its body kept, for an operator to
--- requeue or purge. Reads each host queue it is given (O(its length)).
+-- is in no state, and goes back to the tail of its host's queue, counted queued on its
+-- host's record through the host ledger (lib/hosts.lua), its attempts kept. Reads each
+-- host queue it is given (O(its length)).
 --
--- KEYS[1]  leased        HASH  id -> lease record
--- KEYS[2]  leases        ZSET  id -> deadline (ms)
--- KEYS[3]  tasks         HASH  id -> "<host> <priority> <entry>" (waiting or dead)
--- KEYS[4]  delayed       ZSET  only read
--- KEYS[5]  dead          ZSET  id -> died (ms)
--- KEYS[6]  errors        HASH  id -> "<reason> <message>"
--- KEYS[7]  dead_reasons  HASH  reason -> count
--- KEYS[8]  stats         HASH  only opens the script at maxmemory
--- KEYS[9..] per id i (ARGV order): hq:<h> LIST, hp:<h> ZSET of the host its body names
--- ARGV[1..] ids
--- Returns {deadlines_added, deadlines_removed, bodies_dropped, bodies_dead}
+-- KEYS[1..4] host state: hosts, due, h:queued, conf (lib/hosts.lua)
+-- KEYS[5..6] lease state: leased, leases (lib/leases.lua)
+-- KEYS[7]  tasks       HASH  id -> "<host> <priority> <entry>" (waiting or dead)
+-- KEYS[8]  delayed     ZSET  only read
+-- KEYS[9]  dead        ZSET  only read
+-- KEYS[10] stats       HASH  only opens the script at maxmemory
+-- KEYS[11] pending     STRING
+-- KEYS[12] prio_hosts  ZSET
+-- KEYS[13..] per id i (ARGV order): hq:<h> LIST, hp:<h> ZSET of its host
+-- ARGV[1..] pairs: id, host (the host its body names, '' if it has none: a body that
+--           names another host by now is left alone)
+-- Returns {deadlines_added, deadlines_removed, bodies_dropped, bodies_queued}
 --- @include "lib/codes"
---- @include "lib/dead"
+--- @include "lib/leases"
 --- @include "lib/memory"
+--- @include "lib/hosts"
+--- @include "lib/queues"
 
-if #KEYS ~= 8 + 2 * #ARGV then error('crawlq: fsck_orphans needs 2 host keys per id') end
-local leased, leases, tasks, delayed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local dead, errors, dead_reasons, stats = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+if #ARGV % 2 ~= 0 or #KEYS ~= 12 + #ARGV then
+  error('crawlq: fsck_orphans needs (id, host) pairs and 2 host keys per id')
+end
+local LK = lease_keys(5)
+local tasks, delayed, dead, stats = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local pending, prio_hosts = KEYS[11], KEYS[12]
 allow_at_maxmemory(stats)
 local now = now_ms()
+local L = ledger(host_keys(1), now)
 
 local function queued(id, hq, hp)
   for _, entries in ipairs({redis.call('LRANGE', hq, 0, -1), redis.call('ZRANGE', hp, 0, -1)}) do
@@ -42,25 +50,29 @@ local function queued(id, hq, hp)
   return false
 end
 
-local added, removed, dropped, died = 0, 0, 0, 0
-for i = 1, #ARGV do
-  local id = ARGV[i]
-  local rec = redis.call('HEXISTS', leased, id) == 1
-  local deadline = redis.call('ZSCORE', leases, id)
-  if rec and not deadline then
-    added = added + redis.call('ZADD', leases, now, id)
-  elseif deadline and not rec then
-    removed = removed + redis.call('ZREM', leases, id)
+local added, removed, dropped = 0, 0, 0
+local back, qkeys = {}, {}
+for i = 1, #ARGV, 2 do
+  local id, given = ARGV[i], ARGV[i + 1]
+  local hq, hp = KEYS[12 + i], KEYS[13 + i]
+  local value = redis.call('HGET', LK.leased, id)
+  local deadline = redis.call('ZSCORE', LK.leases, id)
+  if lease_decode(value) and not deadline then
+    added = added + redis.call('ZADD', LK.leases, now, id)
+  elseif deadline and not value then
+    removed = removed + redis.call('ZREM', LK.leases, id)
   end
-  if redis.call('HEXISTS', tasks, id) == 1 and not redis.call('ZSCORE', delayed, id)
-      and not redis.call('ZSCORE', dead, id) then
-    if rec or queued(id, KEYS[7 + 2 * i], KEYS[8 + 2 * i]) then
+  local host, prio, entry = split_value(redis.call('HGET', tasks, id))
+  if host and not redis.call('ZSCORE', delayed, id) and not redis.call('ZSCORE', dead, id) then
+    if value or queued(id, hq, hp) then
       dropped = dropped + redis.call('HDEL', tasks, id)
-    else
-      to_dead(dead, errors, dead_reasons, id, 'orphaned',
-        'its body was in tasks with no state (crawlq fsck --repair)', now)
-      died = died + 1
+    elseif host == given then
+      redis.call('HDEL', tasks, id)
+      qkeys[host] = {hq, hp}
+      back[#back + 1] = {host, prio, entry}
     end
   end
 end
-return {added, removed, dropped, died}
+requeue_entries(L, back, qkeys, prio_hosts, pending, false)
+ledger_flush(L)
+return {added, removed, dropped, #back}
