@@ -10,8 +10,9 @@ What is checked, per partition (``common/keys.py`` has the schema):
   without the fetched mark, reserved == those with the budget mark; the ``h:queued``
   index == the records' queued counts, ``pending`` == the entries of all host queues;
 - ``due`` holds exactly the hosts the due rule (lib/hosts.lua's turn_of) makes due:
-  pending entries, a free slot and budget left, on the counts as they should be; and
-  ``prio_hosts`` the hosts with priority entries, at their highest priority;
+  pending entries, a free slot and budget left, on the counts as they should be, each at
+  its turn (unless a taught pace, which fades with time, sets it); and ``prio_hosts`` the
+  hosts with priority entries, at their highest priority;
 - every lease record has a deadline in ``leases`` and every deadline a lease record;
   every body in ``tasks`` is a waiting or dead task's, and every waiting or dead task has
   one;
@@ -65,7 +66,8 @@ _LEASE = re.compile(rb"(\S+) \d+ (\S+) \d+ ", re.DOTALL)
 FETCHED, BUDGETED = b"f", b"b"
 #: Problems fsck_repair.lua fixes, host by host.
 HOST_KINDS = frozenset({"host_record", "host_queued", "queued_index", "inflight",
-                        "reserved", "due_missing", "due_extra", "prio_hosts", "pending"})
+                        "reserved", "due_missing", "due_extra", "due_turn", "prio_hosts",
+                        "pending"})
 #: Problems fsck_orphans.lua fixes, id by id.
 ORPHAN_KINDS = frozenset({"lease_no_deadline", "deadline_no_lease", "orphan_body"})
 #: Problems the repair fixes (the others are reported only).
@@ -225,6 +227,17 @@ def _lease(value: bytes) -> _Lease | None:
                   owner[int(fetched):].startswith(BUDGETED))
 
 
+@dataclass(frozen=True, slots=True)
+class _Conf:
+    """The crawl's politeness defaults a partition's ``conf`` holds (lib/hosts.lua's
+    crawl_conf)."""
+
+    conc: int  # 0: no limit
+    delay: int  # ms
+    adapt: int  # adaptive_delay, thousandths (0: off)
+    max_delay: int  # ms
+
+
 @dataclass(slots=True)
 class _Partition:
     """What a check reads of one partition."""
@@ -236,7 +249,7 @@ class _Partition:
     due: dict[str, float] = field(default_factory=dict)
     prio: dict[str, float] = field(default_factory=dict)
     held: dict[str, tuple[int, int, float | None]] = field(default_factory=dict)
-    conc: int = 0  # the crawl's concurrency (0: no limit)
+    conf: _Conf = field(default_factory=lambda: _Conf(0, 0, 0, 0))
     leased: dict[str, _Lease] = field(default_factory=dict)
     bad_leases: set[str] = field(default_factory=set)  # lease records that don't parse
     leases: dict[str, float] = field(default_factory=dict)  # deadlines
@@ -286,7 +299,8 @@ async def _read(queue: CrawlQueue, pk: PartitionKeys) -> _Partition:
     hosts = sorted({*part.records, *part.unreadable, *part.index, *part.due, *part.prio,
                     *(x.host for x in part.leased.values()),
                     *await _queue_hosts(client, pk)})
-    part.conc = int(await client.hget(pk.conf, "concurrency") or 0)
+    part.conf = _Conf(*(int(v or 0) for v in await client.hmget(
+        pk.conf, ["concurrency", "delay", "adapt", "max_delay"])))
     for i in range(0, len(hosts), PAGE):
         batch = hosts[i:i + PAGE]
         async with client.pipeline(transaction=False) as pipe:
@@ -367,9 +381,10 @@ def _frontier_problems(p: int, part: _Partition) -> Iterable[Problem]:
 
 
 def _due_problems(p: int, part: _Partition, host: str, r: HostRecord) -> Iterable[Problem]:
-    """`host` in ``due`` or not by the due rule (lib/hosts.lua's turn_of) on its record
-    `r` as it should be."""
-    conc = part.conc if r.conc is None else r.conc
+    """`host` in ``due`` or not, and at its turn, by the due rule (lib/hosts.lua's
+    turn_of) on its record `r` as it should be."""
+    cc = part.conf
+    conc = cc.conc if r.conc is None else r.conc
     conc = conc if conc > 0 else UNLIMITED
     free = r.inflight < conc
     if r.queued and free and not r.budget_spent:
@@ -377,12 +392,26 @@ def _due_problems(p: int, part: _Partition, host: str, r: HostRecord) -> Iterabl
             yield Problem("due_missing", p, f"partition {p} host {host}: not in due, but it "
                           f"has {r.queued} pending and a free slot ({r.inflight} of "
                           f"{_slots(conc)} in flight)", host=host)
+        elif r.pace == 0 and int(part.due[host]) != (turn := _turn(r, cc)):
+            # (A taught pace fades with time: a turn with one is not checked.)
+            yield Problem("due_turn", p, f"partition {p} host {host}: in due at "
+                          f"{int(part.due[host])}, its turn is {turn} (its last request "
+                          "+ its delay, or its block's end; ms of Redis TIME)", host=host)
     elif host in part.due:
         why = ("no pending entries" if not r.queued
                else f"no free slot ({r.inflight} of {_slots(conc)} in flight)" if not free
                else "its page budget spent")
         yield Problem("due_extra", p, f"partition {p} host {host}: in due with {why}",
                       host=host)
+
+
+def _turn(r: HostRecord, cc: _Conf) -> int:
+    """A host's turn with no pace (lib/hosts.lua's host_limits and turn_of)."""
+    delay = cc.delay if r.delay is None else r.delay
+    if r.robots is not None:
+        delay = max(delay, r.robots)
+    delay = max(delay, r.adaptive_ms(cc.adapt, cc.max_delay))
+    return max(r.last + delay, r.blocked)
 
 
 def _state_problems(p: int, part: _Partition) -> Iterable[Problem]:

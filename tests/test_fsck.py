@@ -162,6 +162,35 @@ async def test_a_host_missing_from_due_is_found_and_repaired(
     assert lease.task.url == "http://solo.test/1"
 
 
+async def test_a_host_due_at_the_wrong_turn_is_found_and_repaired(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """A host's turn is its last request + its delay (its own, or robots.txt's when
+    longer): a crawl of hosts with delays is clean; a `due` score moved behind its back
+    (an hour late: the host would starve) is found and set back."""
+    q = await crawl_of(redis_client, crawl_name, partitions=1)
+    pk = q.partitions[0]
+    front = Frontier(q)
+    await front.set_host("a.test", delay_s=30)
+    await front.set_robots_delay("b.test", 20)
+    leased = await q.lease("w", 10, 60_000)
+    a = await host_record(redis_client, pk, "a.test")
+    assert await redis_client.zscore(pk.due, "a.test") == a.last + 30_000
+    b = await host_record(redis_client, pk, "b.test")
+    assert await redis_client.zscore(pk.due, "b.test") == b.last + 20_000
+    assert (await fsck(redis_url, crawl_name))[0] == EXIT_OK
+
+    await redis_client.zadd(pk.due, {"b.test": b.last + 3_600_000})
+    code, out = await fsck(redis_url, crawl_name, "--repair")
+    assert code == EXIT_OK, out
+    assert out.splitlines()[0] == (
+        f"partition 0 host b.test: in due at {b.last + 3_600_000}, its turn is "
+        f"{b.last + 20_000} (its last request + its delay, or its block's end; ms of Redis "
+        "TIME)")
+    assert await redis_client.zscore(pk.due, "b.test") == b.last + 20_000
+    await q.ack("w", [(x, "ok") for x in leased])
+    assert (await fsck(redis_url, crawl_name))[0] == EXIT_OK
+
+
 async def test_a_broken_host_record_a_wrong_index_and_reserved_pages_are_repaired(
         redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
     """a.test's record cut short (unreadable: every script would stop at it), b.test's
