@@ -48,6 +48,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from common.codec import text as _text
+from common.hostmodel.hostrec import FORMAT as RECORD
 from common.hostmodel.hostrec import HostRecord, HostRecordError
 from common.keys import HASHTABLE_FIELD, PartitionKeys
 from common.queue import CrawlQueue
@@ -60,7 +61,7 @@ from console.fsck_revisits import describe, repair_schedule, schedule_findings
 PAGE = 1000
 UNLIMITED = 10**9
 #: A lease record "<owner> <attempt> <host> <priority> <entry>" (lib/leases.lua).
-_LEASE = re.compile(rb"(\S+) \d+ (\S+) \d+ ", re.DOTALL)
+_LEASE = re.compile(rb"(\S+) \d+ (\S+) \d+ ")
 #: The marks of a lease record's owner: its response is in (its host's slot given back,
 #: so inflight no longer counts it), and it holds a page of its host's budget.
 FETCHED, BUDGETED = b"f", b"b"
@@ -353,7 +354,7 @@ def _frontier_problems(p: int, part: _Partition) -> Iterable[Problem]:
                           host=host)
         if host in part.unreadable:  # the repair rebuilds it, its counts recounted
             yield Problem("host_record", p, f"partition {p} host {host}: its record is "
-                          f"{part.unreadable[host]} bytes, not {len(HostRecord().encode())} "
+                          f"{part.unreadable[host]} bytes, not {RECORD.size} "
                           "(unreadable: every script that meets it stops)", host=host)
             continue
         record = part.records.get(host, HostRecord())
