@@ -3,17 +3,22 @@
 What is checked, per partition (``common/keys.py`` has the schema):
 
 - every task is in exactly one state: a task id is in at most one of the host queues
-  (``hq:<host>``/``hp:<host>``, once), ``leases``, ``delayed`` and ``dead``;
-- the counts add up: each host's ``h:queued`` == the entries its queues hold,
-  ``pending`` == their sum, each host's ``h:inflight`` == its leases (their host read
-  from ``tasks``) less those whose response is in (their owner marked fetched); the
-  stats: ``enqueued`` + ``revisits`` (a revisit is done once more without an enqueue)
+  (``hq:<host>``/``hp:<host>``, once), ``leased`` (its lease record), ``delayed`` and
+  ``dead``;
+- each host's record (``hosts``, ``common.hostmodel.hostrec``) can be read and counts
+  what is there: queued == the entries its queues hold, inflight == its lease records
+  without the fetched mark, reserved == those with the budget mark; the ``h:queued``
+  index == the records' queued counts, ``pending`` == the entries of all host queues;
+- ``due`` holds exactly the hosts the due rule (lib/hosts.lua's turn_of) makes due:
+  pending entries, a free slot and budget left, on the counts as they should be, each at
+  its turn (unless a taught pace, which fades with time, sets it); and ``prio_hosts`` the
+  hosts with priority entries, at their highest priority;
+- every lease record has a deadline in ``leases`` and every deadline a lease record;
+  every body in ``tasks`` is a waiting or dead task's, and every waiting or dead task has
+  one;
+- the stats: ``enqueued`` + ``revisits`` (a revisit is done once more without an enqueue)
   == pending + leased + waiting + dead + done + purged + lost_pending, and the
   ``dead_reasons`` add up to ``dead``;
-- ``due`` holds exactly the hosts with pending entries and a free slot, and
-  ``prio_hosts`` the hosts with priority entries, at their highest priority;
-- every lease has an owner and a body, every owner a lease, every body in ``tasks`` a
-  state (leased, waiting or dead);
 - the revisit schedule: every id in ``rv:due`` has a history and no other state, every
   history is scheduled or being revisited (``console.fsck_revisits``).
 
@@ -21,23 +26,30 @@ Reads are bounded per call (SCAN, ZSCAN, HSCAN with COUNT; LRANGE and ZRANGE pag
 a check never blocks Redis; it is not a snapshot, so on a running crawl a task that moved
 between two reads can show as a problem: check a quiet crawl, or check twice.
 
-``repair`` fixes the counts and the frontier: ``fsck_repair.lua`` recounts the hosts
-given (h:queued from their queues, prio_hosts, h:inflight from the leases, pending from
-h:queued) and puts them in ``due`` or takes them out, atomically per call, so it is
-safe on a running crawl; ``fsck_revisits.lua`` sets the schedule of the ids found
-wrong right, each checked again. What it can't fix (an id in two states, a lease without a body,
-an orphan body, counters that don't add up) is reported, for an operator to decide.
+``repair`` fixes what it can through scripts, each call atomic and each host or id
+checked again inside it, so it is safe on a running crawl: ``fsck_repair.lua`` sets the
+hosts found wrong right through the host ledger (a record of the wrong size rebuilt,
+queued recounted from the queues, inflight and reserved from the lease records, then
+prio_hosts, ``due`` by the due rule, the h:queued index, pending); ``fsck_orphans.lua``
+gives a lease record with no deadline one that has passed (the reaper's reclaim takes it
+back), drops a deadline with no lease record, and drops a stale body from ``tasks`` or
+puts a task that has only its body there back in its host's queue;
+``fsck_revisits.lua`` sets the schedule of the ids found wrong right. What it can't fix
+(an id in two states, a lease record it can't read, a waiting or dead task with no body,
+counters that don't add up) is reported, for an operator to decide.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Iterable
-from dataclasses import asdict, dataclass, field
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from common.codec import text as _text
-from common.hostmodel.hostconf import HostConf
+from common.hostmodel.hostrec import FORMAT as RECORD
+from common.hostmodel.hostrec import HostRecord, HostRecordError
 from common.keys import HASHTABLE_FIELD, PartitionKeys
 from common.queue import CrawlQueue
 from common.scripts import register
@@ -45,15 +57,22 @@ from console.fsck_revisits import KINDS as SCHEDULE_KINDS
 from console.fsck_revisits import describe, repair_schedule, schedule_findings
 
 #: The most values one read asks Redis for (SCAN COUNT, a page of LRANGE or ZRANGE) and
-#: the most hosts one repair call takes.
+#: the most hosts or ids one repair call takes.
 PAGE = 1000
 UNLIMITED = 10**9
-#: The mark of an ``owners`` entry whose lease's response is in: its host's slot was
-#: given back then (lib/leases.lua's fetched_owner), so h:inflight no longer counts it.
-FETCHED = b"f"
+#: A lease record "<owner> <attempt> <host> <priority> <entry>" (lib/leases.lua).
+_LEASE = re.compile(rb"(\S+) \d+ (\S+) \d+ ")
+#: The marks of a lease record's owner: its response is in (its host's slot given back,
+#: so inflight no longer counts it), and it holds a page of its host's budget.
+FETCHED, BUDGETED = b"f", b"b"
+#: Problems fsck_repair.lua fixes, host by host.
+HOST_KINDS = frozenset({"host_record", "host_queued", "queued_index", "inflight",
+                        "reserved", "due_missing", "due_extra", "due_turn", "prio_hosts",
+                        "pending"})
+#: Problems fsck_orphans.lua fixes, id by id.
+ORPHAN_KINDS = frozenset({"lease_no_deadline", "deadline_no_lease", "orphan_body"})
 #: Problems the repair fixes (the others are reported only).
-REPAIRABLE = frozenset({"host_queued", "pending", "inflight", "due_missing", "due_extra",
-                        "prio_hosts", *SCHEDULE_KINDS})
+REPAIRABLE = HOST_KINDS | ORPHAN_KINDS | SCHEDULE_KINDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,42 +94,67 @@ class Problem:
         return {**asdict(self), "repairable": self.repairable}
 
 
+def _n(n: int, noun: str, plural: str = "") -> str:
+    return f"{n} " + (noun if n == 1 else plural or noun + "s")
+
+
 def _hosts(n: int) -> str:
-    return f"{n} host" + ("" if n == 1 else "s")
+    return _n(n, "host")
 
 
 @dataclass(slots=True)
 class Repair:
-    """What one partition's repair changed (sums of fsck_repair.lua's replies)."""
+    """What one partition's repair changed (sums of the repair scripts' replies)."""
 
     partition: int
-    recounted: int = 0
-    lost: int = 0
-    inflight_fixed: int = 0
+    recounted: int = 0  # hosts whose queued count changed
+    lost: int = 0  # entries counted queued that no queue held
+    leases_fixed: int = 0  # hosts whose inflight or reserved count changed
+    index_fixed: int = 0  # hosts whose h:queued entry was set to their record's count
+    rebuilt: int = 0  # host records of the wrong size rebuilt
     pending_before: int = 0
     pending_after: int = 0
     due_added: int = 0
     due_removed: int = 0
+    deadlines_added: int = 0  # lease records given a deadline that has passed
+    deadlines_removed: int = 0  # deadlines with no lease record
+    bodies_dropped: int = 0  # stale copies in tasks of pending or leased tasks
+    bodies_queued: int = 0  # tasks with only a body, put back in their hosts' queues
     unscheduled: int = 0  # ids taken out of rv:due
     scheduled: int = 0  # histories put in rv:due
 
     def changed(self) -> bool:
-        return bool(self.recounted or self.inflight_fixed or self.due_added
-                    or self.due_removed or self.pending_before != self.pending_after
-                    or self.unscheduled or self.scheduled)
+        return any(v for k, v in asdict(self).items()
+                   if k not in ("partition", "pending_before", "pending_after")) \
+            or self.pending_before != self.pending_after
 
     def text(self) -> str:
         parts = []
+        if self.rebuilt:
+            parts.append(f"the records of {_hosts(self.rebuilt)} rebuilt (unreadable)")
         if self.recounted:
-            parts.append(f"h:queued of {_hosts(self.recounted)} recounted from the "
-                         f"queues ({self.lost} entries were missing)")
+            parts.append(f"queued of {_hosts(self.recounted)} recounted from the queues "
+                         f"({self.lost} entries were missing)")
         if self.pending_before != self.pending_after:
             parts.append(f"pending {self.pending_before} -> {self.pending_after}")
-        if self.inflight_fixed:
-            parts.append(f"h:inflight of {_hosts(self.inflight_fixed)} recounted from "
-                         "the leases")
+        if self.leases_fixed:
+            parts.append(f"inflight and reserved of {_hosts(self.leases_fixed)} recounted "
+                         "from the lease records")
+        if self.index_fixed:
+            parts.append(f"h:queued of {_hosts(self.index_fixed)} set to their records'")
         if self.due_added or self.due_removed:
             parts.append(f"due: {self.due_added} added, {self.due_removed} removed")
+        if self.deadlines_added:
+            parts.append(f"{_n(self.deadlines_added, 'lease record')} given a passed "
+                         "deadline (reclaim takes them back)")
+        if self.deadlines_removed:
+            parts.append(f"{_n(self.deadlines_removed, 'deadline')} with no lease record "
+                         "removed")
+        if self.bodies_dropped:
+            parts.append(f"{_n(self.bodies_dropped, 'stale body', 'stale bodies')} "
+                         "dropped from tasks")
+        if self.bodies_queued:
+            parts.append(f"{_n(self.bodies_queued, 'task')} in no state queued again")
         if self.unscheduled or self.scheduled:
             parts.append(f"rv:due: {self.scheduled} scheduled, {self.unscheduled} removed")
         return f"partition {self.partition}: repaired " + ("; ".join(parts) or "nothing")
@@ -165,20 +209,51 @@ async def _entries(client: Any, hq: str, hp: str) -> AsyncIterator[str]:
             start += PAGE
 
 
+@dataclass(frozen=True, slots=True)
+class _Lease:
+    """What fsck reads of a lease record."""
+
+    host: str
+    fetched: bool  # its response is in: its host's slot was given back
+    budgeted: bool  # it holds a page of its host's budget
+
+
+def _lease(value: bytes) -> _Lease | None:
+    m = _LEASE.match(value)
+    if not m:
+        return None
+    owner = m.group(1)
+    fetched = owner.startswith(FETCHED)
+    return _Lease(_text(m.group(2)), fetched,
+                  owner[int(fetched):].startswith(BUDGETED))
+
+
+@dataclass(frozen=True, slots=True)
+class _Conf:
+    """The crawl's politeness defaults a partition's ``conf`` holds (lib/hosts.lua's
+    crawl_conf)."""
+
+    conc: int  # 0: no limit
+    delay: int  # ms
+    adapt: int  # adaptive_delay, thousandths (0: off)
+    max_delay: int  # ms
+
+
 @dataclass(slots=True)
 class _Partition:
     """What a check reads of one partition."""
 
     pk: PartitionKeys
-    queued: dict[str, float] = field(default_factory=dict)
-    inflight: dict[str, float] = field(default_factory=dict)
+    records: dict[str, HostRecord] = field(default_factory=dict)
+    unreadable: dict[str, int] = field(default_factory=dict)  # host -> its record's bytes
+    index: dict[str, float] = field(default_factory=dict)  # h:queued
     due: dict[str, float] = field(default_factory=dict)
     prio: dict[str, float] = field(default_factory=dict)
     held: dict[str, tuple[int, int, float | None]] = field(default_factory=dict)
-    conc: dict[str, int] = field(default_factory=dict)
-    spent: set[str] = field(default_factory=set)  # hosts whose page budget is spent
-    leases: dict[str, float] = field(default_factory=dict)
-    owners: dict[str, bytes] = field(default_factory=dict)
+    conf: _Conf = field(default_factory=lambda: _Conf(0, 0, 0, 0))
+    leased: dict[str, _Lease] = field(default_factory=dict)
+    bad_leases: set[str] = field(default_factory=set)  # lease records that don't parse
+    leases: dict[str, float] = field(default_factory=dict)  # deadlines
     bodies: dict[str, bytes] = field(default_factory=dict)
     delayed: set[str] = field(default_factory=set)
     dead: set[str] = field(default_factory=set)
@@ -188,6 +263,9 @@ class _Partition:
     dead_reasons: int = 0
     rv_due: set[str] = field(default_factory=set)
     rv_hosts: dict[str, str] = field(default_factory=dict)  # history record id -> host
+
+    def leased_ids(self) -> set[str]:
+        return {*self.leased, *self.bad_leases}
 
 
 async def _queue_hosts(client: Any, pk: PartitionKeys) -> set[str]:
@@ -203,13 +281,27 @@ async def _queue_hosts(client: Any, pk: PartitionKeys) -> set[str]:
 async def _read(queue: CrawlQueue, pk: PartitionKeys) -> _Partition:
     client = queue.client
     part = _Partition(pk)
-    part.queued = await _zscan(client, pk.queued)
-    part.inflight = await _zscan(client, pk.inflight)
+    for host, value in (await _hscan(client, pk.hosts)).items():
+        try:
+            part.records[host] = HostRecord.decode(value)
+        except HostRecordError:
+            part.unreadable[host] = len(value)
+    part.index = await _zscan(client, pk.queued)
     part.due = await _zscan(client, pk.due)
     part.prio = await _zscan(client, pk.prio_hosts)
-    hosts = sorted({*part.queued, *part.inflight, *part.due, *part.prio,
+    for tid, value in (await _hscan(client, pk.leased)).items():
+        if tid == HASHTABLE_FIELD:
+            continue
+        if (lease := _lease(value)) is None:
+            part.bad_leases.add(tid)
+        else:
+            part.leased[tid] = lease
+    part.leases = await _zscan(client, pk.leases)
+    hosts = sorted({*part.records, *part.unreadable, *part.index, *part.due, *part.prio,
+                    *(x.host for x in part.leased.values()),
                     *await _queue_hosts(client, pk)})
-    default = int(await client.hget(pk.conf, "concurrency") or 0)
+    part.conf = _Conf(*(int(v or 0) for v in await client.hmget(
+        pk.conf, ["concurrency", "delay", "adapt", "max_delay"])))
     for i in range(0, len(hosts), PAGE):
         batch = hosts[i:i + PAGE]
         async with client.pipeline(transaction=False) as pipe:
@@ -217,19 +309,10 @@ async def _read(queue: CrawlQueue, pk: PartitionKeys) -> _Partition:
                 pipe.llen(pk.host_queue(host))
                 pipe.zrange(pk.host_prio(host), 0, 0, withscores=True)
                 pipe.zcard(pk.host_prio(host))
-            pipe.hmget(pk.hostconf, batch)
             replies = await pipe.execute()
         for j, host in enumerate(batch):
             n, top, m = replies[3 * j:3 * j + 3]
             part.held[host] = (int(n), int(m), top[0][1] if top else None)
-            conf = HostConf.decode(replies[-1][j])
-            conc = default if conf.conc is None else conf.conc
-            part.conc[host] = conc if conc > 0 else UNLIMITED
-            if conf.budget_spent:
-                part.spent.add(host)
-    part.leases = await _zscan(client, pk.leases)
-    part.owners = await _hscan(client, pk.owners)
-    part.owners.pop(HASHTABLE_FIELD, None)
     part.bodies = await _hscan(client, pk.tasks)
     part.delayed = set(await _zscan(client, pk.delayed))
     part.dead = set(await _zscan(client, pk.dead))
@@ -253,53 +336,91 @@ def _host_of(body: bytes | None) -> str | None:
     return _text(body).split(" ", 1)[0] if body else None
 
 
-def _frontier_problems(p: int, part: _Partition) -> Iterable[Problem]:
-    leased_by_host: Counter[str] = Counter(
-        h for tid in part.leases if (h := _host_of(part.bodies.get(tid)))
-        and not part.owners.get(tid, b"").startswith(FETCHED))
-    total = 0
-    for host, (n, m, top) in sorted(part.held.items()):
-        held = n + m
-        total += held
-        counted = int(part.queued.get(host, 0))
-        if counted != held:
-            yield Problem("host_queued", p, f"partition {p} host {host}: h:queued counts "
-                          f"{counted}, its queues hold {held} (hq {n}, hp {m})", host=host)
-        leased = leased_by_host[host]
-        if int(part.inflight.get(host, 0)) != leased:
-            yield Problem("inflight", p, f"partition {p} host {host}: h:inflight counts "
-                          f"{int(part.inflight.get(host, 0))}, it holds {leased} leases",
-                          host=host)
-        free = leased < part.conc[host] and host not in part.spent  # parked: not due
-        if held and free and host not in part.due:
-            yield Problem("due_missing", p, f"partition {p} host {host}: not in due, but it "
-                          f"has {held} pending and a free slot ({leased} of "
-                          f"{_slots(part.conc[host])} in flight)", host=host)
-        elif host in part.due and not (held and free):
-            why = ("no pending entries" if not held
-                   else "its page budget spent" if host in part.spent
-                   else f"no free slot ({leased} of {_slots(part.conc[host])} in flight)")
-            yield Problem("due_extra", p, f"partition {p} host {host}: in due with {why}",
-                          host=host)
-        if part.prio.get(host) != top:
-            yield Problem("prio_hosts", p, f"partition {p} host {host}: prio_hosts says "
-                          f"{part.prio.get(host)}, its priority queue's head {top}",
-                          host=host)
-    if part.pending != total:
-        yield Problem("pending", p, f"partition {p}: pending is {part.pending}, the host "
-                      f"queues hold {total} (h:queued sums to "
-                      f"{int(sum(part.queued.values()))})")
-
-
 def _slots(conc: int) -> str:
     return "unlimited" if conc >= UNLIMITED else str(conc)
 
 
+def _frontier_problems(p: int, part: _Partition) -> Iterable[Problem]:
+    inflight: Counter[str] = Counter(
+        x.host for x in part.leased.values() if not x.fetched)
+    reserved: Counter[str] = Counter(x.host for x in part.leased.values() if x.budgeted)
+    total = 0
+    for host, (n, m, top) in sorted(part.held.items()):
+        held = n + m
+        total += held
+        if part.prio.get(host) != top:
+            yield Problem("prio_hosts", p, f"partition {p} host {host}: prio_hosts says "
+                          f"{part.prio.get(host)}, its priority queue's head {top}",
+                          host=host)
+        if host in part.unreadable:  # the repair rebuilds it, its counts recounted
+            yield Problem("host_record", p, f"partition {p} host {host}: its record is "
+                          f"{part.unreadable[host]} bytes, not {RECORD.size} "
+                          "(unreadable: every script that meets it stops)", host=host)
+            continue
+        record = part.records.get(host, HostRecord())
+        if record.queued != held:
+            yield Problem("host_queued", p, f"partition {p} host {host}: its record counts "
+                          f"{record.queued} queued, its queues hold {held} (hq {n}, hp {m})",
+                          host=host)
+        if (indexed := int(part.index.get(host, 0))) != record.queued:
+            yield Problem("queued_index", p, f"partition {p} host {host}: h:queued says "
+                          f"{indexed}, its record counts {record.queued} queued", host=host)
+        if record.inflight != inflight[host]:
+            yield Problem("inflight", p, f"partition {p} host {host}: its record counts "
+                          f"{record.inflight} in flight, it holds {inflight[host]} leases "
+                          "whose response is not in", host=host)
+        if record.reserved != reserved[host]:
+            yield Problem("reserved", p, f"partition {p} host {host}: its record counts "
+                          f"{record.reserved} pages reserved, {reserved[host]} of its leases "
+                          "hold a page of its budget", host=host)
+        yield from _due_problems(p, part, host, replace(
+            record, queued=held, inflight=inflight[host], reserved=reserved[host]))
+    if part.pending != total:
+        yield Problem("pending", p, f"partition {p}: pending is {part.pending}, the host "
+                      f"queues hold {total} (the records count "
+                      f"{sum(r.queued for r in part.records.values())})")
+
+
+def _due_problems(p: int, part: _Partition, host: str, r: HostRecord) -> Iterable[Problem]:
+    """`host` in ``due`` or not, and at its turn, by the due rule (lib/hosts.lua's
+    turn_of) on its record `r` as it should be."""
+    cc = part.conf
+    conc = cc.conc if r.conc is None else r.conc
+    conc = conc if conc > 0 else UNLIMITED
+    free = r.inflight < conc
+    if r.queued and free and not r.budget_spent:
+        if host not in part.due:
+            yield Problem("due_missing", p, f"partition {p} host {host}: not in due, but it "
+                          f"has {r.queued} pending and a free slot ({r.inflight} of "
+                          f"{_slots(conc)} in flight)", host=host)
+        elif r.pace == 0 and int(part.due[host]) != (turn := _turn(r, cc)):
+            # (A taught pace fades with time: a turn with one is not checked.)
+            yield Problem("due_turn", p, f"partition {p} host {host}: in due at "
+                          f"{int(part.due[host])}, its turn is {turn} (its last request "
+                          "+ its delay, or its block's end; ms of Redis TIME)", host=host)
+    elif host in part.due:
+        why = ("no pending entries" if not r.queued
+               else f"no free slot ({r.inflight} of {_slots(conc)} in flight)" if not free
+               else "its page budget spent")
+        yield Problem("due_extra", p, f"partition {p} host {host}: in due with {why}",
+                      host=host)
+
+
+def _turn(r: HostRecord, cc: _Conf) -> int:
+    """A host's turn with no pace (lib/hosts.lua's host_limits and turn_of)."""
+    delay = cc.delay if r.delay is None else r.delay
+    if r.robots is not None:
+        delay = max(delay, r.robots)
+    delay = max(delay, r.adaptive_ms(cc.adapt, cc.max_delay))
+    return max(r.last + delay, r.blocked)
+
+
 def _state_problems(p: int, part: _Partition) -> Iterable[Problem]:
+    leased = part.leased_ids()
     places: dict[str, list[str]] = defaultdict(list)
     for tid, n in part.pending_ids.items():
         places[tid] += ["pending"] * n
-    for name, ids in (("leased", part.leases), ("waiting", part.delayed),
+    for name, ids in (("leased", leased), ("waiting", part.delayed),
                       ("dead", part.dead)):
         for tid in ids:
             places[tid].append(name)
@@ -307,25 +428,32 @@ def _state_problems(p: int, part: _Partition) -> Iterable[Problem]:
         if len(where) > 1:
             yield Problem("two_states", p, f"partition {p} task {tid}: in {len(where)} "
                           f"places ({', '.join(where)})", id=tid)
-    for tid in sorted(part.leases):
-        if tid not in part.owners:
-            yield Problem("lease_no_owner", p, f"partition {p} task {tid}: leased with no "
-                          "owner (reclaim takes it back at its deadline)", id=tid)
-        if tid not in part.bodies:
-            yield Problem("lease_no_body", p, f"partition {p} task {tid}: leased with no "
-                          "body in tasks (no host, no URL: reclaim can't requeue it)", id=tid)
-    for tid in sorted(set(part.owners) - set(part.leases)):
-        yield Problem("owner_no_lease", p, f"partition {p} task {tid}: an owner with no "
-                      "lease", id=tid)
-    live = {*part.leases, *part.delayed, *part.dead}
-    for tid in sorted(set(part.bodies) - live):
+    for tid in sorted(part.bad_leases):
+        yield Problem("lease_unreadable", p, f"partition {p} task {tid}: its lease record "
+                      "can't be read (no host: reclaim can't take it back)", id=tid)
+    for tid in sorted(set(part.leased) - set(part.leases)):
+        yield Problem("lease_no_deadline", p, f"partition {p} task {tid}: a lease record "
+                      "with no deadline in leases (reclaim never takes it back)",
+                      host=part.leased[tid].host, id=tid)
+    for tid in sorted(set(part.leases) - leased):
+        yield Problem("deadline_no_lease", p, f"partition {p} task {tid}: a deadline in "
+                      "leases with no lease record", id=tid)
+    for tid in sorted(set(part.bodies) - part.delayed - part.dead):
+        state = ("pending" if tid in part.pending_ids else "leased" if tid in leased else "")
         yield Problem("orphan_body", p, f"partition {p} task {tid}: a body in tasks but "
-                      "not leased, waiting or dead", id=tid)
+                      "not waiting or dead"
+                      + (f" (a stale copy: it is {state})" if state else ""),
+                      host=_host_of(part.bodies[tid]), id=tid)
+    for name, ids, why in (("waiting", part.delayed, "promote can't put it back"),
+                           ("dead", part.dead, "requeue can't put it back")):
+        for tid in sorted(ids - set(part.bodies)):
+            yield Problem("no_body", p, f"partition {p} task {tid}: {name} with no body in "
+                          f"tasks ({why})", id=tid)
 
 
 def _schedule_problems(p: int, part: _Partition) -> Iterable[Problem]:
     active = {tid: "pending" for tid in part.pending_ids}
-    for name, ids in (("leased", part.leases), ("waiting", part.delayed),
+    for name, ids in (("leased", part.leased_ids()), ("waiting", part.delayed),
                       ("dead", part.dead)):
         active.update(dict.fromkeys(ids, name))
     for kind, tid in schedule_findings(part.rv_due, part.rv_hosts, active):
@@ -336,7 +464,7 @@ def _schedule_problems(p: int, part: _Partition) -> Iterable[Problem]:
 
 def _counter_problems(p: int, part: _Partition) -> Iterable[Problem]:
     s = part.stats
-    states = (part.pending + len(part.leases) + len(part.delayed) + len(part.dead)
+    states = (part.pending + len(part.leased_ids()) + len(part.delayed) + len(part.dead)
               + s.get("done", 0) + s.get("purged", 0) + s.get("lost_pending", 0))
     entered = s.get("enqueued", 0) + s.get("revisits", 0)
     if entered != states:
@@ -354,7 +482,7 @@ async def check(queue: CrawlQueue) -> Report:
     for p, pk in enumerate(queue.partitions):
         part = await _read(queue, pk)
         report.checked.update(hosts=len(part.held), pending=sum(part.pending_ids.values()),
-                              leased=len(part.leases), waiting=len(part.delayed),
+                              leased=len(part.leased_ids()), waiting=len(part.delayed),
                               dead=len(part.dead))
         if part.rv_due:  # a crawl without revisits reads as it did
             report.checked["scheduled"] += len(part.rv_due)
@@ -369,10 +497,9 @@ async def check(queue: CrawlQueue) -> Report:
 
 async def repair_hosts(queue: CrawlQueue, partition: int, hosts: Iterable[str], *,
                        inflight: bool = True, pending: bool = True) -> Repair:
-    """Recount `hosts` of one partition (h:queued, prio_hosts, due), and with `inflight`
-    every host's h:inflight, with `pending` the partition's pending (fsck_repair.lua,
-    PAGE hosts a call; the recounts of the whole partition go with the first and the
-    last call)."""
+    """Set `hosts` of one partition right (fsck_repair.lua, PAGE hosts a call): their
+    records (with `inflight`, their inflight and reserved counts too), prio_hosts, due
+    and h:queued; with `pending`, the partition's pending (with the last call)."""
     pk = queue.partitions[partition]
     script = register(queue.client, "fsck_repair")
     todo = sorted(set(hosts))
@@ -383,20 +510,45 @@ async def repair_hosts(queue: CrawlQueue, partition: int, hosts: Iterable[str], 
         for host in batch:
             keys += [pk.host_queue(host), pk.host_prio(host)]
         reply = await script(
-            keys=[*pk.host_state, pk.pending, pk.prio_hosts, pk.leases, pk.tasks, pk.owners,
-                  pk.stats, *keys],
-            args=[int(inflight and i == 0), int(pending and i == len(batches) - 1),
-                  len(batch), *batch])
-        recounted, lost, fixed, before, after, added, removed = (int(v) for v in reply)
+            keys=[*pk.host_state, pk.pending, pk.prio_hosts, pk.leased, pk.delay,
+                  pk.blocked, pk.budget, pk.stats, *keys],
+            args=[int(inflight), int(pending and i == len(batches) - 1), len(batch), *batch])
+        (recounted, lost, fixed, indexed, rebuilt, before, after, added,
+         removed) = (int(v) for v in reply)
         if i == 0:
             out.pending_before = before
         out.pending_after = after
         out.recounted += recounted
         out.lost += lost
-        out.inflight_fixed += fixed
+        out.leases_fixed += fixed
+        out.index_fixed += indexed
+        out.rebuilt += rebuilt
         out.due_added += added
         out.due_removed += removed
     return out
+
+
+async def repair_orphans(queue: CrawlQueue, pk: PartitionKeys,
+                         ids: Mapping[str, str | None]) -> tuple[int, int, int, int]:
+    """Set right `ids` (id -> the host its body names, None: no body) whose lease or
+    body is missing its other half (fsck_orphans.lua, PAGE ids a call); returns
+    (deadlines added, deadlines removed, bodies dropped, tasks put back in their
+    queues)."""
+    script = register(queue.client, "fsck_orphans")
+    totals = [0, 0, 0, 0]
+    todo = sorted(ids.items())
+    for i in range(0, len(todo), PAGE):
+        batch = todo[i:i + PAGE]
+        keys = [*pk.host_state, *pk.lease_state, pk.tasks, pk.delayed, pk.dead, pk.stats,
+                pk.pending, pk.prio_hosts]
+        args: list[str] = []
+        for tid, host in batch:
+            keys += [pk.host_queue(host or ""), pk.host_prio(host or "")]
+            args += [tid, host or ""]
+        reply = await script(keys=keys, args=args)
+        totals = [t + int(v) for t, v in zip(totals, reply, strict=True)]
+    added, removed, dropped, queued = totals
+    return added, removed, dropped, queued
 
 
 async def repair(queue: CrawlQueue, problems: Iterable[Problem]) -> list[Repair]:
@@ -407,17 +559,24 @@ async def repair(queue: CrawlQueue, problems: Iterable[Problem]) -> list[Repair]
             by_partition[problem.partition].append(problem)
     done = []
     for p, found in sorted(by_partition.items()):
-        frontier = [f for f in found if f.kind not in SCHEDULE_KINDS]
-        kinds = {f.kind for f in frontier}
+        pk = queue.partitions[p]
+        kinds = {f.kind for f in found if f.kind in HOST_KINDS}
         out = Repair(p)
-        if frontier:
+        if kinds:
             out = await repair_hosts(
-                queue, p, {f.host for f in frontier if f.host},
-                inflight="inflight" in kinds, pending=bool(kinds & {"pending", "host_queued"}))
+                queue, p, {f.host for f in found if f.kind in HOST_KINDS and f.host},
+                inflight=bool(kinds & {"inflight", "reserved"}),
+                pending=bool(kinds & {"pending", "host_queued"}))
+        orphans: dict[str, str | None] = {}  # id -> the host its body names
+        for f in found:
+            if f.kind in ORPHAN_KINDS and f.id:
+                orphans[f.id] = f.host if f.kind == "orphan_body" else orphans.get(f.id)
+        if orphans:
+            (out.deadlines_added, out.deadlines_removed, out.bodies_dropped,
+             out.bodies_queued) = await repair_orphans(queue, pk, orphans)
         schedule = {f.id: f.host for f in found if f.kind in SCHEDULE_KINDS and f.id}
         if schedule:
-            out.unscheduled, out.scheduled = await repair_schedule(
-                queue, queue.partitions[p], schedule)
+            out.unscheduled, out.scheduled = await repair_schedule(queue, pk, schedule)
         done.append(out)
     return done
 

@@ -62,7 +62,7 @@ async def repair_schedule(queue: CrawlQueue, pk: PartitionKeys,
     todo = sorted(ids.items())
     for i in range(0, len(todo), PAGE):
         batch = todo[i:i + PAGE]
-        keys = [pk.rv_due, pk.rv_hist, pk.leases, pk.delayed, pk.dead]
+        keys = [pk.rv_due, pk.rv_hist, pk.leased, pk.delayed, pk.dead]
         for _, host in batch:
             keys += [pk.host_queue(host or ""), pk.host_prio(host or "")]
         out, into = await script(keys=keys, args=[tid for tid, _ in batch])

@@ -1,5 +1,6 @@
 """``crawlq fsck`` as a real command against a real crawl, broken on purpose behind its
-back, and the lease's own repair of a host queue that was lost (a crawl must not hang)."""
+back (host records, lease records, bodies, the revisit schedule), and the lease's own
+repair of a host queue that was lost (a crawl must not hang)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 from support.consume import consume
+from support.frontier import host_record, put_record
 from support.routes import page, serve
 
 from common.exitcodes import EXIT_INCONSISTENT, EXIT_OK
 from common.frontier.hosts import Frontier
 from common.policy import set_policy
-from common.queue import CrawlSettings, Failure, LeasingQueue, NewTask
+from common.queue import Code, CrawlSettings, Failure, LeasingQueue, NewTask
 from common.urls import fingerprint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,21 +92,23 @@ async def test_a_lost_host_queue_is_found_repaired_and_the_crawl_finishes(
     code, out = await fsck(redis_url, crawl_name)
     assert code == EXIT_INCONSISTENT, out
     lines = out.splitlines()
-    assert f"partition {p} host a.test: h:queued counts 6, its queues hold 0 (hq 0, hp 0)" \
-        in lines
+    assert f"partition {p} host a.test: its record counts 6 queued, its queues hold 0 " \
+        "(hq 0, hp 0)" in lines
     assert f"partition {p} host a.test: in due with no pending entries" in lines
     assert any(line.startswith(f"partition {p}: pending is ") for line in lines)
     assert lines[-1].startswith(f"crawl {crawl_name}: ") and "run again with --repair" in out
 
     code, out = await fsck(redis_url, crawl_name, "--repair")
     assert code == EXIT_OK, out
-    assert f"partition {p}: repaired h:queued of 1 host recounted from the queues (6 " \
+    assert f"partition {p}: repaired queued of 1 host recounted from the queues (6 " \
         "entries were missing); pending " in out
     assert "due: 0 added, 1 removed" in out
     assert "all repaired" in out.splitlines()[-1]
     code, out = await fsck(redis_url, crawl_name)
     assert (code, "clean" in out) == (EXIT_OK, True), out
 
+    assert (await host_record(redis_client, pk, "a.test")).queued == 0
+    assert await redis_client.zscore(pk.queued, "a.test") == 0
     stats = await q.stats()
     assert stats.pending == 6 and stats.hosts_due == 2  # b.test and c.test
     assert (stats.counters["repaired_hosts"], stats.counters["lost_pending"]) == (1, 6)
@@ -120,21 +124,22 @@ async def test_a_wrong_inflight_count_is_found_and_repaired(
     on_b = sum(1 for x in leased if x.host == "b.test")
     assert on_b == 2  # its concurrency: b.test is full, out of `due`
     assert await redis_client.zscore(pk.due, "b.test") is None
-    await redis_client.zadd(pk.inflight, {"b.test": 0})  # a count lost: b.test looks free
+    await put_record(redis_client, pk, "b.test", inflight=0)  # a count lost: b.test looks free
 
     code, out = await fsck(redis_url, crawl_name, "--json")
     assert code == EXIT_INCONSISTENT
     doc = json.loads(out)
     assert [(x["kind"], x["host"], x["message"]) for x in doc["problems"]] == [
-        ("inflight", "b.test", "partition 0 host b.test: h:inflight counts 0, it holds 2 "
-                               "leases")]
+        ("inflight", "b.test", "partition 0 host b.test: its record counts 0 in flight, it "
+                               "holds 2 leases whose response is not in")]
     assert doc["problems"][0]["repairable"] and not doc["clean"]
 
     code, out = await fsck(redis_url, crawl_name, "--repair", "--json")
     doc = json.loads(out)
     assert (code, doc["clean"], doc["remaining"]) == (EXIT_OK, True, [])
-    assert doc["repaired"][0]["inflight_fixed"] == 1
-    assert await redis_client.zscore(pk.inflight, "b.test") == 2
+    assert doc["repaired"][0]["leases_fixed"] == 1
+    assert (await host_record(redis_client, pk, "b.test")).inflight == 2
+    assert await redis_client.zscore(pk.due, "b.test") is None
     assert (await fsck(redis_url, crawl_name))[0] == EXIT_OK
 
 
@@ -157,18 +162,139 @@ async def test_a_host_missing_from_due_is_found_and_repaired(
     assert lease.task.url == "http://solo.test/1"
 
 
+async def test_a_host_due_at_the_wrong_turn_is_found_and_repaired(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """A host's turn is its last request + its delay (its own, or robots.txt's when
+    longer): a crawl of hosts with delays is clean; a `due` score moved behind its back
+    (an hour late: the host would starve) is found and set back."""
+    q = await crawl_of(redis_client, crawl_name, partitions=1)
+    pk = q.partitions[0]
+    front = Frontier(q)
+    await front.set_host("a.test", delay_s=30)
+    await front.set_robots_delay("b.test", 20)
+    leased = await q.lease("w", 10, 60_000)
+    a = await host_record(redis_client, pk, "a.test")
+    assert await redis_client.zscore(pk.due, "a.test") == a.last + 30_000
+    b = await host_record(redis_client, pk, "b.test")
+    assert await redis_client.zscore(pk.due, "b.test") == b.last + 20_000
+    assert (await fsck(redis_url, crawl_name))[0] == EXIT_OK
+
+    await redis_client.zadd(pk.due, {"b.test": b.last + 3_600_000})
+    code, out = await fsck(redis_url, crawl_name, "--repair")
+    assert code == EXIT_OK, out
+    assert out.splitlines()[0] == (
+        f"partition 0 host b.test: in due at {b.last + 3_600_000}, its turn is "
+        f"{b.last + 20_000} (its last request + its delay, or its block's end; ms of Redis "
+        "TIME)")
+    assert await redis_client.zscore(pk.due, "b.test") == b.last + 20_000
+    await q.ack("w", [(x, "ok") for x in leased])
+    assert (await fsck(redis_url, crawl_name))[0] == EXIT_OK
+
+
+async def test_a_broken_host_record_a_wrong_index_and_reserved_pages_are_repaired(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """a.test's record cut short (unreadable: every script would stop at it), b.test's
+    h:queued entry wrong, c.test's reserved pages lost: found, repaired from what is
+    there (a.test's budget from h:budget), and the crawl finishes."""
+    q = await crawl_of(redis_client, crawl_name, partitions=1)
+    pk = q.partitions[0]
+    front = Frontier(q)
+    await front.set_host("a.test", budget=100)
+    await front.set_host("c.test", budget=5)
+    leased = await q.lease("w", 10, 60_000)
+    on = {h: sum(1 for x in leased if x.host == h) for h in ("a.test", "c.test")}
+    assert on == {"a.test": 2, "c.test": 2}  # the crawl's concurrency
+    a = await host_record(redis_client, pk, "a.test")
+    assert (a.queued, a.inflight, a.reserved) == (4, 2, 2)
+    await redis_client.hset(pk.hosts, "a.test", a.encode()[:100])
+    await redis_client.zadd(pk.queued, {"b.test": 99})
+    await put_record(redis_client, pk, "c.test", reserved=0)
+
+    code, out = await fsck(redis_url, crawl_name, "--json")
+    doc = json.loads(out)
+    assert code == EXIT_INCONSISTENT
+    assert [(x["kind"], x["host"], x["message"]) for x in doc["problems"]] == [
+        ("host_record", "a.test", "partition 0 host a.test: its record is 100 bytes, not "
+                                  "144 (unreadable: every script that meets it stops)"),
+        ("queued_index", "b.test", "partition 0 host b.test: h:queued says 99, its record "
+                                   "counts 1 queued"),
+        ("reserved", "c.test", "partition 0 host c.test: its record counts 0 pages "
+                               "reserved, 2 of its leases hold a page of its budget")]
+
+    code, out = await fsck(redis_url, crawl_name, "--repair")
+    assert code == EXIT_OK, out
+    assert "partition 0: repaired the records of 1 host rebuilt (unreadable); inflight and " \
+        "reserved of 2 hosts recounted from the lease records; h:queued of 1 host set to " \
+        "their records'" in out
+    a = await host_record(redis_client, pk, "a.test")
+    assert (a.queued, a.inflight, a.reserved, a.budget) == (4, 2, 2, 100)
+    assert (await host_record(redis_client, pk, "c.test")).reserved == 2
+    assert await redis_client.zscore(pk.queued, "b.test") == 1
+    assert (await fsck(redis_url, crawl_name))[0] == EXIT_OK
+    await q.ack("w", [(x, "ok") for x in leased])
+    assert await drain(q) == 12 - len(leased)
+    assert (await fsck(redis_url, crawl_name))[0] == EXIT_OK
+
+
+async def test_leases_and_bodies_missing_their_other_half_are_repaired(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """A lease record with no deadline gets a passed one (the reaper's reclaim takes it
+    back), a deadline with no record goes, a stale body of a pending task goes, and a
+    task left with only its body goes back to its host's queue."""
+    q = await crawl_of(redis_client, crawl_name, partitions=1)
+    pk = q.partitions[0]
+    x, y, *rest = await q.lease("w", 10, 60_000)
+    [(code, _)] = await q.fail("w", [Failure(y, "http_5xx", "503", retry_after=600)])
+    assert code == Code.RETRY
+    pending = (await redis_client.lrange(pk.host_queue("b.test"), 0, 0))[0]
+    stray = "e" * 32
+    await redis_client.zrem(pk.leases, x.id)
+    await redis_client.zadd(pk.leases, {stray: 1})
+    await redis_client.zrem(pk.delayed, y.id)  # its body left in tasks, in no state
+    await redis_client.hset(pk.tasks, pending[:32], b"b.test 0 " + pending)
+
+    code, out = await fsck(redis_url, crawl_name, "--json")
+    doc = json.loads(out)
+    assert code == EXIT_INCONSISTENT
+    found = {(p["kind"], p["id"]): p["message"] for p in doc["problems"]}
+    assert set(found) == {("lease_no_deadline", x.id), ("deadline_no_lease", stray),
+                          ("orphan_body", y.id), ("orphan_body", pending[:32].decode()),
+                          ("counters", None)}, found
+    assert found["orphan_body", pending[:32].decode()].endswith(
+        "a body in tasks but not waiting or dead (a stale copy: it is pending)")
+    assert [p["repairable"] for p in doc["problems"] if p["kind"] == "counters"] == [False]
+
+    code, out = await fsck(redis_url, crawl_name, "--repair")
+    assert code == EXIT_OK, out
+    assert "1 lease record given a passed deadline (reclaim takes them back); 1 deadline " \
+        "with no lease record removed; 1 stale body dropped from tasks; 1 task in no state " \
+        "queued again" in out
+    assert await redis_client.zscore(pk.leases, stray) is None
+    assert await q.state_of(y.id) == "pending"
+    assert (await host_record(redis_client, pk, y.host)).queued == \
+        await redis_client.llen(pk.host_queue(y.host)) + \
+        await redis_client.zcard(pk.host_prio(y.host))
+    assert await q.reclaim() == (1, 0)
+    assert await q.state_of(x.id) == "pending"
+    await q.ack("w", [(r, "ok") for r in rest])
+    assert await drain(q) == 12 - len(rest)
+    assert (await fsck(redis_url, crawl_name))[0] == EXIT_OK
+
+
 async def test_what_fsck_cannot_repair_it_reports_and_exits_non_zero(
         redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
     q = await crawl_of(redis_client, crawl_name, partitions=1)
     pk = q.partitions[0]
-    [x] = await q.lease("w", 1, 60_000)
+    x, y = await q.lease("w", 2, 60_000)
     await redis_client.zadd(pk.dead, {x.id: 1})  # leased and dead at once
-    await redis_client.hset(pk.tasks, "f" * 32, "a.test 0 " + "f" * 32 + "http://a.test/z")
+    await redis_client.hset(pk.leased, y.id, b"garbage")
     code, out = await fsck(redis_url, crawl_name, "--repair")
     assert code == EXIT_INCONSISTENT
     assert f"partition 0 task {x.id}: in 2 places (leased, dead)  [not repairable]" in out
-    assert f"partition 0 task {'f' * 32}: a body in tasks but not leased, waiting or dead" \
-        in out
+    assert f"partition 0 task {x.id}: dead with no body in tasks (requeue can't put it " \
+        "back)  [not repairable]" in out
+    assert f"partition 0 task {y.id}: its lease record can't be read (no host: reclaim " \
+        "can't take it back)  [not repairable]" in out
     assert "still wrong: " in out
 
 

@@ -30,13 +30,12 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 from support.consume import NullSink, consume
-from support.frontier import polite_queue, tasks
+from support.frontier import host_record, polite_queue, put_record, tasks
 from support.ports import closed_port
 from support.routes import page, serve
 
 import common.policy as policy_module
 from common.frontier.hosts import Frontier
-from common.hostmodel.hostconf import HostConf
 from common.http.fetcher import Fetcher, FetchResult
 from common.metrics import Metrics
 from common.policy import create_policy, set_policy
@@ -217,8 +216,8 @@ async def test_a_timeout_or_a_refused_connection_spends_no_page_of_the_budget(
     stats = await q.stats()
     assert (stats.done, stats.pending, stats.parked) == (1, 0, 0)
     pk = q.partitions[0]
-    confs = [HostConf.decode(c) for c in await redis_client.hmget(pk.hostconf, [host, refused])]
-    assert [(c.budget, c.used or 0, c.reserved or 0) for c in confs] == [(1, 1, 0), (1, 0, 0)]
+    records = [await host_record(redis_client, pk, h) for h in (host, refused)]
+    assert [(r.budget, r.used, r.reserved) for r in records] == [(1, 1, 0), (1, 0, 0)]
 
 
 async def test_a_lease_reply_naming_a_newer_policy_is_followed_with_no_message(
@@ -274,30 +273,31 @@ async def test_a_lease_reply_naming_a_newer_policy_is_followed_with_no_message(
 async def test_fsck_does_not_count_a_lease_whose_response_is_in_as_in_flight(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
     """Two leases of a host with concurrency 2; one's response is in (named in a lease
-    call: its owners entry marked fetched, its slot back, the host due again). That crawl
-    is clean. With h:inflight lost, fsck finds it counts 0 of the 1 lease in flight and
-    the repair recounts 1."""
+    call: its lease record's owner marked fetched, its slot back, the host due again).
+    That crawl is clean. With its record's inflight lost, fsck finds it counts 0 of the 1
+    lease in flight and the repair recounts 1."""
     q = await polite_queue(redis_client, crawl_name, delay_s=0, concurrency=2)
     pk = q.partitions[0]
     await q.enqueue(tasks([f"http://a.test/{i}" for i in range(4)]))
     fetched, other = await q.lease("w", 10, 60_000)
     assert await redis_client.zscore(pk.due, "a.test") is None  # full
     assert (await q.lease_turns("w", 0, 60_000, responses_in=[fetched])).leases == []
-    owner = await redis_client.hget(pk.owners, fetched.id)
-    assert isinstance(owner, bytes) and owner.startswith(b"f")
-    assert await redis_client.zscore(pk.inflight, "a.test") == 1
+    record = await redis_client.hget(pk.leased, fetched.id)
+    assert isinstance(record, bytes) and record.startswith(b"f")
+    assert (await host_record(redis_client, pk, "a.test")).inflight == 1
     assert await redis_client.zscore(pk.due, "a.test") is not None  # a free slot
 
     report = await check(q)
     assert [p.message for p in report.problems] == []
     assert (report.checked["leased"], report.checked["pending"]) == (2, 2)
 
-    await redis_client.zadd(pk.inflight, {"a.test": 0})
+    await put_record(redis_client, pk, "a.test", inflight=0)
     report = await fsck(q, fix=True)
     assert [(p.kind, p.message) for p in report.problems] == [
-        ("inflight", "partition 0 host a.test: h:inflight counts 0, it holds 1 leases")]
+        ("inflight", "partition 0 host a.test: its record counts 0 in flight, it holds 1 "
+                     "leases whose response is not in")]
     assert report.remaining == [] and report.clean
-    assert await redis_client.zscore(pk.inflight, "a.test") == 1
+    assert (await host_record(redis_client, pk, "a.test")).inflight == 1
     # The repaired count is right: one more lease fills the host, none after.
     [third] = await q.lease("w", 10, 60_000)
     assert await q.lease("w", 10, 60_000) == []

@@ -12,9 +12,11 @@ them right). The model predicts every result code and which ids each lease retur
 order; after every step the invariant reads the raw partition keys and checks that each
 id is in exactly the place the model says (one host queue, at its position, or leased,
 waiting, dead, done), that ``pending`` == the entries in the host queues == the sum of
-``h:queued``, that ``h:inflight`` counts each host's leases whose response is not in,
-that ``due`` holds exactly the hosts with pending work and a free slot (at their next
-turn), and that the counters add up. `WithRevisits` runs the same with the crawl's
+the host records' queued counts (and of their copy, ``h:queued``), that each record's
+inflight counts its host's leases whose response is not in, that each lease record names
+its holder, attempt, host and priority, that ``due`` holds exactly the hosts with pending
+work and a free slot (at their next turn), and that the counters add up; at the end of a
+run, that fsck finds nothing wrong. `WithRevisits` runs the same with the crawl's
 revisits on (see its docstring).
 
 Time is the Redis clock. Retries and cool-downs are either due at once or a minute
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import sys
 from collections import Counter, deque
 from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field
@@ -48,9 +51,10 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from support.frontier import host_record
 
 from common.frontier.hosts import Frontier
-from common.hostmodel.hostconf import HostConf
+from common.hostmodel.hostrec import HostRecord
 from common.keys import HASHTABLE_FIELD
 from common.policy import set_policy
 from common.queue import (
@@ -65,6 +69,7 @@ from common.queue import (
 from common.revisit import Observed
 from common.task import decode_entry, stored_entry
 from common.urls import fingerprint, task_id
+from console.fsck import check
 
 T = TypeVar("T")
 
@@ -142,7 +147,7 @@ class HostModel:
     concurrency: int | None = None  # None: the crawl's default
     last: int = 0  # ms of its last lease
     blocked: int = 0  # ms it is blocked until (a push-back)
-    pushbacks: int = 0  # its push-back incidents (hostconf's count)
+    pushbacks: int = 0  # its push-back incidents (its record's count)
     seen: bool = False  # ever queued (h:queued has it)
     lost: int = 0  # entries its counts hold that its queue key lost (lose_queue)
 
@@ -179,9 +184,15 @@ class QueueMachine(RuleBasedStateMachine):
         return self.loop.run_until_complete(coro)
 
     def teardown(self) -> None:
-        self.run(self.client.aclose())
-        self.loop.run_until_complete(self.loop.shutdown_asyncgens())
-        self.loop.close()
+        try:
+            # At the end of a run that did not fail (an invariant's reads, of varying
+            # length, between steps would move when leases expire, and so the draws).
+            if sys.exc_info()[0] is None:
+                self.fsck_finds_nothing()
+        finally:
+            self.run(self.client.aclose())
+            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            self.loop.close()
 
     # -- clock -------------------------------------------------------------------------
 
@@ -223,6 +234,17 @@ class QueueMachine(RuleBasedStateMachine):
     def holds(self, lease: Lease) -> bool:
         t = self.tasks[lease.id]
         return t.state == "leased" and t.token == lease.token
+
+    def fsck_finds_nothing(self) -> None:
+        """fsck reads a state the model says is right as clean: unless a queue key is
+        lost (then its counts are wrong until a lease finds the queue short), and but for
+        the histories of URLs lost with a queue (never revisited: fsck's repair schedules
+        them)."""
+        if any(h.lost for h in self.hosts.values()):
+            return
+        lost = {t.id for t in self.in_state("lost")}
+        assert [p.message for p in self.run(check(self.q)).problems
+                if not (p.kind == "history_unscheduled" and p.id in lost)] == []
 
     def in_state(self, state: str) -> list[Model]:
         return [t for t in self.tasks.values() if t.state == state]
@@ -528,16 +550,17 @@ class QueueMachine(RuleBasedStateMachine):
             h = self.hosts[host]
             pk = self.q.partitions[h.partition]
             until = int(self.run(self.client.zscore(pk.blocked, host)) or 0)
-            conf = HostConf.decode(self.run(self.client.hget(pk.hostconf, host)))
+            record = self.run(host_record(self.client, pk, host))
+            assert record.blocked == until
             if h.blocked <= now:  # an incident: level 1 (forgiven), its block from now
                 block = max(ra, PUSHBACK_MS)
                 assert now + block <= until <= after + block
-                assert conf.level == 1
+                assert record.level == 1
                 h.pushbacks += 1
                 self.counters["backoffs"] += 1
             else:  # sent before the block: only a longer Retry-After stretches it
                 assert until == h.blocked or now + ra <= until <= after + ra
-            assert conf.pushbacks == h.pushbacks
+            assert record.pushbacks == h.pushbacks
             h.blocked = until
 
     @rule(host=st.sampled_from(HOSTS), go=st.integers(0, 3))
@@ -638,14 +661,14 @@ class QueueMachine(RuleBasedStateMachine):
             for p, pk in enumerate(self.q.partitions):
                 pipe.get(pk.pending)
                 pipe.zrange(pk.queued, 0, -1, withscores=True)
-                pipe.zrange(pk.inflight, 0, -1, withscores=True)
+                pipe.hgetall(pk.hosts)
                 pipe.zrange(pk.due, 0, -1, withscores=True)
                 pipe.zrange(pk.prio_hosts, 0, -1, withscores=True)
                 pipe.zrange(pk.leases, 0, -1, withscores=True)
                 pipe.zrange(pk.delayed, 0, -1, withscores=True)
                 pipe.zrange(pk.dead, 0, -1)
                 pipe.hgetall(pk.tasks)
-                pipe.hgetall(pk.owners)
+                pipe.hgetall(pk.leased)
                 pipe.hgetall(pk.attempts)
                 pipe.hgetall(pk.stalls)
                 pipe.hgetall(pk.dead_reasons)
@@ -667,8 +690,9 @@ class QueueMachine(RuleBasedStateMachine):
         seen: Counter[str] = Counter()
         reasons: Counter[str] = Counter()
         for p, parts in enumerate(snapshot):
-            (pending, queued, inflight, due, prio_hosts, leases, delayed, dead, bodies,
-             owners, attempts, stalls, why, *queues) = parts
+            (pending, queued, raw_records, due, prio_hosts, leases, delayed, dead, bodies,
+             leased, attempts, stalls, why, *queues) = parts
+            records = {k.decode(): HostRecord.decode(v) for k, v in raw_records.items()}
             hosts = [h for h in self.hosts.values() if h.partition == p]
             entries = 0
             for h, hq, hp in zip(hosts, queues[::2], queues[1::2], strict=True):
@@ -678,15 +702,21 @@ class QueueMachine(RuleBasedStateMachine):
                 entries += len(hq) + len(hp)
                 seen.update(e[:32].decode() for e in hq)
                 seen.update(e[:32].decode() for e, _ in hp)
-            # pending == entries in the host queues == sum of h:queued, per host exact.
-            # (Entries of a lost queue stay counted until a lease finds it short.)
+            # pending == entries in the host queues == sum of the records' queued, per host
+            # exact, and h:queued their copy. (Entries of a lost queue stay counted until a
+            # lease finds it short.)
             lost = sum(h.lost for h in hosts)
-            assert int(pending or 0) == entries + lost == sum(s for _, s in queued)
-            assert {k.decode(): int(s) for k, s in queued} == {
-                h.name: len(h.hq) + len(h.hp) + h.lost for h in hosts if h.seen}
-            # h:inflight per host == that host's leases.
-            assert {k.decode(): int(s) for k, s in inflight if s} == {
+            counted = {h.name: len(h.hq) + len(h.hp) + h.lost for h in hosts if h.seen}
+            assert set(records) <= {h.name for h in hosts}
+            assert {h: r.queued for h, r in records.items() if h in counted} == counted
+            assert all(r.queued == 0 for h, r in records.items() if h not in counted)
+            assert int(pending or 0) == entries + lost == sum(counted.values())
+            assert {k.decode(): int(s) for k, s in queued} == counted
+            # Each record's inflight == its host's leases whose response is not in; no
+            # budget, so no page reserved.
+            assert {h: r.inflight for h, r in records.items() if r.inflight} == {
                 h.name: n for h in hosts if (n := self.inflight(h))}
+            assert all(r.reserved == 0 for r in records.values())
             # `due` == the hosts with pending work and a free slot, at their next turn.
             assert {k.decode(): int(s) for k, s in due} == self.due(p)
             assert {k.decode(): int(s) for k, s in prio_hosts} == {
@@ -699,25 +729,29 @@ class QueueMachine(RuleBasedStateMachine):
             assert {i.decode() for i in dead} == {
                 t.id for t in mine.values() if t.state == "dead"}
             live = {i for i, t in mine.items() if t.state not in ("done", "purged")}
-            # `tasks` holds the leased, waiting and dead ones only, with host and priority.
+            # `tasks` holds the waiting and dead ones only, with host and priority.
             assert {k.decode(): v.decode().split(" ", 2)[:2] for k, v in bodies.items()} == {
                 t.id: [t.host, str(t.priority)] for t in mine.values()
-                if t.state in ("leased", "waiting", "dead")}
-            # From the first lease on, both hold the one field that keeps them hashtables.
+                if t.state in ("waiting", "dead")}
             marker = HASHTABLE_FIELD.encode()
-            assert (marker in owners) == (marker in attempts)
-            if any(t.state == "leased" for t in mine.values()):
-                assert owners[marker] == b"1"
-            owners.pop(marker, None)
+            leased.pop(marker, None)
             attempts.pop(marker, None)
-            assert {k.decode(): v.decode() for k, v in owners.items()} == {
-                t.id: f"{'f' if t.fetched else ''}{t.token}:{t.worker}"
+            # A leased task's one record: its holder (marked f once its response is in),
+            # its attempt, host, priority and entry.
+            assert {k.decode(): v.decode().split(" ", 4)[:4] for k, v in leased.items()} == {
+                t.id: [f"{'f' if t.fetched else ''}{t.token}:{t.worker}", str(t.attempts),
+                       t.host, str(t.priority)]
                 for t in mine.values() if t.state == "leased"}
+            assert all(v.split(b" ", 4)[4][:32].decode() == k.decode()
+                       for k, v in leased.items())
+            # `attempts` holds the attempts of the tasks that are not leased.
             got_attempts = {k.decode(): int(v) for k, v in attempts.items()}
             got_stalls = {k.decode(): int(v) for k, v in stalls.items()}
             assert set(got_attempts) <= live and set(got_stalls) <= live
             for i in live:
-                assert got_attempts.get(i, 0) == mine[i].attempts, i
+                leased_now = mine[i].state == "leased"
+                assert got_attempts.get(i, 0) == (0 if leased_now else mine[i].attempts), i
+                assert i not in got_attempts or not leased_now, i
                 assert got_stalls.get(i, 0) == mine[i].stalls, i
             for structure in (leases, delayed):
                 seen.update(i.decode() for i, _ in structure)
@@ -866,6 +900,9 @@ class WithRevisits(QueueMachine):
             # Every entry brought back (queued, leased, waiting, dead) carries its own
             # URL's validators, and no other entry carries any.
             entries = [stored_entry(v) for v in self.run(self.client.hvals(pk.tasks))]
+            entries += [v.split(b" ", 4)[4] for k, v in
+                        self.run(self.client.hgetall(pk.leased)).items()
+                        if k != HASHTABLE_FIELD.encode()]
             for h in self.hosts.values():
                 if h.partition == p:
                     entries += self.run(self.client.lrange(pk.host_queue(h.name), 0, -1))

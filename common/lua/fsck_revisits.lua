@@ -11,14 +11,14 @@
 --
 -- KEYS[1]  rv:due   ZSET  id -> next visit (ms)
 -- KEYS[2]  rv:hist  HASH  id -> "<host> <priority> <interval_s> <fetched_s> ..."
--- KEYS[3]  leases   ZSET  only read
+-- KEYS[3]  leased   HASH  id -> lease record: only read
 -- KEYS[4]  delayed  ZSET  only read
 -- KEYS[5]  dead     ZSET  only read
 -- KEYS[6..] per id i (ARGV order): hq:<h> LIST, hp:<h> ZSET of its host (its record's)
 -- ARGV[1..] ids
 -- Returns {removed from rv:due, added to rv:due}
 if #KEYS ~= 5 + 2 * #ARGV then error('crawlq: fsck_revisits needs 2 host keys per id') end
-local due, hist, leases, delayed, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local due, hist, leased, delayed, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 
 local function queued(id, hq, hp)
   for _, entries in ipairs({redis.call('LRANGE', hq, 0, -1), redis.call('ZRANGE', hp, 0, -1)}) do
@@ -33,7 +33,7 @@ local removed, added = 0, 0
 for i = 1, #ARGV do
   local id = ARGV[i]
   local record = redis.call('HGET', hist, id)
-  local active = redis.call('ZSCORE', leases, id) or redis.call('ZSCORE', delayed, id)
+  local active = redis.call('HEXISTS', leased, id) == 1 or redis.call('ZSCORE', delayed, id)
     or redis.call('ZSCORE', dead, id) or queued(id, KEYS[4 + 2 * i], KEYS[5 + 2 * i])
   local scheduled = redis.call('ZSCORE', due, id)
   if scheduled and (not record or active) then

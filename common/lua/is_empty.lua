@@ -3,18 +3,19 @@
 -- read in one atomic step.
 --
 -- With nothing leased, a host with pending work is in `due` unless its budget is spent
--- (lib/hosts.lua's refresh_hosts), so pending tasks with an empty `due` are all parked: they
--- wait for a budget to be raised, which no consumer can do. A revisit due (its score in
--- `rv:due` at or before Redis TIME) is work while the crawl's revisits are on (the reaper
--- brings it back: revisit.lua); one scheduled later, or any while revisits are off (the
--- schedule waits), is not work for this pass. Reads only, so it also answers on a full
--- Redis (at maxmemory, where a MULTI is refused). On one Redis the caller passes every
--- partition's keys; on a cluster, one partition's (each call stays in one slot).
+-- (the due rule: lib/hosts.lua's turn_of), so pending tasks with an empty `due` are all
+-- parked: they wait for a budget to be raised, which no consumer can do. A revisit due
+-- (its score in `rv:due` at or before Redis TIME) is work while the crawl's revisits are
+-- on (the reaper brings it back: revisit.lua); one scheduled later, or any while
+-- revisits are off (the schedule waits), is not work for this pass. Reads only, so it
+-- also answers on a full Redis (at maxmemory, where a MULTI is refused). On one Redis
+-- the caller passes every partition's keys; on a cluster, one partition's (each call
+-- stays in one slot).
 --
 -- KEYS[6(i-1)+1]  pending  STRING pending tasks of partition i
 -- KEYS[6(i-1)+2]  leases   ZSET   its leased tasks
 -- KEYS[6(i-1)+3]  delayed  ZSET   its retries waiting
--- KEYS[6(i-1)+4]  due      ZSET   its hosts with pending work and a free slot
+-- KEYS[6(i-1)+4]  due      ZSET   its hosts with pending work, a free slot and budget
 -- KEYS[6(i-1)+5]  conf     HASH   its politeness and revisit settings (rv: 0 = off)
 -- KEYS[6(i-1)+6]  rv:due   ZSET   its revisit schedule: id -> next visit, ms
 -- Returns 1 if every partition given is empty, else 0

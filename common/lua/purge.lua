@@ -6,8 +6,8 @@
 -- KEYS[1]  dead          ZSET
 -- KEYS[2]  errors        HASH
 -- KEYS[3]  dead_reasons  HASH
--- KEYS[4]  tasks         HASH
--- KEYS[5]  attempts      HASH
+-- KEYS[4]  tasks         HASH  id -> "<host> <priority> <entry>" (a dead task's body)
+-- KEYS[5]  attempts      HASH  id -> attempts of a task that is not leased
 -- KEYS[6]  stalls        HASH
 -- KEYS[7]  checkpoints   HASH
 -- KEYS[8]  stats         HASH  counters (purged)
@@ -23,7 +23,7 @@
 
 local dead, errors, dead_reasons, tasks = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempts, stalls, checkpoints, stats = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local hist, due = KEYS[9], KEYS[10]
+local hist, rv_due = KEYS[9], KEYS[10]
 local marks = ARGV[1] == '1'
 local width = marks and 2 or 1
 if (#ARGV - 1) % width ~= 0 or #KEYS ~= 10 + (marks and (#ARGV - 1) / 2 or 0) then
@@ -41,7 +41,7 @@ for i = 2, #ARGV, width do
     for _, h in ipairs({errors, tasks, attempts, stalls, checkpoints, hist}) do
       redis.call('HDEL', h, id)
     end
-    redis.call('ZREM', due, id)
+    redis.call('ZREM', rv_due, id)
     purged = purged + 1
     codes[#codes + 1] = OK
   else

@@ -1,19 +1,21 @@
 -- requeue.lua: put dead tasks back in their hosts' queues, with fresh attempts.
 --
 -- Bypasses dedup on purpose: a dead URL is still seen, and requeueing it must not
--- depend on the seen set (a failure never poisons dedup).
+-- depend on the seen set (a failure never poisons dedup). Their hosts' records count
+-- them queued through the host ledger (lib/hosts.lua), which puts the hosts in `due` by
+-- the due rule.
 --
--- KEYS[1..6] host state: due, h:queued, h:inflight, h:last, hostconf, conf (lib/hosts.lua)
--- KEYS[7]  dead          ZSET
--- KEYS[8]  errors        HASH  id -> "<reason> <message>" (kept as last_error)
--- KEYS[9]  attempts      HASH
--- KEYS[10] stalls        HASH
--- KEYS[11] dead_reasons  HASH
--- KEYS[12] tasks         HASH  id -> "<host> <priority> <entry>"
--- KEYS[13] stats         HASH  counters (requeued)
--- KEYS[14] pending       STRING
--- KEYS[15] prio_hosts    ZSET
--- KEYS[16..] per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
+-- KEYS[1..4] host state: hosts, due, h:queued, conf (lib/hosts.lua)
+-- KEYS[5]  dead          ZSET
+-- KEYS[6]  errors        HASH  id -> "<reason> <message>" (kept as last_error)
+-- KEYS[7]  attempts      HASH  id -> attempts of a task that is not leased
+-- KEYS[8]  stalls        HASH
+-- KEYS[9]  dead_reasons  HASH
+-- KEYS[10] tasks         HASH  id -> "<host> <priority> <entry>" (a dead task's body)
+-- KEYS[11] stats         HASH  counters (requeued)
+-- KEYS[12] pending       STRING
+-- KEYS[13] prio_hosts    ZSET
+-- KEYS[14..] per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
 -- ARGV[1]  H, the number of hosts; ARGV[2..1+H] the hosts
 -- ARGV[2+H..] ids
 -- Returns {code per id} (0 OK, 5 UNKNOWN: not dead here)
@@ -23,12 +25,13 @@
 --- @include "lib/hosts"
 --- @include "lib/queues"
 
-local dead, errors, attempts, stalls, dead_reasons = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
-local tasks, stats, pending, prio_hosts = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
+local dead, errors, attempts, stalls, dead_reasons = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local tasks, stats, pending, prio_hosts = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local hosts, nhosts = argv_hosts(1)
-if #KEYS ~= 15 + 2 * nhosts then error('crawlq: requeue needs 2 keys per host') end
-local qkeys = host_queue_keys(16, hosts)
+if #KEYS ~= 13 + 2 * nhosts then error('crawlq: requeue needs 2 keys per host') end
+local qkeys = host_queue_keys(14, hosts)
 allow_at_maxmemory(stats)
+local L = ledger(host_keys(1), now_ms())
 local codes, back = {}, {}
 for i = 2 + nhosts, #ARGV do
   local id = ARGV[i]
@@ -44,6 +47,7 @@ for i = 2 + nhosts, #ARGV do
     codes[#codes + 1] = UNKNOWN
   end
 end
-refresh_hosts(requeue_entries(back, qkeys, prio_hosts, pending, false))
+requeue_entries(L, back, qkeys, prio_hosts, pending, false)
+ledger_flush(L)
 bump(stats, {requeued = #back})
 return codes

@@ -5,8 +5,8 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from common.codec import text as _text
-from common.hostmodel.hostrec import HostRecord
 from common.hostmodel.hostkey import host_key
+from common.hostmodel.hostrec import HostRecord
 from common.keys import PartitionKeys
 from common.queue.crawl import Crawl, DedupMode
 from common.queue.model import Stats
@@ -113,12 +113,14 @@ async def state_of(crawl: Crawl, tid: str, url: str | None = None) -> str:
         hosts = [(parts[0], host_key(url))]
     for pk in parts:
         async with crawl.client.pipeline(transaction=False) as pipe:
-            pipe.zscore(pk.leases, tid)
+            pipe.hexists(pk.leased, tid)
             pipe.zscore(pk.delayed, tid)
             pipe.zscore(pk.dead, tid)
             pipe.zrangebyscore(pk.queued, 1, "+inf")
             leased, waiting, dead, queued = await pipe.execute()
-        for name, value in (("leased", leased), ("waiting", waiting), ("dead", dead)):
+        if leased:
+            return "leased"
+        for name, value in (("waiting", waiting), ("dead", dead)):
             if value is not None:
                 return name
         if url is None:
