@@ -151,8 +151,9 @@ async def test_reclaim_checks_each_deadline_on_redis_time_itself(
     async def every_lease(crawl: Crawl, pk: PartitionKeys, zset: str, limit: int
                           ) -> tuple[list[str], list[str]]:
         ids = [m.decode() for m in await redis_client.zrange(zset, 0, limit - 1)]
-        values = await redis_client.hmget(pk.tasks, ids) if ids else []
-        return ids, [v.split(b" ", 1)[0].decode() for v in values]
+        values = await redis_client.hmget(pk.leased, ids) if ids else []
+        # A lease record is "<owner> <attempt> <host> ...".
+        return ids, [v.split(b" ", 3)[2].decode() for v in values]
 
     monkeypatch.setattr(housekeeping, "due_ids", every_lease)
     assert await queue.reclaim() == (0, 0)
