@@ -13,12 +13,12 @@ whatever the crawl's size: no KEYS, no scan of all tasks.
 ``GET /api/crawls/{crawl}/workers``      live workers (id, host, pid, heartbeat age,
                                          stale, in flight, done, failed, pages/s)
 ``GET /api/crawls/{crawl}/hosts``        a page of the frontier's hosts, sorted by a
-                                         column: ``?sort=queued&desc=1&page=0&size=50``
-                                         (queued, errors, next_allowed, delay or
-                                         blocked_until: in flight, done and last request
-                                         are in the rows, not sortable)
-                                         (pages reach the first MAX_HOSTS_READ /
-                                         partitions hosts of a sort, from either end)
+                                         column: ``?sort=queued&desc=1&page=0&size=50``;
+                                         queued, errors, next_allowed, delay or
+                                         blocked_until (in flight, done and last request
+                                         are in the rows, not sortable); pages reach the
+                                         first MAX_HOSTS_READ / partitions hosts of a
+                                         sort, from either end
 ``GET /api/crawls/{crawl}/dead``         a page of dead letters, newest first:
                                          ``?page=0&size=50&reason=R``
 =======================================  ===============================================
