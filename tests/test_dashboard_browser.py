@@ -29,6 +29,7 @@ from support.browser import (
     dashboard_argv,
     wait_for,
 )
+from support.frontier import host_record, put_record
 
 from common.frontier.hosts import SORT_COLUMNS, Frontier
 from common.keys import CRAWLS
@@ -83,7 +84,9 @@ async def plant_dead(queue: LeasingQueue, items: list[tuple[str, str, str]]) -> 
     pk, host = queue.partitions[0], "127.0.0.1:1"
     await queue.client.rpush(pk.host_queue(host), fingerprint(JS_URL).hex() + JS_URL)
     await queue.client.incr(pk.pending)
-    await queue.client.zincrby(pk.queued, 1, host)
+    queued = (await host_record(queue.client, pk, host)).queued + 1
+    await put_record(queue.client, pk, host, queued=queued)
+    await queue.client.zadd(pk.queued, {host: queued})
     await queue.client.zadd(pk.due, {host: 0})
     leases: list[Any] = []
     while len(leases) < len(items):
