@@ -401,7 +401,8 @@ async def test_in_flight_hashes_are_hashtables_from_the_first_lease(
     await q.enqueue([nt(f"http://e.t/{i}") for i in range(300)])
     pk = q.partitions[0]
     leases = await q.lease("w", 1, 30_000)
-    assert len(await redis_client.hget(pk.leased, leases[0].id)) < 64
+    record = await redis_client.hget(pk.leased, leases[0].id)
+    assert record is not None and len(record) < 64
     assert await redis_client.object("encoding", pk.leased) == b"hashtable"
     assert await redis_client.hget(pk.leased, HASHTABLE_FIELD) == b"1"
     leases += await q.lease("w", 299, 30_000)

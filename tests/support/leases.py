@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import cast
 
-import redis.asyncio as aioredis
-
+from common.connection import RedisClient
 from common.keys import HASHTABLE_FIELD, PartitionKeys
 
 
@@ -42,14 +41,14 @@ class LeaseRecord:
                    int(priority), entry)
 
 
-async def lease_records(client: aioredis.Redis, pk: PartitionKeys) -> dict[str, LeaseRecord]:
+async def lease_records(client: RedisClient, pk: PartitionKeys) -> dict[str, LeaseRecord]:
     """Every lease record of a partition, by task id."""
     values = cast(dict[bytes, bytes], await client.hgetall(pk.leased))
     return {k.decode(): LeaseRecord.decode(v) for k, v in values.items()
             if k != HASHTABLE_FIELD.encode()}
 
 
-async def lease_record(client: aioredis.Redis, pk: PartitionKeys, task_id: str
+async def lease_record(client: RedisClient, pk: PartitionKeys, task_id: str
                        ) -> LeaseRecord | None:
     """One task's lease record (None: it is not leased)."""
     value = cast(bytes | None, await client.hget(pk.leased, task_id))
