@@ -17,6 +17,24 @@ from common.frontier.hosts import SORT_COLUMNS, Frontier, HostPage
 from common.queue import CrawlQueue
 
 Command = Callable[..., argparse.ArgumentParser]
+#: Columns the hosts table shows but can't be sorted by: no index keeps them, only the
+#: host records, so a sort would read every host.
+UNSORTED_COLUMNS = ("in_flight", "done", "last_request")
+
+
+def sort_refusal(column: str) -> str:
+    """Why the hosts can't be listed sorted by `column` (not one of SORT_COLUMNS)."""
+    sortable = ", ".join(SORT_COLUMNS)
+    if column in UNSORTED_COLUMNS:
+        return (f"hosts can't be sorted by {column}: it is shown, but only {sortable} "
+                "are indexed")
+    return f"unknown sort column {column[:40]!r}: one of {sortable}"
+
+
+def _sort_column(text: str) -> str:
+    if text not in SORT_COLUMNS:
+        raise argparse.ArgumentTypeError(sort_refusal(text))
+    return text
 
 
 def _in(ms: int | None, now_ms: int) -> str:
@@ -108,8 +126,9 @@ def add_host_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     add_options(hosts, common)
     add_options(hosts, (
         JSON,
-        Option("--sort", "CRAWLQ_HOSTS_SORT", "queued", "column to sort by",
-               choices=SORT_COLUMNS),
+        Option("--sort", "CRAWLQ_HOSTS_SORT", "queued",
+               f"column to sort by: {', '.join(SORT_COLUMNS)} (in flight, done and last "
+               "request are shown, not sortable)", type=_sort_column),
         Option("--asc", "CRAWLQ_HOSTS_ASC", False, "smallest first", flag_only_bool=True),
         Option("--offset", "CRAWLQ_HOSTS_OFFSET", 0, "skip this many hosts",
                type=_non_negative_int),

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+from support.frontier import host_record
 
 from common.errors import ConfigError
 from common.history import rates
@@ -417,11 +418,14 @@ def test_allow_domains_are_compared_in_their_canonical_form(
 
 # -- hosts, pause, resume: run as the command -----------------------------------------------
 
+def _command_env(redis_url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLQ_")}
+    return env | {"PYTHONPATH": str(ROOT), "REDIS_URL": redis_url, "CRAWLQ_CLUSTER": "no"}
+
+
 async def _crawlq_command(redis_url: str, *args: str) -> str:
     """``crawlq <args>`` in its own process against the test Redis; its stdout (exit 0)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLQ_")}
-    env |= {"PYTHONPATH": str(ROOT), "REDIS_URL": redis_url, "CRAWLQ_CLUSTER": "no"}
-    code, out, err = await _run((*_CRAWLQ, *args), env)
+    code, out, err = await _run((*_CRAWLQ, *args), _command_env(redis_url))
     assert code == 0, (args, out, err)
     assert "Traceback" not in err
     return out
@@ -466,19 +470,28 @@ async def test_hosts_list_set_and_block_as_commands(redis_url: str,
     assert lines[2].split()[:5] == ["cli.example", "5", "0", "4", "3"]
     assert lines[-1] == "hosts 1-2 of 2"
     doc = json.loads(await _crawlq_command(redis_url, "hosts", "--crawl", crawl.name,
-                                           "--json", "--sort", "done", "--limit", "1"))
+                                           "--json", "--sort", "errors", "--limit", "1"))
     assert doc["total"] == 2
     [row] = doc["hosts"]
-    assert (row["host"], row["queued"], row["done"], row["errors"], row["budget"]) == (
-        "cli.example", 5, 4, 3, None)
+    assert (row["host"], row["queued"], row["in_flight"], row["done"], row["errors"],
+            row["budget"]) == ("cli.example", 5, 0, 4, 3, None)
+    assert row["last_request_ms"] is not None
+    # In flight, done and last request are shown, but no index sorts them: refused by name.
+    for column in ("in_flight", "done", "last_request"):
+        code, out, err = await _run((*_CRAWLQ, "hosts", "--crawl", crawl.name, "--sort",
+                                     column), _command_env(redis_url))
+        assert (code, out) == (2, ""), err
+        assert "Traceback" not in err
+        assert f"hosts can't be sorted by {column}: it is shown, but only queued, errors, " \
+               "next_allowed, delay, blocked_until are indexed" in err
 
-    # set: the host's settings in its hostconf entry, its delay in h:delay.
+    # set: the host's settings in its record, its delay in h:delay.
     out = await _crawlq_command(redis_url, "hosts", "set", "https://CLI.example/x",
                                 "--crawl", crawl.name, "--delay", "2.5s",
                                 "--concurrency", "3", "--budget", "100")
     assert out == "host cli.example: delay 2.5s, concurrency 3, budget 100\n"
-    conf = (await redis_client.hget(pk.hostconf, "cli.example") or b"").decode().split(",")
-    assert conf[:3] == ["2500", "3", "100"]
+    record = await host_record(redis_client, pk, "cli.example")
+    assert (record.delay, record.conc, record.budget) == (2500, 3, 100)
     assert await redis_client.zscore(pk.delay, "cli.example") == 2500
     row = json.loads(await _crawlq_command(redis_url, "hosts", "--crawl", crawl.name,
                                            "--json", "--sort", "delay", "--limit", "1"))
@@ -487,8 +500,8 @@ async def test_hosts_list_set_and_block_as_commands(redis_url: str,
     out = await _crawlq_command(redis_url, "hosts", "set", "cli.example", "--crawl",
                                 crawl.name, "--clear", "delay", "--clear", "budget")
     assert out == "host cli.example: delay 0s, concurrency 3, budget none\n"
-    conf = (await redis_client.hget(pk.hostconf, "cli.example") or b"").decode().split(",")
-    assert conf[:3] == ["", "3", ""]
+    record = await host_record(redis_client, pk, "cli.example")
+    assert (record.delay, record.conc, record.budget) == (None, 3, None)
     assert await redis_client.zscore(pk.delay, "cli.example") is None
 
     # block: h:blocked holds the end (Redis clock), the host's turn waits for it, and a

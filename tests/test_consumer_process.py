@@ -30,10 +30,11 @@ import pytest
 import redis.asyncio as aioredis
 from procs import JsonLog
 from sites import start_site_process, test_site
+from support.leases import lease_records
 from support.ports import closed_port
 
 from common.exitcodes import EXIT_REDIS
-from common.keys import HASHTABLE_FIELD, CrawlKeys
+from common.keys import CrawlKeys
 from common.queue import CrawlQueue, CrawlSettings, NewTask
 from common.urls import canonicalize, fingerprint, task_id
 
@@ -173,13 +174,11 @@ def sink_records(output: Path) -> list[dict[str, Any]]:
 
 
 async def owned_by(queue: CrawlQueue, worker: str) -> set[str]:
-    """Ids whose lease `worker` holds right now (read from every partition's owners)."""
+    """Ids whose lease `worker` holds right now (read from every partition's lease records)."""
     held = set()
     for pk in queue.partitions:
-        owners = await queue.client.hgetall(pk.owners)
-        for tid, owner in owners.items():
-            if tid != HASHTABLE_FIELD.encode() and owner.decode().partition(":")[2] == worker:
-                held.add(tid.decode())
+        records = await lease_records(queue.client, pk)
+        held |= {tid for tid, record in records.items() if record.worker == worker}
     return held
 
 

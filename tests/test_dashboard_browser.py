@@ -29,8 +29,9 @@ from support.browser import (
     dashboard_argv,
     wait_for,
 )
+from support.frontier import host_record, put_record
 
-from common.frontier.hosts import Frontier
+from common.frontier.hosts import SORT_COLUMNS, Frontier
 from common.keys import CRAWLS
 from common.policy import set_policy
 from common.queue import Failure, LeasingQueue, NewTask
@@ -83,7 +84,9 @@ async def plant_dead(queue: LeasingQueue, items: list[tuple[str, str, str]]) -> 
     pk, host = queue.partitions[0], "127.0.0.1:1"
     await queue.client.rpush(pk.host_queue(host), fingerprint(JS_URL).hex() + JS_URL)
     await queue.client.incr(pk.pending)
-    await queue.client.zincrby(pk.queued, 1, host)
+    queued = (await host_record(queue.client, pk, host)).queued + 1
+    await put_record(queue.client, pk, host, queued=queued)
+    await queue.client.zadd(pk.queued, {host: queued})
     await queue.client.zadd(pk.due, {host: 0})
     leases: list[Any] = []
     while len(leases) < len(items):
@@ -254,14 +257,20 @@ async def test_hosts_panel_pause_and_host_settings(
             assert browser.find_elements("css selector", "#hosts img, #hosts script") == []
             assert (await queue.stats()).pending > 0, "the crawl ended before the checks"
 
-            # Sorting by a column header: done, most first; hosts with none aren't listed.
-            click(browser, '#hosts th button.sort[data-sort="done"]')
-
-            def sorted_by_done() -> bool:
-                rows = host_rows(browser)
-                done = [int(cells[3].replace(",", "")) for cells in rows.values()]
-                return XSS_HOST not in rows and bool(done) and done == sorted(done, reverse=True)
-            wait_for(sorted_by_done, "the table sorted by done")
+            # The sortable headers are the API's sort columns; in flight and done are
+            # shown (the done cells above), as plain headers.
+            heads = browser.find_elements("css selector", "#hosts thead th")
+            assert [h.get_attribute("data-sort") for h in browser.find_elements(
+                "css selector", "#hosts th button.sort")] == list(SORT_COLUMNS)
+            plain = [h.text for h in heads if not h.find_elements("css selector", "button")]
+            assert {"in flight", "done"} <= set(plain)
+            # Sorting by a column header: delay, most first; hosts without their own
+            # delay aren't listed.
+            await frontier.set_host(hosts[0], delay_s=0.01)
+            await frontier.set_host(hosts[2], delay_s=0.02)
+            click(browser, '#hosts th button.sort[data-sort="delay"]')
+            wait_for(lambda: list(host_rows(browser)) == [hosts[2], hosts[0]],
+                     "the table sorted by delay")
             click(browser, '#hosts th button.sort[data-sort="queued"]')
 
             # Pause, with the token: the consumer ends what it holds, then nothing moves.

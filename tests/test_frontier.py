@@ -14,7 +14,7 @@ import pytest
 import redis.asyncio as aioredis
 from sites import test_site
 from support.consume import NullSink
-from support.frontier import lease_when_due, polite_queue, tasks
+from support.frontier import host_record, lease_when_due, polite_queue, tasks
 
 from common.errors import ConfigError
 from common.frontier.hosts import Frontier
@@ -117,13 +117,13 @@ async def test_a_request_sent_late_moves_its_hosts_next_turn_on_ack_and_on_fail(
     pk = q.partitions[0]
     for settle in ("ack", "fail"):
         [lease] = await lease_when_due(q, "w", 1, 60_000)  # the second: after the 500 ms
-        assert await redis_client.zscore(pk.last, "a.test") == lease.granted_ms
+        assert (await host_record(redis_client, pk, "a.test")).last == lease.granted_ms
         lease.sent_ms = lease.granted_ms + 200
         if settle == "ack":
             await q.ack("w", [(lease, "ok")])
         else:
             await q.fail("w", [Failure(lease, "http_5xx", "503", permanent=True)])
-        assert await redis_client.zscore(pk.last, "a.test") == lease.granted_ms + 200
+        assert (await host_record(redis_client, pk, "a.test")).last == lease.granted_ms + 200
         assert await redis_client.zscore(pk.due, "a.test") == lease.granted_ms + 500
 
 
@@ -136,7 +136,8 @@ async def test_an_earlier_sent_time_never_moves_a_turn_back(
     [second] = await lease_when_due(q, "w", 1, 60_000)
     first.sent_ms = first.granted_ms + 10  # sent late, but before the second turn
     await q.ack("w", [(first, "ok")])
-    assert await redis_client.zscore(q.partitions[0].last, "a.test") == second.granted_ms
+    assert (await host_record(redis_client, q.partitions[0], "a.test")).last == \
+        second.granted_ms
 
 
 async def test_priority_goes_first_within_a_host_and_across_hosts(

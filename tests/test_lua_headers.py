@@ -50,7 +50,8 @@ from console.fsck_revisits import repair_schedule
 
 LUA = Path(scripts.__file__).parent / "lua"
 FIXED = re.compile(r"^-- KEYS\[(\d+)\]\s+(\S+)")
-RANGE = re.compile(r"^-- KEYS\[(\d+)\.\.(\d+)\]\s+host state: ([^(]+)\(lib/hosts\.lua\)")
+RANGE = re.compile(r"^-- KEYS\[(\d+)\.\.(\d+)\]\s+(?:host|lease) state: ([^(]+)"
+                   r"\(lib/(?:hosts|leases)\.lua\)")
 TAIL = re.compile(r"^-- KEYS\[(\d+)[^\]]*\.\.\]")
 CYCLE = re.compile(r"^-- KEYS\[(\d+)\(i-1\)\+(\d+)\]\s+(\S+)")
 OTHERS = ("worker_beat", "history_push", "release_lock", "refresh_lock", "fsck_repair",
@@ -429,7 +430,10 @@ def code_problems(name: str, layout: Argv) -> list[str]:
     if got_start != layout.tail_start:
         problems.append(f"{where}: code's tail starts at ARGV[{got_start}], header's at "
                         f"ARGV[{layout.tail_start}]")
-    var = "base" if "local base = first" in code else "i"
+    # An item's values are read at ARGV[i + k] in the loop over the tail, or at
+    # ARGV[base + k] where base is an item's first index (first + width * (i - 1)).
+    var = "(?:i|base)" if re.search(r"\bbase = .*\b(?:first|\d+) \+ \w+ \* \(i - 1\)", code) \
+        else "i"
     offsets = [int(k or 0) for k in re.findall(rf"ARGV\[{var}(?: \+ (\d+))?\]", code)]
     width = max(offsets, default=0) + 1
     if width - len(layout.items) not in range(len(layout.optional) + 1):
@@ -484,6 +488,10 @@ def test_argv_header_checks_can_fail() -> None:
         code_problems("fail", renamed))
     renew = argv_header("renew")
     assert args_problems("renew", renew, ["w", "1000", "ab" * 16]) != []
+    ack = argv_header("ack")  # an item's values read at ARGV[base + k]
+    swapped = Argv(**{**ack.__dict__, "items": [*ack.items[:3], ack.items[4], ack.items[3],
+                                                *ack.items[5:]]})
+    assert "code reads 'sent_ms' at item offset 3" in " ".join(code_problems("ack", swapped))
     lease = argv_header("lease")
     assert args_problems("lease", lease, ["w", "10", "x", "4", "", "1", "a.test", "0"]) == [
         "lease.lua ARGV[3]: 'lease_ms' is 'x'"]

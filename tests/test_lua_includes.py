@@ -85,9 +85,9 @@ def test_a_script_carries_each_module_it_includes_once_after_its_includes(name: 
 def test_a_script_without_host_state_does_not_carry_it() -> None:
     for name in ("renew", "checkpoint", "purge", "worker_beat"):
         assert "lib/hosts.lua" not in files_of(name)
-        assert "local H = " not in scripts.source(name)
+        assert "local function ledger(" not in scripts.source(name)
     assert files_of("release_lock") == ["release_lock.lua"]
-    assert "local H = " in scripts.source("lease")
+    assert "local function ledger(" in scripts.source("lease")
 
 
 def _code(path: str) -> str:
@@ -206,7 +206,7 @@ async def renew_error(client: aioredis.Redis, crawl: str, lease_ms: str) -> str:
     pk = PartitionKeys.build(crawl, 0)
     renew = scripts.register(client, "renew")
     with pytest.raises(ResponseError) as caught:
-        await renew(keys=[pk.leases, pk.owners, pk.stats], args=["w", lease_ms])
+        await renew(keys=[*pk.lease_state, pk.stats], args=["w", lease_ms])
     return str(caught.value)
 
 
@@ -224,19 +224,18 @@ async def check_error_locations(client: aioredis.Redis, crawl: str) -> None:
     assert message.endswith(f" (at renew.lua:{at})"), message
     # A failed redis.call in a module (6.2 says "@user_script: N:" for these).
     pk = PartitionKeys.build(crawl, 0)
-    await client.hset(pk.owners, "ab" * 16, "1:w")  # so that lease_state reads `leases`
-    await client.set(pk.leases, "not a zset")
+    await client.set(pk.leases, "not a zset")  # lease_states' ZMSCORE, through call_sliced
     with pytest.raises(ResponseError, match="WRONGTYPE") as caught:
         await scripts.Scripts(client).checkpoint(
-            keys=[pk.leases, pk.owners, pk.checkpoints, pk.stats],
+            keys=[*pk.lease_state, pk.checkpoints, pk.stats],
             args=["w", "ab" * 16, "1", "{}"])
-    await client.delete(pk.leases, pk.owners)
-    at = line_of("lib/leases.lua", "judge_lease(owner, redis.call('ZSCORE', leases, id)")
-    assert str(caught.value).endswith(f" (at lib/leases.lua:{at})"), str(caught.value)
+    await client.delete(pk.leases)
+    at = line_of("lib/codes.lua", "local reply = redis.call(cmd, key, unpack(args))")
+    assert str(caught.value).endswith(f" (at lib/codes.lua:{at})"), str(caught.value)
     # Pipelined (common.queue.calls.run, calls on several partitions): the failing call's script
     # is found by the SHA the message names.
     q = await CrawlQueue.open(client, crawl, CrawlSettings(partitions=1))
-    keys = [pk.leases, pk.owners, pk.stats]
+    keys = [*pk.lease_state, pk.stats]
     with pytest.raises(ResponseError) as caught:
         await run(q.client, [(q.scripts.renew, keys, ["w", "1000"]),
                              (q.scripts.renew, keys, ["w", "0"])])
@@ -270,9 +269,9 @@ async def test_a_script_that_succeeds_replies_unchanged(redis_client: aioredis.R
                                                         crawl_name: str) -> None:
     pk = PartitionKeys.build(crawl_name, 0)
     renew = scripts.register(redis_client, "renew")
-    reply = await renew(keys=[pk.leases, pk.owners, pk.stats], args=["w", "1000"])
+    reply = await renew(keys=[*pk.lease_state, pk.stats], args=["w", "1000"])
     assert len(reply) == 1 and reply[0] > 0
     pipe = redis_client.pipeline()
-    await renew(keys=[pk.leases, pk.owners, pk.stats], args=["w", "1000"], client=pipe)
+    await renew(keys=[*pk.lease_state, pk.stats], args=["w", "1000"], client=pipe)
     [piped] = await pipe.execute()
     assert len(piped) == 1 and piped[0] >= reply[0]

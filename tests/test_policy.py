@@ -22,6 +22,7 @@ from aiohttp import web
 from sites import test_site
 from support.clock import redis_ms, window_passed
 from support.consume import consumer_args
+from support.frontier import host_record
 from support.routes import Handler, Site, page, serve
 
 from common.frontier.hosts import Frontier
@@ -664,8 +665,8 @@ async def test_lowering_the_delay_moves_a_scheduled_turn_earlier(
                      ("http://a.test/1", "http://a.test/2", "http://a.test/3")])
     [lease] = await q.lease("w", 10, 60_000)  # a.test's turn now; its next in 5 s
     pk = q.partitions[0]
-    last = await redis_client.zscore(pk.last, "a.test")
-    assert last is not None and await redis_client.zscore(pk.due, "a.test") == last + 5000
+    last = (await host_record(redis_client, pk, "a.test")).last
+    assert last and await redis_client.zscore(pk.due, "a.test") == last + 5000
     await set_policy(redis_client, crawl_name, {"per_host_delay": 0.2}, by="test")
     assert await redis_client.zscore(pk.due, "a.test") == last + 200
     await set_policy(redis_client, crawl_name, {"per_host_delay": 1}, by="test")

@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 from support.clock import expire, redis_ms, window_passed
 from support.frontier import host_record, host_records, put_record
+from support.leases import LeaseRecord, lease_record, lease_records
 
 import common.queue.leasing
 from common.errors import ConfigError, CrawlConflictError, MalformedTaskError
@@ -254,21 +255,24 @@ async def test_enqueue_lease_ack_round_trip(redis_client: aioredis.Redis, crawl_
     now = await redis_ms(redis_client)
     assert now < lease.deadline_ms <= now + 5_000
     assert int(await redis_client.zscore(pk.leases, t.id)) == lease.deadline_ms
-    assert await redis_client.hget(pk.owners, t.id) == f"{lease.token}:w1".encode()
-    assert await redis_client.hget(pk.tasks, t.id) == b"example.test 0 " + encode_entry(
-        i, t.url, meta={"k": "v"}, depth=2).encode()
-    assert await redis_client.zscore(pk.inflight, "example.test") == 1
+    # A leased task is its lease record and its deadline, nothing else.
+    assert await lease_record(redis_client, pk, t.id) == LeaseRecord(
+        f"{lease.token}:w1", False, False, 1, "example.test", 0,
+        encode_entry(i, t.url, meta={"k": "v"}, depth=2).encode())
+    assert not await redis_client.hexists(pk.tasks, t.id)
+    assert not await redis_client.hexists(pk.attempts, t.id)
+    assert (await host_record(redis_client, pk, "example.test")).inflight == 1
     assert await redis_client.llen(pk.host_queue("example.test")) == 0
     assert await q.state_of(t.id) == "leased"
     await assert_frontier(redis_client, q)
 
     assert await q.ack("w1", [(lease, "ok")]) == [Code.OK]
     assert await q.state_of(t.id) == "done"
-    for key in (pk.tasks, pk.attempts, pk.owners, pk.errors, pk.checkpoints):
+    for key in (pk.tasks, pk.attempts, pk.leased, pk.errors, pk.checkpoints):
         assert not await redis_client.hexists(key, t.id)
     assert await redis_client.zcard(pk.leases) == 0
-    assert await redis_client.zscore(pk.done, "example.test") == 1
-    assert await redis_client.zscore(pk.inflight, "example.test") == 0
+    record = await host_record(redis_client, pk, "example.test")
+    assert (record.done, record.inflight) == (1, 0)
     # A second ack of a finished task is refused, and counted.
     assert await q.ack("w1", [(lease, "ok")]) == [Code.UNKNOWN]
     s = await q.stats()
@@ -377,11 +381,10 @@ async def test_ack_batch_mixes_successes_repeats_and_refusals(
     assert [await q.state_of(x.id) for x in (a, b, c, short)] == [
         "done", "done", "done", "leased"]
     pk = q.partitions[0]
-    assert await redis_client.hkeys(pk.tasks) == [short.id.encode()]
-    assert set(await redis_client.hkeys(pk.owners)) == {HASHTABLE_FIELD.encode(),
-                                                        short.id.encode()}
-    assert await redis_client.zscore(pk.inflight, "ackbatch.test") == 1
-    assert await redis_client.zscore(pk.done, "ackbatch.test") == 3
+    assert set(await lease_records(redis_client, pk)) == {short.id}
+    assert await redis_client.hlen(pk.tasks) == 0
+    record = await host_record(redis_client, pk, "ackbatch.test")
+    assert (record.inflight, record.done) == (1, 3)
     s = await q.stats()
     assert (s.counters["done"], s.counters["stale"]) == (3, 3)
     assert (s.counters["outcome:ok"], s.counters["outcome:http_4xx"]) == (2, 1)
@@ -391,18 +394,21 @@ async def test_ack_batch_mixes_successes_repeats_and_refusals(
 
 async def test_in_flight_hashes_are_hashtables_from_the_first_lease(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
-    """owners/attempts of a few hundred fields must not be listpacks (a scan per access)."""
+    """`leased` of a few hundred fields must not be a listpack (a scan per access)."""
     q = await open_queue(redis_client, crawl_name)
-    await q.enqueue([nt(f"http://enc.test/{i}") for i in range(300)])
+    # A short host and URLs: lease records shorter than hash-max-listpack-value (64), so
+    # their length alone does not make the hash a hashtable.
+    await q.enqueue([nt(f"http://e.t/{i}") for i in range(300)])
     pk = q.partitions[0]
     leases = await q.lease("w", 1, 30_000)
-    for key in (pk.owners, pk.attempts):
-        assert await redis_client.object("encoding", key) == b"hashtable"
-        assert await redis_client.hget(key, HASHTABLE_FIELD) == b"1"
+    record = await redis_client.hget(pk.leased, leases[0].id)
+    assert record is not None and len(record) < 64
+    assert await redis_client.object("encoding", pk.leased) == b"hashtable"
+    assert await redis_client.hget(pk.leased, HASHTABLE_FIELD) == b"1"
     leases += await q.lease("w", 299, 30_000)
     assert await q.ack("w", [(x, "ok") for x in leases]) == [Code.OK] * 300
-    for key in (pk.owners, pk.attempts):  # the field stays: no re-conversion on the next lease
-        assert await redis_client.hkeys(key) == [HASHTABLE_FIELD.encode()]
+    # The field stays: no re-conversion on the next lease.
+    assert await redis_client.hkeys(pk.leased) == [HASHTABLE_FIELD.encode()]
     # The dedup hashes stay compact listpacks: their memory per URL depends on it.
     seen = await redis_client.keys(pk.seen(0)[:-1] + "*")
     assert await redis_client.object("encoding", seen[0]) in (b"listpack", b"ziplist")
@@ -456,7 +462,8 @@ async def test_a_url_queued_twice_while_pending_is_leased_once(
     assert (s.pending, s.leased, s.counters["leased"], s.counters["duplicates"]) == (
         0, 2, 2, 2)
     pk = q.partitions[0]
-    assert await redis_client.zscore(pk.inflight, "twice.test") == 2
+    record = await host_record(redis_client, pk, "twice.test")
+    assert (record.inflight, record.queued) == (2, 0)
     assert await redis_client.zscore(pk.queued, "twice.test") == 0
     await assert_frontier(redis_client, q)
     assert await q.ack("w", [(x, "ok") for x in got]) == [Code.OK, Code.OK]
@@ -487,7 +494,8 @@ async def test_stale_token_is_refused_everywhere(redis_client: aioredis.Redis, c
     pk = q.partitions[0]
     assert int(await redis_client.zscore(pk.leases, new.id)) == new.deadline_ms
     assert not await redis_client.hexists(pk.checkpoints, new.id)
-    assert await redis_client.hget(pk.attempts, new.id) == b"2"
+    held = await lease_record(redis_client, pk, new.id)
+    assert held is not None and (held.owner, held.attempt) == (f"{new.token}:B", 2)
     s = await q.stats()
     assert s.counters["stale"] == 3 * 4  # four refusals counted `stale` per all_ops ...
     assert s.counters["lost"] == 3  # ... and renew's, counted `lost`
@@ -705,7 +713,7 @@ async def test_permanent_failure_is_dead_at_once(redis_client: aioredis.Redis, c
     assert dead.raw == encode_entry(dead.id, "http://perm.test/1", max_attempts=9).encode()
     pk = q.partitions[0]
     assert await redis_client.zscore(pk.errors_by_host, "perm.test") == 1
-    assert await redis_client.zscore(pk.inflight, "perm.test") == 0
+    assert (await host_record(redis_client, pk, "perm.test")).inflight == 0
     await assert_frontier(redis_client, q)
 
 
@@ -1074,7 +1082,8 @@ async def test_malformed_entries_end_dead_with_raw_bytes(redis_client: aioredis.
     assert (await q.stats()).dead_reasons == {MALFORMED: len(bodies)}
     assert await q.dead_purge(utf8) == len(utf8)
     pk = q.partitions[0]
-    assert set(await redis_client.hkeys(pk.tasks)) == {task_id(good.fp).encode(), MAL_ID[0]}
+    assert await redis_client.hkeys(pk.tasks) == [MAL_ID[0]]  # still dead
+    assert set(await lease_records(redis_client, pk)) == {task_id(good.fp)}  # still leased
     await assert_frontier(redis_client, q)
 
 

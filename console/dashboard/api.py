@@ -13,9 +13,12 @@ whatever the crawl's size: no KEYS, no scan of all tasks.
 ``GET /api/crawls/{crawl}/workers``      live workers (id, host, pid, heartbeat age,
                                          stale, in flight, done, failed, pages/s)
 ``GET /api/crawls/{crawl}/hosts``        a page of the frontier's hosts, sorted by a
-                                         column: ``?sort=queued&desc=1&page=0&size=50``
-                                         (pages reach the first MAX_HOSTS_READ /
-                                         partitions hosts of a sort, from either end)
+                                         column: ``?sort=queued&desc=1&page=0&size=50``;
+                                         queued, errors, next_allowed, delay or
+                                         blocked_until (in flight, done and last request
+                                         are in the rows, not sortable); pages reach the
+                                         first MAX_HOSTS_READ / partitions hosts of a
+                                         sort, from either end
 ``GET /api/crawls/{crawl}/dead``         a page of dead letters, newest first:
                                          ``?page=0&size=50&reason=R``
 =======================================  ===============================================
@@ -35,6 +38,7 @@ from common.errors import BadRequestError, ConfigError
 from common.frontier.hosts import SORT_COLUMNS, Frontier
 from common.queue import CrawlQueue
 from common.workers import read_workers
+from console.cli_hosts import sort_refusal
 from console.crawls import MAX_CRAWLS, summaries, summary
 from console.deadletters import MAX_PAGE_SIZE, DeadPage, dead_page
 
@@ -137,8 +141,7 @@ async def get_hosts(request: web.Request) -> web.Response:
     queue = await open_crawl(request)
     sort = request.query.get("sort") or "queued"
     if sort not in SORT_COLUMNS:
-        raise BadRequestError(f"unknown sort column {sort[:40]!r}: one of "
-                              f"{', '.join(SORT_COLUMNS)}")
+        raise BadRequestError(sort_refusal(sort))
     desc = _BOOLS.get((request.query.get("desc") or "1").lower())
     if desc is None:
         raise BadRequestError("desc must be 1 or 0 (true or false)")

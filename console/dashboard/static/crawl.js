@@ -126,12 +126,13 @@
     },
   };
 
-  // Columns of the hosts table; `sort` names the API's sort column (SORT_COLUMNS).
+  // Columns of the hosts table; `sort` names the API's sort column (SORT_COLUMNS). In
+  // flight and done come from the host records, which no index sorts: shown, not sortable.
   const HOST_COLUMNS = [
     { label: "host" },
     { label: "queued", num: true, sort: "queued" },
-    { label: "in flight", num: true, sort: "in_flight" },
-    { label: "done", num: true, sort: "done" },
+    { label: "in flight", num: true, title: "leases whose response is not in (not sortable)" },
+    { label: "done", num: true, title: "pages done (not sortable)" },
     { label: "errors", num: true, sort: "errors", title: "failed attempts" },
     { label: "next allowed", num: true, sort: "next_allowed", title: "when its next request may start (Redis clock); - : nothing pending, or every slot in use" },
     { label: "delay", num: true, sort: "delay", title: "least time between two requests (its own, the crawl's, robots.txt Crawl-delay, or what its push-back taught, fading)" },

@@ -1,0 +1,55 @@
+"""Lease records as the tests read them: a partition's ``leased`` HASH, id -> "<owner>
+<attempt> <host> <priority> <entry>" (``common/keys.py``, ``lib/leases.lua``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+from common.connection import RedisClient
+from common.keys import HASHTABLE_FIELD, PartitionKeys
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """One lease, its owner's marks split off."""
+
+    owner: str  # "<token>:<worker>"
+    fetched: bool  # "f": its response is in, its host's slot given back
+    budget: bool  # "b": it holds a page of its host's budget
+    attempt: int
+    host: str
+    priority: int
+    entry: bytes
+
+    @property
+    def token(self) -> str:
+        return self.owner.partition(":")[0]
+
+    @property
+    def worker(self) -> str:
+        return self.owner.partition(":")[2]
+
+    @classmethod
+    def decode(cls, value: bytes) -> LeaseRecord:
+        owner, attempt, host, priority, entry = value.split(b" ", 4)
+        text = owner.decode()
+        fetched = text.startswith("f")
+        text = text.removeprefix("f")
+        budget = text.startswith("b")
+        return cls(text.removeprefix("b"), fetched, budget, int(attempt), host.decode(),
+                   int(priority), entry)
+
+
+async def lease_records(client: RedisClient, pk: PartitionKeys) -> dict[str, LeaseRecord]:
+    """Every lease record of a partition, by task id."""
+    values = cast(dict[bytes, bytes], await client.hgetall(pk.leased))
+    return {k.decode(): LeaseRecord.decode(v) for k, v in values.items()
+            if k != HASHTABLE_FIELD.encode()}
+
+
+async def lease_record(client: RedisClient, pk: PartitionKeys, task_id: str
+                       ) -> LeaseRecord | None:
+    """One task's lease record (None: it is not leased)."""
+    value = cast(bytes | None, await client.hget(pk.leased, task_id))
+    return None if value is None else LeaseRecord.decode(value)
