@@ -107,12 +107,12 @@ differ from the defaults), so a frontier of millions of URLs stays small; its bo
 to its lease record (``leased``) when it is leased, and to ``tasks`` while it waits or is
 dead.
 
-``attempts`` also holds one field that is not a task id,
-`HASHTABLE_FIELD` (128 ``~``), written by lease: a field that long makes Redis store the
-hash as a hashtable for good. Their size follows the tasks in flight, a few hundred
-fields, where Redis would otherwise keep a listpack (up to 512 short fields) and scan
-it for every field read or written (measured ~4 us per field at 256 fields, ~25x a
-hashtable). Tools that list these hashes skip it.
+``leased`` also holds one field that is not a task id, `HASHTABLE_FIELD` (128 ``~``),
+written by lease: a field that long makes Redis store the hash as a hashtable for good.
+Its size follows the tasks in flight, a few hundred fields, where Redis would otherwise
+keep a listpack while the records are short (up to 512 fields of up to 64 bytes: a short
+URL's) and scan it for every field read or written (measured ~4 us per field at 256
+fields, ~25x a hashtable). Tools that list it skip it.
 
 Crawl keys (``crawlq:{<crawl>}:<name>``): ``meta`` HASH (``settings``: partitions, dedup
 mode and parameters, fixed at creation, and ``format``, the schema version; ``created_ms``:
@@ -147,7 +147,7 @@ from common.names import validate_crawl_name
 
 PREFIX = "crawlq"
 CRAWLS = f"{PREFIX}:crawls"
-#: The non-task field of ``attempts`` (mirrors ``lib/memory.lua``).
+#: The non-task field of ``leased`` (mirrors ``lib/memory.lua``).
 HASHTABLE_FIELD = "~" * 128
 
 # Names of the fixed per-partition keys, in the order PartitionKeys declares them.

@@ -143,6 +143,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("29-history-of-another-url", "a revisit carries its own URL's validators, never "
            "another's",
            (_RS + "test_a_revisit_carries_its_own_urls_validators_never_anothers",)),
+    Mutant("30-lease-ahead-started-early", "a turn leased ahead starts at its turn, not "
+           "when the lease reply came",
+           (_FR + "test_a_turn_within_ahead_is_leased_timed_to_it_and_counted_from_it",)),
 )
 
 

@@ -59,6 +59,41 @@ async def test_a_host_with_a_delay_gives_one_task_per_turn_and_says_when_the_nex
     assert len(await lease_when_due(q, "w", 10, 60_000)) == 1
 
 
+async def test_a_turn_within_ahead_is_leased_timed_to_it_and_counted_from_it(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """With ahead_ms, a host whose next turn comes within it is leased now, its lease
+    carrying that turn (not the call's time), and its next turn counts from it: one call
+    serves the coming turns, never closer together than the delay. A turn further out
+    is left, the reply saying when it comes within reach; a host without a delay whose
+    turn is a block's end is not leased before the block ends."""
+    q = await polite_queue(redis_client, crawl_name, delay_s=0.5)
+    await Frontier(q).set_host("blocked.test", delay_s=0)
+    await Frontier(q).block_host("blocked.test", 0.3)
+    await q.enqueue(tasks([f"http://a.test/{i}" for i in range(3)] + ["http://blocked.test/"]))
+    [first] = await q.lease("w", 10, 60_000)
+    pk = q.partitions[0]
+    further = await q.lease_turns("w", 10, 60_000, ahead_ms=100)
+    assert further.leases == [] and further.wait_s is not None
+    assert 0.1 < further.wait_s <= 0.2  # the block's end, less ahead_ms: when to ask
+    ahead = await q.lease_turns("w", 10, 60_000, ahead_ms=1_000)
+    assert [(x.host, x.granted_ms, x.delay_ms) for x in ahead.leases] == [
+        ("a.test", first.granted_ms + 500, 500)]
+    assert ahead.now_ms < ahead.leases[0].granted_ms
+    assert (await host_record(redis_client, pk, "a.test")).last == first.granted_ms + 500
+    assert await redis_client.zscore(pk.due, "a.test") == first.granted_ms + 1_000
+    assert (await host_record(redis_client, pk, "blocked.test")).inflight == 0
+    # The consumer starts it at its turn, not when the reply came.
+    settings = settings_from_args(build_parser().parse_args([]))
+    consumer = Consumer(settings, q, Fetcher(settings.fetch), NullSink(), Metrics())
+    [lease] = ahead.leases
+    consumer.leaser.dispatch([lease], ahead.now_ms)
+    await asyncio.sleep(max(0.0, (lease.granted_ms - ahead.now_ms) / 1000 - 0.15))
+    assert consumer.slots.stage(lease) is Stage.SCHEDULED
+    await asyncio.sleep(0.4)
+    assert consumer.slots.stage(lease) is not Stage.SCHEDULED
+    await consumer.fetcher.close()
+
+
 async def test_concurrency_caps_leases_per_host_until_one_ends(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
     q = await polite_queue(redis_client, crawl_name, concurrency=2)
@@ -375,7 +410,7 @@ async def test_each_lease_says_its_hosts_delay_whatever_the_consumers_flags(
     settings = settings_from_args(build_parser().parse_args(
         ["--per-host-delay", "0", "--per-host-concurrency", "0"]))
     consumer = Consumer(settings, q, Fetcher(settings.fetch), NullSink(), Metrics())
-    consumer.leaser.dispatch(list(leases.values()))
+    consumer.leaser.dispatch(list(leases.values()), leases["fast.test"].granted_ms)
     assert consumer.slots.ids(Stage.QUEUED) == {leases["fast.test"].id}
     assert consumer.slots.ids(Stage.SCHEDULED) == {leases["slow.test"].id,
                                                    leases["robots.test"].id}

@@ -493,7 +493,7 @@ def test_argv_header_checks_can_fail() -> None:
                                                 *ack.items[5:]]})
     assert "code reads 'sent_ms' at item offset 3" in " ".join(code_problems("ack", swapped))
     lease = argv_header("lease")
-    assert args_problems("lease", lease, ["w", "10", "x", "4", "", "1", "a.test", "0"]) == [
+    assert args_problems("lease", lease, ["w", "10", "x", "4", "", "0", "1", "a.test", "0"]) == [
         "lease.lua ARGV[3]: 'lease_ms' is 'x'"]
 
 

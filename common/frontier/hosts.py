@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.errors import ConfigError
-from common.hostmodel.hostrec import HostRecord
 from common.hostmodel.hostkey import host_key
+from common.hostmodel.hostrec import HostRecord
 from common.keys import PartitionKeys
 from common.policy import set_policy
 from common.queue import CrawlQueue

@@ -52,8 +52,10 @@ class HostRecord:
             raise HostRecordError(f"a host record is {FORMAT.size} bytes, this one "
                                   f"{len(value)}: run crawlq fsck --repair")
         values = FORMAT.unpack(value)
-        return cls(*(None if name in OPTIONAL and v < 0 else int(v)
-                     for name, v in zip(FIELDS, values, strict=True)))
+        fields: dict[str, int | None] = {
+            name: None if name in OPTIONAL and v < 0 else int(v)
+            for name, v in zip(FIELDS, values, strict=True)}
+        return cls(**fields)  # type: ignore[arg-type]
 
     def encode(self) -> bytes:
         """The record's bytes (tests, and tools that write a record whole)."""

@@ -152,7 +152,8 @@ give_back(C, ids, tokens)
 if #hosts == 0 then  -- a pause shows in the call that names hosts
   ledger_flush(C.L)
   local result = reply_head(-1, 0, -1)
-  if n > 0 and #result[6] == 0 then hungry_mark(hungry, C.worker, now) end
+  -- Hungry unless a host it names is ready now: then the caller's next call leases.
+  if n > 0 and result[3] ~= 0 then hungry_mark(hungry, C.worker, now) end
   wake_fleet(false)
   return result
 end

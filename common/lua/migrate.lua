@@ -33,6 +33,7 @@
 -- Returns {hosts converted, hosts kept (a record already), leases converted, leases
 --          kept (a record already), leases left without a body}
 --- @include "lib/codes"
+--- @include "lib/memory"
 --- @include "lib/hosts"
 --- @include "lib/leases"
 --- @include "lib/queues"
@@ -45,8 +46,6 @@ if #KEYS ~= 12 or #ARGV ~= 0 then
   error('crawlq: migrate needs 12 keys (host state, leased, tasks, attempts, h:inflight, '
     .. 'h:last, h:done, hostconf, owners) and no ARGV')
 end
--- The non-task field of owners and attempts (lib/memory.lua's force_hashtable).
-local NOT_AN_ID = string.rep('~', 128)
 
 -- Phase 1: every host the old keys name, and what each key holds of it (no table per
 -- host: a partition may hold hundreds of thousands).
@@ -121,7 +120,7 @@ end
 local ids, owner_of = {}, {}
 flat = redis.call('HGETALL', owners)
 for i = 1, #flat, 2 do
-  if flat[i] ~= NOT_AN_ID then
+  if flat[i] ~= HASHTABLE_FIELD then
     ids[#ids + 1] = flat[i]
     owner_of[#ids] = flat[i + 1]
   end
@@ -147,12 +146,15 @@ if #ids > 0 then
     end
   end
   if #records > 0 then
+    force_hashtable(leased)
     call_sliced('HSET', leased, records, 1000)
     call_sliced('HDEL', tasks, moved, 1000)
     call_sliced('HDEL', attempts, moved, 1000)
   end
 end
 
--- Phase 4: the old keys go (UNLINK: a big key is freed in the background, not here).
+-- Phase 4: the old keys go (UNLINK: a big key is freed in the background, not here), and
+-- so does the hashtable field of `attempts`: lease reads it only while it exists.
 redis.call('UNLINK', old_inflight, old_last, old_done, hostconf, owners)
+redis.call('HDEL', attempts, HASHTABLE_FIELD)
 return {hosts_done, hosts_kept, leases_done, leases_kept, no_body}

@@ -189,11 +189,11 @@ class LeasingQueue(CrawlQueue):
 
     async def lease_turns(self, worker: str, n: int, lease_ms: int,
                           responses_in: list[Lease] | None = None,
-                          held: Callable[[str], int] | None = None,
+                          held: Callable[[str], int] | None = None, *,
                           ahead_ms: int = 0) -> LeaseBatch:
         """Lease up to n tasks (see `LeaseClient.lease_turns`)."""
         return await self.leases.lease_turns(worker, n, lease_ms, responses_in, held,
-                                             ahead_ms)
+                                             ahead_ms=ahead_ms)
 
     def woken(self) -> None:
         """Another process says work may be ready: ask every partition on the next call."""

@@ -69,7 +69,7 @@ class LeaseClient:
 
     async def lease_turns(self, worker: str, n: int, lease_ms: int,
                           responses_in: list[Lease] | None = None,
-                          held: Callable[[str], int] | None = None,
+                          held: Callable[[str], int] | None = None, *,
                           ahead_ms: int = 0) -> LeaseBatch:
         """Lease up to n tasks from hosts whose turn has come, taking partitions in turn
         so none starves; with none, say how long until a host's turn comes.
@@ -194,7 +194,8 @@ class LeaseClient:
         keeps the hosts it names for the next call."""
         host_keys, host_head = host_args(pk, hosts)
         args: list[Any] = [worker, n, lease_ms, candidates_for(n), self.crawl.keys.wake,
-                           ahead_ms, *host_head, ",".join(str(held(h)) for h in hosts) if held else ""]
+                           ahead_ms, *host_head,
+                           ",".join(str(held(h)) for h in hosts) if held else ""]
         for lease in responses_in:
             args += [lease.id, lease.token]
         reply = LeaseReply.parse(await self.crawl.scripts.lease(

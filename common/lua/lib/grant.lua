@@ -2,9 +2,10 @@
 -- from the hosts' queues, and granting the rest as lease records. `C` is the call's
 -- context (lib/turns.lua) with K: the keys tasks, attempts, seq, checkpoints, errors,
 -- dead, dead_reasons.
--- Includes lib/leases, lib/dead, lib/hosts.
+-- Includes lib/leases, lib/dead, lib/memory, lib/hosts.
 --- @include "lib/leases"
 --- @include "lib/dead"
+--- @include "lib/memory"
 --- @include "lib/hosts"
 
 local HEX_ID = '^' .. string.rep('[0-9a-f]', 32) .. '$'
@@ -23,7 +24,7 @@ local function screen(C, popped)
   local live_body = call_sliced('HMGET', K.tasks, ids, 1000)
   local seen = {}
   for k, p in ipairs(popped) do
-    local host, kept = C.hosts[p[3]], false
+    local host, stays = C.hosts[p[3]], false
     if not string.find(p[1], HEX_ID) then
       local id = string.sub(redis.sha1hex(p[2]), 1, 32)
       redis.call('HSET', K.tasks, id, host .. ' ' .. p[4] .. ' ' .. p[2])
@@ -35,9 +36,9 @@ local function screen(C, popped)
     else
       seen[p[1]] = true
       keep[#keep + 1] = p
-      kept = true
+      stays = true
     end
-    if not kept then
+    if not stays then
       local r = C.L.rec[host]
       r.inflight = r.inflight - 1
     end
@@ -80,6 +81,7 @@ local function grant(C, keep, deadline)
     deadlines[2 * k - 1], deadlines[2 * k] = deadline_arg, id
     grants[k] = {id, token, attempt, p[2], cps[k] or false, errs[k] or false, p[3]}
   end
+  force_hashtable(C.LK.leased)
   call_sliced('HSET', C.LK.leased, records, 1000)
   call_sliced('ZADD', C.LK.leases, deadlines, 1000)
   return grants

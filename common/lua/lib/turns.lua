@@ -37,7 +37,7 @@ local function give_back(C, ids, tokens)
 end
 
 -- The ready candidates (indexes into C.hosts) in serving order: priority work first,
--- then the longest-waiting; C.turn[host] is each one's turn. Each turn comes from the
+-- then the longest-waiting, then by name; C.turn[host] is each one's turn. Each turn comes from the
 -- record (the due rule), so a `due` score written before the crawl's defaults changed
 -- can't serve a host early; a candidate that is not ready gets its place in `due`
 -- written again. A host with a delay is served up to C.ahead ms before its turn (the
@@ -46,7 +46,7 @@ end
 -- (-1: none).
 local function ready_order(C)
   local L, cc, now = C.L, C.cc, C.now
-  local ready, wait, pkey = {}, -1, {}
+  local ready, wait, pkey, since = {}, -1, {}, {}
   C.turn = {}
   for i, host in ipairs(C.hosts) do
     local r = L.rec[host]
@@ -54,7 +54,7 @@ local function ready_order(C)
     local lead = (at and at > now and host_limits(r, cc, now) > 0) and C.ahead or 0
     if at and at <= now + lead and not C.turn[host] then
       ready[#ready + 1] = i
-      C.turn[host], pkey[i] = math.max(at, now), tonumber(C.prio[i]) or 0
+      C.turn[host], pkey[i], since[i] = math.max(at, now), tonumber(C.prio[i]) or 0, at
     else
       if at and (wait < 0 or at - now - lead < wait) then wait = math.max(0, at - now - lead) end
       ledger_reschedule(L, host)
@@ -62,9 +62,8 @@ local function ready_order(C)
   end
   table.sort(ready, function(a, b)
     if pkey[a] ~= pkey[b] then return pkey[a] < pkey[b] end
-    local ta, tb = C.turn[C.hosts[a]], C.turn[C.hosts[b]]
-    if ta ~= tb then return ta < tb end
-    return a < b
+    if since[a] ~= since[b] then return since[a] < since[b] end
+    return C.hosts[a] < C.hosts[b]
   end)
   return ready, wait
 end
