@@ -189,11 +189,6 @@ def layout2_keys(crawl: str, partition: int) -> list[str]:
     return [prefix + name for name in LAYOUT2_NAMES]
 
 
-def migrate_lock(crawl: str) -> str:
-    """The SET NX PX guard of a crawl's conversion from layout 2."""
-    return crawl_key(crawl, "lock:migrate")
-
-
 @dataclass(frozen=True, slots=True)
 class PartitionKeys:
     """Every key of one partition (see the module docstring for types and owners)."""
@@ -281,13 +276,15 @@ class CrawlKeys:
     wake: str  # a pub/sub channel, not a key (common.wake)
     policy: str
     policy_log: str
+    migrate_lock: str  # the SET NX PX guard of a conversion from layout 2
 
     @classmethod
     def build(cls, crawl: str) -> CrawlKeys:
         return cls(crawl, crawl_key(crawl, "meta"), crawl_key(crawl, "lock:producer"),
                    crawl_key(crawl, "results"), crawl_key(crawl, "workers"),
                    crawl_key(crawl, "history"), crawl_key(crawl, "wake"),
-                   crawl_key(crawl, "policy"), crawl_key(crawl, "policy:log"))
+                   crawl_key(crawl, "policy"), crawl_key(crawl, "policy:log"),
+                   crawl_key(crawl, "lock:migrate"))
 
     def robots(self, origin: str) -> str:
         """One origin's cached robots.txt; `origin` is ``scheme://host[:port]``."""

@@ -38,7 +38,6 @@ from common.keys import (
     CrawlKeys,
     PartitionKeys,
     layout2_keys,
-    migrate_lock,
 )
 from common.policy import create_policy
 from common.queue import (
@@ -428,7 +427,7 @@ async def test_migrating_twice_changes_nothing(redis_client: aioredis.Redis,
               for h in await redis_client.zrange(pk.queued, 0, -1)}
     assert kept == len(queued) == 5  # every host seen but f.test (a setting only)
     assert await contents(redis_client, crawl_name) == converted
-    assert not await redis_client.exists(migrate_lock(crawl_name))
+    assert not await redis_client.exists(CrawlKeys.build(crawl_name).migrate_lock)
 
 
 async def test_a_host_or_lease_written_by_layout_3_is_kept(redis_client: aioredis.Redis,
@@ -586,7 +585,7 @@ async def test_concurrent_conversions_convert_each_partition_once(
     assert sorted(done) == [0, 0, 0, 2]
     assert len(runs) == 2
     assert [r.getMessage() for r in caplog.records].count("crawl_migrated") == 1
-    assert not await redis_client.exists(migrate_lock(crawl_name))
+    assert not await redis_client.exists(CrawlKeys.build(crawl_name).migrate_lock)
     for pk in old.crawl.partitions:
         assert await redis_client.hlen(pk.hosts) == sum(old.pk(h) == pk for h in expected)
 
@@ -595,13 +594,13 @@ async def test_a_conversion_held_elsewhere_too_long_is_given_up(
         redis_client: aioredis.Redis, crawl_name: str, monkeypatch: pytest.MonkeyPatch
         ) -> None:
     await live_crawl(redis_client, crawl_name)
-    await redis_client.set(migrate_lock(crawl_name), "another process", px=60_000)
+    await redis_client.set(CrawlKeys.build(crawl_name).migrate_lock, "another process", px=60_000)
     before = await contents(redis_client, crawl_name)
     monkeypatch.setattr("common.queue.migrate.POLL_S", 0.01)
     with pytest.raises(MigrationBusyError, match=r"being converted .* by another process"):
         await migrate_crawl(redis_client, crawl_name, wait_s=0.2)
     assert await contents(redis_client, crawl_name) == before
-    assert await redis_client.get(migrate_lock(crawl_name)) == b"another process"
+    assert await redis_client.get(CrawlKeys.build(crawl_name).migrate_lock) == b"another process"
 
 
 async def test_a_crawl_older_than_layout_2_is_still_refused(

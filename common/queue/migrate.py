@@ -6,7 +6,7 @@ from ``owners``, ``tasks`` and ``attempts``, the old keys deleted), then marks t
 settings ``"format": 3``. The mark comes last, so a run cut short leaves the crawl of
 layout 2 and the next run converts what is left (the script is idempotent: a partition
 converted already is left as it is). One process converts at a time (a SET NX PX lock on
-the crawl, `common.keys.migrate_lock`); the others wait for its lock, then find the crawl
+the crawl, `CrawlKeys.migrate_lock`); the others wait for its lock, then find the crawl
 converted.
 
 Who runs it: a consumer opening the crawl (`LeasingQueue.open` / `existing`, and the
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from common import codec
 from common.connection import RedisClient
 from common.errors import ConfigError
-from common.keys import CrawlKeys, PartitionKeys, layout2_keys, migrate_lock
+from common.keys import CrawlKeys, PartitionKeys, layout2_keys
 from common.queue.crawl import FORMAT, CrawlNeedsMigration, CrawlSettings
 from common.scripts import register
 
@@ -92,7 +92,7 @@ async def migrate_crawl(client: RedisClient, crawl_name: str, *,
     meta = CrawlKeys.build(crawl_name).meta
     if _pending_settings(await client.hget(meta, "settings"), crawl_name) is None:
         return 0
-    held = _Lock(client, migrate_lock(crawl_name), uuid.uuid4().hex)
+    held = _Lock(client, CrawlKeys.build(crawl_name).migrate_lock, uuid.uuid4().hex)
     given_up = time.monotonic() + wait_s
     while not await client.set(held.key, held.token, nx=True, px=LOCK_TTL_MS):
         if time.monotonic() > given_up:
