@@ -39,14 +39,15 @@ end
 -- The ready candidates (indexes into C.hosts) in serving order: priority work first,
 -- then the longest-waiting, then by name; C.turn[host] is each one's turn. Each turn comes from the
 -- record (the due rule), so a `due` score written before the crawl's defaults changed
--- can't serve a host early; a candidate that is not ready gets its place in `due`
--- written again. A host with a delay is served up to C.ahead ms before its turn (the
+-- can't serve a host early; a candidate that is not ready whose place in `due` is not
+-- its turn (such a score, or another consumer's lease since the candidates were named
+-- left it right) gets it written again. A host with a delay is served up to C.ahead ms before its turn (the
 -- consumer times its request); one without (a block's end is its turn) only once it has
 -- come. Returns the order and the ms until a candidate not served comes within reach
 -- (-1: none).
 local function ready_order(C)
   local L, cc, now = C.L, C.cc, C.now
-  local ready, wait, pkey, since = {}, -1, {}, {}
+  local ready, wait, pkey, since, unready, turns = {}, -1, {}, {}, {}, {}
   C.turn = {}
   for i, host in ipairs(C.hosts) do
     local r = L.rec[host]
@@ -55,9 +56,15 @@ local function ready_order(C)
     if at and at <= now + lead and not C.turn[host] then
       ready[#ready + 1] = i
       C.turn[host], pkey[i], since[i] = math.max(at, now), tonumber(C.prio[i]) or 0, at
-    else
+    elseif not C.turn[host] then
       if at and (wait < 0 or at - now - lead < wait) then wait = math.max(0, at - now - lead) end
-      ledger_reschedule(L, host)
+      unready[#unready + 1], turns[#unready + 1] = host, at or false
+    end
+  end
+  if #unready > 0 then
+    local scores = call_sliced('ZMSCORE', L.K.due, unready, 1000)
+    for k, host in ipairs(unready) do
+      if (tonumber(scores[k]) or false) ~= turns[k] then ledger_reschedule(L, host) end
     end
   end
   table.sort(ready, function(a, b)
