@@ -216,9 +216,10 @@ class Leaser:
         # Leases not yet finished keep every slot fed; finished ones waiting for their
         # flush don't count, or leasing would stall in waves. Held leases in all are
         # capped too, so a stuck flush can't make a consumer hoard work.
-        # A lease scheduled for its host's turn (AHEAD_MS at most) holds no fetch slot
-        # yet: leasing ahead must not take the room of the turns that have come.
-        unfinished = self.slots.count() - self.slots.count(Stage.SCHEDULED)
+        # A lease scheduled for its host's turn (AHEAD_MS at most) counts too: when its
+        # turn comes a fetch slot must be free, or it would start late and the host's
+        # next turn, leased meanwhile, would come too soon after it.
+        unfinished = self.slots.count()
         if self.window.cpu_bound:
             return 0  # CPU-bound: what it would lease would wait here, not at the host
         # The CPU window sizes untimed leasing only: a timed lease is its host's turn,
