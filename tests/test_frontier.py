@@ -521,7 +521,9 @@ async def test_a_policy_change_reaches_three_running_consumers_within_a_second(
             assert time.monotonic() < deadline, "the first pages were never fetched"
             await asyncio.sleep(0.01)
         await set_policy(redis_client, crawl_name, {"per_host_delay": 5.0}, by="test")
-        await asyncio.sleep(0.5)  # every consumer is waiting for the host's next turn
+        # Every consumer is waiting for the host's next turn (the wakes of the last acks,
+        # and the turns leased ahead, all past: under load they took over 0.5 s).
+        await asyncio.sleep(1.5)
         changed = time.monotonic()
         stored = await set_policy(redis_client, crawl_name, {"per_host_delay": 0.1},
                                   by="test")
