@@ -41,15 +41,6 @@ allow_at_maxmemory(stats)
 local now = now_ms()
 local L = ledger(host_keys(1), now)
 
-local function queued(id, hq, hp)
-  for _, entries in ipairs({redis.call('LRANGE', hq, 0, -1), redis.call('ZRANGE', hp, 0, -1)}) do
-    for _, e in ipairs(entries) do
-      if string.sub(e, 1, #id) == id then return true end
-    end
-  end
-  return false
-end
-
 local added, removed, dropped = 0, 0, 0
 local back, qkeys = {}, {}
 for i = 1, #ARGV, 2 do
@@ -64,7 +55,7 @@ for i = 1, #ARGV, 2 do
   end
   local host, prio, entry = split_value(redis.call('HGET', tasks, id))
   if host and not redis.call('ZSCORE', delayed, id) and not redis.call('ZSCORE', dead, id) then
-    if value or queued(id, hq, hp) then
+    if value or in_queues(id, hq, hp) then
       dropped = dropped + redis.call('HDEL', tasks, id)
     elseif host == given then
       redis.call('HDEL', tasks, id)

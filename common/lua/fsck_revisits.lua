@@ -17,24 +17,17 @@
 -- KEYS[6..] per id i (ARGV order): hq:<h> LIST, hp:<h> ZSET of its host (its record's)
 -- ARGV[1..] ids
 -- Returns {removed from rv:due, added to rv:due}
+--- @include "lib/queues"
+
 if #KEYS ~= 5 + 2 * #ARGV then error('crawlq: fsck_revisits needs 2 host keys per id') end
 local due, hist, leased, delayed, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-
-local function queued(id, hq, hp)
-  for _, entries in ipairs({redis.call('LRANGE', hq, 0, -1), redis.call('ZRANGE', hp, 0, -1)}) do
-    for _, e in ipairs(entries) do
-      if string.sub(e, 1, #id) == id then return true end
-    end
-  end
-  return false
-end
 
 local removed, added = 0, 0
 for i = 1, #ARGV do
   local id = ARGV[i]
   local record = redis.call('HGET', hist, id)
   local active = redis.call('HEXISTS', leased, id) == 1 or redis.call('ZSCORE', delayed, id)
-    or redis.call('ZSCORE', dead, id) or queued(id, KEYS[4 + 2 * i], KEYS[5 + 2 * i])
+    or redis.call('ZSCORE', dead, id) or in_queues(id, KEYS[4 + 2 * i], KEYS[5 + 2 * i])
   local scheduled = redis.call('ZSCORE', due, id)
   if scheduled and (not record or active) then
     removed = removed + redis.call('ZREM', due, id)

@@ -82,3 +82,14 @@ local function argv_hosts(at)
   for i = 1, nhosts do hosts[i] = ARGV[at + i] end
   return hosts, nhosts
 end
+
+-- Whether an entry of `id` is pending in a host's queues (`hq` LIST, `hp` ZSET): a scan of
+-- both, O(queue), for the repairs of fsck only.
+local function in_queues(id, hq, hp)
+  for _, entries in ipairs({redis.call('LRANGE', hq, 0, -1), redis.call('ZRANGE', hp, 0, -1)}) do
+    for _, e in ipairs(entries) do
+      if string.sub(e, 1, #id) == id then return true end
+    end
+  end
+  return false
+end
