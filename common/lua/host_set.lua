@@ -31,13 +31,7 @@ for i = 2, #ARGV, 2 do
   local name, value = ARGV[i], int_arg(ARGV[i + 1], ARGV[i])
   if name == 'block' then
     if value < 0 then error('crawlq: block must be >= 0 ms') end
-    if value == 0 then
-      c.blocked = 0
-      redis.call('ZREM', blocked, host)
-    elseif not block_host(L, blocked, host, now + value) then
-      c.blocked = now + value  -- a shorter block than the one it has: the operator's word
-      redis.call('ZADD', blocked, c.blocked, host)
-    end
+    block_host(L, blocked, host, value > 0 and now + value or 0, true)
   elseif fields[name] then
     if value < -1 then error('crawlq: ' .. name .. ' must be >= 0, or -1 to clear it') end
     c[fields[name]] = value >= 0 and value or nil

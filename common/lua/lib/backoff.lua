@@ -10,14 +10,19 @@
 local SETTLED = 10
 local PACE_DOUBLE, PACE_STEP = 2, 1.1
 
--- Blocks a host until `until_ms` (ms of Redis TIME) in ledger `L` (the host loaded) and
--- in the h:blocked index (`blocked`), the one place a block is written; a block never
--- gets shorter here (host_set's unblock writes its own). Returns whether it got longer.
-local function block_host(L, blocked, host, until_ms)
+-- Blocks a host until `until_ms` (ms of Redis TIME; 0 unblocks) in ledger `L` (the host
+-- loaded) and in the h:blocked index (`blocked`), the one place a block is written. A
+-- push-back only ever lengthens a block; an operator's word (`exact`, host_set) sets it
+-- as given, shorter or gone. Returns whether it changed.
+local function block_host(L, blocked, host, until_ms, exact)
   local r = L.rec[host]
-  if until_ms <= r.blocked then return false end
+  if until_ms == r.blocked or (until_ms < r.blocked and not exact) then return false end
   r.blocked = until_ms
-  redis.call('ZADD', blocked, until_ms, host)
+  if until_ms > 0 then
+    redis.call('ZADD', blocked, until_ms, host)
+  else
+    redis.call('ZREM', blocked, host)
+  end
   ledger_touch(L, host)
   return true
 end
