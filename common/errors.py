@@ -38,6 +38,11 @@ class InvalidRequestError(CrawlqError, ValueError):
     message names the field and what to do. Raised when it is made or enqueued."""
 
 
+class UnknownLabelError(CrawlqError, LookupError):
+    """A request's label names no route of the spider (common/spider): refused when the
+    request is made or enqueued; a leased task with one ends dead (``unknown_label``)."""
+
+
 class SourceError(CrawlqError, OSError):
     """An input source (file, stdin, sitemap) could not be read."""
 

@@ -105,6 +105,9 @@ CONSUMER_OPTIONS = (
            field="sink_retry_for_s"),
     Option("--handler", "CRAWLQ_HANDLER", "", "async handler module:function, given each "
            "response; may return items and new URLs (e.g. consumer.handlers:links)"),
+    Option("--spider", "CRAWLQ_SPIDER", "", "the spider whose routes parse each response "
+           "by its task's label: module:obj, path/to/spider.py:obj or path/to/spider.py "
+           "(its one Spider); a --handler is its default route when it has none"),
     policy_flag("max_depth", CONSUMER),
     Option("--max-links", "CRAWLQ_MAX_LINKS", 10_000, "most links taken from one page; "
            "the rest are dropped and counted (crawlq_links_total{fate=\"capped\"})",
@@ -170,6 +173,7 @@ class ConsumerSettings:
     stream_maxlen: int = _DEFAULT["stream_maxlen"]
     sink_retry_for_s: float = _DEFAULT["sink_retry_for_s"]
     handler: str = _DEFAULT["handler"]
+    spider: str = _DEFAULT["spider"]
     max_depth: int = _DEFAULT["max_depth"]
     max_links: int = _DEFAULT["max_links"]
     link_cache: int = _DEFAULT["link_cache"]

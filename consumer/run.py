@@ -28,6 +28,7 @@ from common.policy import (
 )
 from common.queue import CrawlQueue, LeasingQueue, migrate_crawl
 from common.redis_errors import REDIS_ERRORS, redis_error_message
+from common.spider import load_spider
 from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
 from consumer.flush import describe_error
@@ -189,7 +190,6 @@ async def _sync_policy(queue: CrawlQueue) -> None:
 
 async def run(settings: ConsumerSettings) -> int:
     """Run one consumer until it is stopped; returns the exit code."""
-    handler = load_handler(settings.handler) if settings.handler else None
     metrics = Metrics()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -206,6 +206,11 @@ async def run(settings: ConsumerSettings) -> int:
         return await consumer.ready_problem()
 
     try:
+        handler = load_handler(settings.handler) if settings.handler else None
+        spider = load_spider(settings.spider) if settings.spider else None
+        if spider is not None and handler is not None and spider.knows(None):
+            raise ConfigError(f"--handler {settings.handler} and the --spider's default "
+                              "route both parse requests without a label: drop one")
         async with contextlib.AsyncExitStack() as stack:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, on_signal)
@@ -251,7 +256,7 @@ async def run(settings: ConsumerSettings) -> int:
             robots = RobotsCache(client, settings.common.crawl, fetcher, policy=live)
             stack.push_async_callback(robots.close)
             consumer = Consumer(settings, queue, fetcher, sink, metrics, live=live,
-                                robots=robots, handler=handler)
+                                robots=robots, handler=handler, spider=spider)
             if stop.is_set():
                 consumer.request_stop()
             return await consumer.run()

@@ -24,12 +24,13 @@ from common.redis_errors import REDIS_ERRORS
 from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
 from consumer.flush import Completion, Flusher
-from consumer.handlers import Handler, HandlerContext, LeaseLostError, as_result
+from consumer.handlers import HandlerContext, LeaseLostError, as_result
 from consumer.leaser import DISPATCH_MS, Leaser
 from consumer.leases import LeaseBook
 from consumer.live import PolicyReader
 from consumer.revisits import NOT_HANDLED, conditional_headers, noted, observe, outcome_of
 from consumer.robots import RobotsCache, RobotsVerdict
+from consumer.routing import Router
 from consumer.sinks import Record
 from consumer.slots import Slots, Stage
 from consumer.stopping import Stopping
@@ -46,7 +47,7 @@ class Runner:
     """Works leases for the fetch slots; each ends as one completion for the flusher."""
 
     def __init__(self, settings: ConsumerSettings, queue: CrawlQueue, *, fetcher: Fetcher,
-                 robots: RobotsCache | None, handler: Handler | None, metrics: Metrics,
+                 robots: RobotsCache | None, router: Router | None, metrics: Metrics,
                  book: LeaseBook, slots: Slots, leaser: Leaser, flusher: Flusher,
                  policy: PolicyReader, window: CpuWindow, stopping: Stopping) -> None:
         self.s = settings
@@ -55,7 +56,7 @@ class Runner:
         self.frontier = Frontier(queue)
         self.fetcher = fetcher
         self.robots = robots
-        self.handler = handler
+        self.router = router
         self.metrics = metrics
         self.book = book
         self.slots = slots
@@ -70,6 +71,13 @@ class Runner:
         or hand it to a robots.txt lookup outside the fetch slots."""
         try:
             url = lease.task.url
+            if self.router is not None and not self.router.knows(lease.task):
+                # Nothing here could parse it: fetched, it would be done unparsed.
+                self.metrics.error("unknown_label")
+                self._complete(Completion(lease, "fail", failure=Failure(
+                    lease, "unknown_label", self.router.unknown(lease.task)[:500],
+                    permanent=True)))
+                return
             if self.robots is not None and not self.policy.now.ignore_robots:
                 try:
                     verdict = self.robots.cached(url)
@@ -224,7 +232,7 @@ class Runner:
         outcome = outcome_of(task.revisit, result, observed)
         record = noted(self._record(lease, result, outcome), task.revisit, observed)
         urls: Sequence[str] = ()
-        if self.handler is not None and outcome not in NOT_HANDLED:
+        if self.router is not None and outcome not in NOT_HANDLED:
             # Counted before the handler's CPU work, and the loop goes round once: the
             # responses that came in together are all counted when the leaser runs next,
             # so a consumer whose CPU is behind gives its hosts' slots back (to the
@@ -232,7 +240,7 @@ class Runner:
             self.window.enter()
             try:
                 await asyncio.sleep(0)
-                handled = as_result(await self.handler(result, self._context(lease)))
+                handled = as_result(await self.router(result, self._context(lease)))
             except LeaseLostError:
                 self._complete(Completion(lease, "drop"))
                 return

@@ -113,12 +113,13 @@ async def test_jsonl_writes_every_record_once(tmp_path: Path) -> None:
     assert row["depth"] == 3
     assert row["meta"] == {"source": "seed"}
     assert row["items"] == [{"title": "t7", "n": 7}]
+    assert row["item_keys"] == [None]  # a plain dict: keyed <unique key>#<index> on load
     assert row["body"] == original.body.decode()
     assert row["body_sha1"] == hashlib.sha1(original.body).hexdigest()
     assert set(row) == {
         "task_id", "url", "final_url", "status", "outcome", "headers", "bytes", "elapsed",
-        "attempt", "fetched_at", "worker", "depth", "meta", "items", "body", "body_sha1",
-        "revisit", "digest",
+        "attempt", "fetched_at", "worker", "depth", "meta", "items", "item_keys", "body",
+        "body_sha1", "revisit", "digest",
     }  # fmt: skip
     assert (row["revisit"], row["digest"]) == (None, None)  # a first visit, not digested
 

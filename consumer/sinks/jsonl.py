@@ -4,7 +4,7 @@ Files are ``<crawl>-<worker>-<seq>.jsonl`` (or ``.jsonl.gz``) under `output_dir`
 series per consumer. A line holds::
 
     task_id, url, final_url, status, outcome, headers, bytes, elapsed, attempt,
-    fetched_at, worker, depth, meta, items, body, body_sha1, revisit, digest
+    fetched_at, worker, depth, meta, items, item_keys, body, body_sha1, revisit, digest
 
 ``body`` is the body decoded as UTF-8 (``errors="replace"``) when `store_body`, else
 null; ``body_sha1`` is the hex SHA-1 of the body bytes whenever there is a body (null
@@ -12,7 +12,9 @@ otherwise), so duplicates can be found without storing bodies. ``revisit`` is th
 outcome of a revisit's response (``not_modified``, ``unchanged``, ``changed``; null for
 anything else) and ``digest`` the body's 16-hex-digit BLAKE2b-64, the one the URL's
 history compares (null when no body was read; a ``not_modified`` one has the previous
-visit's).
+visit's). ``items`` holds each item's data (a spider's `common.items.Item` as its
+``data``) and ``item_keys`` their keys, in the same order: an Item's key, or null for
+a plain dict (keyed ``<unique key>#<index>`` by whoever loads it).
 
 With gzip on, every batch is written as its own complete gzip member (concatenated
 members are one valid gzip stream, RFC 1952 section 2.2): the file is a readable gzip
@@ -32,6 +34,7 @@ from typing import Any, BinaryIO
 
 import ujson
 
+from common.items import Item
 from common.reasons import REVISIT_OUTCOMES
 from consumer.sinks.base import DEFAULT_ROTATE_BYTES, Record, RotatingFileSink
 
@@ -120,7 +123,8 @@ def _doc(record: Record, store_body: bool) -> dict[str, Any]:
         "worker": record.worker,
         "depth": record.depth,
         "meta": record.meta,
-        "items": record.items,
+        "items": [i.data if type(i) is Item else i for i in record.items],
+        "item_keys": [i.key if type(i) is Item else None for i in record.items],
         "body": body.decode("utf-8", errors="replace") if store_body and body is not None else None,
         "body_sha1": hashlib.sha1(body, usedforsecurity=False).hexdigest()
         if body is not None
