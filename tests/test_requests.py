@@ -3,12 +3,16 @@ checks at enqueue, against a real redis-server."""
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from aiohttp import web
+from support.routes import serve
 
-from common.errors import InvalidRequestError, MalformedTaskError
+from common.errors import FetchError, InvalidRequestError, MalformedTaskError
+from common.http.fetcher import Fetcher, FetchSettings
 from common.queue import CrawlSettings, LeasingQueue, NewTask
 from common.request import MAX_BODY_BYTES, Request, request_from_dict
 from common.task import decode_entry, encode_entry
@@ -174,3 +178,77 @@ def test_a_request_from_its_json_form() -> None:
                          "body twice"), ({}, "needs a \"url\"")]:
         with pytest.raises(InvalidRequestError, match=message):
             request_from_dict(bad)
+
+
+# -- the fetch -------------------------------------------------------------------------
+
+LOOPBACK = (ipaddress.ip_network("127.0.0.1/32"),)
+
+
+def fetcher() -> Fetcher:
+    return Fetcher(FetchSettings(allow_networks=LOOPBACK, total_timeout=10.0))
+
+
+async def echo(request: web.Request) -> web.Response:
+    return web.Response(text=f"{request.method} {(await request.read()).decode()}")
+
+
+def redirecting(status: int, to: str) -> Any:
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(status=status, headers={"Location": to})
+    return handler
+
+
+async def test_a_post_with_a_json_body_reaches_the_server_as_it_was_made() -> None:
+    async with serve({"/api": echo}) as site, fetcher() as f:
+        request = Request.json(site.url("/api?x=1"), {"q": "é", "page": 2},
+                               headers={"X-Trace": "t1"})
+        task = decode_entry(encode_entry(TID, request.url, method=request.method,
+                                         body=request.body, headers=dict(request.headers)))
+        result = await f.fetch(task.url, method=task.method, body=task.body,
+                               headers=task.headers)
+    assert result.status == 200 and result.body == b'POST {"q":"\xc3\xa9","page":2}'
+    [seen] = site.seen
+    assert (seen.method, seen.path, seen.body) == ("POST", "/api?x=1",
+                                                  '{"q":"é","page":2}'.encode())
+    assert seen.headers["Content-Type"] == "application/json"
+    assert seen.headers["X-Trace"] == "t1"
+
+
+@pytest.mark.parametrize(("status", "method", "then"), [
+    (303, "POST", "GET"), (303, "PUT", "GET"), (303, "HEAD", "HEAD"),
+    (301, "POST", "GET"), (302, "POST", "GET"), (302, "PUT", "PUT"), (301, "DELETE", "DELETE"),
+    (307, "POST", "POST"), (308, "POST", "POST"), (307, "PATCH", "PATCH"),
+])
+async def test_a_redirect_keeps_or_drops_the_method_and_body_as_http_says(
+        status: int, method: str, then: str) -> None:
+    async with serve({"/from": redirecting(status, "/to"), "/to": echo}) as site, \
+            fetcher() as f:
+        body = None if method == "HEAD" else b'{"a":1}'
+        result = await f.fetch(site.url("/from"), method=method, body=body,
+                               headers={"Content-Type": "application/json"})
+    assert result.status == 200 and result.final_url == site.url("/to")
+    first, second = site.seen
+    assert (first.method, first.body) == (method, body or b"")
+    kept = then == method
+    assert (second.method, second.body) == (then, body or b"" if kept else b"")
+    assert ("Content-Type" in second.headers) == kept
+
+
+async def test_validators_go_with_a_get_or_head_only() -> None:
+    async with serve({"/api": echo}) as site, fetcher() as f:
+        for method, body in (("GET", None), ("HEAD", None), ("POST", b"q=1")):
+            await f.fetch(site.url("/api"), method=method, body=body,
+                          conditional={"If-None-Match": '"v1"'})
+    assert [(s.method, s.headers.get("If-None-Match")) for s in site.seen] == [
+        ("GET", '"v1"'), ("HEAD", '"v1"'), ("POST", None)]
+
+
+@pytest.mark.parametrize("status", [307, 308])
+async def test_the_ssrf_guard_checks_a_posts_redirect_too(status: int) -> None:
+    async with serve({"/from": redirecting(status, "http://10.255.255.1/x")}) as site, \
+            fetcher() as f:
+        with pytest.raises(FetchError) as info:
+            await f.fetch(site.url("/from"), method="POST", body=b"secret=1")
+    assert info.value.reason == "ssrf_blocked"
+    assert [s.method for s in site.seen] == ["POST"]
