@@ -199,7 +199,8 @@ class Runner:
                                               crawl_credentials=True,
                                               accept=live.accept or None,
                                               on_sent=self.on_sent(lease),
-                                              conditional=conditional_headers(task.revisit))
+                                              conditional=conditional_headers(task.revisit),
+                                              method=task.method, body=task.body)
         except FetchError as exc:
             self.metrics.response(exc.status)
             # A status is the host's response, a page of its budget (a proxy's refusal

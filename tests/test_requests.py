@@ -1,0 +1,254 @@
+"""Requests (common/request.py) through the queue: their identity, their entry, their
+checks at enqueue, against a real redis-server."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from aiohttp import web
+from support.routes import serve
+
+from common.errors import FetchError, InvalidRequestError, MalformedTaskError
+from common.http.fetcher import Fetcher, FetchSettings
+from common.queue import CrawlSettings, LeasingQueue, NewTask
+from common.request import MAX_BODY_BYTES, Request, request_from_dict
+from common.task import decode_entry, encode_entry
+from common.urls import canonicalize, fingerprint, task_id
+
+API = "http://api.test/search"
+TID = "0" * 32
+
+
+def task_of(request: Request, **kw: Any) -> NewTask:
+    url = canonicalize(request.url)
+    assert isinstance(url, str), url
+    return NewTask.from_request(request, url, **kw)
+
+
+async def open_queue(client: aioredis.Redis, crawl: str) -> LeasingQueue:
+    return await LeasingQueue.open(client, crawl, CrawlSettings())
+
+
+async def pending_entries(client: aioredis.Redis, q: LeasingQueue) -> list[bytes]:
+    """Every entry the crawl's host queues hold."""
+    entries: list[bytes] = []
+    for pk in q.partitions:
+        for host in await client.zrange(pk.queued, 0, -1):
+            entries += [*await client.lrange(pk.host_queue(host.decode()), 0, -1),
+                        *await client.zrange(pk.host_prio(host.decode()), 0, -1)]
+    return entries
+
+
+# -- identity --------------------------------------------------------------------------
+
+
+def test_a_get_keeps_the_canonical_url_as_its_key_and_fingerprint() -> None:
+    request = Request("HTTP://Example.test/a?b=1")
+    assert request.key() == "http://example.test/a?b=1"
+    t = task_of(request)
+    assert t.fp == fingerprint("http://example.test/a?b=1")
+    assert task_of(Request("http://example.test/a?b=1", method="HEAD")).fp == t.fp
+
+
+def test_other_methods_key_by_method_url_and_body() -> None:
+    a, b = Request.json(API, {"page": 1}), Request.json(API, {"page": 2})
+    assert a.key() != b.key() and a.key() == Request.json(API, {"page": 1}).key()
+    assert a.key().startswith(f"POST {API} ")
+    assert Request(API, "PUT", body=a.body).key() != a.key()
+    assert Request(API, "POST", unique_key="page-1").key() == "page-1"
+
+
+async def test_two_post_bodies_to_one_url_are_two_tasks_and_one_body_twice_is_one(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await open_queue(redis_client, crawl_name)
+    page1, page2 = Request.json(API, {"page": 1}), Request.json(API, {"page": 2})
+    first = await q.enqueue([task_of(page1), task_of(page2), task_of(page1)])
+    assert (first.enqueued, first.duplicates) == (2, 1)
+    again = await q.enqueue([task_of(Request.json(API, {"page": 2})), task_of(Request(API))])
+    assert (again.enqueued, again.duplicates) == (1, 1)  # the GET is a task of its own
+    leases = await q.lease("w1", 10, 30_000)
+    got = sorted((t.method, t.body) for t in (lease.task for lease in leases))
+    assert got == [("GET", None), ("POST", b'{"page":1}'), ("POST", b'{"page":2}')]
+    assert {lease.task.id for lease in leases} == {
+        task_id(fingerprint(r.key())) for r in (page1, page2, Request(API))}
+
+
+# -- the entry -------------------------------------------------------------------------
+
+
+async def test_a_plain_get_entry_is_byte_identical_to_before(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await open_queue(redis_client, crawl_name)
+    url = "http://plain.test/page"
+    await q.enqueue([task_of(Request(url))])
+    assert await pending_entries(redis_client, q) == [
+        (task_id(fingerprint(url)) + url).encode()]
+    assert encode_entry(TID, url, method="GET", body=None, label=None, data={},
+                        unique_key=None) == TID + url
+
+
+def test_an_entry_carries_method_body_label_data_and_unique_key() -> None:
+    entry = encode_entry(TID, API, method="POST", body=b'{"q":"\xc3\xa9"}', label="api",
+                         data={"category": "books", "n": [1, 2]}, unique_key="search-1")
+    assert entry == (TID + API + ' {"M":"POST","b":"{\\"q\\":\\"é\\"}","l":"api",'
+                     '"u":{"category":"books","n":[1,2]},"k":"search-1"}')
+    task = decode_entry(entry)
+    assert (task.method, task.body, task.label, task.data, task.unique_key) == (
+        "POST", b'{"q":"\xc3\xa9"}', "api", {"category": "books", "n": [1, 2]}, "search-1")
+    assert task.key() == "search-1"
+    binary = decode_entry(encode_entry(TID, API, method="PUT", body=b"\xff\x00"))
+    assert binary.body == b"\xff\x00"
+    assert binary.key() == Request(API, "PUT", body=b"\xff\x00").key()
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ('{"M":"BREW"}', "method 'BREW'"),
+    ('{"l":"no spaces"}', "label"),
+    ('{"u":[1]}', "data must be a JSON object"),
+    ('{"B":"not base64!"}', "base64"),
+    ('{"b":1}', "body must be a string"),
+])
+def test_a_bad_request_field_in_an_entry_is_malformed(extra: str, message: str) -> None:
+    with pytest.raises(MalformedTaskError, match=message):
+        decode_entry(f"{TID}{API} {extra}")
+
+
+# -- checks ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda: Request(API, "BREW"), "method 'BREW' is not one of GET, HEAD, POST"),
+    (lambda: Request(API, data={"when": {1, 2}}), r"data\['when'\] is a set, not JSON"),
+    (lambda: Request(API, data={"x": float("nan")}), "JSON can't hold"),
+    (lambda: Request(API, data={1: "a"}),  # type: ignore[dict-item]
+     "JSON object keys are strings"),
+    (lambda: Request(API, data=["a"]), "data must be a JSON object"),  # type: ignore[arg-type]
+    (lambda: Request(API, "POST", body=b"x" * (MAX_BODY_BYTES + 1)),
+     f"body is {MAX_BODY_BYTES + 1} bytes, over the {MAX_BODY_BYTES}"),
+    (lambda: Request(API, body=b"x"), "a GET carries no body"),
+    (lambda: Request(API, label="two words"), "is not a route name"),
+    (lambda: Request(API, headers={"Host": "x"}), "'Host' can't be set"),
+    (lambda: Request(API, priority=-1), "priority must be an integer >= 0"),
+])
+def test_a_bad_request_is_refused_when_made(make: Any, message: str) -> None:
+    with pytest.raises(InvalidRequestError, match=message):
+        make()
+
+
+async def test_a_bad_request_is_refused_at_enqueue_and_nothing_is_enqueued(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await open_queue(redis_client, crawl_name)
+    good = task_of(Request("http://fine.test/"))
+    data: dict[str, Any] = {"ok": 1}
+    changed = Request(API, "POST", label="api", data=data)
+    data["when"] = {1, 2}  # changed after it was made: enqueue checks it again
+    with pytest.raises(InvalidRequestError, match=r"data\['when'\] is a set"):
+        await q.enqueue([good, NewTask(API, fingerprint(API), data=dict(changed.data))])
+    with pytest.raises(InvalidRequestError, match="method 'BREW'"):
+        await q.enqueue([good, NewTask(API, fingerprint(API), method="BREW")])
+    with pytest.raises(InvalidRequestError, match="body must be bytes, at most"):
+        await q.enqueue([good, NewTask(API, fingerprint(API), method="POST",
+                                       body=b"x" * (MAX_BODY_BYTES + 1))])
+    q.known_labels = frozenset({"list", "detail"})
+    with pytest.raises(InvalidRequestError, match="no route is labelled 'api' "
+                                                  r"\(routes: detail, list\)"):
+        await q.enqueue([good, task_of(Request(API, label="api"))])
+    assert await pending_entries(redis_client, q) == []
+    assert (await q.stats()).pending == 0
+    assert (await q.enqueue([good, task_of(Request(API, label="detail"))])).enqueued == 2
+
+
+# -- the JSON form ---------------------------------------------------------------------
+
+
+def test_a_request_from_its_json_form() -> None:
+    r = request_from_dict({"url": API, "json": {"q": 1}, "label": "api",
+                           "data": {"c": "x"}, "priority": 3})
+    assert (r.method, r.body, r.headers, r.label, r.data, r.priority) == (
+        "POST", b'{"q":1}', {"Content-Type": "application/json"}, "api", {"c": "x"}, 3)
+    form = request_from_dict({"url": API, "form": {"a": "b c"}, "method": "put"})
+    assert (form.method, form.body) == ("PUT", b"a=b+c")
+    assert request_from_dict({"url": API, "body": "raw"}).method == "POST"
+    assert request_from_dict({"url": API}).method == "GET"
+    for bad, message in [([1], "must be a JSON object"), ({"url": API, "colour": 1},
+                         "unknown fields colour"), ({"url": API, "body": "a", "json": 1},
+                         "body twice"), ({}, "needs a \"url\"")]:
+        with pytest.raises(InvalidRequestError, match=message):
+            request_from_dict(bad)
+
+
+# -- the fetch -------------------------------------------------------------------------
+
+LOOPBACK = (ipaddress.ip_network("127.0.0.1/32"),)
+
+
+def fetcher() -> Fetcher:
+    return Fetcher(FetchSettings(allow_networks=LOOPBACK, total_timeout=10.0))
+
+
+async def echo(request: web.Request) -> web.Response:
+    return web.Response(text=f"{request.method} {(await request.read()).decode()}")
+
+
+def redirecting(status: int, to: str) -> Any:
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(status=status, headers={"Location": to})
+    return handler
+
+
+async def test_a_post_with_a_json_body_reaches_the_server_as_it_was_made() -> None:
+    async with serve({"/api": echo}) as site, fetcher() as f:
+        request = Request.json(site.url("/api?x=1"), {"q": "é", "page": 2},
+                               headers={"X-Trace": "t1"})
+        task = decode_entry(encode_entry(TID, request.url, method=request.method,
+                                         body=request.body, headers=dict(request.headers)))
+        result = await f.fetch(task.url, method=task.method, body=task.body,
+                               headers=task.headers)
+    assert result.status == 200 and result.body == b'POST {"q":"\xc3\xa9","page":2}'
+    [seen] = site.seen
+    assert (seen.method, seen.path, seen.body) == ("POST", "/api?x=1",
+                                                  '{"q":"é","page":2}'.encode())
+    assert seen.headers["Content-Type"] == "application/json"
+    assert seen.headers["X-Trace"] == "t1"
+
+
+@pytest.mark.parametrize(("status", "method", "then"), [
+    (303, "POST", "GET"), (303, "PUT", "GET"), (303, "HEAD", "HEAD"),
+    (301, "POST", "GET"), (302, "POST", "GET"), (302, "PUT", "PUT"), (301, "DELETE", "DELETE"),
+    (307, "POST", "POST"), (308, "POST", "POST"), (307, "PATCH", "PATCH"),
+])
+async def test_a_redirect_keeps_or_drops_the_method_and_body_as_http_says(
+        status: int, method: str, then: str) -> None:
+    async with serve({"/from": redirecting(status, "/to"), "/to": echo}) as site, \
+            fetcher() as f:
+        body = None if method == "HEAD" else b'{"a":1}'
+        result = await f.fetch(site.url("/from"), method=method, body=body,
+                               headers={"Content-Type": "application/json"})
+    assert result.status == 200 and result.final_url == site.url("/to")
+    first, second = site.seen
+    assert (first.method, first.body) == (method, body or b"")
+    kept = then == method
+    assert (second.method, second.body) == (then, body or b"" if kept else b"")
+    assert ("Content-Type" in second.headers) == kept
+
+
+async def test_validators_go_with_a_get_or_head_only() -> None:
+    async with serve({"/api": echo}) as site, fetcher() as f:
+        for method, body in (("GET", None), ("HEAD", None), ("POST", b"q=1")):
+            await f.fetch(site.url("/api"), method=method, body=body,
+                          conditional={"If-None-Match": '"v1"'})
+    assert [(s.method, s.headers.get("If-None-Match")) for s in site.seen] == [
+        ("GET", '"v1"'), ("HEAD", '"v1"'), ("POST", None)]
+
+
+@pytest.mark.parametrize("status", [307, 308])
+async def test_the_ssrf_guard_checks_a_posts_redirect_too(status: int) -> None:
+    async with serve({"/from": redirecting(status, "http://10.255.255.1/x")}) as site, \
+            fetcher() as f:
+        with pytest.raises(FetchError) as info:
+            await f.fetch(site.url("/from"), method="POST", body=b"secret=1")
+    assert info.value.reason == "ssrf_blocked"
+    assert [s.method for s in site.seen] == ["POST"]
