@@ -17,12 +17,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchlib import ROOT, doc_root
-
-sys.path.insert(0, str(ROOT))
-
-from parsel import Selector  # noqa: E402
-from selectolax.lexbor import LexborHTMLParser  # noqa: E402
+from benchlib import doc_root
+from parsel import Selector
+from selectolax.lexbor import LexborHTMLParser
 
 Extract = Callable[[bytes], tuple[str, list[str]]]
 

@@ -3,21 +3,31 @@ checks at enqueue, against a real redis-server."""
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
+from support.consume import consumer_args
 from support.routes import serve
 
 from common.errors import FetchError, InvalidRequestError, MalformedTaskError
+from common.frontier.hosts import Frontier
 from common.http.fetcher import Fetcher, FetchSettings
 from common.queue import CrawlSettings, LeasingQueue, NewTask
 from common.request import MAX_BODY_BYTES, Request, request_from_dict
 from common.task import decode_entry, encode_entry
 from common.urls import canonicalize, fingerprint, task_id
 
+ROOT = Path(__file__).resolve().parents[1]
 API = "http://api.test/search"
 TID = "0" * 32
 
@@ -252,3 +262,73 @@ async def test_the_ssrf_guard_checks_a_posts_redirect_too(status: int) -> None:
             await f.fetch(site.url("/from"), method="POST", body=b"secret=1")
     assert info.value.reason == "ssrf_blocked"
     assert [s.method for s in site.seen] == ["POST"]
+
+
+# -- children through the crawl --------------------------------------------------------
+
+
+async def start_consumer(redis_url: str, crawl: str, out: Path, worker: str,
+                         ) -> asyncio.subprocess.Process:
+    """A ``python -m consumer`` child running the `labelled` handler; logs beside `out`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLQ_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
+    with (out.parent / f"{worker}.log").open("wb") as log:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "consumer", *consumer_args(redis_url, crawl, out),
+            "--worker-id", worker, "--handler", "consumer_handlers:labelled",
+            env=env, cwd=out.parent, stdin=asyncio.subprocess.DEVNULL, stdout=log,
+            stderr=asyncio.subprocess.STDOUT)
+
+
+async def until(check: Any, within: float, what: str) -> None:
+    deadline = time.monotonic() + within
+    while not await check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_childs_label_and_data_reach_its_handler_in_another_consumer_process(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+        tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    procs: list[asyncio.subprocess.Process] = []
+    try:
+        async with serve({"/list": echo}) as listing, serve({"/api": echo}) as api:
+            q = await open_queue(redis_client, crawl_name)
+            await q.enqueue([task_of(Request(listing.url("/list"), label=None,
+                                             data={"api": api.url("/api"),
+                                                   "category": "books"}))])
+            # The API's host is blocked: the first consumer can't take the children.
+            front = Frontier(q)
+            api_host = await front.block_host(api.url("/"), 600)
+            procs.append(await start_consumer(redis_url, crawl_name, out, "w-parent"))
+
+            async def seed_done() -> bool:
+                assert procs[0].returncode is None, (tmp_path / "w-parent.log").read_text()
+                stats = await q.stats()
+                return stats.counters.get("done", 0) == 1 and stats.pending == 2
+            await until(seed_done, 30, "the seed to be done with 2 children pending")
+            procs[0].send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(procs[0].wait(), 20) == 0
+            await front.block_host(api_host, 0)
+            procs.append(await start_consumer(redis_url, crawl_name, out, "w-child"))
+            assert await asyncio.wait_for(procs[1].wait(), 30) == 0, \
+                (tmp_path / "w-child.log").read_text()
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    items = sorted((item for record in records_in(out) for item in record["items"]),
+                   key=lambda item: item["data"]["page"])
+    assert items == [{"label": "api", "data": {"page": n, "category": "books",
+                                               "found_by": "w-parent"},
+                      "method": "POST", "depth": 1, "body": f'{{"page":{n}}}',
+                      "echo": f'POST {{"page":{n}}}', "worker": "w-child"} for n in (1, 2)]
+    assert sorted((s.method, s.body, s.headers["Content-Type"]) for s in api.seen) == [
+        ("POST", f'{{"page":{n}}}'.encode(), "application/json") for n in (1, 2)]
+
+
+def records_in(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for path in sorted(out.glob("*.jsonl"))
+            for line in path.read_text().splitlines() if line]

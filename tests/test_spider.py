@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import crawlq
 from common.errors import ConfigError, InvalidRequestError, UnknownLabelError
 from common.http.fetcher import FetchResult
 from common.items import KEY_SEP, Item
@@ -218,10 +219,10 @@ def test_a_spider_is_found_by_module_file_or_file_and_name(tmp_path: Path) -> No
     assert load_spider(f"{path}:one").name == "one"
     two = tmp_path / "two.py"
     two.write_text(SPIDER_FILE + "\nother = Spider('other')\n")
-    with pytest.raises(ConfigError, match="exactly one Spider.*found: one, other"):
+    with pytest.raises(ConfigError, match=r"exactly one Spider.*found: one, other"):
         load_spider(str(two))
     assert load_spider(f"{two}:other").name == "other"
-    with pytest.raises(ConfigError, match="'home' in .* is function, not a Spider"):
+    with pytest.raises(ConfigError, match=r"'home' in .* is function, not a Spider"):
         load_spider(f"{two}:home")
     with pytest.raises(ConfigError, match="no such file"):
         load_spider(str(tmp_path / "missing.py"))
@@ -236,7 +237,5 @@ def test_a_spider_is_found_by_module_file_or_file_and_name(tmp_path: Path) -> No
 
 
 def test_the_facade_exports_what_a_spider_file_needs() -> None:
-    import crawlq
-
     assert {"Spider", "Request", "Item", "Response", "Context"} <= set(crawlq.__all__)
     assert crawlq.Spider is Spider and crawlq.Request is Request and crawlq.Item is Item
