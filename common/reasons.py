@@ -90,9 +90,8 @@ SSRF_BLOCKED: Final = _reason(
 MALFORMED: Final = _reason(
     "malformed", "dead", "a task body that can't be decoded or fails the schema")
 UNKNOWN_LABEL: Final = _reason(
-    "unknown_label", "dead", "a task whose label has no route in the consumer's spider (or "
-    "a labelled task on a consumer with only a --handler): never fetched, never done "
-    "unparsed")
+    "unknown_label", "dead", "a task whose label has no route in the consumer's --spider: "
+    "never fetched, never done unparsed")
 STALLED: Final = _reason(
     "stalled", "dead", "its lease expired more than --max-stalls times (consumer died or hung)")
 

@@ -105,8 +105,10 @@ class Consumer:
                              metrics=metrics, stopping=self.stopping, health=self.sink_health,
                              policy=self.policy, flusher=self.flusher,
                              sink_failing=self._sink_failing)
-        self.runner = Runner(settings, queue, fetcher=fetcher, robots=robots,
-                             router=Router.of(spider, handler),
+        router = Router.of(spider, handler)
+        if router is not None:  # a child labelled otherwise fails its parent's task
+            queue.known_labels = router.labels
+        self.runner = Runner(settings, queue, fetcher=fetcher, robots=robots, router=router,
                              metrics=metrics, book=self.book, slots=self.slots,
                              leaser=self.leaser, flusher=self.flusher, policy=self.policy,
                              window=self.window, stopping=self.stopping)

@@ -2,12 +2,12 @@
 ``--handler`` as the default route.
 
 A task with a label goes to the spider's route of that label; one without goes to the
-spider's default route, else to the ``--handler`` (which therefore keeps working as it
-did). A task whose label has no route (a spider deployed without it, or a labelled task
-on a consumer with only a ``--handler``) is refused before it is fetched: `knows` says
-so and the runner ends it dead with reason ``unknown_label``, never done unparsed. A
-consumer with neither a spider nor a handler runs no code: it has no `Router`, and
-writes every page it fetches whatever its label.
+spider's default route, else to the ``--handler``. A task whose label the spider has no
+route for (a spider deployed without it) is refused before it is fetched: `knows` says
+so and the runner ends it dead with reason ``unknown_label``, never done unparsed.
+Without a spider, the ``--handler`` gets every task as it always did (the label is its
+own to read: ``ctx.task.label``); a consumer with neither runs no code: it has no
+`Router`, and writes every page it fetches whatever its label.
 """
 
 from __future__ import annotations
@@ -35,18 +35,23 @@ class Router:
             return None
         return cls(spider, handler)
 
+    @property
+    def labels(self) -> frozenset[str] | None:
+        """The labels a route parses here (None: any, a --handler alone takes them all)."""
+        if self.spider is None:
+            return None
+        return frozenset(label for label in self.spider.routes if label is not None)
+
     def knows(self, task: Task) -> bool:
         """Whether `task`'s label has a route here."""
-        if self.spider is not None and self.spider.knows(task.label):
+        if self.spider is None or self.spider.knows(task.label):
             return True
         return task.label is None and self.handler is not None
 
     def unknown(self, task: Task) -> str:
         """Why `task` can't be parsed here, and what to do."""
-        if self.spider is not None:
-            return self.spider.unknown(task.label)
-        return (f"label {task.label!r} has no route: this consumer runs only a --handler "
-                "(the default route); run it with the --spider that defines the label")
+        assert self.spider is not None
+        return self.spider.unknown(task.label)
 
     async def __call__(self, result: FetchResult, ctx: HandlerContext) -> HandlerResult:
         """Run the task's route on its response (the caller checked `knows`)."""
