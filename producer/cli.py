@@ -62,10 +62,12 @@ from common.policy_flags import policy_flag
 from common.queue import CrawlQueue, CrawlSettings, DedupMode
 from common.redis_errors import redis_error_message
 from common.runtime import run_loop
+from common.spider import Spider, load_spider
 from producer.lock import LockHeldError, ProducerLock
 from producer.progress import Progress
 from producer.run import RejectWriter, TaskTemplate, produce
 from producer.sitemaps import SitemapReader, fetch_settings
+from producer.spiders import spider_chunks
 from producer.sources import STDIN, Chunk, check_files, file_chunks, stdin_chunks, url_chunks
 from producer.summary import Summary
 
@@ -118,6 +120,9 @@ PRODUCER_OPTIONS = (
            append=True, field="inputs", convert=tuple),
     Option("--url", "CRAWLQ_URL", [], "a URL to enqueue (repeatable)", append=True,
            field="urls", convert=tuple),
+    Option("--spider", "CRAWLQ_SPIDER", "", "enqueue a spider's start requests: "
+           "module:obj, path/to/spider.py:obj or path/to/spider.py (its one Spider); "
+           "requests labelled for no route of it are refused"),
     Option("--sitemap", "CRAWLQ_SITEMAP", [], "a sitemap, sitemap index or robots.txt URL "
            "whose URLs to enqueue (repeatable)", append=True, field="sitemaps", convert=tuple),
     Option("--priority", "CRAWLQ_PRIORITY", _TEMPLATE.priority, "task priority: 0 is first "
@@ -171,6 +176,7 @@ class ProducerSettings:
     inputs: tuple[str, ...] = _DEFAULT["inputs"]
     urls: tuple[str, ...] = _DEFAULT["urls"]
     sitemaps: tuple[str, ...] = _DEFAULT["sitemaps"]
+    spider: str = _DEFAULT["spider"]
     template: TaskTemplate = field(default_factory=TaskTemplate)
     dedup: DedupMode | None = _DEFAULT["dedup"]
     partitions: int | None = _DEFAULT["partitions"]
@@ -190,8 +196,9 @@ class ProducerSettings:
         """Build the settings through PRODUCER_OPTIONS (ConfigError on a bad combination)."""
         values = option_values(PRODUCER_OPTIONS, args)
         inputs = (*values.pop("inputs"), *args.files)
-        if not (inputs or values["urls"] or values["sitemaps"]):
-            raise ConfigError("no input: give files (or - for stdin), --url or --sitemap")
+        if not (inputs or values["urls"] or values["sitemaps"] or values["spider"]):
+            raise ConfigError("no input: give files (or - for stdin), --url, --sitemap or "
+                              "--spider")
         if inputs.count(STDIN) > 1:
             raise ConfigError("stdin (-) can be read only once")
         if values["every_s"] and STDIN in inputs:
@@ -304,8 +311,11 @@ def _follow(queue: CrawlQueue, policy: CrawlPolicy) -> None:
 
 
 def _sources(settings: ProducerSettings, stdin: BinaryIO | None,
-             fetcher: Fetcher | None) -> list[AsyncGenerator[Chunk, None]]:
+             fetcher: Fetcher | None, spider: Spider | None
+             ) -> list[AsyncGenerator[Chunk, None]]:
     sources: list[AsyncGenerator[Chunk, None]] = []
+    if spider is not None:
+        sources.append(spider_chunks(spider))
     if settings.urls:
         sources.append(url_chunks(settings.urls))
     for path in settings.inputs:
@@ -325,6 +335,9 @@ async def run_once(settings: ProducerSettings, client: RedisClient | None, *,
                       reject_file=settings.reject_file)
     try:
         check_files(settings.inputs)
+        spider = load_spider(settings.spider) if settings.spider else None
+        labels = None if spider is None else frozenset(
+            label for label in spider.routes if label is not None)
         async with contextlib.AsyncExitStack() as stack:
             rejects = None
             if settings.reject_file:
@@ -351,7 +364,10 @@ async def run_once(settings: ProducerSettings, client: RedisClient | None, *,
                 template = replace(template, max_attempts=policy.max_attempts)
             progress = Progress(summary, settings.progress, stream=progress_stream)
             stack.callback(progress.close)
-            await produce(_sources(settings, stdin, fetcher), queue=queue, summary=summary,
+            if queue is not None and labels is not None:
+                queue.known_labels = labels
+            await produce(_sources(settings, stdin, fetcher, spider), queue=queue,
+                          summary=summary, known_labels=labels,
                           template=template, batch_size=settings.batch_size,
                           sort_query=settings.sort_query, stop=stop, progress=progress,
                           rejects=rejects)

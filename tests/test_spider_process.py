@@ -1,0 +1,186 @@
+"""Spiders across real processes and a real Redis: a child's label and data reach its
+route on another consumer, a label with no route ends dead with its reason, and
+``crawlq run`` crawls the example spider end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from aiohttp import web
+from support.consume import consumer_args
+from support.routes import serve
+
+from common.frontier.hosts import Frontier
+from common.queue import CrawlSettings, LeasingQueue, NewTask
+from common.request import Request
+from common.urls import canonicalize
+from console.demo.site import SHOP_CATEGORIES, SiteSpec, product, reviews, sample_site
+
+ROOT = Path(__file__).resolve().parents[1]
+SPIDER = str(ROOT / "tests" / "support" / "relay_spider.py")
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def task_of(request: Request) -> NewTask:
+    url = canonicalize(request.url)
+    assert isinstance(url, str), url
+    return NewTask.from_request(request, url)
+
+
+async def listing(request: web.Request) -> web.Response:
+    return web.Response(text='<html><body><a href="/c/1">1</a><a href="/c/2">2</a>'
+                             "</body></html>", content_type="text/html")
+
+
+async def leaf(request: web.Request) -> web.Response:
+    return web.Response(text=f"<html><body>leaf {request.match_info['i']}</body></html>",
+                        content_type="text/html")
+
+
+def child_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLQ_")
+           and k != "REDIS_URL"}
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+async def start_consumer(redis_url: str, crawl: str, out: Path, worker: str
+                         ) -> asyncio.subprocess.Process:
+    with (out.parent / f"{worker}.log").open("wb") as log:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "consumer", *consumer_args(redis_url, crawl, out),
+            "--worker-id", worker, "--spider", SPIDER, env=child_env(), cwd=out.parent,
+            stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT)
+
+
+async def until(check: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
+    deadline = time.monotonic() + within
+    while not await check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+def items_in(out: Path) -> list[tuple[str | None, Any]]:
+    return [(key, item) for path in sorted(out.rglob("*.jsonl"))
+            for line in path.read_text().splitlines() if line
+            for key, item in zip(json.loads(line)["item_keys"], json.loads(line)["items"],
+                                 strict=True)]
+
+
+async def test_a_childs_label_and_data_reach_its_route_on_another_consumer_process(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+        tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    procs: list[asyncio.subprocess.Process] = []
+    try:
+        async with serve({"/list": listing}) as lists, serve({"/c/{i}": leaf}) as children:
+            q = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings())
+            await q.enqueue([task_of(Request(lists.url("/list"), label="list", data={
+                "children_at": children.base, "category": "books"}))])
+            # The children's host is blocked: the first consumer can't take them.
+            front = Frontier(q)
+            child_host = await front.block_host(children.url("/"), 600)
+            procs.append(await start_consumer(redis_url, crawl_name, out, "w-parent"))
+
+            async def parent_done() -> bool:
+                assert procs[0].returncode is None, (tmp_path / "w-parent.log").read_text()
+                stats = await q.stats()
+                return stats.counters.get("done", 0) == 1 and stats.pending == 2
+            await until(parent_done, 30, "the list to be done with 2 children pending")
+            procs[0].send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(procs[0].wait(), 20) == 0
+            await front.block_host(child_host, 0)
+            procs.append(await start_consumer(redis_url, crawl_name, out, "w-child"))
+            assert await asyncio.wait_for(procs[1].wait(), 30) == 0, \
+                (tmp_path / "w-child.log").read_text()
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    assert sorted(items_in(out)) == [
+        (str(n), {"path": str(n), "label": "child", "worker": "w-child",
+                  "data": {"category": "books", "found_by": "w-parent"},
+                  "text": f"leaf {n}"}) for n in (1, 2)]
+    assert sorted(s.path for s in children.seen) == ["/c/1", "/c/2"]
+
+
+async def test_a_task_whose_label_has_no_route_ends_dead_with_its_reason_unfetched(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+        tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    async with serve({"/c/{i}": leaf}) as site:
+        q = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings())
+        await q.enqueue([
+            task_of(Request(site.url("/c/1"), label="ghost")),  # a route this spider lacks
+            task_of(Request(site.url("/c/2"))),  # no label, and the spider has no default
+            task_of(Request(site.url("/c/3"), label="child",
+                            data={"category": "x", "found_by": "test"})),
+        ])
+        proc = await start_consumer(redis_url, crawl_name, out, "w-1")
+        try:
+            assert await asyncio.wait_for(proc.wait(), 60) == 0, \
+                (tmp_path / "w-1.log").read_text()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    dead = {d.url: d for d in await q.dead_list(limit=10)}
+    assert sorted(dead) == [site.url("/c/1"), site.url("/c/2")]
+    assert {d.reason for d in dead.values()} == {"unknown_label"}
+    assert "no route for label 'ghost'" in dead[site.url("/c/1")].message
+    assert "no default route" in dead[site.url("/c/2")].message
+    assert [s.path for s in site.seen] == ["/c/3"]  # the dead were never fetched
+    stats = await q.stats()
+    assert (stats.done, stats.dead, stats.dead_reasons.get("unknown_label")) == (1, 2, 2)
+    assert [item["path"] for _, item in items_in(out)] == ["3"]
+
+
+def expected_shop_items(spec: SiteSpec) -> dict[str, dict[str, Any]]:
+    found: dict[str, dict[str, Any]] = {}
+    for category in SHOP_CATEGORIES:
+        for i in range(spec.products):
+            p = product(category, i)
+            found[str(p["sku"])] = p
+            for review in reviews(str(p["sku"])):
+                found[str(review["review"])] = review
+    return found
+
+
+@pytest.mark.slow
+async def test_crawlq_run_crawls_the_example_spider_end_to_end(tmp_path: Path) -> None:
+    spec = SiteSpec(pages=10, products=12)
+    items_file = tmp_path / "items.jsonl"
+    async with sample_site(spec=spec) as base:
+        env = {**child_env(), "CRAWLQ_DEMO_SITE": base}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", "import sys; from console.cli import main; sys.exit(main())",
+            "run", str(ROOT / "examples" / "demo_spider.py"), "--allow-private",
+            "--per-host-delay", "0", "--per-host-concurrency", "8", "--consumers", "2",
+            "--output", str(tmp_path / "run"), "--out", str(items_file), "--timeout", "90",
+            env=env, cwd=tmp_path, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT)
+        stdout, _ = await asyncio.wait_for(proc.communicate(), 110)
+    text = stdout.decode()
+    assert proc.returncode == 0, text
+    items = [json.loads(line) for line in items_file.read_text().splitlines()]
+    want = expected_shop_items(spec)
+    got = {str(i.get("review") or i["sku"]): i for i in items}
+    assert len(items) == len(got)  # one line a key
+    for sku, item in got.items():
+        if "review" not in item:
+            assert item.pop("url") == f"{base}/shop/{item['category']}/item/" \
+                                      f"{sku.rpartition('-')[2]}"
+    assert got == want
+    assert "0 dead" in text and f"items: {len(want)} in {items_file}" in text
