@@ -44,6 +44,7 @@ _F = "tests/test_fetcher.py::"
 _FR = "tests/test_frontier.py::"
 _PB = "tests/test_pushback.py::"
 _RS = "tests/test_revisit_schedule.py::"
+_SP = "tests/test_spider_process.py::"
 _RQ = "tests/test_requests.py::"
 
 
@@ -157,6 +158,15 @@ MUTANTS: tuple[Mutant, ...] = (
            "and data through Redis to another consumer's handler",
            (_RQ + "test_a_childs_label_and_data_reach_its_handler_in_another_consumer_"
             "process",)),
+    Mutant("46-route-gets-no-data", "a child's label and data reach its spider route on "
+           "another consumer process",
+           (_SP + "test_a_childs_label_and_data_reach_its_route_on_another_consumer_process",)),
+    Mutant("47-unknown-label-fetched", "a task whose label has no route ends dead "
+           "(unknown_label) at its first lease, never fetched, never done unparsed",
+           (_SP + "test_a_task_whose_label_has_no_route_ends_dead_with_its_reason_unfetched",)),
+    Mutant("48-charset-ignored", "a spider's selectors read the page as its charset says",
+           ("tests/test_spider.py::test_the_body_is_decoded_by_its_charset_and_json_parsed",
+            "tests/test_spider.py::test_css_and_xpath_select_text_attributes_and_elements")),
 )
 
 

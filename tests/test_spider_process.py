@@ -138,7 +138,7 @@ async def test_a_task_whose_label_has_no_route_ends_dead_with_its_reason_unfetch
                 await proc.wait()
     dead = {d.url: d for d in await q.dead_list(limit=10)}
     assert sorted(dead) == [site.url("/c/1"), site.url("/c/2")]
-    assert {d.reason for d in dead.values()} == {"unknown_label"}
+    assert {(d.reason, d.attempts) for d in dead.values()} == {("unknown_label", 1)}
     assert "no route for label 'ghost'" in dead[site.url("/c/1")].message
     assert "no default route" in dead[site.url("/c/2")].message
     assert [s.path for s in site.seen] == ["/c/3"]  # the dead were never fetched
