@@ -4,9 +4,8 @@
    crash in every child.
 2. Redis: ``--redis-url`` / ``REDIS_URL`` if given (the crawl goes on from its state:
    a producer run is idempotent), else an embedded redis-server stopped at the end.
-3. The crawl's policy for a crawl that has none: ``--per-host-delay`` and
-   ``--per-host-concurrency`` when given (a local site is crawled fast), else the
-   defaults.
+3. The crawl's policy for a crawl that has none: the defaults with ``--set KEY=VALUE``
+   over them (``per_host_delay=0``: a local site is crawled fast).
 4. The producer, as a subprocess, enqueues the spider's ``start()``; then ``--consumers``
    consumer processes run its routes with ``--exit-when-empty``, a progress line
    meanwhile.
@@ -37,7 +36,7 @@ from common.config import ALLOW_PRIVATE, COMMON_OPTIONS, REDIS_URL, Option, dura
 from common.connection import connect
 from common.errors import ConfigError
 from common.names import validate_crawl_name
-from common.policy import CrawlPolicy, ensure_policy
+from common.policy import CrawlPolicy, ensure_policy, parse_assignments
 from common.queue import CrawlQueue, Stats
 from common.redis_server import RedisServer
 from common.spider import Spider, load_spider
@@ -57,10 +56,9 @@ RUN_OPTIONS = (
     Option("--output", "CRAWLQ_RUN_OUTPUT", "./crawlq-run", "where results and logs go"),
     Option("--timeout", "CRAWLQ_RUN_TIMEOUT", 600.0, "stop the crawl after this long",
            type=duration),
-    Option("--per-host-delay", "CRAWLQ_RUN_PER_HOST_DELAY", None, "a new crawl's delay "
-           "between requests to a host (default: the policy's, 1s)", type=duration),
-    Option("--per-host-concurrency", "CRAWLQ_RUN_PER_HOST_CONCURRENCY", None, "a new "
-           "crawl's requests in flight per host (default: the policy's, 2)", type=int),
+    Option("--set", "CRAWLQ_RUN_SET", [], "a new crawl's policy value KEY=VALUE, as "
+           "`crawlq crawl set` takes it, repeatable (e.g. per_host_delay=0 for a local "
+           "site); a crawl with a policy keeps its own", append=True, field="policy"),
     ALLOW_PRIVATE,
     *(o for o in COMMON_OPTIONS if o.flag in ("--log-level", "--log-format")),
 )
@@ -85,6 +83,7 @@ async def run_spider(args: argparse.Namespace) -> int:
             raise ConfigError("give --out or --sink, not both")
         if args.consumers < 1:
             raise ConfigError("--consumers must be >= 1")
+        policy = CrawlPolicy().replace(parse_assignments(args.set))
     except ConfigError as exc:
         print(f"crawlq run: error: {exc}", file=sys.stderr)
         return 2
@@ -100,7 +99,7 @@ async def run_spider(args: argparse.Namespace) -> int:
             await asyncio.to_thread(server.start)
             redis_url = server.url
             say(f"started an embedded redis-server at {redis_url} (stopped when the run ends)")
-        await _policy(redis_url, crawl, args)
+        await _policy(redis_url, crawl, policy)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         common = ["--redis-url", redis_url, "--crawl", crawl, "--log-level", args.log_level,
                   "--log-format", args.log_format]
@@ -149,18 +148,11 @@ def _prepare(args: argparse.Namespace) -> tuple[Path, Path, Path, Path | None]:
     return out, logs, results, items_to
 
 
-async def _policy(redis_url: str, crawl: str, args: argparse.Namespace) -> None:
-    """Give a new crawl the politeness asked for (an existing crawl keeps its own)."""
-    asked: dict[str, Any] = {}
-    if args.per_host_delay is not None:
-        asked["per_host_delay"] = args.per_host_delay
-    if args.per_host_concurrency is not None:
-        asked["per_host_concurrency"] = args.per_host_concurrency
-    if not asked:
-        return
+async def _policy(redis_url: str, crawl: str, policy: CrawlPolicy) -> None:
+    """Give a crawl without a policy the one asked for (an existing crawl keeps its own)."""
     client = connect(redis_url)
     try:
-        await ensure_policy(client, crawl, CrawlPolicy(**asked), by="crawlq run")
+        await ensure_policy(client, crawl, policy, by="crawlq run")
     finally:
         await client.aclose()
 

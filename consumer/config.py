@@ -13,6 +13,7 @@ from pathlib import Path
 from common.config import (
     ALLOW_PRIVATE,
     COMMON_OPTIONS,
+    SPIDER,
     CommonSettings,
     Option,
     add_options,
@@ -105,9 +106,7 @@ CONSUMER_OPTIONS = (
            field="sink_retry_for_s"),
     Option("--handler", "CRAWLQ_HANDLER", "", "async handler module:function, given each "
            "response; may return items and new URLs (e.g. consumer.handlers:links)"),
-    Option("--spider", "CRAWLQ_SPIDER", "", "the spider whose routes parse each response "
-           "by its task's label: module:obj, path/to/spider.py:obj or path/to/spider.py "
-           "(its one Spider); a --handler is its default route when it has none"),
+    SPIDER,
     policy_flag("max_depth", CONSUMER),
     Option("--max-links", "CRAWLQ_MAX_LINKS", 10_000, "most links taken from one page; "
            "the rest are dropped and counted (crawlq_links_total{fate=\"capped\"})",

@@ -3,7 +3,7 @@ and each product's reviews from a paged JSON API that must be POSTed.
 
 Serve the shop (``crawlq demo --serve``), then, in another terminal::
 
-    crawlq run examples/demo_spider.py --allow-private --per-host-delay 0 --out items.jsonl
+    crawlq run examples/demo_spider.py --allow-private --set per_host_delay=0 --out items.jsonl
 
 The same file runs on a fleet: ``crawlq-producer --spider examples/demo_spider.py`` seeds
 the crawl, ``crawlq-consumer --spider examples/demo_spider.py`` on every consumer.

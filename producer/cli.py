@@ -36,6 +36,7 @@ from common.config import (
     ALLOW_PRIVATE,
     COMMON_OPTIONS,
     JSON,
+    SPIDER,
     CommonSettings,
     Option,
     add_options,
@@ -67,8 +68,8 @@ from producer.lock import LockHeldError, ProducerLock
 from producer.progress import Progress
 from producer.run import RejectWriter, TaskTemplate, produce
 from producer.sitemaps import SitemapReader, fetch_settings
-from producer.spiders import spider_chunks
 from producer.sources import STDIN, Chunk, check_files, file_chunks, stdin_chunks, url_chunks
+from producer.spiders import spider_chunks
 from producer.summary import Summary
 
 __all__ = ["EXIT_LOCKED", "EXIT_OK", "EXIT_REDIS", "EXIT_SOURCE", "EXIT_USAGE",
@@ -120,9 +121,7 @@ PRODUCER_OPTIONS = (
            append=True, field="inputs", convert=tuple),
     Option("--url", "CRAWLQ_URL", [], "a URL to enqueue (repeatable)", append=True,
            field="urls", convert=tuple),
-    Option("--spider", "CRAWLQ_SPIDER", "", "enqueue a spider's start requests: "
-           "module:obj, path/to/spider.py:obj or path/to/spider.py (its one Spider); "
-           "requests labelled for no route of it are refused"),
+    SPIDER,
     Option("--sitemap", "CRAWLQ_SITEMAP", [], "a sitemap, sitemap index or robots.txt URL "
            "whose URLs to enqueue (repeatable)", append=True, field="sitemaps", convert=tuple),
     Option("--priority", "CRAWLQ_PRIORITY", _TEMPLATE.priority, "task priority: 0 is first "

@@ -167,7 +167,7 @@ async def test_crawlq_run_crawls_the_example_spider_end_to_end(tmp_path: Path) -
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-c", "import sys; from console.cli import main; sys.exit(main())",
             "run", str(ROOT / "examples" / "demo_spider.py"), "--allow-private",
-            "--per-host-delay", "0", "--per-host-concurrency", "8", "--consumers", "2",
+            "--set", "per_host_delay=0", "--set", "per_host_concurrency=8", "--consumers", "2",
             "--output", str(tmp_path / "run"), "--out", str(items_file), "--timeout", "90",
             env=env, cwd=tmp_path, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT)

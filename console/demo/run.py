@@ -120,7 +120,7 @@ async def serve_site(port: int) -> int:
         say(f"serving the sample site at {base_url}/ (its shop: {base_url}/shop); "
             "Ctrl-C stops it")
         say(f"  crawl the shop: CRAWLQ_DEMO_SITE={base_url} crawlq run "
-            "examples/demo_spider.py --allow-private --per-host-delay 0")
+            "examples/demo_spider.py --allow-private --set per_host_delay=0")
         await asyncio.Event().wait()
     return 0
 
