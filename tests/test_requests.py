@@ -18,16 +18,20 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
-from support.consume import consumer_args
+from support.consume import consume, consumer_args
+from support.live import snapshot
 from support.routes import serve
 
 from common.errors import FetchError, InvalidRequestError, MalformedTaskError
 from common.frontier.hosts import Frontier
 from common.http.fetcher import Fetcher, FetchSettings
+from common.metrics import Metrics
 from common.queue import CrawlSettings, LeasingQueue, NewTask
 from common.request import MAX_BODY_BYTES, Request, request_from_dict
-from common.task import decode_entry, encode_entry
+from common.task import Task, decode_entry, encode_entry
 from common.urls import canonicalize, fingerprint, task_id
+from consumer.intake import LinkIntake
+from consumer.live import Live
 from producer.cli import main_async
 from producer.run import TaskTemplate
 from producer.run import produce as produce_tasks
@@ -434,3 +438,47 @@ async def test_a_label_no_route_knows_is_refused_by_the_producer(
     assert (summary.read, summary.enqueued) == (3, 1)
     assert summary.invalid_by_reason == {"bad_request": 2}
     assert "no route is labelled 'nope' (routes: api)" in summary.first_rejects[0].message
+
+
+# -- the consumer's intake -------------------------------------------------------------
+
+
+def test_the_intake_keeps_a_childs_request_and_dedups_it_by_its_unique_key() -> None:
+    intake = LinkIntake(Metrics(), Live(snapshot(max_depth=5)), cache_size=100)
+    parent = Task(id=TID, url="http://a.test/list", depth=1, meta={"run": "r1"})
+    children = [
+        Request.json("http://a.test/api", {"page": 1}, label="api", data={"n": 1},
+                     priority=2),
+        Request.json("http://a.test/api", {"page": 2}, label="api", data={"n": 2}),
+        Request.json("http://a.test/api", {"page": 1}, label="api", data={"n": 1}),
+        Request("http://other.test/api", "POST", body=b"x"),  # out of the parent's host
+        "http://a.test/api",  # the GET: a task of its own
+    ]
+    tasks, mark = intake.children([(parent, children)])
+    assert [(t.method, t.body, t.label, t.data, t.depth, t.meta, t.priority)
+            for t in tasks] == [
+        ("POST", b'{"page":1}', "api", {"n": 1}, 2, {"run": "r1"}, 2),
+        ("POST", b'{"page":2}', "api", {"n": 2}, 2, {"run": "r1"}, 0),
+        ("GET", None, None, {}, 2, {"run": "r1"}, 0)]
+    assert [t.fp for t in tasks] == [fingerprint(r.key()) for r in (
+        children[0], children[1], Request("http://a.test/api"))]
+    assert tasks[0].headers == {"Content-Type": "application/json"}
+    intake.sent(mark)
+    again, _ = intake.children([(parent, children[:3])])
+    assert again == []  # remembered by unique key, as Redis dedups them
+
+
+async def test_a_bad_child_request_fails_the_task_that_returned_it(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+        tmp_path: Path) -> None:
+    async with serve({"/": echo}) as site:
+        q = await open_queue(redis_client, crawl_name)
+        await q.enqueue([task_of(Request(site.url("/")), max_attempts=1)])
+        assert await consume(redis_url, crawl_name, tmp_path, "--handler",
+                             "consumer_handlers:bad_child") == 0
+    [dead] = await q.dead_list()
+    assert dead.reason == "handler_error"
+    assert dead.message.startswith("InvalidRequestError: Request ")
+    assert "data['when'] is a set, not JSON" in dead.message
+    stats = await q.stats()
+    assert (stats.pending, stats.counters.get("enqueued")) == (0, 1)  # no child enqueued
