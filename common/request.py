@@ -25,12 +25,14 @@ from typing import Any
 from urllib.parse import urlencode
 
 from common import codec
+from common.config import redact_url
 from common.errors import InvalidRequestError
 from common.headers import checked_headers
 from common.urls import Rejection, canonicalize
 
 __all__ = ["MAX_BODY_BYTES", "MAX_DATA_BYTES", "METHODS", "Request", "body_digest",
-           "check_data", "check_label", "check_method", "request_from_dict", "request_key"]
+           "check_data", "check_label", "check_method", "request_from_dict", "request_key",
+           "shown"]
 
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 #: Methods without a body, deduplicated by their canonical URL alone.
@@ -96,8 +98,13 @@ class Request:
             return self.unique_key
         url = canonicalize(self.url)
         if isinstance(url, Rejection):
-            raise InvalidRequestError(f"Request url {self.url[:200]!r}: {url.message}")
+            raise InvalidRequestError(f"Request url {shown(self.url)!r}: {url.message}")
         return request_key(self.method, url, self.body)
+
+
+def shown(url: str) -> str:
+    """A request's URL as a message shows it: cut to 200 characters, userinfo hidden."""
+    return redact_url(url[:200])
 
 
 def request_key(method: str, canonical_url: str, body: bytes | None,
@@ -120,7 +127,7 @@ def check_request(request: Request) -> None:
     if not isinstance(request.url, str) or not request.url:
         raise InvalidRequestError(f"Request url must be a non-empty string, "
                                   f"got {request.url!r}")
-    where = f"Request {request.url[:200]!r}"
+    where = f"Request {shown(request.url)!r}"
     check_method(request.method, where)
     body = request.body
     if body is not None:
@@ -243,25 +250,25 @@ def request_from_dict(obj: Any) -> Request:
     kw["headers"] = obj.get("headers") or {}
     method = obj.get("method")
     if method is not None and not isinstance(method, str):
-        raise InvalidRequestError(f"Request {url[:200]!r}: method must be a string")
+        raise InvalidRequestError(f"Request {shown(url)!r}: method must be a string")
     if "json" in obj:
         return Request.json(url, obj["json"], method=method or "POST", **kw)
     if "form" in obj:
         form = obj["form"]
         if not isinstance(form, dict) or not all(isinstance(v, str) for v in form.values()):
-            raise InvalidRequestError(f"Request {url[:200]!r}: form must be an object of "
+            raise InvalidRequestError(f"Request {shown(url)!r}: form must be an object of "
                                       "strings")
         return Request.form(url, form, method=method or "POST", **kw)
     body: bytes | None = None
     if "body" in obj:
         if not isinstance(obj["body"], str):
-            raise InvalidRequestError(f"Request {url[:200]!r}: body must be a string "
+            raise InvalidRequestError(f"Request {shown(url)!r}: body must be a string "
                                       "(or use body_base64, json or form)")
         body = obj["body"].encode()
     elif "body_base64" in obj:
         try:
             body = base64.b64decode(obj["body_base64"], validate=True)
         except (ValueError, TypeError):
-            raise InvalidRequestError(f"Request {url[:200]!r}: body_base64 is not "
+            raise InvalidRequestError(f"Request {shown(url)!r}: body_base64 is not "
                                       "base64") from None
     return Request(url, method or ("POST" if body is not None else "GET"), body=body, **kw)

@@ -26,7 +26,7 @@ from typing import Any
 
 from common.errors import ConfigError, InvalidRequestError
 from common.http.fetcher import FetchResult
-from common.request import Request, check_request
+from common.request import Request, check_request, shown
 from common.task import Task
 from consumer.links import extract_links
 
@@ -107,7 +107,7 @@ def check_children(urls: Sequence[str | Request],
             if known_labels is not None and url.label is not None \
                     and url.label not in known_labels:
                 raise InvalidRequestError(
-                    f"Request {url.url[:200]!r}: no route is labelled {url.label!r} "
+                    f"Request {shown(url.url)!r}: no route is labelled {url.label!r} "
                     f"(routes: {', '.join(sorted(known_labels)) or 'none'})")
 
 

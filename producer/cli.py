@@ -124,6 +124,10 @@ PRODUCER_OPTIONS = (
     SPIDER,
     Option("--sitemap", "CRAWLQ_SITEMAP", [], "a sitemap, sitemap index or robots.txt URL "
            "whose URLs to enqueue (repeatable)", append=True, field="sitemaps", convert=tuple),
+    Option("--requests", "CRAWLQ_REQUESTS", [], "a file of requests, one JSON object per "
+           "line (url, method, headers, body|json|form, label, data, priority, "
+           "unique_key; .gz read transparently), or - for stdin; repeatable", append=True,
+           convert=tuple),
     Option("--priority", "CRAWLQ_PRIORITY", _TEMPLATE.priority, "task priority: 0 is first "
            "come first served, higher is leased first", type=_int_at_least(0),
            field="template.priority"),
@@ -176,6 +180,7 @@ class ProducerSettings:
     urls: tuple[str, ...] = _DEFAULT["urls"]
     sitemaps: tuple[str, ...] = _DEFAULT["sitemaps"]
     spider: str = _DEFAULT["spider"]
+    requests: tuple[str, ...] = _DEFAULT["requests"]
     template: TaskTemplate = field(default_factory=TaskTemplate)
     dedup: DedupMode | None = _DEFAULT["dedup"]
     partitions: int | None = _DEFAULT["partitions"]
@@ -195,12 +200,13 @@ class ProducerSettings:
         """Build the settings through PRODUCER_OPTIONS (ConfigError on a bad combination)."""
         values = option_values(PRODUCER_OPTIONS, args)
         inputs = (*values.pop("inputs"), *args.files)
-        if not (inputs or values["urls"] or values["sitemaps"] or values["spider"]):
-            raise ConfigError("no input: give files (or - for stdin), --url, --sitemap or "
-                              "--spider")
-        if inputs.count(STDIN) > 1:
+        if not (inputs or values["urls"] or values["sitemaps"] or values["requests"]
+                or values["spider"]):
+            raise ConfigError("no input: give files (or - for stdin), --url, --sitemap, "
+                              "--requests or --spider")
+        if (*inputs, *values["requests"]).count(STDIN) > 1:
             raise ConfigError("stdin (-) can be read only once")
-        if values["every_s"] and STDIN in inputs:
+        if values["every_s"] and STDIN in (*inputs, *values["requests"]):
             raise ConfigError("--every re-reads the inputs each run; stdin (-) can't be "
                               "re-read: use a file")
         if values["recrawl_after_s"] and values["dedup"] is DedupMode.BLOOM:
@@ -319,6 +325,9 @@ def _sources(settings: ProducerSettings, stdin: BinaryIO | None,
         sources.append(url_chunks(settings.urls))
     for path in settings.inputs:
         sources.append(stdin_chunks(stdin) if path == STDIN else file_chunks(path))
+    for path in settings.requests:
+        sources.append(stdin_chunks(stdin, requests=True) if path == STDIN
+                       else file_chunks(path, requests=True))
     if settings.sitemaps:
         assert fetcher is not None
         reader = SitemapReader(fetcher)
@@ -333,7 +342,7 @@ async def run_once(settings: ProducerSettings, client: RedisClient | None, *,
     summary = Summary(settings.common.crawl, dry_run=settings.dry_run,
                       reject_file=settings.reject_file)
     try:
-        check_files(settings.inputs)
+        check_files((*settings.inputs, *settings.requests))
         spider = load_spider(settings.spider) if settings.spider else None
         labels = None if spider is None else frozenset(
             label for label in spider.routes if label is not None)

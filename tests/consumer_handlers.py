@@ -67,3 +67,12 @@ async def labelled(response: FetchResult, ctx: HandlerContext) -> HandlerResult:
         "label": task.label, "data": task.data, "method": task.method, "depth": task.depth,
         "body": (task.body or b"").decode(), "echo": response.body.decode(),
         "worker": ctx.worker}])
+
+
+async def bad_child(response: FetchResult, ctx: HandlerContext) -> HandlerResult:
+    """Returns a link and a Request whose data was changed, after it was made, into
+    something JSON can't hold: the task must fail, its link not be enqueued."""
+    data: dict[str, Any] = {"ok": 1}
+    request = Request(response.final_url + "api", "POST", label="api", data=data)
+    data["when"] = {1, 2}
+    return HandlerResult(urls=[response.final_url + "link", request])

@@ -4,28 +4,39 @@ checks at enqueue, against a real redis-server."""
 from __future__ import annotations
 
 import asyncio
+import io
 import ipaddress
 import json
 import os
 import signal
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
-from support.consume import consumer_args
+from support.consume import consume, consumer_args
+from support.live import snapshot
 from support.routes import serve
 
 from common.errors import FetchError, InvalidRequestError, MalformedTaskError
 from common.frontier.hosts import Frontier
 from common.http.fetcher import Fetcher, FetchSettings
+from common.metrics import Metrics
 from common.queue import CrawlSettings, LeasingQueue, NewTask
 from common.request import MAX_BODY_BYTES, Request, request_from_dict
-from common.task import decode_entry, encode_entry
+from common.task import Task, decode_entry, encode_entry
 from common.urls import canonicalize, fingerprint, task_id
+from consumer.intake import LinkIntake
+from consumer.live import Live
+from producer.cli import main_async
+from producer.run import TaskTemplate
+from producer.run import produce as produce_tasks
+from producer.sources import Chunk
+from producer.summary import Summary
 
 ROOT = Path(__file__).resolve().parents[1]
 API = "http://api.test/search"
@@ -332,3 +343,142 @@ async def test_a_childs_label_and_data_reach_its_handler_in_another_consumer_pro
 def records_in(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for path in sorted(out.glob("*.jsonl"))
             for line in path.read_text().splitlines() if line]
+
+
+# -- the producer's JSON lines ---------------------------------------------------------
+
+
+async def produce(redis_url: str, crawl: str, *rest: str, stdin: Any = None
+                  ) -> tuple[int, dict[str, Any]]:
+    out = io.StringIO()
+    code = await main_async(["--redis-url", redis_url, "--crawl", crawl, "--cluster", "no",
+                             "--progress", "off", "--json", *rest], out=out, stdin=stdin)
+    return code, json.loads(out.getvalue())
+
+
+REQUEST_LINES = [
+    {"url": API, "json": {"page": 1}, "label": "api", "data": {"category": "books"}},
+    {"url": API, "json": {"page": 2}, "label": "api", "priority": 5},
+    {"url": API, "form": {"q": "a b"}, "method": "PUT"},
+    {"url": "http://api.test/raw", "body": "x=1", "headers": {"X-Trace": "t"}},
+    {"url": "http://api.test/plain"},
+]
+
+
+async def test_the_producer_enqueues_json_lines_of_requests_idempotently(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+        tmp_path: Path) -> None:
+    path = tmp_path / "requests.jsonl"
+    path.write_text("# seeds of the API\n\n"
+                    + "".join(json.dumps(r) + "\n" for r in REQUEST_LINES), encoding="utf-8")
+    code, summary = await produce(redis_url, crawl_name, "--requests", str(path),
+                                  "--header", "X-Run: r1")
+    assert code == 0, summary
+    assert (summary["read"], summary["invalid"], summary["enqueued"]) == (5, 0, 5)
+    code, again = await produce(redis_url, crawl_name, "--requests", str(path))
+    assert (code, again["enqueued"], again["duplicates"]) == (0, 0, 5)
+    q = await open_queue(redis_client, crawl_name)
+    tasks = {(t.url, t.body): t for t in map(decode_entry,
+                                             await pending_entries(redis_client, q))}
+    page1 = tasks[API, b'{"page":1}']
+    assert (page1.method, page1.label, page1.data, page1.priority) == (
+        "POST", "api", {"category": "books"}, 0)
+    assert page1.headers == {"X-Run": "r1", "Content-Type": "application/json"}
+    assert page1.id == task_id(fingerprint(Request.json(API, {"page": 1}).key()))
+    assert tasks[API, b'{"page":2}'].priority == 5
+    assert tasks[API, b"q=a+b"].method == "PUT"
+    raw = tasks["http://api.test/raw", b"x=1"]
+    assert (raw.method, raw.headers) == ("POST", {"X-Run": "r1", "X-Trace": "t"})
+    plain = tasks["http://api.test/plain", None]
+    assert (plain.method, plain.id) == ("GET", task_id(fingerprint("http://api.test/plain")))
+
+
+async def test_a_bad_line_of_requests_is_counted_with_its_reason_never_a_crash(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+        tmp_path: Path) -> None:
+    lines = [
+        '{"url": "http://api.test/ok", "json": {"a": 1}}',
+        "not json",
+        '["a list"]',
+        '{"url": "http://api.test/x", "method": "BREW"}',
+        '{"url": "http://api.test/x", "data": [1]}',
+        '{"url": "http://api.test/x", "label": "two words"}',
+        '{"url": "http://api.test/x", "body": "' + "x" * (MAX_BODY_BYTES + 1) + '"}',
+        '{"url": "ftp://api.test/x"}',
+        '{"url": "http://u:secret@api.test/x", "headers": {"Authorization": "Bearer s3"}}',
+    ]
+    rejects = tmp_path / "rejects.jsonl"
+    code, summary = await produce(
+        redis_url, crawl_name, "--requests", "-", "--reject-file", str(rejects),
+        stdin=io.BytesIO("\n".join(lines).encode()))
+    assert code == 0, summary
+    assert (summary["read"], summary["enqueued"]) == (9, 1)
+    assert summary["invalid_by_reason"] == {"bad_json": 1, "bad_request": 5,
+                                            "bad_scheme": 1, "userinfo": 1}
+    written = [json.loads(line) for line in rejects.read_text().splitlines()]
+    assert [(r["line"], r["reason"]) for r in written] == [
+        (2, "bad_json"), (3, "bad_request"), (4, "bad_request"), (5, "bad_request"),
+        (6, "bad_request"), (7, "bad_request"), (8, "bad_scheme"), (9, "userinfo")]
+    assert "method 'BREW' is not one of" in written[2]["message"]
+    assert f"body is {MAX_BODY_BYTES + 1} bytes" in written[5]["message"]
+    assert "secret" not in rejects.read_text() and "s3" not in rejects.read_text()
+
+
+async def test_a_label_no_route_knows_is_refused_by_the_producer(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await open_queue(redis_client, crawl_name)
+    q.known_labels = frozenset({"api"})
+    summary = Summary(crawl_name)
+
+    async def seeds() -> AsyncIterator[Chunk]:
+        yield Chunk("spider", 1, [Request(API, label="api"), Request(API, label="nope"),
+                                  '{"url": "http://api.test/b", "label": "nope"}'],
+                    requests=True)
+    await produce_tasks([seeds()], queue=q, summary=summary, template=TaskTemplate())
+    assert (summary.read, summary.enqueued) == (3, 1)
+    assert summary.invalid_by_reason == {"bad_request": 2}
+    assert "no route is labelled 'nope' (routes: api)" in summary.first_rejects[0].message
+
+
+# -- the consumer's intake -------------------------------------------------------------
+
+
+def test_the_intake_keeps_a_childs_request_and_dedups_it_by_its_unique_key() -> None:
+    intake = LinkIntake(Metrics(), Live(snapshot(max_depth=5)), cache_size=100)
+    parent = Task(id=TID, url="http://a.test/list", depth=1, meta={"run": "r1"})
+    children = [
+        Request.json("http://a.test/api", {"page": 1}, label="api", data={"n": 1},
+                     priority=2),
+        Request.json("http://a.test/api", {"page": 2}, label="api", data={"n": 2}),
+        Request.json("http://a.test/api", {"page": 1}, label="api", data={"n": 1}),
+        Request("http://other.test/api", "POST", body=b"x"),  # out of the parent's host
+        "http://a.test/api",  # the GET: a task of its own
+    ]
+    tasks, mark = intake.children([(parent, children)])
+    assert [(t.method, t.body, t.label, t.data, t.depth, t.meta, t.priority)
+            for t in tasks] == [
+        ("POST", b'{"page":1}', "api", {"n": 1}, 2, {"run": "r1"}, 2),
+        ("POST", b'{"page":2}', "api", {"n": 2}, 2, {"run": "r1"}, 0),
+        ("GET", None, None, {}, 2, {"run": "r1"}, 0)]
+    assert [t.fp for t in tasks] == [fingerprint(r.key()) for r in (
+        children[0], children[1], Request("http://a.test/api"))]
+    assert tasks[0].headers == {"Content-Type": "application/json"}
+    intake.sent(mark)
+    again, _ = intake.children([(parent, children[:3])])
+    assert again == []  # remembered by unique key, as Redis dedups them
+
+
+async def test_a_bad_child_request_fails_the_task_that_returned_it(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+        tmp_path: Path) -> None:
+    async with serve({"/": echo}) as site:
+        q = await open_queue(redis_client, crawl_name)
+        await q.enqueue([task_of(Request(site.url("/")), max_attempts=1)])
+        assert await consume(redis_url, crawl_name, tmp_path, "--handler",
+                             "consumer_handlers:bad_child") == 0
+    [dead] = await q.dead_list()
+    assert dead.reason == "handler_error"
+    assert dead.message.startswith("InvalidRequestError: Request ")
+    assert "data['when'] is a set, not JSON" in dead.message
+    stats = await q.stats()
+    assert (stats.pending, stats.counters.get("enqueued")) == (0, 1)  # no child enqueued

@@ -13,7 +13,14 @@ from common.keys import PartitionKeys
 from common.queue.calls import Call, host_args, run
 from common.queue.crawl import Crawl, DedupMode
 from common.queue.model import EnqueueResult, NewTask
-from common.request import BODYLESS, MAX_BODY_BYTES, check_data, check_label, check_method
+from common.request import (
+    BODYLESS,
+    MAX_BODY_BYTES,
+    check_data,
+    check_label,
+    check_method,
+    shown,
+)
 from common.task import encode_entry
 from common.urls import task_id
 
@@ -85,7 +92,7 @@ def _call(crawl: Crawl, pk: PartitionKeys, by_host: dict[str, list[NewTask]],
 def check_new_task(t: NewTask, known_labels: Collection[str] | None = None) -> None:
     """InvalidRequestError saying what is wrong with the request `t` holds: its method,
     body, label (one of `known_labels` when given) or data."""
-    where = f"task {t.url[:200]!r}"
+    where = f"task {shown(t.url)!r}"
     check_method(t.method, where)
     if t.body is not None:
         if not isinstance(t.body, bytes) or len(t.body) > MAX_BODY_BYTES:
