@@ -4,8 +4,9 @@
    crash in every child.
 2. Redis: ``--redis-url`` / ``REDIS_URL`` if given (the crawl goes on from its state:
    a producer run is idempotent), else an embedded redis-server stopped at the end.
-3. The crawl's policy for a crawl that has none: the defaults with ``--set KEY=VALUE``
-   over them (``per_host_delay=0``: a local site is crawled fast).
+3. The crawl's policy for a crawl that has none: the defaults, the spider's own values
+   (``Spider(policy=...)``) and ``--set KEY=VALUE`` over them (``per_host_delay=0``: a
+   local site is crawled fast).
 4. The producer, as a subprocess, enqueues the spider's ``start()``; then ``--consumers``
    consumer processes run its routes with ``--exit-when-empty``, a progress line
    meanwhile.
@@ -83,7 +84,7 @@ async def run_spider(args: argparse.Namespace) -> int:
             raise ConfigError("give --out or --sink, not both")
         if args.consumers < 1:
             raise ConfigError("--consumers must be >= 1")
-        policy = CrawlPolicy().replace(parse_assignments(args.set))
+        policy = CrawlPolicy().replace(spider.policy).replace(parse_assignments(args.set))
     except ConfigError as exc:
         print(f"crawlq run: error: {exc}", file=sys.stderr)
         return 2

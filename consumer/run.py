@@ -28,7 +28,7 @@ from common.policy import (
 )
 from common.queue import CrawlQueue, LeasingQueue, migrate_crawl
 from common.redis_errors import REDIS_ERRORS, redis_error_message
-from common.spider import load_spider
+from common.spider import Spider, load_spider
 from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
 from consumer.flush import describe_error
@@ -79,10 +79,11 @@ class _RedisWait:
 
 
 async def _wait_for_crawl(settings: ConsumerSettings, client: RedisClient,
-                          stop: asyncio.Event, wait: _RedisWait) -> LeasingQueue | None:
+                          stop: asyncio.Event, wait: _RedisWait, spider: Spider | None
+                          ) -> LeasingQueue | None:
     """Open the crawl, waiting for a producer to create it (None: stopped or gave up)."""
     # The flags' values until the consumer reads the crawl's policy, before its first lease.
-    policy = _flag_policy(settings).retry()
+    policy = _flag_policy(settings, spider).retry()
     backoff = Backoff(base=0.1, cap=2.0)
     started = time.monotonic()
     announced = ensured = False
@@ -92,7 +93,7 @@ async def _wait_for_crawl(settings: ConsumerSettings, client: RedisClient,
                 # A crawl of layout 2 is converted first: the policy's write reads its
                 # settings, which refuse layout 2 (common.queue.migrate).
                 await migrate_crawl(client, settings.common.crawl)
-                await _ensure_policy(client, settings)
+                await _ensure_policy(client, settings, spider)
                 ensured = True
             if await client.exists(CrawlKeys.build(settings.common.crawl).meta):
                 return await LeasingQueue.existing(client, settings.common.crawl,
@@ -135,9 +136,13 @@ def _out_of_memory(exc: ResponseError) -> bool:
 SEEDS = frozenset(o.name for o in seeded_by(CONSUMER))
 
 
-def _flag_policy(settings: ConsumerSettings) -> CrawlPolicy:
+def _flag_policy(settings: ConsumerSettings, spider: Spider | None = None) -> CrawlPolicy:
     """The policy this consumer's crawl-level flags ask for (the options whose flags are
-    the producer's at their defaults)."""
+    the producer's at their defaults), under its spider's own values."""
+    return _flags_of(settings).replace(spider.policy if spider is not None else {})
+
+
+def _flags_of(settings: ConsumerSettings) -> CrawlPolicy:
     return CrawlPolicy(per_host_delay=settings.per_host_delay_s,
                        per_host_concurrency=settings.per_host_concurrency,
                        accept_content_type=settings.accept_content_type,
@@ -152,12 +157,13 @@ def _flag_policy(settings: ConsumerSettings) -> CrawlPolicy:
                        max_stalls=settings.max_stalls)
 
 
-async def _ensure_policy(client: RedisClient, settings: ConsumerSettings) -> None:
+async def _ensure_policy(client: RedisClient, settings: ConsumerSettings,
+                         spider: Spider | None) -> None:
     """Create the crawl's policy from this consumer's flags if the crawl has none; never
     change one that exists: a flag given (flag or env, not a default) that differs from
     it gets one WARNING (the crawl's value wins; `crawlq crawl set` changes it). A full
     Redis (at maxmemory) refuses the write, and the consumer goes on with what is stored."""
-    crawl, wanted = settings.common.crawl, _flag_policy(settings)
+    crawl, wanted = settings.common.crawl, _flag_policy(settings, spider)
     try:
         stored, created = await ensure_policy(
             client, crawl, wanted, by=f"consumer {settings.worker_id} (created the crawl)",
@@ -227,7 +233,7 @@ async def run(settings: ConsumerSettings) -> int:
             if client is None:
                 return 0
             stack.push_async_callback(client.aclose)
-            queue = await _wait_for_crawl(settings, client, stop, wait)
+            queue = await _wait_for_crawl(settings, client, stop, wait, spider)
             if queue is None:
                 return 0
             sink = make_sink(settings.sink, output_dir=settings.output,

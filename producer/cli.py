@@ -282,8 +282,8 @@ def flag_policy(settings: ProducerSettings) -> CrawlPolicy:
                        recrawl_after=settings.recrawl_after_s)
 
 
-async def ensure_crawl_policy(client: RedisClient, settings: ProducerSettings
-                              ) -> CrawlPolicy:
+async def ensure_crawl_policy(client: RedisClient, settings: ProducerSettings,
+                              spider: Spider | None = None) -> CrawlPolicy:
     """The crawl's policy, which this run follows: created from this producer's flags if
     nobody (``crawlq crawl create``, a consumer) gave the crawl one; never changed when
     it exists (a flag given, by flag or env, that differs from it gets one WARNING: the
@@ -291,6 +291,8 @@ async def ensure_crawl_policy(client: RedisClient, settings: ProducerSettings
     A full Redis (at maxmemory) refuses the write: the run goes on with what is stored
     (or its flags), its enqueue says so."""
     crawl, wanted = settings.common.crawl, flag_policy(settings)
+    if spider is not None:  # its own values (a spider's follows go deep: max_depth)
+        wanted = wanted.replace(spider.policy)
     try:
         stored, created = await ensure_policy(client, crawl, wanted, by="producer",
                                               seeds=SEEDS)
@@ -367,7 +369,7 @@ async def run_once(settings: ProducerSettings, client: RedisClient | None, *,
                 await stack.enter_async_context(
                     ProducerLock(client, settings.common.crawl, settings.lock_wait_s))
                 queue = await open_queue(client, settings)
-                policy = await ensure_crawl_policy(client, settings)
+                policy = await ensure_crawl_policy(client, settings, spider)
                 _follow(queue, policy)
                 template = replace(template, max_attempts=policy.max_attempts)
             progress = Progress(summary, settings.progress, stream=progress_stream)

@@ -182,5 +182,6 @@ async def test_crawlq_run_crawls_the_example_spider_end_to_end(tmp_path: Path) -
         if "review" not in item:
             assert item.pop("url") == f"{base}/shop/{item['category']}/item/" \
                                       f"{sku.rpartition('-')[2]}"
+    assert sorted(got) == sorted(want), text
     assert got == want
     assert "0 dead" in text and f"items: {len(want)} in {items_file}" in text

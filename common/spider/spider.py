@@ -21,11 +21,12 @@ definition only: the consumer runs its routes, the producer its `start`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from common.errors import UnknownLabelError
+from common.policy import CrawlPolicy, parse_value
 from common.request import Request, check_label
 
 if TYPE_CHECKING:
@@ -59,9 +60,14 @@ class Spider:
     """Routes by label, a default route, the item key, and the start requests."""
 
     def __init__(self, name: str = "spider", *, start: Iterable[str | Request] = (),
-                 item_key: str | Sequence[str] = ()) -> None:
+                 item_key: str | Sequence[str] = (),
+                 policy: Mapping[str, Any] | None = None) -> None:
         self.name = name
         self.item_key = _key_fields(item_key)
+        #: crawl policy values (``crawlq crawl set``'s keys) a crawl of this spider is
+        #: created with, e.g. ``{"max_depth": 20}``: follows of pagination go deep
+        self.policy = {key: parse_value(key, value) for key, value in (policy or {}).items()}
+        CrawlPolicy().replace(self.policy)  # PolicyError now, not when a crawl is made
         self._start = list(start)
         self._seeds: list[Callable[[], Iterable[str | Request]]] = []
         self.routes: dict[str | None, Route] = {}
