@@ -11,6 +11,7 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,12 @@ from support.consume import consumer_args
 from support.routes import serve
 
 from common.frontier.hosts import Frontier
+from common.policy import read_policy
 from common.queue import CrawlSettings, LeasingQueue, NewTask
 from common.request import Request
 from common.urls import canonicalize
 from console.demo.site import SHOP_CATEGORIES, SiteSpec, product, reviews, sample_site
+from producer.cli import main_async
 
 ROOT = Path(__file__).resolve().parents[1]
 SPIDER = str(ROOT / "tests" / "support" / "relay_spider.py")
@@ -185,3 +188,44 @@ async def test_crawlq_run_crawls_the_example_spider_end_to_end(tmp_path: Path) -
     assert sorted(got) == sorted(want), text
     assert got == want
     assert "0 dead" in text and f"items: {len(want)} in {items_file}" in text
+
+
+SEEDS_FILE = '''
+from crawlq import Request, Spider
+spider = Spider("seeds", policy={{"max_depth": 9}})
+spider.route()(lambda response, ctx: None)
+spider.route("list")(lambda response, ctx: None)
+
+@spider.seeds
+def seeds():
+    yield "http://shop.test/"
+    yield Request("http://shop.test/api", method="POST", body=b"{{}}", label={label!r},
+                  data={{"page": 1}})
+'''
+
+
+async def test_the_producer_enqueues_a_spiders_start_once_and_refuses_a_label_with_no_route(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spider = tmp_path / "seeds.py"
+    spider.write_text(SEEDS_FILE.format(label="list"))
+    runs = []
+    for _ in range(2):  # a second run (a schedule's) enqueues nothing new
+        out = StringIO()
+        code = await main_async(["--redis-url", redis_url, "--crawl", crawl_name, "--json",
+                                 "--progress", "off", "--spider", str(spider)], out=out)
+        assert code == 0
+        runs.append(json.loads(out.getvalue().splitlines()[-1]))
+    assert [(r["read"], r["enqueued"], r["duplicates"]) for r in runs] == [(2, 2, 0),
+                                                                           (2, 0, 2)]
+    stored = await read_policy(redis_client, crawl_name)
+    assert stored is not None and stored.policy.max_depth == 9  # the spider's own
+
+    spider.write_text(SEEDS_FILE.format(label="ghost"))
+    out = StringIO()
+    code = await main_async(["--redis-url", redis_url, "--crawl", crawl_name, "--json",
+                             "--progress", "off", "--spider", str(spider)], out=out)
+    assert code == 2
+    assert "no route for label 'ghost'" in capsys.readouterr().err
+    q = await LeasingQueue.existing(redis_client, crawl_name)
+    assert (await q.stats()).pending == 2  # nothing more

@@ -49,14 +49,13 @@ def load_spider(spec: str, *, flag: str = "--spider") -> Spider:
 
 
 def _import_file(path: Path, spec: str, flag: str) -> ModuleType:
-    """Import a spider file as a module of its own; its directory goes first on
-    ``sys.path`` (as ``python path/to/spider.py`` would), so it can import its helpers."""
+    """Import a spider file as a module of its own (again at each call: a producer on a
+    schedule sees the file as it is now); its directory goes first on ``sys.path`` (as
+    ``python path/to/spider.py`` would), so it can import its helpers."""
     path = path.resolve()
     if not path.is_file():
         raise ConfigError(f"{flag} {spec!r}: no such file {str(path)!r}")
-    name = f"crawlq_spider_{path.stem}"
-    if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(path):
-        return sys.modules[name]
+    name = f"crawlq_spider_{path.stem}"  # loaded afresh each time: a run sees the file now
     module_spec = importlib.util.spec_from_file_location(name, path)
     if module_spec is None or module_spec.loader is None:
         raise ConfigError(f"{flag} {spec!r}: {str(path)!r} is not a Python file")
