@@ -239,3 +239,25 @@ def test_a_spider_is_found_by_module_file_or_file_and_name(tmp_path: Path) -> No
 def test_the_facade_exports_what_a_spider_file_needs() -> None:
     assert {"Spider", "Request", "Item", "Response", "Context"} <= set(crawlq.__all__)
     assert crawlq.Spider is Spider and crawlq.Request is Request and crawlq.Item is Item
+
+
+async def test_a_plain_link_is_followed_as_its_url_and_needs_a_default_route() -> None:
+    spider = Spider("plain")
+
+    @spider.route()
+    async def home(response: Response, ctx: Any) -> None:
+        ctx.follow(css="li.book a::attr(href)")
+
+    ctx = await run_route(spider, result(), Request("http://shop.test/shelf/"), worker="w",
+                          checkpoint=None, save=saved)
+    assert ctx.requests == ["http://shop.test/book/1", "http://shop.test/shelf/book/2",
+                            "https://other.example/3"]  # a GET with no label: its URL
+    only_labels = Spider("labels")
+
+    @only_labels.route("list")
+    async def listing(response: Response, ctx: Any) -> None:
+        ctx.follow("/x")
+
+    with pytest.raises(UnknownLabelError, match="no default route"):
+        await run_route(only_labels, result(), Request("http://shop.test/", label="list"),
+                        worker="w", checkpoint=None, save=saved)

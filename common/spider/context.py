@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
+from common.errors import UnknownLabelError
 from common.items import Item, item_key
 from common.request import Request
 from common.spider.response import Response
@@ -42,7 +43,8 @@ class Context:
         self.checkpoint = checkpoint
         self._save = save
         self.items: list[Item | dict[str, Any]] = []
-        self.requests: list[Request] = []
+        #: what the route followed: Requests, and plain links as URLs
+        self.requests: list[str | Request] = []
 
     async def save_checkpoint(self, value: Any) -> None:
         """Store progress a retry of this task resumes from (``ctx.checkpoint``); raises
@@ -64,18 +66,29 @@ class Context:
             found += [target] if isinstance(target, str | Request) else list(target)
         if css is not None or xpath is not None:
             found += _selected(self.response, css, xpath)
+        # A plain link (no label, data or priority) goes as its URL, as a --handler's
+        # links do: the same task as a GET Request, for a third of its cost.
+        plain = label is None and not data and not priority
+        if plain and not self._spider.knows(None) and \
+                not all(isinstance(item, Request) for item in found):
+            raise UnknownLabelError(self._spider.unknown(None))
         added = 0
         for item in found:
             if isinstance(item, Request):
-                request = item
+                self._spider.check(item)
+                self.requests.append(item)
             else:
                 href = item.strip()
-                if not href or href.lower().startswith(_SKIPPED):
+                if not href or href[:11].lower().startswith(_SKIPPED):
                     continue
-                request = Request(self.response.urljoin(href), label=label,
-                                  data=dict(data or {}), priority=priority)
-            self._spider.check(request)
-            self.requests.append(request)
+                url = self.response.urljoin(href)
+                if plain:
+                    self.requests.append(url)
+                else:
+                    request = Request(url, label=label, data=dict(data or {}),
+                                      priority=priority)
+                    self._spider.check(request)
+                    self.requests.append(request)
             added += 1
         return added
 

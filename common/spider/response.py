@@ -10,9 +10,10 @@ a page next to selectolax).
 
 from __future__ import annotations
 
+from contextlib import suppress
 from typing import Any
-from urllib.parse import urljoin
 
+from ada_url import join_url
 from parsel import Selector, SelectorList
 
 from common import codec
@@ -91,11 +92,18 @@ class Response:
         return codec.loads(self.result.body)
 
     def urljoin(self, href: str) -> str:
-        """`href` resolved against the page's ``<base href>``, else its URL."""
+        """`href` resolved against the page's ``<base href>``, else its URL, by the WHATWG
+        URL Standard (ada, as the consumer's link extraction: ~20x urllib's urljoin, which
+        cost a link-heavy page more than its parse); an href that can't be joined is
+        returned as it is (the crawl then refuses it as any bad URL)."""
         if self._base is None:
             self._base = self.url
             if b"<base" in self.result.body.lower():
                 found = self.css("base::attr(href)").get()
                 if found:
-                    self._base = urljoin(self.url, found.strip())
-        return urljoin(self._base, href.strip())
+                    with suppress(ValueError):  # an unparsable <base href> is ignored
+                        self._base = join_url(self.url, found.strip())
+        try:
+            return join_url(self._base, href.strip())
+        except ValueError:
+            return href
