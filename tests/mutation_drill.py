@@ -146,6 +146,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("30-lease-ahead-started-early", "a turn leased ahead starts at its turn, not "
            "when the lease reply came",
            (_FR + "test_a_turn_within_ahead_is_leased_timed_to_it_and_counted_from_it",)),
+    Mutant("31-push-back-keeps-the-first-retry-after", "two push-backs of one host in one "
+           "fail call block it for the longer Retry-After",
+           (_PB + "test_two_push_backs_of_one_host_in_one_call_keep_the_longer_retry_after",)),
+    Mutant("32-push-back-of-another-task", "a push-back blocks its own host only, not "
+           "another host failed in the same call",
+           (_PB + "test_a_push_back_blocks_only_its_own_host_of_a_call",)),
 )
 
 

@@ -190,6 +190,45 @@ async def test_a_push_back_sent_before_the_block_raises_nothing(
     assert 2_990 <= later.blocked - before <= 3_100
 
 
+async def test_two_push_backs_of_one_host_in_one_call_keep_the_longer_retry_after(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """Two leases of one host failed in one call, the first with a Retry-After of 0, the
+    second of 3 s: one incident, blocked the longer Retry-After, not the first one's
+    backoff."""
+    one, _ = await two_consumers(redis_client, crawl_name, backoff_base_ms=200,
+                                 backoff_cap_ms=10_000, backoff_forgive_ms=FOREVER_MS)
+    await one.enqueue(tasks([f"http://a.test/{i}" for i in range(3)]))
+    a, b = await one.lease("w1", 2, 60_000)
+    before = await redis_ms(redis_client)
+    codes = await one.fail("w1", [Failure(a, "http_429", "x", retry_after=0, pushback=True),
+                                  Failure(b, "http_429", "x", retry_after=3, pushback=True)])
+    assert [code for code, _ in codes] == [Code.RETRY] * 2
+    conf = await host_conf(one, "a.test")
+    assert (conf.level, conf.pushbacks) == (1, 1)
+    assert 2_990 <= conf.blocked - before <= 3_100
+
+
+async def test_a_push_back_blocks_only_its_own_host_of_a_call(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """A 429 from a.test and a plain failure of b.test in one fail call: a.test is
+    blocked, b.test is untouched (no block, no level, no push-back) and still served."""
+    one, _ = await two_consumers(redis_client, crawl_name, backoff_base_ms=60_000,
+                                 backoff_cap_ms=60_000, backoff_forgive_ms=FOREVER_MS)
+    await one.enqueue(tasks(["http://a.test/1", "http://a.test/2", "http://b.test/1",
+                             "http://b.test/2"]))
+    leases = await one.lease("w1", 4, 60_000)
+    a = next(x for x in leases if x.host == "a.test")
+    b = next(x for x in leases if x.host == "b.test")
+    await one.ack("w1", [(x, "ok") for x in leases if x not in (a, b)])
+    await one.fail("w1", [Failure(a, "http_429", "slow down", pushback=True),
+                          Failure(b, "http_500", "oops")])
+    pushed, plain = await host_conf(one, "a.test"), await host_conf(one, "b.test")
+    assert (pushed.level, pushed.pushbacks) == (1, 1) and pushed.blocked
+    assert (plain.level, plain.pushbacks, plain.blocked) == (0, 0, 0)
+    assert await redis_client.zscore(one.partitions[0].blocked, "b.test") is None
+    assert (await one.stats()).counters["backoffs"] == 1
+
+
 async def test_responses_served_forgive_the_level_and_teach_the_host_its_pace(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
     """After two push-backs in a row (level 2), the host serves 10 pages: the next
