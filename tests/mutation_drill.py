@@ -152,6 +152,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("32-push-back-of-another-task", "a push-back blocks its own host only, not "
            "another host failed in the same call",
            (_PB + "test_a_push_back_blocks_only_its_own_host_of_a_call",)),
+    Mutant("33-max-age-past-max-interval", "a declared max-age raises an adaptive interval, "
+           "never past max_interval",
+           (_RS + "test_max_age_never_raises_an_adaptive_interval_past_max_interval",)),
 )
 
 
