@@ -155,6 +155,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("33-max-age-past-max-interval", "a declared max-age raises an adaptive interval, "
            "never past max_interval",
            (_RS + "test_max_age_never_raises_an_adaptive_interval_past_max_interval",)),
+    Mutant("34-adaptive-delay-below-the-hosts-own", "adaptive_delay never takes a host "
+           "below its own delay",
+           (_PB + "test_adaptive_delay_never_goes_below_the_hosts_own_delay",)),
 )
 
 

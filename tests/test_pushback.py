@@ -317,6 +317,26 @@ async def test_adaptive_delay_follows_response_times_for_every_consumer_within_m
     assert lease.delay_ms == 500
 
 
+async def test_adaptive_delay_never_goes_below_the_hosts_own_delay(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """a.test's own delay is 1 s; adaptive_delay 2 with 100 ms responses gives 200 ms,
+    shorter: the host keeps its 1 s (its next turn, and the delay its lease says)."""
+    one, _ = await two_consumers(redis_client, crawl_name, backoff_forgive_ms=FOREVER_MS)
+    await Frontier(one).set_host("a.test", delay_s=1)
+    await set_policy(redis_client, crawl_name, {"adaptive_delay": 2.0, "max_delay": 5.0},
+                     by="test")
+    await one.enqueue(tasks([f"http://a.test/{i}" for i in range(3)]))
+    [first] = await lease_when_due(one, "w1", 10, 60_000)
+    first.elapsed_ms = 100
+    assert await one.ack("w1", [(first, "ok")]) == [Code.OK]
+    conf = await host_conf(one, "a.test")
+    assert conf.lat == 100 and conf.delay == 1_000
+    turn = await redis_client.zscore(one.partitions[0].due, "a.test")
+    assert turn == conf.last + 1_000
+    [second] = await lease_when_due(one, "w1", 10, 60_000)
+    assert second.delay_ms == 1_000
+
+
 async def test_a_crawl_delay_over_max_crawl_delay_is_cut_to_it_and_logged(
         redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path,
         caplog: pytest.LogCaptureFixture) -> None:
