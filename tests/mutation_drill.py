@@ -158,6 +158,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("34-adaptive-delay-below-the-hosts-own", "adaptive_delay never takes a host "
            "below its own delay",
            (_PB + "test_adaptive_delay_never_goes_below_the_hosts_own_delay",)),
+    Mutant("35-opt-in-push-back-outcomes-ignored", "5xx, 408, a timeout and a refused "
+           "connection count as push-back when backoff_on names them",
+           (_PB + "test_backoff_on_counts_an_opt_in_outcome_only_when_named",
+            _PB + "test_a_timeout_named_in_backoff_on_blocks_its_host")),
 )
 
 

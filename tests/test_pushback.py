@@ -19,12 +19,18 @@ from aiohttp import web
 from support.clock import redis_ms
 from support.consume import enqueue, records
 from support.frontier import host_record, lease_when_due, tasks
-from support.routes import page, serve
+from support.routes import hanging, page, serve
 
 from common.frontier.hosts import Frontier
 from common.hostmodel.hostrec import HostRecord
 from common.keys import PartitionKeys
-from common.policy import create_policy, set_policy
+from common.policy import (
+    PUSHBACK_OUTCOMES,
+    create_policy,
+    is_pushback,
+    pushback_outcomes,
+    set_policy,
+)
 from common.queue import Code, Failure, Lease, LeasingQueue, RetryPolicy
 from consumer.config import build_parser, settings_from_args
 from consumer.run import run
@@ -113,6 +119,42 @@ async def test_hanging_routes_make_no_other_task_of_their_host_die_unsent(
     errors = await redis_client.hgetall(pk.errors)
     reasons = sorted(errors[i].decode().split()[0] for i in dead)
     assert reasons == ["body_too_large"] + ["timeout"] * 4
+
+
+def test_backoff_on_counts_an_opt_in_outcome_only_when_named() -> None:
+    """429 and 503 by default; 5xx, 408, a timeout and a refused connection only when
+    backoff_on names them."""
+    default = pushback_outcomes("429,503")
+    every = pushback_outcomes(",".join(PUSHBACK_OUTCOMES))
+    cases = [("http_429", 429), ("http_503", 503), ("http_500", 500), ("http_502", 502),
+             ("http_408", 408), ("timeout", None), ("connect_error", None)]
+    assert [is_pushback(default, r, s) for r, s in cases] == [True, True] + [False] * 5
+    assert [is_pushback(every, r, s) for r, s in cases] == [True] * 7
+    assert is_pushback(pushback_outcomes("5xx"), "http_502", 502)
+    assert not is_pushback(pushback_outcomes("5xx"), "http_429", 429)
+    assert is_pushback(pushback_outcomes("408"), "http_408", 408)
+    assert is_pushback(pushback_outcomes("timeout"), "timeout", None)
+    assert not is_pushback(pushback_outcomes("timeout"), "connect_error", None)
+    assert is_pushback(pushback_outcomes("connect_error"), "connect_error", None)
+    assert not is_pushback(every, "http_404", 404)
+
+
+async def test_a_timeout_named_in_backoff_on_blocks_its_host(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
+    """backoff_on=timeout: a route that hangs past the fetch's timeout pushes its host
+    back, fleet-wide: blocked for backoff_base at level 1."""
+    await create_policy(redis_client, crawl_name,
+                        {"per_host_delay": 0.0, "ignore_robots": True, "backoff_on": ("timeout",),
+                         "backoff_base": 600.0, "backoff_cap": 600.0}, by="test")
+    async with serve({"/hang": hanging(asyncio.Event(), "late")}) as site:
+        queue = await enqueue(redis_client, crawl_name, [site.url("/hang")], max_attempts=1)
+        code = await consume_defaults(redis_url, crawl_name, tmp_path, "--timeout", "1s")
+        assert code == 0
+        host = site.base.removeprefix("http://")
+    conf = await host_record(redis_client, queue.partitions[0], host)
+    assert (conf.level, conf.pushbacks) == (1, 1)
+    assert conf.blocked - await redis_ms(redis_client) > 500_000
+    assert (await queue.stats()).counters["backoffs"] == 1
 
 
 # -- the backoff, fleet-wide, in the scripts (lib/backoff.lua) ----------------------------
