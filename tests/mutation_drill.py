@@ -162,6 +162,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "connection count as push-back when backoff_on names them",
            (_PB + "test_backoff_on_counts_an_opt_in_outcome_only_when_named",
             _PB + "test_a_timeout_named_in_backoff_on_blocks_its_host")),
+    Mutant("36-zero-max-crawl-delay-caps-to-zero", "max_crawl_delay 0 obeys any robots.txt "
+           "Crawl-delay, cutting and logging none",
+           (_PB + "test_a_max_crawl_delay_of_0_obeys_any_crawl_delay",)),
 )
 
 

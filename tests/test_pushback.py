@@ -395,3 +395,21 @@ async def test_a_crawl_delay_over_max_crawl_delay_is_cut_to_it_and_logged(
     assert sorted(r["outcome"] for r in records(tmp_path)) == ["ok"] * 3
     [capped] = [r for r in caplog.records if r.getMessage() == "robots_crawl_delay_capped"]
     assert (capped.crawl_delay, capped.max_crawl_delay) == (3600.0, 0.2)  # type: ignore[attr-defined]
+
+
+async def test_a_max_crawl_delay_of_0_obeys_any_crawl_delay(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """max_crawl_delay 0 (obey any) and robots.txt asking 2 s: the host gets 2 s, and
+    nothing is logged as capped."""
+    await create_policy(redis_client, crawl_name,
+                        {"per_host_delay": 0.0, "max_crawl_delay": 0.0}, by="test")
+    caplog.set_level(logging.WARNING, logger="consumer")
+    async with serve({"/p/{i}": page}, robots="User-agent: *\nCrawl-delay: 2\n") as site:
+        queue = await enqueue(redis_client, crawl_name, [site.url("/p/0")])
+        assert await consume_defaults(redis_url, crawl_name, tmp_path, limit_s=30) == 0
+        host = site.base.removeprefix("http://")
+    conf = await host_record(redis_client, queue.partitions[0], host)
+    assert conf.robots == 2_000
+    assert [r["outcome"] for r in records(tmp_path)] == ["ok"]
+    assert not [r for r in caplog.records if r.getMessage() == "robots_crawl_delay_capped"]
