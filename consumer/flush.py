@@ -23,6 +23,7 @@ from common.errors import RedisUnavailableError
 from common.metrics import Metrics
 from common.queue import Code, CrawlQueue, Failure, Lease
 from common.redis_errors import REDIS_ERRORS
+from common.request import Request
 from consumer.backoff import Backoff
 from consumer.intake import LinkIntake
 from consumer.leases import LeaseBook
@@ -65,7 +66,7 @@ class Completion:
     outcome: str = "ok"
     record: Record | None = None
     failure: Failure | None = None
-    urls: Sequence[str] = ()
+    urls: Sequence[str | Request] = ()
 
 
 class Flusher:

@@ -5,6 +5,9 @@ as on every other page. Each is canonicalized, scoped (``--max-depth``,
 ``--allow-domains``) and fingerprinted here, and only then sent to Redis, which decides
 whether it is new (the crawl's dedup). :class:`SeenCache` remembers the URLs this
 consumer sent recently, so a link seen again skips all of that and the round trip.
+A handler's :class:`~common.request.Request` goes the same way, keeping its method, body,
+label, data and headers; the cache remembers it by its unique key (for a GET, its URL),
+which is what the queue deduplicates it by.
 
 Redis stays the authority: the cache only ever skips a URL that this process already
 sent to the queue's dedup (it is marked after the enqueue returned), so a URL the cache
@@ -27,8 +30,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from common.errors import InvalidRequestError
 from common.metrics import LINK_FATES, Metrics
 from common.queue import NewTask
+from common.request import Request, request_key
 from common.task import Task
 from common.urls import canonicalize, fingerprint
 
@@ -123,10 +128,10 @@ class LinkIntake:
             self.cache.clear()
         return now
 
-    def children(self, found: Iterable[tuple[Task, Sequence[str]]]
+    def children(self, found: Iterable[tuple[Task, Sequence[str | Request]]]
                  ) -> tuple[list[NewTask], list[str]]:
-        """The new tasks for ``(parent task, its URLs)`` pairs, and the URLs to mark seen
-        once they are enqueued (:meth:`sent`)."""
+        """The new tasks for ``(parent task, its URLs and Requests)`` pairs, and the URLs
+        (unique keys) to mark seen once they are enqueued (:meth:`sent`)."""
         now = self._follow()
         out: list[NewTask] = []
         mark = _Marks(self._scope)
@@ -138,6 +143,12 @@ class LinkIntake:
                 continue
             domains = self.allow_domains or frozenset((_host(task.url),))
             for raw in urls:
+                if not isinstance(raw, str):
+                    child = self._request(raw, task, domains, attempts, batch=batch,
+                                          mark=mark)
+                    if child is not None:
+                        out.append(child)
+                    continue
                 if raw in cache or raw in batch:
                     fates["cached"] += 1
                     continue
@@ -164,6 +175,32 @@ class LinkIntake:
                 out.append(NewTask(url, fingerprint(url), max_attempts=attempts,
                                    meta=task.meta, depth=task.depth + 1))
         return out, mark
+
+    def _request(self, request: Request, parent: Task, domains: frozenset[str],
+                 attempts: int, *, batch: set[str], mark: list[str]) -> NewTask | None:
+        """The task of a Request a handler returned, or None (counted) if it is not one."""
+        fates = self._fates
+        url = canonicalize(request.url)
+        if not isinstance(url, str):
+            fates["invalid"] += 1
+            return None
+        if not _in_scope(_host(url), domains):
+            fates["out_of_scope"] += 1
+            return None
+        key = request_key(request.method, url, request.body, request.unique_key)
+        if key in self.cache or key in batch:
+            fates["cached"] += 1
+            return None
+        try:  # checked by the runner as the handler returned it: only data changed since
+            task = NewTask.from_request(request, url, max_attempts=attempts,
+                                        depth=parent.depth + 1, meta=parent.meta)
+        except InvalidRequestError:
+            fates["invalid"] += 1
+            return None
+        batch.add(key)
+        mark.append(key)
+        fates["sent"] += 1
+        return task
 
     def sent(self, mark: Sequence[str]) -> None:
         """The queue has deduplicated these URLs: later copies may skip it (unless the

@@ -21,10 +21,17 @@ from common.policy import is_pushback
 from common.queue import Code, CrawlQueue, Failure, Lease
 from common.reasons import CONNECT_ERROR
 from common.redis_errors import REDIS_ERRORS
+from common.request import Request
 from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
 from consumer.flush import Completion, Flusher
-from consumer.handlers import Handler, HandlerContext, LeaseLostError, as_result
+from consumer.handlers import (
+    Handler,
+    HandlerContext,
+    LeaseLostError,
+    as_result,
+    check_children,
+)
 from consumer.leaser import DISPATCH_MS, Leaser
 from consumer.leases import LeaseBook
 from consumer.live import PolicyReader
@@ -191,7 +198,8 @@ class Runner:
                                               crawl_credentials=True,
                                               accept=live.accept or None,
                                               on_sent=self.on_sent(lease),
-                                              conditional=conditional_headers(task.revisit))
+                                              conditional=conditional_headers(task.revisit),
+                                              method=task.method, body=task.body)
         except FetchError as exc:
             self.metrics.response(exc.status)
             # A status is the host's response, a page of its budget (a proxy's refusal
@@ -223,7 +231,7 @@ class Runner:
             return
         outcome = outcome_of(task.revisit, result, observed)
         record = noted(self._record(lease, result, outcome), task.revisit, observed)
-        urls: Sequence[str] = ()
+        urls: Sequence[str | Request] = ()
         if self.handler is not None and outcome not in NOT_HANDLED:
             # Counted before the handler's CPU work, and the loop goes round once: the
             # responses that came in together are all counted when the leaser runs next,
@@ -233,6 +241,8 @@ class Runner:
             try:
                 await asyncio.sleep(0)
                 handled = as_result(await self.handler(result, self._context(lease)))
+                # A bad Request is its task's failure here, never its flush's.
+                check_children(handled.urls, self.queue.known_labels)
             except LeaseLostError:
                 self._complete(Completion(lease, "drop"))
                 return

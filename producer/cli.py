@@ -120,6 +120,10 @@ PRODUCER_OPTIONS = (
            field="urls", convert=tuple),
     Option("--sitemap", "CRAWLQ_SITEMAP", [], "a sitemap, sitemap index or robots.txt URL "
            "whose URLs to enqueue (repeatable)", append=True, field="sitemaps", convert=tuple),
+    Option("--requests", "CRAWLQ_REQUESTS", [], "a file of requests, one JSON object per "
+           "line (url, method, headers, body|json|form, label, data, priority, "
+           "unique_key; .gz read transparently), or - for stdin; repeatable", append=True,
+           convert=tuple),
     Option("--priority", "CRAWLQ_PRIORITY", _TEMPLATE.priority, "task priority: 0 is first "
            "come first served, higher is leased first", type=_int_at_least(0),
            field="template.priority"),
@@ -171,6 +175,7 @@ class ProducerSettings:
     inputs: tuple[str, ...] = _DEFAULT["inputs"]
     urls: tuple[str, ...] = _DEFAULT["urls"]
     sitemaps: tuple[str, ...] = _DEFAULT["sitemaps"]
+    requests: tuple[str, ...] = _DEFAULT["requests"]
     template: TaskTemplate = field(default_factory=TaskTemplate)
     dedup: DedupMode | None = _DEFAULT["dedup"]
     partitions: int | None = _DEFAULT["partitions"]
@@ -190,11 +195,12 @@ class ProducerSettings:
         """Build the settings through PRODUCER_OPTIONS (ConfigError on a bad combination)."""
         values = option_values(PRODUCER_OPTIONS, args)
         inputs = (*values.pop("inputs"), *args.files)
-        if not (inputs or values["urls"] or values["sitemaps"]):
-            raise ConfigError("no input: give files (or - for stdin), --url or --sitemap")
-        if inputs.count(STDIN) > 1:
+        if not (inputs or values["urls"] or values["sitemaps"] or values["requests"]):
+            raise ConfigError("no input: give files (or - for stdin), --url, --sitemap or "
+                              "--requests")
+        if (*inputs, *values["requests"]).count(STDIN) > 1:
             raise ConfigError("stdin (-) can be read only once")
-        if values["every_s"] and STDIN in inputs:
+        if values["every_s"] and STDIN in (*inputs, *values["requests"]):
             raise ConfigError("--every re-reads the inputs each run; stdin (-) can't be "
                               "re-read: use a file")
         if values["recrawl_after_s"] and values["dedup"] is DedupMode.BLOOM:
@@ -310,6 +316,9 @@ def _sources(settings: ProducerSettings, stdin: BinaryIO | None,
         sources.append(url_chunks(settings.urls))
     for path in settings.inputs:
         sources.append(stdin_chunks(stdin) if path == STDIN else file_chunks(path))
+    for path in settings.requests:
+        sources.append(stdin_chunks(stdin, requests=True) if path == STDIN
+                       else file_chunks(path, requests=True))
     if settings.sitemaps:
         assert fetcher is not None
         reader = SitemapReader(fetcher)
@@ -324,7 +333,7 @@ async def run_once(settings: ProducerSettings, client: RedisClient | None, *,
     summary = Summary(settings.common.crawl, dry_run=settings.dry_run,
                       reject_file=settings.reject_file)
     try:
-        check_files(settings.inputs)
+        check_files((*settings.inputs, *settings.requests))
         async with contextlib.AsyncExitStack() as stack:
             rejects = None
             if settings.reject_file:

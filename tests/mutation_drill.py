@@ -44,6 +44,7 @@ _F = "tests/test_fetcher.py::"
 _FR = "tests/test_frontier.py::"
 _PB = "tests/test_pushback.py::"
 _RS = "tests/test_revisit_schedule.py::"
+_RQ = "tests/test_requests.py::"
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,16 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("36-zero-max-crawl-delay-caps-to-zero", "max_crawl_delay 0 obeys any robots.txt "
            "Crawl-delay, cutting and logging none",
            (_PB + "test_a_max_crawl_delay_of_0_obeys_any_crawl_delay",)),
+    Mutant("43-post-bodies-deduped-as-one", "two bodies sent to one URL are two tasks (a "
+           "request's unique key holds its body's digest); one body twice is one",
+           (_RQ + "test_two_post_bodies_to_one_url_are_two_tasks_and_one_body_twice_is_one",)),
+    Mutant("44-bad-request-accepted-at-enqueue", "a bad request (method, body, data, label) "
+           "is refused at enqueue with its reason, nothing enqueued",
+           (_RQ + "test_a_bad_request_is_refused_at_enqueue_and_nothing_is_enqueued",)),
+    Mutant("45-child-label-and-data-dropped", "a handler's child Request keeps its label "
+           "and data through Redis to another consumer's handler",
+           (_RQ + "test_a_childs_label_and_data_reach_its_handler_in_another_consumer_"
+            "process",)),
 )
 
 
