@@ -29,7 +29,7 @@ from typing import Any
 from common import codec
 from common.errors import InvalidRequestError, MalformedTaskError
 from common.headers import checked_headers
-from common.request import check_label, check_method, request_key
+from common.request import Request, check_label, check_method, request_key
 from common.revisit import Revisit
 
 MAX_TASK_BYTES = 256 * 1024
@@ -67,6 +67,12 @@ class Task:
     def key(self) -> str:
         """Its unique key: what the crawl deduplicated it by (``id`` is its fingerprint)."""
         return request_key(self.method, self.url, self.body, self.unique_key)
+
+    def as_request(self) -> Request:
+        """The request this task fetches (its URL canonical, its headers the ones stored
+        with it): what a route is handed as ``ctx.request``."""
+        return Request(self.url, self.method, self.headers, self.body, self.label, self.data,
+                       self.priority, self.unique_key)
 
 
 def encode_entry(tid: str, url: str, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS,

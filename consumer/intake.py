@@ -187,15 +187,15 @@ class LinkIntake:
         if not _in_scope(_host(url), domains):
             fates["out_of_scope"] += 1
             return None
+        key = request_key(request.method, url, request.body, request.unique_key)
+        if key in self.cache or key in batch:
+            fates["cached"] += 1
+            return None
         try:  # checked by the runner as the handler returned it: only data changed since
             task = NewTask.from_request(request, url, max_attempts=attempts,
                                         depth=parent.depth + 1, meta=parent.meta)
         except InvalidRequestError:
             fates["invalid"] += 1
-            return None
-        key = request_key(task.method, url, task.body, task.unique_key)
-        if key in self.cache or key in batch:
-            fates["cached"] += 1
             return None
         batch.add(key)
         mark.append(key)

@@ -148,6 +148,25 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("30-lease-ahead-started-early", "a turn leased ahead starts at its turn, not "
            "when the lease reply came",
            (_FR + "test_a_turn_within_ahead_is_leased_timed_to_it_and_counted_from_it",)),
+    Mutant("31-push-back-keeps-the-first-retry-after", "two push-backs of one host in one "
+           "fail call block it for the longer Retry-After",
+           (_PB + "test_two_push_backs_of_one_host_in_one_call_keep_the_longer_retry_after",)),
+    Mutant("32-push-back-of-another-task", "a push-back blocks its own host only, not "
+           "another host failed in the same call",
+           (_PB + "test_a_push_back_blocks_only_its_own_host_of_a_call",)),
+    Mutant("33-max-age-past-max-interval", "a declared max-age raises an adaptive interval, "
+           "never past max_interval",
+           (_RS + "test_max_age_never_raises_an_adaptive_interval_past_max_interval",)),
+    Mutant("34-adaptive-delay-below-the-hosts-own", "adaptive_delay never takes a host "
+           "below its own delay",
+           (_PB + "test_adaptive_delay_never_goes_below_the_hosts_own_delay",)),
+    Mutant("35-opt-in-push-back-outcomes-ignored", "5xx, 408, a timeout and a refused "
+           "connection count as push-back when backoff_on names them",
+           (_PB + "test_backoff_on_counts_an_opt_in_outcome_only_when_named",
+            _PB + "test_a_timeout_named_in_backoff_on_blocks_its_host")),
+    Mutant("36-zero-max-crawl-delay-caps-to-zero", "max_crawl_delay 0 obeys any robots.txt "
+           "Crawl-delay, cutting and logging none",
+           (_PB + "test_a_max_crawl_delay_of_0_obeys_any_crawl_delay",)),
     Mutant("43-post-bodies-deduped-as-one", "two bodies sent to one URL are two tasks (a "
            "request's unique key holds its body's digest); one body twice is one",
            (_RQ + "test_two_post_bodies_to_one_url_are_two_tasks_and_one_body_twice_is_one",)),

@@ -120,6 +120,8 @@ def test_an_entry_carries_method_body_label_data_and_unique_key() -> None:
     assert (task.method, task.body, task.label, task.data, task.unique_key) == (
         "POST", b'{"q":"\xc3\xa9"}', "api", {"category": "books", "n": [1, 2]}, "search-1")
     assert task.key() == "search-1"
+    assert task.as_request() == Request(API, "POST", {}, b'{"q":"\xc3\xa9"}', "api",
+                                        {"category": "books", "n": [1, 2]}, 0, "search-1")
     binary = decode_entry(encode_entry(TID, API, method="PUT", body=b"\xff\x00"))
     assert binary.body == b"\xff\x00"
     assert binary.key() == Request(API, "PUT", body=b"\xff\x00").key()

@@ -178,6 +178,24 @@ async def test_max_age_raises_an_adaptive_interval_and_fixed_ignores_learning(
     assert await interval_of(zero, "http://a.test/4") == 10
 
 
+async def test_max_age_never_raises_an_adaptive_interval_past_max_interval(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """max_interval 1000 s: a first visit declaring max-age 5000 s gets 1000 s, and so
+    does the 304 after it (grown x1.4, raised by max-age, still clamped)."""
+    q = await revisit_queue(redis_client, crawl_name, max_interval=1000)
+    url = "http://a.test/p"
+    await q.enqueue([nt(url)])
+    before = await redis_ms(redis_client)
+    await visit(q, "ok", Observed("", "", "", 5000))
+    assert await interval_of(q, url) == 1000
+    due = await redis_client.zscore(q.partitions[0].rv_due, tid(url))
+    assert due is not None and before + 1_000_000 <= due <= before + 1_010_000
+    await make_due(q, url)
+    assert (await q.promote())[0] == 1
+    await visit(q, "not_modified", Observed("", "", "", 5000))
+    assert await interval_of(q, url) == 1000
+
+
 async def test_a_304_keeps_the_stored_validators_it_did_not_carry(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
     q = await revisit_queue(redis_client, crawl_name)
