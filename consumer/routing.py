@@ -13,7 +13,6 @@ own to read: ``ctx.task.label``); a consumer with neither runs no code: it has n
 from __future__ import annotations
 
 from common.http.fetcher import FetchResult
-from common.request import Request
 from common.spider import Spider, run_route
 from common.task import Task
 from consumer.handlers import Handler, HandlerContext, HandlerResult, as_result
@@ -59,8 +58,6 @@ class Router:
         if self.spider is None or not self.spider.knows(task.label):
             assert self.handler is not None
             return as_result(await self.handler(result, ctx))
-        request = Request(task.url, task.method, task.headers, task.body, task.label,
-                          task.data, task.priority, task.unique_key)
-        done = await run_route(self.spider, result, request, worker=ctx.worker,
+        done = await run_route(self.spider, result, task.as_request(), worker=ctx.worker,
                                checkpoint=ctx.checkpoint, save=ctx.save_checkpoint)
         return HandlerResult(items=done.items, urls=done.requests)

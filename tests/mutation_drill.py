@@ -177,8 +177,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "and data through Redis to another consumer's handler",
            (_RQ + "test_a_childs_label_and_data_reach_its_handler_in_another_consumer_"
             "process",)),
-    Mutant("46-route-gets-no-data", "a child's label and data reach its spider route on "
-           "another consumer process",
+    Mutant("46-followed-data-dropped", "a followed link's label and data reach its spider "
+           "route on another consumer process",
            (_SP + "test_a_childs_label_and_data_reach_its_route_on_another_consumer_process",)),
     Mutant("47-unknown-label-fetched", "a task whose label has no route ends dead "
            "(unknown_label) at its first lease, never fetched, never done unparsed",
