@@ -77,7 +77,7 @@ async def run_spider(args: argparse.Namespace) -> int:
     """Run the spider end to end; 0 when every task was settled (done or dead) in time."""
     started = time.monotonic()
     try:
-        spider = load_spider(args.spider, flag="crawlq run")
+        spider = load_spider(args.spider, flag="spider")
         crawl = args.crawl or spider.name
         validate_crawl_name(crawl)
         if args.out and args.sink:
