@@ -22,11 +22,12 @@ from support.consume import consumer_args
 from support.routes import serve
 
 from common.frontier.hosts import Frontier
-from common.policy import read_policy
+from common.policy import create_policy, read_policy
 from common.queue import CrawlSettings, LeasingQueue, NewTask
 from common.request import Request
 from common.urls import canonicalize
 from console.demo.site import SHOP_CATEGORIES, SiteSpec, product, reviews, sample_site
+from console.run_spider import gather_items
 from producer.cli import main_async
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -229,3 +230,66 @@ async def test_the_producer_enqueues_a_spiders_start_once_and_refuses_a_label_wi
     assert "no route for label 'ghost'" in capsys.readouterr().err
     q = await LeasingQueue.existing(redis_client, crawl_name)
     assert (await q.stats()).pending == 2  # nothing more
+
+
+@pytest.mark.slow
+async def test_consumers_killed_mid_crawl_leave_every_item_once_by_key(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kill -9 of a consumer in the middle of the example spider's crawl: its tasks come
+    back when their leases expire, another consumer runs their routes again, and the
+    items gathered one a key are exactly the shop's."""
+    spec = SiteSpec(pages=10, products=25)
+    out = tmp_path / "out"
+    example = str(ROOT / "examples" / "demo_spider.py")
+    await create_policy(redis_client, crawl_name, {
+        "per_host_delay": 0.0, "per_host_concurrency": 4, "max_depth": 50,
+        "retry_base": 0.1, "retry_cap": 0.2}, by="test")
+    procs: list[asyncio.subprocess.Process] = []
+
+    async def consumer(name: str) -> asyncio.subprocess.Process:
+        with (tmp_path / f"{name}.log").open("wb") as log:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "consumer",
+                *consumer_args(redis_url, crawl_name, out / name), "--worker-id", name,
+                "--spider", example, "--lease", "2", "--concurrency", "4",
+                env={**child_env(), "CRAWLQ_DEMO_SITE": base}, cwd=tmp_path,
+                stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT)
+        procs.append(proc)
+        return proc
+
+    try:
+        async with sample_site(spec=spec) as base:
+            monkeypatch.setenv("CRAWLQ_DEMO_SITE", base)  # the producer loads it here
+            code = await main_async(["--redis-url", redis_url, "--crawl", crawl_name,
+                                     "--progress", "off", "--spider", example],
+                                    out=StringIO())
+            assert code == 0
+            q = await LeasingQueue.existing(redis_client, crawl_name)
+            doomed = await consumer("w-doomed")
+            await consumer("w-steady")
+
+            async def under_way() -> bool:
+                return (await q.stats()).done >= 30
+            await until(under_way, 60, "30 tasks done")
+            doomed.kill()  # SIGKILL: its leases are left to expire
+            await doomed.wait()
+            await consumer("w-late")
+            for proc in procs[1:]:
+                assert await asyncio.wait_for(proc.wait(), 90) == 0
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    stats = await q.stats()
+    assert (stats.dead, stats.active) == (0, 0)
+    assert stats.counters.get("reclaimed", 0) >= 1  # the killed one held leases
+    gather_items(out, tmp_path / "items.jsonl")
+    items = [json.loads(line) for line in (tmp_path / "items.jsonl").read_text().split("\n")
+             if line]
+    got = {str(i.get("review") or i["sku"]): i for i in items}
+    assert len(got) == len(items)
+    for item in got.values():
+        item.pop("url", None)
+    assert got == expected_shop_items(spec)
