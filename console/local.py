@@ -17,7 +17,8 @@ from pathlib import Path
 
 from common.queue import CrawlQueue, Stats
 
-__all__ = ["Children", "dir_summary", "progress_line", "say", "tail", "watch"]
+__all__ = ["Children", "SigtermCancels", "dir_summary", "progress_line", "say", "tail",
+           "watch"]
 
 PROGRESS_EVERY_S = 0.5
 PLAIN_PROGRESS_EVERY_S = 5.0
@@ -52,6 +53,35 @@ class Children:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 await proc.wait()
+
+
+class SigtermCancels:
+    """While open, SIGTERM (kill, docker stop) cancels the task that opened it, so the
+    command ends through its ``finally`` and stops what it started, as on Ctrl-C.
+
+    Python 3.11's asyncio.wait_for (redis-py's socket writes) drops a cancel that lands as
+    the call it waits for completes: it cancels again every 0.2 s until `taken` (the
+    command's ``except CancelledError`` says so) or `close`.
+    """
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.main = asyncio.current_task()
+        self.taken = False
+        if self.main is not None:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                self.loop.add_signal_handler(signal.SIGTERM, self._cancel)
+
+    def _cancel(self) -> None:
+        if self.main is not None and not self.main.done() and not self.taken:
+            self.main.cancel()
+            self.loop.call_later(0.2, self._cancel)
+
+    def close(self) -> None:
+        """SIGTERM is the default's again (the command is stopping anyway)."""
+        self.taken = True
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            self.loop.remove_signal_handler(signal.SIGTERM)
 
 
 def say(text: str = "") -> None:

@@ -13,7 +13,8 @@
 5. Items: ``--sink postgres://...`` hands them to the consumers' PostgreSQL sink;
    otherwise the consumers write JSONL records and the items are gathered into ``--out``
    (one JSON object a line, one line a key: a task fetched twice is one item).
-6. A summary; every child is stopped in ``finally``, whatever happened.
+6. A summary; every child is stopped in ``finally``, whatever happened (Ctrl-C and
+   SIGTERM included).
 
 The same file runs on a fleet unchanged: ``crawlq-producer --spider FILE`` and
 ``crawlq-consumer --spider FILE``, which is all this command starts.
@@ -41,7 +42,7 @@ from common.policy import CrawlPolicy, ensure_policy, parse_assignments
 from common.queue import CrawlQueue, Stats
 from common.redis_server import RedisServer
 from common.spider import Spider, load_spider
-from console.local import Children, say, tail, watch
+from console.local import Children, SigtermCancels, say, tail, watch
 
 __all__ = ["RUN_OPTIONS", "gather_items", "run_spider"]
 
@@ -91,6 +92,7 @@ async def run_spider(args: argparse.Namespace) -> int:
     out, logs, results, items_to = await asyncio.to_thread(_prepare, args)
     children = Children()
     server: RedisServer | None = None
+    sigterm = SigtermCancels()  # kill, docker stop: the run ends through its finally
     try:
         redis_url = args.redis_url
         if not redis_url:
@@ -131,7 +133,12 @@ async def run_spider(args: argparse.Namespace) -> int:
         _summary(spider, stats, time.monotonic() - started, items=items, items_to=items_to,
                  sink=args.sink, logs=logs)
         return 0 if ok else 1
+    except asyncio.CancelledError:
+        sigterm.taken = True
+        say("\ninterrupted: stopping the consumers and Redis")
+        raise
     finally:
+        sigterm.close()
         await children.stop()
         if server is not None:
             await asyncio.to_thread(server.stop)

@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import shutil
-import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -38,7 +36,7 @@ from common.policy import CrawlPolicy, ensure_policy
 from common.queue import CrawlQueue, Stats
 from common.redis_server import RedisServer
 from console.demo.site import SiteSpec, sample_site
-from console.local import Children, dir_summary, say, tail, watch
+from console.local import Children, SigtermCancels, dir_summary, say, tail, watch
 
 __all__ = ["DEMO_OPTIONS", "run_demo"]
 
@@ -133,26 +131,13 @@ async def run_demo(args: argparse.Namespace, *, crawl_keys: CrawlKeysFn) -> int:
     paths = await asyncio.to_thread(_Paths.prepare, args.output)
     children = Children()
     server: RedisServer | None = None
-    loop = asyncio.get_running_loop()
-    main = asyncio.current_task()
-    interrupted = False
-
-    def on_sigterm() -> None:
-        # Python 3.11's asyncio.wait_for (redis-py's socket writes) drops a cancel that
-        # lands as the call it waits for completes: cancel again until the demo took it.
-        if main is not None and not main.done() and not interrupted:
-            main.cancel()
-            loop.call_later(0.2, on_sigterm)
-
-    if main is not None:  # SIGTERM (kill, docker stop) ends the demo through its finally
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    sigterm = SigtermCancels()  # kill, docker stop: the demo ends through its finally
     try:
         redis_url, server = await _prepare_redis(args, paths.out, crawl_keys)
         spec = SiteSpec(pages=args.pages)
         async with sample_site(spec=spec) as base_url:
             say(f"sample site: {base_url}/ ({spec.pages} pages, some slow, failing, "
-                 "redirecting or disallowed by robots.txt)")
+                "redirecting or disallowed by robots.txt)")
             await _fetch_seeds(base_url, paths.seeds)
             env = {**os.environ, "PYTHONUNBUFFERED": "1", "REDIS_URL": redis_url,
                    "CRAWLQ_CRAWL": args.crawl}
@@ -184,7 +169,7 @@ async def run_demo(args: argparse.Namespace, *, crawl_keys: CrawlKeysFn) -> int:
             try:
                 queue = await CrawlQueue.existing(client, args.crawl)
                 ok = await watch(children, queue, total=int(produced["enqueued"]),
-                                  timeout_s=args.timeout, started=started, logs=paths.logs)
+                                 timeout_s=args.timeout, started=started, logs=paths.logs)
                 stats = await queue.stats()
             finally:
                 await client.aclose()
@@ -192,12 +177,11 @@ async def run_demo(args: argparse.Namespace, *, crawl_keys: CrawlKeysFn) -> int:
                  embedded=server is not None)
         return 0 if ok else 1
     except asyncio.CancelledError:
-        interrupted = True
+        sigterm.taken = True
         say("\ninterrupted: stopping the consumers, the site and Redis")
         raise
     finally:
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.remove_signal_handler(signal.SIGTERM)
+        sigterm.close()
         await children.stop()
         if server is not None:
             await asyncio.to_thread(server.stop)
