@@ -15,6 +15,7 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
@@ -293,3 +294,45 @@ async def test_consumers_killed_mid_crawl_leave_every_item_once_by_key(
     for item in got.values():
         item.pop("url", None)
     assert got == expected_shop_items(spec)
+
+
+def group_alive(pgid: int) -> list[str]:
+    """The live (not zombie) processes of process group `pgid`."""
+    found = []
+    for proc in psutil.process_iter(["name", "status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(f"{proc.pid} {proc.info['name']}")
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return found
+
+
+@pytest.mark.slow
+async def test_crawlq_run_stopped_by_sigterm_stops_everything_it_started(
+        tmp_path: Path) -> None:
+    env = {**child_env(), "CRAWLQ_DEMO_SITE": "http://127.0.0.1:9"}  # nothing answers
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "import sys; from console.cli import main; sys.exit(main())",
+        "run", str(ROOT / "examples" / "demo_spider.py"), "--allow-private",
+        "--output", str(tmp_path / "run"), env=env, cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True)
+    assert proc.stdout is not None
+    seen = []
+    try:
+        async with asyncio.timeout(60):
+            while not any(line.startswith("started 2 consumers") for line in seen):
+                seen.append((await proc.stdout.readline()).decode())
+                assert seen[-1], "".join(seen)
+        names = [m.split(" ", 1)[1] for m in group_alive(proc.pid)]
+        assert names.count("redis-server") == 1 and len(names) == 4, names
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = await asyncio.wait_for(proc.communicate(), 30)
+    finally:
+        if proc.returncode is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, "".join(seen) + rest.decode()
+    assert "interrupted: stopping the consumers and Redis" in rest.decode()
+    assert group_alive(proc.pid) == []
