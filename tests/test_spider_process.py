@@ -19,7 +19,7 @@ import psutil
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
-from support.consume import consumer_args
+from support.consume import consume, consumer_args
 from support.routes import serve
 
 from common.frontier.hosts import Frontier
@@ -336,3 +336,17 @@ async def test_crawlq_run_stopped_by_sigterm_stops_everything_it_started(
     assert proc.returncode == 128 + signal.SIGTERM, "".join(seen) + rest.decode()
     assert "interrupted: stopping the consumers and Redis" in rest.decode()
     assert group_alive(proc.pid) == []
+
+
+async def test_a_handler_and_a_spiders_default_route_both_parsing_unlabelled_is_exit_2(
+        redis_url: str, crawl_name: str, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    example = str(ROOT / "examples" / "demo_spider.py")  # it has a default route
+    assert await consume(redis_url, crawl_name, tmp_path, "--spider", example,
+                         "--handler", "consumer.handlers:links", limit_s=30) == 2
+    errors = [getattr(r, "error", "") for r in caplog.records if r.msg == "config_error"]
+    assert "both parse requests without a label: drop one" in errors[-1]
+    assert await consume(redis_url, crawl_name, tmp_path, "--spider",
+                         str(tmp_path / "missing.py"), limit_s=30) == 2
+    errors = [getattr(r, "error", "") for r in caplog.records if r.msg == "config_error"]
+    assert "no such file" in errors[-1]
