@@ -3,7 +3,8 @@
 1. The spider is loaded here first, so a broken file is one line and exit 2, not a
    crash in every child.
 2. Redis: ``--redis-url`` / ``REDIS_URL`` if given (the crawl goes on from its state:
-   a producer run is idempotent), else an embedded redis-server stopped at the end.
+   a producer run is idempotent, and the earlier runs' results in ``--output`` are
+   kept), else an embedded redis-server stopped at the end (a fresh crawl each run).
 3. The crawl's policy for a crawl that has none: the defaults, the spider's own values
    (``Spider(policy=...)``) and ``--set KEY=VALUE`` over them (``per_host_delay=0``: a
    local site is crawled fast).
@@ -146,12 +147,14 @@ async def run_spider(args: argparse.Namespace) -> int:
 
 def _prepare(args: argparse.Namespace) -> tuple[Path, Path, Path, Path | None]:
     """The output directory, its emptied logs and results, and the items file (None
-    with --sink)."""
+    with --sink). With --redis-url the crawl may go on from an earlier run: its results
+    are kept, so the items gathered are the whole crawl's."""
     out = Path(args.output).resolve()
     logs, results = out / "logs", out / "results"
-    for old in (logs, results):
+    for old in (logs,) if args.redis_url else (logs, results):
         shutil.rmtree(old, ignore_errors=True)
-        old.mkdir(parents=True)
+    for new in (logs, results):
+        new.mkdir(parents=True, exist_ok=True)
     items_to = None if args.sink else Path(args.out or out / "items.jsonl").resolve()
     return out, logs, results, items_to
 

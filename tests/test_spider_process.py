@@ -23,6 +23,7 @@ from support.consume import consume, consumer_args
 from support.routes import serve
 
 from common.frontier.hosts import Frontier
+from common.keys import CrawlKeys
 from common.policy import create_policy, read_policy
 from common.queue import CrawlSettings, LeasingQueue, NewTask
 from common.request import Request
@@ -350,3 +351,50 @@ async def test_a_handler_and_a_spiders_default_route_both_parsing_unlabelled_is_
                          str(tmp_path / "missing.py"), limit_s=30) == 2
     errors = [getattr(r, "error", "") for r in caplog.records if r.msg == "config_error"]
     assert "no such file" in errors[-1]
+
+
+@pytest.mark.slow
+async def test_crawlq_run_stopped_and_run_again_on_its_redis_goes_on_where_it_was(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+        tmp_path: Path) -> None:
+    spec = SiteSpec(pages=10, products=25)
+    items_file = tmp_path / "items.jsonl"
+    async with sample_site(spec=spec) as base:
+        argv = [sys.executable, "-c",
+                "import sys; from console.cli import main; sys.exit(main())",
+                "run", str(ROOT / "examples" / "demo_spider.py"), "--allow-private",
+                "--redis-url", redis_url, "--crawl", crawl_name,
+                "--set", "per_host_delay=0", "--set", "per_host_concurrency=2",
+                "--output", str(tmp_path / "run"), "--out", str(items_file)]
+        env = {**child_env(), "CRAWLQ_DEMO_SITE": base}
+        first = await asyncio.create_subprocess_exec(
+            *argv, env=env, cwd=tmp_path, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT)
+        try:
+            async def some_done() -> bool:
+                assert first.returncode is None
+                if not await redis_client.exists(CrawlKeys.build(crawl_name).meta):
+                    return False
+                q = await LeasingQueue.existing(redis_client, crawl_name)
+                return (await q.stats()).done >= 40
+            await until(some_done, 60, "40 requests done")
+            first.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(first.communicate(), 30)
+        finally:
+            if first.returncode is None:
+                first.kill()
+                await first.wait()
+        q = await LeasingQueue.existing(redis_client, crawl_name)
+        assert (await q.stats()).active > 0  # stopped half-way
+        second = await asyncio.create_subprocess_exec(
+            *argv, env=env, cwd=tmp_path, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT)
+        stdout, _ = await asyncio.wait_for(second.communicate(), 110)
+    text = stdout.decode()
+    assert second.returncode == 0, text
+    assert "(1 seen before)" in text  # the start request: the crawl went on
+    items = [json.loads(line) for line in items_file.read_text().splitlines()]
+    got = {str(i.get("review") or i["sku"]): i for i in items}
+    for item in got.values():
+        item.pop("url", None)
+    assert got == expected_shop_items(spec)
