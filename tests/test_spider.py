@@ -261,3 +261,18 @@ async def test_a_plain_link_is_followed_as_its_url_and_needs_a_default_route() -
     with pytest.raises(UnknownLabelError, match="no default route"):
         await run_route(only_labels, result(), Request("http://shop.test/", label="list"),
                         worker="w", checkpoint=None, save=saved)
+
+
+async def test_a_route_parses_2xx_pages_only() -> None:
+    spider = shop_spider()
+    for status in (404, 410, 304):
+        missing = FetchResult(url="http://shop.test/b", final_url="http://shop.test/b",
+                              status=status, headers={}, raw_headers=(), body=b"gone",
+                              elapsed=0.0, redirects=(), http_version="HTTP/1.1")
+        ctx = await run_route(spider, missing, Request("http://shop.test/b", label="book",
+                                                       data={"shelf": "s"}),
+                              worker="w", checkpoint=None, save=saved)
+        assert (ctx.items, ctx.requests) == ([], [])
+    with pytest.raises(UnknownLabelError):  # a label with no route is refused all the same
+        await run_route(spider, missing, Request("http://shop.test/b", label="nope"),
+                        worker="w", checkpoint=None, save=saved)

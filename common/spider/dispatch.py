@@ -19,12 +19,15 @@ __all__ = ["run_route"]
 async def run_route(spider: Spider, result: FetchResult, request: Request, *, worker: str,
                     checkpoint: Any, save: Callable[[Any], Awaitable[None]]) -> Context:
     """Run the route of `request`'s label on `result`; the context holds what it emitted
-    and followed. UnknownLabelError when the label has no route; whatever the route
-    raises is raised."""
+    and followed. A route parses pages: a response other than 2xx (a 404, a final 3xx)
+    runs none, as in Scrapy, and its task is done as its outcome says (``http_4xx``).
+    UnknownLabelError when the label has no route; whatever the route raises is raised."""
     route = spider.route_for(request.label)
     response = Response(result)
     ctx = Context(spider, route, request, response, worker=worker, checkpoint=checkpoint,
                   save=save)
+    if not 200 <= result.status < 300:
+        return ctx
     if inspect.isasyncgenfunction(route.fn):
         async for out in route.fn(response, ctx):
             _take(ctx, out)
