@@ -49,3 +49,10 @@ async def idn_links(response: FetchResult, ctx: HandlerContext) -> HandlerResult
     """Returns `IDN_LINKS` for the crawl's seed, nothing for anything deeper."""
     return HandlerResult(items=[{"status": response.status}],
                          urls=IDN_LINKS if ctx.task.depth == 0 else [])
+
+
+async def extract(response: FetchResult, ctx: HandlerContext) -> HandlerResult:
+    """Two items a page, each naming the page and the consumer that extracted it: keyed
+    ``<url>#0`` and ``<url>#1`` by the sink."""
+    return HandlerResult(items=[{"url": ctx.task.url, "n": n, "worker": ctx.worker}
+                                for n in range(2)])
