@@ -44,6 +44,7 @@ _F = "tests/test_fetcher.py::"
 _FR = "tests/test_frontier.py::"
 _PB = "tests/test_pushback.py::"
 _RS = "tests/test_revisit_schedule.py::"
+_PG = "tests/test_postgres_sink.py::"
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,17 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("30-lease-ahead-started-early", "a turn leased ahead starts at its turn, not "
            "when the lease reply came",
            (_FR + "test_a_turn_within_ahead_is_leased_timed_to_it_and_counted_from_it",)),
+    Mutant("49-pg-ack-before-commit", "a task is acked only once the PostgreSQL transaction "
+           "holding its rows committed",
+           (_PG + "test_a_refused_write_acks_nothing_until_the_database_takes_it",)),
+    Mutant("50-pg-stale-write-replaces-row", "a stale lease's late write never replaces a "
+           "row its successor wrote",
+           (_PG + "test_an_older_fence_never_replaces_a_newer_row",
+            _PG + "test_a_stale_consumers_late_write_does_not_replace_its_successors_row")),
+    Mutant("51-pg-batch-keeps-the-first-of-a-key", "a batch holding one key twice writes "
+           "the item of the newest fence",
+           (_PG + "test_a_batch_with_duplicate_keys_writes_one_row_a_key_the_newest_fence_"
+                  "winning",)),
 )
 
 

@@ -187,7 +187,7 @@ def test_the_url_is_checked_and_its_password_never_shown() -> None:
 
 
 async def test_a_refused_write_acks_nothing_until_the_database_takes_it(
-        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path,
+        *, redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path,
         postgres_url: str, db: asyncpg.Connection, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="consumer")
     # The database refuses every row (a constraint no row meets) until the operator drops it.
@@ -208,7 +208,8 @@ async def test_a_refused_write_acks_nothing_until_the_database_takes_it(
         while sum(r.getMessage() == "sink_write_failed" for r in caplog.records) < 1 \
                 or not any(r.getMessage() == "sink_probe_failed" for r in caplog.records):
             assert time.monotonic() < deadline, "the database never refused a write"
-            assert not running.done(), running.result()
+            assert not running.done(), "the consumer finished while the database refused " \
+                f"every row (exit {running.result()})"
             await asyncio.sleep(0.05)
         stats = await queue.stats()
         assert stats.done == 0, "a task was acked while the database refused its rows"
@@ -217,7 +218,7 @@ async def test_a_refused_write_acks_nothing_until_the_database_takes_it(
         assert await running == EXIT_OK
     stats = await queue.stats()
     assert (stats.done, stats.pending, stats.leased, stats.dead) == (len(urls), 0, 0, 0)
-    assert set((await rows(db))) == {f"{u}#{n}" for u in urls for n in range(2)}
+    assert set(await rows(db)) == {f"{u}#{n}" for u in urls for n in range(2)}
 
 
 # -- real consumer processes ----------------------------------------------------------------
@@ -286,7 +287,7 @@ async def until(pred: Callable[[], Awaitable[bool]], within: float, what: str) -
 
 
 async def test_a_stale_consumers_late_write_does_not_replace_its_successors_row(
-        consumers: Consumers, redis_client: aioredis.Redis, crawl_name: str,
+        *, consumers: Consumers, redis_client: aioredis.Redis, crawl_name: str,
         postgres_server: Any, postgres_url: str, db: asyncpg.Connection) -> None:
     """a writes its result, its statement held on the way to the database; a is frozen
     (SIGSTOP) past its lease; b reclaims the task, fetches it and writes; then a's
