@@ -6,6 +6,7 @@ import itertools
 import os
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -70,13 +71,24 @@ async def make_client(redis_url: str) -> AsyncIterator[Callable[..., Any]]:
     await redis.aclose()
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
-    """One real postgres for the session (Debian's binaries; skipped where they are missing)."""
+def _postgres_bindir() -> Path:
     bindir = find_bindir()
     if bindir is None:
         pytest.skip("PostgreSQL's initdb and postgres are not installed (apt: postgresql)")
-    with PostgresServer(bindir) as server:
+    return bindir
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One real postgres for the session (Debian's binaries; skipped where they are missing)."""
+    with PostgresServer(_postgres_bindir()) as server:
+        yield server
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[PostgresServer]:
+    """A postgres of this test's own, to take down and bring back."""
+    with PostgresServer(_postgres_bindir()) as server:
         yield server
 
 

@@ -26,6 +26,7 @@ from aiohttp import web
 from procs import JsonLog
 from sites import start_site_process
 from support.consume import consume, enqueue
+from support.postgres import PostgresServer
 from support.routes import serve
 from support.tcpgate import TcpGate
 
@@ -221,6 +222,58 @@ async def test_a_refused_write_acks_nothing_until_the_database_takes_it(
     assert set(await rows(db)) == {f"{u}#{n}" for u in urls for n in range(2)}
 
 
+async def test_a_database_down_mid_crawl_loses_nothing(
+        *, redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path,
+        own_postgres: PostgresServer, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="consumer")
+    url = own_postgres.url()
+
+    async def page(request: web.Request) -> web.Response:
+        await asyncio.sleep(0.02)
+        return web.Response(text="<html>x</html>", content_type="text/html")
+
+    async def written() -> int:
+        conn = await asyncpg.connect(url)
+        try:
+            return int(await conn.fetchval("SELECT count(*) FROM crawlq_items"))
+        except asyncpg.UndefinedTableError:  # the consumer has not opened its sink yet
+            return 0
+        finally:
+            await conn.close()
+
+    def failed() -> bool:
+        return any(r.getMessage() == "sink_write_failed" for r in caplog.records)
+
+    async with serve({"/p/{i}": page}) as site:
+        urls = [site.url(f"/p/{i}") for i in range(150)]
+        queue = await enqueue(redis_client, crawl_name, urls)
+        running = asyncio.create_task(consume(
+            redis_url, crawl_name, tmp_path, "--sink", url, "--concurrency", "4",
+            "--handler", "consumer_handlers:extract", "--sink-retry-for", "60s", limit_s=90))
+        deadline = time.monotonic() + 30
+        while await written() == 0:
+            assert time.monotonic() < deadline, "nothing was written"
+            await asyncio.sleep(0.05)
+        own_postgres.down()
+        while not failed():
+            assert time.monotonic() < deadline, "no write failed with the database down"
+            assert not running.done()
+            await asyncio.sleep(0.05)
+        done = (await queue.stats()).done
+        assert done < len(urls), "the crawl ended before the database went down"
+        await asyncio.sleep(1)
+        assert (await queue.stats()).done == done, "acked while the database was down"
+        own_postgres.up()
+        assert await running == EXIT_OK
+    stats = await queue.stats()
+    assert (stats.done, stats.pending, stats.leased, stats.dead) == (len(urls), 0, 0, 0)
+    conn = await asyncpg.connect(url)
+    try:
+        assert set(await rows(conn)) == {f"{u}#{n}" for u in urls for n in range(2)}
+    finally:
+        await conn.close()
+
+
 # -- real consumer processes ----------------------------------------------------------------
 
 
@@ -288,7 +341,7 @@ async def until(pred: Callable[[], Awaitable[bool]], within: float, what: str) -
 
 async def test_a_stale_consumers_late_write_does_not_replace_its_successors_row(
         *, consumers: Consumers, redis_client: aioredis.Redis, crawl_name: str,
-        postgres_server: Any, postgres_url: str, db: asyncpg.Connection) -> None:
+        postgres_server: PostgresServer, postgres_url: str, db: asyncpg.Connection) -> None:
     """a writes its result, its statement held on the way to the database; a is frozen
     (SIGSTOP) past its lease; b reclaims the task, fetches it and writes; then a's
     statement reaches the database: b's row must stay."""

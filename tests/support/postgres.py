@@ -50,6 +50,7 @@ class PostgresServer:
         self.dir = Path(tempfile.mkdtemp(prefix="crawlq-pg-"))
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
+        self.data = self.dir / "data"
         self.log_path = self.dir / "postgres.log"
         self._as: dict[str, Any] = {}
         if os.geteuid() == 0:
@@ -60,22 +61,41 @@ class PostgresServer:
         return f"postgres://postgres@127.0.0.1:{self.port}/{database}"
 
     def start(self) -> PostgresServer:
-        data = self.dir / "data"
-        subprocess.run([str(self.bindir / "initdb"), "-D", str(data), "-U", "postgres",
+        """initdb, then the server on a free port."""
+        subprocess.run([str(self.bindir / "initdb"), "-D", str(self.data), "-U", "postgres",
                         "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions"],
                        check=True, capture_output=True, cwd=self.dir, **self._as)
         for _ in range(5):  # another process may take the free port first
             self.port = closed_port()
-            with self.log_path.open("ab") as log:
-                self.process = subprocess.Popen(
-                    [str(self.bindir / "postgres"), "-D", str(data), "-k", str(self.dir),
-                     "-h", "127.0.0.1", "-p", str(self.port), "-c", "fsync=off",
-                     "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-                     "-c", "max_connections=200"],
-                    stdout=log, stderr=subprocess.STDOUT, cwd=self.dir, **self._as)
-            if self._ready():
+            if self._launch():
                 return self
         raise RuntimeError(f"postgres did not start:\n{self.log()[-3000:]}")
+
+    def down(self) -> None:
+        """Shut the server down (its clients' connections end); its data stays."""
+        process, self.process = self.process, None
+        if process is not None:
+            process.send_signal(signal.SIGINT)  # fast shutdown: sessions ended at once
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+
+    def up(self) -> None:
+        """Start a server that is down again, on its port, with its data."""
+        if not self._launch():
+            raise RuntimeError(f"postgres did not start again:\n{self.log()[-3000:]}")
+
+    def _launch(self) -> bool:
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [str(self.bindir / "postgres"), "-D", str(self.data), "-k", str(self.dir),
+                 "-h", "127.0.0.1", "-p", str(self.port), "-c", "fsync=off",
+                 "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+                 "-c", "max_connections=200"],
+                stdout=log, stderr=subprocess.STDOUT, cwd=self.dir, **self._as)
+        return self._ready()
 
     def _ready(self) -> bool:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -95,15 +115,8 @@ class PostgresServer:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def stop(self) -> None:
-        """Fast shutdown (SIGINT: sessions ended, no checkpoint wait), then the files go."""
-        process, self.process = self.process, None
-        if process is not None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
+        """Shut the server down, then its files go."""
+        self.down()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> PostgresServer:
