@@ -149,7 +149,8 @@ MUTANTS: tuple[Mutant, ...] = (
            (_FR + "test_a_turn_within_ahead_is_leased_timed_to_it_and_counted_from_it",)),
     Mutant("49-pg-ack-before-commit", "a task is acked only once the PostgreSQL transaction "
            "holding its rows committed",
-           (_PG + "test_a_refused_write_acks_nothing_until_the_database_takes_it",)),
+           (_PG + "test_a_refused_write_acks_nothing_until_the_database_takes_it",
+            _PG + "test_a_database_down_mid_crawl_loses_nothing")),
     Mutant("50-pg-stale-write-replaces-row", "a stale lease's late write never replaces a "
            "row its successor wrote",
            (_PG + "test_an_older_fence_never_replaces_a_newer_row",
