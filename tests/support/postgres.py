@@ -2,8 +2,8 @@
 of 127.0.0.1, its data directory and unix socket in a temporary directory.
 
 PostgreSQL refuses to run as root: as root, both run as the ``postgres`` user (Debian's
-package creates it), the temporary directory handed to it. Durability is off (fsync,
-synchronous commit): the tests kill consumers, never the database's machine.
+package creates it), the temporary directory handed to it. Durability is off for tests
+(fsync, synchronous commit): they kill consumers, never the database's machine.
 """
 
 from __future__ import annotations
@@ -43,10 +43,12 @@ def find_bindir() -> Path | None:
 
 class PostgresServer:
     """One ``postgres`` process; `url(db)` is a URL a client connects with (no password:
-    trust on 127.0.0.1). Use as a context manager, or start() and stop()."""
+    trust on 127.0.0.1). Use as a context manager, or start() and stop(). `durable`: fsync
+    and synchronous commit on, as a database in use has them (benchmarks)."""
 
-    def __init__(self, bindir: Path) -> None:
+    def __init__(self, bindir: Path, *, durable: bool = False) -> None:
         self.bindir = bindir
+        self.durable = durable
         self.dir = Path(tempfile.mkdtemp(prefix="crawlq-pg-"))
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
@@ -91,9 +93,9 @@ class PostgresServer:
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [str(self.bindir / "postgres"), "-D", str(self.data), "-k", str(self.dir),
-                 "-h", "127.0.0.1", "-p", str(self.port), "-c", "fsync=off",
-                 "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-                 "-c", "max_connections=200"],
+                 "-h", "127.0.0.1", "-p", str(self.port), "-c", "max_connections=200",
+                 *(() if self.durable else ("-c", "fsync=off", "-c", "synchronous_commit=off",
+                                            "-c", "full_page_writes=off"))],
                 stdout=log, stderr=subprocess.STDOUT, cwd=self.dir, **self._as)
         return self._ready()
 

@@ -1,0 +1,226 @@
+"""The PostgreSQL sink against the JSONL sink on the same extraction crawl (issue 32).
+
+    python bench/pgsink_bench.py [--rounds 5] [--concurrency 32] [--consumers 1]
+
+A crawl of python3-doc's HTML tree (~530 pages, served by nginx on 127.0.0.1; both are
+apt-get installed when missing) by ``--consumers`` consumers with bench/doc_items.py's
+handler: every documented signature of a page (``dt.sig[id]``) an item, its links
+followed. Each round crawls the tree twice, once into JSONL files and once into a
+PostgreSQL table (Debian's postgres, run as tests/support/postgres.py runs it, fsync on:
+a database's real commit cost), in alternating order, each time a fresh crawl and a fresh
+table. Per run: pages/s and items/s over the crawl window (the first lease to the last
+ack, polled every 20 ms), the consumers' CPU per page, and for PostgreSQL the server's CPU
+per page (the postmaster and its backends). Then the ratio of PostgreSQL's pages/s to
+JSONL's within each round, and the medians over the rounds. Target: >= 0.85 (the database
+costs the crawl at most 15% of its pages/s). Every PostgreSQL run is checked against the
+JSONL run of its round: the same item keys, each one row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import redis.asyncio as aioredis
+
+ROOT = Path(__file__).resolve().parents[1]
+for path in (ROOT, ROOT / "tests"):  # run as a script from a checkout; tests/support
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from benchlib import cpu_seconds, doc_root, run_in_workdir, start_nginx, stop_all  # noqa: E402
+from support.postgres import PostgresServer, find_bindir  # noqa: E402
+
+from common.queue import CrawlQueue, CrawlSettings, NewTask  # noqa: E402
+from common.redis_server import RedisServer  # noqa: E402
+from common.urls import canonicalize, fingerprint  # noqa: E402
+
+TARGET = 0.85
+
+
+@dataclass
+class Run:
+    sink: str
+    pages: int = 0
+    window_s: float = 0.0
+    items: int = 0
+    keys: frozenset[str] = frozenset()
+    consumer_cpu_s: float = 0.0
+    db_cpu_s: float = 0.0
+    note: str = ""
+
+    @property
+    def pages_s(self) -> float:
+        return self.pages / self.window_s if self.window_s else 0.0
+
+    @property
+    def items_s(self) -> float:
+        return self.items / self.window_s if self.window_s else 0.0
+
+    def line(self) -> str:
+        per_page = 1e3 / self.pages if self.pages else 0.0
+        db = f", db CPU {self.db_cpu_s * per_page:5.2f} ms/page" if self.sink == "postgres" \
+            else ""
+        return (f"  {self.sink:8} {self.pages:5d} pages {self.pages_s:7.1f} pages/s "
+                f"{self.items:6d} items {self.items_s:8.1f} items/s, consumer CPU "
+                f"{self.consumer_cpu_s * per_page:5.2f} ms/page{db}{self.note}")
+
+
+def _stat(pid: int | str) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return []
+
+
+def tree_cpu(root_pid: int) -> float:
+    """CPU seconds of `root_pid` (a postmaster), of its children that ended (its backends:
+    one a connection, gone with the consumer) and of those still running."""
+    tick = os.sysconf("SC_CLK_TCK")
+    own = _stat(root_pid)
+    total = sum(int(v) for v in own[11:15]) / tick if own else 0.0
+    for entry in Path("/proc").iterdir():
+        fields = _stat(entry.name) if entry.name.isdigit() else []
+        if fields and fields[1] == str(root_pid):
+            total += (cpu_seconds(int(entry.name)) or 0.0)
+    return total
+
+
+async def crawl(args: argparse.Namespace, redis: RedisServer, start_url: str, *, sink: str,
+                out: Path, crawl_name: str) -> tuple[int, float, float]:
+    """Run the consumers to the end; (pages done, crawl window, consumers' CPU)."""
+    client = aioredis.Redis.from_url(redis.url)
+    try:
+        queue = await CrawlQueue.open(client, crawl_name, CrawlSettings(partitions=4))
+        await queue.enqueue([NewTask(start_url, fingerprint(start_url))])
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLQ_")}
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "bench")])
+        procs = [await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "consumer", "--redis-url", redis.url, "--crawl", crawl_name,
+            "--worker-id", f"bench-{i}", "--handler", "doc_items:signatures",
+            "--max-depth", "1000", "--per-host-delay", "0", "--per-host-concurrency", "0",
+            "--allow-private", "--exit-when-empty", "--empty-grace", "0",
+            "--concurrency", str(args.concurrency), "--http-port", "-1", "--sink", sink,
+            "--output", str(out), "--log-level", "WARNING", env=env,
+            stdin=asyncio.subprocess.DEVNULL) for i in range(args.consumers)]
+        first = last = 0.0
+        done = 0
+        cpu: dict[int, float] = {}
+        while any(p.returncode is None for p in procs):
+            for p in procs:
+                if p.returncode is None:
+                    cpu[p.pid] = cpu_seconds(p.pid) or cpu.get(p.pid, 0.0)
+            stats = await queue.stats()
+            now = time.monotonic()
+            if not first and stats.leased + stats.done:
+                first = now
+            if stats.done != done:
+                done, last = stats.done, now
+            await asyncio.sleep(0.02)
+        codes = [await p.wait() for p in procs]
+        if any(codes):
+            raise SystemExit(f"a consumer exited {codes} ({sink})")
+        return done, last - first, sum(cpu.values())
+    finally:
+        await client.aclose()
+
+
+def jsonl_items(out: Path) -> tuple[int, frozenset[str]]:
+    keys: list[str] = []
+    for f in sorted(out.glob("*.jsonl")):
+        for line in f.read_text().splitlines():
+            record = json.loads(line)
+            keys += [f"{record['url']}#{i}" for i in range(len(record["items"]))]
+    return len(keys), frozenset(keys)
+
+
+async def table_items(url: str, table: str) -> tuple[int, frozenset[str]]:
+    conn = await asyncpg.connect(url)
+    try:
+        keys = [r[0] for r in await conn.fetch(f"SELECT key FROM {table}")]
+    finally:
+        await conn.close()
+    return len(keys), frozenset(keys)
+
+
+async def one_round(args: argparse.Namespace, n: int, redis: RedisServer, *,
+                    pg: PostgresServer, start_url: str, workdir: Path) -> list[Run]:
+    order = ["jsonl", "postgres"] if n % 2 == 0 else ["postgres", "jsonl"]
+    runs = {}
+    for sink in order:
+        run = Run(sink)
+        out = workdir / f"out-{n}-{sink}"
+        table = f"items_{n}"
+        target = f"{pg.url()}?table={table}" if sink == "postgres" else "jsonl"
+        db_before = tree_cpu(pg.process.pid) if pg.process else 0.0
+        run.pages, run.window_s, run.consumer_cpu_s = await crawl(
+            args, redis, start_url, sink=target, out=out, crawl_name=f"pg-bench-{n}-{sink}")
+        run.db_cpu_s = (tree_cpu(pg.process.pid) if pg.process else 0.0) - db_before
+        run.items, run.keys = (await table_items(pg.url(), table) if sink == "postgres"
+                               else jsonl_items(out))
+        runs[sink] = run
+    if runs["postgres"].keys != runs["jsonl"].keys:
+        runs["postgres"].note = (f"  ITEMS DIFFER: {len(runs['postgres'].keys)} keys vs "
+                                 f"{len(runs['jsonl'].keys)}")
+    return [runs["jsonl"], runs["postgres"]]
+
+
+async def bench_async(args: argparse.Namespace, workdir: Path) -> int:
+    root = doc_root(None)
+    port, _ = start_nginx(root, workdir, http="    access_log off;")
+    start_url = canonicalize(f"http://127.0.0.1:{port}/index.html")
+    assert isinstance(start_url, str)
+    bindir = find_bindir()
+    if bindir is None:
+        raise SystemExit("PostgreSQL is not installed (apt-get install postgresql)")
+    ratios: list[float] = []
+    results: list[list[Run]] = []
+    with RedisServer() as redis, PostgresServer(bindir, durable=args.fsync == "on") as pg:
+        print(f"nginx :{port} serving {root}; redis :{redis.port}; postgres :{pg.port} "
+              f"({bindir}, fsync {args.fsync}); {args.consumers} consumer(s) x "
+              f"{args.concurrency}", flush=True)
+        for n in range(args.rounds):
+            runs = await one_round(args, n, redis, pg=pg, start_url=start_url, workdir=workdir)
+            results.append(runs)
+            jsonl, postgres = runs
+            ratio = postgres.pages_s / jsonl.pages_s if jsonl.pages_s else 0.0
+            ratios.append(ratio)
+            print(f"round {n + 1}/{args.rounds}", flush=True)
+            for run in runs:
+                print(run.line(), flush=True)
+            print(f"  postgres / jsonl pages/s: {ratio:.2f}", flush=True)
+    med = statistics.median(ratios)
+    print(f"median over {len(ratios)} rounds: jsonl "
+          f"{statistics.median(r[0].pages_s for r in results):.1f} pages/s "
+          f"{statistics.median(r[0].items_s for r in results):.0f} items/s; postgres "
+          f"{statistics.median(r[1].pages_s for r in results):.1f} pages/s "
+          f"{statistics.median(r[1].items_s for r in results):.0f} items/s; ratio "
+          f"{med:.2f} (target >= {TARGET}: {'ok' if med >= TARGET else 'MISSED'})")
+    same = all(not r[1].note for r in results)
+    print(f"same items in every round: {'yes' if same else 'NO'}")
+    return 0 if same else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--concurrency", type=int, default=32)
+    p.add_argument("--consumers", type=int, default=1)
+    p.add_argument("--fsync", choices=("on", "off"), default="on",
+                   help="the database's fsync and synchronous_commit (off: what the commit's "
+                        "flush to disk costs, by difference)")
+    args = p.parse_args(argv)
+    return run_in_workdir("crawlq-pgsink-bench-",
+                          lambda workdir: asyncio.run(bench_async(args, workdir)), stop_all)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
