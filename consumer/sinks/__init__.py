@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 from common.errors import ConfigError
 from consumer.sinks.base import (
@@ -26,6 +25,7 @@ from consumer.sinks.base import (
     Record,
     RotatingFileSink,
     Sink,
+    is_postgres_url,
 )
 from consumer.sinks.jsonl import JsonlSink
 from consumer.sinks.stream import StreamSink
@@ -55,7 +55,7 @@ DEFAULT_STREAM_MAXLEN = 1_000_000
 
 def sink_kind(text: str) -> str:
     """A ``--sink`` value checked: one of SINK_KINDS or a postgres:// URL (ConfigError)."""
-    if text in SINK_KINDS or urlsplit(text).scheme in ("postgres", "postgresql"):
+    if text in SINK_KINDS or is_postgres_url(text):
         return text
     raise ConfigError(f"unknown sink {text!r}; use one of {', '.join(SINK_KINDS)} or "
                       "postgres://user:pass@host:5432/db")
@@ -81,7 +81,7 @@ def make_sink(
     gzip, streams never), `store_body` for WARC (always stored), file options for
     ``redis-stream``.
     """
-    if urlsplit(kind).scheme in ("postgres", "postgresql"):
+    if is_postgres_url(kind):
         from consumer.sinks.postgres import PostgresSink  # noqa: PLC0415 - asyncpg only here
 
         return PostgresSink(kind)

@@ -43,7 +43,7 @@ from typing import Any, BinaryIO, Protocol, runtime_checkable
 from common.errors import ConfigError
 
 __all__ = ["DEFAULT_ROTATE_BYTES", "PROBE_BYTES", "NamedSink", "ProbingSink", "Record",
-           "RotatingFileSink", "Sink", "safe_name"]
+           "RotatingFileSink", "Sink", "is_postgres_url", "safe_name"]
 
 log = logging.getLogger("consumer.sinks")
 
@@ -113,6 +113,11 @@ class NamedSink(Protocol):
 
     kind: str
     where: str
+
+
+def is_postgres_url(text: str) -> bool:
+    """Whether a ``--sink`` value names a PostgreSQL database rather than a sink kind."""
+    return text.startswith(("postgres://", "postgresql://"))
 
 
 def safe_name(value: str) -> str:

@@ -42,16 +42,15 @@ from asyncpg.prepared_stmt import PreparedStatement
 
 from common.errors import ConfigError
 from common.items import Item, item_key
-from consumer.sinks.base import Record
+from consumer.sinks.base import Record, is_postgres_url
 from consumer.sinks.jsonl import json_text
 
-__all__ = ["DEFAULT_TABLE", "PostgresSink", "PostgresTarget", "is_postgres_url", "rows_of"]
+__all__ = ["DEFAULT_TABLE", "PostgresSink", "PostgresTarget", "rows_of"]
 
 log = logging.getLogger("consumer.sinks")
 
 DEFAULT_TABLE = "crawlq_items"
 DEFAULT_TIMEOUT_S = 30.0
-SCHEMES = ("postgres", "postgresql")
 #: The row's parts, in the order the statement's arrays hold them; each a column option.
 COLUMNS = ("key", "item", "fence", "url", "crawled_at")
 _REQUIRED = ("key", "item", "fence")
@@ -65,11 +64,6 @@ _CONFIG_ERRORS = (asyncpg.InvalidAuthorizationSpecificationError,
 _EMPTY: tuple[list[Any], ...] = ([], [], [], [], [])
 #: The key of the row a probe writes and rolls back.
 PROBE_KEY = "\x1fcrawlq-probe"
-
-
-def is_postgres_url(text: str) -> bool:
-    """Whether ``--sink`` names a PostgreSQL database rather than a sink kind."""
-    return urlsplit(text).scheme in SCHEMES
 
 
 def _quote(name: str) -> str:
@@ -89,7 +83,7 @@ class PostgresTarget:
     def parse(cls, url: str) -> PostgresTarget:
         """ConfigError when `url` is not a postgres URL or an option is wrong."""
         parts = urlsplit(url)
-        if parts.scheme not in SCHEMES:
+        if not is_postgres_url(url):
             raise ConfigError(f"not a PostgreSQL URL: {cls.redact(url)!r} "
                               "(try postgres://user@host:5432/db)")
         ours: dict[str, str] = {}
@@ -176,10 +170,9 @@ def rows_of(records: Sequence[Record]) -> Rows:
     for record in records:
         for index, item in enumerate(record.items):
             if isinstance(item, Item):
-                key, data = item.key, item.data
-            else:
-                key = item_key(item if isinstance(item, Mapping) else {},
-                               unique_key=record.unique_key, index=index)
+                key, data = item.key, dict(item.data)
+            else:  # no key fields declared: the data plays no part in its key
+                key = item_key({}, unique_key=record.unique_key, index=index)
                 data = item
             held = best.get(key)
             if held is None or held[0] <= record.fence:
