@@ -90,7 +90,8 @@ CONSUMER_OPTIONS = (
     policy_flag("ignore_robots", CONSUMER),
     policy_flag("robots_ttl", CONSUMER, field="robots_ttl_s"),
     Option("--sink", "CRAWLQ_SINK", "jsonl", f"where results go: {', '.join(SINK_KINDS)}, "
-           "or postgres://user:pass@host:5432/db[?table=...] (items upserted by key)",
+           "or postgres://user@host:5432/db[?table=...] (items upserted by key; the password "
+           "from PGPASSWORD)",
            check=sink_kind),
     Option("--output", "CRAWLQ_OUTPUT", Path("crawlq-output"),
            "directory for jsonl/warc files", type=Path),

@@ -178,7 +178,11 @@ def test_the_url_is_checked_and_its_password_never_shown() -> None:
                      output_dir=Path("unused"), worker="w", crawl="c")
     kind, where = sink_target(sink)
     assert kind == "postgres" and "s3cret" not in where
-    assert where == "postgresql://crawler:***@db.test:5433/crawl table t"
+    assert where == "postgresql://***@db.test:5433/crawl table t"
+    with pytest.raises(ConfigError) as refused:
+        make_sink("postgress://crawler:s3cret@db.test/crawl", output_dir=Path("unused"),
+                  worker="w", crawl="c")
+    assert "s3cret" not in str(refused.value)
     target = PostgresTarget.parse("postgres://u:p@h/d?table=t&sslmode=disable&key=k")
     assert target.dsn == "postgres://u:p@h/d?sslmode=disable"
     assert dict(target.columns)["key"] == "k"

@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from common.config import redact_url
 from common.errors import ConfigError
 from consumer.sinks.base import (
     DEFAULT_ROTATE_BYTES,
@@ -53,12 +54,16 @@ SINK_KINDS = ("jsonl", "warc", "redis-stream")
 DEFAULT_STREAM_MAXLEN = 1_000_000
 
 
+def _unknown(text: str) -> ConfigError:
+    return ConfigError(f"unknown sink {redact_url(text)!r}; use one of {', '.join(SINK_KINDS)} "
+                       "or postgres://user@host:5432/db")
+
+
 def sink_kind(text: str) -> str:
     """A ``--sink`` value checked: one of SINK_KINDS or a postgres:// URL (ConfigError)."""
     if text in SINK_KINDS or is_postgres_url(text):
         return text
-    raise ConfigError(f"unknown sink {text!r}; use one of {', '.join(SINK_KINDS)} or "
-                      "postgres://user:pass@host:5432/db")
+    raise _unknown(text)
 
 
 def make_sink(
@@ -104,7 +109,7 @@ def make_sink(
         return StreamSink(
             redis, stream_key=stream_key, stream_maxlen=stream_maxlen, store_body=store_body
         )
-    raise ConfigError(f"unknown sink {kind!r}; use one of {', '.join(SINK_KINDS)}")
+    raise _unknown(kind)
 
 
 def sink_target(sink: Sink) -> tuple[str, str]:

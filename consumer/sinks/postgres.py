@@ -40,6 +40,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg
 from asyncpg.prepared_stmt import PreparedStatement
 
+from common.config import redact_url
 from common.errors import ConfigError
 from common.items import Item, item_key
 from consumer.sinks.base import Record, is_postgres_url
@@ -84,7 +85,7 @@ class PostgresTarget:
         """ConfigError when `url` is not a postgres URL or an option is wrong."""
         parts = urlsplit(url)
         if not is_postgres_url(url):
-            raise ConfigError(f"not a PostgreSQL URL: {cls.redact(url)!r} "
+            raise ConfigError(f"not a PostgreSQL URL: {redact_url(url)!r} "
                               "(try postgres://user@host:5432/db)")
         ours: dict[str, str] = {}
         theirs: list[tuple[str, str]] = []
@@ -109,15 +110,6 @@ class PostgresTarget:
             raise ConfigError(f"timeout={ours['timeout']!r}: give seconds > 0 (e.g. 30)")
         dsn = urlunsplit(parts._replace(query=urlencode(theirs)))
         return cls(dsn, table, columns, timeout_s)
-
-    @staticmethod
-    def redact(url: str) -> str:
-        """`url` without its password, for logs and /readyz."""
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        host = parts.netloc.rsplit("@", 1)[1]
-        return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
 
     @property
     def table_sql(self) -> str:
@@ -190,7 +182,7 @@ class PostgresSink:
 
     def __init__(self, url: str) -> None:
         self.target = PostgresTarget.parse(url)
-        self.where = f"{PostgresTarget.redact(url).split('?', 1)[0]} table {self.target.table}"
+        self.where = f"{redact_url(url).split('?', 1)[0]} table {self.target.table}"
         self._sql = self.target.upsert_sql()
         self._conn: asyncpg.Connection | None = None
         self._stmt: PreparedStatement[Any] | None = None
