@@ -398,7 +398,8 @@ async def test_kill_9_of_consumers_in_an_extraction_crawl_loses_no_row(
         consumers: Consumers, redis_client: aioredis.Redis, crawl_name: str,
         postgres_url: str, db: asyncpg.Connection) -> None:
     n = 400
-    rng = random.Random()
+    seed = random.randrange(2**32)
+    rng = random.Random(seed)  # the kill moments: named in every failure, to replay them
     async with start_site_process(delay_ms=20) as site:
         urls = [site.url(f"/p/{i}") for i in range(n)]
         queue: LeasingQueue = await enqueue(redis_client, crawl_name, urls)
@@ -414,16 +415,17 @@ async def test_kill_9_of_consumers_in_an_extraction_crawl_loses_no_row(
             assert await victim.wait(10) == -signal.SIGKILL
             kills += 1
             live.append(await consumers.start(f"r{round_}", postgres_url, *common))
-        assert kills >= 1, "the crawl ended before any kill"
+        assert kills >= 1, f"the crawl ended before any kill (seed {seed})"
         for child in live:
             assert await child.wait(90) == 0, child.log_text()[-3000:]
     stats = await queue.stats()
     assert (stats.done, stats.pending, stats.leased, stats.waiting, stats.dead) == \
-        (n, 0, 0, 0, 0)
+        (n, 0, 0, 0, 0), f"seed {seed}"
     got = await db.fetch("SELECT key, item, fence, url FROM crawlq_items")
     keys = [r["key"] for r in got]
-    assert len(keys) == len(set(keys)), "a key written twice"
-    assert set(keys) == {f"{u}#{i}" for u in urls for i in range(2)}, "rows missing"
+    assert len(keys) == len(set(keys)), f"a key written twice (seed {seed})"
+    assert set(keys) == {f"{u}#{i}" for u in urls for i in range(2)}, \
+        f"rows missing (seed {seed})"
     for r in got:
         item = ujson.loads(r["item"])
         assert r["key"] == f"{item['url']}#{item['n']}" and r["url"] == item["url"]
