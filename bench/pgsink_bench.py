@@ -14,7 +14,9 @@ last ack, polled every 20 ms) and over the time both crawled (the ratio is taken
 items/s, the consumers' CPU per page, and for PostgreSQL the server's CPU per page (the
 postmaster and its backends). Then the medians over the rounds. Target: a ratio >= 0.85
 (the database costs the crawl at most 15% of its pages/s). Every PostgreSQL run is
-checked against the JSONL run of its round: the same item keys, each one row.
+checked against the JSONL run of its round: the same item keys, each one row. Last, one
+crawl into PostgreSQL by two consumers with ``--lease 3s``, one of them SIGKILLed at random
+moments three times (each replaced): every expected row present, no key twice.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -97,37 +100,54 @@ def tree_cpu(root_pid: int) -> float:
 
 
 async def crawl(args: argparse.Namespace, redis: RedisServer, start_url: str, *, sink: str,
-                out: Path, crawl_name: str) -> tuple[list[tuple[float, int]], float]:
-    """Run the consumers to the end; (when the done count moved: (time, done), from the
-    first lease on; the consumers' CPU seconds)."""
+                out: Path, crawl_name: str, kills: int = 0
+                ) -> tuple[list[tuple[float, int]], float]:
+    """Run the consumers to the end, SIGKILLing one at random `kills` times (each replaced by
+    a new one); (when the done count moved: (time, done), from the first lease on; the
+    consumers' CPU seconds)."""
     client = aioredis.Redis.from_url(redis.url)
-    try:
-        queue = await CrawlQueue.open(client, crawl_name, CrawlSettings(partitions=4))
-        await queue.enqueue([NewTask(start_url, fingerprint(start_url))])
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLQ_")}
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "bench")])
-        procs = [await asyncio.create_subprocess_exec(
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLQ_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "bench")])
+    # A killed consumer's leases come back after --lease: short, when there are kills.
+    lease = ("--lease", "3s") if kills else ()
+
+    async def start(i: int) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
             sys.executable, "-m", "consumer", "--redis-url", redis.url, "--crawl", crawl_name,
             "--worker-id", f"bench-{i}", "--handler", "doc_items:signatures",
             "--max-depth", "1000", "--per-host-delay", "0", "--per-host-concurrency", "0",
             "--allow-private", "--exit-when-empty", "--empty-grace", "0",
             "--concurrency", str(args.concurrency), "--http-port", "-1", "--sink", sink,
-            "--output", str(out), "--log-level", "WARNING", env=env,
-            stdin=asyncio.subprocess.DEVNULL) for i in range(args.consumers)]
+            "--output", str(out), "--log-level", "WARNING", *lease, env=env,
+            stdin=asyncio.subprocess.DEVNULL)
+
+    try:
+        queue = await CrawlQueue.open(client, crawl_name, CrawlSettings(partitions=4))
+        await queue.enqueue([NewTask(start_url, fingerprint(start_url))])
+        procs = [await start(i) for i in range(args.consumers)]
+        killed: set[int] = set()
+        next_kill = time.monotonic() + random.uniform(1.0, 3.0)
         timeline: list[tuple[float, int]] = []
         cpu: dict[int, float] = {}
         while any(p.returncode is None for p in procs):
-            for p in procs:
-                if p.returncode is None:
-                    cpu[p.pid] = cpu_seconds(p.pid) or cpu.get(p.pid, 0.0)
+            live = [p for p in procs if p.returncode is None]
+            for p in live:
+                cpu[p.pid] = cpu_seconds(p.pid) or cpu.get(p.pid, 0.0)
+            if len(killed) < kills and time.monotonic() >= next_kill and timeline:
+                victim = random.choice(live)
+                victim.kill()  # SIGKILL: mid-fetch, mid-write or mid-ack, as it comes
+                killed.add(victim.pid)
+                procs.append(await start(len(procs)))
+                next_kill = time.monotonic() + random.uniform(0.5, 2.0)
             stats = await queue.stats()
             if (timeline or stats.leased + stats.done) and \
                     (not timeline or stats.done != timeline[-1][1]):
                 timeline.append((time.monotonic(), stats.done))
             await asyncio.sleep(0.02)
-        codes = [await p.wait() for p in procs]
-        if any(codes):
-            raise SystemExit(f"a consumer exited {codes} ({sink})")
+        codes = [await p.wait() for p in procs if p.pid not in killed]
+        if any(codes) or len(killed) < kills:
+            raise SystemExit(f"consumers exited {codes}, {len(killed)} of {kills} killed "
+                             f"({sink})")
         return timeline, sum(cpu.values())
     finally:
         await client.aclose()
@@ -184,6 +204,23 @@ async def one_round(args: argparse.Namespace, n: int, redis: RedisServer, *,
     return runs
 
 
+async def kill_round(args: argparse.Namespace, redis: RedisServer, *, pg: PostgresServer,
+                     start_url: str, workdir: Path, expected: frozenset[str]) -> str:
+    """The crawl into PostgreSQL by two consumers, one SIGKILLed at random 3 times: what
+    reached the table against the JSONL run's item keys."""
+    kills, table = 3, "items_killed"
+    two = argparse.Namespace(**{**vars(args), "consumers": 2})
+    timeline, _ = await crawl(two, redis, start_url, sink=f"{pg.url()}?table={table}",
+                              out=workdir / "out-killed", crawl_name="pg-bench-killed",
+                              kills=kills)
+    rows, keys = await table_items(pg.url(), table)
+    lost = len(expected - keys)
+    return (f"kill -9 x{kills} of 2 consumers mid-crawl into postgres: {timeline[-1][1]} pages "
+            f"done, {len(keys & expected)} of {len(expected)} expected rows, "
+            f"{rows - len(keys)} keys twice, {len(keys - expected)} unexpected"
+            + (f", {lost} LOST" if lost else ""))
+
+
 async def bench_async(args: argparse.Namespace, workdir: Path) -> int:
     root = doc_root(None)
     port, _ = start_nginx(root, workdir, http="    access_log off;")
@@ -211,6 +248,8 @@ async def bench_async(args: argparse.Namespace, workdir: Path) -> int:
             print(f"  while both crawled: jsonl {jsonl.together_pages_s:.1f} pages/s, postgres "
                   f"{postgres.together_pages_s:.1f} pages/s: postgres / jsonl {ratio:.2f}",
                   flush=True)
+        killed = await kill_round(args, redis, pg=pg, start_url=start_url, workdir=workdir,
+                                  expected=results[-1][0].keys)
     med = statistics.median(ratios)
 
     def per_page(i: int, cpu: str) -> float:
@@ -225,7 +264,8 @@ async def bench_async(args: argparse.Namespace, workdir: Path) -> int:
           f"{per_page(1, 'consumer_cpu_s'):.2f} + db {per_page(1, 'db_cpu_s'):.2f}")
     same = all(not r[1].note for r in results)
     print(f"same items in every round: {'yes' if same else 'NO'}")
-    return 0 if same else 1
+    print(killed)
+    return 0 if same and "LOST" not in killed else 1
 
 
 def main(argv: list[str] | None = None) -> int:
