@@ -157,6 +157,19 @@ async def test_a_users_table_and_columns(postgres_url: str, db: asyncpg.Connecti
     assert got[0]["seen"].timestamp() == 1.7e9
 
 
+async def test_a_login_that_may_only_write_rows_of_an_existing_table_is_enough(
+        postgres_url: str, db: asyncpg.Connection) -> None:
+    role = f"writer_{os.getpid()}_{time.monotonic_ns()}"
+    await db.execute("CREATE TABLE crawlq_items (key text PRIMARY KEY, item jsonb NOT NULL, "
+                     "fence bigint NOT NULL, url text, crawled_at timestamptz)")
+    await db.execute(f"CREATE ROLE {role} LOGIN; REVOKE CREATE ON SCHEMA public FROM PUBLIC; "
+                     f"GRANT SELECT, INSERT, UPDATE ON crawlq_items TO {role}")
+    as_writer = postgres_url.replace("postgres://postgres@", f"postgres://{role}@")
+    async with opened(as_writer) as sink:
+        await sink.write([record("http://a.test/1", [{"v": 1}], fence=1)])
+    assert list(await rows(db)) == ["http://a.test/1#0"]
+
+
 async def test_a_table_without_a_unique_key_column_is_a_config_error(
         postgres_url: str, db: asyncpg.Connection) -> None:
     await db.execute("CREATE TABLE loose (key text, item jsonb, fence bigint, url text, "

@@ -269,18 +269,24 @@ class PostgresSink:
         timeout = self.target.timeout_s
         conn = await asyncpg.connect(self.target.dsn, timeout=timeout, command_timeout=timeout)
         try:
-            # Consumers starting together would race in CREATE TABLE IF NOT EXISTS (one
-            # fails on pg_type's unique index): one at a time, under a lock on the name.
-            async with conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))",
-                                   f"crawlq:{self.target.table}")
-                await conn.execute(self.target.create_sql())
+            if await conn.fetchval("SELECT to_regclass($1)", self.target.table_sql) is None:
+                await self._create(conn)
             self._stmt = await conn.prepare(self._sql)
         except BaseException:
             conn.terminate()
             raise
         self._conn = conn
         return self._stmt
+
+    async def _create(self, conn: asyncpg.Connection) -> None:
+        """Create the missing table. Only then: CREATE TABLE IF NOT EXISTS needs the right to
+        create in the schema even when the table is there, which a login that only writes
+        rows lacks. Consumers starting together would race in it (one fails on pg_type's
+        unique index): one at a time, under a lock on the name."""
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))",
+                               f"crawlq:{self.target.table}")
+            await conn.execute(self.target.create_sql())
 
     def _drop(self) -> None:
         conn, self._conn, self._stmt = self._conn, None, None
