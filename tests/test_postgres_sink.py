@@ -131,6 +131,24 @@ async def test_an_older_fence_never_replaces_a_newer_row(
         assert sink.stale_rows == 1
 
 
+async def test_consumers_writing_the_same_keys_at_once_never_deadlock(
+        postgres_url: str, db: asyncpg.Connection) -> None:
+    """Items keyed by declared fields (a product on many list pages) reach the table from
+    several consumers at once, in whatever order their pages came: each batch takes its
+    rows' locks in one order, so no two batches wait on each other."""
+    keys = [f"sku-{i:03d}" for i in range(300)]
+
+    async def writer(order: list[str], fence: int) -> None:
+        async with opened(postgres_url) as sink:
+            for round_ in range(6):
+                await sink.write([record(f"http://a.test/{k}", [Item(k, {"r": round_})],
+                                         fence=fence) for k in order])
+
+    await asyncio.gather(writer(keys, 1), writer(keys[::-1], 1),
+                         writer(keys[150:] + keys[:150], 1))
+    assert len(await rows(db)) == len(keys)
+
+
 async def test_odd_item_values_are_stored_as_json(postgres_url: str,
                                                   db: asyncpg.Connection) -> None:
     async with opened(postgres_url) as sink:

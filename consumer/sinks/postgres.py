@@ -157,7 +157,9 @@ Rows = tuple[list[str], list[str], list[int], list[str], list[float]]
 
 def rows_of(records: Sequence[Record]) -> Rows:
     """The batch's rows as COLUMNS' arrays, one row a key: of the items written under the
-    same key, the one with the highest fence, the later one on a tie."""
+    same key, the one with the highest fence, the later one on a tie. Rows are in key order,
+    so batches of several consumers lock the rows they share in one order and never
+    deadlock (in the order pages came, two batches holding each other's keys did)."""
     best: dict[str, tuple[int, Any, Record]] = {}
     for record in records:
         for index, item in enumerate(record.items):
@@ -169,8 +171,8 @@ def rows_of(records: Sequence[Record]) -> Rows:
             held = best.get(key)
             if held is None or held[0] <= record.fence:
                 best[key] = (record.fence, data, record)
-    keys = list(best)
-    rows = best.values()
+    keys = sorted(best)
+    rows = [best[key] for key in keys]
     return (keys, [_jsonb(data) for _, data, _ in rows], [fence for fence, _, _ in rows],
             [r.url for _, _, r in rows], [r.fetched_at for _, _, r in rows])
 
