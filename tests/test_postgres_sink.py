@@ -219,6 +219,34 @@ def test_the_url_is_checked_and_its_password_never_shown() -> None:
     assert dict(target.columns)["key"] == "k"
 
 
+async def test_a_probe_writes_nothing_and_fails_where_a_write_would(
+        postgres_url: str, db: asyncpg.Connection) -> None:
+    async with opened(postgres_url) as sink:
+        await sink.probe()
+        assert await rows(db) == {}, "a probe left its row behind"
+        await db.execute("ALTER TABLE crawlq_items ADD CONSTRAINT refuse CHECK (false)")
+        with pytest.raises(asyncpg.CheckViolationError):
+            await sink.probe()
+        await db.execute("ALTER TABLE crawlq_items DROP CONSTRAINT refuse")
+        await sink.probe()  # connected again after the failure
+        assert await rows(db) == {}
+
+
+async def test_a_database_that_hangs_fails_the_write_at_its_timeout(
+        postgres_server: PostgresServer, postgres_url: str, db: asyncpg.Connection) -> None:
+    async with TcpGate(postgres_server.port).running() as gate:
+        through_gate = postgres_url.replace(f":{postgres_server.port}/", f":{gate.port}/")
+        async with opened(f"{through_gate}?timeout=1") as sink:
+            gate.hold()  # the database answers nothing
+            started = time.monotonic()
+            with pytest.raises(TimeoutError):
+                await sink.write([record("http://a.test/1", [{"v": 1}], fence=1)])
+            assert time.monotonic() - started < 10
+            gate.release()  # the held statement may still land, late: under an older fence
+            await sink.write([record("http://a.test/1", [{"v": 2}], fence=2)])
+    assert (await rows(db))["http://a.test/1#0"]["item"] == {"v": 2}
+
+
 # -- delivery: acked only once committed ----------------------------------------------------
 
 
