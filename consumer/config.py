@@ -27,7 +27,7 @@ from common.headers import parse_header_lines
 from common.http.fetcher import FetchSettings
 from common.policy import CONSUMER
 from common.policy_flags import policy_flag
-from consumer.sinks import SINK_KINDS
+from consumer.sinks import SINK_KINDS, sink_kind
 
 
 def _network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
@@ -90,7 +90,10 @@ CONSUMER_OPTIONS = (
            type=_network, append=True, field="fetch.allow_networks", convert=tuple),
     policy_flag("ignore_robots", CONSUMER),
     policy_flag("robots_ttl", CONSUMER, field="robots_ttl_s"),
-    Option("--sink", "CRAWLQ_SINK", "jsonl", "where results go", choices=SINK_KINDS),
+    Option("--sink", "CRAWLQ_SINK", "jsonl", f"where results go: {', '.join(SINK_KINDS)}, "
+           "or postgres://user@host:5432/db[?table=...] (items upserted by key; the password "
+           "from PGPASSWORD)",
+           check=sink_kind),
     Option("--output", "CRAWLQ_OUTPUT", Path("crawlq-output"),
            "directory for jsonl/warc files", type=Path),
     Option("--rotate-size", "CRAWLQ_ROTATE_SIZE", 256 * 2**20,

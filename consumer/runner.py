@@ -16,6 +16,7 @@ from typing import Any
 from common.errors import FetchError, RedisUnavailableError
 from common.frontier.hosts import Frontier
 from common.http.fetcher import Fetcher, FetchResult
+from common.items import unique_key_of
 from common.metrics import Metrics
 from common.policy import is_pushback
 from common.queue import Code, CrawlQueue, Failure, Lease
@@ -290,11 +291,13 @@ class Runner:
             return Record(task_id=task.id, url=task.url, final_url=task.url, status=None,
                           outcome=outcome, headers={}, raw_headers=(), body=None, bytes=0,
                           elapsed=0.0, attempt=task.attempt, fetched_at=time.time(),
-                          worker=self.worker_id, depth=task.depth, meta=task.meta)
+                          worker=self.worker_id, depth=task.depth, meta=task.meta,
+                          unique_key=unique_key_of(task), fence=lease.fence)
         return Record(task_id=task.id, url=task.url, final_url=result.final_url,
                       status=result.status, outcome=outcome, headers=result.headers,
                       raw_headers=result.raw_headers,
                       body=None if result.filtered else result.body,
                       bytes=len(result.body), elapsed=result.elapsed, attempt=task.attempt,
                       fetched_at=time.time(), worker=self.worker_id,
-                      http_version=result.http_version, depth=task.depth, meta=task.meta)
+                      http_version=result.http_version, depth=task.depth, meta=task.meta,
+                      unique_key=unique_key_of(task), fence=lease.fence)

@@ -76,3 +76,10 @@ async def bad_child(response: FetchResult, ctx: HandlerContext) -> HandlerResult
     request = Request(response.final_url + "api", "POST", label="api", data=data)
     data["when"] = {1, 2}
     return HandlerResult(urls=[response.final_url + "link", request])
+
+
+async def extract(response: FetchResult, ctx: HandlerContext) -> HandlerResult:
+    """Two items a page, each naming the page and the consumer that extracted it: keyed
+    ``<url>#0`` and ``<url>#1`` by the sink."""
+    return HandlerResult(items=[{"url": ctx.task.url, "n": n, "worker": ctx.worker}
+                                for n in range(2)])

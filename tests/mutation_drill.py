@@ -46,6 +46,7 @@ _PB = "tests/test_pushback.py::"
 _RS = "tests/test_revisit_schedule.py::"
 _SP = "tests/test_spider_process.py::"
 _RQ = "tests/test_requests.py::"
+_PG = "tests/test_postgres_sink.py::"
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,18 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("48-charset-ignored", "a spider's selectors read the page as its charset says",
            ("tests/test_spider.py::test_the_body_is_decoded_by_its_charset_and_json_parsed",
             "tests/test_spider.py::test_css_and_xpath_select_text_attributes_and_elements")),
+    Mutant("49-pg-ack-before-commit", "a task is acked only once the PostgreSQL transaction "
+           "holding its rows committed",
+           (_PG + "test_a_refused_write_acks_nothing_until_the_database_takes_it",
+            _PG + "test_a_database_down_mid_crawl_loses_nothing")),
+    Mutant("50-pg-stale-write-replaces-row", "a stale lease's late write never replaces a "
+           "row its successor wrote",
+           (_PG + "test_an_older_fence_never_replaces_a_newer_row",
+            _PG + "test_a_stale_consumers_late_write_does_not_replace_its_successors_row")),
+    Mutant("51-pg-batch-keeps-the-first-of-a-key", "a batch holding one key twice writes "
+           "the item of the newest fence",
+           (_PG + "test_a_batch_with_duplicate_keys_writes_one_row_a_key_the_newest_fence_"
+                  "winning",)),
 )
 
 

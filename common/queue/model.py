@@ -130,6 +130,12 @@ class Lease:
     def __post_init__(self) -> None:
         self.id = self.task.id
 
+    @property
+    def fence(self) -> int:
+        """The fencing token as a number: a sink keeps it with what the lease wrote, and a
+        write under a smaller one never replaces it (consumer.sinks.postgres)."""
+        return int(self.token)
+
 
 @dataclass(slots=True)
 class LeaseBatch:

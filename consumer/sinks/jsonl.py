@@ -38,7 +38,7 @@ from common.items import Item
 from common.reasons import REVISIT_OUTCOMES
 from consumer.sinks.base import DEFAULT_ROTATE_BYTES, Record, RotatingFileSink
 
-__all__ = ["JsonlSink", "encode_record", "encode_records"]
+__all__ = ["JsonlSink", "encode_record", "encode_records", "json_text"]
 
 
 def _sanitize(value: Any, depth: int = 0) -> Any:
@@ -64,6 +64,14 @@ def _fast(doc: Any) -> str:
     # (_sanitize) turns it into its str().
     return str(ujson.dumps(doc, ensure_ascii=False, escape_forward_slashes=False,
                            allow_nan=False))
+
+
+def json_text(value: Any) -> str:
+    """`value` as JSON text; what JSON can't hold (NaN, odd objects) as `_sanitize` makes it."""
+    try:
+        return _fast(value)
+    except _ENCODE_ERRORS:
+        return str(ujson.dumps(_sanitize(value), ensure_ascii=True, escape_forward_slashes=False))
 
 
 def _dumps(doc: dict[str, Any]) -> bytes:
