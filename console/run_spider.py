@@ -35,7 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from common import codec
-from common.config import ALLOW_PRIVATE, COMMON_OPTIONS, REDIS_URL, Option, duration
+from common.config import (
+    ALLOW_PRIVATE,
+    COMMON_OPTIONS,
+    REDIS_URL,
+    Option,
+    duration,
+    redact_url,
+)
 from common.connection import connect
 from common.errors import ConfigError
 from common.names import validate_crawl_name
@@ -223,5 +230,5 @@ def _summary(spider: Spider, s: Stats, elapsed: float, *, items: int | None,
     if items_to is not None:
         say(f"items: {items} in {items_to}")
     else:
-        say(f"items: in the consumers' sink ({sink.partition('@')[2] or sink})")
+        say(f"items: in the consumers' sink ({redact_url(sink)})")
     say(f"logs:  {logs}")

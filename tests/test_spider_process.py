@@ -15,6 +15,7 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import psutil
 import pytest
 import redis.asyncio as aioredis
@@ -398,3 +399,30 @@ async def test_crawlq_run_stopped_and_run_again_on_its_redis_goes_on_where_it_wa
     for item in got.values():
         item.pop("url", None)
     assert got == expected_shop_items(spec)
+
+
+@pytest.mark.slow
+async def test_crawlq_run_hands_the_example_spiders_items_to_postgres_one_row_a_key(
+        postgres_url: str, tmp_path: Path) -> None:
+    spec = SiteSpec(pages=10, products=12)
+    async with sample_site(spec=spec) as base:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", "import sys; from console.cli import main; sys.exit(main())",
+            "run", str(ROOT / "examples" / "demo_spider.py"), "--allow-private",
+            "--set", "per_host_delay=0", "--set", "per_host_concurrency=8",
+            "--output", str(tmp_path / "run"), "--sink", postgres_url,
+            env={**child_env(), "CRAWLQ_DEMO_SITE": base}, cwd=tmp_path,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        stdout, _ = await asyncio.wait_for(proc.communicate(), 110)
+    text = stdout.decode()
+    assert proc.returncode == 0, text
+    db = await asyncpg.connect(postgres_url)
+    try:
+        rows = await db.fetch("SELECT key, item FROM crawlq_items")
+    finally:
+        await db.close()
+    got = {row["key"]: json.loads(row["item"]) for row in rows}
+    for item in got.values():
+        item.pop("url", None)
+    assert got == expected_shop_items(spec)  # keyed by sku and review: one row a key
+    assert "items: in the consumers' sink" in text and "password" not in text

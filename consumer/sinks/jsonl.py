@@ -131,7 +131,7 @@ def _doc(record: Record, store_body: bool) -> dict[str, Any]:
         "worker": record.worker,
         "depth": record.depth,
         "meta": record.meta,
-        "items": [i.data if type(i) is Item else i for i in record.items],
+        "items": [dict(i.data) if type(i) is Item else i for i in record.items],
         "item_keys": [i.key if type(i) is Item else None for i in record.items],
         "body": body.decode("utf-8", errors="replace") if store_body and body is not None else None,
         "body_sha1": hashlib.sha1(body, usedforsecurity=False).hexdigest()
