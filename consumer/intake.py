@@ -139,7 +139,10 @@ class LinkIntake:
         attempts, max_depth = now.max_attempts, now.max_depth
         batch: set[str] = set()  # canonical URLs already taken in this batch
         for task, urls in found:
-            if not urls or task.depth + 1 > max_depth:
+            if not urls:
+                continue
+            if task.depth + 1 > max_depth:  # a spider's pagination reaches it first
+                fates["too_deep"] += len(urls)
                 continue
             domains = self.allow_domains or frozenset((_host(task.url),))
             for raw in urls:

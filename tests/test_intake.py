@@ -80,7 +80,7 @@ def test_repeated_links_skip_canonicalization_once_sent() -> None:
     again, _ = i.children([(parent(), [*links, "http://a.test/y"])])
     assert again == []
     assert fates(i) == {"cached": 5, "sent": 2, "invalid": 0, "out_of_scope": 0,
-                        "capped": 0}
+                        "too_deep": 0, "capped": 0}
 
 
 def test_links_not_sent_are_not_cached() -> None:
@@ -113,6 +113,7 @@ def test_depth_limit() -> None:
     i = intake(max_depth=2)
     out, _ = i.children([(parent(depth=2), ["http://a.test/deeper"])])
     assert out == []
+    assert fates(i)["too_deep"] == 1  # dropped, and counted
     out, _ = i.children([(parent(depth=1), ["http://a.test/deeper"])])
     assert [t.depth for t in out] == [2]
 
