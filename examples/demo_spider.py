@@ -7,14 +7,14 @@ Serve the shop (``crawlq demo --serve``), then, in another terminal::
 
 The same file runs on a fleet: ``crawlq-producer --spider examples/demo_spider.py`` seeds
 the crawl, ``crawlq-consumer --spider examples/demo_spider.py`` on every consumer.
-``CRAWLQ_DEMO_SITE`` says where the shop is (default http://127.0.0.1:8000).
+``SHOP_URL`` says where the shop is (default http://127.0.0.1:8000).
 """
 
 import os
 
 from crawlq import Request, Spider
 
-SITE = os.environ.get("CRAWLQ_DEMO_SITE", "http://127.0.0.1:8000").rstrip("/")
+SITE = os.environ.get("SHOP_URL", "http://127.0.0.1:8000").rstrip("/")
 
 # Items are keyed by their "sku" (products) unless a route says otherwise: a product
 # fetched twice (a consumer killed mid-task) is one row, not two. Each follow is one link

@@ -170,7 +170,7 @@ async def test_crawlq_run_crawls_the_example_spider_end_to_end(tmp_path: Path) -
     spec = SiteSpec(pages=10, products=12)
     items_file = tmp_path / "items.jsonl"
     async with sample_site(spec=spec) as base:
-        env = {**child_env(), "CRAWLQ_DEMO_SITE": base}
+        env = {**child_env(), "SHOP_URL": base}
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-c", "import sys; from console.cli import main; sys.exit(main())",
             "run", str(ROOT / "examples" / "demo_spider.py"), "--allow-private",
@@ -256,14 +256,14 @@ async def test_consumers_killed_mid_crawl_leave_every_item_once_by_key(
                 sys.executable, "-m", "consumer",
                 *consumer_args(redis_url, crawl_name, out / name), "--worker-id", name,
                 "--spider", example, "--lease", "2", "--concurrency", "4",
-                env={**child_env(), "CRAWLQ_DEMO_SITE": base}, cwd=tmp_path,
+                env={**child_env(), "SHOP_URL": base}, cwd=tmp_path,
                 stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT)
         procs.append(proc)
         return proc
 
     try:
         async with sample_site(spec=spec) as base:
-            monkeypatch.setenv("CRAWLQ_DEMO_SITE", base)  # the producer loads it here
+            monkeypatch.setenv("SHOP_URL", base)  # the producer loads it here
             code = await main_async(["--redis-url", redis_url, "--crawl", crawl_name,
                                      "--progress", "off", "--spider", example],
                                     out=StringIO())
@@ -313,7 +313,7 @@ def group_alive(pgid: int) -> list[str]:
 @pytest.mark.slow
 async def test_crawlq_run_stopped_by_sigterm_stops_everything_it_started(
         tmp_path: Path) -> None:
-    env = {**child_env(), "CRAWLQ_DEMO_SITE": "http://127.0.0.1:9"}  # nothing answers
+    env = {**child_env(), "SHOP_URL": "http://127.0.0.1:9"}  # nothing answers
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", "import sys; from console.cli import main; sys.exit(main())",
         "run", str(ROOT / "examples" / "demo_spider.py"), "--allow-private",
@@ -367,7 +367,7 @@ async def test_crawlq_run_stopped_and_run_again_on_its_redis_goes_on_where_it_wa
                 "--redis-url", redis_url, "--crawl", crawl_name,
                 "--set", "per_host_delay=0", "--set", "per_host_concurrency=2",
                 "--output", str(tmp_path / "run"), "--out", str(items_file)]
-        env = {**child_env(), "CRAWLQ_DEMO_SITE": base}
+        env = {**child_env(), "SHOP_URL": base}
         first = await asyncio.create_subprocess_exec(
             *argv, env=env, cwd=tmp_path, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT)
@@ -411,7 +411,7 @@ async def test_crawlq_run_hands_the_example_spiders_items_to_postgres_one_row_a_
             "run", str(ROOT / "examples" / "demo_spider.py"), "--allow-private",
             "--set", "per_host_delay=0", "--set", "per_host_concurrency=8",
             "--output", str(tmp_path / "run"), "--sink", postgres_url,
-            env={**child_env(), "CRAWLQ_DEMO_SITE": base}, cwd=tmp_path,
+            env={**child_env(), "SHOP_URL": base}, cwd=tmp_path,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
         stdout, _ = await asyncio.wait_for(proc.communicate(), 110)
     text = stdout.decode()

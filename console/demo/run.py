@@ -117,7 +117,7 @@ async def serve_site(port: int) -> int:
     async with sample_site(port=port) as base_url:
         say(f"serving the sample site at {base_url}/ (its shop: {base_url}/shop); "
             "Ctrl-C stops it")
-        say(f"  crawl the shop: CRAWLQ_DEMO_SITE={base_url} crawlq run "
+        say(f"  crawl the shop: SHOP_URL={base_url} crawlq run "
             "examples/demo_spider.py --allow-private --set per_host_delay=0")
         await asyncio.Event().wait()
     return 0
