@@ -27,9 +27,12 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from common.hostmodel.hostkey import host_key
 from common.metrics import LINK_FATES, Metrics
 from common.queue import NewTask
 from common.task import Task
+from common.trapbook import TrapBook, Variant
+from common.traps import VARIANTS, strip_session_ids, variant_of
 from common.urls import canonicalize, fingerprint
 
 if TYPE_CHECKING:
@@ -94,9 +97,11 @@ class LinkIntake:
     as the policy snapshot `policy` returns says at each batch."""
 
     def __init__(self, metrics: Metrics, policy: Callable[[], LivePolicy], *,
-                 cache_size: int) -> None:
+                 cache_size: int, book: TrapBook | None = None) -> None:
         self.metrics = metrics
         self._policy = policy
+        self.book = book  # None: no fleet-wide trap state (path variants, tallies)
+        self._tallies: dict[tuple[str, str], int] = {}  # (host, reason) -> n, not sent
         now = self._now = policy()
         self.allow_domains = frozenset(now.allow_domains)
         # A URL recrawled after the window is not kept out by the cache for more than
@@ -131,7 +136,7 @@ class LinkIntake:
         out: list[NewTask] = []
         mark = _Marks(self._scope)
         cache, fates = self.cache, self._fates
-        attempts, max_depth = now.max_attempts, now.max_depth
+        attempts, max_depth, traps = now.max_attempts, now.max_depth, now.traps
         batch: set[str] = set()  # canonical URLs already taken in this batch
         for task, urls in found:
             if not urls or task.depth + 1 > max_depth:
@@ -146,6 +151,8 @@ class LinkIntake:
                     fates["invalid"] += 1
                     mark.append(raw)  # invalid whoever links to it
                     continue
+                if traps.session_ids:
+                    url = strip_session_ids(url)
                 if url in cache or url in batch:
                     fates["cached"] += 1
                     if url != raw:
@@ -156,6 +163,14 @@ class LinkIntake:
                     if self.allow_domains:  # else the scope is the parent's host
                         mark.append(raw)
                     continue
+                refused = traps.judge(url)
+                if refused is not None:  # a trap whoever links to it
+                    fates[refused] += 1
+                    self.tally(host_key(url), refused)
+                    mark.append(url)
+                    if url != raw:
+                        mark.append(raw)
+                    continue
                 batch.add(url)
                 mark.append(url)
                 if url != raw:
@@ -164,6 +179,43 @@ class LinkIntake:
                 out.append(NewTask(url, fingerprint(url), max_attempts=attempts,
                                    meta=task.meta, depth=task.depth + 1))
         return out, mark
+
+    def tally(self, host: str, reason: str, n: int = 1) -> None:
+        """Count `n` of `host`'s links refused (or pages not followed) for `reason`, for
+        the host's trap tallies (sent with the next `admit`)."""
+        key = (host, reason)
+        self._tallies[key] = self._tallies.get(key, 0) + n
+
+    async def admit(self, tasks: Sequence[NewTask]) -> list[NewTask]:
+        """`tasks` (from `children`) but those whose path has had too many query
+        variants across the fleet (``trap_path_variants``, counted ``trap_variants``);
+        sends the hosts' trap tallies with the same call. Without a `book`: `tasks`."""
+        if self.book is None:
+            self._tallies.clear()
+            return list(tasks)
+        limit = self._now.traps.path_variants
+        checks: list[Variant] = []
+        at: list[int] = []
+        if limit:
+            for i, task in enumerate(tasks):
+                variant = variant_of(task.url)
+                if variant is not None:
+                    checks.append(Variant(host_key(task.url), *variant))
+                    at.append(i)
+        if not checks and not self._tallies:
+            return list(tasks)
+        tallies, self._tallies = self._tallies, {}
+        try:
+            verdicts = await self.book.judge(checks, tallies, limit)
+        except BaseException:
+            for (host, reason), n in tallies.items():  # sent with the next call
+                self.tally(host, reason, n)
+            raise
+        refused = {at[j] for j, ok in enumerate(verdicts) if not ok}
+        if refused:
+            self._fates["sent"] -= len(refused)
+            self._fates[VARIANTS] += len(refused)
+        return [t for i, t in enumerate(tasks) if i not in refused]
 
     def sent(self, mark: Sequence[str]) -> None:
         """The queue has deduplicated these URLs: later copies may skip it (unless the
