@@ -44,6 +44,7 @@ _F = "tests/test_fetcher.py::"
 _FR = "tests/test_frontier.py::"
 _PB = "tests/test_pushback.py::"
 _RS = "tests/test_revisit_schedule.py::"
+_T = "tests/test_traps.py::"
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,16 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("30-lease-ahead-started-early", "a turn leased ahead starts at its turn, not "
            "when the lease reply came",
            (_FR + "test_a_turn_within_ahead_is_leased_timed_to_it_and_counted_from_it",)),
+    Mutant("52-repeated-segment-let-through", "a link whose path holds one segment more "
+           "often than trap_repeated_segments is refused, however far apart the copies",
+           (_T + "test_each_rule_refuses_its_trap_and_lets_a_plain_url_through",
+            _T + "test_refused_links_are_counted_by_reason_and_per_host")),
+    Mutant("53-near-duplicate-links-followed", "a near-duplicate page is not handled: its "
+           "links are not followed",
+           (_T + "test_a_crawl_finds_every_real_page_and_follows_no_near_duplicate",)),
+    Mutant("54-page-its-own-near-duplicate", "a page is never a near duplicate of its own "
+           "URL's earlier fetch (a retry, a revisit)",
+           (_T + "test_a_page_is_never_its_own_near_duplicate_and_fingerprints_are_bounded",)),
 )
 
 
