@@ -8,6 +8,7 @@ import random
 from itertools import pairwise
 from pathlib import Path
 
+import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 from support.consume import consume, enqueue, records
@@ -22,6 +23,7 @@ from common.task import Task
 from common.trapbook import KEEP, TrapBook
 from common.traps import TrapRules, strip_session_ids
 from common.urls import fingerprint as url_fingerprint
+from console.cli import main_async
 from consumer.intake import LinkIntake
 from consumer.live import Live
 
@@ -106,7 +108,10 @@ def parent(url: str = "http://a.test/") -> Task:
 
 
 async def test_refused_links_are_counted_by_reason_and_per_host(
-        redis_client: aioredis.Redis, crawl_name: str) -> None:
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Each refused link counts for its fate and for its host; `crawlq traps` lists the
+    host with its tallies."""
     queue = await LeasingQueue.open(redis_client, crawl_name)
     i = intake(queue)
     links = ["http://a.test/a/b/a/b/a/b/", "http://a.test/" + "y" * 1100,
@@ -119,6 +124,11 @@ async def test_refused_links_are_counted_by_reason_and_per_host(
     [row] = await TrapBook(queue).hosts()
     assert (row.host, row.total) == ("a.test", 4)
     assert row.reasons == {"near_duplicate": 1, "trap_length": 1, "trap_repeats": 2}
+    capsys.readouterr()
+    assert await main_async(["traps", "--crawl", crawl_name, "--redis-url", redis_url,
+                             "--cluster", "no"]) == 0
+    assert capsys.readouterr().out.split() == [
+        "a.test", "4", "near_duplicate", "1,", "trap_length", "1,", "trap_repeats", "2"]
 
 
 async def test_a_paths_query_variants_are_bounded_across_the_fleet(
