@@ -6,6 +6,13 @@ as on every other page. Each is canonicalized, scoped (``--max-depth``,
 whether it is new (the crawl's dedup). :class:`SeenCache` remembers the URLs this
 consumer sent recently, so a link seen again skips all of that and the round trip.
 
+A link that is not cached loses its session ids and is judged by the crawl's trap rules
+(``common.traps``: its length, path segments, a repeated segment, query parameters); a
+refused one is counted by its rule's fate and tallied for its host, and marked like an
+invalid one. `admit` then asks Redis, once per batch, whether each link with a query is a
+new variant past its path's limit (``trap_path_variants``, fleet-wide:
+``common.trapbook``), sending the hosts' tallies with the same call.
+
 Redis stays the authority: the cache only ever skips a URL that this process already
 sent to the queue's dedup (it is marked after the enqueue returned), so a URL the cache
 evicted, or never saw, goes to Redis and is deduplicated there. With a recrawl window
