@@ -21,8 +21,9 @@ in again by more than that.
 
 The scope is the crawl policy's (``max_depth``, ``allow_domains``), read from the
 consumer's live snapshot (``consumer.live``) at each batch, and changes while the
-consumer runs: a new depth applies to the pages finished after it; new domains also
-empty the cache, which remembers the links out of the old ones. So are the attempts each
+consumer runs: a new depth applies to the pages finished after it; new domains (or new
+trap rules) also empty the cache, which remembers the links out of the old ones (or
+those the old rules refused or rewrote). So are the attempts each
 new task gets and the recrawl window (``max_attempts``, ``recrawl_after``): the links of
 the pages finished after a change are stamped with the new value; a new window also
 empties the cache, whose generations follow it.
@@ -111,6 +112,7 @@ class LinkIntake:
         self._tallies: dict[tuple[str, str], int] = {}  # (host, reason) -> n, not sent
         now = self._now = policy()
         self.allow_domains = frozenset(now.allow_domains)
+        self._traps = now.traps
         # A URL recrawled after the window is not kept out by the cache for more than
         # half of it: each generation lives at most a quarter.
         self.cache = SeenCache(cache_size, max_age_s=now.recrawl_after / 4)
@@ -124,10 +126,12 @@ class LinkIntake:
             return now
         self._now = now
         domains = frozenset(now.allow_domains)
-        if domains != self.allow_domains:
-            # Links out of the old domains were remembered as handled: forget them.
+        if domains != self.allow_domains or now.traps != self._traps:
+            # Links out of the old domains, or refused (or rewritten) by the old trap
+            # rules, were remembered as handled: forget them.
             self.cache.clear()
             self.allow_domains = domains
+            self._traps = now.traps
             self._scope += 1
         if now.recrawl_after / 4 != self.cache.max_age_s:
             # The cache may hold URLs sent longer ago than the new window allows.

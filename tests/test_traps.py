@@ -131,6 +131,24 @@ async def test_refused_links_are_counted_by_reason_and_per_host(
         "a.test", "4", "near_duplicate", "1,", "trap_length", "1,", "trap_repeats", "2"]
 
 
+def test_a_page_under_another_session_is_the_same_link_and_a_rule_change_applies(
+) -> None:
+    """Session ids are dropped before the seen cache and the dedup see the link; a
+    policy change (here: the rules off) applies to the next batch."""
+    live = Live(snapshot(max_depth=5))
+    i = LinkIntake(Metrics(), live, cache_size=1000)
+    sids = [f"http://a.test/p?sid={n:032x}" for n in range(3)]
+    tasks, mark = i.children([(parent(), sids)])
+    assert [t.url for t in tasks] == ["http://a.test/p"]
+    i.sent(mark)
+    again, _ = i.children([(parent(), [f"http://a.test/p?sid={9:032x}"])])
+    assert again == []
+    assert i.children([(parent(), ["http://a.test/x/x/x"])])[0] == []
+    live.now = snapshot(max_depth=5, trap_repeated_segments=0, trap_session_ids=False)
+    tasks, _ = i.children([(parent(), ["http://a.test/x/x/x", sids[0]])])
+    assert [t.url for t in tasks] == ["http://a.test/x/x/x", sids[0]]
+
+
 async def test_a_paths_query_variants_are_bounded_across_the_fleet(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
     """Two consumers' intakes share the count: 5 variants of /shop in all, a query seen
