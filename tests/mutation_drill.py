@@ -46,6 +46,7 @@ _PB = "tests/test_pushback.py::"
 _RS = "tests/test_revisit_schedule.py::"
 _RQ = "tests/test_requests.py::"
 _PG = "tests/test_postgres_sink.py::"
+_T = "tests/test_traps.py::"
 
 
 @dataclass(frozen=True)
@@ -189,6 +190,16 @@ MUTANTS: tuple[Mutant, ...] = (
            "the item of the newest fence",
            (_PG + "test_a_batch_with_duplicate_keys_writes_one_row_a_key_the_newest_fence_"
                   "winning",)),
+    Mutant("52-repeated-segment-let-through", "a link whose path holds one segment more "
+           "often than trap_repeated_segments is refused, however far apart the copies",
+           (_T + "test_each_rule_refuses_its_trap_and_lets_a_plain_url_through",
+            _T + "test_refused_links_are_counted_by_reason_and_per_host")),
+    Mutant("53-near-duplicate-links-followed", "a near-duplicate page is not handled: its "
+           "links are not followed",
+           (_T + "test_a_crawl_finds_every_real_page_and_follows_no_near_duplicate",)),
+    Mutant("54-page-its-own-near-duplicate", "a page is never a near duplicate of its own "
+           "URL's earlier fetch (a retry, a revisit)",
+           (_T + "test_a_page_is_never_its_own_near_duplicate_and_fingerprints_are_bounded",)),
 )
 
 
