@@ -25,8 +25,10 @@ from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from common.errors import ConfigError
 from common.redis_retry import classified_retry, mark_not_sent
 from common.redis_url import check_redis_url, is_sentinel, parse_sentinel
+from common.redis_wait import wait_after_writes
 from common.resp_pack import use_hiredis_packer
 
 
@@ -100,8 +102,11 @@ def _sentinel_client(url: str, options: dict[str, Any]) -> aioredis.Redis:
 
 
 def connect(url: str, *, retries: int = 3, socket_timeout: float = 10.0,
-            max_connections: int = 32, pool_timeout: float = 30.0) -> aioredis.Redis:
+            max_connections: int = 32, pool_timeout: float = 30.0,
+            wait_replicas: int = 0, wait_timeout_s: float = 1.0) -> aioredis.Redis:
     """A client for ``url`` (common/redis_url.py's forms); connects lazily on first use.
+    With `wait_replicas`, the queue's writes on it WAIT for that many replicas
+    (common/redis_wait.py).
 
     Raises ConfigError for a URL crawlq can't use."""
     check_redis_url(url)
@@ -117,6 +122,7 @@ def connect(url: str, *, retries: int = 3, socket_timeout: float = 10.0,
         client = aioredis.Redis.from_pool(pool)  # the client owns the pool: aclose() closes it
     mark_not_sent(client)
     use_hiredis_packer(client)
+    wait_after_writes(client, wait_replicas, wait_timeout_s)
     return client
 
 
@@ -136,9 +142,11 @@ def connect_cluster(url: str, *, socket_timeout: float = 10.0,
     )
 
 
-async def open_redis(url: str, *, cluster: bool | None = None) -> RedisClient:
+async def open_redis(url: str, *, cluster: bool | None = None, wait_replicas: int = 0,
+                     wait_timeout_s: float = 1.0) -> RedisClient:
     """A client for a single node or a cluster; ``cluster=None`` asks the server which
-    (a Sentinel-named primary is never a cluster)."""
+    (a Sentinel-named primary is never a cluster). `wait_replicas`: as `connect`'s, not
+    with a cluster."""
     check_redis_url(url)
     if cluster is None and is_sentinel(url):
         cluster = False
@@ -149,4 +157,9 @@ async def open_redis(url: str, *, cluster: bool | None = None) -> RedisClient:
             cluster = bool(int(info.get("cluster_enabled", 0)))
         finally:
             await probe.aclose()
-    return connect_cluster(url) if cluster else connect(url)
+    if cluster and wait_replicas:
+        raise ConfigError("--redis-wait-replicas works with one primary (and Sentinel), "
+                          "not with a Redis Cluster")
+    if cluster:
+        return connect_cluster(url)
+    return connect(url, wait_replicas=wait_replicas, wait_timeout_s=wait_timeout_s)
