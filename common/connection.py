@@ -16,6 +16,7 @@ whole steps.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from typing import Any
@@ -34,8 +35,9 @@ from common.resp_pack import use_hiredis_packer
 
 class _SentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):
     """A Sentinel pool that blocks like `connect`'s pool when every connection is busy,
-    and asks the Sentinels where the primary is at most every `ASK_EVERY_S` when a
-    connection is taken: a connection to another address is dropped and made again.
+    and asks the Sentinels where the primary is at most every `ASK_EVERY_S` while
+    connections are taken (in the background: a slow Sentinel delays no command): a
+    connection to another address is dropped and made again when next taken.
 
     Without it a pooled connection stays with an old primary that still takes writes
     (until Sentinel demotes it, ~10 s after a promotion; `min-replicas-to-write` makes it
@@ -44,13 +46,18 @@ class _SentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):
 
     ASK_EVERY_S = 1.0
     _asked = float("-inf")
+    asking: asyncio.Task[None] | None = None
 
     async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
-        if time.monotonic() - self._asked >= self.ASK_EVERY_S:
+        if time.monotonic() - self._asked >= self.ASK_EVERY_S and (
+                self.asking is None or self.asking.done()):
             self._asked = time.monotonic()
-            with contextlib.suppress(RedisConnectionError, RedisTimeoutError):
-                await self.get_master_address()  # type: ignore[no-untyped-call]
+            self.asking = asyncio.ensure_future(self._ask())
         return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+    async def _ask(self) -> None:
+        with contextlib.suppress(RedisConnectionError, RedisTimeoutError):
+            await self.get_master_address()  # type: ignore[no-untyped-call]
 
     async def ensure_connection(self, connection: Any) -> None:
         if (self.master_address is not None and connection.is_connected
@@ -64,6 +71,10 @@ class _SentinelClient(aioredis.Redis):
 
     async def aclose(self, close_connection_pool: bool | None = None) -> None:
         pool = self.connection_pool
+        if isinstance(pool, _SentinelPool) and pool.asking is not None:
+            pool.asking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pool.asking
         await super().aclose(close_connection_pool)
         if isinstance(pool, SentinelConnectionPool):
             await pool.sentinel_manager.aclose()
