@@ -178,16 +178,19 @@ async def test_a_write_a_replica_refused_is_tried_again_until_it_is_promoted(
         on_replica = await LeasingQueue.existing(reader, crawl_name)
         errors_before = (await admin.info("stats"))["total_error_replies"]
         leasing = asyncio.ensure_future(on_replica.lease("w", 2, 30_000))
+        writing = asyncio.ensure_future(reader.hset(f"crawlq:{{{crawl_name}}}:x", "a", "1"))
 
         async def refused() -> bool:
-            return (await admin.info("stats"))["total_error_replies"] > errors_before
+            return (await admin.info("stats"))["total_error_replies"] > errors_before + 1
 
-        await until(refused, 30, "the replica refused the lease (READONLY)")
-        assert not leasing.done()  # refused, not given up: it will be tried again
+        await until(refused, 30, "the replica refused the lease and the write (READONLY)")
+        # Refused, not given up: they are tried again.
+        assert not leasing.done() and not writing.done()
         await admin.execute_command("REPLICAOF", "NO", "ONE")
         leases = await asyncio.wait_for(leasing, 30)
         assert len(leases) == 2
         assert (await on_replica.stats()).leased == 2
+        assert await asyncio.wait_for(writing, 30) == 1
     finally:
         for c in (writer, reader, admin):
             await c.aclose()
