@@ -156,7 +156,8 @@ MUTANTS: tuple[Mutant, ...] = (
            (_FO + "test_tokens_after_a_promotion_pass_the_ones_the_replica_never_saw",)),
     Mutant("42-did-not-run-error-final", "a call Redis refused without running it "
            "(READONLY, LOADING, ...) is tried again until a primary answers",
-           (_FO + "test_a_write_a_replica_refused_is_tried_again_until_it_is_promoted",)),
+           (_FO + "test_a_write_a_replica_refused_is_tried_again_until_it_is_promoted",
+            _FO + "test_a_primary_without_its_replicas_refuses_and_is_tried_again")),
 )
 
 

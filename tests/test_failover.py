@@ -196,6 +196,37 @@ async def test_a_write_a_replica_refused_is_tried_again_until_it_is_promoted(
             await c.aclose()
 
 
+async def test_a_primary_without_its_replicas_refuses_and_is_tried_again(
+        crawl_name: str) -> None:
+    """min-replicas-to-write (the docs' guard against split brain): NOREPLICAS means the
+    call did not run; it is tried again, and goes through once a replica is back."""
+    primary = RedisServer(extra_args=("--min-replicas-to-write", "1")).start()
+    replica = None
+    setup = aioredis.Redis.from_url(primary.url)
+    client = connect(primary.url, retries=12)  # a replica syncs within these tries
+    try:
+        await setup.config_set("min-replicas-to-write", 0)  # the crawl is created first
+        q = await LeasingQueue.open(client, crawl_name, CrawlSettings())
+        await q.enqueue(tasks(3))
+        await setup.config_set("min-replicas-to-write", 1)
+        errors_before = (await setup.info("stats"))["total_error_replies"]
+        leasing = asyncio.ensure_future(q.lease("w", 2, 30_000))
+
+        async def refused() -> bool:
+            return (await setup.info("stats"))["total_error_replies"] > errors_before
+
+        await until(refused, 30, "the primary refused the lease (NOREPLICAS)")
+        assert not leasing.done()
+        replica = await asyncio.to_thread(replica_of, primary)
+        assert len(await asyncio.wait_for(leasing, 30)) == 2
+    finally:
+        await client.aclose()
+        await setup.aclose()
+        for server in (replica, primary):
+            if server is not None:
+                server.stop()
+
+
 async def test_tokens_after_a_promotion_pass_the_ones_the_replica_never_saw(
         pair: tuple[RedisServer, RedisServer], crawl_name: str) -> None:
     primary, replica = pair
