@@ -47,6 +47,7 @@ _RS = "tests/test_revisit_schedule.py::"
 _RQ = "tests/test_requests.py::"
 _PG = "tests/test_postgres_sink.py::"
 _T = "tests/test_traps.py::"
+_FO = "tests/test_failover.py::"
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,17 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("54-page-its-own-near-duplicate", "a page is never a near duplicate of its own "
            "URL's earlier fetch (a retry, a revisit)",
            (_T + "test_a_page_is_never_its_own_near_duplicate_and_fingerprints_are_bounded",)),
+    Mutant("40-lease-sent-again-after-an-unknown-outcome", "a lease call sent again after "
+           "its reply was lost gets the leases the first one granted, never a second set",
+           (_FO + "test_a_lease_sent_again_after_its_reply_was_lost_gets_the_same_leases",
+            _FO + "test_a_lease_that_got_no_answer_gives_its_leases_to_the_next_call")),
+    Mutant("41-token-counter-not-past-the-epoch", "a fencing token granted after a "
+           "promotion is greater than every token the old primary granted",
+           (_FO + "test_tokens_after_a_promotion_pass_the_ones_the_replica_never_saw",)),
+    Mutant("42-did-not-run-error-final", "a call Redis refused without running it "
+           "(READONLY, LOADING, ...) is tried again until a primary answers",
+           (_FO + "test_a_write_a_replica_refused_is_tried_again_until_it_is_promoted",
+            _FO + "test_a_primary_without_its_replicas_refuses_and_is_tried_again")),
 )
 
 
