@@ -21,6 +21,7 @@ from typing import Any
 
 from common.errors import ConfigError
 from common.names import CRAWL_NAME_RULE, validate_crawl_name
+from common.redis_url import check_redis_url
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$", re.IGNORECASE)
 _DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -228,7 +229,9 @@ def redact_url(url: str) -> str:
 
 REDIS_URL = Option("--redis-url", "REDIS_URL", "redis://localhost:6379/0",
                    "Redis URL: redis://, rediss:// (TLS), with user:password for an ACL "
-                   "user", secret=True)
+                   "user; redis+sentinel://host:port[,host:port...]/<master name>[/<db>] "
+                   "(rediss+sentinel:// for TLS) for a primary its Sentinels name",
+                   secret=True, check=check_redis_url)
 #: Options some commands share, declared here once (a command may point `field` elsewhere).
 JSON = Option("--json", "CRAWLQ_JSON", False, "print one JSON document on stdout",
               flag_only_bool=True)
@@ -252,7 +255,21 @@ COMMON_OPTIONS = (
            choices=("DEBUG", "INFO", "WARNING", "ERROR")),
     Option("--log-format", "CRAWLQ_LOG_FORMAT", "text", "log format",
            choices=("text", "json")),
+    Option("--redis-wait-replicas", "CRAWLQ_REDIS_WAIT_REPLICAS", 0,
+           "after each call that changes the queue, WAIT until this many replicas have "
+           "it (0: don't wait); a promotion then loses no write they acknowledged, at "
+           "the cost of a replication round trip per call (docs/failover.md)",
+           type=int, check=lambda n: _at_least(n, 0, "replicas"), field="wait_replicas"),
+    Option("--redis-wait-timeout", "CRAWLQ_REDIS_WAIT_TIMEOUT", 1.0,
+           "how long such a WAIT may take; fewer replicas by then is logged, and the call "
+           "stands", type=duration, check=lambda s: _at_least(s, 0.001, "seconds"),
+           field="wait_timeout_s"),
 )
+
+
+def _at_least(value: float, least: float, what: str) -> None:
+    if value < least:
+        raise ConfigError(f"{value:g} {what}: must be at least {least:g}")
 
 
 _COMMON = defaults(COMMON_OPTIONS)
@@ -267,6 +284,8 @@ class CommonSettings:
     log_level: str = _COMMON["log_level"]
     log_format: str = _COMMON["log_format"]
     cluster: str = _COMMON["cluster"]
+    wait_replicas: int = _COMMON["wait_replicas"]
+    wait_timeout_s: float = _COMMON["wait_timeout_s"]
     # The flags of the command's options the user gave (flag or env variable): a value
     # asked for, not a default (`given_flags`). Empty when not built from a command line.
     given: frozenset[str] = frozenset()
@@ -284,4 +303,7 @@ class CommonSettings:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> CommonSettings:
         return cls(args.redis_url, args.crawl, args.log_level, args.log_format,
-                   getattr(args, "cluster", _COMMON["cluster"]), given_flags(args))
+                   getattr(args, "cluster", _COMMON["cluster"]),
+                   getattr(args, "redis_wait_replicas", _COMMON["wait_replicas"]),
+                   getattr(args, "redis_wait_timeout", _COMMON["wait_timeout_s"]),
+                   given_flags(args))

@@ -41,6 +41,10 @@ h:delay        ZSET    host -> its delay when not the default, ms  host_set
 h:blocked      ZSET    host -> blocked until, ms (cool-downs,      fail, host_set
                        ``crawlq hosts block``)
 h:budget       ZSET    host -> its page budget (hosts with one)    host_set
+op:<worker>    STRING  "<op id> <reply>" of the worker's last      lease
+                       lease call that granted leases, PX 60 s:
+                       a call sent again after its reply was lost
+                       gets the same leases (docs/failover.md)
 hungry         ZSET    worker -> when its lease call last came     lease
                        back empty, ms of Redis TIME: while one
                        is recent, the other workers take only
@@ -50,6 +54,24 @@ conf           HASH    the crawl's politeness, copied from its     policy_apply,
                        policy_version: the policy version they
                        came from), and ``paused``
 pending        STRING  pending tasks in this partition             enqueue, lease, ...
+=============  ======  ==========================================  ===================
+
+Crawler traps (``common.trapbook``; the crawl's ``trap_*`` and
+``near_duplicate_distance`` policy):
+
+=============  ======  ==========================================  ===================
+tr:<host>      HASH    reason -> links of the host a trap rule     traps
+                       refused (``trap_*``), pages it found to be
+                       near duplicates (``near_duplicate``)
+h:traps        ZSET    host -> the sum of its ``tr:<host>``: the   traps
+                       index ``crawlq traps`` sorts by
+tv:<host>      HASH    8-byte hash of a path -> the 4-byte hashes  traps
+                       of the query strings its links had, at
+                       most ``trap_path_variants``
+fp:<host>      STRING  the host's newest page fingerprints, at     fingerprints
+                       most 256, each 12 bytes: its 64-bit
+                       SimHash and 4 bytes of its URL's
+                       fingerprint
 =============  ======  ==========================================  ===================
 
 Everything else a task needs, once it has left its host queue:
@@ -70,7 +92,9 @@ tasks          HASH    id -> "<host> <priority> <entry>" of a      fail, reclaim
 attempts       HASH    id -> attempts so far, of a task that is    release, reclaim,
                        not leased (pending again, waiting,         fail; lease takes it
                        dead); a lease holds its own                into the lease record
-seq            STRING  fencing-token counter                       lease
+seq            STRING  fencing-token counter: the last token       lease
+                       granted; a grant starts past it and past
+                       Redis TIME in us (docs/failover.md)
 delayed        ZSET    id -> due time of a retry, ms of Redis TIME fail, promote
 dead           ZSET    id -> time of death, ms                     fail, reclaim,
                                                                    requeue, purge
@@ -253,9 +277,31 @@ class PartitionKeys:
         """A host's pending entries with a priority, highest first."""
         return f"{self.prefix}hp:{host}"
 
+    def lease_op(self, worker: str) -> str:
+        """The reply of `worker`'s last lease call that granted leases, kept for a call
+        sent again (lease.lua)."""
+        return f"{self.prefix}op:{worker}"
+
     def bloom_layer(self, layer: int) -> str:
         """The bit string of one bloom filter layer."""
         return f"{self.prefix}bloom:{layer}"
+
+    def traps(self, host: str) -> str:
+        """A host's trap tallies: reason -> links refused or pages not followed."""
+        return f"{self.prefix}tr:{host}"
+
+    @property
+    def trap_index(self) -> str:
+        """host -> all its trap tallies, the index ``crawlq traps`` sorts by."""
+        return f"{self.prefix}h:traps"
+
+    def variants(self, host: str) -> str:
+        """A host's query variants: path hash -> the 4-byte hashes of its queries."""
+        return f"{self.prefix}tv:{host}"
+
+    def fingerprints(self, host: str) -> str:
+        """A host's newest page fingerprints, 12 bytes each (``common.trapbook``)."""
+        return f"{self.prefix}fp:{host}"
 
     def pattern(self) -> str:
         """A SCAN pattern matching every key of this partition."""

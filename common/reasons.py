@@ -51,6 +51,10 @@ UNCHANGED: Final = _reason(
 CHANGED: Final = _reason(
     "changed", "done", "a revisit's 2xx whose body differs from the previous visit's: "
     "handled as a new page, its links followed")
+NEAR_DUPLICATE: Final = _reason(
+    "near_duplicate", "done", "a 2xx HTML page whose text fingerprint is within the crawl's "
+    "near_duplicate_distance of another page of its host: no handler, its links not "
+    "followed; result written")
 #: The outcomes of a revisit's response (a record's ``revisit`` field).
 REVISIT_OUTCOMES: Final = frozenset({NOT_MODIFIED, UNCHANGED, CHANGED})
 

@@ -24,6 +24,8 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from common.errors import LuaIncludeError
+from common.redis_retry import resending
+from common.redis_wait import ReplicaWait, acknowledged, replica_wait
 
 LUA = Path(__file__).parent / "lua"
 
@@ -31,6 +33,31 @@ NAMES = (
     "enqueue", "enqueue_bloom", "lease", "renew", "ack", "fail", "release", "checkpoint",
     "reclaim", "promote", "requeue", "purge", "host_set", "is_empty", "revisit",
 )
+
+#: The scripts a client may send again when their outcome is unknown (a timeout or a
+#: dropped connection after the call went out: common/redis_retry.py), and why running
+#: one twice is safe. Any other script is not sent again: its caller gets the error.
+RESENDABLE: dict[str, str] = {
+    "lease": "an operation id: a call sent again gets the reply the first one kept",
+    "ack": "fenced: a second ack finds the lease ended and is answered stale, counting "
+           "nothing again",
+    "fail": "fenced, as ack", "renew": "fenced, as ack", "release": "fenced, as ack",
+    "checkpoint": "fenced, as ack",
+    "enqueue": "dedup: a second run finds the URLs seen (counted duplicates)",
+    "enqueue_bloom": "dedup, as enqueue",
+    "reclaim": "each candidate is checked again: a second run finds it taken back",
+    "promote": "as reclaim", "revisit": "as reclaim",
+    "requeue": "by id of a dead task: a second run finds it no longer dead",
+    "purge": "as requeue",
+    "host_set": "sets a host's settings to the values given",
+    "is_empty": "reads only",
+    "worker_beat": "sets the heartbeat", "refresh_lock": "compares the lock's token",
+    "release_lock": "compares the lock's token",
+    "history_push": "a second snapshot within the minimum gap is skipped",
+}
+
+#: The scripts that change nothing: never followed by a WAIT (common/redis_wait.py).
+READS = frozenset({"is_empty"})
 
 _INCLUDE = re.compile(r'--- @include "([\w/.-]+)"')
 #: Where Redis says a script failed: "Error running script (call to f_<sha>):
@@ -118,26 +145,44 @@ def locate_in(exc: ResponseError, scripts: Iterable[LuaScript]) -> None:
 
 class LuaScript:
     """A script registered on a client, called like redis-py's: a Lua error raised by a
-    direct call says which file and line it came from."""
+    direct call says which file and line it came from; a call whose outcome is unknown
+    is sent again only if the script is `resendable`."""
 
-    __slots__ = ("name", "script")
+    __slots__ = ("client", "name", "resendable", "script")
 
-    def __init__(self, name: str, script: Any) -> None:
+    def __init__(self, name: str, script: Any, client: Any) -> None:
         self.name = name
         self.script = script
+        self.client = client  # the one it was registered on
+        self.resendable = name in RESENDABLE
 
     async def __call__(self, keys: Sequence[Any] | None = None,
                        args: Sequence[Any] | None = None, client: Any = None) -> Any:
         try:
-            return await self.script(keys=keys, args=args, client=client)
+            with resending(self.resendable):
+                wait = None if client is not None or self.name in READS else replica_wait(
+                    self.client)
+                if wait is None:
+                    return await self.script(keys=keys, args=args, client=client)
+                return await self._waited(keys, args, wait)
         except ResponseError as exc:
             _locate(exc, self.name)
             raise
 
+    async def _waited(self, keys: Sequence[Any] | None, args: Sequence[Any] | None,
+                      wait: ReplicaWait) -> Any:
+        """The call, then WAIT on its connection (--redis-wait-replicas)."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            await self.script(keys=keys, args=args, client=pipe)
+            pipe.execute_command(*wait.command())
+            reply, replicas = await pipe.execute()
+        acknowledged(wait, int(replicas))
+        return reply
+
 
 def register(client: Any, name: str) -> LuaScript:
     """Script `name`, registered on `client`."""
-    return LuaScript(name, client.register_script(source(name)))
+    return LuaScript(name, client.register_script(source(name)), client)
 
 
 class Scripts:

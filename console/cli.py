@@ -63,6 +63,7 @@ from common.runtime import run_loop
 from common.workers import read_workers
 from console.cli_crawl import add_crawl_commands
 from console.cli_hosts import add_host_commands
+from console.cli_traps import add_trap_commands
 from console.crawls import summaries, summary
 from console.dashboard.command import DASHBOARD_OPTIONS, cmd_dashboard
 from console.deadletters import select_dead
@@ -392,6 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(handler=handler)
 
     add_host_commands(sub, command, COMMON_OPTIONS)
+    add_trap_commands(sub, COMMON_OPTIONS)
     command("crawls", "the crawls in this Redis with their sizes",
             JSON).set_defaults(handler=cmd_crawls)
     add_crawl_commands(sub, COMMON_OPTIONS)
@@ -443,7 +445,9 @@ async def _dispatch(args: argparse.Namespace) -> int:
             client = connect(args.redis_url, retries=0, socket_timeout=args.timeout)
         else:
             cluster = {"yes": True, "no": False}.get(args.cluster)
-            client = await open_redis(args.redis_url, cluster=cluster)
+            client = await open_redis(args.redis_url, cluster=cluster,
+                                      wait_replicas=args.redis_wait_replicas,
+                                      wait_timeout_s=args.redis_wait_timeout)
         return await handler(args, client)
     except (UsageError, ConfigError) as exc:
         print(f"crawlq: error: {exc}", file=sys.stderr)

@@ -220,6 +220,7 @@ class Flusher:
             self._account(recorded, codes, ["released"] * len(recorded))
         children, seen = self.intake.children(
             (c.lease.task, c.urls) for c in live if c.urls and c.lease.id not in unwritten)
+        children = await self._retry("traps", lambda: self.intake.admit(children))
         if children:
             await self._retry("enqueue", lambda: self.queue.enqueue(children))
         self.intake.sent(seen)

@@ -40,6 +40,7 @@ from common.metrics import Metrics
 from common.queue import Code, Lease, LeasingQueue
 from common.redis_errors import REDIS_ERRORS
 from common.spider import Spider
+from common.trapbook import TrapBook
 from common.wake import WakeChannel
 from common.workers import WorkerRegistry
 from consumer.config import ConsumerSettings
@@ -93,7 +94,8 @@ class Consumer:
             live = Live(LivePolicy.of_flags(settings))
         self.policy = PolicyReader(queue, live, stopping=self.stopping,
                                    on_change=self._woken)
-        intake = LinkIntake(metrics, live, cache_size=settings.link_cache)
+        intake = LinkIntake(metrics, live, cache_size=settings.link_cache,
+                            book=TrapBook(queue))
         self.wake = WakeChannel(queue.client, queue.crawl_keys.wake, listening=True)
         self.sink_health = SinkHealth(settings.sink_retry_for_s)
         self.flusher = Flusher(queue, sink, metrics, self.book, worker=self.worker_id,

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from common import simhash
 from common.errors import FetchError, RedisUnavailableError
 from common.frontier.hosts import Frontier
 from common.http.fetcher import Fetcher, FetchResult
@@ -20,7 +21,7 @@ from common.items import unique_key_of
 from common.metrics import Metrics
 from common.policy import is_pushback
 from common.queue import Code, CrawlQueue, Failure, Lease
-from common.reasons import CONNECT_ERROR
+from common.reasons import CONNECT_ERROR, NEAR_DUPLICATE
 from common.redis_errors import REDIS_ERRORS
 from common.request import Request
 from consumer.backoff import Backoff
@@ -243,6 +244,10 @@ class Runner:
             self.window.enter()
             try:
                 await asyncio.sleep(0)
+                if await self._near_duplicate(lease, result):
+                    record.outcome = outcome = NEAR_DUPLICATE
+                    self._complete(Completion(lease, "ack", outcome, record=record))
+                    return
                 handled = as_result(await self.router(result, self._context(lease)))
                 # A bad Request is its task's failure here, never its flush's.
                 check_children(handled.urls, self.queue.known_labels)
@@ -262,6 +267,30 @@ class Runner:
                 self.flusher.intake.capped(len(urls) - self.s.max_links)
                 urls = urls[:self.s.max_links]
         self._complete(Completion(lease, "ack", outcome, record=record, urls=urls))
+
+    async def _near_duplicate(self, lease: Lease, result: FetchResult) -> bool:
+        """Whether a 2xx HTML page is a near duplicate of another of its host's (the
+        policy's near_duplicate_distance; its fingerprint is kept either way): then it
+        is not handled and its links are not followed. A Redis error says no."""
+        within = self.policy.now.near_duplicate_distance
+        book = self.flusher.intake.book
+        if within < 0 or book is None or not 200 <= result.status <= 299 or not result.body \
+                or "html" not in result.headers.get("content-type", ""):
+            return False
+        fp = simhash.fingerprint(simhash.page_text(result.body))
+        if fp is None:
+            return False
+        try:
+            near = await book.seen_like(lease.host, bytes.fromhex(lease.task.id[:8]), fp,
+                                        within)
+        except REDIS_ERRORS as exc:
+            self.metrics.redis_errors_total.inc()
+            log.warning("redis_error", extra={"during": "near_duplicate",
+                                              "error": str(exc)[:200]})
+            return False
+        if near:
+            self.flusher.intake.tally(lease.host, NEAR_DUPLICATE)
+        return near
 
     def _context(self, lease: Lease) -> HandlerContext:
         async def save(value: Any) -> bool:

@@ -47,6 +47,8 @@ _RS = "tests/test_revisit_schedule.py::"
 _SP = "tests/test_spider_process.py::"
 _RQ = "tests/test_requests.py::"
 _PG = "tests/test_postgres_sink.py::"
+_T = "tests/test_traps.py::"
+_FO = "tests/test_failover.py::"
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,27 @@ MUTANTS: tuple[Mutant, ...] = (
            "the item of the newest fence",
            (_PG + "test_a_batch_with_duplicate_keys_writes_one_row_a_key_the_newest_fence_"
                   "winning",)),
+    Mutant("52-repeated-segment-let-through", "a link whose path holds one segment more "
+           "often than trap_repeated_segments is refused, however far apart the copies",
+           (_T + "test_each_rule_refuses_its_trap_and_lets_a_plain_url_through",
+            _T + "test_refused_links_are_counted_by_reason_and_per_host")),
+    Mutant("53-near-duplicate-links-followed", "a near-duplicate page is not handled: its "
+           "links are not followed",
+           (_T + "test_a_crawl_finds_every_real_page_and_follows_no_near_duplicate",)),
+    Mutant("54-page-its-own-near-duplicate", "a page is never a near duplicate of its own "
+           "URL's earlier fetch (a retry, a revisit)",
+           (_T + "test_a_page_is_never_its_own_near_duplicate_and_fingerprints_are_bounded",)),
+    Mutant("40-lease-sent-again-after-an-unknown-outcome", "a lease call sent again after "
+           "its reply was lost gets the leases the first one granted, never a second set",
+           (_FO + "test_a_lease_sent_again_after_its_reply_was_lost_gets_the_same_leases",
+            _FO + "test_a_lease_that_got_no_answer_gives_its_leases_to_the_next_call")),
+    Mutant("41-token-counter-not-past-the-epoch", "a fencing token granted after a "
+           "promotion is greater than every token the old primary granted",
+           (_FO + "test_tokens_after_a_promotion_pass_the_ones_the_replica_never_saw",)),
+    Mutant("42-did-not-run-error-final", "a call Redis refused without running it "
+           "(READONLY, LOADING, ...) is tried again until a primary answers",
+           (_FO + "test_a_write_a_replica_refused_is_tried_again_until_it_is_promoted",
+            _FO + "test_a_primary_without_its_replicas_refuses_and_is_tried_again")),
 )
 
 

@@ -132,8 +132,9 @@ class Lease:
 
     @property
     def fence(self) -> int:
-        """The fencing token as a number: a sink keeps it with what the lease wrote, and a
-        write under a smaller one never replaces it (consumer.sinks.postgres)."""
+        """The fencing token as a number (below 2^63: a bigint column holds it). A lease
+        granted later, also by a primary promoted since, has a greater one; a sink keeps it
+        with what the lease wrote, and a write under a smaller one never replaces it."""
         return int(self.token)
 
 
