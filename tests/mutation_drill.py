@@ -176,6 +176,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "and data through Redis to another consumer's handler",
            (_RQ + "test_a_childs_label_and_data_reach_its_handler_in_another_consumer_"
             "process",)),
+    Mutant("56-estimator-ignores-changes", "revisit=learned's estimator counts the changes "
+           "its visits find: a URL changing at every visit is revisited more often",
+           (_RS + "test_learned_intervals_follow_the_estimated_change_rate_within_the_"
+            "bounds",)),
 )
 
 
