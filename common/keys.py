@@ -50,9 +50,10 @@ hungry         ZSET    worker -> when its lease call last came     lease
                        is recent, the other workers take only
                        their fair share of a host's slots
 conf           HASH    the crawl's politeness, copied from its     policy_apply,
-                       policy (delay ms, concurrency,              pause/resume
-                       policy_version: the policy version they
-                       came from), and ``paused``
+                       policy (delay ms, concurrency,              pause/resume,
+                       policy_version: the policy version they     ack
+                       came from), and ``paused``; learned
+                       revisits' rv_price and rv_demand (ack)
 pending        STRING  pending tasks in this partition             enqueue, lease, ...
 =============  ======  ==========================================  ===================
 

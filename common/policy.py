@@ -319,8 +319,10 @@ def _show_domains(value: tuple[str, ...]) -> str:
 
 
 #: How a crawl revisits the URLs it has done (`revisit`): never (off), after the first
-#: interval every time (fixed), or after an interval each visit learns (adaptive).
-REVISIT_MODES = ("off", "fixed", "adaptive")
+#: interval every time (fixed), after an interval each visit stretches or shrinks
+#: (adaptive), or after the interval that is best for the change rate its visits
+#: estimate, within the budget of a fixed schedule (learned).
+REVISIT_MODES = ("off", "fixed", "adaptive", "learned")
 
 
 def revisit_mode(text: str) -> str:
@@ -460,16 +462,18 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  show=_show_seconds, toml_string=True, seeded_by=NOBODY),
     PolicyOption("revisit", "", revisit_mode, "off",
                  "bring every done URL back by itself, on a schedule kept in the frontier: "
-                 "off, fixed (every recrawl_after) or adaptive (an interval per URL, longer "
-                 "while it does not change, shorter when it does); exact dedup only",
+                 "off, fixed (every recrawl_after), adaptive (an interval per URL, longer "
+                 "while it does not change, shorter when it does) or learned (an interval "
+                 "per URL from its estimated change rate, spending what fixed would); "
+                 "exact dedup only",
                  check=_revisit_mode_ok, toml_string=True, seeded_by=NOBODY),
     PolicyOption("min_interval", "", _whole_seconds, 60,
-                 "adaptive: shortest interval between two visits of a URL it learns "
-                 "(fixed revisits every recrawl_after, whatever this says)",
+                 "adaptive and learned: shortest interval between two visits of a URL "
+                 "they learn (fixed revisits every recrawl_after, whatever this says)",
                  check=_whole_ok, show=_show_seconds, toml_string=True, seeded_by=NOBODY),
     PolicyOption("max_interval", "", _whole_seconds, 90 * 86400,
-                 "adaptive: longest interval between two visits of a URL it learns "
-                 "(>= min_interval)",
+                 "adaptive and learned: longest interval between two visits of a URL "
+                 "they learn (>= min_interval)",
                  check=_whole_ok, show=_show_seconds, toml_string=True, seeded_by=NOBODY),
     PolicyOption("interval_grow", "", _factor, 0.4,
                  "adaptive: a URL's interval x (1 + this) after a visit that found it "
@@ -578,8 +582,8 @@ class CrawlPolicy:
 
     def revisit_conf(self) -> list[int]:
         """What policy_apply.lua gives each partition's ``conf`` for the revisit schedule:
-        mode (0 off, 1 fixed, 2 adaptive), first, min and max interval (s), grow and
-        shrink (thousandths)."""
+        mode (0 off, 1 fixed, 2 adaptive, 3 learned), first, min and max interval (s),
+        grow and shrink (thousandths)."""
         return [REVISIT_MODES.index(self.revisit), self.recrawl_after, self.min_interval,
                 self.max_interval, round(self.interval_grow * 1000),
                 round(self.interval_shrink * 1000)]

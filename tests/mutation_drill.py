@@ -222,6 +222,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "(READONLY, LOADING, ...) is tried again until a primary answers",
            (_FO + "test_a_write_a_replica_refused_is_tried_again_until_it_is_promoted",
             _FO + "test_a_primary_without_its_replicas_refuses_and_is_tried_again")),
+    Mutant("56-estimator-ignores-changes", "revisit=learned's estimator counts the changes "
+           "its visits find: a URL changing at every visit is revisited more often",
+           (_RS + "test_learned_intervals_follow_the_estimated_change_rate_within_the_"
+            "bounds",)),
 )
 
 
