@@ -14,7 +14,9 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from common import codec
 from common.queue import CrawlQueue, Stats
 
 __all__ = ["Children", "SigtermCancels", "dir_summary", "progress_line", "say", "tail",
@@ -143,3 +145,21 @@ async def watch(children: Children, queue: CrawlQueue, *, total: int | None, tim
         say(f"{name} exited with code {code}; the end of its log:\n"
             f"{tail(logs / f'{name}.log')}")
     return not failed
+
+
+async def run_producer(children: Children, argv: Sequence[str], env: dict[str, str],
+                       log: Path) -> dict[str, Any] | None:
+    """Run the producer with `argv` to its end; its JSON summary, or None (said, with its
+    log's tail) when it failed."""
+    proc = await children.start("producer", [
+        sys.executable, "-m", "producer", *argv, "--json", "--progress", "off"],
+        env, log, stdout=asyncio.subprocess.PIPE)
+    stdout, _ = await proc.communicate()
+    try:
+        summary = codec.loads(stdout.decode().strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        summary = None
+    if proc.returncode != 0 or not isinstance(summary, dict):
+        say(f"the producer failed (exit {proc.returncode}); its log:\n{tail(log)}")
+        return None
+    return summary

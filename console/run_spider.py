@@ -50,7 +50,7 @@ from common.policy import CrawlPolicy, ensure_policy, parse_assignments
 from common.queue import CrawlQueue, Stats
 from common.redis_server import RedisServer
 from common.spider import Spider, load_spider
-from console.local import Children, SigtermCancels, say, tail, watch
+from console.local import Children, SigtermCancels, run_producer, say, watch
 
 __all__ = ["RUN_OPTIONS", "gather_items", "run_spider"]
 
@@ -116,7 +116,8 @@ async def run_spider(args: argparse.Namespace) -> int:
                   "--log-format", args.log_format]
         spec = _spider_arg(args.spider)
         private = ["--allow-private"] if args.allow_private else []
-        produced = await _produce(children, [*common, "--spider", spec], env, logs)
+        produced = await run_producer(children, [*common, "--spider", spec], env,
+                                      logs / "producer.log")
         if produced is None:
             return 1
         say(f"{spider!r}: the producer enqueued {produced['enqueued']} start requests "
@@ -173,23 +174,6 @@ async def _policy(redis_url: str, crawl: str, policy: CrawlPolicy) -> None:
         await ensure_policy(client, crawl, policy, by="crawlq run")
     finally:
         await client.aclose()
-
-
-async def _produce(children: Children, argv: list[str], env: dict[str, str], logs: Path
-                   ) -> dict[str, Any] | None:
-    proc = await children.start("producer", [
-        sys.executable, "-m", "producer", *argv, "--json", "--progress", "off"],
-        env, logs / "producer.log", stdout=asyncio.subprocess.PIPE)
-    stdout, _ = await proc.communicate()
-    try:
-        summary = codec.loads(stdout.decode().strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        summary = None
-    if proc.returncode != 0 or not isinstance(summary, dict):
-        say(f"the producer failed (exit {proc.returncode}); its log:\n"
-            f"{tail(logs / 'producer.log')}")
-        return None
-    return summary
 
 
 def gather_items(results: Path, dest: Path) -> int:

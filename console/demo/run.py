@@ -23,11 +23,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
-from common import codec
 from common.config import COMMON_OPTIONS, REDIS_URL, Option, duration, redact_url
 from common.connection import RedisClient, connect
 from common.keys import CRAWLS
@@ -36,7 +34,7 @@ from common.policy import CrawlPolicy, ensure_policy
 from common.queue import CrawlQueue, Stats
 from common.redis_server import RedisServer
 from console.demo.site import SiteSpec, sample_site
-from console.local import Children, SigtermCancels, dir_summary, say, tail, watch
+from console.local import Children, SigtermCancels, dir_summary, run_producer, say, watch
 
 __all__ = ["DEMO_OPTIONS", "run_demo"]
 
@@ -152,7 +150,9 @@ async def run_demo(args: argparse.Namespace, *, crawl_keys: CrawlKeysFn) -> int:
                     by="crawlq demo")
             finally:
                 await client.aclose()
-            produced = await _run_producer(children, common, env, paths)
+            produced = await run_producer(
+                children, [*common, "--max-attempts", "3", str(paths.seeds)], env,
+                paths.logs / "producer.log")
             if produced is None:
                 return 1
             say(f"producer: read {produced['read']}, invalid {produced['invalid']}, "
@@ -185,25 +185,6 @@ async def run_demo(args: argparse.Namespace, *, crawl_keys: CrawlKeysFn) -> int:
         await children.stop()
         if server is not None:
             await asyncio.to_thread(server.stop)
-
-
-async def _run_producer(children: Children, common: list[str], env: dict[str, str],
-                        paths: _Paths) -> dict[str, Any] | None:
-    logs = paths.logs
-    proc = await children.start("producer", [
-        sys.executable, "-m", "producer", *common, "--max-attempts", "3", "--json",
-        "--progress", "off", str(paths.seeds)], env, logs / "producer.log",
-        stdout=asyncio.subprocess.PIPE)
-    stdout, _ = await proc.communicate()
-    try:
-        summary = codec.loads(stdout.decode().strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        summary = None
-    if proc.returncode != 0 or not isinstance(summary, dict):
-        say(f"the producer failed (exit {proc.returncode}); its log:\n"
-            f"{tail(logs / 'producer.log')}")
-        return None
-    return summary
 
 
 def _summary(s: Stats, elapsed: float, paths: _Paths, *, crawl: str, embedded: bool) -> None:
