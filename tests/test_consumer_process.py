@@ -35,6 +35,7 @@ from support.ports import closed_port
 
 from common.exitcodes import EXIT_REDIS
 from common.keys import CrawlKeys
+from common.names import WORKER_ID_RULE
 from common.queue import CrawlQueue, CrawlSettings, NewTask
 from common.urls import canonicalize, fingerprint, task_id
 
@@ -104,9 +105,9 @@ class Spawner:
         self.output = tmp_path / "out"
         self.children: list[ConsumerProc] = []
 
-    async def start(self, name: str, *args: str, env: dict[str, str] | None = None
-                    ) -> ConsumerProc:
-        worker_id = f"w-{name}-{os.getpid()}"
+    async def start(self, name: str, *args: str, env: dict[str, str] | None = None,
+                    worker_id: str = "") -> ConsumerProc:
+        worker_id = worker_id or f"w-{name}-{os.getpid()}"
         log_path = self.tmp_path / f"{name}.log"
         child_env = {k: v for k, v in os.environ.items()
                      if not k.startswith("CRAWLQ_") and k != "REDIS_URL"}
@@ -508,6 +509,57 @@ async def test_worker_listed_soon_after_start(spawn: Spawner, redis_client: aior
         await until(listed, 3, "the new worker in the workers registry")
         assert (await redis_client.hget(keys.worker(a.worker_id), "pid")) == str(a.pid).encode()
 
+
+
+# -- worker ids ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+@pytest.mark.parametrize("worker_id", ["a b", "tab\there", "é-1", "x" * 129],
+                         ids=["space", "tab", "non-ascii", "too-long"])
+async def test_a_worker_id_the_lease_record_cant_hold_exits_2_before_leasing(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str, worker_id: str,
+        how: str) -> None:
+    """A worker id with a space (or beyond printable ASCII) would lease tasks it could
+    never ack: the consumer refuses it at start, one line saying the rule, exit 2."""
+    queue, _ = await enqueue(redis_client, crawl_name, ["http://127.0.0.1:9/x"])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLQ_")}
+    argv = [sys.executable, "-m", "consumer", "--redis-url", redis_url, "--crawl", crawl_name,
+            "--http-port", "-1", "--exit-when-empty"]
+    if how == "flag":
+        argv += ["--worker-id", worker_id]
+    else:
+        env["CRAWLQ_WORKER_ID"] = worker_id
+    proc = await asyncio.create_subprocess_exec(
+        *argv, cwd=ROOT, env=env, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 2, (out, err)
+    [line] = err.decode().splitlines()
+    assert f"invalid worker id {worker_id!r}" in line and WORKER_ID_RULE in line
+    assert ("--worker-id" if how == "flag" else "CRAWLQ_WORKER_ID") in line
+    stats = await queue.stats()
+    assert (stats.pending, stats.leased) == (1, 0)
+
+
+async def test_a_worker_id_with_punctuation_crawls_to_done(
+        spawn: Spawner, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """Every printable ASCII character but the space is allowed: such an id leases,
+    acks, registers and names its result file (made safe) like any other."""
+    odd = "pod/w:1{x}@h*?"
+    async with start_site_process() as site:
+        queue, ids = await enqueue(redis_client, crawl_name,
+                                   [site.url(f"/p/{i}") for i in range(3)])
+        a = await spawn.start("a", "--exit-when-empty", "--ignore-robots", worker_id=odd)
+        assert await a.wait(30) == 0, a.log_text()[-3000:]
+    stats = await queue.stats()
+    assert (stats.done, stats.active) == (3, 0)
+    assert stats.counters.get("stale", 0) == 0
+    records = sink_records(spawn.output)
+    assert sorted(r["url"] for r in records) == sorted(ids.values())
+    assert {r["worker"] for r in records} == {odd}
+    assert [p.name for p in spawn.output.iterdir()] == [
+        f"{crawl_name}-pod_w_1_x_h-00000.jsonl"]
 
 
 # -- 7. Redis that never answers ------------------------------------------------------------------
