@@ -69,6 +69,8 @@ __all__ = ["EXIT_FAIL", "EXIT_INCONSISTENT", "EXIT_OK", "EXIT_REDIS", "EXIT_USAG
            "build_parser", "main", "main_async", "redis_error_message"]
 
 WATCH_EVERY_S = 2.0
+#: After Ctrl-C, how long ``stats --watch`` waits for a read in flight.
+WATCH_STOP_GRACE_S = 1.0
 
 
 class UsageError(CrawlqError):
@@ -141,22 +143,57 @@ def _revisits_text(rv: dict[str, Any]) -> str:
 # -- subcommands --------------------------------------------------------------------------
 
 
+def _show_stats(args: argparse.Namespace, doc: dict[str, Any]) -> None:
+    if args.json:
+        _emit(doc)
+        return
+    text = _stats_text(doc)
+    if args.watch:
+        # Home, clear to the end of the screen, redraw: no scrolling, no flicker.
+        stamp = datetime.now(UTC).strftime("%H:%M:%S")
+        text = f"\x1b[H\x1b[J{text}\n\n{stamp}  every {WATCH_EVERY_S:g}s, Ctrl-C quits"
+    print(text, flush=True)
+
+
 async def cmd_stats(args: argparse.Namespace, client: RedisClient) -> int:
     queue = await _queue(client, args.crawl)
-    while True:
-        doc = (await summary(queue)).to_json()
-        if args.json:
-            _emit(doc)
-        else:
-            text = _stats_text(doc)
-            if args.watch:
-                # Home, clear to the end of the screen, redraw: no scrolling, no flicker.
-                stamp = datetime.now(UTC).strftime("%H:%M:%S")
-                text = f"\x1b[H\x1b[J{text}\n\n{stamp}  every {WATCH_EVERY_S:g}s, Ctrl-C quits"
-            print(text, flush=True)
-        if not args.watch:
-            return EXIT_OK
-        await asyncio.sleep(WATCH_EVERY_S)
+    if args.watch:
+        return await _watch_stats(args, queue)
+    _show_stats(args, (await summary(queue)).to_json())
+    return EXIT_OK
+
+
+async def _watch_stats(args: argparse.Namespace, queue: CrawlQueue) -> int:
+    """Redraw every WATCH_EVERY_S until SIGINT or SIGTERM, then exit 0.
+
+    The signals set an event; nothing is cancelled mid-call. A cancelled task is not a
+    reliable way out: Python 3.11's ``asyncio.wait_for`` (redis-py's socket writes and
+    reads) swallows a cancellation that lands as its I/O completes, and the watch went on
+    drawing after Ctrl-C. The handlers are the loop's own, so a SIGINT its parent ignores
+    (``crawlq stats --watch &`` in a script inherits SIG_IGN) still ends it.
+    """
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        while True:
+            reading = asyncio.ensure_future(summary(queue))
+            await asyncio.wait({reading, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if stop.is_set():
+                # A read in flight is given a moment to finish; one that doesn't (a Redis
+                # gone silent) is cancelled when the loop closes.
+                await asyncio.wait({reading}, timeout=WATCH_STOP_GRACE_S)
+                return EXIT_OK
+            _show_stats(args, reading.result().to_json())
+            await asyncio.wait({stopped}, timeout=WATCH_EVERY_S)
+            if stop.is_set():
+                return EXIT_OK
+    finally:
+        stopped.cancel()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
 
 
 async def cmd_workers(args: argparse.Namespace, client: RedisClient) -> int:
@@ -472,7 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except asyncio.CancelledError:  # the demo, ended by SIGTERM
         return 128 + signal.SIGTERM
     except KeyboardInterrupt:
-        return EXIT_OK if getattr(args, "watch", False) else 130
+        return 130
 
 
 if __name__ == "__main__":
