@@ -17,7 +17,9 @@ Subcommands (each takes the common options: --redis-url, --crawl, --log-level, .
 ``crawlq dashboard``               the web dashboard (``--http-host``, ``--http-port``,
                                    ``--token``)
 ``crawlq reset --crawl C --yes``   delete every key of one crawl, nothing else
-``crawlq check``                   0 if Redis answers (and --http-url if given), else 1
+``crawlq check``                   0 if Redis answers and does not evict keys (and
+                                   --http-url answers, if given), else 1; prints the
+                                   server's eviction policy, persistence and replicas
 ``crawlq fsck [--repair] [--json]`` check a crawl's invariants (every task in one state,
                                    counts, ``due``, the revisit schedule); ``--repair``
                                    converts a crawl of layout 2 first, then fixes the
@@ -49,6 +51,7 @@ from common import codec
 from common.codec import text as _text
 from common.config import COMMON_OPTIONS, JSON, Option, add_options, duration, redact_url
 from common.connection import RedisClient, connect, open_redis
+from common.durability import EVICTION_ADVICE, ServerSettings, server_settings
 from common.errors import BadRequestError, ConfigError, CrawlqError
 from common.exitcodes import EXIT_FAIL, EXIT_INCONSISTENT, EXIT_OK, EXIT_REDIS, EXIT_USAGE
 from common.keys import CRAWLS, PREFIX, CrawlKeys
@@ -335,28 +338,42 @@ async def _check_http(url: str, timeout_s: float) -> str | None:
     return None
 
 
+def _evicting(nodes: list[ServerSettings]) -> str | None:
+    """The problem of an evicting server (or Cluster primary), if any."""
+    for n in nodes:
+        if n.evicting:
+            return f"Redis at {n.node} has maxmemory-policy {n.eviction}: {EVICTION_ADVICE}"
+    return None
+
+
 async def cmd_check(args: argparse.Namespace, client: RedisClient) -> int:
     problem: str | None = None
+    nodes: list[ServerSettings] = []
     try:
         async with asyncio.timeout(args.timeout):
             await client.ping()
             raw = await client.hget(CrawlKeys.build(args.crawl).meta, "settings")
             if raw is not None:
                 CrawlSettings.from_json(raw, args.crawl)
+            nodes = await server_settings(client)
     except TimeoutError:
         problem = f"Redis at {redact_url(args.redis_url)} did not answer in {args.timeout:g}s"
     except RedisError as exc:
         problem = redis_error_message(exc, args.redis_url) or f"Redis error: {exc}"
     except (ValueError, KeyError, CrawlqError) as exc:
         problem = f"crawl {args.crawl} has unreadable settings: {exc}"
+    if problem is None:
+        problem = _evicting(nodes)
     if problem is None and args.http_url:
         problem = await _check_http(args.http_url, args.timeout)
     if problem is not None:
         print(f"unhealthy: {problem}")
-        return EXIT_FAIL
-    print(f"ok: Redis at {redact_url(args.redis_url)} answers"
-          + (f", {args.http_url} answers" if args.http_url else ""))
-    return EXIT_OK
+    else:
+        print(f"ok: Redis at {redact_url(args.redis_url)} answers"
+              + (f", {args.http_url} answers" if args.http_url else ""))
+    for n in nodes:
+        print(f"redis {n.node}: {n.text()}")
+    return EXIT_OK if problem is None else EXIT_FAIL
 
 
 async def cmd_fsck(args: argparse.Namespace, client: RedisClient) -> int:
@@ -431,7 +448,9 @@ def build_parser() -> argparse.ArgumentParser:
             *DASHBOARD_OPTIONS).set_defaults(handler=cmd_dashboard)
     command("reset", "delete every key of one crawl (--crawl), and nothing else",
             _YES).set_defaults(handler=cmd_reset)
-    command("check", "health check: exit 0 if Redis answers (and --http-url), else 1",
+    command("check", "health check: exit 0 if Redis answers and does not evict keys "
+            "(maxmemory-policy noeviction), and --http-url answers; else 1. Shows the "
+            "server's eviction policy, persistence and replicas",
             Option("--http-url", "CRAWLQ_CHECK_HTTP_URL", None,
                    "also GET this URL, e.g. a consumer's http://127.0.0.1:9410/healthz"),
             Option("--timeout", "CRAWLQ_CHECK_TIMEOUT", 3.0, "give up after this long",

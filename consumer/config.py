@@ -141,6 +141,9 @@ CONSUMER_OPTIONS = (
     policy_flag("max_stalls", CONSUMER),
     Option("--worker-id", "CRAWLQ_WORKER_ID", "", "this consumer's id (default "
            f"host-pid-random); {WORKER_ID_RULE}", check=_worker_id_ok, convert=_worker_id),
+    Option("--allow-evicting-redis", "CRAWLQ_ALLOW_EVICTING_REDIS", False, "run on a Redis "
+           "whose maxmemory-policy is not noeviction (it deletes tasks when full), with a "
+           "warning; without it the consumer exits 2", flag_only_bool=True),
     Option("--gc-threshold", "CRAWLQ_GC_THRESHOLD", 10_000,
            "Python GC generation-0 threshold (0 = Python's default, 700)", type=int),
 )
@@ -195,6 +198,7 @@ class ConsumerSettings:
     max_retry_after_s: float = _DEFAULT["max_retry_after_s"]
     max_stalls: int = _DEFAULT["max_stalls"]
     worker_id: str = field(default_factory=default_worker_id)
+    allow_evicting_redis: bool = _DEFAULT["allow_evicting_redis"]
     gc_threshold: int = _DEFAULT["gc_threshold"]
 
     def __post_init__(self) -> None:

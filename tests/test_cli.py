@@ -24,7 +24,7 @@ from common.keys import CRAWLS, CrawlKeys
 from common.names import CRAWL_NAME_RULE, validate_crawl_name
 from common.policy import set_policy
 from common.queue import CrawlSettings, Failure, LeasingQueue, NewTask
-from common.redis_server import free_port
+from common.redis_server import RedisServer, free_port
 from common.urls import fingerprint
 from common.workers import WorkerRegistry
 from console.cli import main_async
@@ -300,6 +300,49 @@ async def test_check(redis_url: str, crawl: Crawl, capsys: pytest.CaptureFixture
         assert "HTTP 404" in capsys.readouterr().out
     assert await crawlq(redis_url, "check", "--http-url",
                         f"http://127.0.0.1:{free_port()}/healthz") == 1
+
+
+async def test_check_shows_the_servers_durability_settings(
+        redis_server: RedisServer, redis_url: str, crawl: Crawl,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert await crawlq(redis_url, "check", "--crawl", crawl.name) == 0
+    ok, settings = capsys.readouterr().out.splitlines()
+    assert ok.startswith("ok: Redis at")
+    port = redis_server.port
+    # The test server: no AOF, no snapshots (--save ""), no replicas.
+    assert settings == (f"redis 127.0.0.1:{port}: eviction noeviction, AOF off (appendfsync "
+                        "always), RDB off, replicas 0 (min-replicas-to-write 0)")
+
+
+async def test_check_fails_on_a_redis_that_evicts_keys(
+        evicting_redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """allkeys-lru deletes tasks when Redis is full: exit 1, one line saying what to set."""
+    assert await crawlq(evicting_redis_url, "check") == 1
+    problem, settings = capsys.readouterr().out.splitlines()
+    assert problem.startswith("unhealthy: Redis at 127.0.0.1:")
+    assert "has maxmemory-policy allkeys-lru: set maxmemory-policy noeviction" in problem
+    assert "eviction allkeys-lru" in settings
+
+
+async def test_check_says_unknown_for_settings_config_get_is_refused(
+        evicting_redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The documented ACL user has INFO but no CONFIG (-@dangerous): the policy still
+    reads, appendfsync, RDB and min-replicas-to-write read "unknown", no crash."""
+    admin = aioredis.Redis.from_url(evicting_redis_url)
+    user = f"u{os.getpid()}"
+    await admin.execute_command(
+        "ACL", "SETUSER", user, "on", ">pw", "resetkeys", "~crawlq:*", "-@all", "+@read",
+        "+@connection", "-@dangerous", "+info")
+    try:
+        url = evicting_redis_url.replace("redis://", f"redis://{user}:pw@")
+        assert await crawlq(url, "check") == 1
+        problem, settings = capsys.readouterr().out.splitlines()
+    finally:
+        await admin.execute_command("ACL", "DELUSER", user)
+        await admin.aclose()
+    assert "maxmemory-policy allkeys-lru" in problem
+    assert settings.endswith("eviction allkeys-lru, AOF off (appendfsync unknown), RDB "
+                             "unknown, replicas 0 (min-replicas-to-write unknown)")
 
 
 async def test_unreachable_redis_exits_3(capsys: pytest.CaptureFixture[str]) -> None:

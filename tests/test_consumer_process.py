@@ -560,6 +560,43 @@ async def test_a_worker_id_with_punctuation_crawls_to_done(
     assert {r["worker"] for r in records} == {odd}
     assert [p.name for p in spawn.output.iterdir()] == [
         f"{crawl_name}-pod_w_1_x_h-00000.jsonl"]
+    # Its start-up read the server's settings: the test server does not evict.
+    settings = a.event("redis_settings")
+    assert settings is not None and settings["maxmemory_policy"] == "noeviction"
+    assert a.event("redis_evicts") is None
+
+
+# -- a Redis that evicts keys ---------------------------------------------------------------
+
+
+async def test_a_consumer_refuses_a_redis_that_evicts_keys_unless_allowed(
+        evicting_redis_url: str, crawl_name: str, tmp_path: Path) -> None:
+    """allkeys-lru deletes tasks when Redis is full: exit 2 with an ERROR saying what to
+    set, before leasing anything; --allow-evicting-redis runs with a WARNING."""
+    client = aioredis.Redis.from_url(evicting_redis_url)
+    spawner = Spawner(evicting_redis_url, crawl_name, tmp_path)
+    try:
+        async with start_site_process() as site:
+            queue, _ = await enqueue(client, crawl_name, [site.url(f"/p/{i}") for i in range(3)])
+            a = await spawner.start("a", "--exit-when-empty", "--ignore-robots")
+            assert await a.wait(30) == 2, a.log_text()[-3000:]
+            refused = a.event("redis_evicts")
+            assert refused is not None and refused["level"] == "ERROR"
+            assert refused["maxmemory_policy"] == "allkeys-lru"
+            assert "set maxmemory-policy noeviction" in refused["advice"]
+            assert "--allow-evicting-redis" in refused["advice"]
+            stats = await queue.stats()
+            assert (stats.pending, stats.leased, stats.counters.get("leased", 0)) == (3, 0, 0)
+
+            b = await spawner.start("b", "--exit-when-empty", "--ignore-robots",
+                                    "--allow-evicting-redis")
+            assert await b.wait(30) == 0, b.log_text()[-3000:]
+            warned = b.event("redis_evicts")
+            assert warned is not None and warned["level"] == "WARNING"
+            assert (await queue.stats()).done == 3
+    finally:
+        await spawner.close()
+        await client.aclose()
 
 
 # -- 7. Redis that never answers ------------------------------------------------------------------
