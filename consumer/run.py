@@ -226,7 +226,8 @@ async def run(settings: ConsumerSettings) -> int:
             queue = await _wait_for_crawl(settings, client, stop, wait)
             if queue is None:
                 return 0
-            refused = await check_redis(client, allow_evicting=settings.allow_evicting_redis)
+            refused = await check_redis(client, metrics,
+                                        allow_evicting=settings.allow_evicting_redis)
             if refused is not None:
                 return refused
             sink = make_sink(settings.sink, output_dir=settings.output,

@@ -474,6 +474,7 @@ async def test_health_ready_metrics_and_readyz_503_while_draining(
         for name in ("crawlq_tasks_total", "crawlq_fetch_duration_seconds_bucket",
                      "crawlq_responses_total", "crawlq_in_flight"):
             assert name in metrics
+        assert "crawlq_redis_evicting 0.0" in metrics  # the test server: noeviction
         assert "127.0.0.1" not in metrics, "a URL or host leaked into a label"
 
         a.signal(signal.SIGTERM)
@@ -564,6 +565,7 @@ async def test_a_worker_id_with_punctuation_crawls_to_done(
     settings = a.event("redis_settings")
     assert settings is not None and settings["maxmemory_policy"] == "noeviction"
     assert a.event("redis_evicts") is None
+    assert a.event("redis_eviction_unknown") is None
 
 
 # -- a Redis that evicts keys ---------------------------------------------------------------
@@ -588,12 +590,20 @@ async def test_a_consumer_refuses_a_redis_that_evicts_keys_unless_allowed(
             stats = await queue.stats()
             assert (stats.pending, stats.leased, stats.counters.get("leased", 0)) == (3, 0, 0)
 
-            b = await spawner.start("b", "--exit-when-empty", "--ignore-robots",
-                                    "--allow-evicting-redis")
-            assert await b.wait(30) == 0, b.log_text()[-3000:]
+            b = await spawner.start("b", "--ignore-robots", "--allow-evicting-redis",
+                                    "--http-port", "0")
+            port = (await b.wait_event("http_listening"))["port"]
+
+            async def all_done() -> bool:
+                return (await queue.stats()).done == 3
+
+            await until(all_done, 30, "b to crawl the 3 pages")
             warned = b.event("redis_evicts")
             assert warned is not None and warned["level"] == "WARNING"
-            assert (await queue.stats()).done == 3
+            status, metrics = await http_get(f"http://127.0.0.1:{port}/metrics")
+            assert status == 200 and "crawlq_redis_evicting 1.0" in metrics
+            b.signal(signal.SIGTERM)
+            assert await b.wait(30) == 0, b.log_text()[-3000:]
     finally:
         await spawner.close()
         await client.aclose()
