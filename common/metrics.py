@@ -21,6 +21,9 @@ custom collector (`FetchHistogram`) rather than prometheus-client's locked Histo
     crawlq_responses_total{status_class}    responses by 1xx..5xx, or "error" (no response)
     crawlq_errors_total{kind}               errors by reason code (FetchError.reason ...)
     crawlq_in_flight                        gauge: tasks being fetched right now
+    crawlq_redis_evicting                   gauge: 1 if the Redis (any Cluster primary)
+                                            evicts keys (--allow-evicting-redis), 0 if
+                                            not, -1 if its policy can't be read
     crawlq_leases_renewed_total             lease extensions that succeeded
     crawlq_leases_lost_total                leases found expired or taken by another worker
     crawlq_reclaimed_total                  expired leases put back in the ready queue
@@ -257,6 +260,13 @@ class Metrics:
         self.in_flight = Gauge(
             "in_flight",
             "Tasks being fetched right now.",
+            namespace=NAMESPACE,
+            registry=reg,
+        )
+        self.redis_evicting = Gauge(
+            "redis_evicting",
+            "1 if the Redis's maxmemory-policy evicts keys (it deletes tasks when full), "
+            "0 if noeviction, -1 if unknown; read at start-up.",
             namespace=NAMESPACE,
             registry=reg,
         )

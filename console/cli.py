@@ -17,7 +17,9 @@ Subcommands (each takes the common options: --redis-url, --crawl, --log-level, .
 ``crawlq dashboard``               the web dashboard (``--http-host``, ``--http-port``,
                                    ``--token``)
 ``crawlq reset --crawl C --yes``   delete every key of one crawl, nothing else
-``crawlq check``                   0 if Redis answers (and --http-url if given), else 1
+``crawlq check``                   0 if Redis answers and does not evict keys (and
+                                   --http-url answers, if given), else 1; prints the
+                                   server's eviction policy, persistence and replicas
 ``crawlq fsck [--repair] [--json]`` check a crawl's invariants (every task in one state,
                                    counts, ``due``, the revisit schedule); ``--repair``
                                    converts a crawl of layout 2 first, then fixes the
@@ -53,6 +55,7 @@ from common import codec
 from common.codec import text as _text
 from common.config import COMMON_OPTIONS, JSON, Option, add_options, duration, redact_url
 from common.connection import RedisClient, connect, open_redis
+from common.durability import EVICTION_ADVICE, ServerSettings, server_settings
 from common.errors import BadRequestError, ConfigError, CrawlqError
 from common.exitcodes import EXIT_FAIL, EXIT_INCONSISTENT, EXIT_OK, EXIT_REDIS, EXIT_USAGE
 from common.keys import CRAWLS, PREFIX, CrawlKeys
@@ -75,6 +78,8 @@ __all__ = ["EXIT_FAIL", "EXIT_INCONSISTENT", "EXIT_OK", "EXIT_REDIS", "EXIT_USAG
            "build_parser", "main", "main_async", "redis_error_message"]
 
 WATCH_EVERY_S = 2.0
+#: After Ctrl-C, how long ``stats --watch`` waits for a read in flight.
+WATCH_STOP_GRACE_S = 1.0
 
 
 class UsageError(CrawlqError):
@@ -147,22 +152,57 @@ def _revisits_text(rv: dict[str, Any]) -> str:
 # -- subcommands --------------------------------------------------------------------------
 
 
+def _show_stats(args: argparse.Namespace, doc: dict[str, Any]) -> None:
+    if args.json:
+        _emit(doc)
+        return
+    text = _stats_text(doc)
+    if args.watch:
+        # Home, clear to the end of the screen, redraw: no scrolling, no flicker.
+        stamp = datetime.now(UTC).strftime("%H:%M:%S")
+        text = f"\x1b[H\x1b[J{text}\n\n{stamp}  every {WATCH_EVERY_S:g}s, Ctrl-C quits"
+    print(text, flush=True)
+
+
 async def cmd_stats(args: argparse.Namespace, client: RedisClient) -> int:
     queue = await _queue(client, args.crawl)
-    while True:
-        doc = (await summary(queue)).to_json()
-        if args.json:
-            _emit(doc)
-        else:
-            text = _stats_text(doc)
-            if args.watch:
-                # Home, clear to the end of the screen, redraw: no scrolling, no flicker.
-                stamp = datetime.now(UTC).strftime("%H:%M:%S")
-                text = f"\x1b[H\x1b[J{text}\n\n{stamp}  every {WATCH_EVERY_S:g}s, Ctrl-C quits"
-            print(text, flush=True)
-        if not args.watch:
-            return EXIT_OK
-        await asyncio.sleep(WATCH_EVERY_S)
+    if args.watch:
+        return await _watch_stats(args, queue)
+    _show_stats(args, (await summary(queue)).to_json())
+    return EXIT_OK
+
+
+async def _watch_stats(args: argparse.Namespace, queue: CrawlQueue) -> int:
+    """Redraw every WATCH_EVERY_S until SIGINT or SIGTERM, then exit 0.
+
+    The signals set an event; nothing is cancelled mid-call. A cancelled task is not a
+    reliable way out: Python 3.11's ``asyncio.wait_for`` (redis-py's socket writes and
+    reads) swallows a cancellation that lands as its I/O completes, and the watch went on
+    drawing after Ctrl-C. The handlers are the loop's own, so a SIGINT its parent ignores
+    (``crawlq stats --watch &`` in a script inherits SIG_IGN) still ends it.
+    """
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        while True:
+            reading = asyncio.ensure_future(summary(queue))
+            await asyncio.wait({reading, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if stop.is_set():
+                # A read in flight is given a moment to finish; one that doesn't (a Redis
+                # gone silent) is cancelled when the loop closes.
+                await asyncio.wait({reading}, timeout=WATCH_STOP_GRACE_S)
+                return EXIT_OK
+            _show_stats(args, reading.result().to_json())
+            await asyncio.wait({stopped}, timeout=WATCH_EVERY_S)
+            if stop.is_set():
+                return EXIT_OK
+    finally:
+        stopped.cancel()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
 
 
 async def cmd_workers(args: argparse.Namespace, client: RedisClient) -> int:
@@ -304,28 +344,42 @@ async def _check_http(url: str, timeout_s: float) -> str | None:
     return None
 
 
+def _evicting(nodes: list[ServerSettings]) -> str | None:
+    """The problem of an evicting server (or Cluster primary), if any."""
+    for n in nodes:
+        if n.evicting:
+            return f"Redis at {n.node} has maxmemory-policy {n.eviction}: {EVICTION_ADVICE}"
+    return None
+
+
 async def cmd_check(args: argparse.Namespace, client: RedisClient) -> int:
     problem: str | None = None
+    nodes: list[ServerSettings] = []
     try:
         async with asyncio.timeout(args.timeout):
             await client.ping()
             raw = await client.hget(CrawlKeys.build(args.crawl).meta, "settings")
             if raw is not None:
                 CrawlSettings.from_json(raw, args.crawl)
+            nodes = await server_settings(client)
     except TimeoutError:
         problem = f"Redis at {redact_url(args.redis_url)} did not answer in {args.timeout:g}s"
     except RedisError as exc:
         problem = redis_error_message(exc, args.redis_url) or f"Redis error: {exc}"
     except (ValueError, KeyError, CrawlqError) as exc:
         problem = f"crawl {args.crawl} has unreadable settings: {exc}"
+    if problem is None:
+        problem = _evicting(nodes)
     if problem is None and args.http_url:
         problem = await _check_http(args.http_url, args.timeout)
     if problem is not None:
         print(f"unhealthy: {problem}")
-        return EXIT_FAIL
-    print(f"ok: Redis at {redact_url(args.redis_url)} answers"
-          + (f", {args.http_url} answers" if args.http_url else ""))
-    return EXIT_OK
+    else:
+        print(f"ok: Redis at {redact_url(args.redis_url)} answers"
+              + (f", {args.http_url} answers" if args.http_url else ""))
+    for n in nodes:
+        print(f"redis {n.node}: {n.text()}")
+    return EXIT_OK if problem is None else EXIT_FAIL
 
 
 async def cmd_fsck(args: argparse.Namespace, client: RedisClient) -> int:
@@ -401,7 +455,9 @@ def build_parser() -> argparse.ArgumentParser:
             *DASHBOARD_OPTIONS).set_defaults(handler=cmd_dashboard)
     command("reset", "delete every key of one crawl (--crawl), and nothing else",
             _YES).set_defaults(handler=cmd_reset)
-    command("check", "health check: exit 0 if Redis answers (and --http-url), else 1",
+    command("check", "health check: exit 0 if Redis answers and does not evict keys "
+            "(maxmemory-policy noeviction), and --http-url answers; else 1. Shows the "
+            "server's eviction policy, persistence and replicas",
             Option("--http-url", "CRAWLQ_CHECK_HTTP_URL", None,
                    "also GET this URL, e.g. a consumer's http://127.0.0.1:9410/healthz"),
             Option("--timeout", "CRAWLQ_CHECK_TIMEOUT", 3.0, "give up after this long",
@@ -493,7 +549,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except asyncio.CancelledError:  # the demo, ended by SIGTERM
         return 128 + signal.SIGTERM
     except KeyboardInterrupt:
-        return EXIT_OK if getattr(args, "watch", False) else 130
+        return 130
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from common.config import (
 from common.errors import ConfigError
 from common.headers import parse_header_lines
 from common.http.fetcher import FetchSettings
+from common.names import WORKER_ID_RULE, validate_worker_id, worker_id_part
 from common.policy import CONSUMER
 from common.policy_flags import policy_flag
 from consumer.sinks import SINK_KINDS, sink_kind
@@ -44,6 +45,11 @@ def _headers(lines: list[str]) -> tuple[tuple[str, str], ...]:
 
 def _worker_id(text: str) -> str:
     return text or default_worker_id()
+
+
+def _worker_id_ok(text: str) -> None:
+    if text:  # empty: the default, host-pid-random
+        validate_worker_id(text)
 
 
 #: --redis-wait 0: how long Redis may stay unreachable at start-up, per mode. A service
@@ -139,15 +145,22 @@ CONSUMER_OPTIONS = (
     policy_flag("max_retry_after", CONSUMER, field="max_retry_after_s"),
     policy_flag("max_stalls", CONSUMER),
     Option("--worker-id", "CRAWLQ_WORKER_ID", "", "this consumer's id (default "
-           "host-pid-random)", convert=_worker_id),
+           f"host-pid-random); {WORKER_ID_RULE}", check=_worker_id_ok, convert=_worker_id),
+    Option("--allow-evicting-redis", "CRAWLQ_ALLOW_EVICTING_REDIS", False, "run on a Redis "
+           "whose maxmemory-policy is not noeviction (it deletes tasks when full), with a "
+           "warning; without it the consumer exits 2", flag_only_bool=True),
     Option("--gc-threshold", "CRAWLQ_GC_THRESHOLD", 10_000,
            "Python GC generation-0 threshold (0 = Python's default, 700)", type=int),
 )
 
 
 def default_worker_id() -> str:
-    """host-pid-random: unique even when replicas share a hostname (host networking)."""
-    return f"{socket.gethostname()[:32]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    """host-pid-random: unique even when replicas share a hostname (host networking).
+
+    A host name outside the worker id rule (`WORKER_ID_RULE`) has those characters
+    replaced, so the default id is always valid."""
+    host = worker_id_part(socket.gethostname()[:32]) or "host"
+    return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
 _DEFAULT = defaults(CONSUMER_OPTIONS)
@@ -191,6 +204,7 @@ class ConsumerSettings:
     max_retry_after_s: float = _DEFAULT["max_retry_after_s"]
     max_stalls: int = _DEFAULT["max_stalls"]
     worker_id: str = field(default_factory=default_worker_id)
+    allow_evicting_redis: bool = _DEFAULT["allow_evicting_redis"]
     gc_threshold: int = _DEFAULT["gc_threshold"]
 
     def __post_init__(self) -> None:

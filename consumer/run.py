@@ -36,6 +36,7 @@ from consumer.handlers import load_handler
 from consumer.http_server import SideServer
 from consumer.lifecycle import Consumer
 from consumer.live import Live, LivePolicy
+from consumer.redis_check import check_redis
 from consumer.robots import RobotsCache
 from consumer.sinks import make_sink, sink_target
 
@@ -238,6 +239,10 @@ async def run(settings: ConsumerSettings) -> int:
             queue = await _wait_for_crawl(settings, client, stop, wait, spider)
             if queue is None:
                 return 0
+            refused = await check_redis(client, metrics,
+                                        allow_evicting=settings.allow_evicting_redis)
+            if refused is not None:
+                return refused
             sink = make_sink(settings.sink, output_dir=settings.output,
                              worker=settings.worker_id, crawl=settings.common.crawl,
                              redis=client, rotate_bytes=settings.rotate_bytes,

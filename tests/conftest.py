@@ -29,6 +29,14 @@ def redis_server() -> Iterator[RedisServer]:
         yield server
 
 
+@pytest.fixture(scope="session")
+def evicting_redis_url() -> Iterator[str]:
+    """A redis-server that evicts keys when full (maxmemory-policy allkeys-lru): the
+    setting crawlq check and a consumer's start-up must refuse."""
+    with RedisServer(extra_args=("--maxmemory-policy", "allkeys-lru")) as server:
+        yield server.url
+
+
 @pytest.fixture
 def redis_url(redis_server: RedisServer) -> str:
     return redis_server.url

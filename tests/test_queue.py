@@ -283,6 +283,20 @@ async def test_enqueue_lease_ack_round_trip(redis_client: aioredis.Redis, crawl_
     await assert_frontier(redis_client, q)
 
 
+async def test_a_worker_id_the_lease_record_cant_hold_is_refused_before_leasing(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """Its record "<token>:a b <attempt> ..." could not be read back: the lease would be
+    granted, then every ack, renew and fail counted stale until the deadline."""
+    q = await open_queue(redis_client, crawl_name)
+    await q.enqueue([nt("http://a.test/")])
+    for bad in ("a b", "a\tb", "é", "", "x" * 129):
+        with pytest.raises(ConfigError, match="invalid worker id"):
+            await q.lease(bad, 1, 5_000)
+    assert (await q.stats()).leased == 0
+    lease = await lease_one(q, "pod/w:1{x}", 5_000)
+    assert await q.ack("pod/w:1{x}", [(lease, "ok")]) == [Code.OK]
+
+
 async def test_enqueue_rejects_bad_new_tasks(redis_client: aioredis.Redis, crawl_name: str
                                             ) -> None:
     q = await open_queue(redis_client, crawl_name)

@@ -18,6 +18,7 @@ from typing import Any
 
 from common.codec import text as _text
 from common.keys import PartitionKeys
+from common.names import validate_worker_id
 from common.queue.calls import host_args
 from common.queue.crawl import Crawl
 from common.queue.housekeeping import promote_partition
@@ -92,7 +93,10 @@ class LeaseClient:
         almost no round trips. A retry that
         is due is put back in its host's queue on the way. A body that can't be decoded
         is dead-lettered as ``malformed`` (raw bytes kept) and not returned.
+        A `worker` outside `WORKER_ID_RULE` is refused (ConfigError): its lease records
+        could not be read back, so it could lease tasks but never end them.
         """
+        validate_worker_id(worker)
         batch = LeaseBatch([])
         malformed: list[Failure] = []
         count = len(self._idle_until)
