@@ -44,6 +44,7 @@ _F = "tests/test_fetcher.py::"
 _FR = "tests/test_frontier.py::"
 _PB = "tests/test_pushback.py::"
 _RS = "tests/test_revisit_schedule.py::"
+_GR = "tests/test_groups.py::"
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("36-zero-max-crawl-delay-caps-to-zero", "max_crawl_delay 0 obeys any robots.txt "
            "Crawl-delay, cutting and logging none",
            (_PB + "test_a_max_crawl_delay_of_0_obeys_any_crawl_delay",)),
+    Mutant("55-group-limit-ignored-by-the-lease", "a host of a politeness group is served "
+           "only when its group's turn has come and its group has a free slot",
+           (_GR + "test_a_groups_concurrency_holds_across_its_hosts_and_comes_back_at_each_end",
+            _GR + "test_three_consumers_keep_a_groups_concurrency_and_delay_across_50_names")),
 )
 
 

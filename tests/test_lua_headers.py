@@ -50,8 +50,8 @@ from console.fsck_revisits import repair_schedule
 
 LUA = Path(scripts.__file__).parent / "lua"
 FIXED = re.compile(r"^-- KEYS\[(\d+)\]\s+(\S+)")
-RANGE = re.compile(r"^-- KEYS\[(\d+)\.\.(\d+)\]\s+(?:host|lease) state: ([^(]+)"
-                   r"\(lib/(?:hosts|leases)\.lua\)")
+RANGE = re.compile(r"^-- KEYS\[(\d+)\.\.(\d+)\]\s+(?:host|lease|group) state: ([^(]+)"
+                   r"\(lib/(?:hosts|leases|groups)\.lua\)")
 TAIL = re.compile(r"^-- KEYS\[(\d+)[^\]]*\.\.\]")
 CYCLE = re.compile(r"^-- KEYS\[(\d+)\(i-1\)\+(\d+)\]\s+(\S+)")
 OTHERS = ("worker_beat", "history_push", "release_lock", "refresh_lock", "fsck_repair",

@@ -60,7 +60,8 @@ UA = "crawlq/0.1 (+https://github.com/crawlq/crawlq)"
 #: The push-back keys' defaults, the last of every listing.
 BACKOFF = ("backoff_on=429,503, backoff_base=1s, backoff_cap=3600s, backoff_forgive=300s, "
            "adaptive_delay=0, max_delay=30s, max_crawl_delay=300s, revisit=off, "
-           "min_interval=60s, max_interval=7776000s, interval_grow=0.4, interval_shrink=0.2")
+           "min_interval=60s, max_interval=7776000s, interval_grow=0.4, interval_shrink=0.2, "
+           "politeness_key=host, group_delay=1s, group_concurrency=2")
 REST = (f"user_agent={UA}, ignore_robots=false, robots_ttl=86400s, max_depth=3, "
         "allow_domains=@parent, retry_base=2s, retry_cap=600s, max_retry_after=3600s, "
         "max_stalls=2, max_attempts=3, recrawl_after=0s, " + BACKOFF)
@@ -91,7 +92,8 @@ async def ok(redis_url: str, *args: str) -> str:
 
 #: What every partition's conf holds of a policy with adaptive_delay off (policy_apply.lua).
 ADAPT_OFF = {b"adapt": b"0", b"max_delay": b"30000", b"rv": b"0", b"rv_first": b"0",
-             b"rv_min": b"60", b"rv_max": b"7776000", b"rv_grow": b"400", b"rv_shrink": b"200"}
+             b"rv_min": b"60", b"rv_max": b"7776000", b"rv_grow": b"400", b"rv_shrink": b"200",
+             b"gkey": b"", b"gdelay": b"1000", b"gconc": b"2"}
 
 
 async def confs(client: aioredis.Redis, queue: LeasingQueue) -> list[dict[bytes, bytes]]:
@@ -115,7 +117,8 @@ def test_the_policy_is_declared_once() -> None:
     assert {o.name: o.flag for o in POLICY_OPTIONS if o.seeded_by == NOBODY} == {
         "backoff_on": "", "backoff_base": "", "backoff_cap": "", "backoff_forgive": "",
         "adaptive_delay": "", "max_delay": "", "max_crawl_delay": "", "revisit": "",
-        "min_interval": "", "max_interval": "", "interval_grow": "", "interval_shrink": ""}
+        "min_interval": "", "max_interval": "", "interval_grow": "", "interval_shrink": "",
+        "politeness_key": "", "group_delay": "", "group_concurrency": ""}
     assert CrawlPolicy().texts() == {"per_host_delay": "1s", "per_host_concurrency": "2",
                                      "accept_content_type": "*/*", "user_agent": UA,
                                      "ignore_robots": "false", "robots_ttl": "86400s",
@@ -128,7 +131,9 @@ def test_the_policy_is_declared_once() -> None:
                                      "adaptive_delay": "0", "max_delay": "30s",
                                      "max_crawl_delay": "300s", "revisit": "off",
                                      "min_interval": "60s", "max_interval": "7776000s",
-                                     "interval_grow": "0.4", "interval_shrink": "0.2"}
+                                     "interval_grow": "0.4", "interval_shrink": "0.2",
+                                     "politeness_key": "host", "group_delay": "1s",
+                                     "group_concurrency": "2"}
     # Each such flag says it is a crawl policy value.
     assert all("a crawl policy value" in flags[o.seeded_by, o.flag].help for o in seeded)
 
@@ -192,7 +197,8 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
             "backoff_base": 1.0, "backoff_cap": 3600.0, "backoff_forgive": 300.0,
             "adaptive_delay": 0.0, "max_delay": 30.0, "max_crawl_delay": 300.0,
             "revisit": "off", "min_interval": 60, "max_interval": 7776000,
-            "interval_grow": 0.4, "interval_shrink": 0.2},
+            "interval_grow": 0.4, "interval_shrink": 0.2, "politeness_key": "host",
+            "group_delay": 1.0, "group_concurrency": 2},
         {"per_host_delay": "0.5s", "per_host_concurrency": "3", "accept_content_type": "*/*",
          "user_agent": "probe/2.0 (+https://example.com/probe)", "ignore_robots": "true",
          "robots_ttl": "5400s",
@@ -202,7 +208,8 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
          "backoff_base": "1s", "backoff_cap": "3600s", "backoff_forgive": "300s",
          "adaptive_delay": "0", "max_delay": "30s", "max_crawl_delay": "300s",
          "revisit": "off", "min_interval": "60s", "max_interval": "7776000s",
-         "interval_grow": "0.4", "interval_shrink": "0.2"})
+         "interval_grow": "0.4", "interval_shrink": "0.2", "politeness_key": "host",
+         "group_delay": "1s", "group_concurrency": "2"})
     third, second, first = doc["log"]
     assert first | {"version": 1, "by": "crawlq crawl create", "changes": {
         "per_host_delay": [None, "0.5s"], "per_host_concurrency": [None, "2"],
@@ -381,7 +388,8 @@ async def test_show_toml_round_trips_into_create_config(
         'backoff_base = "2s"', 'backoff_cap = "60s"', 'backoff_forgive = "90s"',
         "adaptive_delay = 0", 'max_delay = "30s"', 'max_crawl_delay = "300s"',
         'revisit = "off"', 'min_interval = "60s"', 'max_interval = "7776000s"',
-        "interval_grow = 0.4", "interval_shrink = 0.2"]
+        "interval_grow = 0.4", "interval_shrink = 0.2", 'politeness_key = "host"',
+        'group_delay = "1s"', "group_concurrency = 2"]
     path = tmp_path / "crawl.toml"
     path.write_text(toml)
     await ok(redis_url, "crawl", "create", "--crawl", crawl_name + "-copy", "--config",
@@ -729,7 +737,9 @@ async def test_a_crawl_made_without_a_policy_is_adopted(
                        "adaptive_delay": [None, "0"], "max_delay": [None, "30s"],
                        "max_crawl_delay": [None, "300s"], "revisit": [None, "off"],
                        "min_interval": [None, "60s"], "max_interval": [None, "7776000s"],
-                       "interval_grow": [None, "0.4"], "interval_shrink": [None, "0.2"]})]
+                       "interval_grow": [None, "0.4"], "interval_shrink": [None, "0.2"],
+                       "politeness_key": [None, "host"], "group_delay": [None, "1s"],
+                       "group_concurrency": [None, "2"]})]
 
 
 async def test_a_policy_without_the_newer_keys_takes_them_from_the_first_consumer(

@@ -201,7 +201,7 @@ class LeaseClient:
         reply = LeaseReply.parse(await self.crawl.scripts.lease(
             keys=[*pk.host_state, *pk.lease_state, pk.tasks, pk.attempts, pk.seq,
                   pk.stats, pk.checkpoints, pk.errors, pk.pending, pk.prio_hosts, pk.delayed,
-                  pk.dead, pk.dead_reasons, pk.hungry, *host_keys],
+                  pk.dead, pk.dead_reasons, pk.hungry, *pk.group_state, *host_keys],
             args=args,
         ))
         self._candidates[pk.partition] = list(dict.fromkeys(_text(h) for h in reply.next))
