@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import os
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from common.hostmodel.grouprec import GroupRecord
 from common.hostmodel.hostgroup import NO_GROUP, host_group
 from common.policy import PolicyError, create_policy, set_policy
 from common.queue import CrawlSettings, Failure, LeasingQueue
+from console.cli import main_async
 
 #: The hosts of one site (site.test: "test" is no public suffix, so its registrable
 #: domain is site.test) and one host of another.
@@ -137,6 +139,36 @@ async def test_politeness_groups_need_one_partition(
     await LeasingQueue.open(redis_client, crawl_name, CrawlSettings(partitions=2))
     with pytest.raises(PolicyError, match=r"politeness_key: .* 2 partitions"):
         await create_policy(redis_client, crawl_name, {"politeness_key": "domain"}, by="t")
+
+
+async def test_operators_list_groups_and_set_ones_limits(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`crawlq hosts --groups` shows each group's slots, limits and parked hosts;
+    `crawlq hosts group-set` gives one its own concurrency, which the next lease keeps
+    (a raised one brings its parked hosts back at once), and --clear takes it back."""
+    q = await grouped_queue(redis_client, crawl_name)
+    await q.enqueue(tasks(SITE))
+    assert len(await q.lease("w", 10, 60_000)) == 1
+    cli = ["--redis-url", redis_url, "--cluster", "no", "--crawl", crawl_name]
+    capsys.readouterr()
+    assert await main_async(["hosts", "--groups", *cli]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("politeness_key domain\n")
+    assert out.splitlines()[2].split()[:5] == ["site.test", "1", "0.0s", "1", "5"]
+    assert await main_async(["hosts", "group-set", "site.test", "--concurrency", "3",
+                             *cli]) == 0
+    assert "group site.test: delay 0s, concurrency 3" in capsys.readouterr().out
+    assert len(await q.lease("w", 10, 60_000)) == 2
+    assert await main_async(["hosts", "--groups", "--json", *cli]) == 0
+    [row] = json.loads(capsys.readouterr().out)["groups"]
+    assert (row["group"], row["in_flight"], row["concurrency"], row["own_concurrency"],
+            row["parked"]) == ("site.test", 3, 3, True, 3)
+    assert await main_async(["hosts", "group-set", "site.test", "--clear", "concurrency",
+                             *cli]) == 0
+    assert "concurrency 1" in capsys.readouterr().out
+    assert await main_async(["hosts", "group-set", "site.test", *cli]) == 2
+    assert "nothing to change" in capsys.readouterr().err
 
 
 # -- the fleet: three consumer processes, one server behind 50 names -------------------
