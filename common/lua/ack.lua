@@ -101,6 +101,7 @@ if #gone > 0 then
     if redis.call('EXISTS', h) == 1 then call_sliced('HDEL', h, gone, 1000) end
   end
   ledger_load(L, hosts)
+  groups_load_ended(L, ended)
   for _, e in ipairs(ended) do end_lease(L, e[1], e[2]) end
   ledger_flush(L)
 end

@@ -137,6 +137,7 @@ drop_leases(LK, gone)
 local touched = {}
 for _, e in ipairs(ended) do touched[#touched + 1] = e[1] end
 ledger_load(L, touched)
+groups_load_ended(L, ended)
 for _, e in ipairs(ended) do end_lease(L, e[1], e[2]) end
 local incidents = push_back(L, blocked, pushes, now, backoff)
 if next(pushes) then

@@ -81,6 +81,7 @@ drop_leases(LK, gone)
 local touched = {}
 for _, e in ipairs(ended) do touched[#touched + 1] = e[1] end
 ledger_load(L, touched)
+groups_load_ended(L, ended)
 for _, e in ipairs(ended) do end_lease(L, e[1], e[2]) end
 for host, n in pairs(stalled_by_host) do redis.call('ZINCRBY', errors_by_host, n, host) end
 requeue_entries(L, back, qkeys, prio_hosts, pending, true)

@@ -69,6 +69,7 @@ drop_leases(LK, gone)
 local touched = {}
 for _, e in ipairs(ended) do touched[#touched + 1] = e[1] end
 ledger_load(L, touched)
+groups_load_ended(L, ended)
 for _, e in ipairs(ended) do
   end_lease(L, e[1], e[2])
   if restart then L.rec[e[1]].last = now end

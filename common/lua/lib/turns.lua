@@ -41,6 +41,7 @@ local function give_back(C, ids, tokens)
     end
   end
   if #marks == 0 then return end
+  if #grouped > 0 then groups_load(C.L, grouped) end
   for _, host in ipairs(grouped) do group_slot_back(C.L, host, true) end
   call_sliced('HSET', C.LK.leased, marks, 1000)
   ledger_load(C.L, freed)
