@@ -1,7 +1,7 @@
 """Redis work per page of the frontier's scripts, alone: lease.lua and ack.lua.
 
     python bench/script_bench.py [--hosts 1000] [--pages 20] [--batch 10] [--rounds 300]
-                                 [--delay 0] [--against REV]
+                                 [--delay 0] [--against REV] [--groups]
 
 frontier_bench measures the whole fleet, where the machine's noise (consumers and the
 site share the CPUs with Redis) is about 30 us a page. This bench isolates the scripts: a
@@ -33,6 +33,7 @@ import redis.asyncio as aioredis
 
 # The crawlq imported is the one first on sys.path: _run_in puts the measured tree there.
 from common.frontier.hosts import Frontier
+from common.policy import set_policy
 from common.queue import CrawlSettings, LeasingQueue, NewTask
 from common.redis_server import RedisServer
 from common.urls import fingerprint
@@ -63,6 +64,10 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         try:
             q = await LeasingQueue.open(client, "bench", CrawlSettings(partitions=1))
             await Frontier(q).set_defaults(delay_s=args.delay, concurrency=2)
+            if args.groups:  # every host its own group (h<i>.test), limiting nothing
+                await set_policy(client, "bench", {"politeness_key": "domain",
+                                                   "group_delay": 0, "group_concurrency": 0},
+                                 by="bench")
             urls = [f"http://h{h}.test/p/{i}" for i in range(args.pages)
                     for h in range(args.hosts)]
             for i in range(0, len(urls), 1000):
@@ -120,6 +125,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=300)
     p.add_argument("--delay", type=float, default=0.0, help="the crawl's per-host delay, s")
     p.add_argument("--against", default=None, help="a git revision to measure beside")
+    p.add_argument("--groups", action="store_true",
+                   help="politeness_key=domain, each host its own group with no limit: the "
+                        "cost of keeping politeness groups (a revision before them can't be "
+                        "measured --against with it)")
     return p.parse_args(argv)
 
 

@@ -55,6 +55,17 @@ conf           HASH    the crawl's politeness, copied from its     policy_apply,
                        came from), and ``paused``; learned
                        revisits' rv_price and rv_demand (ack)
 pending        STRING  pending tasks in this partition             enqueue, lease, ...
+g:of           HASH    host -> its politeness group (its           enqueue (politeness_key
+                       registrable domain), while the crawl's      domain), policy
+                       politeness_key is domain                    apply's backfill
+groups         HASH    group -> its record: 5 little-endian        the host ledger's
+                       doubles (``common.hostmodel.grouprec``,     flush (lib/groups.lua)
+                       ``lib/groups.lua``): last request start
+                       (ms), inflight, its delay and concurrency
+                       (-1 = the crawl's), blocked until (ms)
+g:parked       ZSET    "<group> <host>", score 0: hosts out of     the host ledger's
+                       ``due`` while their group's slots are all   flush
+                       taken, back when one comes free
 =============  ======  ==========================================  ===================
 
 Crawler traps (``common.trapbook``; the crawl's ``trap_*`` and
@@ -80,10 +91,11 @@ Everything else a task needs, once it has left its host queue:
 =============  ======  ==========================================  ===================
 leased         HASH    id -> "<owner> <attempt> <host> <priority>  lease; deleted by
                        <entry>" of a leased task, owner            ack, fail, release,
-                       "[f][b]<fencing token>:<worker>" (f: its    reclaim
-                       response is in, its host's slot given
+                       "[f][b][g]<fencing token>:<worker>" (f:     reclaim
+                       its response is in, its host's slot given
                        back; b: it holds a page of its host's
-                       budget): the one record of a lease
+                       budget; g: a slot of its host's group):
+                       the one record of a lease
 leases         ZSET    id -> lease deadline, ms of Redis TIME      lease, renew, ack,
                                                                    fail, release,
                                                                    reclaim
@@ -180,7 +192,8 @@ _PARTITION_NAMES = (
     "hosts", "due", "h:queued", "conf", "prio_hosts",
     "h:errors", "h:delay", "h:blocked", "h:budget", "pending", "tasks", "attempts", "leases",
     "leased", "seq", "delayed", "dead", "errors", "dead_reasons", "checkpoints", "stalls",
-    "stats", "bloom", "lock:reap", "hungry", "rv:hist", "rv:due",
+    "stats", "bloom", "lock:reap", "hungry", "rv:hist", "rv:due", "g:of", "groups",
+    "g:parked",
 )
 
 
@@ -247,6 +260,9 @@ class PartitionKeys:
     hungry: str
     rv_hist: str
     rv_due: str
+    group_of: str
+    groups: str
+    parked: str
     prefix: str
 
     @classmethod
@@ -260,6 +276,12 @@ class PartitionKeys:
         """The four keys every host-changing script takes first, in this order
         (lib/hosts.lua's host_keys)."""
         return [self.hosts, self.due, self.queued, self.conf]
+
+    @property
+    def group_state(self) -> list[str]:
+        """The three keys of the politeness groups (lib/groups.lua's group_keys): host ->
+        group, group records, parked hosts."""
+        return [self.group_of, self.groups, self.parked]
 
     @property
     def lease_state(self) -> list[str]:

@@ -19,8 +19,10 @@ are crawler traps, refused (``common.traps``): longer than ``trap_max_url_length
 more path segments than ``trap_max_segments``, one segment more often than
 ``trap_repeated_segments``, more query parameters than ``trap_max_params``, or a new query
 past ``trap_path_variants`` for its path; whether session ids are dropped from links,
-``trap_session_ids``; and when a page is a near duplicate of another of its host's, its
-links not followed, ``near_duplicate_distance`` (``common.simhash``).
+``trap_session_ids``; when a page is a near duplicate of another of its host's, its
+links not followed, ``near_duplicate_distance`` (``common.simhash``); and what else a
+politeness limit is kept for, ``politeness_key`` (host, or domain: each registrable
+domain's hosts share ``group_delay`` and ``group_concurrency``, common/lua/lib/groups.lua).
 What stays a process's own setting (credentials, memory and time bounds, sinks) is
 listed in docs/policy.md.
 
@@ -82,6 +84,7 @@ from common.config import boolean, duration
 from common.connection import RedisClient
 from common.errors import ConfigError
 from common.headers import DEFAULT_USER_AGENT
+from common.hostmodel.hostgroup import NO_GROUP, host_group
 from common.keys import CrawlKeys, PartitionKeys
 from common.queue import CrawlSettings, DedupMode, RetryPolicy
 from common.scripts import register
@@ -318,6 +321,24 @@ def _show_domains(value: tuple[str, ...]) -> str:
     return ",".join(value) or PARENT_HOST
 
 
+#: What a politeness limit is keyed by beyond the host (`politeness_key`): nothing more
+#: (host) or the host's registrable domain, its group (common.hostmodel.hostgroup).
+POLITENESS_KEYS = ("host", "domain")
+
+
+def politeness_key(text: str) -> str:
+    """One of `POLITENESS_KEYS`."""
+    key = str(text).strip().lower()
+    if key not in POLITENESS_KEYS:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(POLITENESS_KEYS)}")
+    return key
+
+
+def _politeness_key_ok(value: str) -> None:
+    if value not in POLITENESS_KEYS:
+        raise ConfigError(f"must be one of {', '.join(POLITENESS_KEYS)}, got {value!r}")
+
+
 #: How a crawl revisits the URLs it has done (`revisit`): never (off), after the first
 #: interval every time (fixed), after an interval each visit stretches or shrinks
 #: (adaptive), or after the interval that is best for the change rate its visits
@@ -508,6 +529,20 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  "from one of its host's is a near duplicate: done, outcome "
                  "near_duplicate, not handled, its links not followed (0-64; off = never)",
                  check=_distance_ok, show=_show_distance, seeded_by=NOBODY),
+    PolicyOption("politeness_key", "", politeness_key, "host",
+                 "what else a politeness limit is kept for: host (each host alone) or "
+                 "domain (also each registrable domain, its group: a.example.com and "
+                 "b.example.com wait for each other too, by group_delay and "
+                 "group_concurrency); one-partition crawls only",
+                 check=_politeness_key_ok, toml_string=True, seeded_by=NOBODY),
+    PolicyOption("group_delay", "", _ms_seconds, 1.0,
+                 "politeness_key domain: least time between requests to the hosts of one "
+                 "group across the whole fleet, unless the group has its own (crawlq hosts "
+                 "group-set)", show=_show_seconds, toml_string=True, seeded_by=NOBODY),
+    PolicyOption("group_concurrency", "", _whole, 2,
+                 "politeness_key domain: most requests in flight to the hosts of one group "
+                 "across the whole fleet, unless the group has its own (0 = no limit)",
+                 check=_whole_ok, seeded_by=NOBODY),
 )
 OPTIONS: dict[str, PolicyOption] = {o.name: o for o in POLICY_OPTIONS}
 #: The (base, cap) pairs whose cap may not be below its base.
@@ -558,6 +593,9 @@ class CrawlPolicy:
     trap_path_variants: int = OPTIONS["trap_path_variants"].default
     trap_session_ids: bool = OPTIONS["trap_session_ids"].default
     near_duplicate_distance: int = OPTIONS["near_duplicate_distance"].default
+    politeness_key: str = OPTIONS["politeness_key"].default
+    group_delay: float = OPTIONS["group_delay"].default
+    group_concurrency: int = OPTIONS["group_concurrency"].default
 
     def __post_init__(self) -> None:
         for opt in POLICY_OPTIONS:
@@ -579,6 +617,12 @@ class CrawlPolicy:
                            backoff_base_ms=round(self.backoff_base * 1000),
                            backoff_cap_ms=round(self.backoff_cap * 1000),
                            backoff_forgive_ms=round(self.backoff_forgive * 1000))
+
+    def group_conf(self) -> list[Any]:
+        """What policy_apply.lua gives each partition's ``conf`` for politeness groups:
+        the key ('' for host: no groups), their delay (ms) and concurrency."""
+        key = "" if self.politeness_key == "host" else self.politeness_key
+        return [key, round(self.group_delay * 1000), self.group_concurrency]
 
     def revisit_conf(self) -> list[int]:
         """What policy_apply.lua gives each partition's ``conf`` for the revisit schedule:
@@ -761,6 +805,22 @@ async def _recrawl_needs_exact(client: RedisClient, crawl: str, texts: Mapping[s
                               f"keys: {VALID_KEYS}")
 
 
+async def _fits_crawl(client: RedisClient, crawl: str, texts: Mapping[str, str]) -> None:
+    """PolicyError when `texts` ask for what the crawl can't do: a recrawl window or
+    revisits on bloom dedup, politeness groups on more than one partition."""
+    await _recrawl_needs_exact(client, crawl, texts)
+    text = texts.get("politeness_key")
+    if text is None or parse_value("politeness_key", text) == "host":
+        return
+    partitions = len(await partitions_of(client, crawl))
+    if partitions > 1:
+        raise PolicyError(f"politeness_key: crawl {crawl} has {partitions} partitions, which "
+                          f"hold hosts by their name, so one group's hosts may live in "
+                          f"several and no lease call sees all of them (got {text}): "
+                          f"politeness groups need a one-partition crawl; valid keys: "
+                          f"{VALID_KEYS}")
+
+
 async def legacy_conf(client: RedisClient, crawl: str) -> CrawlPolicy | None:
     """The politeness an earlier crawlq wrote into partition 0's ``conf`` (its consumers'
     flags), for a crawl without a policy; None when it holds none."""
@@ -785,6 +845,24 @@ async def _write(client: RedisClient, crawl: str, mode: str, texts: Mapping[str,
     return int(code), int(version)
 
 
+async def assign_groups(client: RedisClient, pk: PartitionKeys) -> int:
+    """Name the group of every host a partition knows in ``g:of`` (the hosts enqueued
+    before politeness_key became domain; enqueue names the others), a slice of hosts a
+    command; returns how many were named."""
+    named, pairs = 0, list[str]()
+    async for raw, _ in client.hscan_iter(pk.hosts, count=APPLY_SLICE):
+        host = _text(raw)
+        group = host_group(host)
+        if group != NO_GROUP:
+            pairs += [host, group]
+        if len(pairs) >= 2 * APPLY_SLICE:
+            named += await client.hset(pk.group_of, items=pairs)
+            pairs = []
+    if pairs:
+        named += await client.hset(pk.group_of, items=pairs)
+    return named
+
+
 async def apply_policy(client: RedisClient, crawl: str, version: int, policy: CrawlPolicy,
                        partitions: Sequence[PartitionKeys] | None = None) -> None:
     """Give every partition (its ``conf``) the policy's politeness of `version`, and move
@@ -793,13 +871,16 @@ async def apply_policy(client: RedisClient, crawl: str, version: int, policy: Cr
         partitions = await partitions_of(client, crawl)
     script = register(client, "policy_apply")
     for pk in partitions:
+        if policy.politeness_key == "domain":
+            await assign_groups(client, pk)
         cursor: Any = "0"
         while True:
             applied, cursor = await script(
-                keys=pk.host_state,
+                keys=[*pk.host_state, *pk.group_state],
                 args=[version, policy.delay_ms, policy.per_host_concurrency, _text(cursor),
                       APPLY_SLICE, round(policy.adaptive_delay * 1000),
-                      round(policy.max_delay * 1000), *policy.revisit_conf()])
+                      round(policy.max_delay * 1000), *policy.revisit_conf(),
+                      *policy.group_conf()])
             if not int(applied) or _text(cursor) == "0":
                 break
 
@@ -836,7 +917,7 @@ async def create_policy(client: RedisClient, crawl: str, values: Mapping[str, An
     earlier crawlq made adopts its partitions' values first (logged as a migration), then
     `values` are set. PolicyExistsError when the crawl has a policy already."""
     policy = CrawlPolicy().replace(values)  # validated before anything is written
-    await _recrawl_needs_exact(client, crawl, policy.texts())
+    await _fits_crawl(client, crawl, policy.texts())
     existing = await read_policy(client, crawl, log_limit=0)
     if existing is not None:
         raise PolicyExistsError(
@@ -863,7 +944,7 @@ async def set_policy(client: RedisClient, crawl: str, values: Mapping[str, Any],
     # Every value checked before anything is written, retry_cap against what it lands on.
     (CrawlPolicy() if current is None else current.policy).replace(values)
     texts = {n: OPTIONS[n].show(v) for n, v in values.items()}
-    await _recrawl_needs_exact(client, crawl, texts)
+    await _fits_crawl(client, crawl, texts)
     if current is None:
         if await _adopt(client, crawl):
             pass
@@ -899,7 +980,7 @@ async def ensure_policy(client: RedisClient, crawl: str, wanted: CrawlPolicy, *,
     stored = await read_policy(client, crawl, log_limit=0)
     created = False
     if stored is None and not await _adopt(client, crawl):
-        await _recrawl_needs_exact(client, crawl, wanted.texts())
+        await _fits_crawl(client, crawl, wanted.texts())
         code, _ = await _write(client, crawl, "create", wanted.texts(), by)
         created = code == 0
     elif stored is not None:
@@ -916,7 +997,7 @@ async def _add_missing(client: RedisClient, crawl: str, wanted: CrawlPolicy, by:
     missing = {name: text for name, text in texts.items()
                if name not in stored and (seeds is None or name in seeds)}
     if missing and "version" in stored:
-        await _recrawl_needs_exact(client, crawl, missing)
+        await _fits_crawl(client, crawl, missing)
         code, _ = await _write(client, crawl, "set", missing, by)
         if code == 0:
             await announce(client, crawl)

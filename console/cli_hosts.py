@@ -13,6 +13,7 @@ from dataclasses import asdict
 
 from common.config import JSON, Option, add_options, duration
 from common.connection import RedisClient
+from common.frontier.groups import GroupPage, groups, set_group
 from common.frontier.hosts import SORT_COLUMNS, Frontier, HostPage
 from common.queue import CrawlQueue
 
@@ -64,13 +65,42 @@ def hosts_text(page: HostPage, offset: int) -> str:
     return "\n".join(lines)
 
 
+def groups_text(page: GroupPage, now_ms: int) -> str:
+    """The politeness groups table as the terminal shows it ("*": the group's own)."""
+    head = f"politeness_key {page.key}" + ("" if page.key != "host" else
+                                            ": groups keep no limit now")
+    if not page.rows:
+        return f"{head}; no groups"
+    width = max(5, *(len(r.group) for r in page.rows))
+    lines = [head, f"{'group':<{width}} {'flight':>6} {'delay':>8} {'conc':>5} "
+                   f"{'parked':>6} {'last':>9} blocked"]
+    for r in page.rows:
+        delay = f"{r.delay_ms / 1000:.1f}s" + ("*" if r.own_delay else "")
+        conc = ("-" if r.concurrency == 0 else str(r.concurrency)) + (
+            "*" if r.own_concurrency else "")
+        last = "-" if r.last_request_ms is None else \
+            f"{(now_ms - r.last_request_ms) / 1000:.1f}s ago"
+        lines.append(f"{r.group:<{width}} {r.in_flight:>6} {delay:>8} {conc:>5} "
+                     f"{r.parked:>6} {last:>9} {_in(r.blocked_until_ms, now_ms)}")
+    return "\n".join(lines)
+
+
 async def _frontier(client: RedisClient, crawl: str) -> Frontier:
     return Frontier(await CrawlQueue.existing(client, crawl))
 
 
 async def cmd_hosts(args: argparse.Namespace, client: RedisClient) -> int:
-    """List hosts, sorted and paged."""
+    """List hosts, sorted and paged (with --groups, the politeness groups)."""
     frontier = await _frontier(client, args.crawl)
+    if args.groups:
+        page_g = await groups(frontier.queue, limit=args.limit)
+        seconds, micros = await client.time()
+        if args.json:
+            print(json.dumps({"politeness_key": page_g.key,
+                              "groups": [asdict(r) for r in page_g.rows]}))
+        else:
+            print(groups_text(page_g, int(seconds) * 1000 + int(micros) // 1000))
+        return 0
     page = await frontier.hosts(sort=args.sort, desc=not args.asc, offset=args.offset,
                                 limit=args.limit)
     if args.json:
@@ -91,6 +121,16 @@ async def cmd_hosts_set(args: argparse.Namespace, client: RedisClient) -> int:
                               f"delay {row.delay_ms / 1000:g}s, concurrency "
                               f"{row.concurrency or 'unlimited'}, budget "
                               f"{'none' if row.budget is None else row.budget}"))
+    return 0
+
+
+async def cmd_hosts_group_set(args: argparse.Namespace, client: RedisClient) -> int:
+    """Change one politeness group's delay or concurrency."""
+    frontier = await _frontier(client, args.crawl)
+    row = await set_group(frontier.queue, args.group, delay_s=args.delay,
+                          concurrency=args.concurrency, clear=tuple(args.clear))
+    print(f"group {row.group}: delay {row.delay_ms / 1000:g}s, concurrency "
+          f"{row.concurrency or 'unlimited'}")
     return 0
 
 
@@ -134,6 +174,8 @@ def add_host_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                type=_non_negative_int),
         Option("--limit", "CRAWLQ_HOSTS_LIMIT", 50, "show at most this many (1..1000)",
                type=int),
+        Option("--groups", "CRAWLQ_HOSTS_GROUPS", False, "list the politeness groups "
+               "(politeness_key domain) instead, most in flight first", flag_only_bool=True),
     ))
     hosts.set_defaults(handler=cmd_hosts)
     hosts_sub = hosts.add_subparsers(dest="hosts_command", metavar="ACTION")
@@ -153,6 +195,19 @@ def add_host_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                    choices=("delay", "concurrency", "budget"),
                    help="back to the crawl's default (repeatable)")
     p.set_defaults(handler=cmd_hosts_set)
+    p = hosts_sub.add_parser("group-set", help="change one politeness group's delay or "
+                             "concurrency", description="Change one politeness group's "
+                             "settings (politeness_key domain); they override the crawl's "
+                             "group_delay and group_concurrency until cleared.")
+    add_options(p, common)
+    p.add_argument("group", help="the group: a registrable domain (example.com)")
+    p.add_argument("--delay", type=duration, default=None,
+                   help="least time between requests to its hosts (e.g. 2s)")
+    p.add_argument("--concurrency", type=_non_negative_int, default=None,
+                   help="most requests in flight to its hosts (0 = no limit)")
+    p.add_argument("--clear", action="append", default=[], choices=("delay", "concurrency"),
+                   help="back to the crawl's default (repeatable)")
+    p.set_defaults(handler=cmd_hosts_group_set)
     p = hosts_sub.add_parser("block", help="send one host nothing for a while",
                              description="Block one host for the whole fleet (--for 0 "
                                          "unblocks).")

@@ -20,7 +20,10 @@ What is checked, per partition (``common/keys.py`` has the schema):
   == pending + leased + waiting + dead + done + purged + lost_pending, and the
   ``dead_reasons`` add up to ``dead``;
 - the revisit schedule: every id in ``rv:due`` has a history and no other state, every
-  history is scheduled or being revisited (``console.fsck_revisits``).
+  history is scheduled or being revisited (``console.fsck_revisits``);
+- the politeness groups: each group's record counts in flight the lease records holding
+  a slot of it (``console.fsck_groups``); a grouped host's place in ``due`` (which also
+  follows its group's turn, or leaves it while the group is full) is not judged.
 
 Reads are bounded per call (SCAN, ZSCAN, HSCAN with COUNT; LRANGE and ZRANGE pages), so
 a check never blocks Redis; it is not a snapshot, so on a running crawl a task that moved
@@ -34,7 +37,8 @@ prio_hosts, ``due`` by the due rule, the h:queued index, pending); ``fsck_orphan
 gives a lease record with no deadline one that has passed (the reaper's reclaim takes it
 back), drops a deadline with no lease record, and drops a stale body from ``tasks`` or
 puts a task that has only its body there back in its host's queue;
-``fsck_revisits.lua`` sets the schedule of the ids found wrong right. What it can't fix
+``fsck_revisits.lua`` sets the schedule of the ids found wrong right; ``fsck_groups.lua``
+recounts the slots of the groups found wrong. What it can't fix
 (an id in two states, a lease record it can't read, a waiting or dead task with no body,
 counters that don't add up) is reported, for an operator to decide.
 """
@@ -53,6 +57,8 @@ from common.hostmodel.hostrec import HostRecord, HostRecordError
 from common.keys import HASHTABLE_FIELD, PartitionKeys
 from common.queue import CrawlQueue
 from common.scripts import register
+from console.fsck_groups import KINDS as GROUP_KINDS
+from console.fsck_groups import group_findings, held_slots, read_groups, repair_groups
 from console.fsck_revisits import KINDS as SCHEDULE_KINDS
 from console.fsck_revisits import describe, repair_schedule, schedule_findings
 
@@ -72,13 +78,14 @@ HOST_KINDS = frozenset({"host_record", "host_queued", "queued_index", "inflight"
 #: Problems fsck_orphans.lua fixes, id by id.
 ORPHAN_KINDS = frozenset({"lease_no_deadline", "deadline_no_lease", "orphan_body"})
 #: Problems the repair fixes (the others are reported only).
-REPAIRABLE = HOST_KINDS | ORPHAN_KINDS | SCHEDULE_KINDS
+REPAIRABLE = HOST_KINDS | ORPHAN_KINDS | SCHEDULE_KINDS | GROUP_KINDS
 
 
 @dataclass(frozen=True, slots=True)
 class Problem:
     """One broken invariant. ``kind`` is a stable code (REPAIRABLE lists the ones
-    ``repair`` fixes); ``message`` says what, where and the counts."""
+    ``repair`` fixes); ``message`` says what, where and the counts. A politeness group's
+    problem names the group in ``host``."""
 
     kind: str
     partition: int
@@ -122,6 +129,7 @@ class Repair:
     bodies_queued: int = 0  # tasks with only a body, put back in their hosts' queues
     unscheduled: int = 0  # ids taken out of rv:due
     scheduled: int = 0  # histories put in rv:due
+    groups_fixed: int = 0  # politeness groups whose slot count was recounted
 
     def changed(self) -> bool:
         return any(v for k, v in asdict(self).items()
@@ -157,6 +165,9 @@ class Repair:
             parts.append(f"{_n(self.bodies_queued, 'task')} in no state queued again")
         if self.unscheduled or self.scheduled:
             parts.append(f"rv:due: {self.scheduled} scheduled, {self.unscheduled} removed")
+        if self.groups_fixed:
+            parts.append(f"slots of {_n(self.groups_fixed, 'group')} recounted from the "
+                         "lease records")
         return f"partition {self.partition}: repaired " + ("; ".join(parts) or "nothing")
 
 
@@ -263,6 +274,10 @@ class _Partition:
     dead_reasons: int = 0
     rv_due: set[str] = field(default_factory=set)
     rv_hosts: dict[str, str] = field(default_factory=dict)  # history record id -> host
+    group_records: dict[str, bytes] = field(default_factory=dict)
+    group_of: dict[str, str] = field(default_factory=dict)  # host -> its group
+    group_held: Counter[str] = field(default_factory=Counter)  # host -> group slots held
+    grouping: bool = False  # the crawl's politeness_key is not host (conf gkey)
 
     def leased_ids(self) -> set[str]:
         return {*self.leased, *self.bad_leases}
@@ -289,9 +304,12 @@ async def _read(queue: CrawlQueue, pk: PartitionKeys) -> _Partition:
     part.index = await _zscan(client, pk.queued)
     part.due = await _zscan(client, pk.due)
     part.prio = await _zscan(client, pk.prio_hosts)
-    for tid, value in (await _hscan(client, pk.leased)).items():
-        if tid == HASHTABLE_FIELD:
-            continue
+    leased = await _hscan(client, pk.leased)
+    leased.pop(HASHTABLE_FIELD, None)
+    part.group_held = held_slots(leased)
+    part.group_records, part.group_of = await read_groups(client, pk)
+    part.grouping = bool(await client.hget(pk.conf, "gkey"))
+    for tid, value in leased.items():
         if (lease := _lease(value)) is None:
             part.bad_leases.add(tid)
         else:
@@ -373,8 +391,11 @@ def _frontier_problems(p: int, part: _Partition) -> Iterable[Problem]:
             yield Problem("reserved", p, f"partition {p} host {host}: its record counts "
                           f"{record.reserved} pages reserved, {reserved[host]} of its leases "
                           "hold a page of its budget", host=host)
-        yield from _due_problems(p, part, host, replace(
-            record, queued=held, inflight=inflight[host], reserved=reserved[host]))
+        # A grouped host's place in due also follows its group's record (parked while the
+        # group is full): the lease call sets it right, this check does not judge it.
+        if not (part.grouping and host in part.group_of):
+            yield from _due_problems(p, part, host, replace(
+                record, queued=held, inflight=inflight[host], reserved=reserved[host]))
     if part.pending != total:
         yield Problem("pending", p, f"partition {p}: pending is {part.pending}, the host "
                       f"queues hold {total} (the records count "
@@ -462,6 +483,19 @@ def _schedule_problems(p: int, part: _Partition) -> Iterable[Problem]:
                       id=tid)
 
 
+def _group_problems(p: int, part: _Partition) -> Iterable[Problem]:
+    for kind, group, counted, held in group_findings(part.group_records, part.group_of,
+                                                     part.group_held):
+        if kind == "group_record":
+            yield Problem(kind, p, f"partition {p} group {group}: its record is {counted} "
+                          "bytes, not 40 (delete it: its slots are recounted by the "
+                          "repair then)", host=group)
+        else:
+            yield Problem(kind, p, f"partition {p} group {group}: its record counts "
+                          f"{counted} in flight, {held} leases hold a slot of it",
+                          host=group)
+
+
 def _counter_problems(p: int, part: _Partition) -> Iterable[Problem]:
     s = part.stats
     states = (part.pending + len(part.leased_ids()) + len(part.delayed) + len(part.dead)
@@ -487,7 +521,8 @@ async def check(queue: CrawlQueue) -> Report:
         if part.rv_due:  # a crawl without revisits reads as it did
             report.checked["scheduled"] += len(part.rv_due)
         for found in (_frontier_problems(p, part), _state_problems(p, part),
-                      _schedule_problems(p, part), _counter_problems(p, part)):
+                      _schedule_problems(p, part), _group_problems(p, part),
+                      _counter_problems(p, part)):
             report.problems += found
     return report
 
@@ -577,6 +612,8 @@ async def repair(queue: CrawlQueue, problems: Iterable[Problem]) -> list[Repair]
         schedule = {f.id: f.host for f in found if f.kind in SCHEDULE_KINDS and f.id}
         if schedule:
             out.unscheduled, out.scheduled = await repair_schedule(queue, pk, schedule)
+        out.groups_fixed = await repair_groups(
+            queue, pk, {f.host for f in found if f.kind in GROUP_KINDS and f.host})
         done.append(out)
     return done
 

@@ -49,6 +49,7 @@ _RQ = "tests/test_requests.py::"
 _PG = "tests/test_postgres_sink.py::"
 _T = "tests/test_traps.py::"
 _FO = "tests/test_failover.py::"
+_GR = "tests/test_groups.py::"
 
 
 @dataclass(frozen=True)
@@ -226,6 +227,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "its visits find: a URL changing at every visit is revisited more often",
            (_RS + "test_learned_intervals_follow_the_estimated_change_rate_within_the_"
             "bounds",)),
+    Mutant("55-group-limit-ignored-by-the-lease", "a host of a politeness group is served "
+           "only when its group's turn has come and its group has a free slot",
+           (_GR + "test_a_groups_concurrency_holds_across_its_hosts_and_comes_back_at_each_end",
+            _GR + "test_three_consumers_keep_a_groups_concurrency_and_delay_across_50_names")),
 )
 
 

@@ -11,10 +11,14 @@ One aiohttp application serves every test site:
 ``/robots.txt``
     the ``robots`` option's text, or 404 when it is None.
 ``/_stats``
-    JSON ``{"hits": {path: n}, "times": {path: [t, ...]}}``: requests per path (query
-    left out) and when each one arrived, in ``time.monotonic()`` seconds (one clock for
-    every process on Linux, so a test can compare them with its own). ``/_stats`` and
-    ``/_reset`` themselves are not counted.
+    JSON ``{"hits": {path: n}, "times": {path: [t, ...]}, "peak": n}``: requests per path
+    (query left out), when each one arrived, in ``time.monotonic()`` seconds (one clock
+    for every process on Linux, so a test can compare them with its own), and the most
+    requests it answered at once. ``/_stats`` and ``/_reset`` themselves are not counted.
+
+The site answers any host name: a client that uses it as its HTTP proxy (``--proxy``)
+reaches it under as many names as it likes (``http://n1.site.test:<port>/p/1``), one
+server behind many hosts.
 ``/_reset``
     forget every hit.
 
@@ -89,10 +93,13 @@ class SiteOptions:
 
 @dataclass(slots=True)
 class SiteStats:
-    """What a site has seen: requests per path and their arrival times."""
+    """What a site has seen: requests per path, their arrival times, and the most requests
+    it answered at once (`peak`, whatever their host name: one server)."""
 
     hits: Counter[str] = field(default_factory=Counter)
     times: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    active: int = 0
+    peak: int = 0
 
     def record(self, path: str) -> None:
         self.hits[path] += 1
@@ -101,13 +108,15 @@ class SiteStats:
     def clear(self) -> None:
         self.hits.clear()
         self.times.clear()
+        self.peak = self.active
 
     def total(self, prefix: str = "/p/") -> int:
         """Requests to paths starting with `prefix`."""
         return sum(n for path, n in self.hits.items() if path.startswith(prefix))
 
     def to_json(self) -> dict[str, Any]:
-        return {"hits": dict(self.hits), "times": {k: list(v) for k, v in self.times.items()}}
+        return {"hits": dict(self.hits), "times": {k: list(v) for k, v in self.times.items()},
+                "peak": self.peak}
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> SiteStats:
@@ -115,6 +124,7 @@ class SiteStats:
         stats.hits.update({str(k): int(v) for k, v in doc["hits"].items()})
         for k, v in doc["times"].items():
             stats.times[str(k)] = [float(t) for t in v]
+        stats.peak = int(doc.get("peak", 0))
         return stats
 
 
@@ -124,9 +134,17 @@ _STATS: web.AppKey[SiteStats] = web.AppKey("stats", SiteStats)
 
 @web.middleware
 async def _count(request: web.Request, handler: Any) -> web.StreamResponse:
-    if request.path not in _NOT_COUNTED:
-        request.app[_STATS].record(request.path)
-    response: web.StreamResponse = await handler(request)
+    stats = request.app[_STATS]
+    if request.path in _NOT_COUNTED:
+        response: web.StreamResponse = await handler(request)
+        return response
+    stats.record(request.path)
+    stats.active += 1
+    stats.peak = max(stats.peak, stats.active)
+    try:
+        response = await handler(request)
+    finally:
+        stats.active -= 1
     return response
 
 

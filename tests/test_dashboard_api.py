@@ -388,3 +388,20 @@ async def test_host_actions_refuse_bad_input(hosts_api: HostsApi,
         assert "read-only" in await error_of(resp, 403)
     row = await Frontier(queue).host("a.test")
     assert row is not None and row.budget is None and row.blocked_until_ms is None
+
+
+async def test_groups_view_lists_the_politeness_groups(
+        make_client: ClientFactory, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    queue = await LeasingQueue.open(redis_client, crawl_name)
+    await set_policy(redis_client, crawl_name, {"politeness_key": "domain",
+                                                "group_concurrency": 1}, by="t", create=True)
+    await queue.enqueue([NewTask(u, fingerprint(u)) for u in
+                         ("https://a.site.test/", "https://b.site.test/")])
+    assert len(await queue.lease("w1", 5, 60_000)) == 1
+    client = await make_client()
+    doc = await (await client.get(f"/api/crawls/{crawl_name}/groups?size=5")).json()
+    assert doc["politeness_key"] == "domain" and doc["size"] == 5
+    [row] = doc["groups"]
+    assert (row["group"], row["in_flight"], row["concurrency"], row["own_concurrency"],
+            row["parked"]) == ("site.test", 1, 1, False, 1)
+    assert (await client.get(f"/api/crawls/{crawl_name}/groups?size=0")).status == 400

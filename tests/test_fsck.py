@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import redis.asyncio as aioredis
@@ -16,6 +17,7 @@ from support.routes import page, serve
 
 from common.exitcodes import EXIT_INCONSISTENT, EXIT_OK
 from common.frontier.hosts import Frontier
+from common.hostmodel.grouprec import GroupRecord
 from common.policy import set_policy
 from common.queue import Code, CrawlSettings, Failure, LeasingQueue, NewTask
 from common.urls import fingerprint
@@ -380,3 +382,32 @@ async def test_the_revisit_schedule_is_checked_and_repaired(
     await q.ack("w", [(again, "not_modified")])
     code, out = await fsck(redis_url, crawl_name)
     assert code == EXIT_OK, out
+
+
+async def test_a_politeness_groups_wrong_slot_count_is_found_and_repaired(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """A group counted full (a count lost the other way: its hosts parked for good) is
+    found, its slots recounted from the lease records, and its parked hosts served again;
+    its hosts' places in due (parked) are no problem."""
+    q = await LeasingQueue.open(redis_client, crawl_name)
+    await set_policy(redis_client, crawl_name, {
+        "per_host_delay": 0, "per_host_concurrency": 0, "politeness_key": "domain",
+        "group_delay": 0, "group_concurrency": 2}, by="test", create=True)
+    await q.enqueue(tasks(*(f"http://n{i}.site.test/" for i in range(5))))
+    assert len(await q.lease("w", 1, 60_000)) == 1
+    assert (await fsck(redis_url, crawl_name))[0] == EXIT_OK
+    pk = q.partitions[0]
+    record = GroupRecord.decode(await redis_client.hget(pk.groups, "site.test"))
+    await redis_client.hset(pk.groups, "site.test", replace(record, inflight=2).encode())
+    assert await q.lease("w", 5, 60_000) == []  # the group looks full
+
+    code, out = await fsck(redis_url, crawl_name, "--json")
+    doc = json.loads(out)
+    assert code == EXIT_INCONSISTENT
+    assert [(x["kind"], x["host"], x["message"]) for x in doc["problems"]] == [
+        ("group_inflight", "site.test", "partition 0 group site.test: its record counts 2 "
+                                        "in flight, 1 leases hold a slot of it")]
+    code, out = await fsck(redis_url, crawl_name, "--repair", "--json")
+    doc = json.loads(out)
+    assert (code, doc["clean"], doc["repaired"][0]["groups_fixed"]) == (EXIT_OK, True, 1)
+    assert len(await q.lease("w", 5, 60_000)) == 1  # one more slot, one more lease

@@ -30,6 +30,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from common import scripts
+from common.frontier.groups import set_group
 from common.frontier.hosts import Frontier
 from common.history import record
 from common.keys import CrawlKeys
@@ -46,17 +47,18 @@ from common.queue import (
 from common.urls import fingerprint
 from common.workers import WorkerRegistry
 from console.fsck import repair_hosts
+from console.fsck_groups import repair_groups
 from console.fsck_revisits import repair_schedule
 
 LUA = Path(scripts.__file__).parent / "lua"
 FIXED = re.compile(r"^-- KEYS\[(\d+)\]\s+(\S+)")
-RANGE = re.compile(r"^-- KEYS\[(\d+)\.\.(\d+)\]\s+(?:host|lease) state: ([^(]+)"
-                   r"\(lib/(?:hosts|leases)\.lua\)")
+RANGE = re.compile(r"^-- KEYS\[(\d+)\.\.(\d+)\]\s+(?:host|lease|group) state: ([^(]+)"
+                   r"\(lib/(?:hosts|leases|groups)\.lua\)")
 TAIL = re.compile(r"^-- KEYS\[(\d+)[^\]]*\.\.\]")
 CYCLE = re.compile(r"^-- KEYS\[(\d+)\(i-1\)\+(\d+)\]\s+(\S+)")
 OTHERS = ("worker_beat", "history_push", "release_lock", "refresh_lock", "fsck_repair",
           "fsck_revisits",
-          "policy_set", "policy_apply")
+          "policy_set", "policy_apply", "group_set", "fsck_groups")
 SOURCES = {scripts.source(name): name for name in (*scripts.NAMES, *OTHERS)}
 
 
@@ -218,6 +220,8 @@ async def exercise(client: aioredis.Redis, crawl: str, partitions: int = 2) -> N
     await repair_hosts(q, 0, [h for h in ("a.test", "b.test", "c.test", "d.test")
                               if q.partition_of(h) == 0])
     await repair_schedule(q, q.partitions[0], {"a" * 32: "a.test", "b" * 32: None})
+    await set_group(q, "a.test", concurrency=1)
+    await repair_groups(q, q.partitions[0], ["a.test"])
 
 
 # -- ARGV and the reply --------------------------------------------------------------------

@@ -65,7 +65,7 @@ TRAPS = ("trap_max_url_length=1024, trap_max_segments=20, trap_repeated_segments
 BACKOFF = ("backoff_on=429,503, backoff_base=1s, backoff_cap=3600s, backoff_forgive=300s, "
            "adaptive_delay=0, max_delay=30s, max_crawl_delay=300s, revisit=off, "
            "min_interval=60s, max_interval=7776000s, interval_grow=0.4, interval_shrink=0.2, "
-           + TRAPS)
+           + TRAPS + ", politeness_key=host, group_delay=1s, group_concurrency=2")
 REST = (f"user_agent={UA}, ignore_robots=false, robots_ttl=86400s, max_depth=3, "
         "allow_domains=@parent, retry_base=2s, retry_cap=600s, max_retry_after=3600s, "
         "max_stalls=2, max_attempts=3, recrawl_after=0s, " + BACKOFF)
@@ -96,7 +96,8 @@ async def ok(redis_url: str, *args: str) -> str:
 
 #: What every partition's conf holds of a policy with adaptive_delay off (policy_apply.lua).
 ADAPT_OFF = {b"adapt": b"0", b"max_delay": b"30000", b"rv": b"0", b"rv_first": b"0",
-             b"rv_min": b"60", b"rv_max": b"7776000", b"rv_grow": b"400", b"rv_shrink": b"200"}
+             b"rv_min": b"60", b"rv_max": b"7776000", b"rv_grow": b"400", b"rv_shrink": b"200",
+             b"gkey": b"", b"gdelay": b"1000", b"gconc": b"2"}
 
 
 async def confs(client: aioredis.Redis, queue: LeasingQueue) -> list[dict[bytes, bytes]]:
@@ -123,7 +124,8 @@ def test_the_policy_is_declared_once() -> None:
         "min_interval": "", "max_interval": "", "interval_grow": "", "interval_shrink": "",
         "trap_max_url_length": "", "trap_max_segments": "", "trap_repeated_segments": "",
         "trap_max_params": "", "trap_path_variants": "", "trap_session_ids": "",
-        "near_duplicate_distance": ""}
+        "near_duplicate_distance": "",
+        "politeness_key": "", "group_delay": "", "group_concurrency": ""}
     assert CrawlPolicy().texts() == {"per_host_delay": "1s", "per_host_concurrency": "2",
                                      "accept_content_type": "*/*", "user_agent": UA,
                                      "ignore_robots": "false", "robots_ttl": "86400s",
@@ -141,7 +143,9 @@ def test_the_policy_is_declared_once() -> None:
                                      "trap_max_segments": "20",
                                      "trap_repeated_segments": "2", "trap_max_params": "12",
                                      "trap_path_variants": "1000", "trap_session_ids": "true",
-                                     "near_duplicate_distance": "3"}
+                                     "near_duplicate_distance": "3",
+                                     "politeness_key": "host", "group_delay": "1s",
+                                     "group_concurrency": "2"}
     # Each such flag says it is a crawl policy value.
     assert all("a crawl policy value" in flags[o.seeded_by, o.flag].help for o in seeded)
 
@@ -208,7 +212,9 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
             "interval_grow": 0.4, "interval_shrink": 0.2, "trap_max_url_length": 1024,
             "trap_max_segments": 20, "trap_repeated_segments": 2, "trap_max_params": 12,
             "trap_path_variants": 1000, "trap_session_ids": True,
-            "near_duplicate_distance": 3},
+            "near_duplicate_distance": 3,
+            "politeness_key": "host",
+            "group_delay": 1.0, "group_concurrency": 2},
         {"per_host_delay": "0.5s", "per_host_concurrency": "3", "accept_content_type": "*/*",
          "user_agent": "probe/2.0 (+https://example.com/probe)", "ignore_robots": "true",
          "robots_ttl": "5400s",
@@ -221,7 +227,9 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
          "interval_grow": "0.4", "interval_shrink": "0.2", "trap_max_url_length": "1024",
          "trap_max_segments": "20", "trap_repeated_segments": "2", "trap_max_params": "12",
          "trap_path_variants": "1000", "trap_session_ids": "true",
-         "near_duplicate_distance": "3"})
+         "near_duplicate_distance": "3",
+         "politeness_key": "host",
+         "group_delay": "1s", "group_concurrency": "2"})
     third, second, first = doc["log"]
     assert first | {"version": 1, "by": "crawlq crawl create", "changes": {
         "per_host_delay": [None, "0.5s"], "per_host_concurrency": [None, "2"],
@@ -240,7 +248,8 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
         "trap_max_segments": [None, "20"],
         "trap_repeated_segments": [None, "2"], "trap_max_params": [None, "12"],
         "trap_path_variants": [None, "1000"], "trap_session_ids": [None, "true"],
-        "near_duplicate_distance": [None, "3"]}} == first
+        "near_duplicate_distance": [None, "3"], "politeness_key": [None, "host"],
+        "group_delay": [None, "1s"], "group_concurrency": [None, "2"]}} == first
     assert second | {"version": 2, "by": "crawlq crawl set",
                      "changes": {"per_host_concurrency": ["2", "3"]}} == second
     assert third["changes"] == {
@@ -285,7 +294,9 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
         ["trap_repeated_segments", "2"], ["trap_max_params", "12"],
         ["trap_path_variants", "1000"], ["trap_session_ids", "true"],
         ["near_duplicate_distance", "3"]]
-    lines = lines[:15] + lines[34:]
+    assert [ln.split()[:2] for ln in lines[34:37]] == [
+        ["politeness_key", "host"], ["group_delay", "1s"], ["group_concurrency", "2"]]
+    lines = lines[:15] + lines[37:]
     assert lines[15] == "changes, newest first:"
     assert lines[16].endswith("v4  crawlq crawl set: allow_domains xn--bcher-kva.example,"
                               "example.com -> @parent, ignore_robots true -> false")
@@ -294,7 +305,8 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
                               "adaptive_delay - -> 0, "
                               "allow_domains - -> @parent, backoff_base - -> 1s, "
                               "backoff_cap - -> 3600s, backoff_forgive - -> 300s, "
-                              "backoff_on - -> 429,503, ignore_robots - -> false, "
+                              "backoff_on - -> 429,503, group_concurrency - -> 2, "
+                              "group_delay - -> 1s, ignore_robots - -> false, "
                               "interval_grow - -> 0.4, interval_shrink - -> 0.2, "
                               "max_attempts - -> 3, max_crawl_delay - -> 300s, "
                               "max_delay - -> 30s, max_depth - -> 3, "
@@ -302,7 +314,8 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
                               "max_retry_after - -> 3600s, max_stalls - -> 2, "
                               "min_interval - -> 60s, near_duplicate_distance - -> 3, "
                               "per_host_concurrency - -> 2, per_host_delay - -> 0.5s, "
-                              "recrawl_after - -> 0s, retry_base - -> 2s, "
+                              "politeness_key - -> host, recrawl_after - -> 0s, "
+                              "retry_base - -> 2s, "
                               f"retry_cap - -> 600s, revisit - -> off, "
                               "robots_ttl - -> 86400s, trap_max_params - -> 12, "
                               "trap_max_segments - -> 20, trap_max_url_length - -> 1024, "
@@ -415,7 +428,9 @@ async def test_show_toml_round_trips_into_create_config(
         "interval_grow = 0.4", "interval_shrink = 0.2", "trap_max_url_length = 1024",
         "trap_max_segments = 20", "trap_repeated_segments = 2", "trap_max_params = 12",
         "trap_path_variants = 1000", "trap_session_ids = true",
-        "near_duplicate_distance = 3"]
+        "near_duplicate_distance = 3",
+        'politeness_key = "host"',
+        'group_delay = "1s"', "group_concurrency = 2"]
     path = tmp_path / "crawl.toml"
     path.write_text(toml)
     await ok(redis_url, "crawl", "create", "--crawl", crawl_name + "-copy", "--config",
@@ -767,7 +782,9 @@ async def test_a_crawl_made_without_a_policy_is_adopted(
                        "trap_max_url_length": [None, "1024"], "trap_max_segments": [None, "20"],
                        "trap_repeated_segments": [None, "2"], "trap_max_params": [None, "12"],
                        "trap_path_variants": [None, "1000"], "trap_session_ids": [None, "true"],
-                       "near_duplicate_distance": [None, "3"]})]
+                       "near_duplicate_distance": [None, "3"],
+                       "politeness_key": [None, "host"], "group_delay": [None, "1s"],
+                       "group_concurrency": [None, "2"]})]
 
 
 async def test_a_policy_without_the_newer_keys_takes_them_from_the_first_consumer(

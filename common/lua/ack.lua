@@ -20,7 +20,8 @@
 -- KEYS[8]  errors       HASH
 -- KEYS[9]  stalls       HASH
 -- KEYS[10] stats        HASH  counters (done, outcome:<outcome>, stale)
--- KEYS[11..] with marks: per item i, its seen bucket HASH; then with marks 2: rv:hist
+-- KEYS[11..13] group state: g:of, groups, g:parked (lib/groups.lua)
+-- KEYS[14..] with marks: per item i, its seen bucket HASH; then with marks 2: rv:hist
 --          HASH, rv:due ZSET (the last two keys)
 -- ARGV[1]  worker id
 -- ARGV[2]  marks: 1 = each item also names its seen field (exact dedup), 2 = and what
@@ -36,6 +37,7 @@
 --- @include "lib/memory"
 --- @include "lib/hosts"
 --- @include "lib/lease_end"
+--- @include "lib/groups"
 --- @include "lib/revisits"
 
 local LK = lease_keys(5)
@@ -47,13 +49,14 @@ local width = marks and 7 or 6
 if observing then width = 8 end
 local extra_keys = observing and 2 or 0
 if (#ARGV - 2) % width ~= 0
-    or (marks and #KEYS ~= 10 + (#ARGV - 2) / width + extra_keys) then
+    or (marks and #KEYS ~= 13 + (#ARGV - 2) / width + extra_keys) then
   error('crawlq: ack needs (id, token, outcome, sent_ms, responded, elapsed_ms[, seen '
     .. 'field[, observed]]) per item, and seen keys')
 end
 allow_at_maxmemory(stats)
 local now = now_ms()
 local L = ledger(host_keys(1), now)
+ledger_groups(L, group_keys(11))
 local ids, tokens = {}, {}
 for i = 3, #ARGV, width do
   ids[#ids + 1] = ARGV[i]
@@ -72,10 +75,11 @@ for i, id in ipairs(ids) do
     local rec, base = recs[i], 3 + width * (i - 1)
     gone[#gone + 1] = id
     if marks then
-      redis.call('HSET', KEYS[10 + i], ARGV[base + 6], -math.floor(now / 1000))
+      redis.call('HSET', KEYS[13 + i], ARGV[base + 6], -math.floor(now / 1000))
     end
-    local owner, reserved = owner_marks(rec.owner)
+    local _, reserved, grouped = owner_marks(rec.owner)
     ended[#ended + 1] = {rec.host, {slot = not fetched_owner(rec.owner), reserved = reserved,
+      group = grouped,
       responded = ARGV[base + 4] == '1', sent = int_arg(ARGV[base + 3], 'sent_ms'),
       elapsed = int_arg(ARGV[base + 5], 'elapsed_ms'), done = true}}
     hosts[#hosts + 1] = rec.host
@@ -97,6 +101,7 @@ if #gone > 0 then
     if redis.call('EXISTS', h) == 1 then call_sliced('HDEL', h, gone, 1000) end
   end
   ledger_load(L, hosts)
+  groups_load_ended(L, ended)
   for _, e in ipairs(ended) do end_lease(L, e[1], e[2]) end
   ledger_flush(L)
 end

@@ -14,24 +14,29 @@
 -- KEYS[6]      stats       HASH  counters (enqueued, duplicates, recrawled)
 -- KEYS[7]      pending     STRING pending tasks
 -- KEYS[8]      prio_hosts  ZSET  host -> -highest pending priority
--- KEYS[9..]    per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
--- KEYS[9+2H..] per item i: its seen bucket HASH (field -> enqueue time, or -end time);
+-- KEYS[9..11]  group state: g:of, groups, g:parked (lib/groups.lua)
+-- KEYS[12..]   per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
+-- KEYS[12+2H..] per item i: its seen bucket HASH (field -> enqueue time, or -end time);
 --              then rv:hist HASH (the last key: the revisit schedule's history records)
 -- ARGV[1]      recrawl_after, seconds; 0 = never enqueue a seen URL again
 -- ARGV[2]      H, the number of hosts; ARGV[3..2+H] the host keys
--- ARGV[3+H..]  per item 5 values: id, seen field (binary fingerprint tail), priority
+-- ARGV[3+H]    groups: each host's politeness group (its registrable domain, "-" for
+--              none), space-separated in host order: recorded while the crawl's
+--              politeness_key is domain (lib/groups.lua)
+-- ARGV[4+H..]  per item 5 values: id, seen field (binary fingerprint tail), priority
 --              (>= 0), host index (1..H), entry (common.task.encode_entry)
 -- Returns {enqueued, duplicates, recrawled}
 --- @include "lib/codes"
 --- @include "lib/hosts"
 --- @include "lib/queues"
+--- @include "lib/groups"
 
 local stats, pending, prio_hosts = KEYS[6], KEYS[7], KEYS[8]
 local recrawl_after = int_arg(ARGV[1], 'recrawl_after')
 local hosts, nhosts = argv_hosts(2)
-local first = 3 + nhosts
+local first = 4 + nhosts
 local n = (#ARGV - first + 1) / 5
-if n ~= math.floor(n) or #KEYS ~= 9 + 2 * nhosts + n then
+if n ~= math.floor(n) or #KEYS ~= 12 + 2 * nhosts + n then
   error('crawlq: enqueue needs 2 keys per host, one seen key and 5 ARGV values per item, '
     .. 'and rv:hist')
 end
@@ -44,7 +49,7 @@ for i = 1, n do
   if hi < 1 or hi > nhosts then error('crawlq: enqueue host index out of range') end
   items[i] = {id = ARGV[base], field = ARGV[base + 1],
               priority = int_arg(ARGV[base + 2], 'priority'), host = hosts[hi],
-              entry = ARGV[base + 4], bucket = KEYS[8 + 2 * nhosts + i]}
+              entry = ARGV[base + 4], bucket = KEYS[11 + 2 * nhosts + i]}
 end
 
 local now_s = tonumber(redis.call('TIME')[1])
@@ -74,7 +79,9 @@ for _, it in ipairs(items) do
   end
 end
 local L = ledger(host_keys(1), now_ms())
-requeue_entries(L, fresh, host_queue_keys(9, hosts), prio_hosts, pending, false)
+ledger_groups(L, group_keys(9))
+groups_assign(L, hosts, ARGV[3 + nhosts])
+requeue_entries(L, fresh, host_queue_keys(12, hosts), prio_hosts, pending, false)
 ledger_flush(L)
 bump(stats, {enqueued = enqueued, duplicates = duplicates, recrawled = recrawled})
 return {enqueued, duplicates, recrawled}

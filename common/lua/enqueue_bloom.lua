@@ -12,19 +12,23 @@
 -- KEYS[7]      pending     STRING pending tasks
 -- KEYS[8]      prio_hosts  ZSET  host -> -highest pending priority
 -- KEYS[9]      bloom       HASH  layers -> number of layers; count:<L> -> URLs in layer L
--- KEYS[10..9+M] bloom:<L> STRING layer bits, for L = 0 .. M-1 (M = the most layers);
+-- KEYS[10..12]  group state: g:of, groups, g:parked (lib/groups.lua)
+-- KEYS[13..12+M] bloom:<L> STRING layer bits, for L = 0 .. M-1 (M = the most layers);
 --                              sized exactly (m bits) when the layer gets its first URL
--- KEYS[10+M..] per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
+-- KEYS[13+M..] per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
 -- ARGV[1]      capacity of layer 0, URLs
 -- ARGV[2]      target false-positive rate (e.g. 1e-6)
 -- ARGV[3]      M, the number of layer keys
 -- ARGV[4]      H, the number of hosts; ARGV[5..4+H] the host keys
--- ARGV[5+H..]  per item 6 values: id, h1, h2 (32-bit ints), priority (>= 0),
+-- ARGV[5+H]    groups: each host's politeness group ("-" for none), space-separated in
+--              host order (enqueue.lua)
+-- ARGV[6+H..]  per item 6 values: id, h1, h2 (32-bit ints), priority (>= 0),
 --              host index (1..H), entry
 -- Returns {enqueued, duplicates, 0, fullest layer past 80% this call or -1}
 --- @include "lib/codes"
 --- @include "lib/hosts"
 --- @include "lib/queues"
+--- @include "lib/groups"
 
 local stats, pending, prio_hosts, meta = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local capacity0 = int_arg(ARGV[1], 'capacity')
@@ -34,12 +38,12 @@ if capacity0 < 1 or not err or err <= 0 or err >= 1 then
 end
 local max_layers = int_arg(ARGV[3], 'layers')
 local hosts, nhosts = argv_hosts(4)
-local first = 5 + nhosts
+local first = 6 + nhosts
 local n = (#ARGV - first + 1) / 6
-if n ~= math.floor(n) or #KEYS ~= 9 + max_layers + 2 * nhosts then
+if n ~= math.floor(n) or #KEYS ~= 12 + max_layers + 2 * nhosts then
   error('crawlq: enqueue_bloom needs M layer keys, 2 keys per host, 6 ARGV values per item')
 end
-local function layer_key(layer) return KEYS[10 + layer] end
+local function layer_key(layer) return KEYS[13 + layer] end
 
 -- Layer L is built for a false-positive rate of error * (1 - TIGHTEN) * TIGHTEN^L: the
 -- rates of all layers sum to under `error` however many grow, and layer 0, where a crawl
@@ -137,7 +141,9 @@ for i = 1, n do
   end
 end
 local L = ledger(host_keys(1), now_ms())
-requeue_entries(L, fresh, host_queue_keys(10 + max_layers, hosts), prio_hosts, pending, false)
+ledger_groups(L, group_keys(10))
+groups_assign(L, hosts, ARGV[5 + nhosts])
+requeue_entries(L, fresh, host_queue_keys(13 + max_layers, hosts), prio_hosts, pending, false)
 ledger_flush(L)
 if enqueued > 0 then redis.call('HSET', meta, 'count:' .. (layers - 1), count) end
 bump(stats, {enqueued = enqueued, duplicates = duplicates})

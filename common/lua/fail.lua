@@ -8,7 +8,8 @@
 -- otherwise -> `dead` with the reason. Jitter comes in ARGV so tests are deterministic.
 -- A push-back (a 429/503, or what else the policy's backoff_on counts) raises its host's
 -- backoff for the whole fleet: its level, its block and the pace its next requests keep
--- (push_back, lib/backoff.lua). Either way its lease ends on its host's record (end_lease,
+-- (push_back, lib/backoff.lua), and blocks its politeness group as long (lib/groups.lua:
+-- one host's push-back slows the whole site). Either way its lease ends on its host's record (end_lease,
 -- lib/lease_end.lua: the slot back, the request's time; the page of its budget used if its
 -- request got a response (a 5xx, 429, a handler's error on a page), given back if not (a
 -- timeout, a refused connection, a robots.txt failure)). A task that waits or is dead
@@ -26,6 +27,7 @@
 -- KEYS[13] tasks         HASH  id -> "<host> <priority> <entry>" (waiting or dead)
 -- KEYS[14] h:errors      ZSET  host -> failed attempts
 -- KEYS[15] h:blocked     ZSET  host -> blocked until (ms)
+-- KEYS[16..18] group state: g:of, groups, g:parked (lib/groups.lua)
 -- ARGV[1]  worker id
 -- ARGV[2]  base_ms, backoff of the first retry, milliseconds
 -- ARGV[3]  cap_ms, the longest backoff, milliseconds
@@ -47,6 +49,7 @@
 --- @include "lib/hosts"
 --- @include "lib/lease_end"
 --- @include "lib/backoff"
+--- @include "lib/groups"
 
 local LK = lease_keys(5)
 local attempts, delayed, dead, errors = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
@@ -80,6 +83,7 @@ end
 allow_at_maxmemory(stats)
 local now = now_ms()
 local L = ledger(host_keys(1), now)
+ledger_groups(L, group_keys(16))
 local ids, tokens = {}, {}
 for k, it in ipairs(items) do ids[k], tokens[k] = it.id, it.token end
 local states, recs = {}, {}
@@ -93,9 +97,9 @@ for k, it in ipairs(items) do
   if state == OK then
     seen[it.id] = true
     gone[#gone + 1] = it.id
-    local host, _, reserved = rec.host, owner_marks(rec.owner)
+    local host, _, reserved, grouped = rec.host, owner_marks(rec.owner)
     ended[#ended + 1] = {host, {slot = not fetched_owner(rec.owner), reserved = reserved,
-                                responded = it.responded, sent = it.sent}}
+                                responded = it.responded, sent = it.sent, group = grouped}}
     failed_by_host[host] = (failed_by_host[host] or 0) + 1
     if it.pushback then
       local push = pushes[host]
@@ -133,8 +137,14 @@ drop_leases(LK, gone)
 local touched = {}
 for _, e in ipairs(ended) do touched[#touched + 1] = e[1] end
 ledger_load(L, touched)
+groups_load_ended(L, ended)
 for _, e in ipairs(ended) do end_lease(L, e[1], e[2]) end
 local incidents = push_back(L, blocked, pushes, now, backoff)
+if next(pushes) then
+  local pushed = {}
+  for host in pairs(pushes) do pushed[#pushed + 1] = host end
+  group_block(L, pushed)
+end
 for host, n in pairs(failed_by_host) do redis.call('ZINCRBY', errors_by_host, n, host) end
 ledger_flush(L)
 bump(stats, {failed = retried + died, retried = retried, dead = died, stale = stale,

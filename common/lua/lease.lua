@@ -26,6 +26,10 @@
 -- host with a concurrency limit than ceil(concurrency / (hungry workers + 1)), counting
 -- the slots it holds (ARGV held), and publishes a wake-up so the hungry take the rest.
 -- With nobody hungry a worker may take every free slot: no slot idles for fairness.
+-- Politeness groups (the crawl's politeness_key not host: lib/groups.lua): a grouped host
+-- is served only when its group's turn has come too and its group has a free slot; a
+-- host with a delay or in a group with one gives one task per call, and its group's next
+-- turn moves with it. Its leases hold a slot of the group ("g"), given back like the host's.
 --
 -- KEYS[1..4]  host state: hosts, due, h:queued, conf (lib/hosts.lua)
 -- KEYS[5..6]  lease state: leased, leases (lib/leases.lua)
@@ -44,7 +48,8 @@
 -- KEYS[18] hungry       ZSET  worker -> when its lease call last came back empty (ms)
 -- KEYS[19] op:<worker>  STRING "<op id> <reply, cmsgpack>" of this worker's last call that
 --                       granted leases, PX OP_KEEP_MS
--- KEYS[20..] per candidate host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
+-- KEYS[20..22] group state: g:of, groups, g:parked (lib/groups.lua)
+-- KEYS[23..] per candidate host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
 -- ARGV[1]  worker id
 -- ARGV[2]  n, the most tasks to lease (0: only give back the slots of `fetched` ones)
 -- ARGV[3]  lease_ms, lease length in milliseconds
@@ -93,6 +98,7 @@
 --- @include "lib/fairshare"
 --- @include "lib/turns"
 --- @include "lib/grant"
+--- @include "lib/groups"
 
 -- The call's arguments, and its context (lib/turns.lua, lib/grant.lua).
 local n = int_arg(ARGV[2], 'n')
@@ -104,13 +110,13 @@ if n < 0 or lease_ms < 1 or ahead < 0 then
 end
 local hosts, nhosts = argv_hosts(8)
 local first = 10 + nhosts
-if #KEYS ~= 19 + 2 * nhosts or #ARGV < first - 1 or (#ARGV - first + 1) % 2 ~= 0 then
+if #KEYS ~= 22 + 2 * nhosts or #ARGV < first - 1 or (#ARGV - first + 1) % 2 ~= 0 then
   error('crawlq: lease needs 2 keys per candidate host, held counts and (id, token) pairs')
 end
 local now = now_ms()
 local C = {L = ledger(host_keys(1), now), LK = lease_keys(5), worker = ARGV[1], now = now,
            ahead = ahead, n = n, hosts = hosts, held = {}, prio = {},
-           qkey = function(i) return KEYS[18 + 2 * i], KEYS[19 + 2 * i] end,
+           qkey = function(i) return KEYS[21 + 2 * i], KEYS[22 + 2 * i] end,
            K = {tasks = KEYS[7], attempts = KEYS[8], seq = KEYS[9], checkpoints = KEYS[11],
                 errors = KEYS[12], dead = KEYS[16], dead_reasons = KEYS[17]},
            stats = KEYS[10], pending = KEYS[13], prio_hosts = KEYS[14]}
@@ -118,6 +124,7 @@ local delayed, hungry, op, op_key = KEYS[15], KEYS[18], ARGV[7], KEYS[19]
 -- How long a call's reply is kept for a call sent again: longer than a client's retries
 -- of it take (socket timeout 10 s, a few tries).
 local OP_KEEP_MS = 60000
+ledger_groups(C.L, group_keys(20))
 for v in string.gmatch(ARGV[9 + nhosts], '[^,]+') do C.held[#C.held + 1] = tonumber(v) end
 local ids, tokens = {}, {}
 for i = first, #ARGV, 2 do
@@ -179,6 +186,7 @@ if C.cc.paused then
   return reply_head(-1, 1, C.cc.version)
 end
 ledger_load(C.L, hosts)
+if C.L.G.on then groups_load(C.L, hosts) end
 if redis.call('EXISTS', C.prio_hosts) == 1 then
   C.prio = call_sliced('ZMSCORE', C.prio_hosts, hosts, 1000)
 end

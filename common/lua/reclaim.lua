@@ -20,7 +20,8 @@
 -- KEYS[14] prio_hosts    ZSET
 -- KEYS[15] h:errors      ZSET  host -> failed attempts
 -- KEYS[16] attempts      HASH  id -> attempts of a task that is not leased
--- KEYS[17..] per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
+-- KEYS[17..19] group state: g:of, groups, g:parked (lib/groups.lua)
+-- KEYS[20..] per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
 -- ARGV[1]  max_stalls
 -- ARGV[2]  H, the number of hosts; ARGV[3..2+H] the hosts
 -- ARGV[3+H..] candidate ids
@@ -32,6 +33,7 @@
 --- @include "lib/hosts"
 --- @include "lib/lease_end"
 --- @include "lib/queues"
+--- @include "lib/groups"
 
 local LK = lease_keys(5)
 local stalls, tasks, dead, errors = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
@@ -40,11 +42,12 @@ local errors_by_host, attempts = KEYS[15], KEYS[16]
 local max_stalls = int_arg(ARGV[1], 'max_stalls')
 if max_stalls < 0 then error('crawlq: reclaim needs max_stalls >= 0') end
 local hosts, nhosts = argv_hosts(2)
-if #KEYS ~= 16 + 2 * nhosts then error('crawlq: reclaim needs 2 keys per host') end
-local qkeys = host_queue_keys(17, hosts)
+if #KEYS ~= 19 + 2 * nhosts then error('crawlq: reclaim needs 2 keys per host') end
+local qkeys = host_queue_keys(20, hosts)
 allow_at_maxmemory(stats)
 local now = now_ms()
 local L = ledger(host_keys(1), now)
+ledger_groups(L, group_keys(17))
 local ids = {}
 for i = 3 + nhosts, #ARGV do ids[#ids + 1] = ARGV[i] end
 local values, deadlines = {}, {}
@@ -58,8 +61,9 @@ for i, id in ipairs(ids) do
   if rec and deadline and deadline <= now and qkeys[rec.host] and not seen[id] then
     seen[id] = true
     gone[#gone + 1] = id
-    local _, reserved = owner_marks(rec.owner)
-    ended[#ended + 1] = {rec.host, {slot = not fetched_owner(rec.owner), reserved = reserved}}
+    local _, reserved, grouped = owner_marks(rec.owner)
+    ended[#ended + 1] = {rec.host, {slot = not fetched_owner(rec.owner), reserved = reserved,
+                                    group = grouped}}
     redis.call('HSET', attempts, id, rec.attempt)
     local stalled = redis.call('HINCRBY', stalls, id, 1)
     if stalled > max_stalls then
@@ -77,6 +81,7 @@ drop_leases(LK, gone)
 local touched = {}
 for _, e in ipairs(ended) do touched[#touched + 1] = e[1] end
 ledger_load(L, touched)
+groups_load_ended(L, ended)
 for _, e in ipairs(ended) do end_lease(L, e[1], e[2]) end
 for host, n in pairs(stalled_by_host) do redis.call('ZINCRBY', errors_by_host, n, host) end
 requeue_entries(L, back, qkeys, prio_hosts, pending, true)

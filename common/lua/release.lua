@@ -11,7 +11,8 @@
 -- KEYS[8]  stats       HASH  counters (released, stale)
 -- KEYS[9]  pending     STRING
 -- KEYS[10] prio_hosts  ZSET
--- KEYS[11..] per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
+-- KEYS[11..13] group state: g:of, groups, g:parked (lib/groups.lua)
+-- KEYS[14..] per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
 -- ARGV[1]  worker id
 -- ARGV[2]  H, the number of hosts; ARGV[3..2+H] the hosts of the tasks
 -- ARGV[3+H] restart: 1 = the hosts' last request was just now (a robots.txt fetch that
@@ -24,6 +25,7 @@
 --- @include "lib/hosts"
 --- @include "lib/lease_end"
 --- @include "lib/queues"
+--- @include "lib/groups"
 
 local LK = lease_keys(5)
 local attempts, stats, pending, prio_hosts = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
@@ -31,13 +33,14 @@ local worker = ARGV[1]
 local hosts, nhosts = argv_hosts(2)
 local restart = ARGV[3 + nhosts] == '1'
 local first = 4 + nhosts
-if (#ARGV - first + 1) % 2 ~= 0 or #KEYS ~= 10 + 2 * nhosts then
+if (#ARGV - first + 1) % 2 ~= 0 or #KEYS ~= 13 + 2 * nhosts then
   error('crawlq: release needs 2 keys per host and (id, token) pairs')
 end
-local qkeys = host_queue_keys(11, hosts)
+local qkeys = host_queue_keys(14, hosts)
 allow_at_maxmemory(stats)
 local now = now_ms()
 local L = ledger(host_keys(1), now)
+ledger_groups(L, group_keys(11))
 local ids, tokens = {}, {}
 for i = first, #ARGV, 2 do
   ids[#ids + 1] = ARGV[i]
@@ -52,8 +55,9 @@ for i, id in ipairs(ids) do
   if state == OK then
     seen[id] = true
     gone[#gone + 1] = id
-    local _, reserved = owner_marks(rec.owner)
-    ended[#ended + 1] = {rec.host, {slot = not fetched_owner(rec.owner), reserved = reserved}}
+    local _, reserved, grouped = owner_marks(rec.owner)
+    ended[#ended + 1] = {rec.host, {slot = not fetched_owner(rec.owner), reserved = reserved,
+                                    group = grouped}}
     if rec.attempt > 1 then redis.call('HSET', attempts, id, rec.attempt - 1) end
     back[#back + 1] = {rec.host, rec.prio, rec.entry}
   else
@@ -65,6 +69,7 @@ drop_leases(LK, gone)
 local touched = {}
 for _, e in ipairs(ended) do touched[#touched + 1] = e[1] end
 ledger_load(L, touched)
+groups_load_ended(L, ended)
 for _, e in ipairs(ended) do
   end_lease(L, e[1], e[2])
   if restart then L.rec[e[1]].last = now end

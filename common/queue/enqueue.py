@@ -8,6 +8,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from common.errors import ConfigError, InvalidRequestError, MalformedTaskError
+from common.hostmodel.hostgroup import host_group
 from common.hostmodel.hostkey import host_key
 from common.keys import PartitionKeys
 from common.queue.calls import Call, host_args, run
@@ -62,14 +63,18 @@ def _call(crawl: Crawl, pk: PartitionKeys, by_host: dict[str, list[NewTask]],
           recrawl_after_s: int) -> Call:
     settings = crawl.settings
     host_keys, host_head = host_args(pk, list(by_host))
+    # Each host's group, recorded by the script while the crawl's politeness_key is domain.
+    groups = " ".join(host_group(h) for h in by_host)
     head = [*pk.host_state, pk.tasks, pk.stats, pk.pending, pk.prio_hosts]
     args: list[Any]
     if settings.dedup is DedupMode.BLOOM:
         if recrawl_after_s:
             raise ConfigError("recrawl_after needs exact dedup: bloom keeps no timestamps")
         layers = settings.bloom_layers
-        keys = [*head, pk.bloom, *(pk.bloom_layer(i) for i in range(layers)), *host_keys]
-        args = [settings.bloom_capacity, repr(settings.bloom_error), layers, *host_head]
+        keys = [*head, pk.bloom, *pk.group_state, *(pk.bloom_layer(i) for i in range(layers)),
+                *host_keys]
+        args = [settings.bloom_capacity, repr(settings.bloom_error), layers, *host_head,
+                groups]
         for h, batch in enumerate(by_host.values(), 1):
             for t in batch:
                 tid = task_id(t.fp)
@@ -78,8 +83,8 @@ def _call(crawl: Crawl, pk: PartitionKeys, by_host: dict[str, list[NewTask]],
                          _entry(tid, t)]
         return crawl.scripts.enqueue_bloom, keys, args
     shift = 32 - settings.seen_bits
-    keys = [*head, *host_keys]
-    args = [recrawl_after_s, *host_head]
+    keys = [*head, *pk.group_state, *host_keys]
+    args = [recrawl_after_s, *host_head, groups]
     for h, batch in enumerate(by_host.values(), 1):
         for t in batch:
             tid = task_id(t.fp)

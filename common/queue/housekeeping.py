@@ -48,7 +48,7 @@ async def reclaim(crawl: Crawl, max_stalls: int, limit: int = 1000) -> tuple[int
             r = await crawl.scripts.reclaim(
                 keys=[*pk.host_state, *pk.lease_state, pk.stalls, pk.tasks, pk.dead,
                       pk.errors, pk.dead_reasons, pk.stats, pk.pending, pk.prio_hosts,
-                      pk.errors_by_host, pk.attempts, *host_keys],
+                      pk.errors_by_host, pk.attempts, *pk.group_state, *host_keys],
                 args=[max_stalls, *host_head, *ids],
             )
             reclaimed += int(r[0])

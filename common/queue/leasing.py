@@ -215,7 +215,7 @@ class LeaseClient:
                 keys=[*pk.host_state, *pk.lease_state, pk.tasks, pk.attempts, pk.seq,
                       pk.stats, pk.checkpoints, pk.errors, pk.pending, pk.prio_hosts,
                       pk.delayed, pk.dead, pk.dead_reasons, pk.hungry, pk.lease_op(worker),
-                      *host_keys],
+                      *pk.group_state, *host_keys],
                 args=args)
         except BaseException:  # it may have run (a lost reply, a cancelled wait)
             self._unanswered[p] = op

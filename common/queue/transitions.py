@@ -61,7 +61,7 @@ async def ack(crawl: Crawl, worker: str, items: Sequence[tuple[Lease, str]], *,
     for p, group in groups.items():
         pk = crawl.partitions[p]
         keys = [*pk.host_state, *pk.lease_state, pk.checkpoints, pk.errors, pk.stalls,
-                pk.stats]
+                pk.stats, *pk.group_state]
         args: list[Any] = [worker, mode]
         for lease, outcome in group:
             args.extend(_ack_item(lease, outcome))
@@ -100,7 +100,7 @@ async def fail(crawl: Crawl, worker: str, failures: Sequence[Failure], retry: Re
         calls.append((crawl.scripts.fail, [*pk.host_state, *pk.lease_state, pk.attempts,
                                            pk.delayed, pk.dead, pk.errors, pk.dead_reasons,
                                            pk.stats, pk.tasks, pk.errors_by_host,
-                                           pk.blocked],
+                                           pk.blocked, *pk.group_state],
                       args))
     return in_order(failures, groups, await run(crawl.client, calls) if calls else [],
                     lambda reply, i: (Code(int(reply[2 * i])), int(reply[2 * i + 1])))
@@ -127,7 +127,8 @@ def _release_call(crawl: Crawl, pk: PartitionKeys, worker: str, group: list[Leas
     for lease in group:
         args += [lease.id, lease.token]
     return crawl.scripts.release, [*pk.host_state, *pk.lease_state, pk.attempts, pk.stats,
-                                   pk.pending, pk.prio_hosts, *host_keys], args
+                                   pk.pending, pk.prio_hosts, *pk.group_state,
+                                   *host_keys], args
 
 
 async def checkpoint(crawl: Crawl, worker: str, lease: Lease, value: Any) -> Code:

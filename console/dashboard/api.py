@@ -19,6 +19,8 @@ whatever the crawl's size: no KEYS, no scan of all tasks.
                                          are in the rows, not sortable); pages reach the
                                          first MAX_HOSTS_READ / partitions hosts of a
                                          sort, from either end
+``GET /api/crawls/{crawl}/groups``       the politeness groups (politeness_key domain),
+                                         most in flight first: ``?size=50``
 ``GET /api/crawls/{crawl}/dead``         a page of dead letters, newest first:
                                          ``?page=0&size=50&reason=R``
 =======================================  ===============================================
@@ -35,6 +37,7 @@ from aiohttp import web
 from common import history
 from common.connection import RedisClient
 from common.errors import BadRequestError, ConfigError
+from common.frontier.groups import groups
 from common.frontier.hosts import SORT_COLUMNS, Frontier
 from common.queue import CrawlQueue
 from common.workers import read_workers
@@ -158,6 +161,14 @@ async def get_hosts(request: web.Request) -> web.Response:
                               "desc": desc, "hosts": [asdict(r) for r in found.rows]})
 
 
+async def get_groups(request: web.Request) -> web.Response:
+    queue = await open_crawl(request)
+    size = int_param(request, "size", 50, 1, MAX_HOSTS_PAGE)
+    found = await groups(queue, limit=size)
+    return web.json_response({"politeness_key": found.key, "size": size,
+                              "groups": [asdict(r) for r in found.rows]})
+
+
 def add_routes(app: web.Application) -> None:
     """Register the read API on `app`."""
     app.router.add_get("/api/session", get_session)
@@ -166,4 +177,5 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/api/crawls/{crawl}/history", get_history)
     app.router.add_get("/api/crawls/{crawl}/workers", get_workers)
     app.router.add_get("/api/crawls/{crawl}/hosts", get_hosts)
+    app.router.add_get("/api/crawls/{crawl}/groups", get_groups)
     app.router.add_get("/api/crawls/{crawl}/dead", get_dead)

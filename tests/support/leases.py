@@ -37,7 +37,8 @@ class LeaseRecord:
         fetched = text.startswith("f")
         text = text.removeprefix("f")
         budget = text.startswith("b")
-        return cls(text.removeprefix("b"), fetched, budget, int(attempt), host.decode(),
+        text = text.removeprefix("b").removeprefix("g")  # g: it holds a slot of its group
+        return cls(text, fetched, budget, int(attempt), host.decode(),
                    int(priority), entry)
 
 

@@ -1,19 +1,20 @@
 -- lib/grant.lua: the lease side of a lease call (lease.lua): screening the entries taken
 -- from the hosts' queues, and granting the rest as lease records. `C` is the call's
 -- context (lib/turns.lua) with K: the keys tasks, attempts, seq, checkpoints, errors,
--- dead, dead_reasons.
--- Includes lib/leases, lib/dead, lib/memory, lib/hosts.
+-- dead, dead_reasons, and C.grouped (lib/turns.lua).
+-- Includes lib/leases, lib/dead, lib/memory, lib/hosts, lib/groups.
 --- @include "lib/leases"
 --- @include "lib/dead"
 --- @include "lib/memory"
 --- @include "lib/hosts"
+--- @include "lib/groups"
 
 local HEX_ID = '^' .. string.rep('[0-9a-f]', 32) .. '$'
 
 -- An entry whose id is live already (a URL queued twice: leased, waiting or dead) is
 -- dropped, and so is a repeat within this call: a task is in exactly one state. An entry
 -- without its id goes to `dead` as malformed, its bytes kept under sha1(entry)[:32].
--- Either way its host's slot is not taken. Returns the entries kept, and how many were
+-- Either way its host's slot (and its group's) is not taken. Returns the entries kept, and how many were
 -- dropped and malformed.
 local function screen(C, popped)
   local keep, dropped, malformed = {}, 0, 0
@@ -41,14 +42,17 @@ local function screen(C, popped)
     if not stays then
       local r = C.L.rec[host]
       r.inflight = r.inflight - 1
+      if C.grouped[p[3]] then group_slot_back(C.L, host, true) end
     end
   end
   return keep, dropped, malformed
 end
 
 -- Grants the kept entries: each becomes a lease record of C.worker under a fresh fencing
--- token (greater than every token granted before, on this primary or a lost one), its attempt counted now (the ones before taken out of `attempts`), its owner
--- marked "b" when its host has a page budget (a page of it reserved), with its deadline
+-- token (greater than every token granted before, on this primary or a lost one), its
+-- attempt counted now (the ones before taken out of `attempts`), its owner marked "b"
+-- when its host has a page budget (a page of it reserved) and "g" when it took a slot of
+-- its host's group, with its deadline
 -- in `leases`. Returns per lease {id, token, attempt, entry, checkpoint|false,
 -- last error|false, candidate index}.
 local function grant(C, keep, deadline)
@@ -80,6 +84,7 @@ local function grant(C, keep, deadline)
     local token = string.format('%.0f', base + k)
     local attempt = (tonumber(counts[k]) or 0) + 1
     local owner = token .. owner_suffix
+    if C.grouped[p[3]] then owner = 'g' .. owner end
     if r.budget then
       owner = 'b' .. owner
       r.reserved = r.reserved + 1

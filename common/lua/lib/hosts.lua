@@ -52,13 +52,16 @@ end
 
 -- The crawl's politeness defaults, the policy version they came from (policy_apply.lua)
 -- and the pause flag; `adapt` (the policy's adaptive_delay, in thousandths: 0 = off) and
--- `max_delay` (ms) turn a host's response times into a delay (host_limits).
+-- `max_delay` (ms) turn a host's response times into a delay (host_limits); `gkey` (the
+-- politeness_key when not host, '' for host), `gdelay` (ms) and `gconc` are the politeness
+-- groups' (lib/groups.lua).
 local function crawl_conf(conf)
   local c = redis.call('HMGET', conf, 'paused', 'delay', 'concurrency', 'policy_version',
-                       'adapt', 'max_delay')
+                       'adapt', 'max_delay', 'gkey', 'gdelay', 'gconc')
   return {paused = c[1] == '1', delay = tonumber(c[2]) or 0, conc = tonumber(c[3]) or 0,
           version = tonumber(c[4]) or 0, adapt = tonumber(c[5]) or 0,
-          max_delay = tonumber(c[6]) or 0}
+          max_delay = tonumber(c[6]) or 0, gkey = c[7] or '', gdelay = tonumber(c[8]) or 0,
+          gconc = tonumber(c[9]) or 0}
 end
 
 -- The delay (ms) a host's push-back taught the fleet, at `now`: its pace, halved for
@@ -116,7 +119,9 @@ end
 -- them (`ledger_touch`); `ledger_flush` writes back the marked records (one HSET), the
 -- queued index of those whose count changed (one ZADD) and their places in `due` by the
 -- due rule (one ZADD, one ZREM). `ledger_reschedule` marks a host whose record did not
--- change but whose place in `due` may have (a crawl default changed meanwhile).
+-- change but whose place in `due` may have (a crawl default changed meanwhile). A ledger
+-- with groups (`L.G`, lib/groups.lua's ledger_groups) also brings back, places and writes
+-- by its hosts' groups.
 local function ledger(K, now)
   return {K = K, now = now, rec = {}, queued0 = {}, marked = {}, order = {}, write = {}}
 end
@@ -167,7 +172,11 @@ local function ledger_reschedule(L, host)
 end
 
 local function ledger_flush(L)
-  if #L.order == 0 then return end
+  if L.G then L.G.prepare(L) end
+  if #L.order == 0 then
+    if L.G then L.G.flush(L) end
+    return
+  end
   local cc = ledger_conf(L)
   local hargs, qargs, add, rem = {}, {}, {}, {}
   for _, host in ipairs(L.order) do
@@ -182,6 +191,7 @@ local function ledger_flush(L)
       end
     end
     local at = turn_of(r, cc, L.now)
+    if at and L.G then at = L.G.adjust(L, host, at) end
     if at then
       add[#add + 1] = at
       add[#add + 1] = host
@@ -194,4 +204,5 @@ local function ledger_flush(L)
   if #add > 0 then call_sliced('ZADD', L.K.due, add, 1000) end
   if #rem > 0 then call_sliced('ZREM', L.K.due, rem, 1000) end
   L.order, L.marked, L.write = {}, {}, {}
+  if L.G then L.G.flush(L) end
 end

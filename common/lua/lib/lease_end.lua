@@ -1,7 +1,8 @@
 -- lib/lease_end.lua: the end of a lease on its host's record, the one place it is written
 -- (ack, fail, release, reclaim).
--- Includes lib/hosts (the host ledger).
+-- Includes lib/hosts (the host ledger), lib/groups.
 --- @include "lib/hosts"
+--- @include "lib/groups"
 
 -- The weight of a response's time in its host's moving average (`lat`).
 local LAT_WEIGHT = 0.3
@@ -15,9 +16,12 @@ local LAT_WEIGHT = 0.3
 --   elapsed   its response's time (ms, -1: none): joins the host's moving average while
 --             the crawl's adaptive_delay is on
 --   done      it was acked: one more page done
+--   group     it held a slot of its host's group (lib/groups.lua; the ledger's groups
+--             given): given back with the host's, its `sent` moving the group's last too
 local function end_lease(L, host, e)
   local r = L.rec[host]
   if e.slot and r.inflight > 0 then r.inflight = r.inflight - 1 end
+  if e.group then group_slot_back(L, host, e.slot, e.sent) end
   if e.reserved then
     if r.reserved > 0 then r.reserved = r.reserved - 1 end
     if e.responded then r.used = r.used + 1 end

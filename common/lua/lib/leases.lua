@@ -10,10 +10,11 @@ local function lease_keys(first)
 end
 
 -- A lease record "<owner> <attempt> <host> <priority> <entry>". The owner is
--- "<token>:<worker>", "b<token>:<worker>" when the lease holds a page of its host's
--- budget (reserved at lease, settled at its end: lib/lease_end.lua), and "f..." once its
--- response is in (lease.lua's responses in): its host's slot was given back then, so the
--- lease's end must not give it back again.
+-- "[f][b][g]<token>:<worker>": b when the lease holds a page of its host's budget
+-- (reserved at lease, settled at its end: lib/lease_end.lua), g when it holds a slot of its
+-- host's politeness group (lib/groups.lua), and f once its response is in (lease.lua's
+-- responses in): its host's (and group's) slot was given back then, so the lease's end
+-- must not give it back again.
 local function lease_value(owner, attempt, host, prio, entry)
   return owner .. ' ' .. attempt .. ' ' .. host .. ' ' .. prio .. ' ' .. entry
 end
@@ -32,11 +33,15 @@ local function fetched_owner(owner)
   return string.byte(owner, 1) == 102  -- 'f'
 end
 
--- The owner with its marks taken off, and whether it holds a page of its host's budget.
+-- The owner with its marks taken off, whether it holds a page of its host's budget and
+-- whether it holds a slot of its host's group.
 local function owner_marks(owner)
   if fetched_owner(owner) then owner = string.sub(owner, 2) end
-  if string.byte(owner, 1) == 98 then return string.sub(owner, 2), true end  -- 'b'
-  return owner, false
+  local budget = string.byte(owner, 1) == 98  -- 'b'
+  if budget then owner = string.sub(owner, 2) end
+  local grouped = string.byte(owner, 1) == 103  -- 'g'
+  if grouped then owner = string.sub(owner, 2) end
+  return owner, budget, grouped
 end
 
 -- The result code of a lease from its record and its deadline (either nil or false when

@@ -3,19 +3,31 @@
 -- entries. `C` is the call's context: L (host ledger), LK (lease keys), worker, now,
 -- ahead, n, cc (crawl defaults), hosts (candidates), prio (their -priority or false),
 -- held (slots this worker holds, per candidate), qkey(i) (candidate i's hq, hp keys),
--- prio_hosts, pending, stats.
--- Includes lib/leases, lib/hosts, lib/queues (refresh_prio), lib/fairshare.
+-- prio_hosts, pending, stats. A host of a politeness group (lib/groups.lua, the ledger's
+-- groups on) is served only when its group's turn has come too, and its group's slots
+-- count with its own; C.grouped[i] says candidate i's leases took a slot of its group.
+-- Includes lib/leases, lib/hosts, lib/queues (refresh_prio), lib/fairshare, lib/groups.
 --- @include "lib/leases"
 --- @include "lib/hosts"
 --- @include "lib/queues"
 --- @include "lib/fairshare"
+--- @include "lib/groups"
+
+-- A host's turn `at` with its group's: the later of the two, or nil while its group's
+-- slots are all taken; and its group's delay (0: ungrouped).
+local function with_group(C, host, at)
+  local g, gr = group_on(C.L, host)
+  if not g then return at, 0 end
+  local gat = group_turn(gr, C.cc)
+  return gat and math.max(at, gat) or nil, (group_limits(gr, C.cc))
+end
 
 -- Responses in: the hosts of these leases of C.worker get their slots back now (what
 -- the lease's end would do), and the lease records are marked "f" so the end does not.
 local function give_back(C, ids, tokens)
   if #ids == 0 then return end
   local states, recs = lease_states(C.LK, ids, tokens, C.worker, C.now)
-  local marks, freed, seen = {}, {}, {}
+  local marks, freed, seen, grouped = {}, {}, {}, {}
   for i, id in ipairs(ids) do
     local rec = recs[i]
     if states[i] == OK and not fetched_owner(rec.owner) and not seen[id] then
@@ -24,9 +36,13 @@ local function give_back(C, ids, tokens)
       marks[#marks + 1] = lease_value('f' .. rec.owner, rec.attempt, rec.host, rec.prio,
                                       rec.entry)
       freed[#freed + 1] = rec.host
+      local _, _, g = owner_marks(rec.owner)
+      if g then grouped[#grouped + 1] = rec.host end
     end
   end
   if #marks == 0 then return end
+  if #grouped > 0 then groups_load(C.L, grouped) end
+  for _, host in ipairs(grouped) do group_slot_back(C.L, host, true) end
   call_sliced('HSET', C.LK.leased, marks, 1000)
   ledger_load(C.L, freed)
   for _, host in ipairs(freed) do
@@ -51,8 +67,10 @@ local function ready_order(C)
   C.turn = {}
   for i, host in ipairs(C.hosts) do
     local r = L.rec[host]
-    local at = turn_of(r, cc, now)
-    local lead = (at and at > now and host_limits(r, cc, now) > 0) and C.ahead or 0
+    local at, gdelay = turn_of(r, cc, now), 0
+    if at then at, gdelay = with_group(C, host, at) end
+    local lead = (at and at > now and (host_limits(r, cc, now) > 0 or gdelay > 0))
+      and C.ahead or 0
     if at and at <= now + lead and not C.turn[host] then
       ready[#ready + 1] = i
       C.turn[host], pkey[i], since[i] = math.max(at, now), tonumber(C.prio[i]) or 0, at
@@ -93,7 +111,7 @@ end
 -- fair share cut a take, and whether ready hosts were left unserved (n reached).
 local function take_entries(C, ready)
   local L, popped, capped, more = C.L, {}, false, false
-  C.delays, C.concs = {}, {}
+  C.delays, C.concs, C.grouped = {}, {}, {}
   for _, i in ipairs(ready) do
     if #popped >= C.n then
       more = true
@@ -103,9 +121,24 @@ local function take_entries(C, ready)
     local hq, hp = C.qkey(i)
     local r = L.rec[host]
     local delay, conc = host_limits(r, C.cc, C.now)
-    C.delays[i], C.concs[i] = delay, conc < UNLIMITED and conc or 0
     local take = math.min(C.n - #popped, conc - r.inflight, budget_left(r))
-    if delay > 0 then take = math.min(take, 1) end
+    -- Its group's turn may have moved since ready_order: another of its hosts served.
+    local g, gr = group_on(L, host)
+    local gdelay, gconc = 0, UNLIMITED
+    if g then
+      gdelay, gconc = group_limits(gr, C.cc)
+      local gat = group_turn(gr, C.cc)
+      local lead = (delay > 0 or gdelay > 0) and C.ahead or 0
+      if gat and gat <= C.now + lead then
+        C.turn[host] = math.max(C.turn[host], gat)
+        take = math.min(take, gconc - gr.inflight)
+      else
+        take = 0
+      end
+    end
+    C.delays[i] = math.max(delay, gdelay)
+    C.concs[i] = conc < UNLIMITED and conc or (gconc < UNLIMITED and gconc or 0)
+    if delay > 0 or gdelay > 0 then take = math.min(take, 1) end
     if conc < UNLIMITED then
       local cut
       take, cut = fair_take(take, conc, C.others, C.held[i])
@@ -136,6 +169,12 @@ local function take_entries(C, ready)
     r.queued = r.queued - got
     r.inflight = r.inflight + got
     if got > 0 then r.last = C.turn[host] end
+    if g and got > 0 then
+      gr.inflight = gr.inflight + got
+      if C.turn[host] > gr.last then gr.last = C.turn[host] end
+      C.grouped[i] = true
+      group_touch(L, g)
+    end
     ledger_touch(L, host)
   end
   if #popped > 0 then redis.call('DECRBY', C.pending, #popped) end
