@@ -40,9 +40,11 @@ _BITS = [bytes([1 << bit]) for bit in range(8)]
 _IGNORED = ["script", "style", "noscript", "template"]
 
 
-def page_text(body: bytes) -> str:
-    """The visible text of an HTML page (scripts, styles and templates left out)."""
-    tree = LexborHTMLParser(body, encoding=True)
+def page_text(page: bytes | LexborHTMLParser) -> str:
+    """The visible text of an HTML page (scripts, styles and templates left out), from
+    its body or its parsed tree (which loses its scripts, styles and templates: hand
+    over one no one reads after, ``FetchResult.take_tree``)."""
+    tree = LexborHTMLParser(page, encoding=True) if isinstance(page, bytes) else page
     tree.strip_tags(_IGNORED)
     root = tree.body or tree.root
     return "" if root is None else root.text(separator=" ")
