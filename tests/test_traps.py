@@ -20,7 +20,7 @@ from common.policy import CrawlPolicy, set_policy
 from common.queue import LeasingQueue, NewTask
 from common.simhash import distance, fingerprint, page_text
 from common.task import Task
-from common.trapbook import KEEP, TrapBook
+from common.trapbook import KEEP, Page, TrapBook
 from common.traps import TrapRules, strip_session_ids
 from common.urls import fingerprint as url_fingerprint
 from console.cli import main_async
@@ -172,15 +172,28 @@ async def test_a_page_is_never_its_own_near_duplicate_and_fingerprints_are_bound
     queue = await LeasingQueue.open(redis_client, crawl_name)
     book = TrapBook(queue)
     fp = simhash(page("the same text"))
-    url_fp = url_fingerprint("http://a.test/x")
-    assert not await book.seen_like("a.test", url_fp, fp, 3)
-    assert not await book.seen_like("a.test", url_fp, fp, 3)  # a retry, a revisit
-    assert await book.seen_like("a.test", url_fingerprint("http://a.test/y"), fp ^ 0b101, 3)
-    assert not await book.seen_like("b.test", url_fingerprint("http://b.test/y"), fp, 3)
-    for n in range(KEEP + 10):
-        await book.seen_like("c.test", url_fingerprint(f"http://c.test/{n}"), n, 0)
+
+    def at(url: str, fp: int, within: int = 3) -> Page:
+        return Page.of(url.split("/")[2], url_fingerprint(url), fp, within)
+
+    assert await book.near_duplicates([at("http://a.test/x", fp)]) == [False]
+    # a retry, a revisit: in a later flush, or twice in one
+    assert await book.near_duplicates([at("http://a.test/x", fp)] * 2) == [False, False]
+    assert await book.near_duplicates([at("http://a.test/y", fp ^ 0b101),
+                                       at("http://b.test/y", fp)]) == [True, False]
+    # pages of one flush are judged against those before them in it: /w is 4 bits from
+    # b.test's held page, 2 from /z
+    assert await book.near_duplicates([at("http://b.test/z", fp ^ 0b11),
+                                       at("http://c.test/0", 7, 0),
+                                       at("http://b.test/w", fp ^ 0b1111, 2)]) \
+        == [True, False, True]
+    assert await book.near_duplicates([]) == []
+    await book.near_duplicates([at(f"http://c.test/{n}", n, 0) for n in range(KEEP + 10)])
     pk = queue.partitions[queue.partition_of("c.test")]
     assert await redis_client.strlen(pk.fingerprints("c.test")) == KEEP * 12
+    # an entry that aged out of the host's newest KEEP no longer matches
+    assert await book.near_duplicates([at("http://c.test/again", 5, 0),
+                                       at("http://c.test/more", 20, 0)]) == [False, True]
 
 
 def trap_site(real: int) -> dict[str, web.RequestHandler]:  # type: ignore[name-defined]
