@@ -5,26 +5,31 @@ crawl of a local site whose traps end without their links followed."""
 from __future__ import annotations
 
 import random
+import re
+from hashlib import blake2b
 from itertools import pairwise
 from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
+from selectolax.lexbor import LexborHTMLParser
 from support.consume import consume, enqueue, records
 from support.live import snapshot
 from support.routes import serve
 
+from common.http.fetcher import FetchResult
 from common.metrics import Metrics
 from common.policy import CrawlPolicy, set_policy
 from common.queue import LeasingQueue, NewTask
-from common.simhash import distance, fingerprint, page_text
+from common.simhash import MAX_TEXT, MIN_WORDS, distance, fingerprint, page_text
 from common.task import Task
 from common.trapbook import KEEP, Page, TrapBook
 from common.traps import TrapRules, strip_session_ids
 from common.urls import fingerprint as url_fingerprint
 from console.cli import main_async
 from consumer.intake import LinkIntake
+from consumer.links import extract_links
 from consumer.live import Live
 
 RULES = CrawlPolicy().trap_rules()
@@ -90,6 +95,56 @@ def test_near_identical_pages_are_within_3_bits_and_real_pages_far_apart() -> No
     # A page of too few words has no fingerprint: it is never a near duplicate.
     assert fingerprint(page_text(b"<html><body><a href=/c/1>next</a></body></html>")) \
         is None
+
+
+def reference_simhash(text: str) -> int | None:
+    """The fingerprint as common.simhash defines it, spelled out: every word (\\w+) of the
+    lowercased text's first MAX_TEXT characters hashed with BLAKE2b-64, bit by bit."""
+    words = set(re.findall(r"\w+", text[:MAX_TEXT].lower()))
+    if len(words) < MIN_WORDS:
+        return None
+    hashes = [int.from_bytes(blake2b(w.encode(), digest_size=8).digest(), "little")
+              for w in words]
+    return sum(1 << bit for bit in range(64)
+               if 2 * sum(h >> bit & 1 for h in hashes) > len(words))
+
+
+def test_the_fingerprint_is_the_same_function_of_the_text_as_ever() -> None:
+    """Fingerprints are shared across the fleet: however they are computed (words cut in
+    bytes, hashes kept), they are what the definition gives, for any text."""
+    rng = random.Random(7)
+    fingerprinted = 0
+    letters = "abcXYZ019_" + "éÉßİıΣσς中文١٢٣ﬁＡ\u0301"
+    gaps = " -.,;:!?\t\n¶“”—\u00a0\u2003\u200b'/<>&"
+    for _ in range(400):
+        text = "".join(rng.choice(letters) * rng.randint(1, 2) + rng.choice(gaps)
+                       if rng.random() < 0.8 else rng.choice(letters)
+                       for _ in range(rng.randint(10, 300)))
+        assert fingerprint(text) == reference_simhash(text), text
+        fingerprinted += fingerprint(text) is not None
+    assert fingerprinted > 300
+    pages = [page(article(n), ["/x"]) for n in range(20)]
+    for html in [*pages, page("Ünïcödé " + article(1)), page(article(2) * 500)]:
+        text = page_text(html.encode())
+        assert fingerprint(text) == reference_simhash(text) is not None
+        # the text of a tree (the handler's) is the text of the body
+        assert page_text(LexborHTMLParser(html.encode(), encoding=True)) == text
+
+
+def test_a_response_is_parsed_once_and_its_links_and_text_are_the_bodys() -> None:
+    body = (f"<html><head><style>p {{}}</style><script>var x = 1;</script></head><body>"
+            f"{article(3)} <a href='/a'>a</a> <template>t</template></body></html>").encode()
+    result = FetchResult("http://a.test/", "http://a.test/", 200, {}, (), body, 0.0, (),
+                         "HTTP/1.1")
+    tree = result.tree()
+    assert result.tree() is tree
+    assert extract_links(tree, result.final_url, 10) == extract_links(
+        body, result.final_url, 10) == ["http://a.test/a"]
+    assert result.take_tree() is tree
+    assert page_text(tree) == page_text(body)
+    assert "var x" not in page_text(tree)
+    assert result.tree() is not tree  # taken (and changed): parsed again
+    assert extract_links(result.tree(), result.final_url, 10) == ["http://a.test/a"]
 
 
 def intake(queue: LeasingQueue, **values: object) -> LinkIntake:
