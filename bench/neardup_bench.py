@@ -67,6 +67,7 @@ class Figures:
     consumer_cpu: float  # seconds, first request to exit
     commands: int
     evalsha: int
+    top: str  # the most called commands, per page
     redis_cpu: float
     span: float
     note: str
@@ -138,8 +139,11 @@ def run_variant(v: Variant, args: argparse.Namespace, *, redis_server: RedisServ
         note = f"exited {run.exit_codes[0]}{' (timed out)' if run.timed_out else ''}\n" \
                f"{site_bench.tail(client.out)}"
     done = outcomes(out)
-    return Figures(v.name, len(run.pages), done["near_duplicate"], run.cpu,
-                   sum(calls.values()), calls["evalsha"], redis_cpu, run.span, note)
+    pages = len(run.pages)
+    top = ", ".join(f"{name} {n / pages:.2f}" for name, n in calls.most_common(5)) \
+        if pages else ""
+    return Figures(v.name, pages, done["near_duplicate"], run.cpu, sum(calls.values()),
+                   calls["evalsha"], top, redis_cpu, run.span, note)
 
 
 def show(f: Figures) -> None:
@@ -148,6 +152,7 @@ def show(f: Figures) -> None:
           f"Redis {f.per_page(f.commands):5.2f} commands/page "
           f"({f.per_page(f.evalsha):4.2f} EVALSHA)  redis-server CPU "
           f"{1e6 * f.per_page(f.redis_cpu):4.0f} us/page  (span {f.span:5.2f} s)")
+    print(f"{'':8} commands a page: {f.top}")
     if f.note:
         print("    " + f.note)
 
