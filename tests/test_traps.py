@@ -282,8 +282,9 @@ async def test_a_crawl_finds_every_real_page_and_follows_no_near_duplicate(
         redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
         tmp_path: Path) -> None:
     """The first soft 404 is a page like any other; the next ones are near duplicates
-    of it, done with outcome near_duplicate, and their links (/lost/a/more/more) are
-    never fetched; so are the relative links' (/dir/a/a/: the same listing)."""
+    of it, done with outcome near_duplicate, their items not written and their links
+    (/lost/a/more/more) never fetched; so are the relative links' (/dir/a/a/: the same
+    listing)."""
     await set_policy(redis_client, crawl_name, {"max_depth": 30, "per_host_delay": 0.0,
                                                 "per_host_concurrency": 0,
                                                 "ignore_robots": True},
@@ -291,7 +292,7 @@ async def test_a_crawl_finds_every_real_page_and_follows_no_near_duplicate(
     async with serve(trap_site(12)) as site:
         await enqueue(redis_client, crawl_name, [site.url("/")])
         await consume(redis_url, crawl_name, tmp_path, "--handler",
-                      "consumer.handlers:links", limit_s=60)
+                      "consumer_handlers:links_and_items", limit_s=60)
     paths = set(site.hits)
     assert {f"/real/{n}" for n in range(12)} <= paths
     assert not [p for p in paths if p.count("/more") > 1]
@@ -301,6 +302,8 @@ async def test_a_crawl_finds_every_real_page_and_follows_no_near_duplicate(
     lost = [o for p, o in outcomes.items() if p.startswith("/lost/")]
     assert lost.count("near_duplicate") >= len(lost) - 1 >= 1
     assert {o for p, o in outcomes.items() if p.startswith("/real/")} == {"ok"}
+    assert {(r["outcome"] == "near_duplicate", len(r["items"])) for r in records(tmp_path)} \
+        == {(True, 0), (False, 1)}
     queue = await LeasingQueue.open(redis_client, crawl_name)
     [row] = await TrapBook(queue).hosts()
     assert row.reasons["near_duplicate"] == list(outcomes.values()).count("near_duplicate")
