@@ -260,13 +260,13 @@ class Flusher:
         followed and its items not written (the handler ran on it before the verdict
         came: its items are those of a page already crawled, or of a soft 404)."""
         trapbook = self.intake.book
-        judged = [c for c in live if c.page is not None and c.kind == "ack"]
+        judged = [(c, c.page) for c in live if c.kind == "ack" and c.page is not None]
         if trapbook is None or not judged:
             return
-        pages = [c.page for c in judged if c.page is not None]
+        pages = [page for _, page in judged]
         verdicts = await self._retry("near_duplicates",
                                      lambda: trapbook.near_duplicates(pages))
-        for c, near in zip(judged, verdicts, strict=True):
+        for (c, _), near in zip(judged, verdicts, strict=True):
             if near:
                 c.outcome = NEAR_DUPLICATE
                 c.urls = ()
