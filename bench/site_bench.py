@@ -364,9 +364,10 @@ class Run:
 
 
 def run_clients(label: str, clients: list[Client], *, log: AccessLog, workdir: Path,
-                timeout: float, env: dict[str, str] | None = None) -> Run:
-    """Start every client, note each one's CPU at its first request, wait for all to exit
-    (or stop them at `timeout`), and return the run with its access-log lines."""
+                timeout: float, env: dict[str, str] | None = None, cwd: Path = ROOT) -> Run:
+    """Start every client (in `cwd`), note each one's CPU at its first request, wait for
+    all to exit (or stop them at `timeout`), and return the run with its access-log
+    lines."""
     run = Run(label, clients=clients)
     offset = pos = log.size()
     by_agent = {c.agent: c for c in clients}
@@ -374,7 +375,7 @@ def run_clients(label: str, clients: list[Client], *, log: AccessLog, workdir: P
     for i, c in enumerate(clients):
         c.out = workdir / f"{label.replace(' ', '_')}-{i}.out"
         with open(c.out, "wb") as out:
-            c.proc = spawn(c.argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+            c.proc = spawn(c.argv, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=env)
     running = {c.proc.pid: c for c in clients if c.proc is not None}
     try:
         while running:

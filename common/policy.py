@@ -527,7 +527,8 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
     PolicyOption("near_duplicate_distance", "", near_duplicate_distance, 3,
                  "a page whose text fingerprint (64-bit SimHash) is at most this many bits "
                  "from one of its host's is a near duplicate: done, outcome "
-                 "near_duplicate, not handled, its links not followed (0-64; off = never)",
+                 "near_duplicate, its items not written, its links not followed (0-64; "
+                 "off = never)",
                  check=_distance_ok, show=_show_distance, seeded_by=NOBODY),
     PolicyOption("politeness_key", "", politeness_key, "host",
                  "what else a politeness limit is kept for: host (each host alone) or "

@@ -38,11 +38,20 @@ MIN_WORDS = 16
 _WORD = re.compile(r"\w+")
 _BITS = [bytes([1 << bit]) for bit in range(8)]
 _IGNORED = ["script", "style", "noscript", "template"]
+#: Each byte as itself, but the ASCII characters that are not word characters (not a
+#: letter, a digit or ``_``) as a space: bytes from 0x80 are parts of other characters.
+_ASCII_CUT = bytes(c if c >= 0x80 or c == ord("_") or chr(c).isalnum() else ord(" ")
+                   for c in range(256))
+#: Words whose hash is kept (~100 bytes each): a site's vocabulary, a few MB at most.
+CACHED_WORDS = 1 << 15
+_HASHED: dict[bytes, bytes] = {}
 
 
-def page_text(body: bytes) -> str:
-    """The visible text of an HTML page (scripts, styles and templates left out)."""
-    tree = LexborHTMLParser(body, encoding=True)
+def page_text(page: bytes | LexborHTMLParser) -> str:
+    """The visible text of an HTML page (scripts, styles and templates left out), from
+    its body or its parsed tree (which loses its scripts, styles and templates: hand
+    over one no one reads after, ``FetchResult.take_tree``)."""
+    tree = LexborHTMLParser(page, encoding=True) if isinstance(page, bytes) else page
     tree.strip_tags(_IGNORED)
     root = tree.body or tree.root
     return "" if root is None else root.text(separator=" ")
@@ -51,18 +60,45 @@ def page_text(body: bytes) -> str:
 def fingerprint(text: str) -> int | None:
     """The 64-bit SimHash of the distinct words of `text`'s first `MAX_TEXT`
     characters; None for fewer than `MIN_WORDS` of them."""
-    words = set(_WORD.findall(text[:MAX_TEXT].lower()))
+    words = _words(text[:MAX_TEXT].lower())
     n = len(words)
     if n < MIN_WORDS:
         return None
-    hashes = b"".join(blake2b(w.encode(), digest_size=8).digest() for w in words)
+    hashes = _hashes(words)
+    masks = [_ones(bit, n) for bit in range(8)]
     out = 0
     for byte in range(8):  # the byte-th byte of every hash, then each of its bits
         column = int.from_bytes(hashes[byte::8], "little")
         for bit in range(8):
-            if (column & _ones(bit, n)).bit_count() * 2 > n:
+            if (column & masks[bit]).bit_count() * 2 > n:
                 out |= 1 << (8 * byte + bit)
     return out
+
+
+def _words(text: str) -> set[bytes]:
+    """The distinct words (``\\w+``) of `text`, UTF-8 encoded. Most of a page is ASCII,
+    whose word characters are letters, digits and ``_``: the text is cut at the other
+    ASCII characters in bytes (~5x faster than the regex), and only the pieces that hold
+    other characters go through the regex."""
+    words = set(text.encode().translate(_ASCII_CUT).split())
+    for piece in [w for w in words if not w.isascii()]:
+        words.discard(piece)
+        words.update(w.encode() for w in _WORD.findall(piece.decode()))
+    return words
+
+
+def _hashes(words: set[bytes]) -> bytes:
+    """The 8-byte BLAKE2b of each word, concatenated; a site's pages share most of
+    their words, so the hashes of the last `CACHED_WORDS` words are kept."""
+    if len(_HASHED) > CACHED_WORDS:
+        _HASHED.clear()
+    out = []
+    for word in words:
+        h = _HASHED.get(word)
+        if h is None:
+            h = _HASHED[word] = blake2b(word, digest_size=8).digest()
+        out.append(h)
+    return b"".join(out)
 
 
 def _ones(bit: int, n: int) -> int:

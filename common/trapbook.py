@@ -13,7 +13,9 @@ across them lives here, per host, under the host's partition (one Cluster slot):
   SimHash, ``common.simhash``, and 4 bytes of its URL's fingerprint, so a retry or a
   revisit of a page is never its own near duplicate), at most 3 KiB a host
   (``fingerprints.lua``); a fingerprint that matches is added again, so a trap's
-  template that keeps matching stays among them while pages seen once age out.
+  template that keeps matching stays among them while pages seen once age out. A
+  consumer's flush sends all its pages' fingerprints in one call per partition and
+  judges them against what came back (`near_duplicates`), never a round trip a page.
 - tallies: ``tr:<host>`` (reason -> count) and ``h:traps`` (host -> their sum), written
   once per flush of a consumer's batch, with the variant checks.
 """
@@ -48,6 +50,22 @@ class Variant:
 
 
 @dataclass(frozen=True, slots=True)
+class Page:
+    """A fetched page's fingerprint, to be judged against its host's."""
+
+    host: str
+    url_tag: int  # the first 4 bytes of its URL's fingerprint: a retry or revisit of it
+    fp: int  # its SimHash (common.simhash)
+    within: int  # bits: the policy's near_duplicate_distance when it was fetched
+
+    @classmethod
+    def of(cls, host: str, url_fp: bytes, fp: int, within: int) -> Page:
+        """The page of the URL whose fingerprint (``common.urls.fingerprint``; a task's
+        id, hex) is `url_fp`."""
+        return cls(host, int.from_bytes(url_fp[:4], "little"), fp, within)
+
+
+@dataclass(frozen=True, slots=True)
 class TrapRow:
     """One host's trap tallies: their sum and each reason's count."""
 
@@ -72,9 +90,6 @@ class TrapBook:
         self.queue = queue
         self._traps = register(queue.client, "traps")
         self._fingerprints = register(queue.client, "fingerprints")
-
-    def _pk(self, host: str) -> PartitionKeys:
-        return self.queue.partitions[self.queue.partition_of(host)]
 
     async def judge(self, variants: Sequence[Variant], tallies: Mapping[tuple[str, str], int],
                     limit: int) -> list[bool]:
@@ -110,15 +125,37 @@ class TrapBook:
                 admitted[i] = bool(int(verdict))
         return admitted
 
-    async def seen_like(self, host: str, url_fp: bytes, fp: int, within: int) -> bool:
-        """Add page fingerprint `fp` (of the URL whose fingerprint is `url_fp`) to
-        `host`'s, and say whether one of the host's others was at most `within` bits
-        from it: the page is a near duplicate."""
-        url_tag = int.from_bytes(url_fp[:4], "little")
-        held = await self._fingerprints(keys=[self._pk(host).fingerprints(host)],
-                                        args=[_ENTRY.pack(fp, url_tag),
-                                              KEEP * _ENTRY.size])
-        return near(bytes(held or b""), fp, url_tag, within)
+    async def near_duplicates(self, pages: Sequence[Page]) -> list[bool]:
+        """Add `pages`' fingerprints to their hosts' and say, in order, whether each is a
+        near duplicate: one of its host's others (held, or of a page before it in
+        `pages`) at most its `within` bits from it. One script call per partition,
+        pipelined."""
+        by_host: dict[str, list[int]] = defaultdict(list)
+        for i, page in enumerate(pages):
+            by_host[page.host].append(i)
+        groups: dict[int, list[str]] = defaultdict(list)
+        for host in by_host:
+            groups[self.queue.partition_of(host)].append(host)
+        calls = []
+        for p, hosts in groups.items():
+            pk = self.queue.partitions[p]
+            args: list[bytes | int] = [KEEP * _ENTRY.size]
+            args += [b"".join(_ENTRY.pack(pages[i].fp, pages[i].url_tag)
+                              for i in by_host[host]) for host in hosts]
+            calls.append((self._fingerprints, [pk.fingerprints(h) for h in hosts], args))
+        if not calls:
+            return []
+        replies = await run(self.queue.client, calls)
+        verdicts = [False] * len(pages)
+        for hosts, reply in zip(groups.values(), replies, strict=True):
+            for host, held in zip(hosts, reply, strict=True):
+                window = bytes(held or b"")
+                for i in by_host[host]:
+                    page = pages[i]
+                    verdicts[i] = near(window[-KEEP * _ENTRY.size:], page.fp, page.url_tag,
+                                       page.within)
+                    window += _ENTRY.pack(page.fp, page.url_tag)
+        return verdicts
 
     async def hosts(self, limit: int = 20) -> list[TrapRow]:
         """The `limit` hosts with the most trap tallies, most first."""

@@ -22,8 +22,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from common.errors import RedisUnavailableError
 from common.metrics import Metrics
 from common.queue import Code, CrawlQueue, Failure, Lease
+from common.reasons import NEAR_DUPLICATE
 from common.redis_errors import REDIS_ERRORS
 from common.request import Request
+from common.trapbook import Page
 from consumer.backoff import Backoff
 from consumer.intake import LinkIntake
 from consumer.leases import LeaseBook
@@ -67,6 +69,7 @@ class Completion:
     record: Record | None = None
     failure: Failure | None = None
     urls: Sequence[str | Request] = ()
+    page: Page | None = None  # a handled HTML page's fingerprint: a near duplicate?
 
 
 class Flusher:
@@ -200,6 +203,9 @@ class Flusher:
                 self._on_freed(False)
                 continue
             live.append(c)
+        await self._near_duplicates(live)
+        for c in live:
+            lease = c.lease
             if c.kind == "ack":
                 acks.append((lease, c.outcome))
                 if c.record is not None:
@@ -247,6 +253,27 @@ class Flusher:
             self._on_freed(True)
         if self._notify is not None and (children or soon):
             await self._notify()  # slots freed, links queued: idle peers may lease now
+
+    async def _near_duplicates(self, live: list[Completion]) -> None:
+        """Judge the batch's pages by their hosts' fingerprints, in one call per
+        partition: a near duplicate ends done with outcome near_duplicate, its links not
+        followed and its items not written (the handler ran on it before the verdict
+        came: its items are those of a page already crawled, or of a soft 404)."""
+        trapbook = self.intake.book
+        judged = [(c, c.page) for c in live if c.kind == "ack" and c.page is not None]
+        if trapbook is None or not judged:
+            return
+        pages = [page for _, page in judged]
+        verdicts = await self._retry("near_duplicates",
+                                     lambda: trapbook.near_duplicates(pages))
+        for (c, _), near in zip(judged, verdicts, strict=True):
+            if near:
+                c.outcome = NEAR_DUPLICATE
+                c.urls = ()
+                if c.record is not None:
+                    c.record.outcome = NEAR_DUPLICATE
+                    c.record.items = []
+                self.intake.tally(c.lease.host, NEAR_DUPLICATE)
 
     def _account(self, leases: Sequence[Lease], codes: Sequence[Code],
                  outcomes: Sequence[str]) -> None:

@@ -120,5 +120,5 @@ async def links(response: FetchResult, ctx: HandlerContext) -> HandlerResult:
     ctype = response.headers.get("content-type", "")
     if "html" not in ctype or not response.body:
         return HandlerResult()
-    return HandlerResult(urls=extract_links(response.body, response.final_url,
+    return HandlerResult(urls=extract_links(response.tree(), response.final_url,
                                             ctx.max_links + 1))

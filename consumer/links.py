@@ -21,8 +21,9 @@ _LONGEST_SKIPPED = max(map(len, _SKIPPED))
 _HTTP = ("http://", "https://")
 
 
-def extract_links(body: bytes, base_url: str, limit: int) -> list[str]:
-    """The distinct http(s) URLs of a page's ``<a href>`` and ``<area href>``, in order.
+def extract_links(page: bytes | LexborHTMLParser, base_url: str, limit: int) -> list[str]:
+    """The distinct http(s) URLs of a page's ``<a href>`` and ``<area href>``, in order,
+    from its body or its parsed tree (read, not changed: ``FetchResult.tree``).
 
     Each href is joined to the first ``<base href>`` (itself resolved against
     ``base_url``) or to ``base_url``; hrefs that fail to join, ``javascript:``,
@@ -31,9 +32,9 @@ def extract_links(body: bytes, base_url: str, limit: int) -> list[str]:
     so a page with a million links costs ``limit`` joins, not a million (each distinct
     href is joined once; only hrefs that fail or aren't http(s) are joined beyond that).
     """
-    if limit <= 0 or not body:
+    if limit <= 0 or not page:
         return []
-    tree = LexborHTMLParser(body, encoding=True)
+    tree = LexborHTMLParser(page, encoding=True) if isinstance(page, bytes) else page
     base = base_url
     base_el = tree.css_first("base[href]")
     if base_el is not None:

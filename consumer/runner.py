@@ -21,9 +21,10 @@ from common.items import unique_key_of
 from common.metrics import Metrics
 from common.policy import is_pushback
 from common.queue import Code, CrawlQueue, Failure, Lease
-from common.reasons import CONNECT_ERROR, NEAR_DUPLICATE
+from common.reasons import CONNECT_ERROR
 from common.redis_errors import REDIS_ERRORS
 from common.request import Request
+from common.trapbook import Page
 from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
 from consumer.flush import Completion, Flusher
@@ -236,6 +237,7 @@ class Runner:
         outcome = outcome_of(task.revisit, result, observed)
         record = noted(self._record(lease, result, outcome), task.revisit, observed)
         urls: Sequence[str | Request] = ()
+        page = None
         if self.router is not None and outcome not in NOT_HANDLED:
             # Counted before the handler's CPU work, and the loop goes round once: the
             # responses that came in together are all counted when the leaser runs next,
@@ -244,10 +246,6 @@ class Runner:
             self.window.enter()
             try:
                 await asyncio.sleep(0)
-                if await self._near_duplicate(lease, result):
-                    record.outcome = outcome = NEAR_DUPLICATE
-                    self._complete(Completion(lease, "ack", outcome, record=record))
-                    return
                 handled = as_result(await self.router(result, self._context(lease)))
                 # A bad Request is its task's failure here, never its flush's.
                 check_children(handled.urls, self.queue.known_labels)
@@ -263,34 +261,33 @@ class Runner:
                 self.window.leave()
             record.items = handled.items
             urls = handled.urls
+            page = self._page(lease, result)
             if len(urls) > self.s.max_links:
                 self.flusher.intake.capped(len(urls) - self.s.max_links)
                 urls = urls[:self.s.max_links]
-        self._complete(Completion(lease, "ack", outcome, record=record, urls=urls))
+        self._complete(Completion(lease, "ack", outcome, record=record, urls=urls,
+                                  page=page))
 
-    async def _near_duplicate(self, lease: Lease, result: FetchResult) -> bool:
-        """Whether a 2xx HTML page is a near duplicate of another of its host's (the
-        policy's near_duplicate_distance; its fingerprint is kept either way): then it
-        is not handled and its links are not followed. A Redis error says no."""
+    def _page(self, lease: Lease, result: FetchResult) -> Page | None:
+        """The fingerprint of a 2xx HTML page, for the flusher to judge whether it is a
+        near duplicate of another of its host's (the policy's near_duplicate_distance):
+        from the tree the handler parsed, after it (the text is taken by stripping the
+        tree's scripts). None when the policy says off, the page has too few words, or
+        its request has a label: a labelled request is the spider's own word that the
+        page is one it wants (a product page of one template differs from the next by a
+        few words), so its items are never dropped as a near duplicate's.
+
+        The handler has run by then: the flush's one call per partition gives the
+        verdict, where waiting for it here would cost a round trip a page."""
         within = self.policy.now.near_duplicate_distance
-        book = self.flusher.intake.book
-        if within < 0 or book is None or not 200 <= result.status <= 299 or not result.body \
+        if within < 0 or self.flusher.intake.book is None or lease.task.label is not None \
+                or not 200 <= result.status <= 299 or not result.body \
                 or "html" not in result.headers.get("content-type", ""):
-            return False
-        fp = simhash.fingerprint(simhash.page_text(result.body))
+            return None
+        fp = simhash.fingerprint(simhash.page_text(result.take_tree()))
         if fp is None:
-            return False
-        try:
-            near = await book.seen_like(lease.host, bytes.fromhex(lease.task.id[:8]), fp,
-                                        within)
-        except REDIS_ERRORS as exc:
-            self.metrics.redis_errors_total.inc()
-            log.warning("redis_error", extra={"during": "near_duplicate",
-                                              "error": str(exc)[:200]})
-            return False
-        if near:
-            self.flusher.intake.tally(lease.host, NEAR_DUPLICATE)
-        return near
+            return None
+        return Page.of(lease.host, bytes.fromhex(lease.task.id[:8]), fp, within)
 
     def _context(self, lease: Lease) -> HandlerContext:
         async def save(value: Any) -> bool:

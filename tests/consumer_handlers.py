@@ -7,7 +7,7 @@ from typing import Any
 
 from common.http.fetcher import FetchResult
 from common.request import Request
-from consumer.handlers import HandlerContext, HandlerResult
+from consumer.handlers import HandlerContext, HandlerResult, links
 
 #: What the paginate handler saw, for the test to read: (task id, checkpoint at start).
 SEEN: list[tuple[str, Any]] = []
@@ -83,3 +83,9 @@ async def extract(response: FetchResult, ctx: HandlerContext) -> HandlerResult:
     ``<url>#0`` and ``<url>#1`` by the sink."""
     return HandlerResult(items=[{"url": ctx.task.url, "n": n, "worker": ctx.worker}
                                 for n in range(2)])
+
+
+async def links_and_items(response: FetchResult, ctx: HandlerContext) -> HandlerResult:
+    """The links handler's links, and one item naming the page."""
+    found = await links(response, ctx)
+    return HandlerResult(items=[{"url": ctx.task.url}], urls=found.urls)

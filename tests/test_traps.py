@@ -5,26 +5,32 @@ crawl of a local site whose traps end without their links followed."""
 from __future__ import annotations
 
 import random
+import re
+from hashlib import blake2b
 from itertools import pairwise
 from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
+from selectolax.lexbor import LexborHTMLParser
 from support.consume import consume, enqueue, records
 from support.live import snapshot
 from support.routes import serve
 
+from common.http.fetcher import FetchResult
 from common.metrics import Metrics
 from common.policy import CrawlPolicy, set_policy
 from common.queue import LeasingQueue, NewTask
-from common.simhash import distance, fingerprint, page_text
+from common.request import Request
+from common.simhash import MAX_TEXT, MIN_WORDS, distance, fingerprint, page_text
 from common.task import Task
-from common.trapbook import KEEP, TrapBook
+from common.trapbook import KEEP, Page, TrapBook
 from common.traps import TrapRules, strip_session_ids
 from common.urls import fingerprint as url_fingerprint
 from console.cli import main_async
 from consumer.intake import LinkIntake
+from consumer.links import extract_links
 from consumer.live import Live
 
 RULES = CrawlPolicy().trap_rules()
@@ -90,6 +96,56 @@ def test_near_identical_pages_are_within_3_bits_and_real_pages_far_apart() -> No
     # A page of too few words has no fingerprint: it is never a near duplicate.
     assert fingerprint(page_text(b"<html><body><a href=/c/1>next</a></body></html>")) \
         is None
+
+
+def reference_simhash(text: str) -> int | None:
+    """The fingerprint as common.simhash defines it, spelled out: every word (\\w+) of the
+    lowercased text's first MAX_TEXT characters hashed with BLAKE2b-64, bit by bit."""
+    words = set(re.findall(r"\w+", text[:MAX_TEXT].lower()))
+    if len(words) < MIN_WORDS:
+        return None
+    hashes = [int.from_bytes(blake2b(w.encode(), digest_size=8).digest(), "little")
+              for w in words]
+    return sum(1 << bit for bit in range(64)
+               if 2 * sum(h >> bit & 1 for h in hashes) > len(words))
+
+
+def test_the_fingerprint_is_the_same_function_of_the_text_as_ever() -> None:
+    """Fingerprints are shared across the fleet: however they are computed (words cut in
+    bytes, hashes kept), they are what the definition gives, for any text."""
+    rng = random.Random(7)
+    fingerprinted = 0
+    letters = "abcXYZ019_" + "éÉßİıΣσς中文١٢٣ﬁＡ\u0301"
+    gaps = " -.,;:!?\t\n¶“”—\u00a0\u2003\u200b'/<>&"
+    for _ in range(400):
+        text = "".join(rng.choice(letters) * rng.randint(1, 2) + rng.choice(gaps)
+                       if rng.random() < 0.8 else rng.choice(letters)
+                       for _ in range(rng.randint(10, 300)))
+        assert fingerprint(text) == reference_simhash(text), text
+        fingerprinted += fingerprint(text) is not None
+    assert fingerprinted > 300
+    pages = [page(article(n), ["/x"]) for n in range(20)]
+    for html in [*pages, page("Ünïcödé " + article(1)), page(article(2) * 500)]:
+        text = page_text(html.encode())
+        assert fingerprint(text) == reference_simhash(text) is not None
+        # the text of a tree (the handler's) is the text of the body
+        assert page_text(LexborHTMLParser(html.encode(), encoding=True)) == text
+
+
+def test_a_response_is_parsed_once_and_its_links_and_text_are_the_bodys() -> None:
+    body = (f"<html><head><style>p {{}}</style><script>var x = 1;</script></head><body>"
+            f"{article(3)} <a href='/a'>a</a> <template>t</template></body></html>").encode()
+    result = FetchResult("http://a.test/", "http://a.test/", 200, {}, (), body, 0.0, (),
+                         "HTTP/1.1")
+    tree = result.tree()
+    assert result.tree() is tree
+    assert extract_links(tree, result.final_url, 10) == extract_links(
+        body, result.final_url, 10) == ["http://a.test/a"]
+    assert result.take_tree() is tree
+    assert page_text(tree) == page_text(body)
+    assert "var x" not in page_text(tree)
+    assert result.tree() is not tree  # taken (and changed): parsed again
+    assert extract_links(result.tree(), result.final_url, 10) == ["http://a.test/a"]
 
 
 def intake(queue: LeasingQueue, **values: object) -> LinkIntake:
@@ -172,15 +228,28 @@ async def test_a_page_is_never_its_own_near_duplicate_and_fingerprints_are_bound
     queue = await LeasingQueue.open(redis_client, crawl_name)
     book = TrapBook(queue)
     fp = simhash(page("the same text"))
-    url_fp = url_fingerprint("http://a.test/x")
-    assert not await book.seen_like("a.test", url_fp, fp, 3)
-    assert not await book.seen_like("a.test", url_fp, fp, 3)  # a retry, a revisit
-    assert await book.seen_like("a.test", url_fingerprint("http://a.test/y"), fp ^ 0b101, 3)
-    assert not await book.seen_like("b.test", url_fingerprint("http://b.test/y"), fp, 3)
-    for n in range(KEEP + 10):
-        await book.seen_like("c.test", url_fingerprint(f"http://c.test/{n}"), n, 0)
+
+    def at(url: str, fp: int, within: int = 3) -> Page:
+        return Page.of(url.split("/")[2], url_fingerprint(url), fp, within)
+
+    assert await book.near_duplicates([at("http://a.test/x", fp)]) == [False]
+    # a retry, a revisit: in a later flush, or twice in one
+    assert await book.near_duplicates([at("http://a.test/x", fp)] * 2) == [False, False]
+    assert await book.near_duplicates([at("http://a.test/y", fp ^ 0b101),
+                                       at("http://b.test/y", fp)]) == [True, False]
+    # pages of one flush are judged against those before them in it: /w is 4 bits from
+    # b.test's held page, 2 from /z
+    assert await book.near_duplicates([at("http://b.test/z", fp ^ 0b11),
+                                       at("http://c.test/0", 7, 0),
+                                       at("http://b.test/w", fp ^ 0b1111, 2)]) \
+        == [True, False, True]
+    assert await book.near_duplicates([]) == []
+    await book.near_duplicates([at(f"http://c.test/{n}", n, 0) for n in range(KEEP + 10)])
     pk = queue.partitions[queue.partition_of("c.test")]
     assert await redis_client.strlen(pk.fingerprints("c.test")) == KEEP * 12
+    # an entry that aged out of the host's newest KEEP no longer matches
+    assert await book.near_duplicates([at("http://c.test/again", 5, 0),
+                                       at("http://c.test/more", 20, 0)]) == [False, True]
 
 
 def trap_site(real: int) -> dict[str, web.RequestHandler]:  # type: ignore[name-defined]
@@ -214,8 +283,9 @@ async def test_a_crawl_finds_every_real_page_and_follows_no_near_duplicate(
         redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
         tmp_path: Path) -> None:
     """The first soft 404 is a page like any other; the next ones are near duplicates
-    of it, done with outcome near_duplicate, and their links (/lost/a/more/more) are
-    never fetched; so are the relative links' (/dir/a/a/: the same listing)."""
+    of it, done with outcome near_duplicate, their items not written and their links
+    (/lost/a/more/more) never fetched; so are the relative links' (/dir/a/a/: the same
+    listing)."""
     await set_policy(redis_client, crawl_name, {"max_depth": 30, "per_host_delay": 0.0,
                                                 "per_host_concurrency": 0,
                                                 "ignore_robots": True},
@@ -223,7 +293,7 @@ async def test_a_crawl_finds_every_real_page_and_follows_no_near_duplicate(
     async with serve(trap_site(12)) as site:
         await enqueue(redis_client, crawl_name, [site.url("/")])
         await consume(redis_url, crawl_name, tmp_path, "--handler",
-                      "consumer.handlers:links", limit_s=60)
+                      "consumer_handlers:links_and_items", limit_s=60)
     paths = set(site.hits)
     assert {f"/real/{n}" for n in range(12)} <= paths
     assert not [p for p in paths if p.count("/more") > 1]
@@ -233,9 +303,42 @@ async def test_a_crawl_finds_every_real_page_and_follows_no_near_duplicate(
     lost = [o for p, o in outcomes.items() if p.startswith("/lost/")]
     assert lost.count("near_duplicate") >= len(lost) - 1 >= 1
     assert {o for p, o in outcomes.items() if p.startswith("/real/")} == {"ok"}
+    assert {(r["outcome"] == "near_duplicate", len(r["items"])) for r in records(tmp_path)} \
+        == {(True, 0), (False, 1)}
     queue = await LeasingQueue.open(redis_client, crawl_name)
     [row] = await TrapBook(queue).hosts()
     assert row.reasons["near_duplicate"] == list(outcomes.values()).count("near_duplicate")
+
+
+async def test_a_labelled_request_is_never_a_near_duplicate(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+        tmp_path: Path) -> None:
+    """Product pages of one template that differ by a word each are near duplicates by
+    their text, but a labelled request is the spider's word that it wants the page: each
+    is handled and its item written; the same pages unlabelled end near_duplicate."""
+    await set_policy(redis_client, crawl_name, {"per_host_delay": 0.0,
+                                                "per_host_concurrency": 1,
+                                                "ignore_robots": True},
+                     by="test", create=True)
+    async def item(request: web.Request) -> web.Response:
+        return html(page(f"{article(0)} sku{request.match_info['n']}"))
+
+    async with serve({"/item/{n}": item}) as site:
+        queue = await LeasingQueue.open(redis_client, crawl_name)
+        await queue.enqueue([NewTask.from_request(Request(site.url(f"/item/{n}"),
+                                                          label="product"),
+                                                  site.url(f"/item/{n}"))
+                             for n in range(3)])
+        await enqueue(redis_client, crawl_name, [site.url(f"/item/{n}") for n in range(3, 8)])
+        await consume(redis_url, crawl_name, tmp_path, "--handler",
+                      "consumer_handlers:links_and_items", limit_s=60)
+    fates = {r["url"].removeprefix(site.base): (r["outcome"], len(r["items"]))
+             for r in records(tmp_path)}
+    assert {fates[f"/item/{n}"] for n in range(3)} == {("ok", 1)}
+    # Pages flushed together can't see each other's fingerprints: some of these may be
+    # judged before the first is kept, but not all.
+    unlabelled = [fates[f"/item/{n}"] for n in range(3, 8)]
+    assert set(unlabelled) == {("ok", 1), ("near_duplicate", 0)}
 
 
 async def test_seeds_are_the_operators_word(redis_client: aioredis.Redis,

@@ -58,13 +58,14 @@ import math
 import re
 import time
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import Any
 
 import aiohttp
 from aiohttp import ClientResponse, ClientSession, ClientTimeout, HttpVersion11, TCPConnector
+from selectolax.lexbor import LexborHTMLParser
 from yarl import URL
 
 from common import reasons
@@ -175,6 +176,22 @@ class FetchResult:
     redirects: tuple[str, ...]  # each hop's URL after the first, in order
     http_version: str  # "HTTP/1.1"
     filtered: bool = False  # its Content-Type is not accepted: closed unread, body b""
+    _tree: LexborHTMLParser | None = field(default=None, init=False, repr=False,
+                                           compare=False)
+
+    def tree(self) -> LexborHTMLParser:
+        """The body parsed as HTML by Lexbor (selectolax), once: the links handler and
+        the near-duplicate fingerprint read the same tree. Don't change it: use
+        `take_tree` for a tree of your own."""
+        if self._tree is None:
+            self._tree = LexborHTMLParser(self.body, encoding=True)
+        return self._tree
+
+    def take_tree(self) -> LexborHTMLParser:
+        """The parsed body (`tree`), handed over: the caller may change it, and a later
+        `tree` parses the body again."""
+        tree, self._tree = self.tree(), None
+        return tree
 
 
 def content_type_accepted(value: str | None, accept: tuple[str, ...] | None) -> bool:
