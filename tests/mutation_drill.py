@@ -231,6 +231,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "only when its group's turn has come and its group has a free slot",
            (_GR + "test_a_groups_concurrency_holds_across_its_hosts_and_comes_back_at_each_end",
             _GR + "test_three_consumers_keep_a_groups_concurrency_and_delay_across_50_names")),
+    Mutant("57-labelled-page-judged-a-near-duplicate", "a labelled request's page is "
+           "never a near duplicate: its items are written",
+           (_T + "test_a_labelled_request_is_never_a_near_duplicate",)),
 )
 
 
