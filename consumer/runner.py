@@ -278,11 +278,13 @@ class Runner:
             return Record(task_id=task.id, url=task.url, final_url=task.url, status=None,
                           outcome=outcome, headers={}, raw_headers=(), body=None, bytes=0,
                           elapsed=0.0, attempt=task.attempt, fetched_at=time.time(),
-                          worker=self.worker_id, depth=task.depth, meta=task.meta)
+                          worker=self.worker_id, depth=task.depth, meta=task.meta,
+                          token=lease.token)
         return Record(task_id=task.id, url=task.url, final_url=result.final_url,
                       status=result.status, outcome=outcome, headers=result.headers,
                       raw_headers=result.raw_headers,
                       body=None if result.filtered else result.body,
                       bytes=len(result.body), elapsed=result.elapsed, attempt=task.attempt,
                       fetched_at=time.time(), worker=self.worker_id,
-                      http_version=result.http_version, depth=task.depth, meta=task.meta)
+                      http_version=result.http_version, depth=task.depth, meta=task.meta,
+                      token=lease.token)

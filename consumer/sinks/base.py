@@ -80,6 +80,7 @@ class Record:
     meta: dict[str, Any] = field(default_factory=dict)
     digest: str = ""  # the body's BLAKE2b-64 in hex (consumer.revisits.digest); "": none
     refers_to_s: int = 0  # a revisit's: when its URL's previous visit was fetched (0: none)
+    token: str = ""  # the fencing token of the lease it was fetched under ("": none)
 
 
 @runtime_checkable
