@@ -13,10 +13,13 @@ what it holds the crawl to.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
+from support.drill import DrillRun, run_drill
 from support.sentinel import SentinelGroup, sentinel_binaries
 
 pytestmark = [
@@ -72,3 +75,42 @@ def test_the_group_fails_over_splits_and_heals(group: SentinelGroup) -> None:
         assert c.info("replication")["role"] == "slave" and c.get("split") is None
     with redis.Redis(port=third.port) as c:
         assert c.get("before") == b"1" and c.get("after") == b"2"
+
+
+async def test_a_crawl_outlives_failovers(group: SentinelGroup, tmp_path: Path) -> None:
+    run = await run_drill(group, tmp_path)
+    report = describe(run)
+    assert [s.name for s in run.steps] == ["kill", "split"], report
+    assert all(s.leasing is not None for s in run.steps), report
+    # No consumer exited, and each stopped cleanly when told to.
+    assert run.alive_at_end == [True] * 3, report
+    assert run.exit_codes == [0] * 3, report
+    # Every producer run ended well, the re-run included.
+    assert [p["exit_code"] for p in run.producers] == [0, 0, 0], report
+    # Every URL done (a 200) or dead with its true reason (a 500, twice).
+    assert run.active == 0 and run.wrong_states() == {}, report
+    assert run.dead_reasons == {"http_5xx": run.plan.failing}, report
+    assert run.lost() == [], report
+    assert run.fsck[0] == 0, run.fsck[1]
+    # No token was granted to two leases, before, across or after the failovers.
+    assert run.token_clashes() == {}, report
+    # Every page fetched twice is one whose first fetch's write a failover lost.
+    assert run.unexplained() == {}, report
+
+
+def describe(run: DrillRun) -> str:
+    """The drill's figures, for a failure message."""
+    steps = "; ".join(
+        f"{s.name} {s.old}->{s.new} in flight {s.in_flight}, odown +{_after(s.detected, s.at)}"
+        f" switch +{_after(s.promoted, s.at)} leasing +{_after(s.leasing, s.at)}"
+        for s in run.steps)
+    logs = "\n".join(f"--- {name}\n{text[-1500:]}" for name, text in run.logs.items())
+    return (f"steps: {steps}\nproducers: {run.producers}\nre-run enqueued "
+            f"{run.rerun_enqueued}; fetched twice {run.fetched_twice}; unexplained "
+            f"{len(run.unexplained())}; token clashes {len(run.token_clashes())}; states "
+            f"{Counter(run.states.values())}; dead {run.dead_reasons}; alive "
+            f"{run.alive_at_end}; exits {run.exit_codes}\n{logs}")
+
+
+def _after(t: float | None, since: float) -> str:
+    return "-" if t is None else f"{t - since:.2f}s"
