@@ -21,6 +21,7 @@ from typing import Any
 
 from common.errors import ConfigError
 from common.names import CRAWL_NAME_RULE, validate_crawl_name
+from common.redis_url import check_redis_url
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$", re.IGNORECASE)
 _DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -228,7 +229,9 @@ def redact_url(url: str) -> str:
 
 REDIS_URL = Option("--redis-url", "REDIS_URL", "redis://localhost:6379/0",
                    "Redis URL: redis://, rediss:// (TLS), with user:password for an ACL "
-                   "user", secret=True)
+                   "user; redis+sentinel://host:port[,host:port...]/<master name>[/<db>] "
+                   "(rediss+sentinel:// for TLS) for a primary its Sentinels name",
+                   secret=True, check=check_redis_url)
 #: Options some commands share, declared here once (a command may point `field` elsewhere).
 JSON = Option("--json", "CRAWLQ_JSON", False, "print one JSON document on stdout",
               flag_only_bool=True)

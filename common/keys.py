@@ -41,6 +41,10 @@ h:delay        ZSET    host -> its delay when not the default, ms  host_set
 h:blocked      ZSET    host -> blocked until, ms (cool-downs,      fail, host_set
                        ``crawlq hosts block``)
 h:budget       ZSET    host -> its page budget (hosts with one)    host_set
+op:<worker>    STRING  "<op id> <reply>" of the worker's last      lease
+                       lease call that granted leases, PX 60 s:
+                       a call sent again after its reply was lost
+                       gets the same leases (docs/failover.md)
 hungry         ZSET    worker -> when its lease call last came     lease
                        back empty, ms of Redis TIME: while one
                        is recent, the other workers take only
@@ -70,7 +74,9 @@ tasks          HASH    id -> "<host> <priority> <entry>" of a      fail, reclaim
 attempts       HASH    id -> attempts so far, of a task that is    release, reclaim,
                        not leased (pending again, waiting,         fail; lease takes it
                        dead); a lease holds its own                into the lease record
-seq            STRING  fencing-token counter                       lease
+seq            STRING  fencing-token counter: the last token       lease
+                       granted; a grant starts past it and past
+                       Redis TIME in us (docs/failover.md)
 delayed        ZSET    id -> due time of a retry, ms of Redis TIME fail, promote
 dead           ZSET    id -> time of death, ms                     fail, reclaim,
                                                                    requeue, purge
@@ -252,6 +258,11 @@ class PartitionKeys:
     def host_prio(self, host: str) -> str:
         """A host's pending entries with a priority, highest first."""
         return f"{self.prefix}hp:{host}"
+
+    def lease_op(self, worker: str) -> str:
+        """The reply of `worker`'s last lease call that granted leases, kept for a call
+        sent again (lease.lua)."""
+        return f"{self.prefix}op:{worker}"
 
     def bloom_layer(self, layer: int) -> str:
         """The bit string of one bloom filter layer."""

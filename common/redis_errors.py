@@ -40,6 +40,13 @@ def _script_error_code(text: str) -> str:
     return f"{m.group(1)} {text}" if m else text
 
 
+def error_code(text: str) -> str:
+    """The error code a Redis error message starts with (``READONLY``), also when a Lua
+    script's call raised it; '' for none."""
+    head = _script_error_code(text).split(" ", 1)[0]
+    return head if head.isupper() else ""
+
+
 def redis_error_message(exc: RedisError, url: str) -> str | None:
     """A plain message for a Redis failure that is the environment's fault, else None.
 

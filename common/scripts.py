@@ -24,6 +24,7 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from common.errors import LuaIncludeError
+from common.redis_retry import resending
 
 LUA = Path(__file__).parent / "lua"
 
@@ -31,6 +32,28 @@ NAMES = (
     "enqueue", "enqueue_bloom", "lease", "renew", "ack", "fail", "release", "checkpoint",
     "reclaim", "promote", "requeue", "purge", "host_set", "is_empty", "revisit",
 )
+
+#: The scripts a client may send again when their outcome is unknown (a timeout or a
+#: dropped connection after the call went out: common/redis_retry.py), and why running
+#: one twice is safe. Any other script is not sent again: its caller gets the error.
+RESENDABLE: dict[str, str] = {
+    "lease": "an operation id: a call sent again gets the reply the first one kept",
+    "ack": "fenced: a second ack finds the lease ended and is answered stale, counting "
+           "nothing again",
+    "fail": "fenced, as ack", "renew": "fenced, as ack", "release": "fenced, as ack",
+    "checkpoint": "fenced, as ack",
+    "enqueue": "dedup: a second run finds the URLs seen (counted duplicates)",
+    "enqueue_bloom": "dedup, as enqueue",
+    "reclaim": "each candidate is checked again: a second run finds it taken back",
+    "promote": "as reclaim", "revisit": "as reclaim",
+    "requeue": "by id of a dead task: a second run finds it no longer dead",
+    "purge": "as requeue",
+    "host_set": "sets a host's settings to the values given",
+    "is_empty": "reads only",
+    "worker_beat": "sets the heartbeat", "refresh_lock": "compares the lock's token",
+    "release_lock": "compares the lock's token",
+    "history_push": "a second snapshot within the minimum gap is skipped",
+}
 
 _INCLUDE = re.compile(r'--- @include "([\w/.-]+)"')
 #: Where Redis says a script failed: "Error running script (call to f_<sha>):
@@ -118,18 +141,21 @@ def locate_in(exc: ResponseError, scripts: Iterable[LuaScript]) -> None:
 
 class LuaScript:
     """A script registered on a client, called like redis-py's: a Lua error raised by a
-    direct call says which file and line it came from."""
+    direct call says which file and line it came from; a call whose outcome is unknown
+    is sent again only if the script is `resendable`."""
 
-    __slots__ = ("name", "script")
+    __slots__ = ("name", "resendable", "script")
 
     def __init__(self, name: str, script: Any) -> None:
         self.name = name
         self.script = script
+        self.resendable = name in RESENDABLE
 
     async def __call__(self, keys: Sequence[Any] | None = None,
                        args: Sequence[Any] | None = None, client: Any = None) -> Any:
         try:
-            return await self.script(keys=keys, args=args, client=client)
+            with resending(self.resendable):
+                return await self.script(keys=keys, args=args, client=client)
         except ResponseError as exc:
             _locate(exc, self.name)
             raise

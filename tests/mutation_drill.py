@@ -44,6 +44,7 @@ _F = "tests/test_fetcher.py::"
 _FR = "tests/test_frontier.py::"
 _PB = "tests/test_pushback.py::"
 _RS = "tests/test_revisit_schedule.py::"
+_FO = "tests/test_failover.py::"
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,16 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("30-lease-ahead-started-early", "a turn leased ahead starts at its turn, not "
            "when the lease reply came",
            (_FR + "test_a_turn_within_ahead_is_leased_timed_to_it_and_counted_from_it",)),
+    Mutant("40-lease-sent-again-after-an-unknown-outcome", "a lease call sent again after "
+           "its reply was lost gets the leases the first one granted, never a second set",
+           (_FO + "test_a_lease_sent_again_after_its_reply_was_lost_gets_the_same_leases",
+            _FO + "test_a_lease_that_got_no_answer_gives_its_leases_to_the_next_call")),
+    Mutant("41-token-counter-not-past-the-epoch", "a fencing token granted after a "
+           "promotion is greater than every token the old primary granted",
+           (_FO + "test_tokens_after_a_promotion_pass_the_ones_the_replica_never_saw",)),
+    Mutant("42-did-not-run-error-final", "a call Redis refused without running it "
+           "(READONLY, LOADING, ...) is tried again until a primary answers",
+           (_FO + "test_a_write_a_replica_refused_is_tried_again_until_it_is_promoted",)),
 )
 
 

@@ -87,7 +87,8 @@ def key_name(key: str) -> str:
     if name.startswith("lock:") or name.endswith(":lock"):
         return "lock"
     for prefix, shown in (("hq:", "hq:<h>"), ("hp:", "hp:<h>"), ("seen:", "seen"),
-                          ("bloom:", "bloom:<L>"), ("worker:", "worker:<id>")):
+                          ("bloom:", "bloom:<L>"), ("worker:", "worker:<id>"),
+                          ("op:", "op:<worker>")):
         if name.startswith(prefix):
             return shown
     return name
@@ -493,7 +494,8 @@ def test_argv_header_checks_can_fail() -> None:
                                                 *ack.items[5:]]})
     assert "code reads 'sent_ms' at item offset 3" in " ".join(code_problems("ack", swapped))
     lease = argv_header("lease")
-    assert args_problems("lease", lease, ["w", "10", "x", "4", "", "0", "1", "a.test", "0"]) == [
+    assert args_problems("lease", lease,
+                         ["w", "10", "x", "4", "", "0", "ab12", "1", "a.test", "0"]) == [
         "lease.lua ARGV[3]: 'lease_ms' is 'x'"]
 
 

@@ -396,14 +396,20 @@ async def test_in_flight_hashes_are_hashtables_from_the_first_lease(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
     """`leased` of a few hundred fields must not be a listpack (a scan per access)."""
     q = await open_queue(redis_client, crawl_name)
-    # A short host and URLs: lease records shorter than hash-max-listpack-value (64), so
-    # their length alone does not make the hash a hashtable.
-    await q.enqueue([nt(f"http://e.t/{i}") for i in range(300)])
-    pk = q.partitions[0]
-    leases = await q.lease("w", 1, 30_000)
-    record = await redis_client.hget(pk.leased, leases[0].id)
-    assert record is not None and len(record) < 64
-    assert await redis_client.object("encoding", pk.leased) == b"hashtable"
+    # A short host and URLs, and a hash-max-listpack-value (64 by default) that a
+    # server may be given: lease records shorter than it, so their length alone does
+    # not make the hash a hashtable (a fencing token alone has 16 digits).
+    (_, before), = (await redis_client.config_get("hash-max-ziplist-value")).items()
+    await redis_client.config_set("hash-max-ziplist-value", 100)
+    try:
+        await q.enqueue([nt(f"http://e.t/{i}") for i in range(300)])
+        pk = q.partitions[0]
+        leases = await q.lease("w", 1, 30_000)
+        record = await redis_client.hget(pk.leased, leases[0].id)
+        assert record is not None and len(record) < 100
+        assert await redis_client.object("encoding", pk.leased) == b"hashtable"
+    finally:
+        await redis_client.config_set("hash-max-ziplist-value", before)
     assert await redis_client.hget(pk.leased, HASHTABLE_FIELD) == b"1"
     leases += await q.lease("w", 299, 30_000)
     assert await q.ack("w", [(x, "ok") for x in leases]) == [Code.OK] * 300

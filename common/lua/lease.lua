@@ -31,7 +31,7 @@
 -- KEYS[5..6]  lease state: leased, leases (lib/leases.lua)
 -- KEYS[7]  tasks        HASH  id -> "<host> <priority> <entry>" (waiting or dead: live)
 -- KEYS[8]  attempts     HASH  id -> attempts of a task that is not leased
--- KEYS[9]  seq          STRING fencing-token counter
+-- KEYS[9]  seq          STRING fencing-token counter (lib/grant.lua: past it and TIME in us)
 -- KEYS[10] stats        HASH  counters (leased, duplicates, dead, repaired_hosts,
 --                       lost_pending)
 -- KEYS[11] checkpoints  HASH  id -> checkpoint JSON
@@ -42,7 +42,9 @@
 -- KEYS[16] dead         ZSET  id -> died (ms)
 -- KEYS[17] dead_reasons HASH  reason -> count
 -- KEYS[18] hungry       ZSET  worker -> when its lease call last came back empty (ms)
--- KEYS[19..] per candidate host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
+-- KEYS[19] op:<worker>  STRING "<op id> <reply, cmsgpack>" of this worker's last call that
+--                       granted leases, PX OP_KEEP_MS
+-- KEYS[20..] per candidate host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
 -- ARGV[1]  worker id
 -- ARGV[2]  n, the most tasks to lease (0: only give back the slots of `fetched` ones)
 -- ARGV[3]  lease_ms, lease length in milliseconds
@@ -54,10 +56,14 @@
 --          its lease timed to start at its turn (`turn_ms`): one call serves the turns of
 --          the next ahead_ms, and the consumer starts each request at its turn (0: only
 --          hosts whose turn has come)
--- ARGV[7]  H, the number of candidate hosts; ARGV[8..7+H] the candidate hosts
--- ARGV[8+H] held: how many of each candidate host's slots this worker's leases take now
+-- ARGV[7]  op id: the call's operation id ('' for none). A call whose op id is the one
+--          `op` keeps answers with the kept reply and leases nothing (after giving back
+--          its pairs' slots): a call sent again after its reply was lost (a timeout, a
+--          dropped connection) gets the leases the first one granted, never a second set
+-- ARGV[8]  H, the number of candidate hosts; ARGV[9..8+H] the candidate hosts
+-- ARGV[9+H] held: how many of each candidate host's slots this worker's leases take now
 --          (not counting the pairs below), comma-separated in host order ('': none)
--- ARGV[9+H..] pairs: id, token
+-- ARGV[10+H..] pairs: id, token
 --          (this worker's leases whose response is in. Their hosts get their slots
 --          back now, before this call's leases; the lease record is marked, so the
 --          lease's end does not give the slot back again. A lease that is not this
@@ -96,20 +102,23 @@ local ahead = int_arg(ARGV[6], 'ahead_ms')
 if n < 0 or lease_ms < 1 or ahead < 0 then
   error('crawlq: lease needs n >= 0, lease_ms >= 1 and ahead_ms >= 0')
 end
-local hosts, nhosts = argv_hosts(7)
-local first = 9 + nhosts
-if #KEYS ~= 18 + 2 * nhosts or #ARGV < first - 1 or (#ARGV - first + 1) % 2 ~= 0 then
+local hosts, nhosts = argv_hosts(8)
+local first = 10 + nhosts
+if #KEYS ~= 19 + 2 * nhosts or #ARGV < first - 1 or (#ARGV - first + 1) % 2 ~= 0 then
   error('crawlq: lease needs 2 keys per candidate host, held counts and (id, token) pairs')
 end
 local now = now_ms()
 local C = {L = ledger(host_keys(1), now), LK = lease_keys(5), worker = ARGV[1], now = now,
            ahead = ahead, n = n, hosts = hosts, held = {}, prio = {},
-           qkey = function(i) return KEYS[17 + 2 * i], KEYS[18 + 2 * i] end,
+           qkey = function(i) return KEYS[18 + 2 * i], KEYS[19 + 2 * i] end,
            K = {tasks = KEYS[7], attempts = KEYS[8], seq = KEYS[9], checkpoints = KEYS[11],
                 errors = KEYS[12], dead = KEYS[16], dead_reasons = KEYS[17]},
            stats = KEYS[10], pending = KEYS[13], prio_hosts = KEYS[14]}
-local delayed, hungry = KEYS[15], KEYS[18]
-for v in string.gmatch(ARGV[8 + nhosts], '[^,]+') do C.held[#C.held + 1] = tonumber(v) end
+local delayed, hungry, op, op_key = KEYS[15], KEYS[18], ARGV[7], KEYS[19]
+-- How long a call's reply is kept for a call sent again: longer than a client's retries
+-- of it take (socket timeout 10 s, a few tries).
+local OP_KEEP_MS = 60000
+for v in string.gmatch(ARGV[9 + nhosts], '[^,]+') do C.held[#C.held + 1] = tonumber(v) end
 local ids, tokens = {}, {}
 for i = first, #ARGV, 2 do
   ids[#ids + 1] = ARGV[i]
@@ -149,6 +158,13 @@ local function wake_fleet(capped)
 end
 
 give_back(C, ids, tokens)
+if op ~= '' then
+  local last = redis.call('GET', op_key)
+  if last and string.sub(last, 1, #op + 1) == op .. ' ' then
+    ledger_flush(C.L)
+    return cmsgpack.unpack(string.sub(last, #op + 2))
+  end
+end
 if #hosts == 0 then  -- a pause shows in the call that names hosts
   ledger_flush(C.L)
   local result = reply_head(-1, 0, -1)
@@ -191,4 +207,7 @@ elseif me_hungry and #keep > 0 then
 end
 wake_fleet(capped)
 bump(C.stats, {leased = #keep, duplicates = dropped, dead = malformed})
+if op ~= '' and #keep > 0 then
+  redis.call('SET', op_key, op .. ' ' .. cmsgpack.pack(result), 'PX', OP_KEEP_MS)
+end
 return result

@@ -14,6 +14,7 @@ from redis.exceptions import ResponseError
 from common.connection import RedisClient
 from common.keys import PartitionKeys
 from common.queue.model import Lease
+from common.redis_retry import resending
 from common.scripts import locate_in
 
 T = TypeVar("T")
@@ -37,7 +38,8 @@ async def run(client: RedisClient, calls: list[Call]) -> list[Any]:
         for script, keys, args in calls:
             await script(keys=keys, args=args, client=pipe)
         try:
-            result: list[Any] = await pipe.execute()
+            with resending(all(script.resendable for script, _, _ in calls)):
+                result: list[Any] = await pipe.execute()
         except ResponseError as exc:
             locate_in(exc, (script for script, _, _ in calls))
             raise

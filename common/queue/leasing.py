@@ -9,6 +9,7 @@ ready, so a stale read costs a smaller batch, never a wrong one.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections import defaultdict
@@ -53,6 +54,10 @@ class LeaseClient:
         self._next_partition = random.randrange(count)
         self._idle_until = [0.0] * count  # monotonic: nothing ready before
         self._candidates: list[list[str]] = [[] for _ in range(count)]
+        # Per partition: the operation id of a lease call that got no reply (None: none).
+        # The next call sends it again, so it gets what that one granted if it ran
+        # (lease.lua keeps the reply a minute), not a second set of leases.
+        self._unanswered: list[str | None] = [None] * count
 
     def woken(self) -> None:
         """Another process says work may be ready: ask every partition on the next call."""
@@ -198,11 +203,19 @@ class LeaseClient:
                            ",".join(str(held(h)) for h in hosts) if held else ""]
         for lease in responses_in:
             args += [lease.id, lease.token]
-        reply = LeaseReply.parse(await self.crawl.scripts.lease(
-            keys=[*pk.host_state, *pk.lease_state, pk.tasks, pk.attempts, pk.seq,
-                  pk.stats, pk.checkpoints, pk.errors, pk.pending, pk.prio_hosts, pk.delayed,
-                  pk.dead, pk.dead_reasons, pk.hungry, *host_keys],
-            args=args,
-        ))
+        p = pk.partition
+        op, self._unanswered[p] = self._unanswered[p] or os.urandom(8).hex(), None
+        args.insert(6, op)
+        try:
+            raw = await self.crawl.scripts.lease(
+                keys=[*pk.host_state, *pk.lease_state, pk.tasks, pk.attempts, pk.seq,
+                      pk.stats, pk.checkpoints, pk.errors, pk.pending, pk.prio_hosts,
+                      pk.delayed, pk.dead, pk.dead_reasons, pk.hungry, pk.lease_op(worker),
+                      *host_keys],
+                args=args)
+        except BaseException:  # it may have run (a lost reply, a cancelled wait)
+            self._unanswered[p] = op
+            raise
+        reply = LeaseReply.parse(raw)
         self._candidates[pk.partition] = list(dict.fromkeys(_text(h) for h in reply.next))
         return reply

@@ -100,6 +100,12 @@ class Lease:
     def __post_init__(self) -> None:
         self.id = self.task.id
 
+    @property
+    def fencing(self) -> int:
+        """The fencing token as a number (below 2^63: a bigint column holds it). A lease
+        granted later, also by a primary promoted since, has a greater one."""
+        return int(self.token)
+
 
 @dataclass(slots=True)
 class LeaseBatch:

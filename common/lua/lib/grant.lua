@@ -47,7 +47,7 @@ local function screen(C, popped)
 end
 
 -- Grants the kept entries: each becomes a lease record of C.worker under a fresh fencing
--- token, its attempt counted now (the ones before taken out of `attempts`), its owner
+-- token (greater than every token granted before, on this primary or a lost one), its attempt counted now (the ones before taken out of `attempts`), its owner
 -- marked "b" when its host has a page budget (a page of it reserved), with its deadline
 -- in `leases`. Returns per lease {id, token, attempt, entry, checkpoint|false,
 -- last error|false, candidate index}.
@@ -63,14 +63,21 @@ local function grant(C, keep, deadline)
     counts = call_sliced('HMGET', K.attempts, kids, 1000)
     call_sliced('HDEL', K.attempts, kids, 1000)
   end
-  local base = redis.call('INCRBY', K.seq, #kids) - #kids
+  -- Tokens only grow, also across a failover that lost the last writes (the promoted
+  -- replica's `seq` may be behind what the old primary granted): a call's tokens come
+  -- after both `seq` and Redis TIME in microseconds (ms * 1000), so a primary promoted
+  -- after the old one's last grant starts past every token that one gave, as long as
+  -- the clocks differ by less than the failover takes (docs/failover.md). A token is
+  -- an integer below 2^53 (exact in a Lua number) and 2^63 (a bigint) until year 2255.
+  local base = math.max(tonumber(redis.call('GET', K.seq)) or 0, C.now * 1000)
+  redis.call('SET', K.seq, string.format('%.0f', base + #kids))
   local records, deadlines = {}, {}
   local owner_suffix, deadline_arg = ':' .. C.worker, tostring(deadline)
   -- Explicit indexes, not #t: the length operator is a search in Lua 5.1.
   for k, p in ipairs(keep) do
     local id, host = p[1], C.hosts[p[3]]
     local r = C.L.rec[host]
-    local token = tostring(base + k)
+    local token = string.format('%.0f', base + k)
     local attempt = (tonumber(counts[k]) or 0) + 1
     local owner = token .. owner_suffix
     if r.budget then

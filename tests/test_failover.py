@@ -1,0 +1,258 @@
+"""A crawl that outlives its Redis failing over (docs/failover.md), against real servers:
+replicas promoted, a Sentinel that fails over, replies lost after Redis ran the command.
+
+- A call refused without running (READONLY of a replica) is tried again until a primary
+  answers; a lease call whose reply was lost is answered, when sent again, with the
+  leases the first one granted, never a second set; a script that is not safe to run
+  twice is not sent again.
+- Fencing tokens granted after a promotion are greater than every token the old
+  primary granted, also the ones the promoted replica never saw.
+- A client of a ``redis+sentinel://`` URL follows the Sentinel to the new primary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+import pytest
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis_binaries import resume
+from support.failover import (
+    MASTER,
+    ReplyCutter,
+    force_failover,
+    primary_port,
+    replica_of,
+    sentinel,
+    sentinel_binary,
+)
+from support.leases import lease_records
+
+from common.connection import connect
+from common.queue import Code, CrawlSettings, LeasingQueue, NewTask
+from common.redis_retry import resending
+from common.redis_server import RedisServer, free_port
+from common.scripts import source
+from common.urls import canonicalize, fingerprint
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def tasks(n: int, host: str = "failover.test") -> list[NewTask]:
+    out = []
+    for i in range(n):
+        url = canonicalize(f"http://{host}/{i}")
+        assert isinstance(url, str)
+        out.append(NewTask(url, fingerprint(url)))
+    return out
+
+
+def sha_of(name: str) -> bytes:
+    """The SHA1 a script is called by (EVALSHA): what the relay looks for."""
+    return hashlib.sha1(source(name).encode()).hexdigest().encode()
+
+
+async def until(pred: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
+    deadline = time.monotonic() + within
+    while not await pred():
+        assert time.monotonic() < deadline, f"not within {within}s: {what}"
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+async def cutter(redis_server: RedisServer) -> AsyncIterator[ReplyCutter]:
+    relay = await ReplyCutter(redis_server.port).start()
+    try:
+        yield relay
+    finally:
+        await relay.close()
+
+
+# -- calls whose reply was lost ------------------------------------------------------------
+
+
+async def test_a_lease_sent_again_after_its_reply_was_lost_gets_the_same_leases(
+        cutter: ReplyCutter, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    client = connect(cutter.url)
+    try:
+        q = await LeasingQueue.open(client, crawl_name, CrawlSettings())
+        await q.enqueue(tasks(10))
+        leases = await q.lease("w", 1, 30_000)  # the next call knows its hosts: one call
+        cutter.cut_after(sha_of("lease"))
+        leases += await q.lease("w", 3, 30_000)
+        assert cutter.cuts == 1  # the call ran, its reply was lost, it was sent again
+        assert await redis_client.exists(q.partitions[0].lease_op("w"))  # the kept reply
+        assert len(leases) == 4
+        held = await lease_records(redis_client, q.partitions[0])
+        assert set(held) == {lease.id for lease in leases}  # no second set granted
+        stats = await q.stats()
+        assert (stats.counters["leased"], stats.pending) == (4, 6)
+        assert await q.ack("w", [(lease, "ok") for lease in leases]) == [Code.OK] * 4
+    finally:
+        await client.aclose()
+
+
+async def test_a_lease_that_got_no_answer_gives_its_leases_to_the_next_call(
+        cutter: ReplyCutter, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    client = connect(cutter.url, retries=0)  # the client gives up: the caller tries again
+    try:
+        q = await LeasingQueue.open(client, crawl_name, CrawlSettings())
+        await q.enqueue(tasks(10))
+        first = await q.lease("w", 1, 30_000)  # the next call knows its hosts: one call
+        cutter.cut_after(sha_of("lease"))
+        with pytest.raises(RedisConnectionError):
+            await q.lease("w", 3, 30_000)
+        granted = set(await lease_records(redis_client, q.partitions[0])) - {first[0].id}
+        assert len(granted) == 3
+        again = await q.lease("w", 3, 30_000)
+        assert {lease.id for lease in again} == granted
+        assert set(await lease_records(redis_client, q.partitions[0])) == granted | {
+            first[0].id}
+    finally:
+        await client.aclose()
+
+
+async def test_an_ack_sent_again_counts_once(cutter: ReplyCutter, crawl_name: str) -> None:
+    client = connect(cutter.url)
+    try:
+        q = await LeasingQueue.open(client, crawl_name, CrawlSettings())
+        await q.enqueue(tasks(2))
+        a, b = await q.lease("w", 2, 30_000)
+        cutter.cut_after(sha_of("ack"))
+        # The first run acked it; the one sent again finds the lease ended.
+        assert await q.ack("w", [(a, "ok")]) == [Code.UNKNOWN]
+        assert cutter.cuts == 1
+        assert await q.ack("w", [(b, "ok"), (b, "ok")]) == [Code.OK, Code.UNKNOWN]
+        stats = await q.stats()
+        assert stats.counters["done"] == 2
+        assert stats.leased == 0
+    finally:
+        await client.aclose()
+
+
+async def test_a_call_not_safe_to_run_twice_is_not_sent_again(
+        cutter: ReplyCutter, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    client = connect(cutter.url)
+    key = f"crawlq:{{{crawl_name}}}:counter"
+    try:
+        cutter.cut_after(key.encode())
+        with resending(False), pytest.raises(RedisConnectionError):
+            await client.incr(key)
+        assert cutter.cuts == 1
+        assert await redis_client.get(key) == b"1"  # it ran once, and only once
+    finally:
+        await redis_client.delete(key)
+        await client.aclose()
+
+
+# -- a replica promoted --------------------------------------------------------------------
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[RedisServer, RedisServer]]:
+    primary = RedisServer().start()
+    replica = None
+    try:
+        replica = replica_of(primary)
+        yield primary, replica
+    finally:
+        for server in (replica, primary):
+            if server is not None:
+                resume(server)
+                server.stop()
+
+
+async def test_a_write_a_replica_refused_is_tried_again_until_it_is_promoted(
+        pair: tuple[RedisServer, RedisServer], crawl_name: str) -> None:
+    primary, replica = pair
+    writer, reader = connect(primary.url), connect(replica.url, retries=8)
+    admin = aioredis.Redis.from_url(replica.url)
+    try:
+        q = await LeasingQueue.open(writer, crawl_name, CrawlSettings())
+        await q.enqueue(tasks(5))
+        assert await writer.execute_command("WAIT", 1, 5000) == 1
+        on_replica = await LeasingQueue.existing(reader, crawl_name)
+        errors_before = (await admin.info("stats"))["total_error_replies"]
+        leasing = asyncio.ensure_future(on_replica.lease("w", 2, 30_000))
+
+        async def refused() -> bool:
+            return (await admin.info("stats"))["total_error_replies"] > errors_before
+
+        await until(refused, 30, "the replica refused the lease (READONLY)")
+        assert not leasing.done()  # refused, not given up: it will be tried again
+        await admin.execute_command("REPLICAOF", "NO", "ONE")
+        leases = await asyncio.wait_for(leasing, 30)
+        assert len(leases) == 2
+        assert (await on_replica.stats()).leased == 2
+    finally:
+        for c in (writer, reader, admin):
+            await c.aclose()
+
+
+async def test_tokens_after_a_promotion_pass_the_ones_the_replica_never_saw(
+        pair: tuple[RedisServer, RedisServer], crawl_name: str) -> None:
+    primary, replica = pair
+    old, new = connect(primary.url, retries=0), connect(replica.url)
+    try:
+        q = await LeasingQueue.open(old, crawl_name, CrawlSettings())
+        await q.enqueue(tasks(20))
+        before = await q.lease("w1", 4, 30_000)
+        assert await old.execute_command("WAIT", 1, 5000) == 1
+        # The replication link is cut (the replica follows a server that isn't there):
+        # what the primary grants now, the replica never sees.
+        await new.execute_command("REPLICAOF", "127.0.0.1", free_port())
+        lost = await q.lease("w1", 4, 30_000)
+        primary.kill()
+        await new.execute_command("REPLICAOF", "NO", "ONE")
+        promoted = await LeasingQueue.existing(new, crawl_name)
+        assert (await promoted.stats()).leased == 4  # the last grants are lost
+        after = await promoted.lease("w2", 4, 30_000)
+        assert len(after) == 4
+        granted_before = [lease.fencing for lease in (*before, *lost)]
+        assert min(lease.fencing for lease in after) > max(granted_before)
+        assert all(0 < lease.fencing < 2**63 for lease in (*before, *lost, *after))
+        # The old leases are fenced on the new primary: theirs are other tokens.
+        assert await promoted.ack("w1", [(lost[0], "ok")]) != [Code.OK]
+    finally:
+        await old.aclose()
+        await new.aclose()
+
+
+# -- Sentinel ------------------------------------------------------------------------------
+
+
+async def test_a_sentinel_url_follows_a_failover(pair: tuple[RedisServer, RedisServer],
+                                                 crawl_name: str) -> None:
+    binary = sentinel_binary()
+    if binary is None:
+        pytest.skip("redis-sentinel is not installed (.ci/run installs it)")
+    primary, replica = pair
+    with sentinel(binary, primary) as port:
+        client = connect(f"redis+sentinel://127.0.0.1:{port}/{MASTER}/0")
+        try:
+            q = await LeasingQueue.open(client, crawl_name, CrawlSettings())
+            await q.enqueue(tasks(6))
+            first = await q.lease("w", 2, 30_000)
+            assert await client.execute_command("WAIT", 1, 5000) == 1
+            force_failover(port)
+
+            async def moved() -> bool:
+                return primary_port(port) == replica.port
+
+            await until(moved, 30, "the Sentinel names the replica")
+
+            async def on_the_new_primary() -> bool:
+                await q.ack("w", [(first[0], "ok")]) if first else None
+                return (await client.config_get("port"))["port"] == str(replica.port)
+
+            await until(on_the_new_primary, 10, "the client talks to the new primary")
+            more = await q.lease("w", 2, 30_000)
+            assert len(more) == 2
+            assert min(x.fencing for x in more) > max(x.fencing for x in first)
+            assert (await q.stats()).leased == 3  # first[1] and the two new ones
+        finally:
+            await client.aclose()
