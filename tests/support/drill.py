@@ -54,7 +54,7 @@ import signal
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,9 +64,10 @@ from redis.asyncio.sentinel import Sentinel
 from sites import start_site_process
 
 from common.hostmodel.hostkey import host_key
-from common.queue import CrawlQueue
+from common.policy import create_policy, parse_assignments
+from common.queue import CrawlQueue, CrawlSettings
 from common.urls import canonicalize, fingerprint, task_id
-from support.sentinel import HOST, MASTER, MIN_REPLICAS_MAX_LAG_S, SentinelGroup
+from support.sentinel import HOST, MASTER, MIN_REPLICAS_MAX_LAG_S, Node, SentinelGroup
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The most a replica's copy lags its primary's (``min-replicas-max-lag``): a write
@@ -75,19 +76,21 @@ REPLICATION_LAG_S = float(MIN_REPLICAS_MAX_LAG_S)
 #: How long after the fleet leases again a result fetched during the outage may be acked.
 ACK_GRACE_S = 3.0
 SAMPLE_S = 0.025
+#: URLs per enqueue call of the drill's producer runs.
+BATCH = 100
 
 
 @dataclass(frozen=True, slots=True)
 class DrillPlan:
     """The crawl and the failures the drill puts it through."""
 
-    pages: int = 3000  # URLs answering 200: done
+    pages: int = 2000  # URLs answering 200: done
     failing: int = 30  # URLs answering 500: dead after 2 attempts (http_5xx)
     hosts: int = 4
     consumers: int = 3
     concurrency: int = 16
-    delay_ms: float = 40.0  # each page's answer time
-    lease_s: float = 12.0
+    delay_ms: float = 20.0  # each page's answer time
+    lease_s: float = 10.0
     partitions: int = 4
     steps: tuple[str, ...] = ("kill", "split", "restart")
     kill_at: float = 0.15  # fraction of the pages done when the primary is killed
@@ -211,14 +214,37 @@ def _env() -> dict[str, str]:
     return env
 
 
-async def _run(argv: list[str], log: Path, within: float) -> tuple[int, str]:
-    """Run a crawlq command to its end: (exit code, stdout); its stderr goes to `log`."""
+async def _run(argv: list[str], log: Path, within: float,
+               feed: AsyncIterator[bytes] | None = None) -> tuple[int, str]:
+    """Run a crawlq command to its end: (exit code, stdout); its stderr goes to `log`, its
+    stdin is what `feed` yields (nothing without one)."""
     with log.open("ab") as err:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, *argv, cwd=ROOT, env=_env(), stdin=asyncio.subprocess.DEVNULL,
+            sys.executable, *argv, cwd=ROOT, env=_env(),
+            stdin=asyncio.subprocess.PIPE if feed else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=err)
+
+    async def write() -> None:
+        assert proc.stdin is not None and feed is not None
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            async for chunk in feed:
+                proc.stdin.write(chunk)
+                await proc.stdin.drain()
+            proc.stdin.close()
+
+    async def ends() -> bytes:
+        assert proc.stdout is not None
+        writer = asyncio.create_task(write()) if feed else None
+        out = await proc.stdout.read()
+        await proc.wait()
+        if writer is not None:
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await writer
+        return out
+
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), within)
+        out = await asyncio.wait_for(ends(), within)
     except TimeoutError:
         proc.kill()
         await proc.wait()
@@ -226,13 +252,15 @@ async def _run(argv: list[str], log: Path, within: float) -> tuple[int, str]:
     return proc.returncode or 0, out.decode(errors="replace")
 
 
-async def _produce(url: str, crawl: str, plan: DrillPlan, urls_file: Path, log: Path
-                   ) -> dict[str, Any]:
+async def _produce(url: str, crawl: str, plan: DrillPlan, source: Path | AsyncIterator[bytes],
+                   log: Path) -> dict[str, Any]:
+    """A producer run over a file of URLs, or over stdin as `source` yields it."""
+    feed = None if isinstance(source, Path) else source
     code, out = await _run(
         ["-m", "producer", "--redis-url", url, "--crawl", crawl, "--partitions",
          str(plan.partitions), "--allow-private", "--json",
-         "--progress", "off", "--lock-wait", "60", "--enqueue-batch", "100",
-         str(urls_file)], log, within=90)
+         "--progress", "off", "--lock-wait", "60", "--enqueue-batch", str(BATCH),
+         "-" if feed else str(source)], log, within=90, feed=feed)
     summary: dict[str, Any] = json.loads(out) if out.strip().startswith("{") else {}
     summary.setdefault("exit_code", code)
     return summary
@@ -391,6 +419,9 @@ class _Drill:
             group, workdir, plan, crawl, say)
         self.result = DrillRun(plan, started=time.time())
         self.files: dict[str, Path] = {}
+        self.second: list[str] = []  # the URLs the second producer run reads from stdin
+        self.fed = 0  # how many of them it was given before the kill
+        self.killed = asyncio.Event()  # the rest goes in once the primary is dead
         self.producer_log = workdir / "producer.log"
 
     async def prepare(self, url_of: Callable[..., str]) -> None:
@@ -407,38 +438,52 @@ class _Drill:
             if raw in bad:
                 run.failing.add(tid)
         half = len(every) // 2
-        for name, urls in (("first", every[:half]), ("second", every[half:]), ("all", every)):
+        for name, urls in (("first", every[:half]), ("all", every)):
             self.files[name] = self.workdir / f"urls-{name}.txt"
             self.files[name].write_text("".join(u + "\n" for u in urls))
-        # The fleet's politeness is the crawl's policy (in Redis), not the consumers' flags.
-        code, out = await _run(
-            ["-m", "console.cli", "crawl", "create", "--redis-url", self.group.url,
-             "--crawl", self.crawl, "per_host_delay=0s", "per_host_concurrency=0",
-             "ignore_robots=true", "retry_base=0.1s", "max_attempts=2"],
-            self.workdir / "policy.log", within=60)
-        assert code == 0, f"crawlq crawl create exited {code}: {out}"
+        self.second = every[half:]
 
     async def produce(self, which: str) -> dict[str, Any]:
         self.say(f"producer: {which} URLs")
-        summary = await _produce(self.group.url, self.crawl, self.plan, self.files[which],
+        source = self.feed() if which == "second" else self.files[which]
+        summary = await _produce(self.group.url, self.crawl, self.plan, source,
                                  self.producer_log)
         self.result.producers.append(summary)
         return summary
 
+    async def feed(self) -> AsyncIterator[bytes]:
+        """The second run's stdin: half its URLs (whole batches), the rest once the
+        primary is dead, so the run is under way across the failover."""
+        urls = self.second
+        cut = len(urls) // 2 // BATCH * BATCH
+        for i in range(0, len(urls), BATCH):
+            if i == cut:
+                self.fed = cut
+                await self.killed.wait()
+            yield "".join(u + "\n" for u in urls[i:i + BATCH]).encode()
+            await asyncio.sleep(0.02)
+
     async def run(self) -> None:
         group, run = self.group, self.result
-        await self.produce("first")
         sentinel = Sentinel([(HOST, s.port) for s in group.sentinels],  # type: ignore[no-untyped-call]
                             socket_timeout=1.0)
         client = sentinel.master_for(MASTER, socket_timeout=2.0)
-        self.queue = queue = await CrawlQueue.open(client, self.crawl)
+        # The fleet's politeness is the crawl's policy (in Redis), not the consumers'
+        # flags: none, and two attempts. Created here, so the processes start together.
+        await create_policy(client, self.crawl, parse_assignments(
+            ["per_host_delay=0s", "per_host_concurrency=0", "ignore_robots=true",
+             "retry_base=0.1s", "max_attempts=2"]), by="failover drill")
+        self.queue = queue = await CrawlQueue.open(
+            client, self.crawl, CrawlSettings(partitions=self.plan.partitions))
         run.partition = {tid: queue.partition_of(host_key(url))
                          for tid, url in run.urls.items()}
         self.monitor = _Monitor(group, [pk.stats for pk in queue.partitions])
         self.monitor.start()
         self.say("consumers: starting")
+        first = asyncio.create_task(self.produce("first"))
         fleet = await _Fleet.start(group.url, self.crawl, self.plan, self.workdir)
         try:
+            await first
             await self.steps()
             await self.finish()
         finally:
@@ -464,27 +509,23 @@ class _Drill:
         """The second producer run and the failures, each once its share of the crawl is
         done; then wait until the fleet leases again."""
         group, plan, run, say = self.group, self.plan, self.result, self.say
-        await self.until_done(plan.kill_at)
         # The second half is enqueued as the primary dies: some of its writes may be lost.
-        enqueued = (await self.queue.stats()).counters.get("enqueued", 0)
+        # (After the first run: one producer run at a time holds the crawl's lock.)
         second = asyncio.create_task(self.produce("second"))
+        await self.until_done(plan.kill_at)
+        first = int(self.result.producers[0].get("enqueued", 0))
 
-        async def producing() -> bool:
+        async def fed() -> bool:
             counters = (await self.queue.stats()).counters
-            return second.done() or counters.get("enqueued", 0) > enqueued
+            return second.done() or (self.fed > 0 and counters.get("enqueued", 0)
+                                     >= first + self.fed)
 
-        await _until(producing, 60, "the second producer run to enqueue")
+        await _until(fed, 60, "the second producer run's first half")
         killed = None
         if "kill" in plan.steps:
-            step = Step("kill", time.time(), "", await _held_leases(group, self.queue))
-            step.at = time.time()
-            killed = await asyncio.to_thread(group.kill_primary)
-            step.old = killed.name
-            run.steps.append(step)
-            say(f"killed {killed.name}")
-            step.new = (await asyncio.to_thread(group.wait_failover, killed)).name
-            say(f"{step.new} promoted")
-            await _until(lambda: _leasing(self.monitor, step), 60, "the fleet to lease again")
+            killed = await self.kill()
+        else:
+            self.killed.set()
         await second
         if "split" in plan.steps:
             await self.until_done(plan.split_at)
@@ -506,6 +547,21 @@ class _Drill:
         if run.steps:
             last = run.steps[-1]
             await _until(lambda: _leasing(self.monitor, last), 60, "the fleet to lease again")
+
+    async def kill(self) -> Node:
+        """kill -9 the primary, let the second producer run go on, wait for the failover
+        and for the fleet to lease again."""
+        step = Step("kill", 0.0, "", await _held_leases(self.group, self.queue))
+        step.at = time.time()
+        killed = await asyncio.to_thread(self.group.kill_primary)
+        self.killed.set()
+        step.old = killed.name
+        self.result.steps.append(step)
+        self.say(f"killed {killed.name}")
+        step.new = (await asyncio.to_thread(self.group.wait_failover, killed)).name
+        self.say(f"{step.new} promoted")
+        await _until(lambda: _leasing(self.monitor, step), 60, "the fleet to lease again")
+        return killed
 
     async def finish(self) -> None:
         """Drain, settle, the producer's re-run, drain again, fsck, the final states."""
@@ -529,8 +585,13 @@ class _Drill:
         stats = await queue.stats()
         run.counters, run.dead_reasons, run.active = (
             stats.counters, stats.dead_reasons, stats.active)
-        for tid, url in run.urls.items():
-            run.states[tid] = await queue.state_of(tid, url)
+        room = asyncio.Semaphore(8)  # the client's pool: a few connections at a time
+
+        async def state(tid: str) -> None:
+            async with room:
+                run.states[tid] = await queue.state_of(tid, run.urls[tid])
+
+        await asyncio.gather(*[state(tid) for tid in run.urls])
         run.finished = time.time()
 
 
@@ -539,9 +600,13 @@ async def _leasing(monitor: _Monitor, step: Step) -> bool:
 
 
 def _fill_in(step: Step, group: SentinelGroup, monitor: _Monitor) -> None:
-    """Sentinel's times from its logs; the fleet's first lease after the promotion."""
-    odown = _first(group.sentinel_events("+odown"), step.at)
-    switch = _first(group.sentinel_events("+switch-master"), step.at)
+    """Sentinel's times from its logs (the first sentinel's events about the node the step
+    hit); the fleet's first lease after the promotion."""
+    port = str(group.nodes[int(step.old[1:])].port)
+    odown = _first([e for e in group.sentinel_events("+odown")
+                    if e.text.split()[3:4] == [port]], step.at)
+    switch = _first([e for e in group.sentinel_events("+switch-master")
+                     if e.text.split()[2:3] == [port]], step.at)
     step.detected = odown.at if odown else None
     step.promoted = switch.at if switch else None
     if step.new:
