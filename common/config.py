@@ -249,7 +249,21 @@ COMMON_OPTIONS = (
            choices=("DEBUG", "INFO", "WARNING", "ERROR")),
     Option("--log-format", "CRAWLQ_LOG_FORMAT", "text", "log format",
            choices=("text", "json")),
+    Option("--redis-wait-replicas", "CRAWLQ_REDIS_WAIT_REPLICAS", 0,
+           "after each call that changes the queue, WAIT until this many replicas have "
+           "it (0: don't wait); a promotion then loses no write they acknowledged, at "
+           "the cost of a replication round trip per call (docs/failover.md)",
+           type=int, check=lambda n: _at_least(n, 0, "replicas"), field="wait_replicas"),
+    Option("--redis-wait-timeout", "CRAWLQ_REDIS_WAIT_TIMEOUT", 1.0,
+           "how long such a WAIT may take; fewer replicas by then is logged, and the call "
+           "stands", type=duration, check=lambda s: _at_least(s, 0.001, "seconds"),
+           field="wait_timeout_s"),
 )
+
+
+def _at_least(value: float, least: float, what: str) -> None:
+    if value < least:
+        raise ConfigError(f"{value:g} {what}: must be at least {least:g}")
 
 
 _COMMON = defaults(COMMON_OPTIONS)
@@ -264,6 +278,8 @@ class CommonSettings:
     log_level: str = _COMMON["log_level"]
     log_format: str = _COMMON["log_format"]
     cluster: str = _COMMON["cluster"]
+    wait_replicas: int = _COMMON["wait_replicas"]
+    wait_timeout_s: float = _COMMON["wait_timeout_s"]
     # The flags of the command's options the user gave (flag or env variable): a value
     # asked for, not a default (`given_flags`). Empty when not built from a command line.
     given: frozenset[str] = frozenset()
@@ -281,4 +297,7 @@ class CommonSettings:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> CommonSettings:
         return cls(args.redis_url, args.crawl, args.log_level, args.log_format,
-                   getattr(args, "cluster", _COMMON["cluster"]), given_flags(args))
+                   getattr(args, "cluster", _COMMON["cluster"]),
+                   getattr(args, "redis_wait_replicas", _COMMON["wait_replicas"]),
+                   getattr(args, "redis_wait_timeout", _COMMON["wait_timeout_s"]),
+                   given_flags(args))

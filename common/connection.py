@@ -16,6 +16,7 @@ whole steps.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from typing import Any
@@ -25,15 +26,18 @@ from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from common.errors import ConfigError
 from common.redis_retry import classified_retry, mark_not_sent
 from common.redis_url import check_redis_url, is_sentinel, parse_sentinel
+from common.redis_wait import wait_after_writes
 from common.resp_pack import use_hiredis_packer
 
 
 class _SentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):
     """A Sentinel pool that blocks like `connect`'s pool when every connection is busy,
-    and asks the Sentinels where the primary is at most every `ASK_EVERY_S` when a
-    connection is taken: a connection to another address is dropped and made again.
+    and asks the Sentinels where the primary is at most every `ASK_EVERY_S` while
+    connections are taken (in the background: a slow Sentinel delays no command): a
+    connection to another address is dropped and made again when next taken.
 
     Without it a pooled connection stays with an old primary that still takes writes
     (until Sentinel demotes it, ~10 s after a promotion; `min-replicas-to-write` makes it
@@ -42,13 +46,18 @@ class _SentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):
 
     ASK_EVERY_S = 1.0
     _asked = float("-inf")
+    asking: asyncio.Task[None] | None = None
 
     async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
-        if time.monotonic() - self._asked >= self.ASK_EVERY_S:
+        if time.monotonic() - self._asked >= self.ASK_EVERY_S and (
+                self.asking is None or self.asking.done()):
             self._asked = time.monotonic()
-            with contextlib.suppress(RedisConnectionError, RedisTimeoutError):
-                await self.get_master_address()  # type: ignore[no-untyped-call]
+            self.asking = asyncio.ensure_future(self._ask())
         return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+    async def _ask(self) -> None:
+        with contextlib.suppress(RedisConnectionError, RedisTimeoutError):
+            await self.get_master_address()  # type: ignore[no-untyped-call]
 
     async def ensure_connection(self, connection: Any) -> None:
         if (self.master_address is not None and connection.is_connected
@@ -62,6 +71,10 @@ class _SentinelClient(aioredis.Redis):
 
     async def aclose(self, close_connection_pool: bool | None = None) -> None:
         pool = self.connection_pool
+        if isinstance(pool, _SentinelPool) and pool.asking is not None:
+            pool.asking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pool.asking
         await super().aclose(close_connection_pool)
         if isinstance(pool, SentinelConnectionPool):
             await pool.sentinel_manager.aclose()
@@ -100,8 +113,11 @@ def _sentinel_client(url: str, options: dict[str, Any]) -> aioredis.Redis:
 
 
 def connect(url: str, *, retries: int = 3, socket_timeout: float = 10.0,
-            max_connections: int = 32, pool_timeout: float = 30.0) -> aioredis.Redis:
+            max_connections: int = 32, pool_timeout: float = 30.0,
+            wait_replicas: int = 0, wait_timeout_s: float = 1.0) -> aioredis.Redis:
     """A client for ``url`` (common/redis_url.py's forms); connects lazily on first use.
+    With `wait_replicas`, the queue's writes on it WAIT for that many replicas
+    (common/redis_wait.py).
 
     Raises ConfigError for a URL crawlq can't use."""
     check_redis_url(url)
@@ -117,6 +133,7 @@ def connect(url: str, *, retries: int = 3, socket_timeout: float = 10.0,
         client = aioredis.Redis.from_pool(pool)  # the client owns the pool: aclose() closes it
     mark_not_sent(client)
     use_hiredis_packer(client)
+    wait_after_writes(client, wait_replicas, wait_timeout_s)
     return client
 
 
@@ -136,9 +153,11 @@ def connect_cluster(url: str, *, socket_timeout: float = 10.0,
     )
 
 
-async def open_redis(url: str, *, cluster: bool | None = None) -> RedisClient:
+async def open_redis(url: str, *, cluster: bool | None = None, wait_replicas: int = 0,
+                     wait_timeout_s: float = 1.0) -> RedisClient:
     """A client for a single node or a cluster; ``cluster=None`` asks the server which
-    (a Sentinel-named primary is never a cluster)."""
+    (a Sentinel-named primary is never a cluster). `wait_replicas`: as `connect`'s, not
+    with a cluster."""
     check_redis_url(url)
     if cluster is None and is_sentinel(url):
         cluster = False
@@ -149,4 +168,9 @@ async def open_redis(url: str, *, cluster: bool | None = None) -> RedisClient:
             cluster = bool(int(info.get("cluster_enabled", 0)))
         finally:
             await probe.aclose()
-    return connect_cluster(url) if cluster else connect(url)
+    if cluster and wait_replicas:
+        raise ConfigError("--redis-wait-replicas works with one primary (and Sentinel), "
+                          "not with a Redis Cluster")
+    if cluster:
+        return connect_cluster(url)
+    return connect(url, wait_replicas=wait_replicas, wait_timeout_s=wait_timeout_s)

@@ -31,13 +31,25 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import MasterNotFoundError
 from redis.backoff import ExponentialWithJitterBackoff
-from redis.exceptions import AuthenticationError, ResponseError
+from redis.exceptions import (
+    AuthenticationError,
+    BusyLoadingError,
+    ClusterDownError,
+    ReadOnlyError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from common.redis_errors import error_code
 
 T = TypeVar("T")
+
+
+class NotSentError(RedisConnectionError):
+    """The connection failed before the command was sent: the command did not run."""
+
 
 #: Error codes of a command the server refused without running it.
 DID_NOT_RUN = frozenset({"READONLY", "LOADING", "MASTERDOWN", "NOREPLICAS", "TRYAGAIN",
@@ -47,8 +59,6 @@ DID_NOT_RUN = frozenset({"READONLY", "LOADING", "MASTERDOWN", "NOREPLICAS", "TRY
 _RESEND: ContextVar[bool] = ContextVar("crawlq_resend", default=True)
 
 
-class NotSentError(RedisConnectionError):
-    """The connection failed before the command was sent: the command did not run."""
 
 
 @contextlib.contextmanager
@@ -72,14 +82,17 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         seen += 1
 
 
+#: The classes redis-py raises for some of those codes (the code taken off the message).
+_DID_NOT_RUN_CLASSES = (NotSentError, MasterNotFoundError, ReadOnlyError, BusyLoadingError,
+                        TryAgainError, ClusterDownError)
+
+
 def did_not_run(exc: BaseException) -> bool:
     """True if the command certainly did not run (see the module's docstring)."""
     for e in _chain(exc):
-        if isinstance(e, NotSentError):
+        if isinstance(e, _DID_NOT_RUN_CLASSES):
             return True
         if isinstance(e, ResponseError) and error_code(str(e)) in DID_NOT_RUN:
-            return True
-        if isinstance(e, MasterNotFoundError):
             return True
     return False
 
@@ -142,7 +155,7 @@ class _NotSentMixin:
 def _not_sent() -> Iterator[None]:
     try:
         yield
-    except AuthenticationError:
+    except (AuthenticationError, BusyLoadingError):  # refusals: classified as they are
         raise
     except (RedisConnectionError, RedisTimeoutError) as exc:
         if isinstance(exc, NotSentError):

@@ -25,6 +25,7 @@ from redis.exceptions import ResponseError
 
 from common.errors import LuaIncludeError
 from common.redis_retry import resending
+from common.redis_wait import ReplicaWait, acknowledged, replica_wait
 
 LUA = Path(__file__).parent / "lua"
 
@@ -54,6 +55,9 @@ RESENDABLE: dict[str, str] = {
     "release_lock": "compares the lock's token",
     "history_push": "a second snapshot within the minimum gap is skipped",
 }
+
+#: The scripts that change nothing: never followed by a WAIT (common/redis_wait.py).
+READS = frozenset({"is_empty"})
 
 _INCLUDE = re.compile(r'--- @include "([\w/.-]+)"')
 #: Where Redis says a script failed: "Error running script (call to f_<sha>):
@@ -155,10 +159,24 @@ class LuaScript:
                        args: Sequence[Any] | None = None, client: Any = None) -> Any:
         try:
             with resending(self.resendable):
-                return await self.script(keys=keys, args=args, client=client)
+                wait = None if client is not None or self.name in READS else replica_wait(
+                    self.script.registered_client)
+                if wait is None:
+                    return await self.script(keys=keys, args=args, client=client)
+                return await self._waited(keys, args, wait)
         except ResponseError as exc:
             _locate(exc, self.name)
             raise
+
+    async def _waited(self, keys: Sequence[Any] | None, args: Sequence[Any] | None,
+                      wait: ReplicaWait) -> Any:
+        """The call, then WAIT on its connection (--redis-wait-replicas)."""
+        async with self.script.registered_client.pipeline(transaction=False) as pipe:
+            await self.script(keys=keys, args=args, client=pipe)
+            pipe.execute_command(*wait.command())
+            reply, replicas = await pipe.execute()
+        acknowledged(wait, int(replicas))
+        return reply
 
 
 def register(client: Any, name: str) -> LuaScript:

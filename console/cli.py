@@ -426,7 +426,9 @@ async def _dispatch(args: argparse.Namespace) -> int:
             client = connect(args.redis_url, retries=0, socket_timeout=args.timeout)
         else:
             cluster = {"yes": True, "no": False}.get(args.cluster)
-            client = await open_redis(args.redis_url, cluster=cluster)
+            client = await open_redis(args.redis_url, cluster=cluster,
+                                      wait_replicas=args.redis_wait_replicas,
+                                      wait_timeout_s=args.redis_wait_timeout)
         return await handler(args, client)
     except (UsageError, ConfigError) as exc:
         print(f"crawlq: error: {exc}", file=sys.stderr)

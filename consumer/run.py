@@ -119,7 +119,9 @@ async def _connect(settings: ConsumerSettings, stop: asyncio.Event,
     while not stop.is_set():
         try:
             return await open_redis(settings.common.redis_url,
-                                    cluster=settings.common.cluster_mode)
+                                    cluster=settings.common.cluster_mode,
+                                    wait_replicas=settings.common.wait_replicas,
+                                    wait_timeout_s=settings.common.wait_timeout_s)
         except REDIS_ERRORS as exc:
             wait.failed(exc)
         await backoff.sleep(stop, at_most=wait.left())

@@ -408,7 +408,13 @@ async def run(settings: ProducerSettings, *, out: TextIO | None = None,
         if not settings.dry_run:
             try:
                 client = await open_redis(settings.common.redis_url,
-                                          cluster=settings.common.cluster_mode)
+                                          cluster=settings.common.cluster_mode,
+                                          wait_replicas=settings.common.wait_replicas,
+                                          wait_timeout_s=settings.common.wait_timeout_s)
+            except ConfigError as exc:  # a setting the server's kind refuses
+                _report(Summary(settings.common.crawl, dry_run=settings.dry_run,
+                                exit_code=EXIT_USAGE, error=str(exc)), settings, out)
+                return EXIT_USAGE
             except RedisError as exc:
                 failed = Summary(settings.common.crawl, dry_run=settings.dry_run,
                                  exit_code=EXIT_REDIS,

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis_binaries import resume
+from redis_binaries import pause, resume
 from support.failover import (
     MASTER,
     ReplyCutter,
@@ -178,16 +178,19 @@ async def test_a_write_a_replica_refused_is_tried_again_until_it_is_promoted(
         on_replica = await LeasingQueue.existing(reader, crawl_name)
         errors_before = (await admin.info("stats"))["total_error_replies"]
         leasing = asyncio.ensure_future(on_replica.lease("w", 2, 30_000))
+        writing = asyncio.ensure_future(reader.hset(f"crawlq:{{{crawl_name}}}:x", "a", "1"))
 
         async def refused() -> bool:
-            return (await admin.info("stats"))["total_error_replies"] > errors_before
+            return (await admin.info("stats"))["total_error_replies"] > errors_before + 1
 
-        await until(refused, 30, "the replica refused the lease (READONLY)")
-        assert not leasing.done()  # refused, not given up: it will be tried again
+        await until(refused, 30, "the replica refused the lease and the write (READONLY)")
+        # Refused, not given up: they are tried again.
+        assert not leasing.done() and not writing.done()
         await admin.execute_command("REPLICAOF", "NO", "ONE")
         leases = await asyncio.wait_for(leasing, 30)
         assert len(leases) == 2
         assert (await on_replica.stats()).leased == 2
+        assert await asyncio.wait_for(writing, 30) == 1
     finally:
         for c in (writer, reader, admin):
             await c.aclose()
@@ -220,6 +223,40 @@ async def test_tokens_after_a_promotion_pass_the_ones_the_replica_never_saw(
     finally:
         await old.aclose()
         await new.aclose()
+
+
+async def test_writes_wait_for_replicas_when_asked(
+        pair: tuple[RedisServer, RedisServer], crawl_name: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    primary, replica = pair
+    client = connect(primary.url, wait_replicas=1, wait_timeout_s=0.5)
+    admin = aioredis.Redis.from_url(primary.url, decode_responses=True)
+
+    async def waits() -> int:
+        return int((await admin.info("commandstats")).get("cmdstat_wait", {}).get("calls", 0))
+
+    try:
+        q = await LeasingQueue.open(client, crawl_name, CrawlSettings(partitions=2))
+        before = await waits()
+        await q.enqueue(tasks(4, "a.test") + tasks(4, "b.test"))  # a pipeline, then WAIT
+        leases = await q.lease("w", 4, 30_000)  # single calls, each then WAIT
+        assert await q.ack("w", [(leases[0], "ok")]) == [Code.OK]
+        assert await waits() - before >= 3
+        stats = await q.stats()
+        on_replica = aioredis.Redis.from_url(replica.url)
+        done = await on_replica.hget(q.partitions[leases[0].partition].stats, "done")
+        await on_replica.aclose()
+        assert done == b"1"  # the replica has it when the ack returns
+        pause(replica)  # no replica answers: the call waits its timeout, and stands
+        started = time.monotonic()
+        assert await q.ack("w", [(leases[1], "ok")]) == [Code.OK]
+        assert time.monotonic() - started >= 0.4
+        assert any(r.message == "redis_wait_short" for r in caplog.records)
+        assert (await q.stats()).counters["done"] == stats.counters["done"] + 1
+    finally:
+        resume(replica)
+        await client.aclose()
+        await admin.aclose()
 
 
 # -- Sentinel ------------------------------------------------------------------------------

@@ -95,3 +95,21 @@ def test_every_command_exits_2_with_one_line(command: str, how: str, url: str) -
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert ("names no master" if how == "flag" else "port '70000'") in lines[0]
     assert "secret" not in done.stderr
+
+
+async def test_waiting_for_replicas_is_refused_with_a_cluster_before_connecting() -> None:
+    with pytest.raises(ConfigError, match="not with a Redis Cluster"):
+        await open_redis("redis://127.0.0.1:1/0", cluster=True, wait_replicas=1)
+
+
+@pytest.mark.parametrize(("flag", "value", "said"), [
+    ("--redis-wait-replicas", "-1", "must be at least 0"),
+    ("--redis-wait-timeout", "0", "must be at least 0.001"),
+])
+def test_a_wrong_wait_setting_exits_2_with_one_line(flag: str, value: str, said: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CRAWLQ_", "REDIS_"))}
+    done = subprocess.run([*COMMANDS["consumer"], flag, value], env=env | {
+        "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60,
+        stdin=subprocess.DEVNULL, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and said in done.stderr, done.stderr

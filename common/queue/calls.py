@@ -15,6 +15,7 @@ from common.connection import RedisClient
 from common.keys import PartitionKeys
 from common.queue.model import Lease
 from common.redis_retry import resending
+from common.redis_wait import acknowledged, replica_wait
 from common.scripts import locate_in
 
 T = TypeVar("T")
@@ -34,12 +35,17 @@ async def run(client: RedisClient, calls: list[Call]) -> list[Any]:
     if isinstance(client, aioredis.RedisCluster):
         return list(await asyncio.gather(
             *(script(keys=keys, args=args) for script, keys, args in calls)))
+    wait = replica_wait(client)
     async with client.pipeline(transaction=False) as pipe:
         for script, keys, args in calls:
             await script(keys=keys, args=args, client=pipe)
+        if wait is not None:  # --redis-wait-replicas: on the connection that wrote
+            pipe.execute_command(*wait.command())
         try:
             with resending(all(script.resendable for script, _, _ in calls)):
                 result: list[Any] = await pipe.execute()
+            if wait is not None:
+                acknowledged(wait, int(result.pop()))
         except ResponseError as exc:
             locate_in(exc, (script for script, _, _ in calls))
             raise
