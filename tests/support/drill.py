@@ -246,9 +246,12 @@ async def _run(argv: list[str], log: Path, within: float,
     try:
         out = await asyncio.wait_for(ends(), within)
     except TimeoutError:
-        proc.kill()
-        await proc.wait()
         raise AssertionError(f"{argv[:2]} still ran after {within:g}s; see {log}") from None
+    finally:  # timed out, or the drill failed and cancels it
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
     return proc.returncode or 0, out.decode(errors="replace")
 
 
@@ -328,6 +331,7 @@ class _Monitor:
         self.samples: list[tuple[float, str, int]] = []  # (unix s, node, leased)
         self._clients: dict[int, aioredis.Redis] = {}
         self._task: asyncio.Task[None] | None = None
+        self.error = ""
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop())
@@ -350,13 +354,22 @@ class _Monitor:
                     c = self._clients[node.port] = aioredis.Redis(
                         host=HOST, port=node.port, socket_timeout=0.5,
                         socket_connect_timeout=0.5)
-                with contextlib.suppress(Exception):
+                try:
                     role = await c.execute_command("ROLE")
                     if role[0] in (b"master", "master"):
                         values = [await c.hget(k, "leased") for k in self.stats_keys]
                         self.samples.append((time.time(), node.name,
                                              sum(int(v or 0) for v in values)))
+                except Exception as exc:  # a node failing over: next round
+                    self.error = f"{node.name}: {exc}"
             await asyncio.sleep(SAMPLE_S)
+
+    def describe(self) -> str:
+        """The last sample of each node, for a failure message."""
+        last = {name: (round(at, 2), leased) for at, name, leased in self.samples}
+        return (f"monitor: {len(self.samples)} samples, last per node {last}, now "
+                f"{time.time():.2f}, last error {self.error!r}, running "
+                f"{self._task is not None and not self._task.done()}")
 
     def leasing_after(self, node: str, since: float) -> float | None:
         """When `node`'s leased counter first grew after `since` (its first sample after
@@ -372,14 +385,16 @@ class _Monitor:
         return None
 
 
-async def _until(pred: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
+async def _until(pred: Callable[[], Awaitable[bool]], within: float,
+                 what: str | Callable[[], str]) -> None:
     deadline = time.monotonic() + within
     while True:
         with contextlib.suppress(Exception):  # Redis in the middle of a failover
             if await pred():
                 return
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within:g}s waiting for {what}")
+            said = what if isinstance(what, str) else what()
+            raise AssertionError(f"timed out after {within:g}s waiting for {said}")
         await asyncio.sleep(0.1)
 
 
@@ -421,7 +436,7 @@ class _Drill:
         self.files: dict[str, Path] = {}
         self.second: list[str] = []  # the URLs the second producer run reads from stdin
         self.fed = 0  # how many of them it was given before the kill
-        self.killed = asyncio.Event()  # the rest goes in once the primary is dead
+        self.promoted = asyncio.Event()  # the rest goes in once a new primary is named
         self.producer_log = workdir / "producer.log"
 
     async def prepare(self, url_of: Callable[..., str]) -> None:
@@ -437,7 +452,8 @@ class _Drill:
             run.urls[tid] = url
             if raw in bad:
                 run.failing.add(tid)
-        half = len(every) // 2
+        # Two thirds first: the fleet still has work when the second run is under way.
+        half = len(every) * 2 // 3
         for name, urls in (("first", every[:half]), ("all", every)):
             self.files[name] = self.workdir / f"urls-{name}.txt"
             self.files[name].write_text("".join(u + "\n" for u in urls))
@@ -453,13 +469,16 @@ class _Drill:
 
     async def feed(self) -> AsyncIterator[bytes]:
         """The second run's stdin: half its URLs (whole batches), the rest once the
-        primary is dead, so the run is under way across the failover."""
+        Sentinels name a new primary: the run is under way across the failover, its
+        connections to the dead primary, and must find the new one. (While no primary
+        is named, a producer stops with exit 3 by design and its re-run restores what
+        it did not enqueue; here it must not need to.)"""
         urls = self.second
         cut = len(urls) // 2 // BATCH * BATCH
         for i in range(0, len(urls), BATCH):
             if i == cut:
                 self.fed = cut
-                await self.killed.wait()
+                await self.promoted.wait()
             yield "".join(u + "\n" for u in urls[i:i + BATCH]).encode()
             await asyncio.sleep(0.02)
 
@@ -516,17 +535,23 @@ class _Drill:
         first = int(self.result.producers[0].get("enqueued", 0))
 
         async def fed() -> bool:
-            counters = (await self.queue.stats()).counters
-            return second.done() or (self.fed > 0 and counters.get("enqueued", 0)
-                                     >= first + self.fed)
+            stats = await self.queue.stats()
+            return second.done() or (self.fed > 0 and stats.leased > 0 and stats.counters.get(
+                "enqueued", 0) >= first + self.fed)
 
-        await _until(fed, 60, "the second producer run's first half")
-        killed = None
-        if "kill" in plan.steps:
-            killed = await self.kill()
-        else:
-            self.killed.set()
-        await second
+        try:
+            await _until(fed, 60, "the second producer run's first half")
+            killed = None
+            if "kill" in plan.steps:
+                killed = await self.kill()
+            else:
+                self.promoted.set()
+            await second
+        finally:
+            if not second.done():
+                second.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await second
         if "split" in plan.steps:
             await self.until_done(plan.split_at)
             primary = await asyncio.to_thread(group.primary)
@@ -546,7 +571,9 @@ class _Drill:
             say(f"{killed.name} restarted as a replica")
         if run.steps:
             last = run.steps[-1]
-            await _until(lambda: _leasing(self.monitor, last), 60, "the fleet to lease again")
+            await _until(lambda: _leasing(self.monitor, last), 60,
+                         lambda: f"the fleet to lease again on {last.new}; "
+                                 f"{self.monitor.describe()}")
 
     async def kill(self) -> Node:
         """kill -9 the primary, let the second producer run go on, wait for the failover
@@ -554,13 +581,14 @@ class _Drill:
         step = Step("kill", 0.0, "", await _held_leases(self.group, self.queue))
         step.at = time.time()
         killed = await asyncio.to_thread(self.group.kill_primary)
-        self.killed.set()
         step.old = killed.name
         self.result.steps.append(step)
         self.say(f"killed {killed.name}")
         step.new = (await asyncio.to_thread(self.group.wait_failover, killed)).name
+        self.promoted.set()
         self.say(f"{step.new} promoted")
-        await _until(lambda: _leasing(self.monitor, step), 60, "the fleet to lease again")
+        await _until(lambda: _leasing(self.monitor, step), 60,
+                     lambda: f"the fleet to lease again on {step.new}; {self.monitor.describe()}")
         return killed
 
     async def finish(self) -> None:
