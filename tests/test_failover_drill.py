@@ -105,8 +105,8 @@ def describe(run: DrillRun) -> str:
         f" switch +{_after(s.promoted, s.at)} leasing +{_after(s.leasing, s.at)}"
         for s in run.steps)
     logs = "\n".join(f"--- {name}\n{text[-1500:]}" for name, text in run.logs.items())
-    return (f"steps: {steps}\nproducers: {run.producers}\nre-run enqueued "
-            f"{run.rerun_enqueued}; fetched twice {run.fetched_twice}; unexplained "
+    return (f"timeline: {run.timeline_text()}\nsteps: {steps}\nproducers: {run.producers}\n"
+            f"re-run enqueued {run.rerun_enqueued}; fetched twice {run.fetched_twice}; unexplained "
             f"{len(run.unexplained())}; token clashes {len(run.token_clashes())}; states "
             f"{Counter(run.states.values())}; dead {run.dead_reasons}; alive "
             f"{run.alive_at_end}; exits {run.exit_codes}\n{logs}")

@@ -9,9 +9,9 @@ the other half while it runs, starts ``plan.consumers`` ``python -m consumer``
 processes, all of them pointed at the group's Sentinel URL, and, with ``plan.steps``:
 
 - ``kill``: once ``plan.kill_at`` of the pages are done, kill -9 the primary;
-- ``split``: once ``plan.split_at`` are done, SIGSTOP the new primary until the
-  sentinels have promoted another node, then SIGCONT it (it still believes it is the
-  primary until the sentinels turn it into a replica: split brain);
+- ``split``: once the fleet leases on the new primary, SIGSTOP it until the sentinels
+  have promoted another node, then SIGCONT it (it still believes it is the primary
+  until the sentinels turn it into a replica: split brain);
 - ``restart``: start the killed primary again as a replica (right after the split: the
   newest primary takes writes only with a replica, ``min-replicas-to-write``).
 
@@ -88,13 +88,14 @@ class DrillPlan:
     failing: int = 30  # URLs answering 500: dead after 2 attempts (http_5xx)
     hosts: int = 4
     consumers: int = 3
-    concurrency: int = 16
-    delay_ms: float = 20.0  # each page's answer time
+    concurrency: int = 6
+    # Each page's answer time: the crawl (~70 pages/s at most) outlasts the producer runs'
+    # and the steps' waits even where process start-ups take seconds.
+    delay_ms: float = 250.0
     lease_s: float = 10.0
     partitions: int = 4
     steps: tuple[str, ...] = ("kill", "split", "restart")
     kill_at: float = 0.15  # fraction of the pages done when the primary is killed
-    split_at: float = 0.45
     drain_s: float = 120.0  # the longest the crawl may take to drain, each time
 
 
@@ -141,6 +142,10 @@ class DrillRun:
     alive_at_end: list[bool] = field(default_factory=list)
     exit_codes: list[int | None] = field(default_factory=list)
     logs: dict[str, str] = field(default_factory=dict)  # consumer name -> its log's tail
+    timeline: list[tuple[float, str]] = field(default_factory=list)  # (unix s, stage)
+
+    def timeline_text(self) -> str:
+        return " / ".join(f"+{t - self.started:.1f}s {what}" for t, what in self.timeline)
 
     def wrong_states(self) -> dict[str, str]:
         """Task id -> state, of every URL not in the state its answer makes it (done for
@@ -322,13 +327,13 @@ def _records(out: Path) -> list[dict[str, Any]]:
 
 
 class _Monitor:
-    """Samples, every `SAMPLE_S`, the ``leased`` counter of each node that says it is a
-    primary: when the fleet leases again after a promotion."""
+    """Samples, every `SAMPLE_S`, the ``leased`` counter of each node (its replicated
+    copy, on a replica): when the fleet leases again after a promotion."""
 
     def __init__(self, group: SentinelGroup, crawl_keys: list[str]) -> None:
         self.group = group
         self.stats_keys = crawl_keys
-        self.samples: list[tuple[float, str, int]] = []  # (unix s, node, leased)
+        self.samples: list[tuple[float, str, bool, int]] = []  # (unix s, node, primary?, leased)
         self._clients: dict[int, aioredis.Redis] = {}
         self._task: asyncio.Task[None] | None = None
         self.error = ""
@@ -355,30 +360,31 @@ class _Monitor:
                         host=HOST, port=node.port, socket_timeout=0.5,
                         socket_connect_timeout=0.5)
                 try:
-                    role = await c.execute_command("ROLE")
-                    if role[0] in (b"master", "master"):
-                        values = [await c.hget(k, "leased") for k in self.stats_keys]
-                        self.samples.append((time.time(), node.name,
-                                             sum(int(v or 0) for v in values)))
+                    role = await c.execute_command("ROLE")  # type: ignore[no-untyped-call]
+                    values = [await c.hget(k, "leased") for k in self.stats_keys]
+                    self.samples.append((time.time(), node.name, role[0] in (b"master", "master"),
+                                         sum(int(v or 0) for v in values)))
                 except Exception as exc:  # a node failing over: next round
                     self.error = f"{node.name}: {exc}"
             await asyncio.sleep(SAMPLE_S)
 
     def describe(self) -> str:
         """The last sample of each node, for a failure message."""
-        last = {name: (round(at, 2), leased) for at, name, leased in self.samples}
+        last = {name: (round(at, 2), primary, leased)
+                for at, name, primary, leased in self.samples}
         return (f"monitor: {len(self.samples)} samples, last per node {last}, now "
                 f"{time.time():.2f}, last error {self.error!r}, running "
                 f"{self._task is not None and not self._task.done()}")
 
     def leasing_after(self, node: str, since: float) -> float | None:
-        """When `node`'s leased counter first grew after `since` (its first sample after
-        `since` is the base)."""
-        base: int | None = None
-        for at, name, leased in self.samples:
-            if name != node or at < since:
+        """The first sample after `since` where `node` is a primary and its leased counter
+        is past what it held before: its last sample before `since`, or as a replica
+        (what it had of the old primary's)."""
+        base = 0
+        for at, name, primary, leased in self.samples:
+            if name != node:
                 continue
-            if base is None:
+            if at < since or not primary:
                 base = leased
             elif leased > base:
                 return at
@@ -421,7 +427,10 @@ async def run_drill(group: SentinelGroup, workdir: Path, plan: DrillPlan | None 
     async with start_site_process(delay_ms=plan.delay_ms, hosts=plan.hosts) as site:
         drill = _Drill(group, workdir, plan, crawl, say)
         await drill.prepare(site.url)
-        await drill.run()
+        try:
+            await drill.run()
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\ntimeline: {drill.result.timeline_text()}") from exc
     return drill.result
 
 
@@ -430,7 +439,7 @@ class _Drill:
 
     def __init__(self, group: SentinelGroup, workdir: Path, plan: DrillPlan, crawl: str,
                  say: Callable[[str], None]) -> None:
-        self.group, self.workdir, self.plan, self.crawl, self.say = (
+        self.group, self.workdir, self.plan, self.crawl, self._say = (
             group, workdir, plan, crawl, say)
         self.result = DrillRun(plan, started=time.time())
         self.files: dict[str, Path] = {}
@@ -458,6 +467,10 @@ class _Drill:
             self.files[name] = self.workdir / f"urls-{name}.txt"
             self.files[name].write_text("".join(u + "\n" for u in urls))
         self.second = every[half:]
+
+    def say(self, stage: str) -> None:
+        self.result.timeline.append((time.time(), stage))
+        self._say(stage)
 
     async def produce(self, which: str) -> dict[str, Any]:
         self.say(f"producer: {which} URLs")
@@ -527,8 +540,8 @@ class _Drill:
     async def steps(self) -> None:
         """The second producer run and the failures, each once its share of the crawl is
         done; then wait until the fleet leases again."""
-        group, plan, run, say = self.group, self.plan, self.result, self.say
-        # The second half is enqueued as the primary dies: some of its writes may be lost.
+        plan = self.plan
+        # The second part is enqueued across the kill: some of its writes may be lost.
         # (After the first run: one producer run at a time holds the crawl's lock.)
         second = asyncio.create_task(self.produce("second"))
         await self.until_done(plan.kill_at)
@@ -541,39 +554,47 @@ class _Drill:
 
         try:
             await _until(fed, 60, "the second producer run's first half")
+            self.say("second producer run under way")
             killed = None
             if "kill" in plan.steps:
                 killed = await self.kill()
             else:
                 self.promoted.set()
+            if "split" in plan.steps:  # as soon as the fleet works on the new primary
+                await self.split()
+            if "restart" in plan.steps and killed is not None:
+                await asyncio.to_thread(self.group.restart_as_replica, killed)
+                self.result.restarted = time.time()
+                self.say(f"{killed.name} restarted as a replica")
+            if self.result.steps:
+                last = self.result.steps[-1]
+                await _until(lambda: _leasing(self.monitor, last), 60,
+                             lambda: f"the fleet to lease again on {last.new}; "
+                                     f"{self.monitor.describe()}")
             await second
         finally:
             if not second.done():
                 second.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await second
-        if "split" in plan.steps:
-            await self.until_done(plan.split_at)
-            primary = await asyncio.to_thread(group.primary)
-            step = Step("split", 0.0, primary.name, await _held_leases(group, self.queue))
-            step.at = time.time()
-            await asyncio.to_thread(group.pause, primary)
-            run.steps.append(step)
-            say(f"paused {primary.name}")
-            try:
-                step.new = (await asyncio.to_thread(group.wait_failover, primary)).name
-                say(f"{step.new} promoted")
-            finally:
-                await asyncio.to_thread(group.resume, primary)
-        if "restart" in plan.steps and killed is not None:
-            await asyncio.to_thread(group.restart_as_replica, killed)
-            run.restarted = time.time()
-            say(f"{killed.name} restarted as a replica")
-        if run.steps:
-            last = run.steps[-1]
-            await _until(lambda: _leasing(self.monitor, last), 60,
-                         lambda: f"the fleet to lease again on {last.new}; "
-                                 f"{self.monitor.describe()}")
+
+    async def split(self) -> None:
+        """SIGSTOP the primary until the Sentinels name another, then SIGCONT it."""
+        group = self.group
+        primary = await asyncio.to_thread(group.primary)
+        step = Step("split", 0.0, primary.name, await _held_leases(group, self.queue))
+        stats = await self.queue.stats()
+        assert stats.pending > 0, f"the crawl is leased to its end already: {stats}"
+        step.at = time.time()
+        await asyncio.to_thread(group.pause, primary)
+        self.result.steps.append(step)
+        self.say(f"paused {primary.name}")
+        try:
+            step.new = (await asyncio.to_thread(group.wait_failover, primary)).name
+            self.say(f"{step.new} promoted")
+        finally:
+            await asyncio.to_thread(group.resume, primary)
+            self.say(f"continued {primary.name}")
 
     async def kill(self) -> Node:
         """kill -9 the primary, let the second producer run go on, wait for the failover
@@ -589,6 +610,7 @@ class _Drill:
         self.say(f"{step.new} promoted")
         await _until(lambda: _leasing(self.monitor, step), 60,
                      lambda: f"the fleet to lease again on {step.new}; {self.monitor.describe()}")
+        self.say(f"the fleet leases on {step.new}")
         return killed
 
     async def finish(self) -> None:
@@ -619,7 +641,9 @@ class _Drill:
             async with room:
                 run.states[tid] = await queue.state_of(tid, run.urls[tid])
 
+        self.say("reading every URL's state")
         await asyncio.gather(*[state(tid) for tid in run.urls])
+        self.say("done")
         run.finished = time.time()
 
 
