@@ -6,6 +6,8 @@
 #   docker run --rm -e REDIS_URL=redis://redis:6379/0 crawlq                      # consumer
 #   docker run --rm -e REDIS_URL=... -v "$PWD/data:/data:ro" crawlq crawlq-producer /data/urls.txt
 #   docker run --rm -e REDIS_URL=... crawlq crawlq stats
+#   docker run --rm -e REDIS_URL=... -e CRAWLQ_SPIDER=/spiders/shop.py \
+#       -v "$PWD/spiders:/spiders:ro" crawlq                         # a spider's consumer
 #
 # BASE_IMAGE must be Debian-based. An image without python3 (plain Debian) gets Debian's
 # python3 (3.11 on bookworm) from apt in both stages; crawlq needs Python >= 3.11. Every
@@ -37,11 +39,16 @@ COPY common ./common
 COPY producer ./producer
 COPY consumer ./consumer
 COPY console ./console
+COPY crawlq ./crawlq
+# The example spiders, for `--spider /opt/crawlq/examples/demo_spider.py`; a spider of
+# your own is mounted (-v "$PWD/spiders:/spiders:ro") and named by its path the same way.
+COPY examples /opt/crawlq/examples
 # crawlq itself is pure Python, built here with setuptools; its dependencies are in already.
 RUN /opt/crawlq/bin/pip install --no-deps . \
     && /opt/crawlq/bin/crawlq --help >/dev/null \
     && /opt/crawlq/bin/crawlq-producer --help >/dev/null \
-    && /opt/crawlq/bin/crawlq-consumer --help >/dev/null
+    && /opt/crawlq/bin/crawlq-consumer --help >/dev/null \
+    && /opt/crawlq/bin/python -c 'from crawlq import Spider, Request, Item'
 
 # -- final: the venv on a clean base, no build tools --------------------------------------
 FROM ${BASE_IMAGE}

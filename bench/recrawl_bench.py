@@ -3,7 +3,8 @@ a fixed budget, crawlq's adaptive revisit schedule beside a fixed round-robin.
 
     python bench/recrawl_bench.py [--part site|sim|both] [--root DIR] [--interval 20]
                                   [--pages 200] [--budget 4] [--day 60] [--days 8]
-                                  [--warmup 3] [--seed 1]
+                                  [--warmup 3] [--seed 1] [--dist loguniform|static|both]
+                                  [--strategies adaptive,fixed,learned] [--model-only]
     python bench/recrawl_bench.py --quick         # both parts, about 8 minutes
     python bench/recrawl_bench.py --self-check    # the simulator and the freshness
                                                   # computation alone, no crawlq
@@ -37,20 +38,25 @@ counted) and ``crawlq stats``. Targets: pass 2 finds pass 1's pages, >= 95% of t
 
 **2. A change simulator.** A local aiohttp server (a child process, as pushback_bench's)
 on 127.0.0.1 serves ``--pages`` N pages ``/p/<i>`` (default 200). Page i changes as a
-Poisson process of rate lambda_i per simulated day, log-uniform over [``--rate-min``,
-``--rate-max``] (0.05 .. 500 a day: four orders of magnitude), its change times drawn in
-advance from ``--seed``. A simulated day is ``--day`` real seconds (60): the rates and the
-policy's intervals (``STRATEGIES``, in days) are scaled by the same factor. Each answer
-carries the ETag (``"<i>-<version>"``) and Last-Modified of the page's current version
-and is a 304 to a matching ``If-None-Match`` (else ``If-Modified-Since``); the body holds
-the version, so its digest changes with it. The server notes every fetch: its time, the
-page, the version it served (or confirmed with its 304) and the status. Runs, each a
-fresh crawl and a fresh server with the same seed, ``--days`` simulated days each (8),
-one host, the same fetch budget of ``--budget`` B fetches/s (the policy's
-``per_host_delay`` = 1/B, ``per_host_concurrency`` 1): crawlq ``revisit=adaptive``
-(Nutch's AdaptiveFetchSchedule: x1.4 when unchanged, x0.8 when changed, clamped) and
-crawlq ``revisit=fixed`` with ``recrawl_after`` = N/B seconds (a round-robin: the same
-budget). One consumer, no link following; the producer enqueues the N URLs.
+Poisson process of rate lambda_i per simulated day, its change times drawn in advance
+from ``--seed``; the rates (``--dist``, each in turn with ``both``): log-uniform over
+[``--rate-min``, ``--rate-max``] (0.05 .. 500 a day: four orders of magnitude), or mostly
+static, what sites look like (``MOSTLY_STATIC``: 80% never change, 15% change 0.5..2
+times a day, 5% 12..48 times a day). A simulated day is ``--day`` real seconds (60): the
+rates and the policy's intervals (``STRATEGIES``, in days) are scaled by the same factor.
+Each answer carries the ETag (``"<i>-<version>"``) and Last-Modified of the page's
+current version and is a 304 to a matching ``If-None-Match`` (else
+``If-Modified-Since``); the body holds the version, so its digest changes with it. The
+server notes every fetch: its time, the page, the version it served (or confirmed with
+its 304) and the status. Runs, each a fresh crawl and a fresh server with the same seed,
+``--days`` simulated days each (8), one host, the same fetch budget of ``--budget`` B
+fetches/s (the policy's ``per_host_delay`` = 1/B, ``per_host_concurrency`` 1): crawlq
+``revisit=adaptive`` (Nutch's AdaptiveFetchSchedule: x1.4 when unchanged, x0.8 when
+changed, clamped), crawlq ``revisit=fixed`` with ``recrawl_after`` = N/B seconds (a
+round-robin: the same budget) and crawlq ``revisit=learned`` with ``recrawl_after`` = N/B
+(its budget: what the round-robin spends; each URL's interval from its estimated change
+rate, lib/revisits.lua); ``--strategies`` picks some. One consumer, no link following;
+the producer enqueues the N URLs.
 
 **Freshness**: over the window after ``--warmup`` simulated days (3), for each page the
 share of the time during which the version its latest fetch got equals its current
@@ -59,17 +65,22 @@ freshness (overall and per quarter of the pages by change rate), fetches/s each 
 the share of 304s, the revisit lateness p50/p99 when ``crawlq stats --json`` has any
 field with ``late`` in its name, and the analytic freshness of the fixed round-robin,
 mean of (1 - e^(-lambda I)) / (lambda I) with I = N/B, as a check of the instrument;
-beside them **model adaptive**: the same schedule and budget run as a model without
-crawlq (one fetch at most every 1/B s, the earliest due first, ``STRATEGIES["adaptive"]``'s
-intervals and multipliers), the policy's own ceiling here; and the **oracle**: the best
-any schedule can do at this budget knowing each page's true rate (Cho and
-Garcia-Molina's optimal refresh allocation, 2003), the ceiling of every adaptive
-schedule, which must learn the rates. Target: adaptive >= fixed + 10 points. (With
-log-uniform rates over four orders of magnitude the oracle itself is only 4-8 points
-above the round-robin at any budget, so no schedule meets the target there; under a
-budget that binds, Nutch's multipliers let the pages that change fastest shrink to
-``min_interval`` and take the budget, as Cho and Garcia-Molina found of proportional
-revisiting.)
+beside them **model adaptive** and **model learned**: the same schedules and budget run
+as models without crawlq (one fetch at most every 1/B s, the earliest due first,
+``STRATEGIES``' values; learned mirrors lib/revisits.lua's estimator, interval and
+price), each policy's own ceiling here; and the **oracle**: the best any schedule can do
+at this budget knowing each page's true rate (Cho and Garcia-Molina's optimal refresh
+allocation, 2003), the ceiling of every schedule that must learn the rates. Under each
+column, the fetches/s a round-robin needs for that freshness (the analytic curve,
+inverted) and the share of them the column saves: **fetches saved at equal freshness**.
+``--model-only`` prints the analytic, model and oracle columns alone (seconds, no
+crawlq). Targets: adaptive and learned >= fixed at equal budget on both distributions;
+learned within 2 points of the oracle on the log-uniform one, and >= 50% fewer fetches
+than fixed at equal freshness on the mostly static one. (With log-uniform rates over four
+orders of magnitude the oracle itself is only 4-8 points above the round-robin at any
+budget; under a budget that binds, Nutch's multipliers let the pages that change fastest
+shrink to ``min_interval`` and take the budget, as Cho and Garcia-Molina found of
+proportional revisiting.)
 
 ``--self-check`` runs the simulator against a tiny client of the bench's own (one
 aiohttp session fetching the pages round-robin at B/s on a fixed tick, sending the
@@ -161,14 +172,26 @@ STRATEGIES = {
         "revisit": "fixed",
         "recrawl_after": "{round}",  # N / B seconds: the round-robin that spends B
     },
+    "learned": {
+        "revisit": "learned",
+        "recrawl_after": "{round}",  # the budget: what the round-robin spends
+        "min_interval": "{days:0.1}",
+        "max_interval": "{days:16}",
+    },
 }
+#: Part 2's change-rate distributions (--dist): log-uniform over four orders of magnitude
+#: (--rate-min..--rate-max), and what sites look like: the shares of pages that never
+#: change, change about daily (0.5..2 a day, log-uniform) and about hourly (12..48 a day).
+DISTS = ("loguniform", "static")
+MOSTLY_STATIC = ((0.80, 1e-6, 1e-6), (0.15, 0.5, 2.0), (0.05, 12.0, 48.0))
 #: The outcomes of a revisit, as the consumer's records name them.
 OUTCOMES = ("not_modified", "unchanged", "changed")
 
 TARGET_SAME_PAGES = True  # pass 2 finds pass 1's pages
 TARGET_NOT_MODIFIED = 0.95  # share of pass 2's pages answered 304, at least
 TARGET_BYTES = 0.10  # pass 2's bytes / pass 1's, at most
-TARGET_POINTS = 10.0  # adaptive freshness - fixed, in points, at least
+TARGET_ORACLE_POINTS = 2.0  # oracle - learned freshness on the log-uniform rates, at most
+TARGET_SAVED = 0.50  # fetches learned saves against fixed at equal freshness (mostly static)
 SELF_CHECK_POINTS = 3.0  # |measured - analytic| freshness of the round-robin, at most
 STOP_GRACE_S = 25.0  # the consumer's --grace is 20 s by default
 QUICK = {"interval": 15.0, "pages": 100, "day": 30.0, "days": 6.0, "warmup": 2.0}
@@ -541,10 +564,17 @@ class Schedule:
 
     @classmethod
     def make(cls, pages: int, *, seed: int, rate_min: float, rate_max: float, day: float,
-             horizon: float) -> Schedule:
+             horizon: float, dist: str = "loguniform") -> Schedule:
         rng = random.Random(seed)
-        per_day = [math.exp(rng.uniform(math.log(rate_min), math.log(rate_max)))
-                   for _ in range(pages)]
+        if dist == "static":
+            bands = [band for share, *band in MOSTLY_STATIC
+                     for _ in range(round(share * pages))]
+            bands = (bands + [bands[0]] * pages)[:pages]
+            rng.shuffle(bands)
+            per_day = [math.exp(rng.uniform(math.log(lo), math.log(hi))) for lo, hi in bands]
+        else:
+            per_day = [math.exp(rng.uniform(math.log(rate_min), math.log(rate_max)))
+                       for _ in range(pages)]
         rates = [r / day for r in per_day]
         changes = []
         for i, rate in enumerate(rates):
@@ -562,7 +592,7 @@ class Schedule:
 
 def sim_schedule(args: argparse.Namespace) -> Schedule:
     return Schedule.make(args.pages, seed=args.seed, rate_min=args.rate_min,
-                         rate_max=args.rate_max, day=args.day,
+                         rate_max=args.rate_max, day=args.day, dist=args.dist,
                          horizon=args.days * args.day + 600.0)
 
 
@@ -639,7 +669,8 @@ def start_server(args: argparse.Namespace, workdir: Path, label: str,
     out = workdir / f"{label}-fetches.json"
     proc = spawn([sys.executable, __file__, "--serve", "--port", str(port), "--out", str(out),
                   "--pages", str(args.pages), "--seed", str(args.seed), "--rate-min",
-                  str(args.rate_min), "--rate-max", str(args.rate_max), "--day",
+                  str(args.rate_min), "--rate-max", str(args.rate_max), "--dist", args.dist,
+                  "--day",
                   str(args.day), "--days", str(args.days)],
                  log=workdir / f"{label}-server.log")
     wait_port(port, proc, "the bench's server")
@@ -704,38 +735,93 @@ def oracle_optimum(rates: list[float], budget: float) -> list[float]:
             for r in rates]
 
 
-def model_adaptive(sched: Schedule, args: argparse.Namespace) -> list[float]:
-    """Each page's freshness under a model of the adaptive schedule, no crawlq: one fetch
-    at most every 1/B s, the earliest due first, the first interval ``recrawl_after``,
-    then x(1 + grow) when the version is the one fetched last, x(1 - shrink) when not,
-    clamped to [min_interval, max_interval] (the values of STRATEGIES["adaptive"]). What
-    crawlq's run can be judged against: the policy's own ceiling at this budget."""
+def _strategy_values(name: str, sched: Schedule,
+                     args: argparse.Namespace) -> tuple[float, float, float, float, float]:
+    """STRATEGIES[name]'s first, min and max interval (s), grow and shrink."""
     from common.config import duration  # noqa: PLC0415
 
     values = {"delay": 1.0 / args.budget, "round": len(sched.rates) / args.budget}
-    words = dict(w.split("=", 1) for w in fill(STRATEGIES["adaptive"], values, args.day))
-    first = duration(words.get("recrawl_after", f"{args.day}s"))
-    low = duration(words.get("min_interval", "0s"))
-    high = duration(words.get("max_interval", f"{1e9}s"))
-    grow, shrink = float(words.get("interval_grow", 0.4)), float(words.get("interval_shrink",
-                                                                           0.2))
+    words = dict(w.split("=", 1) for w in fill(STRATEGIES[name], values, args.day))
+    return (duration(words.get("recrawl_after", f"{args.day}s")),
+            float(max(1, duration(words.get("min_interval", "60s")))),
+            duration(words.get("max_interval", f"{1e9}s")),
+            float(words.get("interval_grow", 0.4)), float(words.get("interval_shrink", 0.2)))
+
+
+#: lib/revisits.lua's learned constants, as the model mirrors them.
+LEARNED_DECAY = 0.9
+PRICE_AT_FIRST = 1 - 2 / math.e
+
+
+def _optimal_interval(rate: float, price: float) -> float | None:
+    """lib/revisits.lua's optimal_interval: None when the page is not worth a visit."""
+    c = price * rate
+    if c >= 1:
+        return None
+    lo, hi = 0.0, 50.0
+    for _ in range(48):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if 1 - math.exp(-mid) * (1 + mid) < c else (lo, mid)
+    return (lo + hi) / 2 / rate
+
+
+def model_schedule(name: str, sched: Schedule,
+                   args: argparse.Namespace) -> tuple[list[float], float]:
+    """Each page's freshness under a model of crawlq's `name` schedule (adaptive or
+    learned), no crawlq: one fetch at most every 1/B s, the earliest due first, the
+    values of STRATEGIES[name]. Adaptive: the first interval ``recrawl_after``, then
+    x(1 + grow) when the version is the one fetched last, x(1 - shrink) when not.
+    Learned: lib/revisits.lua's estimator, optimal interval and price, one fetch at a
+    time. Clamped to [min_interval, max_interval]. What crawlq's run can be judged
+    against: the policy's own ceiling at this budget. Returns each page's freshness and
+    the fetches/s spent in the window."""
+    first, low, high, grow, shrink = _strategy_values(name, sched, args)
     n = len(sched.rates)
     due = [(0.0, i) for i in range(n)]
-    interval, last = [first] * n, [-1] * n
+    interval, last, at = [first] * n, [-1] * n, [0.0] * n
+    est = [(0.0, 0.0, 0.0)] * n
+    price, demand, known = PRICE_AT_FIRST * first, 0.0, 0
     fetched: list[list[float]] = [[] for _ in range(n)]
     t, end = -1.0 / args.budget, args.days * args.day
     while t < end:
-        at, i = heapq.heappop(due)
-        t = max(t + 1.0 / args.budget, at)
+        due_at, i = heapq.heappop(due)
+        t = max(t + 1.0 / args.budget, due_at)
         v = sched.version(i, t)
-        if last[i] >= 0:
+        old = interval[i] if last[i] >= 0 else 0.0
+        if last[i] >= 0 and name == "learned":
+            visits, changes, covered = est[i]
+            est[i] = (visits * LEARNED_DECAY + 1, changes * LEARNED_DECAY + (v != last[i]),
+                      covered * LEARNED_DECAY + max(t - at[i], interval[i]))
+            visits, changes, covered = est[i]
+            rate = -math.log((visits - changes + 0.5) / (visits + 1)) / (covered / visits)
+            interval[i] = min(high, max(low, _optimal_interval(rate, price) or high))
+        elif last[i] >= 0:
             interval[i] = min(high, max(low, interval[i] * (
                 1 - shrink if v != last[i] else 1 + grow)))
-        last[i] = v
+        if name == "learned":
+            known += last[i] < 0
+            demand = max(0.0, demand + 1 / interval[i] - (1 / old if old else 0.0))
+            target = known / first
+            if demand > 0:
+                step = math.log(demand / target) * min(1.0, 1 / known)
+                price *= math.exp(max(-0.5, min(0.5, step)))
+        last[i], at[i] = v, t
         fetched[i].append(t)
         heapq.heappush(due, (t + interval[i], i))
     w0, w1 = args.warmup * args.day, end
-    return [page_freshness(sched.changes[i], fetched[i], w0, w1) for i in range(n)]
+    spent = sum(w0 <= f < w1 for page in fetched for f in page) / (w1 - w0)
+    return [page_freshness(sched.changes[i], fetched[i], w0, w1) for i in range(n)], spent
+
+
+def fixed_rate_for(freshness: float, rates: list[float]) -> float:
+    """The fetches/s a round-robin needs to reach mean `freshness` over pages changing at
+    `rates` (the analytic freshness, which falls as its interval grows)."""
+    lo, hi = 1e-6, 1e9
+    for _ in range(200):
+        mid = math.sqrt(lo * hi)
+        fresh = statistics.fmean(analytic_round_robin(rates, mid))
+        lo, hi = (mid, hi) if fresh >= freshness else (lo, mid)
+    return len(rates) / lo
 
 
 @dataclass
@@ -775,9 +861,14 @@ class SimFigures:
         return statistics.fmean(self.per_page) if self.per_page else 0.0
 
 
-def quarters(sched: Schedule) -> list[list[int]]:
-    """The pages in four groups by change rate, slowest first."""
+def groups_of(sched: Schedule, dist: str, day: float) -> list[list[int]]:
+    """The pages in groups by change rate, slowest first: four quarters, or the mostly
+    static distribution's bands."""
     order = sorted(range(len(sched.rates)), key=lambda i: sched.rates[i])
+    if dist == "static":
+        bands = [[i for i in order if lo <= sched.rates[i] * day * (1 + 1e-9)
+                  and sched.rates[i] * day <= hi * (1 + 1e-9)] for _, lo, hi in MOSTLY_STATIC]
+        return [band for band in bands if band]
     n = len(order)
     return [order[q * n // 4:(q + 1) * n // 4] for q in range(4)]
 
@@ -859,32 +950,38 @@ def report_sim(runs: list[SimRun], sched: Schedule, args: argparse.Namespace) ->
     interval = args.pages / args.budget
     analytic = analytic_round_robin(sched.rates, interval)
     figs = [r.figures(sched, args) for r in runs]
-    groups = quarters(sched)
+    groups = groups_of(sched, args.dist, args.day)
     print(f"\nover simulated days {args.warmup:g}..{args.days:g} of each run (a day = "
           f"{args.day:g} s); budget {args.budget:g} fetches/s; round-robin interval N/B = "
-          f"{interval:g} s = {interval / args.day:.2f} day")
-    model = model_adaptive(sched, args)
+          f"{interval:g} s = {interval / args.day:.2f} day; rates: {args.dist}")
+    models = {name: model_schedule(name, sched, args) for name in ("adaptive", "learned")}
+    model_spent = [spent for _, spent in models.values()]
     oracle = oracle_optimum(sched.rates, args.budget)
-    names = [r.label for r in runs] + ["analytic round-robin", "model adaptive", "oracle"]
+    others = {"analytic round-robin": analytic, **{f"model {k}": v for k, (v, _) in
+                                                   models.items()}, "oracle": oracle}
+    names = [r.label for r in runs] + list(others)
     width = max(len(n) for n in names) + 2
     print(" " * 24 + "".join(n.rjust(width) for n in names))
 
     def row(what: str, cells: list[str]) -> None:
         print(what.ljust(24) + "".join(c.rjust(width) for c in cells))
 
-    row("freshness", [f"{100 * f.mean:.1f}%" for f in figs]
-        + [f"{100 * statistics.fmean(x):.1f}%" for x in (analytic, model, oracle)])
+    means = [f.mean for f in figs] + [statistics.fmean(x) for x in others.values()]
+    row("freshness", [f"{100 * m:.1f}%" for m in means])
     for group in groups:
         lo, hi = (sched.rates[group[0]] * args.day, sched.rates[group[-1]] * args.day)
         row(f"  {lo:.3g}-{hi:.3g}/day", [
             f"{100 * statistics.fmean(f.per_page[i] for i in group):.1f}%" for f in figs]
-            + [f"{100 * statistics.fmean(x[i] for i in group):.1f}%"
-               for x in (analytic, model, oracle)])
-    row("fetches/s", [f"{f.per_s:.2f}" for f in figs] + [f"{args.budget:.2f}", "<= B",
-                                                          f"{args.budget:.2f}"])
-    row("304 share", [f"{100 * f.share304:.1f}%" for f in figs] + ["-", "-", "-"])
+            + [f"{100 * statistics.fmean(x[i] for i in group):.1f}%" for x in others.values()])
+    spent = [f.per_s for f in figs] + [args.budget, *model_spent, args.budget]
+    row("fetches/s", [f"{x:.2f}" for x in spent])
+    needed = [fixed_rate_for(m, sched.rates) for m in means]
+    row("fixed needs /s for it", [f"{x:.2f}" for x in needed])
+    row("fetches saved vs fixed", [f"{100 * (1 - b / x):.0f}%"
+                                   for b, x in zip(spent, needed, strict=True)])
+    row("304 share", [f"{100 * f.share304:.1f}%" for f in figs] + ["-"] * len(others))
     row("lateness", [", ".join(f"{k} {v}" for k, v in r.lateness.items()) or "n/a"
-                     for r in runs] + ["-", "-", "-"])
+                     for r in runs] + ["-"] * len(others))
     for r, f in zip(runs, figs, strict=True):
         if f.wrong_versions:
             r.notes.append(f"{f.wrong_versions} fetches noted a version the schedule "
@@ -900,30 +997,50 @@ def report_sim(runs: list[SimRun], sched: Schedule, args: argparse.Namespace) ->
     if "crawlq fixed" in by:
         diff = 100 * (by["crawlq fixed"].mean - statistics.fmean(analytic))
         print(f"  crawlq fixed vs analytic: {diff:+.1f} points (the instrument's check)")
-    if "crawlq adaptive" in by and "crawlq fixed" in by:
-        diff = 100 * (by["crawlq adaptive"].mean - by["crawlq fixed"].mean)
-        checks.append((f"adaptive >= fixed + {TARGET_POINTS:g} points",
-                       f"{diff:+.1f} points", diff >= TARGET_POINTS))
-        ceiling = 100 * (statistics.fmean(oracle) - statistics.fmean(analytic))
         print(f"  the oracle's gain over the round-robin, the ceiling of any schedule at "
-              f"this budget: {ceiling:+.1f} points")
-    return print_checks("targets (part 2)", checks) if checks else True
+              f"this budget: {100 * (statistics.fmean(oracle) - statistics.fmean(analytic)):+.1f}"
+              f" points")
+        for name in ("crawlq adaptive", "crawlq learned"):
+            if name in by:
+                diff = 100 * (by[name].mean - by["crawlq fixed"].mean)
+                checks.append((f"{name.split()[1]} >= fixed at equal budget",
+                               f"{diff:+.1f} points", diff >= 0))
+    if "crawlq learned" in by and args.dist == "loguniform":
+        gap = 100 * (statistics.fmean(oracle) - by["crawlq learned"].mean)
+        checks.append((f"learned within {TARGET_ORACLE_POINTS:g} points of the oracle",
+                       f"{gap:.1f} points below", gap <= TARGET_ORACLE_POINTS))
+    if "crawlq learned" in by and args.dist == "static":
+        f = by["crawlq learned"]
+        saved = 1 - f.per_s / fixed_rate_for(f.mean, sched.rates)
+        checks.append((f"learned saves >= {100 * TARGET_SAVED:.0f}% at equal freshness",
+                       f"{100 * saved:.0f}% fewer fetches", saved >= TARGET_SAVED))
+    return print_checks(f"targets (part 2, {args.dist})", checks) if checks else True
 
 
 def part_sim(args: argparse.Namespace, workdir: Path) -> bool:
+    good = True
+    for dist in DISTS if args.dist == "both" else (args.dist,):
+        args.dist = dist
+        good &= sim_one(args, workdir)
+    return good
+
+
+def sim_one(args: argparse.Namespace, workdir: Path) -> bool:
     sched = sim_schedule(args)
     total = sum(len(c) for c in sched.changes)
-    print(f"\n== part 2: {args.pages} pages changing at {args.rate_min:g}..{args.rate_max:g}"
-          f"/day (log-uniform, seed {args.seed}; {total} changes drawn), a day = "
-          f"{args.day:g} s, {args.days:g} days a run, warm-up {args.warmup:g} days, "
-          f"budget {args.budget:g} fetches/s", flush=True)
+    rates = (f"{args.rate_min:g}..{args.rate_max:g}/day (log-uniform" if args.dist ==
+             "loguniform" else ", ".join(f"{100 * share:.0f}% at {lo:g}..{hi:g}/day"
+                                         for share, lo, hi in MOSTLY_STATIC) + " (mostly static")
+    print(f"\n== part 2: {args.pages} pages changing at {rates}, seed {args.seed}; {total} "
+          f"changes drawn), a day = {args.day:g} s, {args.days:g} days a run, warm-up "
+          f"{args.warmup:g} days, budget {args.budget:g} fetches/s", flush=True)
     runs = []
     if args.self_check:
         print(f"  self-check: round-robin at {args.budget:g}/s for "
               f"{args.days * args.day:.0f} s ...", flush=True)
         runs.append(run_self_check(args, workdir, sched))
-    else:
-        for name in STRATEGIES:
+    elif not args.model_only:
+        for name in args.strategies:
             print(f"  crawlq {name}: {args.days * args.day:.0f} s ...", flush=True)
             runs.append(run_strategy(args, workdir, name))
     return report_sim(runs, sched, args)
@@ -963,6 +1080,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rate-min", type=float, default=0.05, help="slowest changes/day")
     p.add_argument("--rate-max", type=float, default=500.0, help="fastest changes/day")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--dist", choices=(*DISTS, "both"), default="both",
+                   help="part 2's change rates: log-uniform, mostly static, or both")
+    p.add_argument("--strategies", type=lambda t: t.split(","), default=list(STRATEGIES),
+                   help=f"part 2's crawlq runs, comma-separated (default "
+                   f"{','.join(STRATEGIES)})")
+    p.add_argument("--model-only", action="store_true",
+                   help="part 2 without crawlq runs: the analytic, model and oracle columns")
     p.add_argument("--keep", type=Path, default=None,
                    help="copy the logs and records into this directory")
     add_server_args(p)
@@ -971,6 +1095,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--warmup must be shorter than --days")
     if not 0 < args.rate_min < args.rate_max:
         p.error("need 0 < --rate-min < --rate-max")
+    if unknown := set(args.strategies) - set(STRATEGIES):
+        p.error(f"--strategies: no strategy {', '.join(sorted(unknown))}")
     return args
 
 

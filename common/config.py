@@ -239,6 +239,12 @@ ALLOW_PRIVATE = Option("--allow-private", "CRAWLQ_ALLOW_PRIVATE", False,
                        "turn the SSRF guard off: let fetches (the producer's: of sitemaps) "
                        "reach loopback, private and link-local addresses", flag_only_bool=True)
 
+#: One variable for the producer and the consumers: the spider the whole crawl runs.
+SPIDER = Option("--spider", "CRAWLQ_SPIDER", "", "the crawl's spider (common.spider): "
+                "module:obj, path/to/spider.py:obj or path/to/spider.py (its one Spider); "
+                "the producer enqueues its start requests, a consumer parses each response "
+                "with the route of its task's label; a label with no route is refused")
+
 COMMON_OPTIONS = (
     REDIS_URL,
     Option("--cluster", "CRAWLQ_CLUSTER", "auto", "Redis Cluster mode: auto asks the "

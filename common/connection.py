@@ -22,7 +22,9 @@ import time
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
+from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -96,13 +98,29 @@ class _AskSentinelMixin:
             check_health=check_health, retry_socket_connect=retry_socket_connect)
 
 
+class _Sentinels(Sentinel):
+    """redis-py's Sentinel manager, with a short message when no Sentinel names the
+    primary (redis-py's holds the repr of each Sentinel client)."""
+
+    async def discover_master(self, service_name: str) -> Any:
+        try:
+            return await super().discover_master(service_name)
+        except MasterNotFoundError:
+            where = ", ".join(f"{s.connection_pool.connection_kwargs['host']}:"
+                              f"{s.connection_pool.connection_kwargs['port']}"
+                              for s in self.sentinels)
+            raise MasterNotFoundError(f"no Sentinel of {where} answered with a primary "
+                                      f"named {service_name!r}") from None
+
+
 def _sentinel_client(url: str, options: dict[str, Any]) -> aioredis.Redis:
     parsed = parse_sentinel(url)
+    # Each ask goes once to each Sentinel: the client's retry tries the whole ask again.
     sentinel_kwargs = {"socket_timeout": options["socket_timeout"],
                        "socket_connect_timeout": options["socket_connect_timeout"],
-                       **parsed.sentinel_kwargs}
-    sentinel = Sentinel(list(parsed.sentinels),  # type: ignore[no-untyped-call]
-                        sentinel_kwargs=sentinel_kwargs)
+                       "retry": Retry(NoBackoff(), 0), **parsed.sentinel_kwargs}
+    sentinel = _Sentinels(list(parsed.sentinels),  # type: ignore[no-untyped-call]
+                          sentinel_kwargs=sentinel_kwargs)
     client: aioredis.Redis = sentinel.master_for(
         parsed.master, redis_class=_SentinelClient, connection_pool_class=_SentinelPool,
         **{**options, **parsed.kwargs})

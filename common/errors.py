@@ -32,6 +32,17 @@ class BadRequestError(CrawlqError, ValueError):
     dead-letter reason, a page); the message says what was wrong."""
 
 
+class InvalidRequestError(CrawlqError, ValueError):
+    """A Request (common/request.py) is malformed: a bad method, data that isn't a JSON
+    object, a body over the cap, a label that isn't a route name, a bad header; the
+    message names the field and what to do. Raised when it is made or enqueued."""
+
+
+class UnknownLabelError(CrawlqError, LookupError):
+    """A request's label names no route of the spider (common/spider): refused when the
+    request is made or enqueued; a leased task with one ends dead (``unknown_label``)."""
+
+
 class SourceError(CrawlqError, OSError):
     """An input source (file, stdin, sitemap) could not be read."""
 

@@ -49,7 +49,7 @@ _REFUSED = {
     "te": "a hop-by-hop header, managed by the HTTP client",
     "trailer": "a hop-by-hop header, managed by the HTTP client",
     "upgrade": "a hop-by-hop header, managed by the HTTP client",
-    "expect": "a GET has no body to negotiate",
+    "expect": "the fetcher sends a body whole, without a 100-continue handshake",
     "accept-encoding": "the fetcher decompresses and caps bodies itself",
     "user-agent": "use --user-agent (robots.txt rules are matched on it)",
     "proxy-authorization": "put proxy credentials in the --proxy URL",

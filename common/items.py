@@ -13,6 +13,7 @@ from typing import Any
 
 from common import codec
 from common.errors import MalformedTaskError
+from common.task import Task
 
 #: Separates the parts of a composite key (a unit separator: never in a URL or a number).
 KEY_SEP = "\x1f"
@@ -24,6 +25,12 @@ class Item:
 
     key: str
     data: Mapping[str, Any]
+
+
+def unique_key_of(task: Task) -> str:
+    """The unique key of the request `task` is (``Task.key``): what the crawl deduplicated
+    it by, so an item keyed by it names one row per request."""
+    return task.key()
 
 
 def item_key(data: Mapping[str, Any], *, unique_key: str, index: int,

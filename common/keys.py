@@ -50,10 +50,29 @@ hungry         ZSET    worker -> when its lease call last came     lease
                        is recent, the other workers take only
                        their fair share of a host's slots
 conf           HASH    the crawl's politeness, copied from its     policy_apply,
-                       policy (delay ms, concurrency,              pause/resume
-                       policy_version: the policy version they
-                       came from), and ``paused``
+                       policy (delay ms, concurrency,              pause/resume,
+                       policy_version: the policy version they     ack
+                       came from), and ``paused``; learned
+                       revisits' rv_price and rv_demand (ack)
 pending        STRING  pending tasks in this partition             enqueue, lease, ...
+=============  ======  ==========================================  ===================
+
+Crawler traps (``common.trapbook``; the crawl's ``trap_*`` and
+``near_duplicate_distance`` policy):
+
+=============  ======  ==========================================  ===================
+tr:<host>      HASH    reason -> links of the host a trap rule     traps
+                       refused (``trap_*``), pages it found to be
+                       near duplicates (``near_duplicate``)
+h:traps        ZSET    host -> the sum of its ``tr:<host>``: the   traps
+                       index ``crawlq traps`` sorts by
+tv:<host>      HASH    8-byte hash of a path -> the 4-byte hashes  traps
+                       of the query strings its links had, at
+                       most ``trap_path_variants``
+fp:<host>      STRING  the host's newest page fingerprints, at     fingerprints
+                       most 256, each 12 bytes: its 64-bit
+                       SimHash and 4 bytes of its URL's
+                       fingerprint
 =============  ======  ==========================================  ===================
 
 Everything else a task needs, once it has left its host queue:
@@ -267,6 +286,23 @@ class PartitionKeys:
     def bloom_layer(self, layer: int) -> str:
         """The bit string of one bloom filter layer."""
         return f"{self.prefix}bloom:{layer}"
+
+    def traps(self, host: str) -> str:
+        """A host's trap tallies: reason -> links refused or pages not followed."""
+        return f"{self.prefix}tr:{host}"
+
+    @property
+    def trap_index(self) -> str:
+        """host -> all its trap tallies, the index ``crawlq traps`` sorts by."""
+        return f"{self.prefix}h:traps"
+
+    def variants(self, host: str) -> str:
+        """A host's query variants: path hash -> the 4-byte hashes of its queries."""
+        return f"{self.prefix}tv:{host}"
+
+    def fingerprints(self, host: str) -> str:
+        """A host's newest page fingerprints, 12 bytes each (``common.trapbook``)."""
+        return f"{self.prefix}fp:{host}"
 
     def pattern(self) -> str:
         """A SCAN pattern matching every key of this partition."""

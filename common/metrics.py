@@ -32,7 +32,11 @@ custom collector (`FetchHistogram`) rather than prometheus-client's locked Histo
                                             results stream
     crawlq_links_total{fate}                links handlers found: cached (skipped by the
                                             consumer's seen cache), sent (to the crawl's
-                                            dedup), invalid, out_of_scope, capped
+                                            dedup), invalid, out_of_scope, too_deep
+                                            (past the policy's max_depth), capped,
+                                            and one fate per trap rule that refused it
+                                            (trap_length, trap_segments, trap_repeats,
+                                            trap_params, trap_variants: common.traps)
 
 The crawl's revisit schedule, read from Redis by each consumer every few seconds and
 served only for a crawl with revisits on or any URL's history (`RevisitFigures`). They
@@ -68,6 +72,8 @@ from prometheus_client.core import (
     Metric,
 )
 
+from common.traps import REFUSALS
+
 if TYPE_CHECKING:
     from common.queue.model import RevisitStats
 
@@ -85,13 +91,15 @@ OUTCOMES: Final = (
     "not_modified",
     "unchanged",
     "changed",
+    "near_duplicate",
     "retried",
     "dead",
     "stale",
     "released",
 )
 # What becomes of a link a handler found (consumer.intake), pre-created at 0 too.
-LINK_FATES: Final = ("cached", "sent", "invalid", "out_of_scope", "capped")
+LINK_FATES: Final = ("cached", "sent", "invalid", "out_of_scope", "too_deep", "capped",
+                     *REFUSALS)
 STATUS_CLASSES: Final = ("1xx", "2xx", "3xx", "4xx", "5xx", "error")
 # Web fetches: from a cached 10 ms to a 60 s timeout.
 FETCH_BUCKETS: Final = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
@@ -298,7 +306,9 @@ class Metrics:
         self.links_total = Counter(
             "links_total",
             "Links handlers found, by fate: cached (seen lately by this consumer), sent "
-            "(to the crawl's dedup), invalid, out_of_scope, capped (past --max-links).",
+            "(to the crawl's dedup), invalid, out_of_scope, too_deep (past max_depth), "
+            "capped (past --max-links), trap_length, trap_segments, trap_repeats, "
+            "trap_params, trap_variants (a trap rule of the crawl's policy refused it).",
             ["fate"],
             namespace=NAMESPACE,
             registry=reg,

@@ -14,7 +14,13 @@ host's delay follows its response times, ``adaptive_delay`` up to ``max_delay``;
 longest robots.txt Crawl-delay it obeys, ``max_crawl_delay``; and whether done URLs come
 back by themselves on a revisit schedule, ``revisit`` (off, fixed or adaptive, exact
 dedup only), between ``min_interval`` and ``max_interval``, learning by
-``interval_grow`` and ``interval_shrink`` (common/lua/lib/revisits.lua).
+``interval_grow`` and ``interval_shrink`` (common/lua/lib/revisits.lua); which links
+are crawler traps, refused (``common.traps``): longer than ``trap_max_url_length``, with
+more path segments than ``trap_max_segments``, one segment more often than
+``trap_repeated_segments``, more query parameters than ``trap_max_params``, or a new query
+past ``trap_path_variants`` for its path; whether session ids are dropped from links,
+``trap_session_ids``; and when a page is a near duplicate of another of its host's, its
+links not followed, ``near_duplicate_distance`` (``common.simhash``).
 What stays a process's own setting (credentials, memory and time bounds, sinks) is
 listed in docs/policy.md.
 
@@ -80,6 +86,7 @@ from common.keys import CrawlKeys, PartitionKeys
 from common.queue import CrawlSettings, DedupMode, RetryPolicy
 from common.scripts import register
 from common.task import DEFAULT_MAX_ATTEMPTS
+from common.traps import TrapRules
 from common.urls import canonical_domain
 from common.wake import WakeChannel
 
@@ -312,8 +319,10 @@ def _show_domains(value: tuple[str, ...]) -> str:
 
 
 #: How a crawl revisits the URLs it has done (`revisit`): never (off), after the first
-#: interval every time (fixed), or after an interval each visit learns (adaptive).
-REVISIT_MODES = ("off", "fixed", "adaptive")
+#: interval every time (fixed), after an interval each visit stretches or shrinks
+#: (adaptive), or after the interval that is best for the change rate its visits
+#: estimate, within the budget of a fixed schedule (learned).
+REVISIT_MODES = ("off", "fixed", "adaptive", "learned")
 
 
 def revisit_mode(text: str) -> str:
@@ -332,6 +341,27 @@ def _revisit_mode_ok(value: str) -> None:
 def _below_one(value: float) -> None:
     if not 0 <= value < 1:
         raise ConfigError(f"must be >= 0 and < 1, got {value:g}")
+
+
+#: What `near_duplicate_distance` shows (and takes) for no near-duplicate check.
+OFF = "off"
+
+
+def near_duplicate_distance(text: str) -> int:
+    """Bits (0-64) two page fingerprints may differ by and be near duplicates; `OFF`:
+    -1 (never)."""
+    if str(text).strip().lower() == OFF:
+        return -1
+    return _whole(text)
+
+
+def _distance_ok(value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not -1 <= value <= 64:
+        raise ConfigError(f"must be a whole number 0-64 or {OFF}, got {value!r}")
+
+
+def _show_distance(value: int) -> str:
+    return OFF if value < 0 else str(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,16 +462,18 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  show=_show_seconds, toml_string=True, seeded_by=NOBODY),
     PolicyOption("revisit", "", revisit_mode, "off",
                  "bring every done URL back by itself, on a schedule kept in the frontier: "
-                 "off, fixed (every recrawl_after) or adaptive (an interval per URL, longer "
-                 "while it does not change, shorter when it does); exact dedup only",
+                 "off, fixed (every recrawl_after), adaptive (an interval per URL, longer "
+                 "while it does not change, shorter when it does) or learned (an interval "
+                 "per URL from its estimated change rate, spending what fixed would); "
+                 "exact dedup only",
                  check=_revisit_mode_ok, toml_string=True, seeded_by=NOBODY),
     PolicyOption("min_interval", "", _whole_seconds, 60,
-                 "adaptive: shortest interval between two visits of a URL it learns "
-                 "(fixed revisits every recrawl_after, whatever this says)",
+                 "adaptive and learned: shortest interval between two visits of a URL "
+                 "they learn (fixed revisits every recrawl_after, whatever this says)",
                  check=_whole_ok, show=_show_seconds, toml_string=True, seeded_by=NOBODY),
     PolicyOption("max_interval", "", _whole_seconds, 90 * 86400,
-                 "adaptive: longest interval between two visits of a URL it learns "
-                 "(>= min_interval)",
+                 "adaptive and learned: longest interval between two visits of a URL "
+                 "they learn (>= min_interval)",
                  check=_whole_ok, show=_show_seconds, toml_string=True, seeded_by=NOBODY),
     PolicyOption("interval_grow", "", _factor, 0.4,
                  "adaptive: a URL's interval x (1 + this) after a visit that found it "
@@ -450,6 +482,32 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  "adaptive: a URL's interval x (1 - this) after a visit that found it "
                  "changed (>= 0, < 1)", check=_below_one, show=_show_factor,
                  seeded_by=NOBODY),
+    PolicyOption("trap_max_url_length", "", _whole, 1024,
+                 "a link longer than this is a trap, refused (trap_length; 0 = no limit)",
+                 check=_whole_ok, seeded_by=NOBODY),
+    PolicyOption("trap_max_segments", "", _whole, 20,
+                 "a link with more path segments than this is a trap, refused "
+                 "(trap_segments; 0 = no limit)", check=_whole_ok, seeded_by=NOBODY),
+    PolicyOption("trap_repeated_segments", "", _whole, 2,
+                 "a link whose path holds one segment more times than this is a trap, "
+                 "refused (trap_repeats; 2: /a/b/a/b/a/ is one; 0 = no limit)",
+                 check=_whole_ok, seeded_by=NOBODY),
+    PolicyOption("trap_max_params", "", _whole, 12,
+                 "a link with more query parameters than this is a trap, refused "
+                 "(trap_params; 0 = no limit)", check=_whole_ok, seeded_by=NOBODY),
+    PolicyOption("trap_path_variants", "", _whole, 1000,
+                 "distinct query strings the links to one path of a host may have, "
+                 "fleet-wide; a new one past this is a trap, refused (trap_variants; 0 = "
+                 "no limit)", check=_whole_ok, seeded_by=NOBODY),
+    PolicyOption("trap_session_ids", "", _true_false, True,
+                 "drop session ids (sid, jsessionid, phpsessid, ... with a token value) "
+                 "from links, so a page under another session is the same URL",
+                 check=_is_bool, show=_show_bool, seeded_by=NOBODY),
+    PolicyOption("near_duplicate_distance", "", near_duplicate_distance, 3,
+                 "a page whose text fingerprint (64-bit SimHash) is at most this many bits "
+                 "from one of its host's is a near duplicate: done, outcome "
+                 "near_duplicate, not handled, its links not followed (0-64; off = never)",
+                 check=_distance_ok, show=_show_distance, seeded_by=NOBODY),
 )
 OPTIONS: dict[str, PolicyOption] = {o.name: o for o in POLICY_OPTIONS}
 #: The (base, cap) pairs whose cap may not be below its base.
@@ -493,6 +551,13 @@ class CrawlPolicy:
     max_interval: int = OPTIONS["max_interval"].default
     interval_grow: float = OPTIONS["interval_grow"].default
     interval_shrink: float = OPTIONS["interval_shrink"].default
+    trap_max_url_length: int = OPTIONS["trap_max_url_length"].default
+    trap_max_segments: int = OPTIONS["trap_max_segments"].default
+    trap_repeated_segments: int = OPTIONS["trap_repeated_segments"].default
+    trap_max_params: int = OPTIONS["trap_max_params"].default
+    trap_path_variants: int = OPTIONS["trap_path_variants"].default
+    trap_session_ids: bool = OPTIONS["trap_session_ids"].default
+    near_duplicate_distance: int = OPTIONS["near_duplicate_distance"].default
 
     def __post_init__(self) -> None:
         for opt in POLICY_OPTIONS:
@@ -517,11 +582,17 @@ class CrawlPolicy:
 
     def revisit_conf(self) -> list[int]:
         """What policy_apply.lua gives each partition's ``conf`` for the revisit schedule:
-        mode (0 off, 1 fixed, 2 adaptive), first, min and max interval (s), grow and
-        shrink (thousandths)."""
+        mode (0 off, 1 fixed, 2 adaptive, 3 learned), first, min and max interval (s),
+        grow and shrink (thousandths)."""
         return [REVISIT_MODES.index(self.revisit), self.recrawl_after, self.min_interval,
                 self.max_interval, round(self.interval_grow * 1000),
                 round(self.interval_shrink * 1000)]
+
+    def trap_rules(self) -> TrapRules:
+        """The URL trap rules the link intake applies."""
+        return TrapRules(self.trap_max_url_length, self.trap_max_segments,
+                         self.trap_repeated_segments, self.trap_max_params,
+                         self.trap_path_variants, self.trap_session_ids)
 
     def texts(self) -> dict[str, str]:
         """Each value as text in the flags' syntax (what Redis stores)."""

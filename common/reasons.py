@@ -51,6 +51,10 @@ UNCHANGED: Final = _reason(
 CHANGED: Final = _reason(
     "changed", "done", "a revisit's 2xx whose body differs from the previous visit's: "
     "handled as a new page, its links followed")
+NEAR_DUPLICATE: Final = _reason(
+    "near_duplicate", "done", "a 2xx HTML page whose text fingerprint is within the crawl's "
+    "near_duplicate_distance of another page of its host: no handler, its links not "
+    "followed; result written")
 #: The outcomes of a revisit's response (a record's ``revisit`` field).
 REVISIT_OUTCOMES: Final = frozenset({NOT_MODIFIED, UNCHANGED, CHANGED})
 
@@ -89,6 +93,9 @@ SSRF_BLOCKED: Final = _reason(
     "ssrf_blocked", "dead", "the SSRF guard refused the address, on any hop")
 MALFORMED: Final = _reason(
     "malformed", "dead", "a task body that can't be decoded or fails the schema")
+UNKNOWN_LABEL: Final = _reason(
+    "unknown_label", "dead", "a task whose label has no route in the consumer's --spider: "
+    "never fetched, never done unparsed")
 STALLED: Final = _reason(
     "stalled", "dead", "its lease expired more than --max-stalls times (consumer died or hung)")
 

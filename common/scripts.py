@@ -148,11 +148,12 @@ class LuaScript:
     direct call says which file and line it came from; a call whose outcome is unknown
     is sent again only if the script is `resendable`."""
 
-    __slots__ = ("name", "resendable", "script")
+    __slots__ = ("client", "name", "resendable", "script")
 
-    def __init__(self, name: str, script: Any) -> None:
+    def __init__(self, name: str, script: Any, client: Any) -> None:
         self.name = name
         self.script = script
+        self.client = client  # the one it was registered on
         self.resendable = name in RESENDABLE
 
     async def __call__(self, keys: Sequence[Any] | None = None,
@@ -160,7 +161,7 @@ class LuaScript:
         try:
             with resending(self.resendable):
                 wait = None if client is not None or self.name in READS else replica_wait(
-                    self.script.registered_client)
+                    self.client)
                 if wait is None:
                     return await self.script(keys=keys, args=args, client=client)
                 return await self._waited(keys, args, wait)
@@ -171,7 +172,7 @@ class LuaScript:
     async def _waited(self, keys: Sequence[Any] | None, args: Sequence[Any] | None,
                       wait: ReplicaWait) -> Any:
         """The call, then WAIT on its connection (--redis-wait-replicas)."""
-        async with self.script.registered_client.pipeline(transaction=False) as pipe:
+        async with self.client.pipeline(transaction=False) as pipe:
             await self.script(keys=keys, args=args, client=pipe)
             pipe.execute_command(*wait.command())
             reply, replicas = await pipe.execute()
@@ -181,7 +182,7 @@ class LuaScript:
 
 def register(client: Any, name: str) -> LuaScript:
     """Script `name`, registered on `client`."""
-    return LuaScript(name, client.register_script(source(name)))
+    return LuaScript(name, client.register_script(source(name)), client)
 
 
 class Scripts:

@@ -4,10 +4,16 @@ A pending task is one entry in its host's queue: ``<id><url>`` (the 32 hex digit
 fingerprint, then the canonical URL), followed by a space and a JSON object of only the
 fields that differ from their defaults (``a`` max_attempts, ``p`` priority, ``m`` meta,
 ``d`` depth, ``h`` request headers: name -> value, checked by ``common/headers.py``,
-``v`` the previous visit of a URL its revisit schedule brought back: ``common/revisit.py``).
+``v`` the previous visit of a URL its revisit schedule brought back: ``common/revisit.py``;
+and a request's (``common/request.py``): ``M`` its method when not GET, ``b`` its body
+when it is UTF-8 text, else ``B`` its body in base64, ``l`` its label, ``u`` its data,
+``k`` its unique key when the user set one).
 Canonical URLs hold no space, so the first space ends the URL. Most entries are just id
-and URL: a frontier's size is mostly its URLs. Headers are not part of a task's identity:
-dedup is per URL, so the same URL enqueued again with other headers is a duplicate.
+and URL: a frontier's size is mostly its URLs, and a GET with no label and no data is
+stored as it always was. The id is the fingerprint of the request's unique key
+(`common.request.request_key`): for a GET or HEAD the canonical URL, so dedup is per URL
+and headers are not part of a task's identity; for other methods the method and a digest
+of the body join it (two bodies POSTed to one URL are two tasks).
 
 The fields that change while a task lives (attempt, last_error, checkpoint) are kept in
 their own hashes and laid over the entry when the task is leased.
@@ -15,12 +21,15 @@ their own hashes and laid over the entry when the task is leased.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from dataclasses import dataclass, field
 from typing import Any
 
 from common import codec
-from common.errors import MalformedTaskError
+from common.errors import InvalidRequestError, MalformedTaskError
 from common.headers import checked_headers
+from common.request import Request, check_label, check_method, request_key
 from common.revisit import Revisit
 
 MAX_TASK_BYTES = 256 * 1024
@@ -31,7 +40,7 @@ _HEX = frozenset("0123456789abcdef")
 
 @dataclass(slots=True)
 class Task:
-    """One URL to fetch. ``id`` is the hex fingerprint of the canonical ``url``."""
+    """One request to fetch. ``id`` is the hex fingerprint of its unique key (`key`)."""
 
     id: str
     url: str
@@ -46,14 +55,47 @@ class Task:
     headers: dict[str, str] = field(default_factory=dict, repr=False)
     #: The previous visit, when the revisit schedule brought this URL back; else None.
     revisit: Revisit | None = None
+    method: str = "GET"
+    body: bytes | None = field(default=None, repr=False)
+    #: The route that parses its response (None: the default route).
+    label: str | None = None
+    #: The user's data for its route (a JSON object), apart from the crawl's ``meta``.
+    data: dict[str, Any] = field(default_factory=dict)
+    #: The unique key its enqueuer set (None: derived, see `key`).
+    unique_key: str | None = None
+
+    def key(self) -> str:
+        """Its unique key: what the crawl deduplicated it by (``id`` is its fingerprint)."""
+        return request_key(self.method, self.url, self.body, self.unique_key)
+
+    def as_request(self) -> Request:
+        """The request this task fetches (its URL canonical, its headers the ones stored
+        with it): what a route is handed as ``ctx.request``."""
+        return Request(self.url, self.method, self.headers, self.body, self.label, self.data,
+                       self.priority, self.unique_key)
 
 
 def encode_entry(tid: str, url: str, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
                  priority: int = 0, meta: dict[str, Any] | None = None,
                  depth: int = 0, headers: dict[str, str] | None = None,
-                 revisit: Revisit | None = None) -> str:
+                 revisit: Revisit | None = None, method: str = "GET",
+                 body: bytes | None = None, label: str | None = None,
+                 data: dict[str, Any] | None = None, unique_key: str | None = None) -> str:
     """The stored entry of a pending task (the enqueue hot path: no Task built)."""
     extra: dict[str, Any] = {}
+    if method != "GET":
+        extra["M"] = method
+    if body is not None:
+        try:  # a JSON or form body is text: stored as it reads, not 4/3 larger
+            extra["b"] = body.decode()
+        except UnicodeDecodeError:
+            extra["B"] = base64.b64encode(body).decode()
+    if label is not None:
+        extra["l"] = label
+    if data:
+        extra["u"] = data
+    if unique_key is not None:
+        extra["k"] = unique_key
     if max_attempts != DEFAULT_MAX_ATTEMPTS:
         extra["a"] = max_attempts
     if priority:
@@ -106,16 +148,64 @@ def decode_entry(
         raise MalformedTaskError(f"task fields are not JSON: {exc}") from None
     if not isinstance(extra, dict):
         raise MalformedTaskError(f"task fields must be a JSON object, got {extra_text[:50]!r}")
-    meta = extra.get("m", {})
-    if not isinstance(meta, dict):
-        raise MalformedTaskError(f"task meta must be a JSON object, got {type(meta).__name__}")
+    meta = _object_field(extra, "m", "meta")
     return Task(tid, url, attempt,
                 max_attempts=_int_field(extra, "a", "max_attempts", DEFAULT_MAX_ATTEMPTS, 1),
                 priority=_int_field(extra, "p", "priority", 0, 0),
                 last_error=last_error, checkpoint=checkpoint, meta=meta,
                 depth=_int_field(extra, "d", "depth", 0, 0),
                 headers=_headers_field(extra),
-                revisit=Revisit.from_field(extra["v"]) if "v" in extra else None)
+                revisit=Revisit.from_field(extra["v"]) if "v" in extra else None,
+                method=_method_field(extra), body=_body_field(extra),
+                label=_label_field(extra), data=_object_field(extra, "u", "data"),
+                unique_key=_unique_key_field(extra))
+
+
+def _method_field(extra: dict[str, Any]) -> str:
+    method = extra.get("M", "GET")
+    try:
+        check_method(method, "task")
+    except InvalidRequestError as exc:
+        raise MalformedTaskError(str(exc)) from None
+    return method  # type: ignore[no-any-return]
+
+
+def _body_field(extra: dict[str, Any]) -> bytes | None:
+    if "b" in extra:
+        text = extra["b"]
+        if not isinstance(text, str):
+            raise MalformedTaskError(f"task body must be a string, got {type(text).__name__}")
+        return text.encode()
+    if "B" in extra:
+        try:
+            return base64.b64decode(extra["B"], validate=True)
+        except (binascii.Error, TypeError, ValueError):
+            raise MalformedTaskError("task body (B) is not base64") from None
+    return None
+
+
+def _label_field(extra: dict[str, Any]) -> str | None:
+    label = extra.get("l")
+    try:
+        check_label(label, "task")
+    except InvalidRequestError as exc:
+        raise MalformedTaskError(str(exc)) from None
+    return label
+
+
+def _object_field(extra: dict[str, Any], name: str, what: str) -> dict[str, Any]:
+    value = extra.get(name, {})
+    if not isinstance(value, dict):
+        raise MalformedTaskError(f"task {what} must be a JSON object, "
+                                 f"got {type(value).__name__}")
+    return value
+
+
+def _unique_key_field(extra: dict[str, Any]) -> str | None:
+    key = extra.get("k")
+    if key is not None and (not isinstance(key, str) or not key):
+        raise MalformedTaskError("task unique key must be a non-empty string")
+    return key
 
 
 def _headers_field(extra: dict[str, Any]) -> dict[str, str]:

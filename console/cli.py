@@ -23,6 +23,10 @@ Subcommands (each takes the common options: --redis-url, --crawl, --log-level, .
                                    converts a crawl of layout 2 first, then fixes the
                                    counts, ``due`` and the schedule (``console.fsck``)
 ``crawlq demo``                    a local Redis, a sample site, a producer, two consumers
+                                   (``--serve``: only the sample site, for a spider)
+``crawlq run SPIDER``              a spider end to end on this machine: Redis, the producer
+                                   on its start requests, consumers on its routes, items
+                                   to ``--out`` or ``--sink`` (``console.run_spider``)
 =================================  =====================================================
 
 Exit codes: 0 done; 1 ``check`` found a problem; 2 usage error (unknown crawl, missing
@@ -59,11 +63,13 @@ from common.runtime import run_loop
 from common.workers import read_workers
 from console.cli_crawl import add_crawl_commands
 from console.cli_hosts import add_host_commands
+from console.cli_traps import add_trap_commands
 from console.crawls import summaries, summary
 from console.dashboard.command import DASHBOARD_OPTIONS, cmd_dashboard
 from console.deadletters import select_dead
 from console.demo.run import DEMO_OPTIONS, run_demo
 from console.fsck import fsck, report_text
+from console.run_spider import RUN_OPTIONS, run_spider
 
 __all__ = ["EXIT_FAIL", "EXIT_INCONSISTENT", "EXIT_OK", "EXIT_REDIS", "EXIT_USAGE",
            "build_parser", "main", "main_async", "redis_error_message"]
@@ -387,6 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(handler=handler)
 
     add_host_commands(sub, command, COMMON_OPTIONS)
+    add_trap_commands(sub, COMMON_OPTIONS)
     command("crawls", "the crawls in this Redis with their sizes",
             JSON).set_defaults(handler=cmd_crawls)
     add_crawl_commands(sub, COMMON_OPTIONS)
@@ -413,12 +420,24 @@ def build_parser() -> argparse.ArgumentParser:
                        "a summary, then stops everything it started.")
     add_options(p, DEMO_OPTIONS)
     p.set_defaults(handler=None)
+    p = sub.add_parser("run", help="run a spider end to end on this machine: Redis, the "
+                       "producer on its start requests, consumers on its routes, items",
+                       description="Loads the spider (path/to/spider.py, path/to/spider.py:obj "
+                       "or module:obj), starts Redis (REDIS_URL, or an embedded "
+                       "redis-server), the producer and --consumers consumers with --spider; "
+                       "shows progress and a summary, writes the items to --out (or hands "
+                       "them to --sink), then stops everything it started.")
+    p.add_argument("spider", help="path/to/spider.py[:obj] or module:obj")
+    add_options(p, RUN_OPTIONS)
+    p.set_defaults(handler=None)
     return parser
 
 
 async def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "demo":
         return await run_demo(args, crawl_keys=crawl_keys)
+    if args.command == "run":
+        return await run_spider(args)
     handler: Callable[[argparse.Namespace, RedisClient], Awaitable[int]] = args.handler
     client: RedisClient | None = None
     try:

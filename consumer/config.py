@@ -13,6 +13,7 @@ from pathlib import Path
 from common.config import (
     ALLOW_PRIVATE,
     COMMON_OPTIONS,
+    SPIDER,
     CommonSettings,
     Option,
     add_options,
@@ -26,7 +27,7 @@ from common.headers import parse_header_lines
 from common.http.fetcher import FetchSettings
 from common.policy import CONSUMER
 from common.policy_flags import policy_flag
-from consumer.sinks import SINK_KINDS
+from consumer.sinks import SINK_KINDS, sink_kind
 
 
 def _network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
@@ -89,7 +90,10 @@ CONSUMER_OPTIONS = (
            type=_network, append=True, field="fetch.allow_networks", convert=tuple),
     policy_flag("ignore_robots", CONSUMER),
     policy_flag("robots_ttl", CONSUMER, field="robots_ttl_s"),
-    Option("--sink", "CRAWLQ_SINK", "jsonl", "where results go", choices=SINK_KINDS),
+    Option("--sink", "CRAWLQ_SINK", "jsonl", f"where results go: {', '.join(SINK_KINDS)}, "
+           "or postgres://user@host:5432/db[?table=...] (items upserted by key; the password "
+           "from PGPASSWORD)",
+           check=sink_kind),
     Option("--output", "CRAWLQ_OUTPUT", Path("crawlq-output"),
            "directory for jsonl/warc files", type=Path),
     Option("--rotate-size", "CRAWLQ_ROTATE_SIZE", 256 * 2**20,
@@ -105,6 +109,7 @@ CONSUMER_OPTIONS = (
            field="sink_retry_for_s"),
     Option("--handler", "CRAWLQ_HANDLER", "", "async handler module:function, given each "
            "response; may return items and new URLs (e.g. consumer.handlers:links)"),
+    SPIDER,
     policy_flag("max_depth", CONSUMER),
     Option("--max-links", "CRAWLQ_MAX_LINKS", 10_000, "most links taken from one page; "
            "the rest are dropped and counted (crawlq_links_total{fate=\"capped\"})",
@@ -170,6 +175,7 @@ class ConsumerSettings:
     stream_maxlen: int = _DEFAULT["stream_maxlen"]
     sink_retry_for_s: float = _DEFAULT["sink_retry_for_s"]
     handler: str = _DEFAULT["handler"]
+    spider: str = _DEFAULT["spider"]
     max_depth: int = _DEFAULT["max_depth"]
     max_links: int = _DEFAULT["max_links"]
     link_cache: int = _DEFAULT["link_cache"]

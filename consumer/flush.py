@@ -23,6 +23,7 @@ from common.errors import RedisUnavailableError
 from common.metrics import Metrics
 from common.queue import Code, CrawlQueue, Failure, Lease
 from common.redis_errors import REDIS_ERRORS
+from common.request import Request
 from consumer.backoff import Backoff
 from consumer.intake import LinkIntake
 from consumer.leases import LeaseBook
@@ -65,7 +66,7 @@ class Completion:
     outcome: str = "ok"
     record: Record | None = None
     failure: Failure | None = None
-    urls: Sequence[str] = ()
+    urls: Sequence[str | Request] = ()
 
 
 class Flusher:
@@ -219,6 +220,7 @@ class Flusher:
             self._account(recorded, codes, ["released"] * len(recorded))
         children, seen = self.intake.children(
             (c.lease.task, c.urls) for c in live if c.urls and c.lease.id not in unwritten)
+        children = await self._retry("traps", lambda: self.intake.admit(children))
         if children:
             await self._retry("enqueue", lambda: self.queue.enqueue(children))
         self.intake.sent(seen)

@@ -2,11 +2,16 @@
 
 A handler is ``async def handler(response: FetchResult, ctx: HandlerContext)`` named on
 the command line as ``module:function``. It may return ``None``, a
-:class:`HandlerResult`, or a dict with ``items`` and/or ``urls``. URLs it returns are
-enqueued through the crawl's dedup with depth + 1 (bounded by ``--max-depth`` and
-``--allow-domains``). ``await ctx.save_checkpoint(value)`` stores progress that a
-reclaimed task resumes from (``ctx.checkpoint``). An exception fails the task with
-reason ``handler_error``; it never stops the consumer.
+:class:`HandlerResult`, or a dict with ``items`` and/or ``urls``. URLs it returns, as
+strings or as :class:`~common.request.Request` objects (a method, a body, a label for
+the route that parses it, data for that route), are enqueued through the crawl's dedup
+with depth + 1 (bounded by ``--max-depth`` and ``--allow-domains``); a Request keeps its
+label, data, method, body and headers on the way, to whichever consumer leases it. A
+Request that is not valid (or whose label no route knows) fails the task that returned
+it with ``handler_error``, saying why, and none of its links are enqueued.
+``await ctx.save_checkpoint(value)`` stores progress that a reclaimed task resumes from
+(``ctx.checkpoint``). An exception fails the task with reason ``handler_error``; it never
+stops the consumer.
 
 ``consumer.handlers:links`` is a ready-made handler that follows ``<a href>`` and
 ``<area href>`` links.
@@ -15,12 +20,13 @@ reason ``handler_error``; it never stops the consumer.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.errors import ConfigError
+from common.errors import ConfigError, InvalidRequestError
 from common.http.fetcher import FetchResult
+from common.request import Request, check_request, shown
 from common.task import Task
 from consumer.links import extract_links
 
@@ -31,10 +37,11 @@ class LeaseLostError(Exception):
 
 @dataclass(slots=True)
 class HandlerResult:
-    """What a handler returns: items for the sink and URLs to crawl next."""
+    """What a handler returns: items for the sink and what to crawl next: URLs, or
+    Requests (with a method, body, label, data)."""
 
     items: list[Any] = field(default_factory=list)
-    urls: list[str] = field(default_factory=list)
+    urls: Sequence[str | Request] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -84,9 +91,24 @@ def as_result(value: HandlerResult | dict[str, Any] | None) -> HandlerResult:
         return value
     if isinstance(value, dict):
         return HandlerResult(items=list(value.get("items") or []),
-                             urls=[str(u) for u in value.get("urls") or []])
+                             urls=[u if isinstance(u, Request) else str(u)
+                                   for u in value.get("urls") or []])
     raise TypeError(f"a handler must return None, HandlerResult or dict, not "
                     f"{type(value).__name__}")
+
+
+def check_children(urls: Sequence[str | Request],
+                   known_labels: Collection[str] | None = None) -> None:
+    """InvalidRequestError for the first Request of `urls` that is not (or no longer: its
+    data may have changed) valid, or whose label is not one of `known_labels`."""
+    for url in urls:
+        if isinstance(url, Request):
+            check_request(url)
+            if known_labels is not None and url.label is not None \
+                    and url.label not in known_labels:
+                raise InvalidRequestError(
+                    f"Request {shown(url.url)!r}: no route is labelled {url.label!r} "
+                    f"(routes: {', '.join(sorted(known_labels)) or 'none'})")
 
 
 async def links(response: FetchResult, ctx: HandlerContext) -> HandlerResult:

@@ -5,6 +5,16 @@ as on every other page. Each is canonicalized, scoped (``--max-depth``,
 ``--allow-domains``) and fingerprinted here, and only then sent to Redis, which decides
 whether it is new (the crawl's dedup). :class:`SeenCache` remembers the URLs this
 consumer sent recently, so a link seen again skips all of that and the round trip.
+A handler's :class:`~common.request.Request` goes the same way, keeping its method, body,
+label, data and headers; the cache remembers it by its unique key (for a GET, its URL),
+which is what the queue deduplicates it by.
+
+A link that is not cached loses its session ids and is judged by the crawl's trap rules
+(``common.traps``: its length, path segments, a repeated segment, query parameters); a
+refused one is counted by its rule's fate and tallied for its host, and marked like an
+invalid one. `admit` then asks Redis, once per batch, whether each link with a query is a
+new variant past its path's limit (``trap_path_variants``, fleet-wide:
+``common.trapbook``), sending the hosts' tallies with the same call.
 
 Redis stays the authority: the cache only ever skips a URL that this process already
 sent to the queue's dedup (it is marked after the enqueue returned), so a URL the cache
@@ -14,8 +24,9 @@ in again by more than that.
 
 The scope is the crawl policy's (``max_depth``, ``allow_domains``), read from the
 consumer's live snapshot (``consumer.live``) at each batch, and changes while the
-consumer runs: a new depth applies to the pages finished after it; new domains also
-empty the cache, which remembers the links out of the old ones. So are the attempts each
+consumer runs: a new depth applies to the pages finished after it; new domains (or new
+trap rules) also empty the cache, which remembers the links out of the old ones (or
+those the old rules refused or rewrote). So are the attempts each
 new task gets and the recrawl window (``max_attempts``, ``recrawl_after``): the links of
 the pages finished after a change are stamped with the new value; a new window also
 empties the cache, whose generations follow it.
@@ -27,9 +38,14 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from common.errors import InvalidRequestError
+from common.hostmodel.hostkey import host_key
 from common.metrics import LINK_FATES, Metrics
 from common.queue import NewTask
+from common.request import Request, request_key
 from common.task import Task
+from common.trapbook import TrapBook, Variant
+from common.traps import VARIANTS, TrapRules, strip_session_ids, variant_of
 from common.urls import canonicalize, fingerprint
 
 if TYPE_CHECKING:
@@ -94,11 +110,14 @@ class LinkIntake:
     as the policy snapshot `policy` returns says at each batch."""
 
     def __init__(self, metrics: Metrics, policy: Callable[[], LivePolicy], *,
-                 cache_size: int) -> None:
+                 cache_size: int, book: TrapBook | None = None) -> None:
         self.metrics = metrics
         self._policy = policy
+        self.book = book  # None: no fleet-wide trap state (path variants, tallies)
+        self._tallies: dict[tuple[str, str], int] = {}  # (host, reason) -> n, not sent
         now = self._now = policy()
         self.allow_domains = frozenset(now.allow_domains)
+        self._traps = now.traps
         # A URL recrawled after the window is not kept out by the cache for more than
         # half of it: each generation lives at most a quarter.
         self.cache = SeenCache(cache_size, max_age_s=now.recrawl_after / 4)
@@ -112,10 +131,12 @@ class LinkIntake:
             return now
         self._now = now
         domains = frozenset(now.allow_domains)
-        if domains != self.allow_domains:
-            # Links out of the old domains were remembered as handled: forget them.
+        if domains != self.allow_domains or now.traps != self._traps:
+            # Links out of the old domains, or refused (or rewritten) by the old trap
+            # rules, were remembered as handled: forget them.
             self.cache.clear()
             self.allow_domains = domains
+            self._traps = now.traps
             self._scope += 1
         if now.recrawl_after / 4 != self.cache.max_age_s:
             # The cache may hold URLs sent longer ago than the new window allows.
@@ -123,21 +144,30 @@ class LinkIntake:
             self.cache.clear()
         return now
 
-    def children(self, found: Iterable[tuple[Task, Sequence[str]]]
+    def children(self, found: Iterable[tuple[Task, Sequence[str | Request]]]
                  ) -> tuple[list[NewTask], list[str]]:
-        """The new tasks for ``(parent task, its URLs)`` pairs, and the URLs to mark seen
-        once they are enqueued (:meth:`sent`)."""
+        """The new tasks for ``(parent task, its URLs and Requests)`` pairs, and the URLs
+        (unique keys) to mark seen once they are enqueued (:meth:`sent`)."""
         now = self._follow()
         out: list[NewTask] = []
         mark = _Marks(self._scope)
         cache, fates = self.cache, self._fates
-        attempts, max_depth = now.max_attempts, now.max_depth
+        attempts, max_depth, traps = now.max_attempts, now.max_depth, now.traps
         batch: set[str] = set()  # canonical URLs already taken in this batch
         for task, urls in found:
-            if not urls or task.depth + 1 > max_depth:
+            if not urls:
+                continue
+            if task.depth + 1 > max_depth:  # a spider's pagination reaches it first
+                fates["too_deep"] += len(urls)
                 continue
             domains = self.allow_domains or frozenset((_host(task.url),))
             for raw in urls:
+                if not isinstance(raw, str):
+                    child = self._request(raw, task, domains, attempts, traps,
+                                          batch=batch, mark=mark)
+                    if child is not None:
+                        out.append(child)
+                    continue
                 if raw in cache or raw in batch:
                     fates["cached"] += 1
                     continue
@@ -146,6 +176,8 @@ class LinkIntake:
                     fates["invalid"] += 1
                     mark.append(raw)  # invalid whoever links to it
                     continue
+                if traps.session_ids:
+                    url = strip_session_ids(url)
                 if url in cache or url in batch:
                     fates["cached"] += 1
                     if url != raw:
@@ -156,6 +188,14 @@ class LinkIntake:
                     if self.allow_domains:  # else the scope is the parent's host
                         mark.append(raw)
                     continue
+                refused = traps.judge(url)
+                if refused is not None:  # a trap whoever links to it
+                    fates[refused] += 1
+                    self.tally(host_key(url), refused)
+                    mark.append(url)
+                    if url != raw:
+                        mark.append(raw)
+                    continue
                 batch.add(url)
                 mark.append(url)
                 if url != raw:
@@ -164,6 +204,77 @@ class LinkIntake:
                 out.append(NewTask(url, fingerprint(url), max_attempts=attempts,
                                    meta=task.meta, depth=task.depth + 1))
         return out, mark
+
+    def _request(self, request: Request, parent: Task, domains: frozenset[str],
+                 attempts: int, traps: TrapRules, *, batch: set[str],
+                 mark: list[str]) -> NewTask | None:
+        """The task of a Request a handler returned, or None (counted) if it is not one.
+        A GET or HEAD is judged by the trap rules like a link (a route's follow of a
+        selector's links is one); a request with a body is the handler's own word."""
+        fates = self._fates
+        url = canonicalize(request.url)
+        if not isinstance(url, str):
+            fates["invalid"] += 1
+            return None
+        if not _in_scope(_host(url), domains):
+            fates["out_of_scope"] += 1
+            return None
+        if request.body is None:
+            refused = traps.judge(url)
+            if refused is not None:
+                fates[refused] += 1
+                self.tally(host_key(url), refused)
+                return None
+        key = request_key(request.method, url, request.body, request.unique_key)
+        if key in self.cache or key in batch:
+            fates["cached"] += 1
+            return None
+        try:  # checked by the runner as the handler returned it: only data changed since
+            task = NewTask.from_request(request, url, max_attempts=attempts,
+                                        depth=parent.depth + 1, meta=parent.meta)
+        except InvalidRequestError:
+            fates["invalid"] += 1
+            return None
+        batch.add(key)
+        mark.append(key)
+        fates["sent"] += 1
+        return task
+    def tally(self, host: str, reason: str, n: int = 1) -> None:
+        """Count `n` of `host`'s links refused (or pages not followed) for `reason`, for
+        the host's trap tallies (sent with the next `admit`)."""
+        key = (host, reason)
+        self._tallies[key] = self._tallies.get(key, 0) + n
+
+    async def admit(self, tasks: Sequence[NewTask]) -> list[NewTask]:
+        """`tasks` (from `children`) but those whose path has had too many query
+        variants across the fleet (``trap_path_variants``, counted ``trap_variants``);
+        sends the hosts' trap tallies with the same call. Without a `book`: `tasks`."""
+        if self.book is None:
+            self._tallies.clear()
+            return list(tasks)
+        limit = self._now.traps.path_variants
+        checks: list[Variant] = []
+        at: list[int] = []
+        if limit:
+            for i, task in enumerate(tasks):
+                variant = variant_of(task.url)
+                if variant is not None:
+                    checks.append(Variant(host_key(task.url), *variant))
+                    at.append(i)
+        if not checks and not self._tallies:
+            return list(tasks)
+        tallies, self._tallies = self._tallies, {}
+        try:
+            verdicts = await self.book.judge(checks, tallies, limit)
+        except BaseException:
+            for (host, reason), n in tallies.items():  # sent with the next call
+                self.tally(host, reason, n)
+            raise
+        refused = {at[j] for j, ok in enumerate(verdicts) if not ok}
+        if refused:
+            self._fates["sent"] -= len(refused)
+            self._fates[VARIANTS] += len(refused)
+        return [t for i, t in enumerate(tasks) if i not in refused]
 
     def sent(self, mark: Sequence[str]) -> None:
         """The queue has deduplicated these URLs: later copies may skip it (unless the

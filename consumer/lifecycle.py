@@ -39,6 +39,8 @@ from common.http.fetcher import Fetcher
 from common.metrics import Metrics
 from common.queue import Code, Lease, LeasingQueue
 from common.redis_errors import REDIS_ERRORS
+from common.spider import Spider
+from common.trapbook import TrapBook
 from common.wake import WakeChannel
 from common.workers import WorkerRegistry
 from consumer.config import ConsumerSettings
@@ -50,6 +52,7 @@ from consumer.leaser import Leaser
 from consumer.leases import LeaseBook
 from consumer.live import Live, LivePolicy, PolicyReader
 from consumer.robots import RobotsCache
+from consumer.routing import Router
 from consumer.runner import Runner
 from consumer.sinkhealth import SinkHealth
 from consumer.sinks import Sink, sink_target
@@ -75,6 +78,7 @@ class Consumer:
         live: Live | None = None,
         robots: RobotsCache | None = None,
         handler: Handler | None = None,
+        spider: Spider | None = None,
     ) -> None:
         self.s = settings
         self.worker_id = settings.worker_id
@@ -90,7 +94,8 @@ class Consumer:
             live = Live(LivePolicy.of_flags(settings))
         self.policy = PolicyReader(queue, live, stopping=self.stopping,
                                    on_change=self._woken)
-        intake = LinkIntake(metrics, live, cache_size=settings.link_cache)
+        intake = LinkIntake(metrics, live, cache_size=settings.link_cache,
+                            book=TrapBook(queue))
         self.wake = WakeChannel(queue.client, queue.crawl_keys.wake, listening=True)
         self.sink_health = SinkHealth(settings.sink_retry_for_s)
         self.flusher = Flusher(queue, sink, metrics, self.book, worker=self.worker_id,
@@ -102,7 +107,10 @@ class Consumer:
                              metrics=metrics, stopping=self.stopping, health=self.sink_health,
                              policy=self.policy, flusher=self.flusher,
                              sink_failing=self._sink_failing)
-        self.runner = Runner(settings, queue, fetcher=fetcher, robots=robots, handler=handler,
+        router = Router.of(spider, handler)
+        if router is not None:  # a child labelled otherwise fails its parent's task
+            queue.known_labels = router.labels
+        self.runner = Runner(settings, queue, fetcher=fetcher, robots=robots, router=router,
                              metrics=metrics, book=self.book, slots=self.slots,
                              leaser=self.leaser, flusher=self.flusher, policy=self.policy,
                              window=self.window, stopping=self.stopping)

@@ -23,6 +23,7 @@ from common.errors import ConfigError
 from common.policy import OPTIONS, CrawlPolicy, read_values
 from common.queue import CrawlQueue, DedupMode
 from common.redis_errors import REDIS_ERRORS
+from common.traps import TrapRules
 from consumer.config import ConsumerSettings
 from consumer.stopping import Stopping
 
@@ -46,6 +47,8 @@ class LivePolicy:
     max_attempts: int  # stamped on each link's task
     recrawl_after: int  # the links' recrawl window, s (0: none)
     revisits: bool  # the crawl's revisit schedule is on: each fetch notes what it observed
+    traps: TrapRules  # the links refused as crawler traps
+    near_duplicate_distance: int  # bits a near duplicate's fingerprint may differ (-1: off)
 
     @classmethod
     def of_flags(cls, settings: ConsumerSettings) -> LivePolicy:
@@ -54,7 +57,8 @@ class LivePolicy:
                    OPTIONS["backoff_on"].default, False, OPTIONS["max_crawl_delay"].default,
                    settings.fetch.user_agent, settings.robots_ttl_s, settings.max_depth,
                    settings.allow_domains, OPTIONS["max_attempts"].default,
-                   OPTIONS["recrawl_after"].default, False)
+                   OPTIONS["recrawl_after"].default, False, CrawlPolicy().trap_rules(),
+                   OPTIONS["near_duplicate_distance"].default)
 
     @classmethod
     def of(cls, version: int, policy: CrawlPolicy, recrawl_after: int) -> LivePolicy:
@@ -64,7 +68,8 @@ class LivePolicy:
                    policy.backoff_on, policy.adaptive_delay > 0, policy.max_crawl_delay,
                    policy.user_agent, policy.robots_ttl, policy.max_depth,
                    policy.allow_domains, policy.max_attempts, recrawl_after,
-                   policy.revisit != "off")
+                   policy.revisit != "off", policy.trap_rules(),
+                   policy.near_duplicate_distance)
 
 
 class Live:

@@ -28,6 +28,7 @@ from common.policy import (
 )
 from common.queue import CrawlQueue, LeasingQueue, migrate_crawl
 from common.redis_errors import REDIS_ERRORS, redis_error_message
+from common.spider import Spider, load_spider
 from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
 from consumer.flush import describe_error
@@ -78,10 +79,11 @@ class _RedisWait:
 
 
 async def _wait_for_crawl(settings: ConsumerSettings, client: RedisClient,
-                          stop: asyncio.Event, wait: _RedisWait) -> LeasingQueue | None:
+                          stop: asyncio.Event, wait: _RedisWait, spider: Spider | None
+                          ) -> LeasingQueue | None:
     """Open the crawl, waiting for a producer to create it (None: stopped or gave up)."""
     # The flags' values until the consumer reads the crawl's policy, before its first lease.
-    policy = _flag_policy(settings).retry()
+    policy = _flag_policy(settings, spider).retry()
     backoff = Backoff(base=0.1, cap=2.0)
     started = time.monotonic()
     announced = ensured = False
@@ -91,7 +93,7 @@ async def _wait_for_crawl(settings: ConsumerSettings, client: RedisClient,
                 # A crawl of layout 2 is converted first: the policy's write reads its
                 # settings, which refuse layout 2 (common.queue.migrate).
                 await migrate_crawl(client, settings.common.crawl)
-                await _ensure_policy(client, settings)
+                await _ensure_policy(client, settings, spider)
                 ensured = True
             if await client.exists(CrawlKeys.build(settings.common.crawl).meta):
                 return await LeasingQueue.existing(client, settings.common.crawl,
@@ -136,9 +138,13 @@ def _out_of_memory(exc: ResponseError) -> bool:
 SEEDS = frozenset(o.name for o in seeded_by(CONSUMER))
 
 
-def _flag_policy(settings: ConsumerSettings) -> CrawlPolicy:
+def _flag_policy(settings: ConsumerSettings, spider: Spider | None = None) -> CrawlPolicy:
     """The policy this consumer's crawl-level flags ask for (the options whose flags are
-    the producer's at their defaults)."""
+    the producer's at their defaults), under its spider's own values."""
+    return _flags_of(settings).replace(spider.policy if spider is not None else {})
+
+
+def _flags_of(settings: ConsumerSettings) -> CrawlPolicy:
     return CrawlPolicy(per_host_delay=settings.per_host_delay_s,
                        per_host_concurrency=settings.per_host_concurrency,
                        accept_content_type=settings.accept_content_type,
@@ -153,12 +159,13 @@ def _flag_policy(settings: ConsumerSettings) -> CrawlPolicy:
                        max_stalls=settings.max_stalls)
 
 
-async def _ensure_policy(client: RedisClient, settings: ConsumerSettings) -> None:
+async def _ensure_policy(client: RedisClient, settings: ConsumerSettings,
+                         spider: Spider | None) -> None:
     """Create the crawl's policy from this consumer's flags if the crawl has none; never
     change one that exists: a flag given (flag or env, not a default) that differs from
     it gets one WARNING (the crawl's value wins; `crawlq crawl set` changes it). A full
     Redis (at maxmemory) refuses the write, and the consumer goes on with what is stored."""
-    crawl, wanted = settings.common.crawl, _flag_policy(settings)
+    crawl, wanted = settings.common.crawl, _flag_policy(settings, spider)
     try:
         stored, created = await ensure_policy(
             client, crawl, wanted, by=f"consumer {settings.worker_id} (created the crawl)",
@@ -191,7 +198,6 @@ async def _sync_policy(queue: CrawlQueue) -> None:
 
 async def run(settings: ConsumerSettings) -> int:
     """Run one consumer until it is stopped; returns the exit code."""
-    handler = load_handler(settings.handler) if settings.handler else None
     metrics = Metrics()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -208,6 +214,11 @@ async def run(settings: ConsumerSettings) -> int:
         return await consumer.ready_problem()
 
     try:
+        handler = load_handler(settings.handler) if settings.handler else None
+        spider = load_spider(settings.spider) if settings.spider else None
+        if spider is not None and handler is not None and spider.knows(None):
+            raise ConfigError(f"--handler {settings.handler} and the --spider's default "
+                              "route both parse requests without a label: drop one")
         async with contextlib.AsyncExitStack() as stack:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, on_signal)
@@ -224,7 +235,7 @@ async def run(settings: ConsumerSettings) -> int:
             if client is None:
                 return 0
             stack.push_async_callback(client.aclose)
-            queue = await _wait_for_crawl(settings, client, stop, wait)
+            queue = await _wait_for_crawl(settings, client, stop, wait, spider)
             if queue is None:
                 return 0
             sink = make_sink(settings.sink, output_dir=settings.output,
@@ -253,7 +264,7 @@ async def run(settings: ConsumerSettings) -> int:
             robots = RobotsCache(client, settings.common.crawl, fetcher, policy=live)
             stack.push_async_callback(robots.close)
             consumer = Consumer(settings, queue, fetcher, sink, metrics, live=live,
-                                robots=robots, handler=handler)
+                                robots=robots, handler=handler, spider=spider)
             if stop.is_set():
                 consumer.request_stop()
             return await consumer.run()

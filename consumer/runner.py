@@ -13,23 +13,27 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from common import simhash
 from common.errors import FetchError, RedisUnavailableError
 from common.frontier.hosts import Frontier
 from common.http.fetcher import Fetcher, FetchResult
+from common.items import unique_key_of
 from common.metrics import Metrics
 from common.policy import is_pushback
 from common.queue import Code, CrawlQueue, Failure, Lease
-from common.reasons import CONNECT_ERROR
+from common.reasons import CONNECT_ERROR, NEAR_DUPLICATE
 from common.redis_errors import REDIS_ERRORS
+from common.request import Request
 from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
 from consumer.flush import Completion, Flusher
-from consumer.handlers import Handler, HandlerContext, LeaseLostError, as_result
+from consumer.handlers import HandlerContext, LeaseLostError, as_result, check_children
 from consumer.leaser import DISPATCH_MS, Leaser
 from consumer.leases import LeaseBook
 from consumer.live import PolicyReader
 from consumer.revisits import NOT_HANDLED, conditional_headers, noted, observe, outcome_of
 from consumer.robots import RobotsCache, RobotsVerdict
+from consumer.routing import Router
 from consumer.sinks import Record
 from consumer.slots import Slots, Stage
 from consumer.stopping import Stopping
@@ -46,7 +50,7 @@ class Runner:
     """Works leases for the fetch slots; each ends as one completion for the flusher."""
 
     def __init__(self, settings: ConsumerSettings, queue: CrawlQueue, *, fetcher: Fetcher,
-                 robots: RobotsCache | None, handler: Handler | None, metrics: Metrics,
+                 robots: RobotsCache | None, router: Router | None, metrics: Metrics,
                  book: LeaseBook, slots: Slots, leaser: Leaser, flusher: Flusher,
                  policy: PolicyReader, window: CpuWindow, stopping: Stopping) -> None:
         self.s = settings
@@ -55,7 +59,7 @@ class Runner:
         self.frontier = Frontier(queue)
         self.fetcher = fetcher
         self.robots = robots
-        self.handler = handler
+        self.router = router
         self.metrics = metrics
         self.book = book
         self.slots = slots
@@ -70,6 +74,13 @@ class Runner:
         or hand it to a robots.txt lookup outside the fetch slots."""
         try:
             url = lease.task.url
+            if self.router is not None and not self.router.knows(lease.task):
+                # Nothing here could parse it: fetched, it would be done unparsed.
+                self.metrics.error("unknown_label")
+                self._complete(Completion(lease, "fail", failure=Failure(
+                    lease, "unknown_label", self.router.unknown(lease.task)[:500],
+                    permanent=True)))
+                return
             if self.robots is not None and not self.policy.now.ignore_robots:
                 try:
                     verdict = self.robots.cached(url)
@@ -191,7 +202,8 @@ class Runner:
                                               crawl_credentials=True,
                                               accept=live.accept or None,
                                               on_sent=self.on_sent(lease),
-                                              conditional=conditional_headers(task.revisit))
+                                              conditional=conditional_headers(task.revisit),
+                                              method=task.method, body=task.body)
         except FetchError as exc:
             self.metrics.response(exc.status)
             # A status is the host's response, a page of its budget (a proxy's refusal
@@ -223,8 +235,8 @@ class Runner:
             return
         outcome = outcome_of(task.revisit, result, observed)
         record = noted(self._record(lease, result, outcome), task.revisit, observed)
-        urls: Sequence[str] = ()
-        if self.handler is not None and outcome not in NOT_HANDLED:
+        urls: Sequence[str | Request] = ()
+        if self.router is not None and outcome not in NOT_HANDLED:
             # Counted before the handler's CPU work, and the loop goes round once: the
             # responses that came in together are all counted when the leaser runs next,
             # so a consumer whose CPU is behind gives its hosts' slots back (to the
@@ -232,7 +244,13 @@ class Runner:
             self.window.enter()
             try:
                 await asyncio.sleep(0)
-                handled = as_result(await self.handler(result, self._context(lease)))
+                if await self._near_duplicate(lease, result):
+                    record.outcome = outcome = NEAR_DUPLICATE
+                    self._complete(Completion(lease, "ack", outcome, record=record))
+                    return
+                handled = as_result(await self.router(result, self._context(lease)))
+                # A bad Request is its task's failure here, never its flush's.
+                check_children(handled.urls, self.queue.known_labels)
             except LeaseLostError:
                 self._complete(Completion(lease, "drop"))
                 return
@@ -249,6 +267,30 @@ class Runner:
                 self.flusher.intake.capped(len(urls) - self.s.max_links)
                 urls = urls[:self.s.max_links]
         self._complete(Completion(lease, "ack", outcome, record=record, urls=urls))
+
+    async def _near_duplicate(self, lease: Lease, result: FetchResult) -> bool:
+        """Whether a 2xx HTML page is a near duplicate of another of its host's (the
+        policy's near_duplicate_distance; its fingerprint is kept either way): then it
+        is not handled and its links are not followed. A Redis error says no."""
+        within = self.policy.now.near_duplicate_distance
+        book = self.flusher.intake.book
+        if within < 0 or book is None or not 200 <= result.status <= 299 or not result.body \
+                or "html" not in result.headers.get("content-type", ""):
+            return False
+        fp = simhash.fingerprint(simhash.page_text(result.body))
+        if fp is None:
+            return False
+        try:
+            near = await book.seen_like(lease.host, bytes.fromhex(lease.task.id[:8]), fp,
+                                        within)
+        except REDIS_ERRORS as exc:
+            self.metrics.redis_errors_total.inc()
+            log.warning("redis_error", extra={"during": "near_duplicate",
+                                              "error": str(exc)[:200]})
+            return False
+        if near:
+            self.flusher.intake.tally(lease.host, NEAR_DUPLICATE)
+        return near
 
     def _context(self, lease: Lease) -> HandlerContext:
         async def save(value: Any) -> bool:
@@ -279,7 +321,7 @@ class Runner:
                           outcome=outcome, headers={}, raw_headers=(), body=None, bytes=0,
                           elapsed=0.0, attempt=task.attempt, fetched_at=time.time(),
                           worker=self.worker_id, depth=task.depth, meta=task.meta,
-                          token=lease.token)
+                          unique_key=unique_key_of(task), fence=lease.fence)
         return Record(task_id=task.id, url=task.url, final_url=result.final_url,
                       status=result.status, outcome=outcome, headers=result.headers,
                       raw_headers=result.raw_headers,
@@ -287,4 +329,4 @@ class Runner:
                       bytes=len(result.body), elapsed=result.elapsed, attempt=task.attempt,
                       fetched_at=time.time(), worker=self.worker_id,
                       http_version=result.http_version, depth=task.depth, meta=task.meta,
-                      token=lease.token)
+                      unique_key=unique_key_of(task), fence=lease.fence)

@@ -36,6 +36,7 @@ from common.config import (
     ALLOW_PRIVATE,
     COMMON_OPTIONS,
     JSON,
+    SPIDER,
     CommonSettings,
     Option,
     add_options,
@@ -62,11 +63,13 @@ from common.policy_flags import policy_flag
 from common.queue import CrawlQueue, CrawlSettings, DedupMode
 from common.redis_errors import redis_error_message
 from common.runtime import run_loop
+from common.spider import Spider, load_spider
 from producer.lock import LockHeldError, ProducerLock
 from producer.progress import Progress
 from producer.run import RejectWriter, TaskTemplate, produce
 from producer.sitemaps import SitemapReader, fetch_settings
 from producer.sources import STDIN, Chunk, check_files, file_chunks, stdin_chunks, url_chunks
+from producer.spiders import spider_chunks
 from producer.summary import Summary
 
 __all__ = ["EXIT_LOCKED", "EXIT_OK", "EXIT_REDIS", "EXIT_SOURCE", "EXIT_USAGE",
@@ -118,8 +121,13 @@ PRODUCER_OPTIONS = (
            append=True, field="inputs", convert=tuple),
     Option("--url", "CRAWLQ_URL", [], "a URL to enqueue (repeatable)", append=True,
            field="urls", convert=tuple),
+    SPIDER,
     Option("--sitemap", "CRAWLQ_SITEMAP", [], "a sitemap, sitemap index or robots.txt URL "
            "whose URLs to enqueue (repeatable)", append=True, field="sitemaps", convert=tuple),
+    Option("--requests", "CRAWLQ_REQUESTS", [], "a file of requests, one JSON object per "
+           "line (url, method, headers, body|json|form, label, data, priority, "
+           "unique_key; .gz read transparently), or - for stdin; repeatable", append=True,
+           convert=tuple),
     Option("--priority", "CRAWLQ_PRIORITY", _TEMPLATE.priority, "task priority: 0 is first "
            "come first served, higher is leased first", type=_int_at_least(0),
            field="template.priority"),
@@ -171,6 +179,8 @@ class ProducerSettings:
     inputs: tuple[str, ...] = _DEFAULT["inputs"]
     urls: tuple[str, ...] = _DEFAULT["urls"]
     sitemaps: tuple[str, ...] = _DEFAULT["sitemaps"]
+    spider: str = _DEFAULT["spider"]
+    requests: tuple[str, ...] = _DEFAULT["requests"]
     template: TaskTemplate = field(default_factory=TaskTemplate)
     dedup: DedupMode | None = _DEFAULT["dedup"]
     partitions: int | None = _DEFAULT["partitions"]
@@ -190,11 +200,13 @@ class ProducerSettings:
         """Build the settings through PRODUCER_OPTIONS (ConfigError on a bad combination)."""
         values = option_values(PRODUCER_OPTIONS, args)
         inputs = (*values.pop("inputs"), *args.files)
-        if not (inputs or values["urls"] or values["sitemaps"]):
-            raise ConfigError("no input: give files (or - for stdin), --url or --sitemap")
-        if inputs.count(STDIN) > 1:
+        if not (inputs or values["urls"] or values["sitemaps"] or values["requests"]
+                or values["spider"]):
+            raise ConfigError("no input: give files (or - for stdin), --url, --sitemap, "
+                              "--requests or --spider")
+        if (*inputs, *values["requests"]).count(STDIN) > 1:
             raise ConfigError("stdin (-) can be read only once")
-        if values["every_s"] and STDIN in inputs:
+        if values["every_s"] and STDIN in (*inputs, *values["requests"]):
             raise ConfigError("--every re-reads the inputs each run; stdin (-) can't be "
                               "re-read: use a file")
         if values["recrawl_after_s"] and values["dedup"] is DedupMode.BLOOM:
@@ -270,8 +282,8 @@ def flag_policy(settings: ProducerSettings) -> CrawlPolicy:
                        recrawl_after=settings.recrawl_after_s)
 
 
-async def ensure_crawl_policy(client: RedisClient, settings: ProducerSettings
-                              ) -> CrawlPolicy:
+async def ensure_crawl_policy(client: RedisClient, settings: ProducerSettings,
+                              spider: Spider | None = None) -> CrawlPolicy:
     """The crawl's policy, which this run follows: created from this producer's flags if
     nobody (``crawlq crawl create``, a consumer) gave the crawl one; never changed when
     it exists (a flag given, by flag or env, that differs from it gets one WARNING: the
@@ -279,6 +291,8 @@ async def ensure_crawl_policy(client: RedisClient, settings: ProducerSettings
     A full Redis (at maxmemory) refuses the write: the run goes on with what is stored
     (or its flags), its enqueue says so."""
     crawl, wanted = settings.common.crawl, flag_policy(settings)
+    if spider is not None:  # its own values (a spider's follows go deep: max_depth)
+        wanted = wanted.replace(spider.policy)
     try:
         stored, created = await ensure_policy(client, crawl, wanted, by="producer",
                                               seeds=SEEDS)
@@ -304,12 +318,18 @@ def _follow(queue: CrawlQueue, policy: CrawlPolicy) -> None:
 
 
 def _sources(settings: ProducerSettings, stdin: BinaryIO | None,
-             fetcher: Fetcher | None) -> list[AsyncGenerator[Chunk, None]]:
+             fetcher: Fetcher | None, spider: Spider | None
+             ) -> list[AsyncGenerator[Chunk, None]]:
     sources: list[AsyncGenerator[Chunk, None]] = []
+    if spider is not None:
+        sources.append(spider_chunks(spider))
     if settings.urls:
         sources.append(url_chunks(settings.urls))
     for path in settings.inputs:
         sources.append(stdin_chunks(stdin) if path == STDIN else file_chunks(path))
+    for path in settings.requests:
+        sources.append(stdin_chunks(stdin, requests=True) if path == STDIN
+                       else file_chunks(path, requests=True))
     if settings.sitemaps:
         assert fetcher is not None
         reader = SitemapReader(fetcher)
@@ -324,7 +344,10 @@ async def run_once(settings: ProducerSettings, client: RedisClient | None, *,
     summary = Summary(settings.common.crawl, dry_run=settings.dry_run,
                       reject_file=settings.reject_file)
     try:
-        check_files(settings.inputs)
+        check_files((*settings.inputs, *settings.requests))
+        spider = load_spider(settings.spider) if settings.spider else None
+        labels = None if spider is None else frozenset(
+            label for label in spider.routes if label is not None)
         async with contextlib.AsyncExitStack() as stack:
             rejects = None
             if settings.reject_file:
@@ -346,12 +369,15 @@ async def run_once(settings: ProducerSettings, client: RedisClient | None, *,
                 await stack.enter_async_context(
                     ProducerLock(client, settings.common.crawl, settings.lock_wait_s))
                 queue = await open_queue(client, settings)
-                policy = await ensure_crawl_policy(client, settings)
+                policy = await ensure_crawl_policy(client, settings, spider)
                 _follow(queue, policy)
                 template = replace(template, max_attempts=policy.max_attempts)
             progress = Progress(summary, settings.progress, stream=progress_stream)
             stack.callback(progress.close)
-            await produce(_sources(settings, stdin, fetcher), queue=queue, summary=summary,
+            if queue is not None and labels is not None:
+                queue.known_labels = labels
+            await produce(_sources(settings, stdin, fetcher, spider), queue=queue,
+                          summary=summary, known_labels=labels,
                           template=template, batch_size=settings.batch_size,
                           sort_query=settings.sort_query, stop=stop, progress=progress,
                           rejects=rejects)

@@ -1,5 +1,13 @@
 """The producer pipeline: lines -> canonical URLs -> batches of NewTask -> CrawlQueue.enqueue.
 
+A source of requests (``Chunk.requests``) gives JSON objects instead of URLs, each made a
+`Request` (``common.request.request_from_dict``): a line that isn't JSON is rejected as
+``bad_json``, one that isn't a valid request (a bad method or label, data that isn't a
+JSON object, a body over the cap, a label no route knows) as ``bad_request``, with the
+message saying why; its URL is canonicalized and rejected as any URL is. Its task gets the
+run's template where the request says nothing: the run's priority when its own is 0, the
+run's headers under its own.
+
 Each batch is deduplicated and enqueued by one script call per partition, which is
 atomic: a producer killed mid-run leaves every batch either fully in or fully out, and
 a re-run enqueues exactly what is missing (the rest is counted as duplicates).
@@ -17,19 +25,20 @@ import hashlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, field
-from typing import IO, Any
+from collections.abc import AsyncGenerator, Collection, Sequence
+from dataclasses import dataclass, field, replace
+from typing import IO, Any, cast
 
 from common import codec
-from common.errors import SourceError
+from common.errors import InvalidRequestError, SourceError
 from common.http.fetcher import redact_url
 from common.queue import CrawlQueue, EnqueueResult, NewTask
+from common.request import Request, request_from_dict
 from common.task import DEFAULT_MAX_ATTEMPTS
-from common.urls import canonicalize
+from common.urls import Rejection, canonicalize
 from common.wake import WakeChannel
 from producer.progress import Progress
-from producer.sources import Chunk
+from producer.sources import MAX_REQUEST_LINE_BYTES, Chunk
 from producer.summary import MAX_SHOWN_REJECTS, Reject, Summary
 
 __all__ = ["RejectWriter", "TaskTemplate", "produce"]
@@ -38,6 +47,9 @@ log = logging.getLogger("producer")
 
 _REJECT_URL_CHARS = 2048
 _YIELDS = 4
+#: Reject reasons of a line of requests (besides the URL's own: common.urls.RejectReason).
+BAD_JSON = "bad_json"
+BAD_REQUEST = "bad_request"
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,12 +151,16 @@ async def produce(
     stop: asyncio.Event | None = None,
     progress: Progress | None = None,
     rejects: RejectWriter | None = None,
+    known_labels: Collection[str] | None = None,
 ) -> Summary:
     """Run every source through the pipeline; ``queue=None`` is a dry run.
 
     Counts go into ``summary`` as they happen, so a caller that catches an error still
-    has what was done before it.
+    has what was done before it. A request whose label is not one of `known_labels`
+    (default: the queue's, ``CrawlQueue.known_labels``; None: any) is rejected.
     """
+    if known_labels is None and queue is not None:
+        known_labels = queue.known_labels
     started = time.monotonic()
     sender = _Sender(queue, summary)
     by_reason = summary.invalid_by_reason
@@ -162,7 +178,34 @@ async def produce(
         for source in sources:
             async with contextlib.aclosing(source):  # closes a file left early
                 async for chunk in source:
-                    for line_no, raw in enumerate(chunk.lines, chunk.first_line):
+                    if chunk.requests:
+                        for line_no, raw in enumerate(chunk.lines, chunk.first_line):
+                            made = _request_task(raw, template, sort_query, known_labels)
+                            if made is None:
+                                continue
+                            read += 1
+                            if isinstance(made, _Refused):
+                                by_reason[made.reason] += 1
+                                if len(shown) < MAX_SHOWN_REJECTS or rejects is not None:
+                                    _note_reject(summary, rejects, Reject(
+                                        chunk.origin, line_no, made.reason, made.message),
+                                        made.url)
+                                continue
+                            append(made)
+                            if len(batch) >= batch_size:
+                                summary.read = read
+                                await sender.send(batch)
+                                batch = []
+                                append = batch.append
+                        summary.read = read
+                        if progress is not None:
+                            progress.update()
+                        if stop is not None and stop.is_set():
+                            stopping = True
+                            break
+                        continue
+                    for line_no, raw in enumerate(cast(Sequence[str], chunk.lines),
+                                                  chunk.first_line):
                         text = raw.strip()
                         if not text or text[0] == "#":
                             continue
@@ -210,6 +253,52 @@ async def produce(
         if progress is not None:
             progress.update()
     return summary
+
+
+@dataclass(frozen=True, slots=True)
+class _Refused:
+    reason: str
+    message: str
+    url: str  # what the reject file shows: the request's URL, never its headers or body
+
+
+def _request_task(raw: str | Request, template: TaskTemplate, sort_query: bool,
+                  known_labels: Collection[str] | None) -> NewTask | _Refused | None:
+    """The task of one line of requests, why it is refused, or None for a blank line or
+    a ``#`` comment."""
+    if isinstance(raw, str):
+        text = raw.strip()
+        if not text or text[0] == "#":
+            return None
+        if len(raw) >= MAX_REQUEST_LINE_BYTES:
+            return _Refused(BAD_JSON, f"line is over {MAX_REQUEST_LINE_BYTES} bytes", "")
+        try:
+            obj = codec.loads(text)
+        except ValueError as exc:
+            return _Refused(BAD_JSON, f"not JSON: {str(exc)[:100]}", "")
+        try:
+            request = request_from_dict(obj)
+        except InvalidRequestError as exc:
+            url = obj.get("url") if isinstance(obj, dict) else None
+            return _Refused(BAD_REQUEST, str(exc)[:300], url if isinstance(url, str) else "")
+    else:
+        request = raw
+    url = canonicalize(request.url, sort_query=sort_query)
+    if isinstance(url, Rejection):
+        return _Refused(url.reason.value, url.message, request.url)
+    if known_labels is not None and request.label is not None \
+            and request.label not in known_labels:
+        return _Refused(BAD_REQUEST, f"no route is labelled {request.label!r} (routes: "
+                                     f"{', '.join(sorted(known_labels)) or 'none'})",
+                        request.url)
+    if not request.priority and template.priority:
+        request = replace(request, priority=template.priority)
+    try:
+        return NewTask.from_request(request, url, max_attempts=template.max_attempts,
+                                    depth=template.depth, meta=template.meta,
+                                    headers=template.headers)
+    except InvalidRequestError as exc:  # a Request made in Python, changed since
+        return _Refused(BAD_REQUEST, str(exc)[:300], request.url)
 
 
 def _note_reject(summary: Summary, rejects: RejectWriter | None, reject: Reject,

@@ -6,6 +6,12 @@ Files are read in 1 MiB blocks and split on newlines, so memory stays constant
 whatever the input size, and a line longer than :data:`MAX_LINE_BYTES` is cut (it is
 rejected as too long later) instead of being held whole.
 
+A source of requests (``--requests``: one JSON object per line, the fields of
+``common.request.request_from_dict``) yields chunks marked ``requests``; its lines may be
+up to :data:`MAX_REQUEST_LINE_BYTES` long (a request carries a body and data). A chunk of
+requests may also hold :class:`~common.request.Request` objects themselves (made in
+Python: a spider's seeds).
+
 Blank lines and ``#`` comments are kept in the chunk; the pipeline skips them, which
 keeps line numbers right. A UTF-8 byte-order mark at the start of a source (Windows
 editors write one) is dropped.
@@ -24,24 +30,29 @@ from pathlib import Path
 from typing import BinaryIO
 
 from common.errors import SourceError
+from common.request import Request
 
-__all__ = ["BLOCK_BYTES", "MAX_LINE_BYTES", "STDIN", "Chunk", "LineSplitter", "check_files",
-           "file_chunks", "stdin_chunks", "url_chunks"]
+__all__ = ["BLOCK_BYTES", "MAX_LINE_BYTES", "MAX_REQUEST_LINE_BYTES", "STDIN", "Chunk",
+           "LineSplitter", "check_files", "file_chunks", "stdin_chunks", "url_chunks"]
 
 BLOCK_BYTES = 1 << 20
 #: Longer lines are cut to this many bytes (a URL is at most 2 KiB; this only bounds memory).
 MAX_LINE_BYTES = 64 * 1024
+#: The same for a line of a request: a body (64 KiB, its JSON escapes) and data (64 KiB).
+MAX_REQUEST_LINE_BYTES = 512 * 1024
 STDIN = "-"
 _BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
-    """Consecutive raw lines of one source; ``first_line`` is 1-based."""
+    """Consecutive raw lines of one source; ``first_line`` is 1-based. With
+    ``requests``, each line is a request: a JSON object or a Request."""
 
     origin: str
     first_line: int
-    lines: Sequence[str]
+    lines: Sequence[str | Request]
+    requests: bool = False
 
 
 def check_files(paths: Sequence[str]) -> None:
@@ -65,9 +76,10 @@ class LineSplitter:
     there and the rest of it dropped.
     """
 
-    __slots__ = ("_at_start", "_carry", "_skipping")
+    __slots__ = ("_at_start", "_carry", "_max_line", "_skipping")
 
-    def __init__(self) -> None:
+    def __init__(self, max_line: int = MAX_LINE_BYTES) -> None:
+        self._max_line = max_line
         self._carry = b""
         self._skipping = False  # inside an overlong line, dropping bytes up to its newline
         self._at_start = True  # a byte-order mark may still come
@@ -89,8 +101,8 @@ class LineSplitter:
         buf = self._carry + block if self._carry else block
         complete, sep, rest = buf.rpartition(b"\n")
         lines = complete.decode("utf-8", "surrogateescape").split("\n") if sep else []
-        if len(rest) > MAX_LINE_BYTES:
-            lines.append(rest[:MAX_LINE_BYTES].decode("utf-8", "surrogateescape"))
+        if len(rest) > self._max_line:
+            lines.append(rest[:self._max_line].decode("utf-8", "surrogateescape"))
             rest = b""
             self._skipping = True
         self._carry = rest
@@ -112,22 +124,23 @@ def _open(path: str) -> BinaryIO:
         raise SourceError(f"could not open input file {path!r}: {exc.strerror}") from None
 
 
-async def _chunks(origin: str, blocks: AsyncIterator[bytes]
+async def _chunks(origin: str, blocks: AsyncIterator[bytes], requests: bool
                   ) -> AsyncGenerator[Chunk, None]:
-    splitter = LineSplitter()
+    splitter = LineSplitter(MAX_REQUEST_LINE_BYTES if requests else MAX_LINE_BYTES)
     line = 1
     async for block in blocks:
         lines = splitter.feed(block)
         if lines:
-            yield Chunk(origin, line, lines)
+            yield Chunk(origin, line, lines, requests)
             line += len(lines)
     tail = splitter.finish()
     if tail:
-        yield Chunk(origin, line, tail)
+        yield Chunk(origin, line, tail, requests)
 
 
-async def file_chunks(path: str) -> AsyncGenerator[Chunk, None]:
-    """The lines of a file (gzip-compressed or not), in chunks."""
+async def file_chunks(path: str, *, requests: bool = False) -> AsyncGenerator[Chunk, None]:
+    """The lines of a file (gzip-compressed or not), in chunks; with `requests`, lines
+    of JSON requests."""
     stream = _open(path)
 
     async def blocks() -> AsyncIterator[bytes]:
@@ -144,12 +157,14 @@ async def file_chunks(path: str) -> AsyncGenerator[Chunk, None]:
         finally:
             stream.close()
 
-    async for chunk in _chunks(path, blocks()):
+    async for chunk in _chunks(path, blocks(), requests):
         yield chunk
 
 
-async def stdin_chunks(stream: BinaryIO | None = None) -> AsyncGenerator[Chunk, None]:
-    """The lines of stdin, in chunks; reads in a thread so a slow pipe never blocks the loop."""
+async def stdin_chunks(stream: BinaryIO | None = None, *, requests: bool = False
+                       ) -> AsyncGenerator[Chunk, None]:
+    """The lines of stdin, in chunks; reads in a thread so a slow pipe never blocks the
+    loop. With `requests`, lines of JSON requests."""
     src = stream if stream is not None else sys.stdin.buffer
     read1 = getattr(src, "read1", src.read)
 
@@ -163,7 +178,7 @@ async def stdin_chunks(stream: BinaryIO | None = None) -> AsyncGenerator[Chunk, 
                 return
             yield block
 
-    async for chunk in _chunks(STDIN, blocks()):
+    async for chunk in _chunks(STDIN, blocks(), requests):
         yield chunk
 
 

@@ -3,9 +3,11 @@
 JSON schema (``--json``; one object on stdout, every key always present)::
 
     crawl              str    the crawl name
-    read               int    URL lines read (blank lines and # comments not counted)
-    invalid            int    lines rejected by the canonicalizer
-    invalid_by_reason  {str: int}  rejects per reason code (empty, bad_scheme, ...)
+    read               int    URL and request lines read (blank lines and # comments not
+                              counted)
+    invalid            int    lines rejected (by the canonicalizer, or as requests)
+    invalid_by_reason  {str: int}  rejects per reason code (empty, bad_scheme, ...; a
+                              request's bad_json, bad_request)
     duplicates         int    valid URLs already seen in the crawl (or earlier in the input)
     enqueued           int    tasks created (recrawled ones included)
     recrawled          int    of those, URLs seen before and enqueued again (recrawl_after)

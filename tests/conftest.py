@@ -6,12 +6,15 @@ import itertools
 import os
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient, TestServer
 from support.dashboard import DASHBOARD_TOKEN
+from support.postgres import PostgresServer, find_bindir
 
 from common.redis_server import RedisServer
 from console.dashboard.app import make_app
@@ -66,3 +69,36 @@ async def make_client(redis_url: str) -> AsyncIterator[Callable[..., Any]]:
     for client in clients:
         await client.close()
     await redis.aclose()
+
+
+def _postgres_bindir() -> Path:
+    bindir = find_bindir()
+    if bindir is None:
+        pytest.skip("PostgreSQL's initdb and postgres are not installed (apt: postgresql)")
+    return bindir
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One real postgres for the session (Debian's binaries; skipped where they are missing)."""
+    with PostgresServer(_postgres_bindir()) as server:
+        yield server
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[PostgresServer]:
+    """A postgres of this test's own, to take down and bring back."""
+    with PostgresServer(_postgres_bindir()) as server:
+        yield server
+
+
+@pytest.fixture
+async def postgres_url(postgres_server: PostgresServer, crawl_name: str) -> str:
+    """A URL of a fresh database of its own for this test."""
+    database = crawl_name.lower().replace("-", "_").replace(".", "_")[:60]
+    conn = await asyncpg.connect(postgres_server.url())
+    try:
+        await conn.execute(f'CREATE DATABASE "{database}"')
+    finally:
+        await conn.close()
+    return postgres_server.url(database)

@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 from common.http.fetcher import FetchResult
+from common.request import Request
 from consumer.handlers import HandlerContext, HandlerResult
 
 #: What the paginate handler saw, for the test to read: (task id, checkpoint at start).
@@ -49,3 +50,36 @@ async def idn_links(response: FetchResult, ctx: HandlerContext) -> HandlerResult
     """Returns `IDN_LINKS` for the crawl's seed, nothing for anything deeper."""
     return HandlerResult(items=[{"status": response.status}],
                          urls=IDN_LINKS if ctx.task.depth == 0 else [])
+
+
+async def labelled(response: FetchResult, ctx: HandlerContext) -> HandlerResult:
+    """A seed (no label) returns two labelled POST Requests to the API its data names; a
+    labelled task returns one item saying what reached it: label, data, method, body."""
+    task = ctx.task
+    if task.label is None:
+        api = task.data["api"]
+        return HandlerResult(urls=[
+            Request.json(api, {"page": n}, label="api",
+                         data={"page": n, "category": task.data["category"],
+                               "found_by": ctx.worker})
+            for n in (1, 2)])
+    return HandlerResult(items=[{
+        "label": task.label, "data": task.data, "method": task.method, "depth": task.depth,
+        "body": (task.body or b"").decode(), "echo": response.body.decode(),
+        "worker": ctx.worker}])
+
+
+async def bad_child(response: FetchResult, ctx: HandlerContext) -> HandlerResult:
+    """Returns a link and a Request whose data was changed, after it was made, into
+    something JSON can't hold: the task must fail, its link not be enqueued."""
+    data: dict[str, Any] = {"ok": 1}
+    request = Request(response.final_url + "api", "POST", label="api", data=data)
+    data["when"] = {1, 2}
+    return HandlerResult(urls=[response.final_url + "link", request])
+
+
+async def extract(response: FetchResult, ctx: HandlerContext) -> HandlerResult:
+    """Two items a page, each naming the page and the consumer that extracted it: keyed
+    ``<url>#0`` and ``<url>#1`` by the sink."""
+    return HandlerResult(items=[{"url": ctx.task.url, "n": n, "worker": ctx.worker}
+                                for n in range(2)])

@@ -44,6 +44,10 @@ _F = "tests/test_fetcher.py::"
 _FR = "tests/test_frontier.py::"
 _PB = "tests/test_pushback.py::"
 _RS = "tests/test_revisit_schedule.py::"
+_SP = "tests/test_spider_process.py::"
+_RQ = "tests/test_requests.py::"
+_PG = "tests/test_postgres_sink.py::"
+_T = "tests/test_traps.py::"
 _FO = "tests/test_failover.py::"
 
 
@@ -147,6 +151,66 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("30-lease-ahead-started-early", "a turn leased ahead starts at its turn, not "
            "when the lease reply came",
            (_FR + "test_a_turn_within_ahead_is_leased_timed_to_it_and_counted_from_it",)),
+    Mutant("31-push-back-keeps-the-first-retry-after", "two push-backs of one host in one "
+           "fail call block it for the longer Retry-After",
+           (_PB + "test_two_push_backs_of_one_host_in_one_call_keep_the_longer_retry_after",)),
+    Mutant("32-push-back-of-another-task", "a push-back blocks its own host only, not "
+           "another host failed in the same call",
+           (_PB + "test_a_push_back_blocks_only_its_own_host_of_a_call",)),
+    Mutant("33-max-age-past-max-interval", "a declared max-age raises an adaptive interval, "
+           "never past max_interval",
+           (_RS + "test_max_age_never_raises_an_adaptive_interval_past_max_interval",)),
+    Mutant("34-adaptive-delay-below-the-hosts-own", "adaptive_delay never takes a host "
+           "below its own delay",
+           (_PB + "test_adaptive_delay_never_goes_below_the_hosts_own_delay",)),
+    Mutant("35-opt-in-push-back-outcomes-ignored", "5xx, 408, a timeout and a refused "
+           "connection count as push-back when backoff_on names them",
+           (_PB + "test_backoff_on_counts_an_opt_in_outcome_only_when_named",
+            _PB + "test_a_timeout_named_in_backoff_on_blocks_its_host")),
+    Mutant("36-zero-max-crawl-delay-caps-to-zero", "max_crawl_delay 0 obeys any robots.txt "
+           "Crawl-delay, cutting and logging none",
+           (_PB + "test_a_max_crawl_delay_of_0_obeys_any_crawl_delay",)),
+    Mutant("43-post-bodies-deduped-as-one", "two bodies sent to one URL are two tasks (a "
+           "request's unique key holds its body's digest); one body twice is one",
+           (_RQ + "test_two_post_bodies_to_one_url_are_two_tasks_and_one_body_twice_is_one",)),
+    Mutant("44-bad-request-accepted-at-enqueue", "a bad request (method, body, data, label) "
+           "is refused at enqueue with its reason, nothing enqueued",
+           (_RQ + "test_a_bad_request_is_refused_at_enqueue_and_nothing_is_enqueued",)),
+    Mutant("45-child-label-and-data-dropped", "a handler's child Request keeps its label "
+           "and data through Redis to another consumer's handler",
+           (_RQ + "test_a_childs_label_and_data_reach_its_handler_in_another_consumer_"
+            "process",)),
+    Mutant("46-followed-data-dropped", "a followed link's label and data reach its spider "
+           "route on another consumer process",
+           (_SP + "test_a_childs_label_and_data_reach_its_route_on_another_consumer_process",)),
+    Mutant("47-unknown-label-fetched", "a task whose label has no route ends dead "
+           "(unknown_label) at its first lease, never fetched, never done unparsed",
+           (_SP + "test_a_task_whose_label_has_no_route_ends_dead_with_its_reason_unfetched",)),
+    Mutant("48-charset-ignored", "a spider's selectors read the page as its charset says",
+           ("tests/test_spider.py::test_the_body_is_decoded_by_its_charset_and_json_parsed",
+            "tests/test_spider.py::test_css_and_xpath_select_text_attributes_and_elements")),
+    Mutant("49-pg-ack-before-commit", "a task is acked only once the PostgreSQL transaction "
+           "holding its rows committed",
+           (_PG + "test_a_refused_write_acks_nothing_until_the_database_takes_it",
+            _PG + "test_a_database_down_mid_crawl_loses_nothing")),
+    Mutant("50-pg-stale-write-replaces-row", "a stale lease's late write never replaces a "
+           "row its successor wrote",
+           (_PG + "test_an_older_fence_never_replaces_a_newer_row",
+            _PG + "test_a_stale_consumers_late_write_does_not_replace_its_successors_row")),
+    Mutant("51-pg-batch-keeps-the-first-of-a-key", "a batch holding one key twice writes "
+           "the item of the newest fence",
+           (_PG + "test_a_batch_with_duplicate_keys_writes_one_row_a_key_the_newest_fence_"
+                  "winning",)),
+    Mutant("52-repeated-segment-let-through", "a link whose path holds one segment more "
+           "often than trap_repeated_segments is refused, however far apart the copies",
+           (_T + "test_each_rule_refuses_its_trap_and_lets_a_plain_url_through",
+            _T + "test_refused_links_are_counted_by_reason_and_per_host")),
+    Mutant("53-near-duplicate-links-followed", "a near-duplicate page is not handled: its "
+           "links are not followed",
+           (_T + "test_a_crawl_finds_every_real_page_and_follows_no_near_duplicate",)),
+    Mutant("54-page-its-own-near-duplicate", "a page is never a near duplicate of its own "
+           "URL's earlier fetch (a retry, a revisit)",
+           (_T + "test_a_page_is_never_its_own_near_duplicate_and_fingerprints_are_bounded",)),
     Mutant("40-lease-sent-again-after-an-unknown-outcome", "a lease call sent again after "
            "its reply was lost gets the leases the first one granted, never a second set",
            (_FO + "test_a_lease_sent_again_after_its_reply_was_lost_gets_the_same_leases",
@@ -156,7 +220,12 @@ MUTANTS: tuple[Mutant, ...] = (
            (_FO + "test_tokens_after_a_promotion_pass_the_ones_the_replica_never_saw",)),
     Mutant("42-did-not-run-error-final", "a call Redis refused without running it "
            "(READONLY, LOADING, ...) is tried again until a primary answers",
-           (_FO + "test_a_write_a_replica_refused_is_tried_again_until_it_is_promoted",)),
+           (_FO + "test_a_write_a_replica_refused_is_tried_again_until_it_is_promoted",
+            _FO + "test_a_primary_without_its_replicas_refuses_and_is_tried_again")),
+    Mutant("56-estimator-ignores-changes", "revisit=learned's estimator counts the changes "
+           "its visits find: a URL changing at every visit is revisited more often",
+           (_RS + "test_learned_intervals_follow_the_estimated_change_rate_within_the_"
+            "bounds",)),
 )
 
 

@@ -195,6 +195,22 @@ def test_producer_runs_on_demand(compose: dict[str, Any]) -> None:
     assert producer["depends_on"]["redis"]["condition"] == "service_healthy"
 
 
+def test_postgres_runs_on_demand_for_the_postgres_sink(compose: dict[str, Any]) -> None:
+    postgres = compose["services"]["postgres"]
+    assert postgres["profiles"] == ["postgres"], "`up` must not start the database"
+    assert not postgres.get("ports"), "the database must not be published on the host"
+    assert postgres["healthcheck"]["test"][:2] == ["CMD", "pg_isready"]
+    assert any(str(v).startswith("postgres-data:") for v in postgres["volumes"])
+    assert "postgres-data" in compose["volumes"]
+    env, db_env = _env(compose["services"]["consumer"]), _env(postgres)
+    # The consumers' password is the database's, given by PGPASSWORD (never in a URL).
+    assert env["PGPASSWORD"] == db_env["POSTGRES_PASSWORD"]
+    header = (REPO / "docker-compose.yml").read_text().split("\nservices:")[0]
+    sink = re.search(r"CRAWLQ_SINK=(postgres://\S+)", header)
+    assert sink is not None and f"@postgres:5432/{db_env['POSTGRES_DB']}" in sink.group(1)
+    assert ":" not in sink.group(1).split("//")[1].split("@")[0], "no password in the URL"
+
+
 def test_ci_override_uses_host_networking(compose_ci: dict[str, Any]) -> None:
     services = compose_ci["services"]
     for name, svc in services.items():

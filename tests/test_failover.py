@@ -196,6 +196,37 @@ async def test_a_write_a_replica_refused_is_tried_again_until_it_is_promoted(
             await c.aclose()
 
 
+async def test_a_primary_without_its_replicas_refuses_and_is_tried_again(
+        crawl_name: str) -> None:
+    """min-replicas-to-write (the docs' guard against split brain): NOREPLICAS means the
+    call did not run; it is tried again, and goes through once a replica is back."""
+    primary = RedisServer(extra_args=("--min-replicas-to-write", "1")).start()
+    replica = None
+    setup = aioredis.Redis.from_url(primary.url)
+    client = connect(primary.url, retries=12)  # a replica syncs within these tries
+    try:
+        await setup.config_set("min-replicas-to-write", 0)  # the crawl is created first
+        q = await LeasingQueue.open(client, crawl_name, CrawlSettings())
+        await q.enqueue(tasks(3))
+        await setup.config_set("min-replicas-to-write", 1)
+        errors_before = (await setup.info("stats"))["total_error_replies"]
+        leasing = asyncio.ensure_future(q.lease("w", 2, 30_000))
+
+        async def refused() -> bool:
+            return (await setup.info("stats"))["total_error_replies"] > errors_before
+
+        await until(refused, 30, "the primary refused the lease (NOREPLICAS)")
+        assert not leasing.done()
+        replica = await asyncio.to_thread(replica_of, primary)
+        assert len(await asyncio.wait_for(leasing, 30)) == 2
+    finally:
+        await client.aclose()
+        await setup.aclose()
+        for server in (replica, primary):
+            if server is not None:
+                server.stop()
+
+
 async def test_tokens_after_a_promotion_pass_the_ones_the_replica_never_saw(
         pair: tuple[RedisServer, RedisServer], crawl_name: str) -> None:
     primary, replica = pair
@@ -215,9 +246,9 @@ async def test_tokens_after_a_promotion_pass_the_ones_the_replica_never_saw(
         assert (await promoted.stats()).leased == 4  # the last grants are lost
         after = await promoted.lease("w2", 4, 30_000)
         assert len(after) == 4
-        granted_before = [lease.fencing for lease in (*before, *lost)]
-        assert min(lease.fencing for lease in after) > max(granted_before)
-        assert all(0 < lease.fencing < 2**63 for lease in (*before, *lost, *after))
+        granted_before = [lease.fence for lease in (*before, *lost)]
+        assert min(lease.fence for lease in after) > max(granted_before)
+        assert all(0 < lease.fence < 2**63 for lease in (*before, *lost, *after))
         # The old leases are fenced on the new primary: theirs are other tokens.
         assert await promoted.ack("w1", [(lost[0], "ok")]) != [Code.OK]
     finally:
@@ -289,7 +320,7 @@ async def test_a_sentinel_url_follows_a_failover(pair: tuple[RedisServer, RedisS
             await until(on_the_new_primary, 10, "the client talks to the new primary")
             more = await q.lease("w", 2, 30_000)
             assert len(more) == 2
-            assert min(x.fencing for x in more) > max(x.fencing for x in first)
+            assert min(x.fence for x in more) > max(x.fence for x in first)
             assert (await q.stats()).leased == 3  # first[1] and the two new ones
         finally:
             await client.aclose()

@@ -20,6 +20,7 @@ from common.http.fetcher import Fetcher
 from common.metrics import Metrics
 from common.queue import LeasingQueue
 from common.task import Task
+from common.traps import REFUSALS
 from consumer.backoff import Backoff
 from consumer.config import build_parser, settings_from_args
 from consumer.intake import LinkIntake, SeenCache
@@ -80,7 +81,7 @@ def test_repeated_links_skip_canonicalization_once_sent() -> None:
     again, _ = i.children([(parent(), [*links, "http://a.test/y"])])
     assert again == []
     assert fates(i) == {"cached": 5, "sent": 2, "invalid": 0, "out_of_scope": 0,
-                        "capped": 0}
+                        "too_deep": 0, "capped": 0, **dict.fromkeys(REFUSALS, 0)}
 
 
 def test_links_not_sent_are_not_cached() -> None:
@@ -113,6 +114,7 @@ def test_depth_limit() -> None:
     i = intake(max_depth=2)
     out, _ = i.children([(parent(depth=2), ["http://a.test/deeper"])])
     assert out == []
+    assert fates(i)["too_deep"] == 1  # dropped, and counted
     out, _ = i.children([(parent(depth=1), ["http://a.test/deeper"])])
     assert [t.depth for t in out] == [2]
 

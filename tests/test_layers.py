@@ -28,7 +28,7 @@ def test_the_tree_keeps_every_contract() -> None:
 
 def copy_tree(to: Path) -> None:
     """The packages and the contracts, without what import-linter does not read."""
-    for package in ("common", "producer", "consumer", "console"):
+    for package in ("common", "producer", "consumer", "console", "crawlq"):
         shutil.copytree(ROOT / package, to / package,
                         ignore=shutil.ignore_patterns("__pycache__", "*.lua", "static"))
     shutil.copy(ROOT / "pyproject.toml", to)
@@ -44,6 +44,8 @@ def test_a_wrong_import_breaks_the_contract_it_names(tmp_path: Path) -> None:
     add_import(tmp_path / "producer" / "sitemaps.py", "consumer.flush")
     add_import(tmp_path / "console" / "fsck.py", "consumer.lifecycle")
     add_import(tmp_path / "consumer" / "housekeeping.py", "console.crawls")
+    add_import(tmp_path / "crawlq" / "__init__.py", "consumer.run")
+    add_import(tmp_path / "producer" / "summary.py", "crawlq")
     result = lint_imports(tmp_path)
     assert result.returncode != 0
     out = result.stdout
@@ -54,6 +56,9 @@ def test_a_wrong_import_breaks_the_contract_it_names(tmp_path: Path) -> None:
            "BROKEN" in out
     assert "the services never import the console BROKEN" in out
     assert "common.codec -> consumer.lifecycle" in out
+    assert "the crawlq facade re-exports common only BROKEN" in out
+    assert "nothing inside crawlq imports its facade (the crawlq package) BROKEN" in out
+    assert "producer.summary -> crawlq" in out
 
 
 def test_a_wrong_import_inside_common_breaks_its_layers(tmp_path: Path) -> None:

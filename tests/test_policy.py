@@ -57,10 +57,15 @@ VALID = ("valid keys: per_host_delay, per_host_concurrency, accept_content_type,
          "retry_cap, max_retry_after, max_stalls, max_attempts, recrawl_after")
 UA = "crawlq/0.1 (+https://github.com/crawlq/crawlq)"
 #: The new keys' defaults, as `crawl create` and `crawl set` print them.
-#: The push-back keys' defaults, the last of every listing.
+#: The trap keys' defaults, the last of every listing.
+TRAPS = ("trap_max_url_length=1024, trap_max_segments=20, trap_repeated_segments=2, "
+         "trap_max_params=12, trap_path_variants=1000, trap_session_ids=true, "
+         "near_duplicate_distance=3")
+#: The push-back keys' defaults, then the trap keys', the last of every listing.
 BACKOFF = ("backoff_on=429,503, backoff_base=1s, backoff_cap=3600s, backoff_forgive=300s, "
            "adaptive_delay=0, max_delay=30s, max_crawl_delay=300s, revisit=off, "
-           "min_interval=60s, max_interval=7776000s, interval_grow=0.4, interval_shrink=0.2")
+           "min_interval=60s, max_interval=7776000s, interval_grow=0.4, interval_shrink=0.2, "
+           + TRAPS)
 REST = (f"user_agent={UA}, ignore_robots=false, robots_ttl=86400s, max_depth=3, "
         "allow_domains=@parent, retry_base=2s, retry_cap=600s, max_retry_after=3600s, "
         "max_stalls=2, max_attempts=3, recrawl_after=0s, " + BACKOFF)
@@ -115,7 +120,10 @@ def test_the_policy_is_declared_once() -> None:
     assert {o.name: o.flag for o in POLICY_OPTIONS if o.seeded_by == NOBODY} == {
         "backoff_on": "", "backoff_base": "", "backoff_cap": "", "backoff_forgive": "",
         "adaptive_delay": "", "max_delay": "", "max_crawl_delay": "", "revisit": "",
-        "min_interval": "", "max_interval": "", "interval_grow": "", "interval_shrink": ""}
+        "min_interval": "", "max_interval": "", "interval_grow": "", "interval_shrink": "",
+        "trap_max_url_length": "", "trap_max_segments": "", "trap_repeated_segments": "",
+        "trap_max_params": "", "trap_path_variants": "", "trap_session_ids": "",
+        "near_duplicate_distance": ""}
     assert CrawlPolicy().texts() == {"per_host_delay": "1s", "per_host_concurrency": "2",
                                      "accept_content_type": "*/*", "user_agent": UA,
                                      "ignore_robots": "false", "robots_ttl": "86400s",
@@ -128,7 +136,12 @@ def test_the_policy_is_declared_once() -> None:
                                      "adaptive_delay": "0", "max_delay": "30s",
                                      "max_crawl_delay": "300s", "revisit": "off",
                                      "min_interval": "60s", "max_interval": "7776000s",
-                                     "interval_grow": "0.4", "interval_shrink": "0.2"}
+                                     "interval_grow": "0.4", "interval_shrink": "0.2",
+                                     "trap_max_url_length": "1024",
+                                     "trap_max_segments": "20",
+                                     "trap_repeated_segments": "2", "trap_max_params": "12",
+                                     "trap_path_variants": "1000", "trap_session_ids": "true",
+                                     "near_duplicate_distance": "3"}
     # Each such flag says it is a crawl policy value.
     assert all("a crawl policy value" in flags[o.seeded_by, o.flag].help for o in seeded)
 
@@ -192,7 +205,10 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
             "backoff_base": 1.0, "backoff_cap": 3600.0, "backoff_forgive": 300.0,
             "adaptive_delay": 0.0, "max_delay": 30.0, "max_crawl_delay": 300.0,
             "revisit": "off", "min_interval": 60, "max_interval": 7776000,
-            "interval_grow": 0.4, "interval_shrink": 0.2},
+            "interval_grow": 0.4, "interval_shrink": 0.2, "trap_max_url_length": 1024,
+            "trap_max_segments": 20, "trap_repeated_segments": 2, "trap_max_params": 12,
+            "trap_path_variants": 1000, "trap_session_ids": True,
+            "near_duplicate_distance": 3},
         {"per_host_delay": "0.5s", "per_host_concurrency": "3", "accept_content_type": "*/*",
          "user_agent": "probe/2.0 (+https://example.com/probe)", "ignore_robots": "true",
          "robots_ttl": "5400s",
@@ -202,7 +218,10 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
          "backoff_base": "1s", "backoff_cap": "3600s", "backoff_forgive": "300s",
          "adaptive_delay": "0", "max_delay": "30s", "max_crawl_delay": "300s",
          "revisit": "off", "min_interval": "60s", "max_interval": "7776000s",
-         "interval_grow": "0.4", "interval_shrink": "0.2"})
+         "interval_grow": "0.4", "interval_shrink": "0.2", "trap_max_url_length": "1024",
+         "trap_max_segments": "20", "trap_repeated_segments": "2", "trap_max_params": "12",
+         "trap_path_variants": "1000", "trap_session_ids": "true",
+         "near_duplicate_distance": "3"})
     third, second, first = doc["log"]
     assert first | {"version": 1, "by": "crawlq crawl create", "changes": {
         "per_host_delay": [None, "0.5s"], "per_host_concurrency": [None, "2"],
@@ -217,7 +236,11 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
         "adaptive_delay": [None, "0"], "max_delay": [None, "30s"],
         "max_crawl_delay": [None, "300s"], "revisit": [None, "off"], "min_interval": [None, "60s"],
         "max_interval": [None, "7776000s"], "interval_grow": [None, "0.4"],
-        "interval_shrink": [None, "0.2"]}} == first
+        "interval_shrink": [None, "0.2"], "trap_max_url_length": [None, "1024"],
+        "trap_max_segments": [None, "20"],
+        "trap_repeated_segments": [None, "2"], "trap_max_params": [None, "12"],
+        "trap_path_variants": [None, "1000"], "trap_session_ids": [None, "true"],
+        "near_duplicate_distance": [None, "3"]}} == first
     assert second | {"version": 2, "by": "crawlq crawl set",
                      "changes": {"per_host_concurrency": ["2", "3"]}} == second
     assert third["changes"] == {
@@ -257,7 +280,12 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
     assert [ln.split()[:2] for ln in lines[22:27]] == [
         ["revisit", "off"], ["min_interval", "60s"], ["max_interval", "7776000s"],
         ["interval_grow", "0.4"], ["interval_shrink", "0.2"]]
-    lines = lines[:15] + lines[27:]
+    assert [ln.split()[:2] for ln in lines[27:34]] == [
+        ["trap_max_url_length", "1024"], ["trap_max_segments", "20"],
+        ["trap_repeated_segments", "2"], ["trap_max_params", "12"],
+        ["trap_path_variants", "1000"], ["trap_session_ids", "true"],
+        ["near_duplicate_distance", "3"]]
+    lines = lines[:15] + lines[34:]
     assert lines[15] == "changes, newest first:"
     assert lines[16].endswith("v4  crawlq crawl set: allow_domains xn--bcher-kva.example,"
                               "example.com -> @parent, ignore_robots true -> false")
@@ -272,11 +300,14 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
                               "max_delay - -> 30s, max_depth - -> 3, "
                               "max_interval - -> 7776000s, "
                               "max_retry_after - -> 3600s, max_stalls - -> 2, "
-                              "min_interval - -> 60s, "
+                              "min_interval - -> 60s, near_duplicate_distance - -> 3, "
                               "per_host_concurrency - -> 2, per_host_delay - -> 0.5s, "
                               "recrawl_after - -> 0s, retry_base - -> 2s, "
                               f"retry_cap - -> 600s, revisit - -> off, "
-                              "robots_ttl - -> 86400s, "
+                              "robots_ttl - -> 86400s, trap_max_params - -> 12, "
+                              "trap_max_segments - -> 20, trap_max_url_length - -> 1024, "
+                              "trap_path_variants - -> 1000, "
+                              "trap_repeated_segments - -> 2, trap_session_ids - -> true, "
                               f"user_agent - -> {UA}")
     # `crawl` and `crawls` are two commands.
     assert "crawl" in await ok(redis_url, "crawls")
@@ -381,7 +412,10 @@ async def test_show_toml_round_trips_into_create_config(
         'backoff_base = "2s"', 'backoff_cap = "60s"', 'backoff_forgive = "90s"',
         "adaptive_delay = 0", 'max_delay = "30s"', 'max_crawl_delay = "300s"',
         'revisit = "off"', 'min_interval = "60s"', 'max_interval = "7776000s"',
-        "interval_grow = 0.4", "interval_shrink = 0.2"]
+        "interval_grow = 0.4", "interval_shrink = 0.2", "trap_max_url_length = 1024",
+        "trap_max_segments = 20", "trap_repeated_segments = 2", "trap_max_params = 12",
+        "trap_path_variants = 1000", "trap_session_ids = true",
+        "near_duplicate_distance = 3"]
     path = tmp_path / "crawl.toml"
     path.write_text(toml)
     await ok(redis_url, "crawl", "create", "--crawl", crawl_name + "-copy", "--config",
@@ -729,7 +763,11 @@ async def test_a_crawl_made_without_a_policy_is_adopted(
                        "adaptive_delay": [None, "0"], "max_delay": [None, "30s"],
                        "max_crawl_delay": [None, "300s"], "revisit": [None, "off"],
                        "min_interval": [None, "60s"], "max_interval": [None, "7776000s"],
-                       "interval_grow": [None, "0.4"], "interval_shrink": [None, "0.2"]})]
+                       "interval_grow": [None, "0.4"], "interval_shrink": [None, "0.2"],
+                       "trap_max_url_length": [None, "1024"], "trap_max_segments": [None, "20"],
+                       "trap_repeated_segments": [None, "2"], "trap_max_params": [None, "12"],
+                       "trap_path_variants": [None, "1000"], "trap_session_ids": [None, "true"],
+                       "near_duplicate_distance": [None, "3"]})]
 
 
 async def test_a_policy_without_the_newer_keys_takes_them_from_the_first_consumer(

@@ -19,12 +19,18 @@ from aiohttp import web
 from support.clock import redis_ms
 from support.consume import enqueue, records
 from support.frontier import host_record, lease_when_due, tasks
-from support.routes import page, serve
+from support.routes import hanging, page, serve
 
 from common.frontier.hosts import Frontier
 from common.hostmodel.hostrec import HostRecord
 from common.keys import PartitionKeys
-from common.policy import create_policy, set_policy
+from common.policy import (
+    PUSHBACK_OUTCOMES,
+    create_policy,
+    is_pushback,
+    pushback_outcomes,
+    set_policy,
+)
 from common.queue import Code, Failure, Lease, LeasingQueue, RetryPolicy
 from consumer.config import build_parser, settings_from_args
 from consumer.run import run
@@ -115,6 +121,42 @@ async def test_hanging_routes_make_no_other_task_of_their_host_die_unsent(
     assert reasons == ["body_too_large"] + ["timeout"] * 4
 
 
+def test_backoff_on_counts_an_opt_in_outcome_only_when_named() -> None:
+    """429 and 503 by default; 5xx, 408, a timeout and a refused connection only when
+    backoff_on names them."""
+    default = pushback_outcomes("429,503")
+    every = pushback_outcomes(",".join(PUSHBACK_OUTCOMES))
+    cases = [("http_429", 429), ("http_503", 503), ("http_500", 500), ("http_502", 502),
+             ("http_408", 408), ("timeout", None), ("connect_error", None)]
+    assert [is_pushback(default, r, s) for r, s in cases] == [True, True] + [False] * 5
+    assert [is_pushback(every, r, s) for r, s in cases] == [True] * 7
+    assert is_pushback(pushback_outcomes("5xx"), "http_502", 502)
+    assert not is_pushback(pushback_outcomes("5xx"), "http_429", 429)
+    assert is_pushback(pushback_outcomes("408"), "http_408", 408)
+    assert is_pushback(pushback_outcomes("timeout"), "timeout", None)
+    assert not is_pushback(pushback_outcomes("timeout"), "connect_error", None)
+    assert is_pushback(pushback_outcomes("connect_error"), "connect_error", None)
+    assert not is_pushback(every, "http_404", 404)
+
+
+async def test_a_timeout_named_in_backoff_on_blocks_its_host(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
+    """backoff_on=timeout: a route that hangs past the fetch's timeout pushes its host
+    back, fleet-wide: blocked for backoff_base at level 1."""
+    await create_policy(redis_client, crawl_name,
+                        {"per_host_delay": 0.0, "ignore_robots": True, "backoff_on": ("timeout",),
+                         "backoff_base": 600.0, "backoff_cap": 600.0}, by="test")
+    async with serve({"/hang": hanging(asyncio.Event(), "late")}) as site:
+        queue = await enqueue(redis_client, crawl_name, [site.url("/hang")], max_attempts=1)
+        code = await consume_defaults(redis_url, crawl_name, tmp_path, "--timeout", "1s")
+        assert code == 0
+        host = site.base.removeprefix("http://")
+    conf = await host_record(redis_client, queue.partitions[0], host)
+    assert (conf.level, conf.pushbacks) == (1, 1)
+    assert conf.blocked - await redis_ms(redis_client) > 500_000
+    assert (await queue.stats()).counters["backoffs"] == 1
+
+
 # -- the backoff, fleet-wide, in the scripts (lib/backoff.lua) ----------------------------
 
 FOREVER_MS = 600_000
@@ -188,6 +230,49 @@ async def test_a_push_back_sent_before_the_block_raises_nothing(
     later = await host_conf(one, "a.test")
     assert (later.level, later.pushbacks) == (1, 1)
     assert 2_990 <= later.blocked - before <= 3_100
+
+
+async def test_two_push_backs_of_one_host_in_one_call_keep_the_longer_retry_after(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """Two leases of one host failed in one call, the first with a Retry-After of 0, the
+    second of 3 s: one incident, blocked the longer Retry-After, not the first one's
+    backoff."""
+    one, _ = await two_consumers(redis_client, crawl_name, backoff_base_ms=200,
+                                 backoff_cap_ms=10_000, backoff_forgive_ms=FOREVER_MS)
+    await one.enqueue(tasks([f"http://a.test/{i}" for i in range(3)]))
+    a, b = await one.lease("w1", 2, 60_000)
+    before = await redis_ms(redis_client)
+    codes = await one.fail("w1", [Failure(a, "http_429", "x", retry_after=0, pushback=True),
+                                  Failure(b, "http_429", "x", retry_after=3, pushback=True)])
+    after = await redis_ms(redis_client)
+    assert [code for code, _ in codes] == [Code.RETRY] * 2
+    conf = await host_conf(one, "a.test")
+    assert (conf.level, conf.pushbacks) == (1, 1)
+    assert before + 3_000 <= conf.blocked <= after + 3_000  # the first's backoff: 200 ms
+
+
+async def test_a_push_back_blocks_only_its_own_host_of_a_call(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """A 429 from a.test and a plain failure of b.test in one fail call: a.test is
+    blocked, b.test is untouched (no block, no level, no push-back) and still served."""
+    one, _ = await two_consumers(redis_client, crawl_name, backoff_base_ms=60_000,
+                                 backoff_cap_ms=60_000, backoff_forgive_ms=FOREVER_MS)
+    await one.enqueue(tasks(["http://a.test/1", "http://a.test/2", "http://b.test/1",
+                             "http://b.test/2"]))
+    leases = await one.lease("w1", 4, 60_000)
+    assert len(leases) == 4
+    a = next(x for x in leases if x.host == "a.test")
+    b = next(x for x in leases if x.host == "b.test")
+    await one.ack("w1", [(x, "ok") for x in leases if x not in (a, b)])
+    await one.fail("w1", [Failure(a, "http_429", "slow down", pushback=True),
+                          Failure(b, "http_500", "oops")])
+    pushed, plain = await host_conf(one, "a.test"), await host_conf(one, "b.test")
+    assert (pushed.level, pushed.pushbacks) == (1, 1) and pushed.blocked
+    assert (plain.level, plain.pushbacks, plain.blocked) == (0, 0, 0)
+    assert await redis_client.zscore(one.partitions[0].blocked, "b.test") is None
+    assert (await one.stats()).counters["backoffs"] == 1
+    await one.enqueue(tasks(["http://a.test/3", "http://b.test/3"]))
+    assert [x.host for x in await one.lease("w1", 4, 60_000)] == ["b.test"]
 
 
 async def test_responses_served_forgive_the_level_and_teach_the_host_its_pace(
@@ -278,6 +363,26 @@ async def test_adaptive_delay_follows_response_times_for_every_consumer_within_m
     assert lease.delay_ms == 500
 
 
+async def test_adaptive_delay_never_goes_below_the_hosts_own_delay(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """a.test's own delay is 1 s; adaptive_delay 2 with 100 ms responses gives 200 ms,
+    shorter: the host keeps its 1 s (its next turn, and the delay its lease says)."""
+    one, _ = await two_consumers(redis_client, crawl_name, backoff_forgive_ms=FOREVER_MS)
+    await Frontier(one).set_host("a.test", delay_s=1)
+    await set_policy(redis_client, crawl_name, {"adaptive_delay": 2.0, "max_delay": 5.0},
+                     by="test")
+    await one.enqueue(tasks([f"http://a.test/{i}" for i in range(3)]))
+    [first] = await lease_when_due(one, "w1", 10, 60_000)
+    first.elapsed_ms = 100
+    assert await one.ack("w1", [(first, "ok")]) == [Code.OK]
+    conf = await host_conf(one, "a.test")
+    assert conf.lat == 100 and conf.delay == 1_000
+    turn = await redis_client.zscore(one.partitions[0].due, "a.test")
+    assert turn == conf.last + 1_000
+    [second] = await lease_when_due(one, "w1", 10, 60_000)
+    assert second.delay_ms == 1_000
+
+
 async def test_a_crawl_delay_over_max_crawl_delay_is_cut_to_it_and_logged(
         redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path,
         caplog: pytest.LogCaptureFixture) -> None:
@@ -294,3 +399,21 @@ async def test_a_crawl_delay_over_max_crawl_delay_is_cut_to_it_and_logged(
     assert sorted(r["outcome"] for r in records(tmp_path)) == ["ok"] * 3
     [capped] = [r for r in caplog.records if r.getMessage() == "robots_crawl_delay_capped"]
     assert (capped.crawl_delay, capped.max_crawl_delay) == (3600.0, 0.2)  # type: ignore[attr-defined]
+
+
+async def test_a_max_crawl_delay_of_0_obeys_any_crawl_delay(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """max_crawl_delay 0 (obey any) and robots.txt asking 2 s: the host gets 2 s, and
+    nothing is logged as capped."""
+    await create_policy(redis_client, crawl_name,
+                        {"per_host_delay": 0.0, "max_crawl_delay": 0.0}, by="test")
+    caplog.set_level(logging.WARNING, logger="consumer")
+    async with serve({"/p/{i}": page}, robots="User-agent: *\nCrawl-delay: 2\n") as site:
+        queue = await enqueue(redis_client, crawl_name, [site.url("/p/0")])
+        assert await consume_defaults(redis_url, crawl_name, tmp_path, limit_s=30) == 0
+        host = site.base.removeprefix("http://")
+    conf = await host_record(redis_client, queue.partitions[0], host)
+    assert conf.robots == 2_000
+    assert [r["outcome"] for r in records(tmp_path)] == ["ok"]
+    assert not [r for r in caplog.records if r.getMessage() == "robots_crawl_delay_capped"]

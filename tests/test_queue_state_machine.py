@@ -25,7 +25,11 @@ Redis TIME read just before and just after a step; a step whose outcome would hi
 a deadline falling inside it first sleeps past that deadline, so expectations are exact
 (only a step slowed past MARGIN_MS by a loaded machine leaves a deadline in doubt, and
 then either outcome is accepted and followed). Every draw is made before the state is
-looked at, so a failing run replays with the same data however the clock moved.
+looked at, so a failing run replays with the same data however the clock moved. For the
+same reason no rule has a precondition: Hypothesis draws the rule of a step among those
+whose preconditions hold, so a precondition on state the clock moves (a lease that
+expired before its ack or not) changes the draws of one run from those of another with
+the same choices, which Hypothesis reports as FlakyStrategyDefinition.
 
 A failure is reported with its whole run of steps, unshrunk (see ``_run``).
 """
@@ -44,10 +48,11 @@ import redis.asyncio as aioredis
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
+    PRECONDITIONS_MARKER,
+    RULE_MARKER,
     RuleBasedStateMachine,
     initialize,
     invariant,
-    precondition,
     rule,
     run_state_machine_as_test,
 )
@@ -842,11 +847,11 @@ class WithRevisits(QueueMachine):
         assert at is not None and 3_599_000 <= at - await self._now() <= 3_600_000, at
         return int(at)
 
-    @precondition(lambda self: self.next_at)
     @rule(picks=st.lists(st.integers(0, 63), min_size=1, max_size=4), **LEASE_DRAWS)
     def revisits_due(self, picks: list[int], worker: str, n: int, lease_ms: int) -> None:
-        """The next visits of some done URLs come (their scores passed), the reaper's
-        promote runs, and a worker leases."""
+        """The next visits of some done URLs come (their scores passed; none while no URL
+        is done: see the module's docstring on preconditions), the reaper's promote runs,
+        and a worker leases."""
         chosen = list(dict.fromkeys(self.pick(sorted(self.next_at), picks)))
         now = self.now()
         for tid in chosen:
@@ -915,6 +920,17 @@ class WithRevisits(QueueMachine):
 
 class TwoPartitions(QueueMachine):
     pass
+
+
+def test_no_rule_of_the_machines_has_a_precondition() -> None:
+    """Which rules a step may draw must not hang on the clock (the module's docstring)."""
+    for machine in (OnePartition, TwoPartitions, WithRevisits):
+        for name in dir(machine):
+            f = getattr(machine, name)
+            marked = getattr(f, RULE_MARKER, None)
+            if marked is not None:  # @precondition above @rule, or below it
+                assert not marked.preconditions, f"{machine.__name__}.{name}"
+                assert not getattr(f, PRECONDITIONS_MARKER, ()), f"{machine.__name__}.{name}"
 
 
 def test_queue_state_machine_one_partition(redis_url: str, crawl_name: str) -> None:

@@ -12,6 +12,8 @@ import pytest
 
 from common.connection import connect, open_redis
 from common.errors import ConfigError
+from common.exitcodes import EXIT_REDIS
+from common.redis_server import free_port
 from common.redis_url import check_redis_url, parse_sentinel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,3 +115,15 @@ def test_a_wrong_wait_setting_exits_2_with_one_line(flag: str, value: str, said:
         stdin=subprocess.DEVNULL, check=False)
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
+
+
+def test_sentinels_that_dont_answer_are_one_line_and_exit_3() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CRAWLQ_", "REDIS_"))}
+    url = f"redis+sentinel://crawler:s3cr3t@127.0.0.1:{free_port()}/main"
+    done = subprocess.run([sys.executable, "-m", "producer", "--redis-url", url, "-"],
+                          env=env | {"PYTHONPATH": str(ROOT)}, input="", capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == EXIT_REDIS, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot reach Redis" in lines[0], done.stderr
+    assert "answered with a primary named 'main'" in lines[0] and "s3cr3t" not in done.stderr

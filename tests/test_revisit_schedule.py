@@ -178,6 +178,24 @@ async def test_max_age_raises_an_adaptive_interval_and_fixed_ignores_learning(
     assert await interval_of(zero, "http://a.test/4") == 10
 
 
+async def test_max_age_never_raises_an_adaptive_interval_past_max_interval(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """max_interval 1000 s: a first visit declaring max-age 5000 s gets 1000 s, and so
+    does the 304 after it (grown x1.4, raised by max-age, still clamped)."""
+    q = await revisit_queue(redis_client, crawl_name, max_interval=1000)
+    url = "http://a.test/p"
+    await q.enqueue([nt(url)])
+    before = await redis_ms(redis_client)
+    await visit(q, "ok", Observed("", "", "", 5000))
+    assert await interval_of(q, url) == 1000
+    due = await redis_client.zscore(q.partitions[0].rv_due, tid(url))
+    assert due is not None and before + 1_000_000 <= due <= before + 1_010_000
+    await make_due(q, url)
+    assert (await q.promote())[0] == 1
+    await visit(q, "not_modified", Observed("", "", "", 5000))
+    assert await interval_of(q, url) == 1000
+
+
 async def test_a_304_keeps_the_stored_validators_it_did_not_carry(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
     q = await revisit_queue(redis_client, crawl_name)
@@ -403,3 +421,75 @@ async def test_every_consumer_serves_the_crawls_revisit_figures(
         assert "crawlq_revisits_due 0.0" in text
         assert "crawlq_revisits_total 1.0" in text
         assert 'crawlq_revisits_late_seconds{quantile="0.99"} 21600.0' in text
+
+
+async def learned_round(q: LeasingQueue, urls: list[str], outcome_of: dict[str, str]) -> None:
+    """Every URL of `urls` visited once, with the outcome `outcome_of` gives it."""
+    leases = await q.lease("w", len(urls), 60_000)
+    assert len(leases) == len(urls)
+    for lease in leases:
+        lease.observed = Observed("", "", "cd" * 8, -1)
+    await q.ack("w", [(lease, outcome_of.get(lease.task.url, "ok")) for lease in leases])
+    await make_due(q, *urls)
+    assert (await q.promote())[0] == len(urls)
+
+
+async def test_learned_intervals_follow_the_estimated_change_rate_within_the_bounds(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """revisit=learned: a URL found unchanged visit after visit is revisited less and less
+    often, up to max_interval; one found changed at every visit more and more often, down
+    to min_interval; the others (changed every third visit) stay near recrawl_after, and
+    the partition's schedule asks for what a fixed one at recrawl_after would."""
+    q = await revisit_queue(redis_client, crawl_name, revisit="learned", recrawl_after=100,
+                            min_interval=70, max_interval=300)
+    static, hot = "http://a.test/static", "http://a.test/hot"
+    others = [f"http://a.test/o{i}" for i in range(8)]
+    urls = [static, hot, *others]
+    await q.enqueue([nt(u) for u in urls])
+    seen: dict[str, list[int]] = {static: [], hot: []}
+    for k in range(16):
+        outcomes = {canonicalize(u): "changed" if k % 3 == 1 else "unchanged" for u in others}
+        outcomes |= {canonicalize(static): "not_modified", canonicalize(hot): "changed"}
+        if k == 0:
+            outcomes = {}  # first visits
+        await learned_round(q, urls, outcomes)
+        for u, intervals in seen.items():
+            intervals.append(await interval_of(q, u))
+    assert seen[static][0] == seen[hot][0] == 100  # first visits: recrawl_after
+    assert seen[static] == sorted(seen[static]), seen[static]
+    assert seen[static][4] > 150 and seen[static][-1] == 300, seen[static]
+    assert seen[hot][1] < 100 and seen[hot][-1] == 70, seen[hot]
+    assert all(70 <= i <= 100 for i in seen[hot]), seen[hot]
+    middle = [await interval_of(q, u) for u in others]
+    assert all(70 < i < 200 for i in middle), middle
+    demand = float(await redis_client.hget(q.partitions[0].conf, "rv_demand") or 0)
+    assert 0.8 * len(urls) / 100 <= demand <= 1.2 * len(urls) / 100
+
+
+async def test_a_history_record_written_before_the_estimator_still_decodes(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """A live crawl's records have no estimator token: they are brought back with their
+    validators, and their next ack starts the estimator from nothing."""
+    q = await revisit_queue(redis_client, crawl_name, revisit="learned", recrawl_after=100,
+                            min_interval=10, max_interval=10_000)
+    url = "http://a.test/old"
+    await q.enqueue([nt(url)])
+    await visit(q, "ok", Observed('"e1"', "lm1", "ab" * 8, -1))
+    pk = q.partitions[0]
+    record = await redis_client.hget(pk.rv_hist, tid(url))
+    assert record is not None and b" ~" not in record  # a first visit observes no change
+    host, prio, _iv, at, digest, rest = record.split(b" ", 5)
+    old = b" ".join([host, prio, b"400", at, digest, rest])  # as issue 26's scripts wrote
+    await redis_client.hset(pk.rv_hist, tid(url), old)
+    await make_due(q, url)
+    assert (await q.promote())[0] == 1
+    [lease] = await q.lease("w", 1, 60_000)
+    assert lease.task.revisit is not None
+    assert (lease.task.revisit.etag, lease.task.revisit.last_modified,
+            lease.task.revisit.digest, lease.task.revisit.interval_s) == (
+        '"e1"', "lm1", "ab" * 8, 400)
+    lease.observed = Observed("", "", "", -1)
+    await q.ack("w", [(lease, "not_modified")])
+    record = await redis_client.hget(pk.rv_hist, tid(url))
+    assert record is not None and b" ~1,0,400 " in record, record
+    assert await interval_of(q, url) > 100  # one visit covering 400 s found no change

@@ -53,7 +53,7 @@ def _record(i: int, *, status: int | None = 200, body: bytes | None = None) -> R
         items=[{"title": f"t{i}", "n": i}] if i % 2 else [],
         depth=i % 4,
         meta={"source": "seed"},
-        token=f"{100 + i}",
+        fence=100 + i,
     )
 
 
@@ -114,14 +114,15 @@ async def test_jsonl_writes_every_record_once(tmp_path: Path) -> None:
     assert row["depth"] == 3
     assert row["meta"] == {"source": "seed"}
     assert row["items"] == [{"title": "t7", "n": 7}]
+    assert row["item_keys"] == [None]  # a plain dict: keyed <unique key>#<index> on load
     assert row["body"] == original.body.decode()
     assert row["body_sha1"] == hashlib.sha1(original.body).hexdigest()
     assert set(row) == {
         "task_id", "url", "final_url", "status", "outcome", "headers", "bytes", "elapsed",
-        "attempt", "fetched_at", "worker", "depth", "meta", "items", "body", "body_sha1",
-        "revisit", "digest", "token",
+        "attempt", "fetched_at", "worker", "depth", "meta", "items", "item_keys", "body",
+        "body_sha1", "revisit", "digest", "token",
     }  # fmt: skip
-    assert row["token"] == "107"
+    assert row["token"] == 107
     assert (row["revisit"], row["digest"]) == (None, None)  # a first visit, not digested
 
     with pytest.raises(RuntimeError):

@@ -29,10 +29,18 @@ response without a Content-Type is read. Only the final response is checked, nev
 redirect hop; `accept=None` (robots.txt) reads everything. Other statuses (4xx, a final
 3xx) are read as ever: their outcome says more than their type.
 
-Conditional requests (a revisit): `fetch(..., conditional={"If-None-Match": etag})` adds
-those headers to the request for `url` itself only: the first redirect drops them (a
-validator is its URL's own, never sent to another URL), and a name the crawl's or the
-fetch's own `headers` set is not replaced. A 304 is a result with an empty body, never
+Methods and bodies: `fetch(url, method="POST", body=b"...")` sends any of
+``common.request.METHODS`` (GET by default) with its body. Redirects follow HTTP as
+browsers do (RFC 9110 15.4, the Fetch standard): a 303 turns any method but HEAD into a
+GET, a 301 or 302 turns a POST into a GET, and those drop the body with the headers that
+describe it (``Content-Type``, ...); a 307 or 308 repeats the method and the body. Every
+hop of every method goes through the same SSRF guard, credential rule and caps.
+
+Conditional requests (a revisit, GET or HEAD only):
+`fetch(..., conditional={"If-None-Match": etag})` adds those headers to the request for
+`url` itself only: the first redirect drops them (a validator is its URL's own, never
+sent to another URL), and a name the crawl's or the fetch's own `headers` set is not
+replaced. A 304 is a result with an empty body, never
 read (it has none; a server that sends one anyway is not believed).
 
 Proxies: with `FetchSettings.proxies`, each fetch goes through the next proxy round-robin.
@@ -92,6 +100,12 @@ KEPT_HEADERS = (
     "date",
 )
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+#: Headers that describe a request's body: dropped with it when a redirect turns it into a
+#: GET (the Fetch standard's "request-body-header names").
+_BODY_HEADERS = frozenset({"content-type", "content-encoding", "content-language",
+                           "content-location"})
+#: The methods validators (If-None-Match, If-Modified-Since) go with.
+_CONDITIONAL_METHODS = frozenset({"GET", "HEAD"})
 _HTTP_SCHEMES = frozenset({"http", "https"})
 # After these, a proxied fetch is tried again once on the next proxy.
 _PROXY_RETRY_STATUSES = frozenset({403, 407, 429})
@@ -383,8 +397,11 @@ class Fetcher:
         accept: tuple[str, ...] | None = None,
         on_sent: Callable[[], None] | None = None,
         conditional: Mapping[str, str] | None = None,
+        method: str = "GET",
+        body: bytes | None = None,
     ) -> Coroutine[Any, Any, FetchResult]:
-        """GET `url`, following up to `max_redirects` redirects; raise FetchError.
+        """Request `url` with `method` (and `body`), following up to `max_redirects`
+        redirects as the module's docstring says; raise FetchError.
 
         `headers` go over the crawl's; `crawl_credentials` adds the crawl's credential
         headers (a task's fetch, not robots.txt). Credentials are dropped at the first hop
@@ -395,8 +412,8 @@ class Fetcher:
         Await it like a coroutine function (it returns the fetch's coroutine: no extra
         coroutine frame per page). `on_sent` is called as each request's headers are
         written to its connection (after any connect: a request's real start, for
-        politeness), through a pool of its own. `conditional`: validators for `url` only
-        (see the module's docstring).
+        politeness), through a pool of its own. `conditional`: validators for `url` only,
+        for a GET or HEAD (see the module's docstring).
         """
         session = self._session
         if session is None:
@@ -407,14 +424,16 @@ class Fetcher:
         if crawl_credentials and self._credentials:
             headers = self._with_credentials(headers)
         if conditional:
-            conditional = self._not_set(conditional, headers)
+            conditional = (self._not_set(conditional, headers)
+                           if method in _CONDITIONAL_METHODS else None)
         if not self._proxies:
             return self._fetch_via(
                 session, url, headers, None, started=started, limits=self._timeout,
-                accept=accept, on_sent=on_sent, conditional=conditional,
+                accept=accept, on_sent=on_sent, conditional=conditional, method=method,
+                body=body,
             )
         return self._fetch_proxied(session, url, headers, started, accept, on_sent=on_sent,
-                                   conditional=conditional)
+                                   conditional=conditional, method=method, body=body)
 
     async def _fetch_proxied(
         self,
@@ -426,6 +445,8 @@ class Fetcher:
         *,
         on_sent: Callable[[], None] | None = None,
         conditional: Mapping[str, str] | None = None,
+        method: str = "GET",
+        body: bytes | None = None,
     ) -> FetchResult:
         proxies = self._proxies
         n = len(proxies)
@@ -438,7 +459,8 @@ class Fetcher:
             try:
                 result = await self._fetch_via(
                     session, url, headers, proxy, started=started, limits=limits,
-                    accept=accept, on_sent=on_sent, conditional=conditional,
+                    accept=accept, on_sent=on_sent, conditional=conditional, method=method,
+                    body=body,
                 )
             except FetchError as exc:
                 if last or exc.reason not in _PROXY_RETRY_REASONS:
@@ -464,10 +486,13 @@ class Fetcher:
         accept: tuple[str, ...] | None = None,
         on_sent: Callable[[], None] | None = None,
         conditional: Mapping[str, str] | None = None,
+        method: str = "GET",
+        body: bytes | None = None,
     ) -> FetchResult:
         """Fetch `url` through `proxy`: the first hop under `limits` (aiohttp's timeouts,
         `total` included), each redirect hop under what is left of the deadline; the
-        `conditional` headers go with the first hop only."""
+        `conditional` headers go with the first hop only; `method` and `body` as each
+        redirect leaves them (`_redirected`)."""
         self._take_user_agent()
         current, current_text = _parse_start_url(url)
         later = headers
@@ -481,9 +506,9 @@ class Fetcher:
             while True:
                 if check_literals:
                     self._check_literal(current.raw_host)
-                async with session.get(
-                    current, headers=headers, allow_redirects=False, proxy=proxy, timeout=limits,
-                    trace_request_ctx=on_sent,
+                async with session.request(
+                    method, current, headers=headers, data=body, allow_redirects=False,
+                    proxy=proxy, timeout=limits, trace_request_ctx=on_sent,
                 ) as resp:
                     status = resp.status
                     if status in _REDIRECT_STATUSES:
@@ -507,6 +532,10 @@ class Fetcher:
                                 )
                             if conditional:  # a validator is its URL's own
                                 headers, conditional = later, None
+                            if method != "GET" and _becomes_get(status, method):
+                                method, body = "GET", None
+                                if headers:
+                                    headers = _without_body_headers(headers)
                             if headers and _origin(target) != _origin(current):
                                 headers = _without_credentials(headers)
                             seen.add(key)
@@ -732,6 +761,19 @@ def _client_timeout(settings: FetchSettings, total: float) -> ClientTimeout:
 
 def _origin(url: URL) -> tuple[str, str | None, int | None]:
     return (url.scheme, url.raw_host, url.port)
+
+
+def _becomes_get(status: int, method: str) -> bool:
+    """Whether a redirect with `status` turns a `method` request into a GET (dropping its
+    body): a 303 but for HEAD, a 301 or 302 of a POST (RFC 9110 15.4.2-4 allow it and
+    every browser does it: the Fetch standard); never a 307 or 308."""
+    if status == 303:
+        return method != "HEAD"
+    return status in (301, 302) and method == "POST"
+
+
+def _without_body_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k.lower() not in _BODY_HEADERS}
 
 
 def _without_credentials(headers: Mapping[str, str]) -> dict[str, str]:

@@ -22,6 +22,7 @@ from common.queue.crawl import (
     CrawlSettings,
     DedupMode,
 )
+from common.queue.enqueue import check_new_task
 from common.queue.facade import CrawlQueue, LeasingQueue
 from common.queue.lease_reply import LeaseReply
 from common.queue.leasing import (
@@ -52,5 +53,6 @@ __all__ = [
     "RESPONSE_REASONS", "UNKNOWN_WAIT_S", "Code", "Crawl", "CrawlFormatError",
     "CrawlNeedsMigration", "CrawlQueue", "CrawlSettings", "DeadTask", "DedupMode",
     "EnqueueResult", "Failure", "Lease", "LeaseBatch", "LeaseClient", "LeaseReply",
-    "LeasingQueue", "NewTask", "RetryPolicy", "RevisitStats", "Stats", "migrate_crawl",
+    "LeasingQueue", "NewTask", "RetryPolicy", "RevisitStats", "Stats", "check_new_task",
+    "migrate_crawl",
 ]

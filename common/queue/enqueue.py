@@ -4,30 +4,41 @@ enqueue_bloom.lua for a crawl that dedups with a Bloom filter)."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
-from common.errors import ConfigError, MalformedTaskError
+from common.errors import ConfigError, InvalidRequestError, MalformedTaskError
 from common.hostmodel.hostkey import host_key
 from common.keys import PartitionKeys
 from common.queue.calls import Call, host_args, run
 from common.queue.crawl import Crawl, DedupMode
 from common.queue.model import EnqueueResult, NewTask
+from common.request import (
+    BODYLESS,
+    MAX_BODY_BYTES,
+    check_data,
+    check_label,
+    check_method,
+    shown,
+)
 from common.task import encode_entry
 from common.urls import task_id
 
 
-async def enqueue(crawl: Crawl, tasks: Sequence[NewTask], recrawl_after_s: int = 0
-                  ) -> EnqueueResult:
+async def enqueue(crawl: Crawl, tasks: Sequence[NewTask], recrawl_after_s: int = 0, *,
+                  known_labels: Collection[str] | None = None) -> EnqueueResult:
     """Dedup and enqueue a batch into its hosts' queues; one script call per
     partition, pipelined. MalformedTaskError for a URL without an http(s) host.
     `recrawl_after_s`: a done URL enqueued again after this long is crawled again (0:
-    never)."""
+    never). InvalidRequestError, before anything is sent, for a task whose request is bad
+    (`check_new_task`), or whose label is not one of `known_labels` (None: any)."""
     by_partition: dict[int, dict[str, list[NewTask]]] = defaultdict(
         lambda: defaultdict(list))
     for t in tasks:
         if t.priority < 0 or t.max_attempts < 1 or t.depth < 0:
             raise ConfigError("priority and depth must be >= 0, max_attempts >= 1")
+        if t.method != "GET" or t.body is not None or t.data or t.label is not None:
+            check_new_task(t, known_labels)
         if " " in t.url:  # an entry's URL ends at its first space (common.task)
             raise MalformedTaskError(f"URL is not canonical (it holds a space): "
                                      f"{t.url[:200]!r}; canonicalize it first")
@@ -78,6 +89,27 @@ def _call(crawl: Crawl, pk: PartitionKeys, by_host: dict[str, list[NewTask]],
     return crawl.scripts.enqueue, keys, args
 
 
+def check_new_task(t: NewTask, known_labels: Collection[str] | None = None) -> None:
+    """InvalidRequestError saying what is wrong with the request `t` holds: its method,
+    body, label (one of `known_labels` when given) or data."""
+    where = f"task {shown(t.url)!r}"
+    check_method(t.method, where)
+    if t.body is not None:
+        if not isinstance(t.body, bytes) or len(t.body) > MAX_BODY_BYTES:
+            raise InvalidRequestError(f"{where}: body must be bytes, at most "
+                                      f"{MAX_BODY_BYTES} of them")
+        if t.method in BODYLESS:
+            raise InvalidRequestError(f"{where}: a {t.method} carries no body")
+    check_label(t.label, where)
+    if known_labels is not None and t.label is not None and t.label not in known_labels:
+        raise InvalidRequestError(f"{where}: no route is labelled {t.label!r} (routes: "
+                                  f"{', '.join(sorted(known_labels)) or 'none'}); add "
+                                  "the route or fix the label")
+    check_data(t.data, where)
+
+
 def _entry(tid: str, t: NewTask) -> str:
     return encode_entry(tid, t.url, max_attempts=t.max_attempts, priority=t.priority,
-                        meta=t.meta, depth=t.depth, headers=t.headers, revisit=t.revisit)
+                        meta=t.meta, depth=t.depth, headers=t.headers, revisit=t.revisit,
+                        method=t.method, body=t.body, label=t.label, data=t.data,
+                        unique_key=t.unique_key)

@@ -41,6 +41,9 @@ class CrawlQueue:
         self._recrawl_after_s = recrawl_after_s
         self._revisits = False
         self._jitter = jitter
+        #: The labels a route parses (the spider's; None: any label is taken): every
+        #: enqueue refuses a task labelled otherwise (InvalidRequestError).
+        self.known_labels: frozenset[str] | None = None
 
     @classmethod
     async def open(cls, client: RedisClient, crawl: str,
@@ -89,8 +92,10 @@ class CrawlQueue:
         return self.on.partition_of(host)
 
     async def enqueue(self, tasks: Sequence[NewTask]) -> EnqueueResult:
-        """Dedup and enqueue a batch (see `common.queue.enqueue.enqueue`)."""
-        return await enqueue(self.on, tasks, self._recrawl_after_s)
+        """Dedup and enqueue a batch (see `common.queue.enqueue.enqueue`); a bad request,
+        or a label not in `known_labels`, refuses the whole batch: InvalidRequestError."""
+        return await enqueue(self.on, tasks, self._recrawl_after_s,
+                             known_labels=self.known_labels)
 
     async def renew(self, worker: str, leases: Sequence[Lease], lease_ms: int
                     ) -> list[tuple[Lease, Code]]:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
 from common.reasons import HANDLER_ERROR, HTTP_5XX, HTTP_408, HTTP_429
+from common.request import Request, check_request, request_key
 from common.revisit import Observed, Revisit
-from common.task import Task
+from common.task import DEFAULT_MAX_ATTEMPTS, Task
+from common.urls import fingerprint
 
 #: Every counter of a partition's ``stats`` hash (plus ``outcome:<code>`` per ack outcome).
 #: ``repaired_hosts``: hosts whose pending count was found larger than their queues
@@ -57,7 +60,8 @@ class RetryPolicy:
 
 @dataclass(frozen=True, slots=True)
 class NewTask:
-    """A canonical URL ready to enqueue; ``fp`` is its 16-byte fingerprint."""
+    """A request with a canonical URL, ready to enqueue; ``fp`` is the 16-byte
+    fingerprint of its unique key (`from_request`; for a GET, of its URL)."""
 
     url: str
     fp: bytes
@@ -67,6 +71,32 @@ class NewTask:
     depth: int = 0
     headers: dict[str, str] = field(default_factory=dict, repr=False)  # checked: common.headers
     revisit: Revisit | None = None  # the URL's previous visit (the frontier's recrawls; tests)
+    # A request's own (common/request.py), checked again by enqueue: GET, no body, ...
+    method: str = "GET"
+    body: bytes | None = field(default=None, repr=False)
+    label: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    unique_key: str | None = None  # the user's; None: derived from method, URL and body
+
+    @classmethod
+    def from_request(cls, request: Request, canonical_url: str, *,
+                     max_attempts: int = DEFAULT_MAX_ATTEMPTS, depth: int = 0,
+                     meta: dict[str, Any] | None = None,
+                     headers: Mapping[str, str] | None = None) -> NewTask:
+        """The task of `request`, whose URL canonicalizes to `canonical_url`: its id is
+        the fingerprint of the request's unique key. `headers` (a run's, a parent's) go
+        under the request's own. InvalidRequestError when the request is not (or no
+        longer: its data may have changed) valid."""
+        check_request(request)
+        key = request_key(request.method, canonical_url, request.body, request.unique_key)
+        merged = dict(request.headers)
+        if headers:  # the request's own win, whatever their case
+            own = {name.lower() for name in merged}
+            merged = {**{k: v for k, v in headers.items() if k.lower() not in own}, **merged}
+        return cls(canonical_url, fingerprint(key), request.priority, max_attempts,
+                   meta if meta is not None else {}, depth, merged, method=request.method,
+                   body=request.body, label=request.label, data=dict(request.data),
+                   unique_key=request.unique_key)
 
 
 @dataclass(slots=True)
@@ -101,9 +131,10 @@ class Lease:
         self.id = self.task.id
 
     @property
-    def fencing(self) -> int:
+    def fence(self) -> int:
         """The fencing token as a number (below 2^63: a bigint column holds it). A lease
-        granted later, also by a primary promoted since, has a greater one."""
+        granted later, also by a primary promoted since, has a greater one; a sink keeps it
+        with what the lease wrote, and a write under a smaller one never replaces it."""
         return int(self.token)
 
 

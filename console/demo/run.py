@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import shutil
-import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -38,12 +36,10 @@ from common.policy import CrawlPolicy, ensure_policy
 from common.queue import CrawlQueue, Stats
 from common.redis_server import RedisServer
 from console.demo.site import SiteSpec, sample_site
+from console.local import Children, SigtermCancels, dir_summary, say, tail, watch
 
 __all__ = ["DEMO_OPTIONS", "run_demo"]
 
-PROGRESS_EVERY_S = 0.5
-PLAIN_PROGRESS_EVERY_S = 5.0
-STOP_GRACE_S = 5.0
 
 DEMO_OPTIONS = (
     replace(REDIS_URL, default="", help="Redis to use (the demo crawl is reset first); "
@@ -56,62 +52,15 @@ DEMO_OPTIONS = (
     Option("--consumers", "CRAWLQ_DEMO_CONSUMERS", 2, "consumer processes", type=int),
     Option("--timeout", "CRAWLQ_DEMO_TIMEOUT", 55.0, "stop the crawl after this long",
            type=duration),
+    Option("--serve", "CRAWLQ_DEMO_SERVE", False, "only serve the sample site (its shop "
+           "is what examples/demo_spider.py crawls) on 127.0.0.1 --port until Ctrl-C",
+           flag_only_bool=True),
+    Option("--port", "CRAWLQ_DEMO_PORT", 8000, "with --serve: the site's port (0: any free "
+           "one)", type=int),
     *(o for o in COMMON_OPTIONS if o.flag in ("--log-level", "--log-format")),
 )
 
 CrawlKeysFn = Callable[[RedisClient, str], Awaitable[list[str]]]
-
-
-class _Children:
-    """The subprocesses the demo started; ``stop()`` ends every one still running."""
-
-    def __init__(self) -> None:
-        self.procs: dict[str, asyncio.subprocess.Process] = {}
-
-    async def start(self, name: str, argv: Sequence[str], env: dict[str, str], log: Path,
-                    stdout: int | None = None) -> asyncio.subprocess.Process:
-        with log.open("wb") as sink:  # the child keeps its own copy of the descriptor
-            proc = await asyncio.create_subprocess_exec(
-                *argv, env=env, stdin=asyncio.subprocess.DEVNULL,
-                stdout=stdout if stdout is not None else sink, stderr=sink)
-        self.procs[name] = proc
-        return proc
-
-    async def stop(self) -> None:
-        running = [p for p in self.procs.values() if p.returncode is None]
-        for proc in running:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
-        for proc in running:
-            try:
-                await asyncio.wait_for(proc.wait(), STOP_GRACE_S)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                await proc.wait()
-
-
-def _say(text: str = "") -> None:
-    print(text, flush=True)
-
-
-def _progress_line(elapsed: float, s: Stats, total: int) -> str:
-    return (f"[{elapsed:5.1f}s] done {s.done}/{total}  pending {s.pending}  leased {s.leased}  "
-            f"waiting {s.waiting}  dead {s.dead}  retried {s.counters.get('retried', 0)}")
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        text = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return ""
-    return "\n".join("    " + line for line in text[-lines:])
-
-
-def _dir_summary(path: Path) -> str:
-    files = [p for p in path.rglob("*") if p.is_file()]
-    size = sum(p.stat().st_size for p in files)
-    return f"{len(files)} files, {size / 1e6:.1f} MB"
 
 
 async def _prepare_redis(args: argparse.Namespace, out: Path, crawl_keys: CrawlKeysFn
@@ -126,15 +75,15 @@ async def _prepare_redis(args: argparse.Namespace, out: Path, crawl_keys: CrawlK
         finally:
             await client.aclose()
         if keys:
-            _say(f"reset crawl {args.crawl} in {redact_url(args.redis_url)} "
-                 f"({len(keys)} keys from an earlier run)")
+            say(f"reset crawl {args.crawl} in {redact_url(args.redis_url)} "
+                f"({len(keys)} keys from an earlier run)")
         return args.redis_url, None
     data = out / "redis"
     shutil.rmtree(data, ignore_errors=True)
     data.mkdir(parents=True)
     server = RedisServer(data_dir=data)
     await asyncio.to_thread(server.start)
-    _say(f"started an embedded redis-server at {server.url} (stopped when the demo ends)")
+    say(f"started an embedded redis-server at {server.url} (stopped when the demo ends)")
     return server.url, server
 
 
@@ -163,32 +112,32 @@ class _Paths:
         return paths
 
 
+async def serve_site(port: int) -> int:
+    """Serve the sample site until the process is stopped (Ctrl-C, SIGTERM)."""
+    async with sample_site(port=port) as base_url:
+        say(f"serving the sample site at {base_url}/ (its shop: {base_url}/shop); "
+            "Ctrl-C stops it")
+        say(f"  crawl the shop: SHOP_URL={base_url} crawlq run "
+            "examples/demo_spider.py --allow-private --set per_host_delay=0")
+        await asyncio.Event().wait()
+    return 0
+
+
 async def run_demo(args: argparse.Namespace, *, crawl_keys: CrawlKeysFn) -> int:
     """Run the demo; returns 0 when every task was settled (done or dead) in time."""
+    if args.serve:
+        return await serve_site(args.port)
     started = time.monotonic()
     paths = await asyncio.to_thread(_Paths.prepare, args.output)
-    children = _Children()
+    children = Children()
     server: RedisServer | None = None
-    loop = asyncio.get_running_loop()
-    main = asyncio.current_task()
-    interrupted = False
-
-    def on_sigterm() -> None:
-        # Python 3.11's asyncio.wait_for (redis-py's socket writes) drops a cancel that
-        # lands as the call it waits for completes: cancel again until the demo took it.
-        if main is not None and not main.done() and not interrupted:
-            main.cancel()
-            loop.call_later(0.2, on_sigterm)
-
-    if main is not None:  # SIGTERM (kill, docker stop) ends the demo through its finally
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    sigterm = SigtermCancels()  # kill, docker stop: the demo ends through its finally
     try:
         redis_url, server = await _prepare_redis(args, paths.out, crawl_keys)
         spec = SiteSpec(pages=args.pages)
         async with sample_site(spec=spec) as base_url:
-            _say(f"sample site: {base_url}/ ({spec.pages} pages, some slow, failing, "
-                 "redirecting or disallowed by robots.txt)")
+            say(f"sample site: {base_url}/ ({spec.pages} pages, some slow, failing, "
+                "redirecting or disallowed by robots.txt)")
             await _fetch_seeds(base_url, paths.seeds)
             env = {**os.environ, "PYTHONUNBUFFERED": "1", "REDIS_URL": redis_url,
                    "CRAWLQ_CRAWL": args.crawl}
@@ -206,8 +155,8 @@ async def run_demo(args: argparse.Namespace, *, crawl_keys: CrawlKeysFn) -> int:
             produced = await _run_producer(children, common, env, paths)
             if produced is None:
                 return 1
-            _say(f"producer: read {produced['read']}, invalid {produced['invalid']}, "
-                 f"enqueued {produced['enqueued']} (see {paths.logs / 'producer.log'})")
+            say(f"producer: read {produced['read']}, invalid {produced['invalid']}, "
+                f"enqueued {produced['enqueued']} (see {paths.logs / 'producer.log'})")
             for n in range(1, args.consumers + 1):
                 await children.start(f"consumer-{n}", [
                     sys.executable, "-m", "consumer", *common, "--exit-when-empty",
@@ -215,12 +164,12 @@ async def run_demo(args: argparse.Namespace, *, crawl_keys: CrawlKeysFn) -> int:
                     "--retry-base", "0.5", "--empty-grace", "0",
                     "--output", str(paths.results / f"consumer-{n}"), "--http-port", "0",
                 ], env, paths.logs / f"consumer-{n}.log")
-            _say(f"started {args.consumers} consumers (logs in {paths.logs})")
+            say(f"started {args.consumers} consumers (logs in {paths.logs})")
             client = connect(redis_url)
             try:
                 queue = await CrawlQueue.existing(client, args.crawl)
-                ok = await _watch(children, queue, total=int(produced["enqueued"]),
-                                  timeout_s=args.timeout, started=started, logs=paths.logs)
+                ok = await watch(children, queue, total=int(produced["enqueued"]),
+                                 timeout_s=args.timeout, started=started, logs=paths.logs)
                 stats = await queue.stats()
             finally:
                 await client.aclose()
@@ -228,18 +177,17 @@ async def run_demo(args: argparse.Namespace, *, crawl_keys: CrawlKeysFn) -> int:
                  embedded=server is not None)
         return 0 if ok else 1
     except asyncio.CancelledError:
-        interrupted = True
-        _say("\ninterrupted: stopping the consumers, the site and Redis")
+        sigterm.taken = True
+        say("\ninterrupted: stopping the consumers, the site and Redis")
         raise
     finally:
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.remove_signal_handler(signal.SIGTERM)
+        sigterm.close()
         await children.stop()
         if server is not None:
             await asyncio.to_thread(server.stop)
 
 
-async def _run_producer(children: _Children, common: list[str], env: dict[str, str],
+async def _run_producer(children: Children, common: list[str], env: dict[str, str],
                         paths: _Paths) -> dict[str, Any] | None:
     logs = paths.logs
     proc = await children.start("producer", [
@@ -252,42 +200,10 @@ async def _run_producer(children: _Children, common: list[str], env: dict[str, s
     except (ValueError, IndexError):
         summary = None
     if proc.returncode != 0 or not isinstance(summary, dict):
-        _say(f"the producer failed (exit {proc.returncode}); its log:\n"
-             f"{_tail(logs / 'producer.log')}")
+        say(f"the producer failed (exit {proc.returncode}); its log:\n"
+            f"{tail(logs / 'producer.log')}")
         return None
     return summary
-
-
-async def _watch(children: _Children, queue: CrawlQueue, *, total: int, timeout_s: float,
-                 started: float, logs: Path) -> bool:
-    """Show progress until every consumer exits; False on a timeout or a failed consumer."""
-    tty = sys.stdout.isatty()
-    consumers = {n: p for n, p in children.procs.items() if n.startswith("consumer")}
-    deadline = time.monotonic() + timeout_s
-    next_plain = 0.0
-    line = ""
-    try:
-        while any(p.returncode is None for p in consumers.values()):
-            now = time.monotonic()
-            if now > deadline:
-                _say(f"\nthe crawl did not finish within {timeout_s:g}s; stopping the consumers")
-                return False
-            line = _progress_line(now - started, await queue.stats(), total)
-            if tty:
-                print(f"\r{line}\x1b[K", end="", flush=True)
-            elif now >= next_plain:
-                _say(line)
-                next_plain = now + PLAIN_PROGRESS_EVERY_S
-            await asyncio.sleep(PROGRESS_EVERY_S)
-    finally:
-        if tty:
-            print(flush=True)
-    _say(_progress_line(time.monotonic() - started, await queue.stats(), total))
-    failed = [(n, p.returncode) for n, p in consumers.items() if p.returncode != 0]
-    for name, code in failed:
-        _say(f"{name} exited with code {code}; the end of its log:\n"
-             f"{_tail(logs / f'{name}.log')}")
-    return not failed
 
 
 def _summary(s: Stats, elapsed: float, paths: _Paths, *, crawl: str, embedded: bool) -> None:
@@ -295,27 +211,27 @@ def _summary(s: Stats, elapsed: float, paths: _Paths, *, crawl: str, embedded: b
                      if n) or "none"
     outcomes = {k.partition(":")[2]: v for k, v in s.counters.items()
                 if k.startswith("outcome:") and v}
-    _say()
-    _say(f"demo finished in {elapsed:.1f}s: {s.counters.get('enqueued', 0)} URLs enqueued, "
-         f"{s.done} done, {s.counters.get('retried', 0)} retried, {s.dead} dead")
+    say()
+    say(f"demo finished in {elapsed:.1f}s: {s.counters.get('enqueued', 0)} URLs enqueued, "
+        f"{s.done} done, {s.counters.get('retried', 0)} retried, {s.dead} dead")
     if outcomes:
-        _say("  done by outcome: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
-    _say(f"  dead by reason: {dead}")
+        say("  done by outcome: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
+    say(f"  dead by reason: {dead}")
     if s.active:
-        _say(f"  still unfinished: {s.pending} pending, {s.leased} leased, "
-             f"{s.waiting} waiting")
-    _say(f"results: {paths.results} ({_dir_summary(paths.results)})")
-    _say(f"logs:    {paths.logs}")
-    _say(f"seeds:   {paths.seeds}")
-    _say()
+        say(f"  still unfinished: {s.pending} pending, {s.leased} leased, "
+            f"{s.waiting} waiting")
+    say(f"results: {paths.results} ({dir_summary(paths.results)})")
+    say(f"logs:    {paths.logs}")
+    say(f"seeds:   {paths.seeds}")
+    say()
     if embedded:
-        _say("The embedded Redis has been stopped. To explore a crawl afterwards, run the "
+        say("The embedded Redis has been stopped. To explore a crawl afterwards, run the "
              "demo against your own Redis (REDIS_URL=redis://localhost:6379/0 crawlq demo), "
              "then try:")
     else:
-        _say("Try next:")
+        say("Try next:")
     for cmd in (f"crawlq stats --crawl {crawl}", f"crawlq dead ls --crawl {crawl}",
                 f"crawlq dead requeue --crawl {crawl} --reason http_5xx",
                 f"crawlq workers --crawl {crawl}", "crawlq crawls",
                 f"crawlq reset --crawl {crawl} --yes"):
-        _say(f"  {cmd}")
+        say(f"  {cmd}")

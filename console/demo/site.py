@@ -16,6 +16,14 @@
                             comment and two lines the producer rejects
 ``/sitemap.xml``            a sitemap index of gzipped sitemaps ``/sitemaps/<j>.xml.gz``
                             listing the pages
+``/shop``                   a shop for spiders (examples/demo_spider.py; not in the seed
+                            list): links to its categories
+``/shop/<cat>?page=<n>``    a category's product list, ``SHOP_PAGE_SIZE`` a page, with
+                            a ``next`` link while there are more
+``/shop/<cat>/item/<i>``    a product page: name, price, SKU
+``POST /api/reviews``       JSON ``{"sku": ..., "page": n}``: that product's reviews,
+                            ``REVIEWS_PAGE_SIZE`` a page, and ``next_page`` (null at the
+                            end); 400 on a body that isn't such JSON
 ==========================  ==========================================================
 
 Nothing here reaches outside 127.0.0.1.
@@ -32,9 +40,12 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-__all__ = ["SiteSpec", "sample_site", "seed_urls"]
+__all__ = ["SHOP_CATEGORIES", "SiteSpec", "product", "reviews", "sample_site", "seed_urls"]
 
 SITEMAP_PAGE_SIZE = 500
+SHOP_CATEGORIES = ("books", "games", "music")
+SHOP_PAGE_SIZE = 10
+REVIEWS_PAGE_SIZE = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +60,8 @@ class SiteSpec:
     private: int = 5
     chain: int = 3
     slow_s: tuple[float, float] = (1.0, 2.0)
+    #: products in each shop category
+    products: int = 25
 
     def paths(self) -> list[str]:
         """Every path the seed list names (pages first)."""
@@ -151,6 +164,82 @@ async def loop(request: web.Request) -> web.Response:
     raise web.HTTPFound(f"/redirect/loop/{other}")
 
 
+def product(category: str, i: int) -> dict[str, object]:
+    """Product `i` of `category` as its page shows it."""
+    return {"sku": f"{category}-{i}", "name": f"{category.title()} item {i}",
+            "price": round(5 + (i * 37 % 100) / 4, 2), "category": category}
+
+
+def reviews(sku: str) -> list[dict[str, object]]:
+    """Every review of product `sku` (0 to 4 of them), in the API's order."""
+    i = int(sku.rpartition("-")[2])
+    return [{"review": f"{sku}/r{n}", "sku": sku, "stars": 1 + (i + n) % 5,
+             "text": f"review {n} of {sku}"} for n in range(i % 5)]
+
+
+def _shop_html(title: str, body: str) -> str:
+    return (f"<!doctype html><html><head><title>{title}</title></head>"
+            f"<body><h1>{title}</h1>{body}</body></html>")
+
+
+async def shop(request: web.Request) -> web.Response:
+    items = "".join(f'<li><a class="category" href="/shop/{c}">{c}</a></li>'
+                    for c in SHOP_CATEGORIES)
+    return web.Response(text=_shop_html("shop", f"<ul>{items}</ul>"),
+                        content_type="text/html")
+
+
+async def shop_list(request: web.Request) -> web.Response:
+    category = request.match_info["cat"]
+    spec = request.app[_SPEC]
+    try:
+        page = int(request.query.get("page", "1"))
+    except ValueError:
+        raise web.HTTPNotFound() from None
+    first = (page - 1) * SHOP_PAGE_SIZE
+    if category not in SHOP_CATEGORIES or page < 1 or (first >= spec.products and page > 1):
+        raise web.HTTPNotFound()
+    items = "".join(
+        f'<li class="product"><a href="/shop/{category}/item/{i}">{category} {i}</a></li>'
+        for i in range(first, min(spec.products, first + SHOP_PAGE_SIZE)))
+    more = first + SHOP_PAGE_SIZE < spec.products
+    nxt = f'<a class="next" href="/shop/{category}?page={page + 1}">next</a>' if more else ""
+    return web.Response(text=_shop_html(f"{category}, page {page}", f"<ul>{items}</ul>{nxt}"),
+                        content_type="text/html")
+
+
+async def shop_item(request: web.Request) -> web.Response:
+    category = request.match_info["cat"]
+    try:
+        i = int(request.match_info["i"])
+    except ValueError:
+        raise web.HTTPNotFound() from None
+    if category not in SHOP_CATEGORIES or not 0 <= i < request.app[_SPEC].products:
+        raise web.HTTPNotFound()
+    p = product(category, i)
+    body = (f'<h2 class="name">{p["name"]}</h2><p>price: <span class="price">{p["price"]}'
+            f'</span></p><p>SKU: <span class="sku">{p["sku"]}</span></p>')
+    return web.Response(text=_shop_html(str(p["name"]), body), content_type="text/html")
+
+
+async def api_reviews(request: web.Request) -> web.Response:
+    try:
+        asked = await request.json()
+        sku, page = asked["sku"], int(asked.get("page", 1))
+        category, _, i = sku.rpartition("-")
+        valid = category in SHOP_CATEGORIES and 0 <= int(i) < request.app[_SPEC].products
+    except (ValueError, KeyError, TypeError, AttributeError):
+        valid = False
+    if not valid or page < 1:
+        raise web.HTTPBadRequest(text='POST JSON {"sku": "<category>-<i>", "page": n}')
+    found = reviews(sku)
+    first = (page - 1) * REVIEWS_PAGE_SIZE
+    more = first + REVIEWS_PAGE_SIZE < len(found)
+    return web.json_response({"sku": sku, "page": page,
+                              "reviews": found[first:first + REVIEWS_PAGE_SIZE],
+                              "next_page": page + 1 if more else None})
+
+
 def _base(request: web.Request) -> str:
     return f"{request.scheme}://{request.host}"
 
@@ -222,6 +311,10 @@ def make_app(spec: SiteSpec) -> web.Application:
     app.router.add_get("/urls.txt", urls_txt)
     app.router.add_get("/sitemap.xml", sitemap_index)
     app.router.add_get("/sitemaps/{j}.xml.gz", sitemap_part)
+    app.router.add_get("/shop", shop)
+    app.router.add_get("/shop/{cat}", shop_list)
+    app.router.add_get("/shop/{cat}/item/{i}", shop_item)
+    app.router.add_post("/api/reviews", api_reviews)
     return app
 
 

@@ -3,10 +3,13 @@
 ``jsonl`` (default): JSON lines files, size-rotated, optional gzip (`JsonlSink`).
 ``warc``: WARC/1.1 gzip files via warcio (`WarcSink`).
 ``redis-stream``: XADD to a capped Redis Stream (`StreamSink`).
+``postgres://...``: items upserted by key into a table (`consumer.sinks.postgres`; asyncpg
+is imported only for it).
 
 Every sink follows the `Sink` protocol: `open()`, `write(records)` returning only once
 the records have reached the sink (the consumer acks after it), `close()`. File sinks
-also have `probe()` (`ProbingSink`): whether the directory takes writes again.
+and the PostgreSQL sink also have `probe()` (`ProbingSink`): whether they take writes
+again.
 """
 
 from __future__ import annotations
@@ -14,8 +17,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from common.config import redact_url
 from common.errors import ConfigError
-from consumer.sinks.base import DEFAULT_ROTATE_BYTES, ProbingSink, Record, RotatingFileSink, Sink
+from consumer.sinks.base import (
+    DEFAULT_ROTATE_BYTES,
+    NamedSink,
+    ProbingSink,
+    Record,
+    RotatingFileSink,
+    Sink,
+    is_postgres_url,
+)
 from consumer.sinks.jsonl import JsonlSink
 from consumer.sinks.stream import StreamSink
 from consumer.sinks.warc import WarcSink
@@ -27,17 +39,31 @@ __all__ = [
     "DEFAULT_ROTATE_BYTES",
     "SINK_KINDS",
     "JsonlSink",
+    "NamedSink",
     "ProbingSink",
     "Record",
     "Sink",
     "StreamSink",
     "WarcSink",
     "make_sink",
+    "sink_kind",
     "sink_target",
 ]
 
 SINK_KINDS = ("jsonl", "warc", "redis-stream")
 DEFAULT_STREAM_MAXLEN = 1_000_000
+
+
+def _unknown(text: str) -> ConfigError:
+    return ConfigError(f"unknown sink {redact_url(text)!r}; use one of {', '.join(SINK_KINDS)} "
+                       "or postgres://user@host:5432/db")
+
+
+def sink_kind(text: str) -> str:
+    """A ``--sink`` value checked: one of SINK_KINDS or a postgres:// URL (ConfigError)."""
+    if text in SINK_KINDS or is_postgres_url(text):
+        return text
+    raise _unknown(text)
 
 
 def make_sink(
@@ -53,12 +79,17 @@ def make_sink(
     stream_maxlen: int = DEFAULT_STREAM_MAXLEN,
     stream_key: str = "",
 ) -> Sink:
-    """Build the sink named `kind` (one of SINK_KINDS); ConfigError for anything else.
+    """Build the sink named `kind` (one of SINK_KINDS, or a postgres:// URL); ConfigError
+    for anything else.
 
     Options that do not apply to a kind are ignored: `gzip` (WARC files are always
     gzip, streams never), `store_body` for WARC (always stored), file options for
     ``redis-stream``.
     """
+    if is_postgres_url(kind):
+        from consumer.sinks.postgres import PostgresSink  # noqa: PLC0415 - asyncpg only here
+
+        return PostgresSink(kind)
     if kind == "jsonl":
         return JsonlSink(
             output_dir=output_dir,
@@ -78,13 +109,15 @@ def make_sink(
         return StreamSink(
             redis, stream_key=stream_key, stream_maxlen=stream_maxlen, store_body=store_body
         )
-    raise ConfigError(f"unknown sink {kind!r}; use one of {', '.join(SINK_KINDS)}")
+    raise _unknown(kind)
 
 
 def sink_target(sink: Sink) -> tuple[str, str]:
     """The kind of `sink` and where it writes (a directory, a stream key), for operators."""
     if isinstance(sink, StreamSink):
         return "redis-stream", f"stream {sink.stream_key}"
+    if isinstance(sink, NamedSink):
+        return sink.kind, sink.where
     if isinstance(sink, RotatingFileSink):
         kind = "warc" if isinstance(sink, WarcSink) else "jsonl"
         return kind, f"directory {sink.output_dir}"

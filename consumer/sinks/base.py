@@ -42,8 +42,8 @@ from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 from common.errors import ConfigError
 
-__all__ = ["DEFAULT_ROTATE_BYTES", "PROBE_BYTES", "ProbingSink", "Record", "RotatingFileSink",
-           "Sink", "safe_name"]
+__all__ = ["DEFAULT_ROTATE_BYTES", "PROBE_BYTES", "NamedSink", "ProbingSink", "Record",
+           "RotatingFileSink", "Sink", "is_postgres_url", "safe_name"]
 
 log = logging.getLogger("consumer.sinks")
 
@@ -80,7 +80,12 @@ class Record:
     meta: dict[str, Any] = field(default_factory=dict)
     digest: str = ""  # the body's BLAKE2b-64 in hex (consumer.revisits.digest); "": none
     refers_to_s: int = 0  # a revisit's: when its URL's previous visit was fetched (0: none)
-    token: str = ""  # the fencing token of the lease it was fetched under ("": none)
+    unique_key: str = ""  # its request's unique key, the base of its items' keys ("": url)
+    fence: int = 0  # the fencing token of the lease that wrote it (keyed sinks keep it)
+
+    def __post_init__(self) -> None:
+        if not self.unique_key:
+            self.unique_key = self.url
 
 
 @runtime_checkable
@@ -100,6 +105,19 @@ class ProbingSink(Protocol):
 
     async def probe(self) -> None:
         """Return if a write would succeed now; raise what a write would raise."""
+
+
+@runtime_checkable
+class NamedSink(Protocol):
+    """A sink that says what it is and where it writes (no password), for operators."""
+
+    kind: str
+    where: str
+
+
+def is_postgres_url(text: str) -> bool:
+    """Whether a ``--sink`` value names a PostgreSQL database rather than a sink kind."""
+    return text.startswith(("postgres://", "postgresql://"))
 
 
 def safe_name(value: str) -> str:

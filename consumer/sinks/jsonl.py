@@ -4,7 +4,8 @@ Files are ``<crawl>-<worker>-<seq>.jsonl`` (or ``.jsonl.gz``) under `output_dir`
 series per consumer. A line holds::
 
     task_id, url, final_url, status, outcome, headers, bytes, elapsed, attempt,
-    fetched_at, worker, depth, meta, items, body, body_sha1, revisit, digest, token
+    fetched_at, worker, depth, meta, items, item_keys, body, body_sha1, revisit, digest,
+    token
 
 ``body`` is the body decoded as UTF-8 (``errors="replace"``) when `store_body`, else
 null; ``body_sha1`` is the hex SHA-1 of the body bytes whenever there is a body (null
@@ -12,9 +13,12 @@ otherwise), so duplicates can be found without storing bodies. ``revisit`` is th
 outcome of a revisit's response (``not_modified``, ``unchanged``, ``changed``; null for
 anything else) and ``digest`` the body's 16-hex-digit BLAKE2b-64, the one the URL's
 history compares (null when no body was read; a ``not_modified`` one has the previous
-visit's). ``token`` is the fencing token of the lease the task was fetched under: two
-lines of one task with different tokens are two leases (at-least-once: a retry, or a
-lease a Redis failover lost), and a token is never granted twice.
+visit's). ``items`` holds each item's data (a spider's `common.items.Item` as its
+``data``) and ``item_keys`` their keys, in the same order: an Item's key, or null for
+a plain dict (keyed ``<unique key>#<index>`` by whoever loads it). ``token`` is the
+fencing token of the lease the task was fetched under (null: none): two lines of one
+task with different tokens are two leases (at-least-once: a retry, or a lease a Redis
+failover lost), and a token is never granted twice.
 
 With gzip on, every batch is written as its own complete gzip member (concatenated
 members are one valid gzip stream, RFC 1952 section 2.2): the file is a readable gzip
@@ -34,10 +38,11 @@ from typing import Any, BinaryIO
 
 import ujson
 
+from common.items import Item
 from common.reasons import REVISIT_OUTCOMES
 from consumer.sinks.base import DEFAULT_ROTATE_BYTES, Record, RotatingFileSink
 
-__all__ = ["JsonlSink", "encode_record", "encode_records"]
+__all__ = ["JsonlSink", "encode_record", "encode_records", "json_text"]
 
 
 def _sanitize(value: Any, depth: int = 0) -> Any:
@@ -63,6 +68,14 @@ def _fast(doc: Any) -> str:
     # (_sanitize) turns it into its str().
     return str(ujson.dumps(doc, ensure_ascii=False, escape_forward_slashes=False,
                            allow_nan=False))
+
+
+def json_text(value: Any) -> str:
+    """`value` as JSON text; what JSON can't hold (NaN, odd objects) as `_sanitize` makes it."""
+    try:
+        return _fast(value)
+    except _ENCODE_ERRORS:
+        return str(ujson.dumps(_sanitize(value), ensure_ascii=True, escape_forward_slashes=False))
 
 
 def _dumps(doc: dict[str, Any]) -> bytes:
@@ -122,14 +135,15 @@ def _doc(record: Record, store_body: bool) -> dict[str, Any]:
         "worker": record.worker,
         "depth": record.depth,
         "meta": record.meta,
-        "items": record.items,
+        "items": [dict(i.data) if type(i) is Item else i for i in record.items],
+        "item_keys": [i.key if type(i) is Item else None for i in record.items],
         "body": body.decode("utf-8", errors="replace") if store_body and body is not None else None,
         "body_sha1": hashlib.sha1(body, usedforsecurity=False).hexdigest()
         if body is not None
         else None,
         "revisit": record.outcome if record.outcome in REVISIT_OUTCOMES else None,
         "digest": record.digest or None,
-        "token": record.token or None,
+        "token": record.fence or None,
     }
 
 

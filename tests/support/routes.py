@@ -18,13 +18,25 @@ from aiohttp import web
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+@dataclass(frozen=True)
+class Seen:
+    """A request as the site got it."""
+
+    method: str
+    path: str
+    body: bytes
+    headers: dict[str, str]
+
+
 @dataclass
 class Site:
-    """A local test site; records every request's path and time."""
+    """A local test site; records every request's path and time, and what it was
+    (``seen``: method, body, headers)."""
 
     base: str = ""
     hits: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     paths: list[str] = field(default_factory=list)
+    seen: list[Seen] = field(default_factory=list)
 
     def url(self, path: str) -> str:
         return self.base + path
@@ -38,11 +50,13 @@ async def serve(routes: dict[str, Handler], robots: str | None = None) -> AsyncI
     async def record(request: web.Request, handler: Handler) -> web.StreamResponse:
         site.hits[request.path].append(time.monotonic())
         site.paths.append(request.raw_path)
+        site.seen.append(Seen(request.method, request.raw_path, await request.read(),
+                              dict(request.headers)))
         return await handler(request)
 
     app = web.Application(middlewares=[record], handler_args={"max_field_size": 16384})
     for path, handler in routes.items():
-        app.router.add_get(path, handler)
+        app.router.add_route("*", path, handler)  # any method: requests have them
     if robots is not None:
         async def robots_txt(request: web.Request) -> web.Response:
             return web.Response(text=robots)

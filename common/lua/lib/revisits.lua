@@ -9,37 +9,65 @@ local MAX_VALIDATOR = 256
 -- Lateness buckets (s, upper bounds) of promoted revisits: stats field rv_late:<bound>;
 -- a revisit later than the last is counted in rv_late:inf.
 local LATE_BOUNDS = {1, 10, 60, 600, 3600, 21600, 86400}
+-- learned: each visit's observation weighs this much of the one before (a memory of
+-- about 1 / (1 - DECAY) = 10 visits, so a page that starts changing is noticed).
+local DECAY = 0.9
+-- learned: the price at which a page changing once per first interval is revisited
+-- every first interval (1 - 2/e: Cho and Garcia-Molina's optimum at r = 1).
+local PRICE_AT_FIRST = 1 - 2 / math.exp(1)
 
 -- The crawl's revisit settings from its `conf` key (policy_apply.lua), or nil when revisits are off:
--- mode 1 fixed, 2 adaptive; intervals in s; grow and shrink in thousandths.
+-- mode 1 fixed, 2 adaptive, 3 learned; intervals in s; grow and shrink in thousandths.
+-- `price` (learned: s, ack keeps it in `conf`, see learn_price) and the partition's
+-- `demand` (fetches/s its schedule asks for) come along.
 local function revisit_conf(conf)
   local c = redis.call('HMGET', conf, 'rv', 'rv_first', 'rv_min', 'rv_max', 'rv_grow',
-                       'rv_shrink')
+                       'rv_shrink', 'rv_price', 'rv_demand')
   local mode = tonumber(c[1]) or 0
   if mode == 0 then return nil end
-  return {mode = mode, first = tonumber(c[2]) or 0, min = tonumber(c[3]) or 60,
-          max = tonumber(c[4]) or 7776000, grow = tonumber(c[5]) or 0,
-          shrink = tonumber(c[6]) or 0}
+  local r = {mode = mode, first = tonumber(c[2]) or 0, min = tonumber(c[3]) or 60,
+             max = tonumber(c[4]) or 7776000, grow = tonumber(c[5]) or 0,
+             shrink = tonumber(c[6]) or 0, demand = tonumber(c[8]) or 0, conf = conf}
+  local first = r.first > 0 and r.first or r.min
+  r.price = tonumber(c[7]) or PRICE_AT_FIRST * first
+  return r
 end
 
--- A history record "<host> <prio> <interval_s> <fetched_s> <digest|-> <#etag> <#lm>
--- <etag><lm><entry>" as a table (nil if malformed). `entry` is the task's entry without
--- its `v` field.
+-- A history record "<host> <prio> <interval_s> <fetched_s> <digest|-> [~<n>,<x>,<t>] <#etag>
+-- <#lm> <etag><lm><entry>" as a table (nil if malformed). `entry` is the task's entry
+-- without its `v` field. The `~` token (learned revisits; records written before it
+-- have none and decode with n = x = t = 0) keeps the change-rate estimator's sums:
+-- visits observed n, changes among them x, seconds they covered t (each decayed).
 local function record_decode(value)
   if not value then return nil end
-  local host, prio, iv, at, digest, ne, nl, rest = string.match(value,
-    '^(%S+) (%d+) (%d+) (%d+) (%S+) (%d+) (%d+) (.*)$')
-  if not host then return nil end
+  local host, prio, iv, at, digest, n, x, t, ne, nl, rest = string.match(value,
+    '^(%S+) (%d+) (%d+) (%d+) (%S+) ~([%d.]+),([%d.]+),([%d.]+) (%d+) (%d+) (.*)$')
+  if not host then
+    host, prio, iv, at, digest, ne, nl, rest = string.match(value,
+      '^(%S+) (%d+) (%d+) (%d+) (%S+) (%d+) (%d+) (.*)$')
+    if not host then return nil end
+  end
   ne, nl = tonumber(ne), tonumber(nl)
   return {host = host, prio = tonumber(prio), interval = tonumber(iv), fetched = tonumber(at),
           digest = digest == '-' and '' or digest, etag = string.sub(rest, 1, ne),
-          lm = string.sub(rest, ne + 1, ne + nl), entry = string.sub(rest, ne + nl + 1)}
+          lm = string.sub(rest, ne + 1, ne + nl), entry = string.sub(rest, ne + nl + 1),
+          n = tonumber(n) or 0, x = tonumber(x) or 0, t = tonumber(t) or 0}
+end
+
+-- A decayed sum as the record keeps it: 3 decimals, no trailing zeros.
+local function sum_text(v)
+  local s = string.format('%.3f', v)
+  return (string.gsub(string.gsub(s, '0+$', ''), '%.$', ''))
 end
 
 local function record_encode(r)
+  local learned = ''
+  if r.n and r.n > 0 then
+    learned = '~' .. sum_text(r.n) .. ',' .. sum_text(r.x) .. ',' .. sum_text(r.t) .. ' '
+  end
   return r.host .. ' ' .. r.prio .. ' ' .. r.interval .. ' ' .. r.fetched .. ' '
-    .. (r.digest == '' and '-' or r.digest) .. ' ' .. #r.etag .. ' ' .. #r.lm .. ' '
-    .. r.etag .. r.lm .. r.entry
+    .. (r.digest == '' and '-' or r.digest) .. ' ' .. learned .. #r.etag .. ' ' .. #r.lm
+    .. ' ' .. r.etag .. r.lm .. r.entry
 end
 
 -- What one fetch observed (ack's per-item ARGV, common/schedule.py):
@@ -52,16 +80,60 @@ local function observed_decode(value)
           etag = string.sub(rest, 1, ne), lm = string.sub(rest, ne + 1, ne + nl)}
 end
 
+-- learned: the estimator's sums after a visit `elapsed` s after the last one that found
+-- the page as it was (`outcome` not_modified / unchanged) or changed; any other outcome
+-- (a first visit, an error) observes nothing.
+local function observe_change(prev, outcome, elapsed)
+  local n, x, t = 0, 0, 0
+  if prev then n, x, t = prev.n, prev.x, prev.t end
+  local changed = outcome == 'changed' and 1 or 0
+  if prev and elapsed > 0 and (changed == 1 or outcome == 'not_modified'
+                               or outcome == 'unchanged') then
+    n, x, t = n * DECAY + 1, x * DECAY + changed, t * DECAY + elapsed
+  end
+  return n, x, t
+end
+
+-- learned: a page's change rate (per s) from x changes seen in n visits covering t s:
+-- Cho and Garcia-Molina's estimator for an incomplete change history (a visit sees
+-- whether the page changed, not how often), -log((n - x + 0.5) / (n + 0.5)) / (t / n),
+-- with n + 1 below instead of n + 0.5, a prior of half a change: a page never seen
+-- changing gets a rate that falls as its unchanged visits add up, not 0 at once.
+local function change_rate(n, x, t)
+  return -math.log((n - x + 0.5) / (n + 1)) / (t / n)
+end
+
+-- learned: the interval that is Cho and Garcia-Molina's optimum for a page changing
+-- `rate` times a s at `price` (the freshness one more fetch a s must buy): r = rate x
+-- interval solves 1 - e^-r (1 + r) = price x rate. A page with price x rate >= 1 changes
+-- too fast for any affordable visit to keep it fresh: nil (revisited at max_interval).
+local function optimal_interval(rate, price)
+  local c = price * rate
+  if c >= 1 then return nil end
+  local lo, hi = 0, 50
+  for _ = 1, 48 do
+    local mid = (lo + hi) / 2
+    if 1 - math.exp(-mid) * (1 + mid) < c then lo = mid else hi = mid end
+  end
+  return (lo + hi) / 2 / rate
+end
+
 -- The interval (s) until a URL's next visit. Fixed: the first interval, always (min and
 -- max bound what adaptive learns, not what an operator fixed). Adaptive (Nutch's
 -- AdaptiveFetchSchedule): the last interval x (1 + grow) when the visit found the page
 -- as it was (a 304 or the same digest), x (1 - shrink) when it changed, as it was
--- otherwise; a declared freshness lifetime (max-age / Expires) longer than that raises
--- it (a visit before then gets the same copy). Clamped to [min, max].
-local function next_interval(c, prev, outcome, max_age)
+-- otherwise. Learned: the optimal interval (optimal_interval) at the crawl's price for
+-- the rate the URL's estimator (`est` = {n, x, t}) gives; the first interval until it
+-- has observed a visit. A declared freshness lifetime (max-age / Expires) longer than
+-- that raises it (a visit before then gets the same copy). Clamped to [min, max].
+local function next_interval(c, prev, outcome, max_age, est)
   local iv = c.first > 0 and c.first or c.min  -- recrawl_after 0: min_interval
-  if c.mode ~= 2 then return math.max(iv, 1) end
-  if prev then
+  if c.mode == 1 then return math.max(iv, 1) end
+  if c.mode == 3 then
+    if est.n > 0 then
+      iv = optimal_interval(change_rate(est.n, est.x, est.t), c.price) or c.max
+    end
+  elseif prev then
     iv = prev.interval
     if outcome == 'not_modified' or outcome == 'unchanged' then
       iv = iv * (1000 + c.grow) / 1000
@@ -72,6 +144,23 @@ local function next_interval(c, prev, outcome, max_age)
   if max_age > iv then iv = max_age end
   iv = math.floor(iv + 0.5)
   return math.max(c.min, math.min(c.max, iv), 1)
+end
+
+-- learned: the budget. The crawl spends what a fixed schedule at the first interval
+-- would (its URLs / first fetches a s); `demand`, what the partition's intervals ask
+-- (sum of 1 / interval, kept in `conf` by each ack), moves the price: up when it asks
+-- more, down when less, by the batch's share of the partition's URLs, so a whole round
+-- of visits corrects it once.
+local function learn_price(c, hist, visited, demand_change)
+  local urls = redis.call('HLEN', hist)
+  local demand = math.max(c.demand + demand_change, 0)
+  local target = urls / (c.first > 0 and c.first or c.min)
+  local price = c.price
+  if demand > 0 and target > 0 then
+    local step = math.log(demand / target) * math.min(1, visited / urls)
+    price = price * math.exp(math.max(-0.5, math.min(0.5, step)))
+  end
+  redis.call('HSET', c.conf, 'rv_price', price, 'rv_demand', demand)
 end
 
 local function kept(value, old, keep_old)
@@ -89,15 +178,24 @@ local function schedule_visits(hist, due, visits, c, now)
   local prev = call_sliced('HMGET', hist, ids, 1000)
   local fields, scores = {}, {}
   local now_s = math.floor(now / 1000)
+  local demand_change = 0
   for i, v in ipairs(visits) do
     local p = record_decode(prev[i])
     local o = observed_decode(v[6])
-    local iv = next_interval(c, p, v[5], o.max_age)
+    local est = {n = 0, x = 0, t = 0}
+    if c.mode == 3 then
+      -- what the visit covered: since the last one, at least the interval it was due
+      -- after (a revisit comes no earlier; one moved up by hand covers that interval)
+      est.n, est.x, est.t = observe_change(p, v[5],
+                                           p and math.max(now_s - p.fetched, p.interval) or 0)
+    end
+    local iv = next_interval(c, p, v[5], o.max_age, est)
+    demand_change = demand_change + 1 / iv - (p and 1 / math.max(p.interval, 1) or 0)
     local keep = p and v[5] == 'not_modified'
     local r = {host = v[2], prio = v[3], interval = iv, fetched = now_s,
                digest = kept(o.digest, p and p.digest, keep),
                etag = kept(o.etag, p and p.etag, keep), lm = kept(o.lm, p and p.lm, keep),
-               entry = p and p.entry or v[4]}
+               entry = p and p.entry or v[4], n = est.n, x = est.x, t = est.t}
     fields[#fields + 1] = v[1]
     fields[#fields + 1] = record_encode(r)
     scores[#scores + 1] = now + iv * 1000
@@ -105,6 +203,7 @@ local function schedule_visits(hist, due, visits, c, now)
   end
   call_sliced('HSET', hist, fields, 1000)
   call_sliced('ZADD', due, scores, 1000)
+  if c.mode == 3 then learn_price(c, hist, #visits, demand_change) end
 end
 
 -- A JSON string (validators are header values: printable, but may hold '"' or '\').

@@ -1,0 +1,233 @@
+"""An extraction crawl of a real doc tree by a crawlq spider and by a Scrapy spider with
+the same selectors, side by side.
+
+    python3 bench/spider_bench.py [--root DIR] [--per-host-concurrency 16] [--skip-scrapy]
+
+The tree is Debian's python3-doc (installed when missing), served by an nginx the bench
+starts on a free 127.0.0.1 port. Both crawlers start at ``library/index.html``, follow
+every ``a.reference.internal`` link to another page of ``library/`` (fragment dropped) and
+emit one item per documented signature: ``{"id": <dt.sig's id>, "page": <path>}``, keyed
+by its id. crawlq: one consumer (``--spider``), its crawl created by the producer's
+``--spider`` with the spider's policy (no delay, ``--per-host-concurrency`` a host, no
+depth limit, no near-duplicate detection: Scrapy has none), JSONL sink; Scrapy:
+``CONCURRENT_REQUESTS`` 64, the same per-host concurrency, no robots.txt, no delay, run
+from a venv the bench makes once (Scrapy is never a crawlq dependency). Printed per
+crawler: pages fetched, items (the sets are compared), wall time from process start to
+exit, the span from its first request's start to its last response's end at the server
+(nginx's access log, by User-Agent), pages/s over the span, and its process's CPU per page
+(user + system, from ``wait4``: start-up included for both).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchlib import ROOT, doc_root, run_in_workdir, spawn, start_nginx, stop_all
+from site_bench import scrapy_python
+
+HTTP = """\
+    log_format spider '$msec\t$request_time\t$http_user_agent';
+    access_log {log} spider;
+    types {
+        text/html html htm;
+        text/css css;
+        application/javascript js;
+    }
+    default_type application/octet-stream;
+    sendfile on;"""
+
+CRAWLQ_SPIDER = '''\
+import os
+from crawlq import Spider
+
+START = os.environ["BENCH_START"]
+# Near-duplicate detection off: Scrapy has none (on, it cost ~10 ms of CPU a page here).
+spider = Spider("pydoc", start=[START], item_key="id", policy={
+    "per_host_delay": 0, "per_host_concurrency": int(os.environ["BENCH_PER_HOST"]),
+    "max_depth": 1000, "user_agent": "crawlq-bench/1.0", "near_duplicate_distance": "off"})
+
+
+@spider.route()
+async def page(response, ctx):
+    path = response.url.split("/", 3)[3]
+    for sig in response.css("dt.sig[id]::attr(id)").getall():
+        ctx.emit({"id": sig, "page": path})
+    for href in response.css("a.reference.internal::attr(href)").getall():
+        url = response.urljoin(href).partition("#")[0]
+        if "/library/" in url and url.endswith(".html"):
+            ctx.follow(url)
+'''
+
+SCRAPY_SPIDER = '''\
+import json
+import sys
+
+import scrapy
+from scrapy.crawler import CrawlerProcess
+
+START, PER_HOST, OUT = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+
+
+class DocSpider(scrapy.Spider):
+    name = "pydoc"
+    start_urls = [START]
+    pages = 0
+    items = {}
+
+    def parse(self, response):
+        self.pages += 1
+        path = response.url.split("/", 3)[3]
+        for sig in response.css("dt.sig[id]::attr(id)").getall():
+            self.items[sig] = {"id": sig, "page": path}
+        for href in response.css("a.reference.internal::attr(href)").getall():
+            url = response.urljoin(href).partition("#")[0]
+            if "/library/" in url and url.endswith(".html"):
+                yield scrapy.Request(url, callback=self.parse)
+
+    def closed(self, reason):
+        with open(OUT, "w") as out:
+            json.dump({"pages": self.pages, "items": sorted(self.items)}, out)
+
+
+process = CrawlerProcess(settings={
+    "CONCURRENT_REQUESTS": 64, "CONCURRENT_REQUESTS_PER_DOMAIN": PER_HOST,
+    "ROBOTSTXT_OBEY": False, "DOWNLOAD_DELAY": 0, "AUTOTHROTTLE_ENABLED": False,
+    "HTTPCACHE_ENABLED": False, "TELNETCONSOLE_ENABLED": False, "LOG_LEVEL": "WARNING",
+    "DEPTH_LIMIT": 0, "USER_AGENT": "scrapy-bench/1.0",
+})
+process.crawl(DocSpider)
+process.start()
+'''
+
+
+@dataclass
+class Result:
+    name: str
+    pages: int
+    items: set[str]
+    wall_s: float
+    cpu_s: float
+    span_s: float = 0.0  # first request's start to last response's end, at the server
+
+    def line(self) -> str:
+        return (f"{self.name:<10}{self.pages:>7}{len(self.items):>8}{self.wall_s:>9.2f}s"
+                f"{self.span_s:>9.2f}s{self.pages / self.span_s:>10.1f}"
+                f"{self.cpu_s / self.pages * 1e3:>12.2f}ms")
+
+
+def span(log: Path, agent: str) -> float:
+    """From the start of `agent`'s first request to the end of its last, by the server's
+    access log (``$msec`` is a response's end, ``$request_time`` its duration)."""
+    starts, ends = [], []
+    for line in log.read_text().splitlines():
+        msec, took, ua = line.split("\t", 2)
+        if ua.startswith(agent):
+            ends.append(float(msec))
+            starts.append(float(msec) - float(took))
+    return max(ends) - min(starts)
+
+
+def timed(argv: list[str], *, env: dict[str, str], log: Path) -> tuple[float, float, int]:
+    """Run `argv` to its end: (wall seconds, its CPU seconds, exit code)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    proc = spawn(argv, env=env, log=log)
+    code = proc.wait()
+    wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, code
+
+
+def run_crawlq(workdir: Path, start: str, per_host: int) -> Result:
+    from common.redis_server import RedisServer  # noqa: PLC0415 - ROOT is on the path now
+    from console.run_spider import gather_items  # noqa: PLC0415
+
+    spider = workdir / "pydoc_spider.py"
+    spider.write_text(CRAWLQ_SPIDER)
+    (workdir / "redis").mkdir()
+    redis = RedisServer(data_dir=workdir / "redis")
+    redis.start()
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLQ_")}
+        env.update(BENCH_START=start, BENCH_PER_HOST=str(per_host), PYTHONPATH=str(ROOT))
+        common = ["--redis-url", redis.url, "--crawl", "pydoc", "--spider", str(spider),
+                  "--log-level", "WARNING"]
+        _, _, code = timed([sys.executable, "-m", "producer", *common, "--progress", "off"],
+                           env=env, log=workdir / "producer.log")
+        if code:
+            raise SystemExit(f"the producer exited {code}: see {workdir / 'producer.log'}")
+        out = workdir / "results"
+        wall, cpu, code = timed([
+            sys.executable, "-m", "consumer", *common, "--allow-private", "--exit-when-empty",
+            "--empty-grace", "0", "--http-port", "-1", "--output", str(out)],
+            env=env, log=workdir / "consumer.log")
+        if code:
+            raise SystemExit(f"the consumer exited {code}:\n"
+                             f"{(workdir / 'consumer.log').read_text()[-2000:]}")
+    finally:
+        redis.stop()
+    records = [json.loads(line) for path in out.rglob("*.jsonl")
+               for line in path.read_text().splitlines()]
+    gather_items(out, workdir / "items.jsonl")
+    items = {json.loads(line)["id"] for line in (workdir / "items.jsonl").read_text().split()}
+    return Result("crawlq", sum(r["status"] == 200 for r in records), items, wall, cpu)
+
+
+def run_scrapy(workdir: Path, start: str, per_host: int, python: Path) -> Result:
+    spider, out = workdir / "scrapy_spider.py", workdir / "scrapy.json"
+    spider.write_text(SCRAPY_SPIDER)
+    wall, cpu, code = timed([str(python), str(spider), start, str(per_host), str(out)],
+                            env=dict(os.environ), log=workdir / "scrapy.log")
+    if code or not out.exists():
+        raise SystemExit(f"scrapy exited {code}:\n{(workdir / 'scrapy.log').read_text()[-2000:]}")
+    doc = json.loads(out.read_text())
+    return Result("scrapy", doc["pages"], set(doc["items"]), wall, cpu)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--root", type=Path, default=None, help="an HTML tree (python3-doc's)")
+    p.add_argument("--per-host-concurrency", type=int, default=16)
+    p.add_argument("--skip-scrapy", action="store_true")
+    args = p.parse_args(argv)
+    root = doc_root(args.root)
+
+    def body(workdir: Path) -> int:
+        python = None if args.skip_scrapy else scrapy_python(refresh=False)
+        port, log = start_nginx(root, workdir, HTTP)
+        start = f"http://127.0.0.1:{port}/library/index.html"
+        results = [run_crawlq(workdir, start, args.per_host_concurrency)]
+        results[0].span_s = span(log, "crawlq-bench")
+        if python is not None:
+            results.append(run_scrapy(workdir, start, args.per_host_concurrency, python))
+            results[1].span_s = span(log, "scrapy-bench")
+        print(f"{'':<10}{'pages':>7}{'items':>8}{'wall':>10}{'span':>10}{'pages/s':>10}"
+              f"{'CPU/page':>14}")
+        for r in results:
+            print(r.line())
+        if len(results) == 2:
+            a, b = results
+            same = a.items == b.items
+            print(f"same items: {same}" + ("" if same else
+                  f" (crawlq only {len(a.items - b.items)}, scrapy only "
+                  f"{len(b.items - a.items)})"))
+            print(f"crawlq / scrapy pages/s over the span: "
+                  f"{(a.pages / a.span_s) / (b.pages / b.span_s):.2f}x (target >= 5x); "
+                  f"over the wall time (start-up in): "
+                  f"{(a.pages / a.wall_s) / (b.pages / b.wall_s):.2f}x; CPU per page: "
+                  f"{(b.cpu_s / b.pages) / (a.cpu_s / a.pages):.2f}x less")
+        return 0
+
+    return run_in_workdir("spider-bench-", body, stop_all)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,14 @@
+"""Spiders: routes by label that turn responses into items and more requests.
+
+`Spider` (routes, item key, start requests), `Response` (a fetch result with parsel
+selectors), `Context` (a route's request, follow, emit, checkpoints), `run_route` (the
+consumer's call) and `load_spider` (``--spider``). The public import is ``crawlq``.
+"""
+
+from common.spider.context import Context
+from common.spider.dispatch import run_route
+from common.spider.loading import load_spider
+from common.spider.response import Response
+from common.spider.spider import Route, RouteFn, Spider
+
+__all__ = ["Context", "Response", "Route", "RouteFn", "Spider", "load_spider", "run_route"]

@@ -1,0 +1,140 @@
+"""A spider: routes by label, the item key, and the requests a crawl starts from.
+
+::
+
+    spider = Spider("books", start=["https://example.com/"], item_key=("isbn",))
+
+    @spider.route()                     # the default route: requests without a label
+    async def listing(response, ctx):
+        ctx.follow(css="a.book::attr(href)", label="book", data={"shelf": 3})
+
+    @spider.route("book")
+    async def book(response, ctx):
+        ctx.emit({"isbn": response.css(".isbn::text").get(), **ctx.request.data})
+
+A request's label names its route; the label travels through Redis as a string, so any
+consumer running the same spider parses it the same way. A label the spider has no route
+for is refused when a request is made with it (`Spider.check`), and a leased task whose
+label has no route ends dead (``unknown_label``): never done unparsed. A spider is
+definition only: the consumer runs its routes, the producer its `start`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from common.errors import UnknownLabelError
+from common.policy import CrawlPolicy, parse_value
+from common.request import Request, check_label
+
+if TYPE_CHECKING:
+    from common.spider.context import Context
+    from common.spider.response import Response
+
+__all__ = ["Route", "RouteFn", "Spider"]
+
+#: A route: ``async def route(response, ctx)`` (a plain function or an async generator
+#: yielding items and Requests work too).
+RouteFn = Callable[["Response", "Context"], Awaitable[Any] | Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One route: its label (None: the default route), its function and its item key."""
+
+    label: str | None
+    fn: RouteFn
+    item_key: tuple[str, ...]
+
+
+def _key_fields(value: str | Sequence[str]) -> tuple[str, ...]:
+    fields = (value,) if isinstance(value, str) else tuple(value)
+    if not all(isinstance(f, str) and f for f in fields):
+        raise TypeError(f"item_key must be field names, got {value!r}")
+    return fields
+
+
+class Spider:
+    """Routes by label, a default route, the item key, and the start requests."""
+
+    def __init__(self, name: str = "spider", *, start: Iterable[str | Request] = (),
+                 item_key: str | Sequence[str] = (),
+                 policy: Mapping[str, Any] | None = None) -> None:
+        self.name = name
+        self.item_key = _key_fields(item_key)
+        #: crawl policy values (``crawlq crawl set``'s keys) a crawl of this spider is
+        #: created with, e.g. ``{"max_depth": 20}``: follows of pagination go deep
+        self.policy = {key: parse_value(key, value) for key, value in (policy or {}).items()}
+        CrawlPolicy().replace(self.policy)  # PolicyError now, not when a crawl is made
+        self._start = list(start)
+        self._seeds: list[Callable[[], Iterable[str | Request]]] = []
+        self.routes: dict[str | None, Route] = {}
+
+    def __repr__(self) -> str:
+        labels = ", ".join(repr(label) for label in self.routes)
+        return f"Spider({self.name!r}, routes: {labels or 'none'})"
+
+    def route(self, label: str | None = None, *, item_key: str | Sequence[str] | None = None
+              ) -> Callable[[RouteFn], RouteFn]:
+        """Register the decorated function as the route of `label` (no label: the default
+        route, for requests without one). `item_key` overrides the spider's for its
+        items. ValueError for a label given twice."""
+        check_label(label, f"spider {self.name!r} route")
+        keys = self.item_key if item_key is None else _key_fields(item_key)
+
+        def register(fn: RouteFn) -> RouteFn:
+            if label in self.routes:
+                what = "the default route" if label is None else f"route {label!r}"
+                raise ValueError(f"spider {self.name!r} has {what} already "
+                                 f"({self.routes[label].fn.__name__})")
+            self.routes[label] = Route(label, fn, keys)
+            return fn
+        return register
+
+    def default(self, fn: RouteFn) -> RouteFn:
+        """Register the decorated function as the default route (``@spider.route()``)."""
+        return self.route()(fn)
+
+    def seeds(self, fn: Callable[[], Iterable[str | Request]]
+              ) -> Callable[[], Iterable[str | Request]]:
+        """Register a function whose URLs and Requests `start` yields too (after
+        ``start=``): for seeds computed when the producer runs."""
+        self._seeds.append(fn)
+        return fn
+
+    def start(self) -> Iterator[Request]:
+        """The requests a crawl of this spider starts from: ``start=`` and what each
+        ``@spider.seeds`` function yields, URLs made GET Requests for the default route.
+        Each is checked like any request made (its label included)."""
+        for source in (self._start, *(fn() for fn in self._seeds)):
+            for item in source:
+                request = item if isinstance(item, Request) else Request(str(item))
+                self.check(request)
+                yield request
+
+    def knows(self, label: str | None) -> bool:
+        """Whether a request with `label` has a route."""
+        return label in self.routes
+
+    def check(self, request: Request) -> None:
+        """UnknownLabelError unless `request`'s label has a route."""
+        if request.label not in self.routes:
+            raise UnknownLabelError(self.unknown(request.label))
+
+    def unknown(self, label: str | None) -> str:
+        """Why a request with `label` can't be parsed, and what to do."""
+        labels = ", ".join(repr(k) for k in self.routes if k is not None) or "none"
+        if label is None:
+            return (f"spider {self.name!r} has no default route for requests without a "
+                    f"label (its labels: {labels}); add @spider.route()")
+        return (f"spider {self.name!r} has no route for label {label!r} (its labels: "
+                f"{labels}); add @spider.route({label!r}) or fix the label")
+
+    def route_for(self, label: str | None) -> Route:
+        """The route of `label`; UnknownLabelError when it has none."""
+        route = self.routes.get(label)
+        if route is None:
+            raise UnknownLabelError(self.unknown(label))
+        return route

@@ -1,0 +1,131 @@
+"""Crawler-trap rules for the links a crawl follows: what a URL's own text says.
+
+A trap is a part of a site that makes URLs without end: a calendar's "next month", a
+relative link that repeats path segments (``/a/b/a/b/a/...``), faceted search (every
+combination of query parameters), session ids in every link. The crawl's policy sets
+these rules (``trap_*``, ``common.policy``); the link intake (``consumer.intake``)
+applies them to every link a handler found that is not in its seen cache, before the
+link reaches the queue. A seed is the operator's word: the producer applies none.
+
+- `strip_session_ids` (``trap_session_ids``) drops a session id from a link (a query
+  parameter or a ``;jsessionid=`` path parameter): the page under another session is
+  the same page, and the crawl's dedup then sees it so. The names are Nutch's default
+  URL normalizer's (``regex-normalize.xml``: ``sid``, ``jsessionid``, ``phpsessid``,
+  ``sessionid``, with ``l``/``j``/``bv_`` prefixes) and Heritrix's ``StripSessionIDs``
+  (``aspsessionid<8 letters>``); the value must look like a token (16 or more of
+  ``A-Z a-z 0-9 . _ -``, Heritrix asks 32), so a short ``sid=12`` (a story id) stays.
+- `TrapRules.judge` refuses a link by the first rule it breaks, cheapest first, each a
+  code of its own (`REFUSALS`, the link fates ``crawlq_links_total{fate}`` counts):
+  ``trap_length`` (longer than ``trap_max_url_length``), ``trap_segments`` (more path
+  segments than ``trap_max_segments``), ``trap_repeats`` (a path segment that occurs
+  more than ``trap_repeated_segments`` times), ``trap_params`` (more query parameters
+  than ``trap_max_params``).
+- ``trap_variants`` (more distinct query strings for one host and path than
+  ``trap_path_variants``) needs the fleet's count: ``common.trapbook`` keeps it in
+  Redis; `variant_of` gives the (path, query) hashes it counts.
+
+A rule at 0 is off.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from hashlib import blake2b
+
+__all__ = ["REFUSALS", "TrapRules", "strip_session_ids", "variant_of"]
+
+LENGTH = "trap_length"
+SEGMENTS = "trap_segments"
+REPEATS = "trap_repeats"
+PARAMS = "trap_params"
+VARIANTS = "trap_variants"
+#: The link fates a trap rule gives, in the order the rules are tried.
+REFUSALS = (LENGTH, SEGMENTS, REPEATS, PARAMS, VARIANTS)
+
+# A cheap test first: only a URL that holds one of these can carry a session id.
+_SESSION_HINT = re.compile(r"sid=|session_?id", re.IGNORECASE)
+_SESSION_PARAM = re.compile(
+    r"(?:[lj]|bv_)?sid|(?:j|php)?sessid|(?:j)?session_?id|aspsessionid[a-z]{8}",
+    re.IGNORECASE)
+_TOKEN = re.compile(r"[A-Za-z0-9._-]{16,}")
+_PATH_SESSION = re.compile(r";jsessionid=[A-Za-z0-9._-]{16,}", re.IGNORECASE)
+
+
+def strip_session_ids(url: str) -> str:
+    """`url` (canonical) without its session-id query parameters and ``;jsessionid=``
+    path parameter; `url` itself when it has none."""
+    if not _SESSION_HINT.search(url):
+        return url
+    rest, q, query = url.partition("?")
+    rest = _PATH_SESSION.sub("", rest)
+    if q:
+        kept = [p for p in query.split("&") if not _is_session(p)]
+        return f"{rest}?{'&'.join(kept)}" if kept else rest
+    return rest
+
+
+def _is_session(param: str) -> bool:
+    name, eq, value = param.partition("=")
+    return bool(eq) and _SESSION_PARAM.fullmatch(name) is not None \
+        and _TOKEN.fullmatch(value) is not None
+
+
+def _path_query(url: str) -> tuple[str, str]:
+    """The path and query of a canonical http(s) URL (no fragment: canonical URLs have
+    none), cheaper than a URL parse."""
+    after = url.find("/", url.find("://") + 3)
+    if after < 0:
+        return "/", ""
+    path, _, query = url[after:].partition("?")
+    return path, query
+
+
+@dataclass(frozen=True, slots=True)
+class TrapRules:
+    """The policy's URL trap rules (0: that rule is off; the defaults are the policy's,
+    ``CrawlPolicy.trap_rules``)."""
+
+    max_url_length: int
+    max_segments: int
+    repeated_segments: int
+    max_params: int
+    path_variants: int
+    session_ids: bool
+
+    def judge(self, url: str) -> str | None:
+        """The first rule canonical `url` breaks (a `REFUSALS` code but
+        ``trap_variants``, which is the fleet's count), or None."""
+        if self.max_url_length and len(url) > self.max_url_length:
+            return LENGTH
+        path, query = _path_query(url)
+        if self.max_segments or self.repeated_segments:
+            segments = [s for s in path.split("/") if s]
+            if self.max_segments and len(segments) > self.max_segments:
+                return SEGMENTS
+            limit = self.repeated_segments
+            if limit and len(segments) > limit and _most_repeated(segments) > limit:
+                return REPEATS
+        if self.max_params and query and query.count("&") >= self.max_params \
+                and sum(1 for p in query.split("&") if p) > self.max_params:
+            return PARAMS
+        return None
+
+
+def _most_repeated(segments: list[str]) -> int:
+    """How often the most frequent of `segments` occurs."""
+    counts: dict[str, int] = {}
+    for s in segments:
+        counts[s] = counts.get(s, 0) + 1
+    return max(counts.values())
+
+
+def variant_of(url: str) -> tuple[bytes, bytes] | None:
+    """For a canonical URL with a query: an 8-byte hash of its path and a 4-byte hash
+    of its query (what ``trap_variants`` counts per host and path); None without a
+    query."""
+    path, query = _path_query(url)
+    if not query:
+        return None
+    return (blake2b(path.encode(), digest_size=8).digest(),
+            blake2b(query.encode(), digest_size=4).digest())

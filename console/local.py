@@ -1,0 +1,145 @@
+"""Running crawlq's processes on this machine (``crawlq demo``, ``crawlq run``): children
+started and always stopped, a progress line while consumers work, their logs' tails.
+
+The console never imports the producer or the consumer: it runs them as processes, as
+an operator would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from common.queue import CrawlQueue, Stats
+
+__all__ = ["Children", "SigtermCancels", "dir_summary", "progress_line", "say", "tail",
+           "watch"]
+
+PROGRESS_EVERY_S = 0.5
+PLAIN_PROGRESS_EVERY_S = 5.0
+STOP_GRACE_S = 5.0
+
+
+class Children:
+    """The subprocesses a command started; ``stop()`` ends every one still running
+    (SIGTERM, then SIGKILL after STOP_GRACE_S)."""
+
+    def __init__(self) -> None:
+        self.procs: dict[str, asyncio.subprocess.Process] = {}
+
+    async def start(self, name: str, argv: Sequence[str], env: dict[str, str], log: Path,
+                    stdout: int | None = None) -> asyncio.subprocess.Process:
+        with log.open("wb") as sink:  # the child keeps its own copy of the descriptor
+            proc = await asyncio.create_subprocess_exec(
+                *argv, env=env, stdin=asyncio.subprocess.DEVNULL,
+                stdout=stdout if stdout is not None else sink, stderr=sink)
+        self.procs[name] = proc
+        return proc
+
+    async def stop(self) -> None:
+        running = [p for p in self.procs.values() if p.returncode is None]
+        for proc in running:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+        for proc in running:
+            try:
+                await asyncio.wait_for(proc.wait(), STOP_GRACE_S)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+
+
+class SigtermCancels:
+    """While open, SIGTERM (kill, docker stop) cancels the task that opened it, so the
+    command ends through its ``finally`` and stops what it started, as on Ctrl-C.
+
+    Python 3.11's asyncio.wait_for (redis-py's socket writes) drops a cancel that lands as
+    the call it waits for completes: it cancels again every 0.2 s until `taken` (the
+    command's ``except CancelledError`` says so) or `close`.
+    """
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.main = asyncio.current_task()
+        self.taken = False
+        if self.main is not None:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                self.loop.add_signal_handler(signal.SIGTERM, self._cancel)
+
+    def _cancel(self) -> None:
+        if self.main is not None and not self.main.done() and not self.taken:
+            self.main.cancel()
+            self.loop.call_later(0.2, self._cancel)
+
+    def close(self) -> None:
+        """SIGTERM is the default's again (the command is stopping anyway)."""
+        self.taken = True
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            self.loop.remove_signal_handler(signal.SIGTERM)
+
+
+def say(text: str = "") -> None:
+    """A line for the operator, now."""
+    print(text, flush=True)
+
+
+def progress_line(elapsed: float, s: Stats, total: int | None = None) -> str:
+    """One line of a crawl's state; `total` None: what was enqueued so far (a spider's
+    crawl grows as it goes)."""
+    total = s.counters.get("enqueued", 0) if total is None else total
+    return (f"[{elapsed:5.1f}s] done {s.done}/{total}  pending {s.pending}  leased {s.leased}  "
+            f"waiting {s.waiting}  dead {s.dead}  retried {s.counters.get('retried', 0)}")
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    """The last `lines` of a log, indented."""
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join("    " + line for line in text[-lines:])
+
+
+def dir_summary(path: Path) -> str:
+    """How many files a directory holds and their size."""
+    files = [p for p in path.rglob("*") if p.is_file()]
+    size = sum(p.stat().st_size for p in files)
+    return f"{len(files)} files, {size / 1e6:.1f} MB"
+
+
+async def watch(children: Children, queue: CrawlQueue, *, total: int | None, timeout_s: float,
+                started: float, logs: Path) -> bool:
+    """Show progress until every consumer exits; False on a timeout or a failed consumer."""
+    tty = sys.stdout.isatty()
+    consumers = {n: p for n, p in children.procs.items() if n.startswith("consumer")}
+    deadline = time.monotonic() + timeout_s
+    next_plain = 0.0
+    line = ""
+    try:
+        while any(p.returncode is None for p in consumers.values()):
+            now = time.monotonic()
+            if now > deadline:
+                say(f"\nthe crawl did not finish within {timeout_s:g}s; stopping the consumers")
+                return False
+            line = progress_line(now - started, await queue.stats(), total)
+            if tty:
+                print(f"\r{line}\x1b[K", end="", flush=True)
+            elif now >= next_plain:
+                say(line)
+                next_plain = now + PLAIN_PROGRESS_EVERY_S
+            await asyncio.sleep(PROGRESS_EVERY_S)
+    finally:
+        if tty:
+            print(flush=True)
+    say(progress_line(time.monotonic() - started, await queue.stats(), total))
+    failed = [(n, p.returncode) for n, p in consumers.items() if p.returncode != 0]
+    for name, code in failed:
+        say(f"{name} exited with code {code}; the end of its log:\n"
+            f"{tail(logs / f'{name}.log')}")
+    return not failed
