@@ -13,6 +13,7 @@ what it holds the crawl to.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from support.drill import DrillRun, run_drill
 from support.sentinel import SentinelGroup, sentinel_binaries
 
 pytestmark = [
-    pytest.mark.timeout(180),
+    pytest.mark.timeout(300),  # the drill's own deadline (180 s) says where it stood
     pytest.mark.skipif(sentinel_binaries() is None,
                        reason="redis-sentinel not installed (apt-get install redis-sentinel)"),
 ]
@@ -78,7 +79,8 @@ def test_the_group_fails_over_splits_and_heals(group: SentinelGroup) -> None:
 
 
 async def test_a_crawl_outlives_failovers(group: SentinelGroup, tmp_path: Path) -> None:
-    run = await run_drill(group, tmp_path)
+    run = await run_drill(group, tmp_path, say=lambda stage: print(
+        f"{time.strftime('%H:%M:%S')} {stage}", flush=True))  # shown when the test fails
     report = describe(run)
     assert [s.name for s in run.steps] == ["kill", "split"], report
     assert all(s.leasing is not None for s in run.steps), report
