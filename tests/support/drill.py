@@ -524,12 +524,15 @@ class _Drill:
             await self.steps()
             await self.finish()
         finally:
+            self.say("stopping")
             await self.monitor.stop()
             run.alive_at_end = [p.returncode is None for p in fleet.procs]
             run.exit_codes = await fleet.stop()
+            self.say("consumers stopped")
             await client.aclose()
             for s in sentinel.sentinels:
                 await s.aclose()
+            self.say("clients closed")
             for i, log in enumerate(fleet.logs):
                 run.logs[f"consumer-{i}"] = log.read_text(errors="replace")[-4000:]
         for step in run.steps:
@@ -641,6 +644,7 @@ class _Drill:
         self.say("fsck")
         run.fsck = await _run(["-m", "console.cli", "fsck", "--redis-url", self.group.url,
                                "--crawl", self.crawl], self.workdir / "fsck.log", within=60)
+        self.say(f"fsck exited {run.fsck[0]}")
         stats = await queue.stats()
         run.counters, run.dead_reasons, run.active = (
             stats.counters, stats.dead_reasons, stats.active)
