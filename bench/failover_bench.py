@@ -117,7 +117,7 @@ def verdict(fail: list[dict[str, float | None]]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--pages", type=int, default=DrillPlan.pages)
+    p.add_argument("--pages", type=int, default=DrillPlan().pages)
     args = p.parse_args(argv)
     if sentinel_binaries() is None:
         raise SystemExit("redis-sentinel not installed (apt-get install redis-sentinel)")

@@ -298,20 +298,23 @@ class _Fleet:
         return cls(procs, logs)
 
     async def stop(self, within: float = 30) -> list[int | None]:
+        """SIGTERM every consumer; their exit codes (None: still running after `within`
+        seconds, then killed)."""
         for p in self.procs:
             if p.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     p.send_signal(signal.SIGTERM)
-        codes: list[int | None] = []
-        for p in self.procs:
+
+        async def ended(p: asyncio.subprocess.Process) -> int | None:
             try:
-                codes.append(await asyncio.wait_for(p.wait(), within))
+                return await asyncio.wait_for(p.wait(), within)
             except TimeoutError:
-                codes.append(None)
                 with contextlib.suppress(ProcessLookupError):
                     p.kill()
                 await p.wait()
-        return codes
+                return None
+
+        return list(await asyncio.gather(*[ended(p) for p in self.procs]))
 
 
 def _records(out: Path) -> list[dict[str, Any]]:
@@ -525,13 +528,16 @@ class _Drill:
             await self.finish()
         finally:
             self.say("stopping")
-            await self.monitor.stop()
             run.alive_at_end = [p.returncode is None for p in fleet.procs]
             run.exit_codes = await fleet.stop()
             self.say("consumers stopped")
-            await client.aclose()
-            for s in sentinel.sentinels:
-                await s.aclose()
+            # Closing a client can wait on a socket's close (seen: minutes, under load).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.monitor.stop(), 10)
+            self.say("monitor stopped")
+            for c in (client, *sentinel.sentinels):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(c.aclose(), 5)
             self.say("clients closed")
             for i, log in enumerate(fleet.logs):
                 run.logs[f"consumer-{i}"] = log.read_text(errors="replace")[-4000:]
