@@ -53,6 +53,7 @@ def _record(i: int, *, status: int | None = 200, body: bytes | None = None) -> R
         items=[{"title": f"t{i}", "n": i}] if i % 2 else [],
         depth=i % 4,
         meta={"source": "seed"},
+        fence=100 + i,
     )
 
 
@@ -119,8 +120,9 @@ async def test_jsonl_writes_every_record_once(tmp_path: Path) -> None:
     assert set(row) == {
         "task_id", "url", "final_url", "status", "outcome", "headers", "bytes", "elapsed",
         "attempt", "fetched_at", "worker", "depth", "meta", "items", "item_keys", "body",
-        "body_sha1", "revisit", "digest",
+        "body_sha1", "revisit", "digest", "token",
     }  # fmt: skip
+    assert row["token"] == 107
     assert (row["revisit"], row["digest"]) == (None, None)  # a first visit, not digested
 
     with pytest.raises(RuntimeError):

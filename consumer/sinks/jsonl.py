@@ -4,7 +4,8 @@ Files are ``<crawl>-<worker>-<seq>.jsonl`` (or ``.jsonl.gz``) under `output_dir`
 series per consumer. A line holds::
 
     task_id, url, final_url, status, outcome, headers, bytes, elapsed, attempt,
-    fetched_at, worker, depth, meta, items, item_keys, body, body_sha1, revisit, digest
+    fetched_at, worker, depth, meta, items, item_keys, body, body_sha1, revisit, digest,
+    token
 
 ``body`` is the body decoded as UTF-8 (``errors="replace"``) when `store_body`, else
 null; ``body_sha1`` is the hex SHA-1 of the body bytes whenever there is a body (null
@@ -14,7 +15,10 @@ anything else) and ``digest`` the body's 16-hex-digit BLAKE2b-64, the one the UR
 history compares (null when no body was read; a ``not_modified`` one has the previous
 visit's). ``items`` holds each item's data (a spider's `common.items.Item` as its
 ``data``) and ``item_keys`` their keys, in the same order: an Item's key, or null for
-a plain dict (keyed ``<unique key>#<index>`` by whoever loads it).
+a plain dict (keyed ``<unique key>#<index>`` by whoever loads it). ``token`` is the
+fencing token of the lease the task was fetched under (null: none): two lines of one
+task with different tokens are two leases (at-least-once: a retry, or a lease a Redis
+failover lost), and a token is never granted twice.
 
 With gzip on, every batch is written as its own complete gzip member (concatenated
 members are one valid gzip stream, RFC 1952 section 2.2): the file is a readable gzip
@@ -139,6 +143,7 @@ def _doc(record: Record, store_body: bool) -> dict[str, Any]:
         else None,
         "revisit": record.outcome if record.outcome in REVISIT_OUTCOMES else None,
         "digest": record.digest or None,
+        "token": record.fence or None,
     }
 
 

@@ -9,6 +9,8 @@ tests/test_test_layout.py holds them to it), as ``from support.<module> import <
   host's turn;
 - ``clock``: Redis' clock (``redis_ms``) and waits on it (``expire``, ``window_passed``);
 - ``ports``: a port nothing listens on;
+- ``sentinel``: a Redis Sentinel group of real processes (a primary, two replicas, three
+  sentinels) and the failover drill's steps on it;
 - ``dashboard``: the in-process dashboard's token, auth header and JSON errors;
 - ``browser``: headless Chromium and the dashboard as a child process;
 - ``docs``: the README and docs/ pages the tests hold to the code.
