@@ -22,16 +22,25 @@ from common.config import redact_url
 #: outlive an outage catch these.
 REDIS_ERRORS = (RedisError, OSError)
 
-_REFUSALS = ("OOM", "NOPERM", "NOAUTH", "WRONGPASS", "READONLY", "LOADING", "MISCONF")
+_REFUSALS = ("OOM", "NOPERM", "NOAUTH", "WRONGPASS", "READONLY", "LOADING", "MISCONF",
+             "NOREPLICAS", "MASTERDOWN")
 _SCRIPT_ERROR = re.compile(r"-([A-Z]{3,}) ")
 
 
-def _script_error_code(text: str) -> str:
-    """A refusal inside a Lua script, rewritten to start with its code.
+#: How redis-py's pipeline rewrites the message of a command's error.
+_PIPELINE_ERROR = re.compile(r"^Command # \d+ \(.*?\) of pipeline caused error: ", re.S)
 
-    Redis < 7 wraps it: ``Error running script (call to f_...): @user_script:..:
+
+def _script_error_code(text: str) -> str:
+    """A refusal inside a Lua script or a pipeline, rewritten to start with its code.
+
+    Redis < 7 wraps a script's: ``Error running script (call to f_...): @user_script:..:
     -OOM command not allowed ...``; an ACL refusal there says "can't run this command".
+    redis-py's pipeline puts ``Command # 1 (EVALSHA ...) of pipeline caused error: ``
+    before the server's message (a refusal of a server's state, READONLY or NOREPLICAS,
+    refuses every write of the pipeline alike).
     """
+    text = _PIPELINE_ERROR.sub("", text, count=1)
     if "Error running script" not in text and "user_script" not in text:
         return text
     if "can't run this command" in text or "no permissions" in text:

@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis_binaries import pause, resume
 from support.failover import (
     MASTER,
@@ -34,7 +38,8 @@ from support.leases import lease_records
 
 from common.connection import connect
 from common.queue import Code, CrawlSettings, LeasingQueue, NewTask
-from common.redis_retry import resending
+from common.redis_errors import error_code
+from common.redis_retry import did_not_run, resending
 from common.redis_server import RedisServer, free_port
 from common.scripts import source
 from common.urls import canonicalize, fingerprint
@@ -225,6 +230,69 @@ async def test_a_primary_without_its_replicas_refuses_and_is_tried_again(
         for server in (replica, primary):
             if server is not None:
                 server.stop()
+
+
+async def test_a_pipelined_enqueue_a_primary_refused_is_tried_again(crawl_name: str) -> None:
+    """redis-py's pipeline rewrites a command's error ("Command # 1 (EVALSHA ...) of
+    pipeline caused error: NOREPLICAS ..."): the refusal is still seen as one that did not
+    run, tried again, and goes through once a replica is back (a producer's enqueue
+    across partitions is a pipeline)."""
+    primary = RedisServer(extra_args=("--min-replicas-to-write", "1")).start()
+    replica = None
+    setup = aioredis.Redis.from_url(primary.url)
+    client = connect(primary.url, retries=12)
+    try:
+        await setup.config_set("min-replicas-to-write", 0)
+        q = await LeasingQueue.open(client, crawl_name, CrawlSettings(partitions=4))
+        await setup.config_set("min-replicas-to-write", 1)
+        errors_before = (await setup.info("stats"))["total_error_replies"]
+        enqueuing = asyncio.ensure_future(q.enqueue(tasks(40)))
+
+        async def refused() -> bool:
+            return (await setup.info("stats"))["total_error_replies"] > errors_before
+
+        await until(refused, 30, "the primary refused the enqueue (NOREPLICAS)")
+        assert not enqueuing.done()
+        replica = await asyncio.to_thread(replica_of, primary)
+        await asyncio.wait_for(enqueuing, 30)
+        assert (await q.stats()).pending == 40
+    finally:
+        await client.aclose()
+        await setup.aclose()
+        for server in (replica, primary):
+            if server is not None:
+                server.stop()
+
+
+@pytest.mark.parametrize("text", [
+    "NOREPLICAS Not enough good replicas to write.",
+    "Command # 1 (EVALSHA 5e2f 3 a b c) of pipeline caused error: NOREPLICAS Not enough "
+    "good replicas to write.",
+    "Command # 2 (EVALSHA x) of pipeline caused error: Error running script (call to "
+    "f_x): @user_script:9: -NOREPLICAS Not enough good replicas to write."])
+def test_a_refusal_is_read_through_a_pipelines_and_a_scripts_wrapping(text: str) -> None:
+    assert error_code(text) == "NOREPLICAS"
+    assert did_not_run(ResponseError(text))
+
+
+def test_a_producer_refused_for_want_of_replicas_says_so_in_one_line(
+        tmp_path: Path, crawl_name: str) -> None:
+    """A primary that refuses every write (NOREPLICAS: no replica in sight) ends a
+    producer run with one line saying so and exit 3, not a traceback."""
+    primary = RedisServer(extra_args=("--min-replicas-to-write", "1")).start()
+    try:
+        seeds = tmp_path / "seeds.txt"
+        seeds.write_text("".join(f"http://h{n}.test/p\n" for n in range(20)))
+        proc = subprocess.run(
+            [sys.executable, "-m", "producer", "--redis-url", primary.url, "--crawl",
+             crawl_name, "--progress", "off", str(seeds)],
+            check=False, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 3, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert "Traceback" not in proc.stderr
+        assert len(lines) == 1 and "NOREPLICAS" in lines[0], proc.stderr
+    finally:
+        primary.stop()
 
 
 async def test_tokens_after_a_promotion_pass_the_ones_the_replica_never_saw(
