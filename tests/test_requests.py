@@ -8,9 +8,7 @@ import io
 import ipaddress
 import json
 import os
-import signal
 import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,11 +17,11 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 from support.consume import consume, consumer_args
+from support.handover import hand_over_children
 from support.live import snapshot
 from support.routes import serve
 
 from common.errors import FetchError, InvalidRequestError, MalformedTaskError
-from common.frontier.hosts import Frontier
 from common.http.fetcher import Fetcher, FetchSettings
 from common.metrics import Metrics
 from common.queue import CrawlSettings, LeasingQueue, NewTask
@@ -293,45 +291,19 @@ async def start_consumer(redis_url: str, crawl: str, out: Path, worker: str,
             stderr=asyncio.subprocess.STDOUT)
 
 
-async def until(check: Any, within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while not await check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
 async def test_a_childs_label_and_data_reach_its_handler_in_another_consumer_process(
         redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
         tmp_path: Path) -> None:
     out = tmp_path / "out"
-    procs: list[asyncio.subprocess.Process] = []
-    try:
-        async with serve({"/list": echo}) as listing, serve({"/api": echo}) as api:
-            q = await open_queue(redis_client, crawl_name)
-            await q.enqueue([task_of(Request(listing.url("/list"), label=None,
-                                             data={"api": api.url("/api"),
-                                                   "category": "books"}))])
-            # The API's host is blocked: the first consumer can't take the children.
-            front = Frontier(q)
-            api_host = await front.block_host(api.url("/"), 600)
-            procs.append(await start_consumer(redis_url, crawl_name, out, "w-parent"))
-
-            async def seed_done() -> bool:
-                assert procs[0].returncode is None, (tmp_path / "w-parent.log").read_text()
-                stats = await q.stats()
-                return stats.counters.get("done", 0) == 1 and stats.pending == 2
-            await until(seed_done, 30, "the seed to be done with 2 children pending")
-            procs[0].send_signal(signal.SIGTERM)
-            assert await asyncio.wait_for(procs[0].wait(), 20) == 0
-            await front.block_host(api_host, 0)
-            procs.append(await start_consumer(redis_url, crawl_name, out, "w-child"))
-            assert await asyncio.wait_for(procs[1].wait(), 30) == 0, \
-                (tmp_path / "w-child.log").read_text()
-    finally:
-        for proc in procs:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
+    async with serve({"/list": echo}) as listing, serve({"/api": echo}) as api:
+        q = await open_queue(redis_client, crawl_name)
+        await q.enqueue([task_of(Request(listing.url("/list"), label=None,
+                                         data={"api": api.url("/api"),
+                                               "category": "books"}))])
+        # The API's host is blocked: the first consumer can't take the children.
+        await hand_over_children(
+            q, api.url("/"), tmp_path, "seed",
+            lambda worker: start_consumer(redis_url, crawl_name, out, worker))
     items = sorted((item for record in records_in(out) for item in record["items"]),
                    key=lambda item: item["data"]["page"])
     assert items == [{"label": "api", "data": {"page": n, "category": "books",

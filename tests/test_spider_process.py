@@ -9,8 +9,6 @@ import json
 import os
 import signal
 import sys
-import time
-from collections.abc import Awaitable, Callable
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -21,9 +19,9 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 from support.consume import consume, consumer_args
+from support.handover import hand_over_children, until
 from support.routes import serve
 
-from common.frontier.hosts import Frontier
 from common.keys import CrawlKeys
 from common.policy import create_policy, read_policy
 from common.queue import CrawlSettings, LeasingQueue, NewTask
@@ -71,13 +69,6 @@ async def start_consumer(redis_url: str, crawl: str, out: Path, worker: str
             stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT)
 
 
-async def until(check: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while not await check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
 def items_in(out: Path) -> list[tuple[str | None, Any]]:
     return [(key, item) for path in sorted(out.rglob("*.jsonl"))
             for line in path.read_text().splitlines() if line
@@ -89,33 +80,14 @@ async def test_a_childs_label_and_data_reach_its_route_on_another_consumer_proce
         redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
         tmp_path: Path) -> None:
     out = tmp_path / "out"
-    procs: list[asyncio.subprocess.Process] = []
-    try:
-        async with serve({"/list": listing}) as lists, serve({"/c/{i}": leaf}) as children:
-            q = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings())
-            await q.enqueue([task_of(Request(lists.url("/list"), label="list", data={
-                "children_at": children.base, "category": "books"}))])
-            # The children's host is blocked: the first consumer can't take them.
-            front = Frontier(q)
-            child_host = await front.block_host(children.url("/"), 600)
-            procs.append(await start_consumer(redis_url, crawl_name, out, "w-parent"))
-
-            async def parent_done() -> bool:
-                assert procs[0].returncode is None, (tmp_path / "w-parent.log").read_text()
-                stats = await q.stats()
-                return stats.counters.get("done", 0) == 1 and stats.pending == 2
-            await until(parent_done, 30, "the list to be done with 2 children pending")
-            procs[0].send_signal(signal.SIGTERM)
-            assert await asyncio.wait_for(procs[0].wait(), 20) == 0
-            await front.block_host(child_host, 0)
-            procs.append(await start_consumer(redis_url, crawl_name, out, "w-child"))
-            assert await asyncio.wait_for(procs[1].wait(), 30) == 0, \
-                (tmp_path / "w-child.log").read_text()
-    finally:
-        for proc in procs:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
+    async with serve({"/list": listing}) as lists, serve({"/c/{i}": leaf}) as children:
+        q = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings())
+        await q.enqueue([task_of(Request(lists.url("/list"), label="list", data={
+            "children_at": children.base, "category": "books"}))])
+        # The children's host is blocked: the first consumer can't take them.
+        await hand_over_children(
+            q, children.url("/"), tmp_path, "list",
+            lambda worker: start_consumer(redis_url, crawl_name, out, worker))
     assert sorted(items_in(out)) == [
         (str(n), {"path": str(n), "label": "child", "worker": "w-child",
                   "data": {"category": "books", "found_by": "w-parent"},

@@ -7,6 +7,8 @@ tests/test_test_layout.py holds them to it), as ``from support.<module> import <
   ``records``, ``NullSink``);
 - ``frontier``: tasks, a queue with the crawl's politeness set, a lease that waits for a
   host's turn;
+- ``handover``: a parent's children handed from one consumer process to another
+  (``hand_over_children``) and a wait for a condition (``until``);
 - ``clock``: Redis' clock (``redis_ms``) and waits on it (``expire``, ``window_passed``);
 - ``ports``: a port nothing listens on;
 - ``sentinel``: a Redis Sentinel group of real processes (a primary, two replicas, three
