@@ -326,17 +326,22 @@ def _show_domains(value: tuple[str, ...]) -> str:
 POLITENESS_KEYS = ("host", "domain")
 
 
-def politeness_key(text: str) -> str:
-    """One of `POLITENESS_KEYS`."""
-    key = str(text).strip().lower()
-    if key not in POLITENESS_KEYS:
-        raise argparse.ArgumentTypeError(f"must be one of {', '.join(POLITENESS_KEYS)}")
-    return key
+def _one_of(names: tuple[str, ...]
+            ) -> tuple[Callable[[str], str], Callable[[str], None]]:
+    """An option's parser of one of `names` (any case, spaces around) and its check."""
+    def parse(text: str) -> str:
+        name = str(text).strip().lower()
+        if name not in names:
+            raise argparse.ArgumentTypeError(f"must be one of {', '.join(names)}")
+        return name
+
+    def check(value: str) -> None:
+        if value not in names:
+            raise ConfigError(f"must be one of {', '.join(names)}, got {value!r}")
+    return parse, check
 
 
-def _politeness_key_ok(value: str) -> None:
-    if value not in POLITENESS_KEYS:
-        raise ConfigError(f"must be one of {', '.join(POLITENESS_KEYS)}, got {value!r}")
+politeness_key, _politeness_key_ok = _one_of(POLITENESS_KEYS)
 
 
 #: How a crawl revisits the URLs it has done (`revisit`): never (off), after the first
@@ -346,17 +351,7 @@ def _politeness_key_ok(value: str) -> None:
 REVISIT_MODES = ("off", "fixed", "adaptive", "learned")
 
 
-def revisit_mode(text: str) -> str:
-    """One of `REVISIT_MODES`."""
-    mode = str(text).strip().lower()
-    if mode not in REVISIT_MODES:
-        raise argparse.ArgumentTypeError(f"must be one of {', '.join(REVISIT_MODES)}")
-    return mode
-
-
-def _revisit_mode_ok(value: str) -> None:
-    if value not in REVISIT_MODES:
-        raise ConfigError(f"must be one of {', '.join(REVISIT_MODES)}, got {value!r}")
+revisit_mode, _revisit_mode_ok = _one_of(REVISIT_MODES)
 
 
 def _below_one(value: float) -> None:
