@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,16 @@ class JsonLog:
         except TimeoutError:
             pytest.fail(f"{self.name} still running after {within:g}s:\n"
                         f"{self.log_text()[-3000:]}")
+
+    async def kill(self) -> None:
+        """SIGKILL the process if it still runs (woken first, were it SIGSTOPped) and
+        reap it, waiting 10 s at most."""
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGCONT)
+                self.proc.kill()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.proc.wait(), 10)
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -13,7 +13,6 @@ has a timeout.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -133,12 +132,7 @@ class Spawner:
 
     async def close(self) -> None:
         for child in self.children:
-            if child.proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    child.proc.send_signal(signal.SIGCONT)
-                    child.proc.kill()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(child.proc.wait(), 10)
+            await child.kill()
 
 
 @pytest.fixture

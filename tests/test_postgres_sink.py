@@ -376,12 +376,7 @@ class Consumers:
 
     async def close(self) -> None:
         for child in self.children:
-            if child.proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    child.proc.send_signal(signal.SIGCONT)
-                    child.proc.kill()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(child.proc.wait(), 10)
+            await child.kill()
 
 
 @pytest.fixture
