@@ -1,15 +1,31 @@
-"""Child processes of the process-level tests: their JSON log lines and their exit."""
+"""Child processes of the process-level tests: their JSON log lines and their exit, and
+what of a process group still runs."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+import os
 import signal
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
+
+
+def group_members(pgid: int) -> list[str]:
+    """``pid name`` of every live (not zombie) process in process group `pgid`; matched by
+    group, not command line, which redis-server rewrites."""
+    found = []
+    for proc in psutil.process_iter(["name", "status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(f"{proc.pid} {proc.info['name']}")
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return found
 
 
 class JsonLog:

@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
+from procs import group_members
 
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_AT = re.compile(r"started an embedded redis-server at redis://127\.0\.0\.1:(\d+)/0")
@@ -28,19 +28,6 @@ def start_demo(out: Path, *args: str) -> subprocess.Popen[str]:
          "demo", "--output", str(out), *args],
         cwd=out.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True)
-
-
-def group_members(pgid: int) -> list[str]:
-    """``pid name`` of every live (not zombie) process in process group `pgid`; matched by
-    group, not command line, which redis-server rewrites."""
-    found = []
-    for proc in psutil.process_iter(["name", "status"]):
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                found.append(f"{proc.pid} {proc.info['name']}")
-        except (ProcessLookupError, psutil.Error):
-            continue
-    return found
 
 
 def listening(port: int) -> bool:

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-import psutil
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
+from procs import group_members
 from support.consume import consume, consumer_args
 from support.handover import hand_over_children, until
 from support.routes import serve
@@ -270,18 +270,6 @@ async def test_consumers_killed_mid_crawl_leave_every_item_once_by_key(
     assert got == expected_shop_items(spec)
 
 
-def group_alive(pgid: int) -> list[str]:
-    """The live (not zombie) processes of process group `pgid`."""
-    found = []
-    for proc in psutil.process_iter(["name", "status"]):
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                found.append(f"{proc.pid} {proc.info['name']}")
-        except (ProcessLookupError, psutil.Error):
-            continue
-    return found
-
-
 @pytest.mark.slow
 async def test_crawlq_run_stopped_by_sigterm_stops_everything_it_started(
         tmp_path: Path) -> None:
@@ -299,7 +287,7 @@ async def test_crawlq_run_stopped_by_sigterm_stops_everything_it_started(
             while not any(line.startswith("started 2 consumers") for line in seen):
                 seen.append((await proc.stdout.readline()).decode())
                 assert seen[-1], "".join(seen)
-        names = [m.split(" ", 1)[1] for m in group_alive(proc.pid)]
+        names = [m.split(" ", 1)[1] for m in group_members(proc.pid)]
         assert names.count("redis-server") == 1 and len(names) == 4, names
         proc.send_signal(signal.SIGTERM)
         rest, _ = await asyncio.wait_for(proc.communicate(), 30)
@@ -309,7 +297,7 @@ async def test_crawlq_run_stopped_by_sigterm_stops_everything_it_started(
             await proc.wait()
     assert proc.returncode == 128 + signal.SIGTERM, "".join(seen) + rest.decode()
     assert "interrupted: stopping the consumers and Redis" in rest.decode()
-    assert group_alive(proc.pid) == []
+    assert group_members(proc.pid) == []
 
 
 async def test_a_handler_and_a_spiders_default_route_both_parsing_unlabelled_is_exit_2(
