@@ -18,9 +18,10 @@ from typing import Any
 
 from common import codec
 from common.queue import CrawlQueue, Stats
+from common.redis_server import RedisServer
 
-__all__ = ["Children", "SigtermCancels", "dir_summary", "progress_line", "say", "tail",
-           "watch"]
+__all__ = ["Children", "SigtermCancels", "dir_summary", "progress_line", "say",
+           "stop_started", "tail", "watch"]
 
 PROGRESS_EVERY_S = 0.5
 PLAIN_PROGRESS_EVERY_S = 5.0
@@ -79,11 +80,26 @@ class SigtermCancels:
             self.main.cancel()
             self.loop.call_later(0.2, self._cancel)
 
+    def interrupted(self, stopping: str) -> None:
+        """The command's ``except CancelledError``: the cancel is taken; says what stops."""
+        self.taken = True
+        say(f"\ninterrupted: stopping {stopping}")
+
     def close(self) -> None:
         """SIGTERM is the default's again (the command is stopping anyway)."""
         self.taken = True
         with contextlib.suppress(NotImplementedError, RuntimeError):
             self.loop.remove_signal_handler(signal.SIGTERM)
+
+
+async def stop_started(sigterm: SigtermCancels, children: Children,
+                       server: RedisServer | None) -> None:
+    """A command's last step, however it ends: SIGTERM the default again, its children
+    stopped, then its embedded redis-server (`server`, if it started one)."""
+    sigterm.close()
+    await children.stop()
+    if server is not None:
+        await asyncio.to_thread(server.stop)
 
 
 def say(text: str = "") -> None:

@@ -50,7 +50,7 @@ from common.policy import CrawlPolicy, ensure_policy, parse_assignments
 from common.queue import CrawlQueue, Stats
 from common.redis_server import RedisServer
 from common.spider import Spider, load_spider
-from console.local import Children, SigtermCancels, run_producer, say, watch
+from console.local import Children, SigtermCancels, run_producer, say, stop_started, watch
 
 __all__ = ["RUN_OPTIONS", "gather_items", "run_spider"]
 
@@ -143,14 +143,10 @@ async def run_spider(args: argparse.Namespace) -> int:
                  sink=args.sink, logs=logs)
         return 0 if ok else 1
     except asyncio.CancelledError:
-        sigterm.taken = True
-        say("\ninterrupted: stopping the consumers and Redis")
+        sigterm.interrupted("the consumers and Redis")
         raise
     finally:
-        sigterm.close()
-        await children.stop()
-        if server is not None:
-            await asyncio.to_thread(server.stop)
+        await stop_started(sigterm, children, server)
 
 
 def _prepare(args: argparse.Namespace) -> tuple[Path, Path, Path, Path | None]:

@@ -34,7 +34,15 @@ from common.policy import CrawlPolicy, ensure_policy
 from common.queue import CrawlQueue, Stats
 from common.redis_server import RedisServer
 from console.demo.site import SiteSpec, sample_site
-from console.local import Children, SigtermCancels, dir_summary, run_producer, say, watch
+from console.local import (
+    Children,
+    SigtermCancels,
+    dir_summary,
+    run_producer,
+    say,
+    stop_started,
+    watch,
+)
 
 __all__ = ["DEMO_OPTIONS", "run_demo"]
 
@@ -177,14 +185,10 @@ async def run_demo(args: argparse.Namespace, *, crawl_keys: CrawlKeysFn) -> int:
                  embedded=server is not None)
         return 0 if ok else 1
     except asyncio.CancelledError:
-        sigterm.taken = True
-        say("\ninterrupted: stopping the consumers, the site and Redis")
+        sigterm.interrupted("the consumers, the site and Redis")
         raise
     finally:
-        sigterm.close()
-        await children.stop()
-        if server is not None:
-            await asyncio.to_thread(server.stop)
+        await stop_started(sigterm, children, server)
 
 
 def _summary(s: Stats, elapsed: float, paths: _Paths, *, crawl: str, embedded: bool) -> None:
