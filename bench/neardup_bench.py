@@ -45,7 +45,7 @@ import redis  # noqa: E402
 import redis.asyncio  # noqa: E402
 import site_bench  # noqa: E402
 from benchlib import cpu_seconds, doc_root, run_in_workdir, start_nginx  # noqa: E402
-from site_bench import AccessLog, Client, run_clients  # noqa: E402
+from site_bench import AccessLog, Client, consumer_argv, run_clients  # noqa: E402
 
 from common.policy import parse_assignments, set_policy  # noqa: E402
 from common.redis_server import RedisServer  # noqa: E402
@@ -113,15 +113,7 @@ def run_variant(v: Variant, args: argparse.Namespace, *, redis_server: RedisServ
     env = {k: val for k, val in os.environ.items() if not k.startswith("CRAWLQ_")}
     env["PYTHONPATH"] = str(v.tree)
     agent = f"crawlq-{v.name}"
-    client = Client([
-        sys.executable, "-m", "consumer", "--redis-url", redis_server.url, "--crawl", crawl,
-        "--worker-id", agent, "--header", f"X-Bench-Client: {agent}",
-        "--handler", "consumer.handlers:links", "--max-depth", "1000",
-        "--per-host-delay", "0", "--per-host-concurrency", str(args.per_host_concurrency),
-        "--allow-private", "--exit-when-empty", "--empty-grace", "0",
-        "--concurrency", str(args.concurrency), "--http-port", "-1",
-        "--sink", "jsonl", "--output", str(out), "--grace", "2",
-        "--log-level", "WARNING"], agent)
+    client = Client(consumer_argv(redis_server.url, crawl, agent, out, args), agent)
     r = redis.Redis.from_url(redis_server.url)
     assert redis_server.process is not None
     pid = redis_server.process.pid

@@ -470,6 +470,22 @@ async def crawl_outcome(url: str, crawl: str) -> str:
                 f"\n      dead: {d.url} {d.reason}: {d.message[:200]}" for d in dead_tasks))
 
 
+def consumer_argv(redis_url: str, crawl: str, agent: str, out: Path,
+                  args: argparse.Namespace) -> list[str]:
+    """The benchmarked ``python -m consumer``: every link followed (depth 1000), its
+    requests marked ``X-Bench-Client: <agent>``, at `args`' concurrency and per-host
+    concurrency, its results as JSON lines under `out`."""
+    return [
+        sys.executable, "-m", "consumer", "--redis-url", redis_url, "--crawl", crawl,
+        "--worker-id", agent, "--header", f"X-Bench-Client: {agent}",
+        "--handler", "consumer.handlers:links", "--max-depth", "1000",
+        "--per-host-delay", "0", "--per-host-concurrency", str(args.per_host_concurrency),
+        "--allow-private", "--exit-when-empty", "--empty-grace", "0",
+        "--concurrency", str(args.concurrency), "--http-port", "-1",
+        "--sink", "jsonl", "--output", str(out), "--grace", "2",
+        "--log-level", "WARNING"]
+
+
 def run_crawlq(env: Env, consumers: int) -> Run:
     args = env.args
     crawl = f"site-{consumers}x-{int(time.time() * 1000)}"
@@ -479,15 +495,7 @@ def run_crawlq(env: Env, consumers: int) -> Run:
     clients = []
     for i in range(consumers):
         agent = f"crawlq-bench-{i}"
-        clients.append(Client([
-            sys.executable, "-m", "consumer", "--redis-url", env.redis.url, "--crawl", crawl,
-            "--worker-id", agent, "--header", f"X-Bench-Client: {agent}",
-            "--handler", "consumer.handlers:links", "--max-depth", "1000",
-            "--per-host-delay", "0", "--per-host-concurrency", str(args.per_host_concurrency),
-            "--allow-private", "--exit-when-empty", "--empty-grace", "0",
-            "--concurrency", str(args.concurrency), "--http-port", "-1",
-            "--sink", "jsonl", "--output", str(out), "--grace", "2",
-            "--log-level", "WARNING"], agent))
+        clients.append(Client(consumer_argv(env.redis.url, crawl, agent, out, args), agent))
     label = f"crawlq {consumers} consumer{'s' if consumers > 1 else ''}"
     run = run_clients(label, clients, log=env.log, workdir=env.workdir, timeout=args.timeout,
                       env=child_env)
