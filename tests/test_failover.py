@@ -27,6 +27,7 @@ from redis.exceptions import ResponseError
 from redis_binaries import pause, resume
 from support.failover import (
     MASTER,
+    ReplicalessPrimary,
     ReplyCutter,
     force_failover,
     primary_port,
@@ -205,31 +206,21 @@ async def test_a_primary_without_its_replicas_refuses_and_is_tried_again(
         crawl_name: str) -> None:
     """min-replicas-to-write (the docs' guard against split brain): NOREPLICAS means the
     call did not run; it is tried again, and goes through once a replica is back."""
-    primary = RedisServer(extra_args=("--min-replicas-to-write", "1")).start()
-    replica = None
-    setup = aioredis.Redis.from_url(primary.url)
-    client = connect(primary.url, retries=12)  # a replica syncs within these tries
-    try:
-        await setup.config_set("min-replicas-to-write", 0)  # the crawl is created first
-        q = await LeasingQueue.open(client, crawl_name, CrawlSettings())
+    async with ReplicalessPrimary() as lonely:
+        await lonely.setup.config_set("min-replicas-to-write", 0)  # the crawl is created first
+        q = await LeasingQueue.open(lonely.client, crawl_name, CrawlSettings())
         await q.enqueue(tasks(3))
-        await setup.config_set("min-replicas-to-write", 1)
-        errors_before = (await setup.info("stats"))["total_error_replies"]
+        await lonely.setup.config_set("min-replicas-to-write", 1)
+        errors_before = await lonely.error_replies()
         leasing = asyncio.ensure_future(q.lease("w", 2, 30_000))
 
         async def refused() -> bool:
-            return (await setup.info("stats"))["total_error_replies"] > errors_before
+            return await lonely.error_replies() > errors_before
 
         await until(refused, 30, "the primary refused the lease (NOREPLICAS)")
         assert not leasing.done()
-        replica = await asyncio.to_thread(replica_of, primary)
+        await lonely.add_replica()
         assert len(await asyncio.wait_for(leasing, 30)) == 2
-    finally:
-        await client.aclose()
-        await setup.aclose()
-        for server in (replica, primary):
-            if server is not None:
-                server.stop()
 
 
 async def test_a_pipelined_enqueue_a_primary_refused_is_tried_again(crawl_name: str) -> None:
@@ -237,31 +228,21 @@ async def test_a_pipelined_enqueue_a_primary_refused_is_tried_again(crawl_name: 
     pipeline caused error: NOREPLICAS ..."): the refusal is still seen as one that did not
     run, tried again, and goes through once a replica is back (a producer's enqueue
     across partitions is a pipeline)."""
-    primary = RedisServer(extra_args=("--min-replicas-to-write", "1")).start()
-    replica = None
-    setup = aioredis.Redis.from_url(primary.url)
-    client = connect(primary.url, retries=12)
-    try:
-        await setup.config_set("min-replicas-to-write", 0)
-        q = await LeasingQueue.open(client, crawl_name, CrawlSettings(partitions=4))
-        await setup.config_set("min-replicas-to-write", 1)
-        errors_before = (await setup.info("stats"))["total_error_replies"]
+    async with ReplicalessPrimary() as lonely:
+        await lonely.setup.config_set("min-replicas-to-write", 0)
+        q = await LeasingQueue.open(lonely.client, crawl_name, CrawlSettings(partitions=4))
+        await lonely.setup.config_set("min-replicas-to-write", 1)
+        errors_before = await lonely.error_replies()
         enqueuing = asyncio.ensure_future(q.enqueue(tasks(40)))
 
         async def refused() -> bool:
-            return (await setup.info("stats"))["total_error_replies"] > errors_before
+            return await lonely.error_replies() > errors_before
 
         await until(refused, 30, "the primary refused the enqueue (NOREPLICAS)")
         assert not enqueuing.done()
-        replica = await asyncio.to_thread(replica_of, primary)
+        await lonely.add_replica()
         await asyncio.wait_for(enqueuing, 30)
         assert (await q.stats()).pending == 40
-    finally:
-        await client.aclose()
-        await setup.aclose()
-        for server in (replica, primary):
-            if server is not None:
-                server.stop()
 
 
 @pytest.mark.parametrize("text", [

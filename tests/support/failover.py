@@ -1,6 +1,6 @@
 """Real faults between a client and its Redis, for the failover tests: a TCP relay on
 127.0.0.1 that loses the reply of one chosen command (after Redis ran it), a replica of
-a server, and a Sentinel watching a primary."""
+a server, a primary that wants one, and a Sentinel watching a primary."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import redis
+import redis.asyncio as aioredis
 
+from common.connection import connect
 from common.redis_server import RedisServer, free_port
 
 MASTER = "crawlq-test"
@@ -97,6 +99,41 @@ def replica_of(primary: RedisServer) -> RedisServer:
         time.sleep(0.05)
     client.close()
     return replica
+
+
+class ReplicalessPrimary:
+    """``async with``: a primary that takes writes only with a replica in sync
+    (min-replicas-to-write 1) and has none until `add_replica()`. `setup` talks to it
+    plainly; `client` is crawlq's, trying a refused call again (12 tries: a replica syncs
+    within them). Its clients closed and its servers stopped at the end."""
+
+    primary: RedisServer
+    setup: aioredis.Redis
+    client: aioredis.Redis
+
+    def __init__(self) -> None:
+        self.replica: RedisServer | None = None
+
+    async def __aenter__(self) -> ReplicalessPrimary:
+        self.primary = RedisServer(extra_args=("--min-replicas-to-write", "1")).start()
+        self.setup = aioredis.Redis.from_url(self.primary.url)
+        self.client = connect(self.primary.url, retries=12)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.client.aclose()
+        await self.setup.aclose()
+        for server in (self.replica, self.primary):
+            if server is not None:
+                server.stop()
+
+    async def error_replies(self) -> int:
+        """The errors it replied so far (a refusal is one)."""
+        return int((await self.setup.info("stats"))["total_error_replies"])
+
+    async def add_replica(self) -> None:
+        """A replica started and in sync: writes go through again."""
+        self.replica = await asyncio.to_thread(replica_of, self.primary)
 
 
 def sentinel_binary() -> str | None:
