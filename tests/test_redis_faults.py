@@ -316,30 +316,31 @@ async def test_redis_kill_9_mid_crawl_and_aof_restart_loses_nothing(
         acknowledged = producer.summary()["enqueued"]
         assert acknowledged == n
 
+        # A second producer (another crawl) is mid-run, fed batch by batch on stdin: it
+        # is started before the consumers, whose crawl could otherwise end while a
+        # loaded machine starts this one.
+        late = await fleet.producer("late", server.url, "--enqueue-batch", "20", "-",
+                                    crawl=f"{fleet.crawl}-late", stdin_pipe=True)
+        feeder = asyncio.create_task(feed(late, 20))
+        late_keys = CrawlKeys.build(f"{fleet.crawl}-late")
         # The outage is shorter than the lease here (the next drill outlasts it).
         common = ("--concurrency", "3", "--lease", "5s", "--exit-when-empty")
-        a = await fleet.consumer("a", server.url, *common)
-        b = await fleet.consumer("b", server.url, *common)
         async with queue_of(server, fleet.crawl) as queue:
-            async def a_quarter_done() -> bool:
-                return (await queue.stats()).done >= n // 4
-
-            await until(a_quarter_done, 30, "a quarter of the crawl to be done")
-            before = await queue.stats()
-
-            # A second producer (another crawl) is mid-run, fed batch by batch on stdin.
-            late = await fleet.producer("late", server.url, "--enqueue-batch", "20", "-",
-                                        crawl=f"{fleet.crawl}-late", stdin_pipe=True)
-            feeder = asyncio.create_task(feed(late, 20))
-            late_keys = CrawlKeys.build(f"{fleet.crawl}-late")
-
             async def late_enqueueing() -> bool:
                 if await queue.client.hget(late_keys.meta, "settings") is None:
                     return False
                 late_queue = await LeasingQueue.existing(queue.client, f"{fleet.crawl}-late")
                 return (await late_queue.stats()).pending >= 40
 
-            await until(late_enqueueing, 20, "the second producer to enqueue")
+            await until(late_enqueueing, 60, "the second producer to enqueue")
+            a = await fleet.consumer("a", server.url, *common)
+            b = await fleet.consumer("b", server.url, *common)
+
+            async def a_quarter_done() -> bool:
+                return (await queue.stats()).done >= n // 4
+
+            await until(a_quarter_done, 60, "a quarter of the crawl to be done")
+            before = await queue.stats()
 
         server.kill()  # SIGKILL: no shutdown, no final fsync beyond appendfsync always
         await asyncio.sleep(2)
