@@ -12,7 +12,7 @@ sockets and timers, not the CPU, and each run is its own process on its own copy
 It exits 1 when a mutant survives, a patch no longer applies (a refactor must carry its
 mutant along), a patch has no table entry or an entry no patch, or the baseline fails.
 
-    python3 tests/mutation_drill.py          # every mutant (~55 s on 2 cores)
+    python3 tests/mutation_drill.py          # every mutant (~145 s on 2 cores)
     python3 tests/mutation_drill.py 03 07    # those whose names start so
 """
 
