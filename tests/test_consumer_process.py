@@ -29,7 +29,7 @@ import pytest
 import redis.asyncio as aioredis
 from procs import JsonLog
 from sites import start_site_process, test_site
-from support.leases import lease_records
+from support.leases import owned_by
 from support.ports import closed_port
 
 from common.exitcodes import EXIT_REDIS
@@ -171,15 +171,6 @@ def sink_records(output: Path) -> list[dict[str, Any]]:
             except ValueError:
                 assert n == len(lines) - 1, f"corrupt line {n} in {path.name}"
     return records
-
-
-async def owned_by(queue: CrawlQueue, worker: str) -> set[str]:
-    """Ids whose lease `worker` holds right now (read from every partition's lease records)."""
-    held = set()
-    for pk in queue.partitions:
-        records = await lease_records(queue.client, pk)
-        held |= {tid for tid, record in records.items() if record.worker == worker}
-    return held
 
 
 async def http_get(url: str) -> tuple[int, str]:

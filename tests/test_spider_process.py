@@ -20,6 +20,7 @@ from aiohttp import web
 from procs import group_members
 from support.consume import consume, consumer_args
 from support.handover import hand_over_children, until
+from support.leases import owned_by
 from support.routes import serve
 
 from common.keys import CrawlKeys
@@ -247,6 +248,14 @@ async def test_consumers_killed_mid_crawl_leave_every_item_once_by_key(
             async def under_way() -> bool:
                 return (await q.stats()).done >= 30
             await until(under_way, 60, "30 tasks done")
+
+            async def stopped_holding_leases() -> bool:
+                doomed.send_signal(signal.SIGSTOP)  # frozen, then judged: no race
+                if await owned_by(q, "w-doomed"):
+                    return True
+                doomed.send_signal(signal.SIGCONT)
+                return False
+            await until(stopped_holding_leases, 60, "the doomed consumer to hold leases")
             doomed.kill()  # SIGKILL: its leases are left to expire
             await doomed.wait()
             await consumer("w-late")

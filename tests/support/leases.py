@@ -8,6 +8,7 @@ from typing import cast
 
 from common.connection import RedisClient
 from common.keys import HASHTABLE_FIELD, PartitionKeys
+from common.queue import CrawlQueue
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,3 +55,12 @@ async def lease_record(client: RedisClient, pk: PartitionKeys, task_id: str
     """One task's lease record (None: it is not leased)."""
     value = cast(bytes | None, await client.hget(pk.leased, task_id))
     return None if value is None else LeaseRecord.decode(value)
+
+
+async def owned_by(queue: CrawlQueue, worker: str) -> set[str]:
+    """Ids whose lease `worker` holds right now (read from every partition's lease records)."""
+    held = set()
+    for pk in queue.partitions:
+        records = await lease_records(queue.client, pk)
+        held |= {tid for tid, record in records.items() if record.worker == worker}
+    return held
