@@ -19,7 +19,13 @@ from publicsuffixlist import PublicSuffixList
 #: registrable domain such as ``localhost``): it keeps its own limits only.
 NO_GROUP = "-"
 
-_PSL = PublicSuffixList()
+
+
+@lru_cache(maxsize=1)
+def _psl() -> PublicSuffixList:
+    """The list, parsed on first use (~80 ms): a process that never groups a host (a
+    ``crawlq`` command) does not pay for it at start."""
+    return PublicSuffixList()
 
 
 def _name(host: str) -> str:
@@ -42,4 +48,4 @@ def host_group(host: str) -> str:
         return NO_GROUP
     except ValueError:
         pass
-    return _PSL.privatesuffix(name) or NO_GROUP
+    return _psl().privatesuffix(name) or NO_GROUP
