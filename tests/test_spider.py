@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ada_url import join_url
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import crawlq
 from common.errors import ConfigError, InvalidRequestError, UnknownLabelError
@@ -65,6 +68,23 @@ def test_the_body_is_decoded_by_its_charset_and_json_parsed() -> None:
 def test_a_base_href_is_what_links_resolve_against() -> None:
     page = b'<html><head><base href="http://cdn.test/x/"></head><a href="y">y</a></html>'
     assert Response(result(page)).urljoin("y") == "http://cdn.test/x/y"
+
+
+@settings(max_examples=400, deadline=None)
+@given(href=st.one_of(st.text(max_size=12).map(lambda t: "#" + t),
+                      st.text(alphabet="#ab/.?%\" <>`\t\xe9 ", max_size=10)),
+       base=st.sampled_from(["http://shop.test/a/b?q=1#top", "http://shop.test",
+                             "https://x.test/%7Ey/", "mailto:me@x.test"]))
+def test_urljoin_agrees_with_the_url_standard_on_every_href(href: str, base: str) -> None:
+    """Fragment-only hrefs are joined without a parse: the result is ada's all the same
+    (a character the fragment's encode set holds takes the parse), asked twice."""
+    response = Response(result(url=base))
+    try:
+        expected = join_url(base, href.strip())
+    except ValueError:
+        expected = href
+    assert response.urljoin(href) == expected
+    assert response.urljoin(href) == expected  # from the page's cache
 
 
 def shop_spider() -> Spider:

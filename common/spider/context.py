@@ -23,6 +23,7 @@ from common.spider.spider import Route, Spider
 __all__ = ["Context"]
 
 _SKIPPED = ("javascript:", "mailto:", "data:", "tel:", "#")
+_ABSOLUTE = ("http://", "https://")
 
 
 class Context:
@@ -79,7 +80,9 @@ class Context:
                 href = item.strip()
                 if not href or href[:11].lower().startswith(_SKIPPED):
                     continue
-                url = self.response.urljoin(href)
+                # An absolute http(s) URL is parsed once, by the intake's canonicalizer.
+                url = href if href[:8].lower().startswith(_ABSOLUTE) else \
+                    self.response.urljoin(href)
                 self.requests.append(url if plain else Request(
                     url, label=label, data=dict(data or {}), priority=priority))
             added += 1

@@ -10,6 +10,7 @@ a page next to selectolax).
 
 from __future__ import annotations
 
+import re
 from contextlib import suppress
 from typing import Any
 
@@ -20,6 +21,10 @@ from common import codec
 from common.http.fetcher import FetchResult
 
 __all__ = ["Response"]
+
+# A fragment-only href whose characters the URL Standard keeps as they are (printable
+# ASCII but the fragment percent-encode set's space, ", <, >, `): joined by concatenation.
+_PLAIN_FRAGMENT = re.compile(r"#[!#-;=?-_a-~]*")
 
 
 def _charset(content_type: str) -> str | None:
@@ -33,13 +38,14 @@ def _charset(content_type: str) -> str | None:
 class Response:
     """A response (``FetchResult``'s fields) with Scrapy-style selectors."""
 
-    __slots__ = ("_base", "_selector", "_text", "result")
+    __slots__ = ("_base", "_joined", "_selector", "_text", "result")
 
     def __init__(self, result: FetchResult) -> None:
         self.result = result
         self._selector: Selector | None = None
         self._text: str | None = None
         self._base: str | None = None
+        self._joined: dict[str, str] = {}  # href -> URL: a page links to one place often
 
     @property
     def url(self) -> str:
@@ -96,14 +102,31 @@ class Response:
         URL Standard (ada, as the consumer's link extraction: ~20x urllib's urljoin, which
         cost a link-heavy page more than its parse); an href that can't be joined is
         returned as it is (the crawl then refuses it as any bad URL)."""
+        joined = self._joined.get(href)
+        if joined is not None:
+            return joined
         if self._base is None:
-            self._base = self.url
-            if b"<base" in self.result.body.lower():
-                found = self.css("base::attr(href)").get()
-                if found:
-                    with suppress(ValueError):  # an unparsable <base href> is ignored
-                        self._base = join_url(self.url, found.strip())
-        try:
-            return join_url(self._base, href.strip())
-        except ValueError:
-            return href
+            self._base = self._find_base()
+        stripped = href.strip()
+        if _PLAIN_FRAGMENT.fullmatch(stripped):  # half a doc page's links: no parse
+            joined = self._base.partition("#")[0] + stripped
+        else:
+            try:
+                joined = join_url(self._base, stripped)
+            except ValueError:
+                joined = href
+        self._joined[href] = joined
+        return joined
+
+    def _find_base(self) -> str:
+        """The page's ``<base href>`` joined to its URL, else its URL; parsed, so that a
+        fragment can be put on it as it is."""
+        base = self.url
+        with suppress(ValueError):  # an unparsable URL stays as it is
+            base = join_url(base, "")
+        if b"<base" in self.result.body.lower():
+            found = self.css("base::attr(href)").get()
+            if found:
+                with suppress(ValueError):  # an unparsable <base href> is ignored
+                    base = join_url(base, found.strip())
+        return base
