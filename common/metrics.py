@@ -28,6 +28,7 @@ custom collector (`FetchHistogram`) rather than prometheus-client's locked Histo
     crawlq_leases_lost_total                leases found expired or taken by another worker
     crawlq_reclaimed_total                  expired leases put back in the ready queue
     crawlq_robots_turns_total               robots.txt fetches that took a task's turn
+    crawlq_late_turns_total                 late requests that took a turn of their own
     crawlq_response_bytes_total             response body bytes received
     crawlq_redis_errors_total               Redis commands that failed
     crawlq_sink_errors_total                result sink writes (and probes) that failed:
@@ -291,6 +292,13 @@ class Metrics:
         self.robots_turns_total = Counter(
             "robots_turns_total",
             "robots.txt fetches that took a task's turn at its host (the task waits for the next).",
+            namespace=NAMESPACE,
+            registry=reg,
+        )
+        self.late_turns_total = Counter(
+            "late_turns_total",
+            "Requests to a host with a delay that would have gone out late (robots.txt "
+            "before its page, a page that waited for it) and took a turn of their own.",
             namespace=NAMESPACE,
             registry=reg,
         )

@@ -32,6 +32,7 @@ LUA = Path(__file__).parent / "lua"
 NAMES = (
     "enqueue", "enqueue_bloom", "lease", "renew", "ack", "fail", "release", "checkpoint",
     "reclaim", "promote", "requeue", "purge", "host_set", "is_empty", "revisit",
+    "late_turn",
 )
 
 #: The scripts a client may send again when their outcome is unknown (a timeout or a
@@ -43,6 +44,7 @@ RESENDABLE: dict[str, str] = {
            "nothing again",
     "fail": "fenced, as ack", "renew": "fenced, as ack", "release": "fenced, as ack",
     "checkpoint": "fenced, as ack",
+    "late_turn": "fenced, as ack; a second run only moves the turn a delay later",
     "enqueue": "dedup: a second run finds the URLs seen (counted duplicates)",
     "enqueue_bloom": "dedup, as enqueue",
     "reclaim": "each candidate is checked again: a second run finds it taken back",
@@ -207,3 +209,4 @@ class Scripts:
     host_set: LuaScript
     is_empty: LuaScript
     revisit: LuaScript
+    late_turn: LuaScript

@@ -238,10 +238,10 @@ class Flusher:
             self._account([f.lease for f in fails], [c for c, _ in results],
                           [""] * len(fails))
         if releases:
-            # A release here is a robots.txt fetch that took the task's turn: the host's
-            # next turn counts from now, after that request.
+            # A release here is a robots.txt fetch made under the task's lease, which took
+            # a turn of its own (late_turn.lua): the host's next turn counts from it.
             codes = await self._retry("release", lambda: self.queue.release(
-                self.worker, releases, restart_turn=True))
+                self.worker, releases))
             self._account(releases, codes, ["released"] * len(releases))
         self.metrics.publish()
         self.intake.publish()

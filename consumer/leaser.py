@@ -32,7 +32,7 @@ log = logging.getLogger("consumer")
 #: In a polite crawl, a lease's request starts this long after the lease call returned
 #: (see Leaser.dispatch): event-loop delays up to this long don't bring two requests to
 #: a host closer than its delay; a request later still moves its host's next turn
-#: (Runner._note_sent). Each ms of it is a ms a fetch slot waits (frontier_bench, one
+#: (consumer.turns). Each ms of it is a ms a fetch slot waits (frontier_bench, one
 #: consumer: 0.78 of the bound at 50 ms, 0.92 at 20).
 DISPATCH_S = 0.02
 DISPATCH_MS = int(DISPATCH_S * 1000)

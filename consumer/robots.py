@@ -56,6 +56,7 @@ import logging
 import secrets
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
@@ -83,6 +84,8 @@ log = logging.getLogger(__name__)
 
 MAX_ROBOTS_BYTES = 512 * 1024  # Google parses the first 500 KiB; RFC 9309 asks for >= 500 KiB
 POLL_INTERVAL_S = 0.1
+#: What a lookup awaits just before its robots.txt request goes out (RobotsCache.lookup).
+BeforeFetch = Callable[[], Awaitable[None]]
 # Fetcher errors after which robots.txt counts as unavailable (RFC 9309 2.3.1.3): allow all.
 _ALLOW_ALL_REASONS = frozenset({
     reasons.TOO_MANY_REDIRECTS, reasons.REDIRECT_LOOP, reasons.BAD_REDIRECT,
@@ -199,15 +202,19 @@ class RobotsCache:
             raise verdict
         return verdict
 
-    async def lookup(self, url: str) -> tuple[RobotsVerdict | FetchError, bool]:
+    async def lookup(self, url: str, *, before_fetch: BeforeFetch | None = None
+                     ) -> tuple[RobotsVerdict | FetchError, bool]:
         """The verdict for `url` (a cached robots_unavailable FetchError is returned, not
         raised), and whether this call fetched robots.txt over HTTP itself: that request
-        took the turn of the task that asked, at its host. Raises like `check` otherwise."""
+        took the turn of the task that asked, at its host. `before_fetch` is awaited just
+        before that request goes out (the caller's turn: it may wait, or raise to make
+        none); it is this call's only if this call started the lookup. Raises like
+        `check` otherwise."""
         origin, path = origin_of(url)
         entry = self._local_get(origin)
         fetched = False
         if entry is None:
-            entry, fetched = await self._shared_lookup(origin)
+            entry, fetched = await self._shared_lookup(origin, before_fetch)
         try:
             return self._verdict(entry, path), fetched
         except FetchError as exc:
@@ -287,12 +294,14 @@ class RobotsCache:
         while len(local) > self.local_size:
             local.popitem(last=False)
 
-    async def _shared_lookup(self, origin: str) -> tuple[_Entry, bool]:
+    async def _shared_lookup(self, origin: str, before_fetch: BeforeFetch | None
+                             ) -> tuple[_Entry, bool]:
         """The entry, and whether this caller started a lookup that fetched over HTTP."""
         task = self._inflight.get(origin)
         started = task is None
         if task is None:
-            task = asyncio.create_task(self._lookup(origin), name=f"robots {origin}")
+            task = asyncio.create_task(self._lookup(origin, before_fetch),
+                                       name=f"robots {origin}")
             self._inflight[origin] = task
             task.add_done_callback(lambda t: self._lookup_done(origin, t))
         # shield: one caller being cancelled must not cancel the lookup the others await.
@@ -324,15 +333,15 @@ class RobotsCache:
 
     # --- Redis and the fetch ---------------------------------------------------------------
 
-    async def _lookup(self, origin: str) -> _Entry:
+    async def _lookup(self, origin: str, before_fetch: BeforeFetch | None) -> _Entry:
         try:
-            entry = await self._lookup_redis(origin)
+            entry = await self._lookup_redis(origin, before_fetch)
         except (RedisConnectionError, RedisTimeoutError) as exc:
             raise RedisUnavailableError(f"robots cache for {origin}: {exc}") from exc
         self._local_put(origin, entry)
         return entry
 
-    async def _lookup_redis(self, origin: str) -> _Entry:
+    async def _lookup_redis(self, origin: str, before_fetch: BeforeFetch | None) -> _Entry:
         key = self._keys.robots(origin)
         lock = f"{key}:lock"
         redis = self._redis
@@ -348,6 +357,10 @@ class RobotsCache:
                     entry = await self._read(key)
                     if entry is not None:
                         return entry
+                    if before_fetch is not None:
+                        # A wait here outlasting lock_ms lets a second consumer fetch it
+                        # too (under a turn of its own): a copy more, never a rude one.
+                        await before_fetch()
                     return await self._fetch_and_store(origin, key)
                 finally:
                     await self._unlock(lock, token)

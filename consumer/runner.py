@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from common import simhash
@@ -29,7 +29,7 @@ from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
 from consumer.flush import Completion, Flusher
 from consumer.handlers import HandlerContext, LeaseLostError, as_result, check_children
-from consumer.leaser import DISPATCH_MS, Leaser
+from consumer.leaser import Leaser
 from consumer.leases import LeaseBook
 from consumer.live import PolicyReader
 from consumer.revisits import NOT_HANDLED, conditional_headers, noted, observe, outcome_of
@@ -38,13 +38,11 @@ from consumer.routing import Router
 from consumer.sinks import Record
 from consumer.slots import Slots, Stage
 from consumer.stopping import Stopping
+from consumer.turns import Turns
 from consumer.window import CpuWindow
 
 log = logging.getLogger("consumer")
 
-#: A polite request this much later than DISPATCH_S after its turn is on time: its host's
-#: next turn is not moved (each move is a write, and a late turn a slower crawl).
-LATE_SLACK_MS = 10
 
 
 class Runner:
@@ -68,6 +66,7 @@ class Runner:
         self.flusher = flusher
         self.policy = policy
         self.window = window
+        self.turns = Turns(queue, self.worker_id, leaser.clock, book, metrics)
         self.stopping = stopping
 
     async def work(self, lease: Lease) -> None:
@@ -100,6 +99,8 @@ class Runner:
                 # e.g. the process was stopped: someone else may own it now.
                 self.book.drop(lease, lost=True)
                 return
+            if self.turns.late(lease) and not await self.turns.take_late_turn(lease):
+                return
             await self._fetch(lease)
         except asyncio.CancelledError:
             raise
@@ -120,11 +121,15 @@ class Runner:
         try:
             while True:
                 try:
-                    verdict, fetched = await self.robots.lookup(lease.task.url)
+                    verdict, fetched = await self.robots.lookup(
+                        lease.task.url, before_fetch=lambda: self._robots_turn(lease))
                     break
                 except RedisUnavailableError:
                     outage = outage or Backoff()
                     await outage.sleep()
+                except LeaseLostError:  # the turn's lease, this one's or a lookup's it joined
+                    if not self.book.holds(lease):
+                        raise
             if fetched:
                 self.metrics.robots_turns_total.inc()
                 delay = verdict.crawl_delay if isinstance(verdict, RobotsVerdict) else None
@@ -157,6 +162,12 @@ class Runner:
         else:
             self.slots.move(lease, Stage.DONE)
 
+    async def _robots_turn(self, lease: Lease) -> None:
+        """robots.txt is about to be fetched under `lease`, before its page: it waits for
+        a turn of its own (a lost lease raises LeaseLostError)."""
+        if not await self.turns.take_late_turn(lease):
+            raise LeaseLostError(f"lease on task {lease.id} was lost")
+
     def _crawl_delay(self, host: str, asked: float) -> float:
         """A robots.txt Crawl-delay as the crawl obeys it: cut to the policy's
         max_crawl_delay (logged and counted) when longer."""
@@ -170,29 +181,6 @@ class Runner:
                       "to obey the site, or block the host"})
         return cap
 
-    def _note_sent(self, lease: Lease, started: float) -> None:
-        """A request to a host with a delay that goes out later than DISPATCH_S after its
-        turn (a busy event loop, a slow connect) has its time sent with its ack, and its
-        host's next turn counts from it: another consumer's on-time request then can't
-        follow it too closely."""
-        sent = self.leaser.clock.to_redis_ms(started)
-        if sent is not None and sent - DISPATCH_MS - LATE_SLACK_MS > lease.granted_ms:
-            lease.sent_ms = max(lease.sent_ms, sent - DISPATCH_MS)
-
-    def on_sent(self, lease: Lease) -> Callable[[], None] | None:
-        """For a request to a host with a delay: note when its headers really go out
-        (after the connect; the first hop's, a redirect's are later requests)."""
-        if lease.delay_ms <= 0:
-            return None
-        first = True
-
-        def sent() -> None:
-            nonlocal first
-            if first:
-                first = False
-                self._note_sent(lease, time.monotonic())
-        return sent
-
     async def _fetch(self, lease: Lease) -> None:
         self.slots.move(lease, Stage.FETCHING)
         started = time.monotonic()
@@ -202,7 +190,7 @@ class Runner:
             result = await self.fetcher.fetch(task.url, headers=task.headers or None,
                                               crawl_credentials=True,
                                               accept=live.accept or None,
-                                              on_sent=self.on_sent(lease),
+                                              on_sent=self.turns.on_sent(lease),
                                               conditional=conditional_headers(task.revisit),
                                               method=task.method, body=task.body)
         except FetchError as exc:

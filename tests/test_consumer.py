@@ -293,7 +293,7 @@ async def test_robots_lookup_refused_by_the_ssrf_guard_ends_the_task_dead(
 async def test_a_crash_in_the_robots_lookup_fails_the_task_not_the_consumer(
         redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    async def broken(self: RobotsCache, url: str) -> None:
+    async def broken(self: RobotsCache, url: str, **_: object) -> None:
         raise RuntimeError("robots parser bug")
 
     monkeypatch.setattr(RobotsCache, "lookup", broken)

@@ -4,6 +4,7 @@ hosts and the crawl while it runs. Real redis-server; real local sites for the f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -19,7 +20,7 @@ from support.frontier import host_record, lease_when_due, polite_queue, tasks
 from common.errors import ConfigError
 from common.frontier.hosts import Frontier
 from common.http.fetcher import Fetcher
-from common.keys import PartitionKeys
+from common.keys import CrawlKeys, PartitionKeys
 from common.metrics import Metrics
 from common.policy import create_policy, set_policy
 from common.queue import (
@@ -389,8 +390,43 @@ async def test_three_consumers_keep_each_hosts_delay_and_concurrency_robots_incl
                            "/robots.txt")) for t in ts)
             assert len(times) == 7  # robots.txt and six pages, each once
             gaps = [b - a for a, b in itertools.pairwise(times)]
-            assert min(gaps) >= delay - 0.05, gaps
+        assert min(gaps) >= delay - 0.05, gaps
         assert (await q.stats()).done == 12
+
+
+@pytest.mark.parametrize("held_ms", [700, 1300], ids=["before-next-turn", "after-next-turn"])
+async def test_a_late_robots_txt_and_the_pages_that_waited_for_it_keep_the_delay(
+        held_ms: int, redis_url: str, redis_client: aioredis.Redis, crawl_name: str,
+        tmp_path: Path) -> None:
+    """robots.txt is looked up before a host's first page (the fleet's copy, a lock) and
+    may go out well after that page's turn, under its lease; with a concurrency of 2 the
+    host's next turn may be leased meanwhile, a delay after the first, and its page then
+    waits for that robots.txt and goes late too. Each takes a turn of its own
+    (late_turn.lua). Here a lock a dead consumer left holds every robots.txt lookup back
+    `held_ms`, less or more than the delay: two consumers still keep every request,
+    robots.txt included, a delay apart."""
+    delay, pages = 1.0, 3
+    async with contextlib.AsyncExitStack() as stack:
+        sites = [await stack.enter_async_context(test_site(robots="User-agent: *\nAllow: /"))
+                 for _ in range(2)]
+        urls = [site.url(f"/p/{i}") for i in range(pages) for site in sites]
+        await LeasingQueue.open(redis_client, crawl_name)
+        q = await LeasingQueue.existing(redis_client, crawl_name)
+        await q.enqueue(tasks(urls))
+        for site in sites:
+            lock = CrawlKeys.build(crawl_name).robots(site.base) + ":lock"
+            await redis_client.set(lock, "a dead consumer's", px=held_ms)
+        codes = await asyncio.gather(*(run(_consumer_settings(
+            redis_url, crawl_name, tmp_path / f"c{i}", "--per-host-delay", f"{delay}",
+            "--per-host-concurrency", "2", "--concurrency", "8")) for i in range(2)))
+        assert codes == [0, 0]
+        for site in sites:
+            times = sorted(t for path, ts in site.times.items()
+                           if path.startswith(("/p/", "/robots.txt")) for t in ts)
+            assert site.hits["/robots.txt"] == 1 and site.stats_.total() == pages
+            gaps = [round(b - a, 3) for a, b in itertools.pairwise(times)]
+            assert min(gaps) >= delay - 0.05, gaps
+    assert (await q.stats()).done == len(urls)
 
 
 async def test_each_lease_says_its_hosts_delay_whatever_the_consumers_flags(
@@ -554,7 +590,7 @@ async def test_a_polite_request_counts_from_when_its_headers_went_out(
     settings = settings_from_args(build_parser().parse_args([]))
     consumer = Consumer(settings, q, Fetcher(settings.fetch), NullSink(), Metrics())
     consumer.leaser.clock.observe(time.monotonic(), lease.granted_ms)
-    sent = consumer.runner.on_sent(lease)
+    sent = consumer.runner.turns.on_sent(lease)
     assert sent is not None and lease.sent_ms == 0
     await asyncio.sleep(0.15)  # the headers go out 150 ms after the turn
     sent()
@@ -564,7 +600,7 @@ async def test_a_polite_request_counts_from_when_its_headers_went_out(
     sent()  # a redirect's hop: a later request, not this one's start
     assert lease.sent_ms == first
     untimed = Lease(lease.task, lease.partition, lease.token, lease.deadline_ms, lease.host)
-    assert consumer.runner.on_sent(untimed) is None
+    assert consumer.runner.turns.on_sent(untimed) is None
     await consumer.fetcher.close()
 
 

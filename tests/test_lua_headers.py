@@ -191,6 +191,7 @@ async def exercise(client: aioredis.Redis, crawl: str, partitions: int = 2) -> N
     await q.ack("w", [(leases[0], "ok")])
     await q.fail("w", [Failure(leases[1], "http_429", "too slow", retry_after=0, pushback=True)])
     await q.fail("w", [Failure(leases[2], "gone", "no such page", permanent=True)])
+    await q.late_turn("w", leases[3])
     await q.release("w", [leases[3]])
     await q.renew("w", leases[4:], 60_000)
     if len(leases) > 5:

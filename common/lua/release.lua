@@ -1,5 +1,6 @@
--- release.lua: hand leased tasks back without counting an attempt (graceful shutdown,
--- or a robots.txt fetch that used the task's turn).
+-- release.lua: hand leased tasks back without counting an attempt (graceful shutdown, a
+-- robots.txt fetch that took the task's turn (late_turn.lua), a page the sink did not
+-- take).
 --
 -- The task goes back to the head of its host's queue, so the host's next turn serves it
 -- instead of waiting for the lease to expire; the host gets its slot back, and the page
@@ -15,8 +16,9 @@
 -- KEYS[14..] per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
 -- ARGV[1]  worker id
 -- ARGV[2]  H, the number of hosts; ARGV[3..2+H] the hosts of the tasks
--- ARGV[3+H] restart: 1 = the hosts' last request was just now (a robots.txt fetch that
---           took the turn ended): their next turn is a full delay from now; 0 = as is
+-- ARGV[3+H] restart: 1 = the hosts' last request was just now (a page fetched that the
+--           sink did not take): their next turn (and their groups') is a full delay from
+--           now, or later if one was leased later; 0 = as is
 -- ARGV[4+H..] pairs: id, token
 -- Returns {code per item} (0 OK, 3 STALE, 4 EXPIRED, 5 UNKNOWN)
 --- @include "lib/codes"
@@ -72,7 +74,15 @@ ledger_load(L, touched)
 groups_load_ended(L, ended)
 for _, e in ipairs(ended) do
   end_lease(L, e[1], e[2])
-  if restart then L.rec[e[1]].last = now end
+  if restart then
+    local r = L.rec[e[1]]
+    if now > r.last then r.last = now end  -- never back past a turn leased ahead
+    local g, gr = group_on(L, e[1])
+    if g and now > gr.last then
+      gr.last = now
+      group_touch(L, g)
+    end
+  end
 end
 requeue_entries(L, back, qkeys, prio_hosts, pending, true)
 ledger_flush(L)

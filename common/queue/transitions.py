@@ -109,8 +109,8 @@ async def fail(crawl: Crawl, worker: str, failures: Sequence[Failure], retry: Re
 async def release(crawl: Crawl, worker: str, leases: Sequence[Lease], *,
                   restart_turn: bool = False) -> list[Code]:
     """Hand leases back to the head of their hosts' queues without counting an attempt;
-    `restart_turn`: their hosts were just asked (robots.txt), so their next turn is a
-    full delay from now."""
+    `restart_turn`: their hosts were just asked (pages the sink did not take), so their
+    next turn is a full delay from now (or later)."""
     groups = by_partition(leases, lambda x: x)
     calls = []
     for p, group in groups.items():
@@ -129,6 +129,17 @@ def _release_call(crawl: Crawl, pk: PartitionKeys, worker: str, group: list[Leas
     return crawl.scripts.release, [*pk.host_state, *pk.lease_state, pk.attempts, pk.stats,
                                    pk.pending, pk.prio_hosts, *pk.group_state,
                                    *host_keys], args
+
+
+async def late_turn(crawl: Crawl, worker: str, lease: Lease) -> tuple[Code, int, int]:
+    """A turn of its own for a request under a held lease that goes out late (robots.txt
+    before its page, a page that waited for robots.txt: late_turn.lua): (code, the turn in
+    Redis ms, Redis TIME of the call). Only with OK may the request be made, from then."""
+    pk = crawl.partitions[lease.partition]
+    code, turn, now = await crawl.scripts.late_turn(
+        keys=[*pk.host_state, *pk.lease_state, *pk.group_state, pk.stats],
+        args=[worker, lease.id, lease.token, lease.granted_ms])
+    return Code(int(code)), int(turn), int(now)
 
 
 async def checkpoint(crawl: Crawl, worker: str, lease: Lease, value: Any) -> Code:

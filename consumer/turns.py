@@ -1,0 +1,87 @@
+"""A polite request's time: each lease of a host with a delay is its host's turn, on
+Redis' clock, and its request starts DISPATCH_S after it (consumer.leaser). A request
+that goes out later keeps the host's delay in one of two ways: a little late, its send
+time goes with its ack and the host's next turn counts from it; late enough that the
+host's next turn may be leased already (robots.txt looked up first, under the lease of
+the page that needed it; a page that waited for that lookup), it first takes a turn of
+its own (late_turn.lua).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from common.metrics import Metrics
+from common.queue import Code, CrawlQueue, Lease
+from consumer.clock import RedisClock
+from consumer.leaser import DISPATCH_MS, DISPATCH_S
+from consumer.leases import LeaseBook
+
+#: A polite request this much later than DISPATCH_S after its turn is on time: its host's
+#: next turn is not moved (each move is a write, and a late turn a slower crawl).
+LATE_SLACK_MS = 10
+#: A polite request this much later than DISPATCH_S after its turn takes a turn of its
+#: own before it goes: the host's next turn may be leased already, timed from this one's
+#: (leases come up to AHEAD_MS early). Under it, the ack's note (LATE_SLACK_MS) is enough.
+LATE_MS = 50
+
+
+class Turns:
+    """When this consumer's polite requests go out, against their hosts' turns."""
+
+    def __init__(self, queue: CrawlQueue, worker_id: str, clock: RedisClock,
+                 book: LeaseBook, metrics: Metrics) -> None:
+        self.queue = queue
+        self.worker_id = worker_id
+        self.clock = clock
+        self.book = book
+        self.metrics = metrics
+
+    def late(self, lease: Lease) -> bool:
+        """Whether `lease`'s request, sent now, would go out more than LATE_MS after its
+        turn (it waited for a robots.txt lookup, or for a slot)."""
+        if lease.delay_ms <= 0:
+            return False
+        now = self.clock.to_redis_ms(time.monotonic())
+        return now is not None and now - DISPATCH_MS - LATE_MS > lease.granted_ms
+
+    async def take_late_turn(self, lease: Lease) -> bool:
+        """Give a request under `lease` (robots.txt, a late page) a turn of its own
+        (late_turn.lua) and wait for it, to start DISPATCH_S after it as a leased request
+        does; False (the lease dropped) when the lease is lost. A host without a delay
+        needs none: the lease's slot covers the request."""
+        if lease.delay_ms <= 0:
+            return True
+        code, turn, now = await self.queue.late_turn(self.worker_id, lease)
+        if code is not Code.OK:
+            self.book.drop(lease, lost=True)
+            return False
+        self.metrics.late_turns_total.inc()
+        lease.granted_ms = turn
+        await asyncio.sleep(DISPATCH_S + max(0, turn - now) / 1000)
+        return True
+
+    def on_sent(self, lease: Lease) -> Callable[[], None] | None:
+        """For a request to a host with a delay: note when its headers really go out
+        (after the connect; the first hop's, a redirect's are later requests)."""
+        if lease.delay_ms <= 0:
+            return None
+        first = True
+
+        def sent() -> None:
+            nonlocal first
+            if first:
+                first = False
+                self._note_sent(lease, time.monotonic())
+        return sent
+
+    def _note_sent(self, lease: Lease, started: float) -> None:
+        """A request to a host with a delay that goes out later than DISPATCH_S after its
+        turn (a busy event loop, a slow connect) has its time sent with its ack, and its
+        host's next turn counts from it: another consumer's on-time request then can't
+        follow it too closely."""
+        sent = self.clock.to_redis_ms(started)
+        if sent is not None and sent - DISPATCH_MS - LATE_SLACK_MS > lease.granted_ms:
+            lease.sent_ms = max(lease.sent_ms, sent - DISPATCH_MS)
