@@ -234,6 +234,15 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("57-labelled-page-judged-a-near-duplicate", "a labelled request's page is "
            "never a near duplicate: its items are written",
            (_T + "test_a_labelled_request_is_never_a_near_duplicate",)),
+    Mutant("58-robots-txt-sent-at-a-passed-turn", "robots.txt, looked up first and sent "
+           "late under its page's lease, takes a turn of its own",
+           (_FR + "test_a_late_robots_txt_and_the_pages_that_waited_for_it_keep_the_delay",)),
+    Mutant("59-late-page-sent-at-a-passed-turn", "a page that waited for robots.txt past "
+           "its turn takes a turn of its own",
+           (_FR + "test_a_late_robots_txt_and_the_pages_that_waited_for_it_keep_the_delay",)),
+    Mutant("60-late-turn-ignores-a-later-turn", "a late request's turn comes a delay after "
+           "the latest turn leased, not at once",
+           (_FR + "test_a_late_robots_txt_and_the_pages_that_waited_for_it_keep_the_delay",)),
 )
 
 
