@@ -1,7 +1,8 @@
 """The Redis key schema: every key crawlq writes is built here, and only here.
 
-All keys of one partition share the hash tag ``{<crawl>:<partition>}``, so every
-lifecycle script touches a single Redis Cluster slot. Crawl-wide keys use the tag
+All keys of one partition share the hash tag ``{<crawl>:<partition>}`` (``.<n>`` after it
+in a crawl that spreads its slots: `partition_tag`), so every lifecycle script touches a
+single Redis Cluster slot. Crawl-wide keys use the tag
 ``{<crawl>}``. Task data lives in fields of the hashes below, never in per-task keys.
 
 Partition keys (``crawlq:{<crawl>:<p>}:<name>``). A partition holds whole hosts (a URL is
@@ -180,6 +181,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS as SLOTS
+from redis.crc import key_slot
+
 from common.names import validate_crawl_name
 
 PREFIX = "crawlq"
@@ -206,9 +210,31 @@ def crawl_key(crawl: str, name: str) -> str:
     return f"{PREFIX}:{{{_check_crawl(crawl)}}}:{name}"
 
 
-def partition_prefix(crawl: str, partition: int) -> str:
-    """The prefix shared by every key of one partition."""
-    return f"{PREFIX}:{{{_check_crawl(crawl)}:{partition}}}:"
+def partition_tag(crawl: str, partition: int, partitions: int = 1, *,
+                  spread: bool = False) -> str:
+    """The hash tag of one partition's keys: ``<crawl>:<p>``, or with `spread` (every crawl
+    created since crawls spread their slots) ``<crawl>:<p>.<n>`` with the least n >= 0
+    (``.0`` left off) that puts the partition's Cluster slot in the p-th of `partitions`
+    equal ranges of the 16384 slots. A cluster made with equal slot ranges per primary
+    (``redis-cli --cluster create``'s) then holds equally many partitions on each primary
+    when `partitions` is a multiple of the primaries, instead of wherever CRC16 threw them
+    (8 partitions on 3 primaries: 4, 3 and 1 happened)."""
+    base = f"{_check_crawl(crawl)}:{partition}"
+    if not spread or partitions <= 1:
+        return base
+    low, high = partition * SLOTS // partitions, (partition + 1) * SLOTS // partitions
+    n = 0
+    while True:
+        tag = f"{base}.{n}" if n else base
+        if low <= key_slot(tag.encode()) < high:
+            return tag
+        n += 1
+
+
+def partition_prefix(crawl: str, partition: int, partitions: int = 1, *,
+                     spread: bool = False) -> str:
+    """The prefix shared by every key of one partition (see `partition_tag`)."""
+    return f"{PREFIX}:{{{partition_tag(crawl, partition, partitions, spread=spread)}}}:"
 
 
 #: The partition keys of layout 2 that layout 3 dropped, in ``common/lua/migrate.lua``'s
@@ -266,8 +292,9 @@ class PartitionKeys:
     prefix: str
 
     @classmethod
-    def build(cls, crawl: str, partition: int) -> PartitionKeys:
-        prefix = partition_prefix(crawl, partition)
+    def build(cls, crawl: str, partition: int, partitions: int = 1, *,
+              spread: bool = False) -> PartitionKeys:
+        prefix = partition_prefix(crawl, partition, partitions, spread=spread)
         names = [prefix + name for name in _PARTITION_NAMES]
         return cls(crawl, partition, *names, prefix)  # type: ignore[call-arg]
 

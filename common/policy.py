@@ -86,7 +86,7 @@ from common.errors import ConfigError
 from common.headers import DEFAULT_USER_AGENT
 from common.hostmodel.hostgroup import NO_GROUP, host_group
 from common.keys import CrawlKeys, PartitionKeys
-from common.queue import CrawlSettings, DedupMode, RetryPolicy
+from common.queue import CrawlSettings, DedupMode, RetryPolicy, partition_keys
 from common.scripts import register
 from common.task import DEFAULT_MAX_ATTEMPTS
 from common.traps import TrapRules
@@ -777,7 +777,7 @@ async def partitions_of(client: RedisClient, crawl: str) -> list[PartitionKeys]:
     if raw is None:
         return []
     settings = CrawlSettings.from_json(raw, crawl)
-    return [PartitionKeys.build(crawl, p) for p in range(settings.partitions)]
+    return partition_keys(crawl, settings)
 
 
 async def dedup_of(client: RedisClient, crawl: str) -> DedupMode | None:
@@ -820,8 +820,10 @@ async def _fits_crawl(client: RedisClient, crawl: str, texts: Mapping[str, str])
 async def legacy_conf(client: RedisClient, crawl: str) -> CrawlPolicy | None:
     """The politeness an earlier crawlq wrote into partition 0's ``conf`` (its consumers'
     flags), for a crawl without a policy; None when it holds none."""
-    delay, conc = await client.hmget(PartitionKeys.build(crawl, 0).conf, "delay",
-                                     "concurrency")
+    partitions = await partitions_of(client, crawl)
+    if not partitions:
+        return None
+    delay, conc = await client.hmget(partitions[0].conf, "delay", "concurrency")
     if delay is None and conc is None:
         return None
     base = CrawlPolicy()

@@ -306,7 +306,7 @@ async def crawl_keys(client: RedisClient, crawl: str) -> list[str]:
     Matches are checked again in Python, so a crawl named ``a`` never takes ``ab``'s keys.
     """
     name = _glob_escape(crawl)
-    own = re.compile(rf"^{re.escape(PREFIX)}:\{{{re.escape(crawl)}(?::\d+)?\}}:")
+    own = re.compile(rf"^{re.escape(PREFIX)}:\{{{re.escape(crawl)}(?::\d+(?:\.\d+)?)?\}}:")
     found: list[str] = []
     for pattern in (f"{PREFIX}:\\{{{name}\\}}:*", f"{PREFIX}:\\{{{name}:*"):
         async for key in client.scan_iter(match=pattern, count=10_000):

@@ -34,6 +34,7 @@ from common.policy import (
     set_policy,
     to_toml,
 )
+from common.queue import existing_settings, partition_keys
 
 Command = Callable[..., argparse.ArgumentParser]
 #: Log entries ``crawl show`` lists in its text form.
@@ -106,6 +107,19 @@ async def cmd_crawl_show(args: argparse.Namespace, client: RedisClient) -> int:
     return EXIT_OK
 
 
+async def cmd_crawl_keys(args: argparse.Namespace, client: RedisClient) -> int:
+    """Print each partition's hash tag and its ready-hosts ZSET (what a KEDA trigger
+    reads): text, or --json."""
+    parts = partition_keys(args.crawl, await existing_settings(client, args.crawl))
+    if args.json:
+        print(json.dumps([{"partition": pk.partition, "prefix": pk.prefix, "due": pk.due}
+                          for pk in parts]))
+    else:
+        for pk in parts:
+            print(f"partition {pk.partition}: {pk.due}")
+    return EXIT_OK
+
+
 async def cmd_crawl_set(args: argparse.Namespace, client: RedisClient) -> int:
     """Change some of the crawl's policy values; all checked first."""
     values = parse_assignments(args.assignments)
@@ -148,6 +162,10 @@ def add_crawl_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     fmt.add_argument("--toml", action="store_true",
                      help="flat TOML that crawl create --config reads back")
     p.set_defaults(handler=cmd_crawl_show)
+    p = action("keys", "each partition's ready-hosts key (KEDA's redis trigger reads one "
+               "per partition)")
+    p.add_argument("--json", action="store_true", help="one JSON document")
+    p.set_defaults(handler=cmd_crawl_keys)
     p = action("set", "change the crawl's policy (a new version, logged); the fleet takes "
                "it on its next lease call, scheduled turns move to match")
     p.add_argument("assignments", nargs="+", metavar="KEY=VALUE", help=keys_help)

@@ -66,7 +66,7 @@ async def crawlq(redis_url: str, *args: str) -> int:
 
 async def keys_of(client: aioredis.Redis, name: str) -> set[bytes]:
     """Every key of one crawl, found independently of the code under test."""
-    own = re.compile(rb"^crawlq:\{" + re.escape(name.encode()) + rb"(:\d+)?\}:")
+    own = re.compile(rb"^crawlq:\{" + re.escape(name.encode()) + rb"(:\d+(\.\d+)?)?\}:")
     return {k async for k in client.scan_iter(match="crawlq:*", count=10_000)
             if own.match(k)}
 
@@ -284,6 +284,17 @@ async def test_reset_deletes_one_crawl_and_nothing_else(
         assert await redis_client.sismember(CRAWLS, s.name)
         assert (await s.queue.stats()).pending == 5
     assert await redis_client.get("unrelated:key") == b"1"
+
+
+async def test_crawl_keys_names_each_partitions_due_key(
+        redis_url: str, crawl: Crawl, capsys: pytest.CaptureFixture[str]) -> None:
+    assert await crawlq(redis_url, "crawl", "keys", "--crawl", crawl.name, "--json") == 0
+    assert [p["due"] for p in json.loads(capsys.readouterr().out)] == [
+        pk.due for pk in crawl.queue.on.partitions]
+    assert await crawlq(redis_url, "crawl", "keys", "--crawl", crawl.name) == 0
+    assert capsys.readouterr().out.splitlines()[1] == \
+        f"partition 1: {crawl.queue.on.partitions[1].due}"
+    assert await crawlq(redis_url, "crawl", "keys", "--crawl", crawl.name + "-none") == 2
 
 
 async def test_check(redis_url: str, crawl: Crawl, capsys: pytest.CaptureFixture[str]) -> None:

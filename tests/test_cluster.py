@@ -100,3 +100,28 @@ async def test_crawl_over_8_partitions_survives_a_killed_consumer(
         assert int(await cluster_client.hget(pk.stats, "done") or 0) > 0
     states = {await queue.state_of(NewTask(u, fingerprint(u)).fp.hex()) for u in urls}
     assert states == {"done"}
+
+
+async def test_a_crawl_of_6_partitions_splits_its_memory_evenly_over_3_primaries(
+        cluster_client: aioredis.RedisCluster) -> None:
+    """Each partition's hash tag is placed in its own sixth of the slots (keys.partition_tag),
+    so a cluster made with equal slot ranges holds two partitions on each primary, and the
+    crawl's memory splits in thirds. (Tags left where CRC16 throws them put this crawl's 6
+    partitions 4, 1 and 1 on the primaries.)"""
+    crawl = "memory-split"
+    queue = await CrawlQueue.open(cluster_client, crawl, CrawlSettings(partitions=6))
+    urls = [f"http://h{i % 600}.test/page/{i}?q={i * 7}" for i in range(30_000)]
+    for i in range(0, len(urls), 1000):
+        batch = urls[i:i + 1000]
+        assert (await queue.enqueue([NewTask(u, fingerprint(u)) for u in batch])).enqueued \
+            == len(batch)
+    nodes = [cluster_client.get_node_from_key(pk.due).name for pk in queue.partitions]
+    assert sorted(nodes.count(n) for n in set(nodes)) == [2, 2, 2]
+    used: dict[str, int] = {}
+    for pk in queue.partitions:
+        match = pk.prefix.replace("{", "\\{").replace("}", "\\}") + "*"
+        async for key in cluster_client.scan_iter(match=match, count=1000):
+            node = cluster_client.get_node_from_key(key).name
+            used[node] = used.get(node, 0) + (await cluster_client.memory_usage(key) or 0)
+    shares = sorted(b / sum(used.values()) for b in used.values())
+    assert len(shares) == 3 and shares[0] > 0.25 and shares[-1] < 0.42, shares

@@ -17,7 +17,7 @@ from support.dashboard import AUTH, ClientFactory, error_of
 
 from common.keys import CrawlKeys, PartitionKeys
 from common.policy import LOG_LEN, POLICY_OPTIONS, create_policy, read_policy, set_policy
-from common.queue import CrawlQueue, CrawlSettings
+from common.queue import CrawlQueue, CrawlSettings, existing_settings, partition_keys
 from common.redis_server import free_port
 from console.dashboard.app import STATIC
 from console.dashboard.policy import BY
@@ -36,7 +36,8 @@ async def crawl(redis_client: aioredis.Redis, crawl_name: str) -> str:
 async def snapshot(client: aioredis.Redis, crawl: str) -> tuple[Any, ...]:
     """Everything a policy write touches: the policy, its log, each partition's conf."""
     keys = CrawlKeys.build(crawl)
-    confs = [await client.hgetall(PartitionKeys.build(crawl, p).conf) for p in range(2)]
+    parts = partition_keys(crawl, await existing_settings(client, crawl))
+    confs = [await client.hgetall(pk.conf) for pk in parts]
     return (await client.hgetall(keys.policy), await client.lrange(keys.policy_log, 0, -1),
             confs)
 
@@ -102,8 +103,9 @@ async def test_a_write_sets_the_policy_bumps_the_version_and_logs_it(
         "per_host_delay": ["2s", "0.5s"], "max_depth": ["3", "5"],
         "user_agent": [POLICY_OPTIONS[NAMES.index("user_agent")].default,
                        "newsbot/2.0 (+https://example.com/bot)"]}
-    for p in range(2):  # the fleet's politeness, given to every partition
-        conf = await redis_client.hgetall(PartitionKeys.build(crawl, p).conf)
+    # The fleet's politeness, given to every partition.
+    for pk in partition_keys(crawl, await existing_settings(redis_client, crawl)):
+        conf = await redis_client.hgetall(pk.conf)
         assert (conf[b"delay"], conf[b"policy_version"]) == (b"500", b"2")
 
     # The same values again: no change, no new version, no log entry.

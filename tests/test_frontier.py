@@ -20,7 +20,7 @@ from support.frontier import host_record, lease_when_due, polite_queue, tasks
 from common.errors import ConfigError
 from common.frontier.hosts import Frontier
 from common.http.fetcher import Fetcher
-from common.keys import CrawlKeys, PartitionKeys
+from common.keys import CrawlKeys
 from common.metrics import Metrics
 from common.policy import create_policy, set_policy
 from common.queue import (
@@ -336,7 +336,7 @@ async def test_one_host_lives_in_one_partition_with_its_state(
     q = await polite_queue(redis_client, crawl_name, partitions=4)
     await q.enqueue(tasks([f"http://a.test/{i}" for i in range(20)]))
     p = q.partition_of("a.test")
-    assert await redis_client.llen(PartitionKeys.build(crawl_name, p).host_queue("a.test")) == 20
+    assert await redis_client.llen(q.on.partitions[p].host_queue("a.test")) == 20
     assert all(lease.partition == p for lease in await q.lease("w", 20, 60_000))
 
 

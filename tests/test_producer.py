@@ -27,7 +27,7 @@ from common.errors import SourceError
 from common.frontier.hosts import Frontier
 from common.keys import CRAWLS, CrawlKeys, PartitionKeys
 from common.policy import PolicyError, create_policy, read_policy, set_policy
-from common.queue import CrawlSettings, DedupMode, LeasingQueue
+from common.queue import CrawlSettings, DedupMode, LeasingQueue, existing_settings, partition_keys
 from common.redis_server import free_port
 from common.resp_pack import use_hiredis_packer
 from common.task import decode_entry
@@ -63,8 +63,7 @@ async def produce_json(redis_url: str, crawl: str, *rest: str, stdin: Any = None
 async def urls_in_redis(client: aioredis.Redis, crawl: str, partitions: int = 1) -> list[str]:
     """Every task URL stored for the crawl (all partitions), as a sorted list."""
     urls = []
-    for p in range(partitions):
-        pk = PartitionKeys.build(crawl, p)
+    for pk in partition_keys(crawl, await existing_settings(client, crawl)):
         for host in await client.zrange(pk.queued, 0, -1):
             entries = [*await client.lrange(pk.host_queue(host.decode()), 0, -1),
                        *await client.zrange(pk.host_prio(host.decode()), 0, -1)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import math
 import random
 import re
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from redis.crc import key_slot
 from redis.exceptions import ResponseError
 from support.clock import expire, redis_ms, window_passed
 from support.frontier import host_record, host_records, put_record
@@ -26,7 +28,7 @@ import common.queue.leasing
 from common.errors import ConfigError, CrawlConflictError, MalformedTaskError
 from common.frontier.hosts import Frontier
 from common.hostmodel.hostkey import host_key
-from common.keys import HASHTABLE_FIELD
+from common.keys import HASHTABLE_FIELD, CrawlKeys
 from common.queue import (
     MALFORMED,
     UNKNOWN_WAIT_S,
@@ -1290,3 +1292,20 @@ async def test_a_partition_that_had_nothing_is_skipped_until_its_wait_or_a_freed
         again = await q.lease("w", 5, 60_000)
         assert f"http://{d}/{end}" in {x.task.url for x in again}
         held += again
+
+
+async def test_a_new_crawl_spreads_its_partitions_over_the_slots_an_older_one_keeps_its_keys(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """A crawl created now places partition p's hash tag in the p-th of P equal slot ranges
+    (keys.partition_tag); one created before (its settings without "spread") keeps the
+    tags its keys have, and opening it with the same partitions is no conflict."""
+    new = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings(partitions=4))
+    assert [key_slot(pk.due.split("{")[1].split("}")[0].encode()) * 4 // 16384
+            for pk in new.on.partitions] == [0, 1, 2, 3]
+    older = crawl_name + "-older"
+    settings = json.loads(CrawlSettings(partitions=4).to_json())
+    del settings["spread"]
+    await redis_client.hset(CrawlKeys.build(older).meta, "settings", json.dumps(settings))
+    old = await LeasingQueue.open(redis_client, older, CrawlSettings(partitions=4))
+    assert [pk.prefix for pk in old.on.partitions] == [
+        f"crawlq:{{{older}:{p}}}:" for p in range(4)]

@@ -21,6 +21,8 @@ from common.queue.crawl import (
     CrawlNeedsMigration,
     CrawlSettings,
     DedupMode,
+    existing_settings,
+    partition_keys,
 )
 from common.queue.enqueue import check_new_task
 from common.queue.facade import CrawlQueue, LeasingQueue
@@ -54,5 +56,5 @@ __all__ = [
     "CrawlNeedsMigration", "CrawlQueue", "CrawlSettings", "DeadTask", "DedupMode",
     "EnqueueResult", "Failure", "Lease", "LeaseBatch", "LeaseClient", "LeaseReply",
     "LeasingQueue", "NewTask", "RetryPolicy", "RevisitStats", "Stats", "check_new_task",
-    "migrate_crawl",
+    "existing_settings", "migrate_crawl", "partition_keys",
 ]

@@ -3,7 +3,7 @@ where each host's keys live (its partition)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -58,6 +58,9 @@ class CrawlSettings:
     bloom_capacity: int = 1_000_000
     bloom_error: float = 1e-6
     bloom_layers: int = 8
+    # Partition hash tags placed in equal ranges of the Cluster's slots (keys.partition_tag):
+    # every crawl created since; not a choice, so never a conflict with asked settings.
+    spread: bool = field(default=True, compare=False)
 
     def __post_init__(self) -> None:
         if not 1 <= self.partitions <= 1024:
@@ -74,6 +77,7 @@ class CrawlSettings:
             "format": FORMAT, "partitions": self.partitions, "dedup": self.dedup.value,
             "seen_bits": self.seen_bits, "bloom_capacity": self.bloom_capacity,
             "bloom_error": self.bloom_error, "bloom_layers": self.bloom_layers,
+            "spread": self.spread,
         })
 
     @classmethod
@@ -98,7 +102,14 @@ class CrawlSettings:
             partitions=int(obj["partitions"]), dedup=DedupMode(obj["dedup"]),
             seen_bits=int(obj["seen_bits"]), bloom_capacity=int(obj["bloom_capacity"]),
             bloom_error=float(obj["bloom_error"]), bloom_layers=int(obj["bloom_layers"]),
+            spread=bool(obj.get("spread", False)),  # a crawl from before: tags as they were
         )
+
+
+def partition_keys(crawl: str, settings: CrawlSettings) -> list[PartitionKeys]:
+    """The keys of each partition of a crawl with these settings."""
+    return [PartitionKeys.build(crawl, p, settings.partitions, spread=settings.spread)
+            for p in range(settings.partitions)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +127,7 @@ class Crawl:
     def on(cls, client: RedisClient, name: str, settings: CrawlSettings) -> Crawl:
         """A crawl whose settings are known (read or created already)."""
         return cls(client, name, settings, CrawlKeys.build(name),
-                   [PartitionKeys.build(name, p) for p in range(settings.partitions)],
-                   Scripts(client))
+                   partition_keys(name, settings), Scripts(client))
 
     def partition_of(self, host: str) -> int:
         """The partition that holds a host."""

@@ -27,7 +27,7 @@ from common import codec
 from common.connection import RedisClient
 from common.errors import ConfigError
 from common.keys import CrawlKeys, PartitionKeys, layout2_keys
-from common.queue.crawl import FORMAT, CrawlNeedsMigration, CrawlSettings
+from common.queue.crawl import FORMAT, CrawlNeedsMigration, CrawlSettings, partition_keys
 from common.scripts import register
 
 log = logging.getLogger("crawlq.migrate")
@@ -134,8 +134,8 @@ async def _convert(client: RedisClient, crawl: str, settings: CrawlSettings,
     script = register(client, "migrate")
     done = Converted()
     log.info("crawl_migrating", extra={"crawl": crawl, "partitions": settings.partitions})
-    for p in range(settings.partitions):
-        done.add(await script(keys=migration_keys(PartitionKeys.build(crawl, p)), args=[]))
+    for keys in partition_keys(crawl, settings):
+        done.add(await script(keys=migration_keys(keys), args=[]))
         await held.refresh()
     stored = codec.loads(raw)
     stored["format"] = FORMAT
