@@ -243,6 +243,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("60-late-turn-ignores-a-later-turn", "a late request's turn comes a delay after "
            "the latest turn leased, not at once",
            (_FR + "test_a_late_robots_txt_and_the_pages_that_waited_for_it_keep_the_delay",)),
+    Mutant("65-recrawl-window-sends-no-validators", "a recrawl by recrawl_after alone is "
+           "conditional: it sends its URL's kept validators, and a 304 ends not_modified",
+           ("tests/test_revisits.py::test_a_recrawl_window_alone_asks_with_the_validators_"
+            "and_a_304_ends_not_modified",
+            _RS + "test_a_recrawl_windows_history_is_kept_unscheduled_and_joins_the_schedule_"
+            "later")),
 )
 
 
