@@ -320,7 +320,7 @@ async def bench_bloom_memory(client: aioredis.Redis, urls: Sequence[str],
 
 async def revisits_done(client: aioredis.Redis, crawl: str, n: int, policy: dict[str, Any]
                         ) -> tuple[LeasingQueue, list[str], float]:
-    """A crawl with revisits on (`policy`) whose n URLs were enqueued, leased and acked
+    """A crawl that keeps its URLs' history (`policy`) whose n URLs were enqueued, leased and acked
     with a typical ETag, Last-Modified and digest: the queue, the URLs and the ack span (s)."""
     q = await LeasingQueue.open(client, crawl, CrawlSettings())
     await set_policy(client, crawl, {**policy, "per_host_delay": 0.0,
@@ -338,12 +338,14 @@ async def revisits_done(client: aioredis.Redis, crawl: str, n: int, policy: dict
     return q, urls, time.perf_counter() - t0
 
 
-async def bench_revisit_memory(client: aioredis.Redis, n: int) -> tuple[float, float]:
+async def bench_revisit_memory(client: aioredis.Redis, n: int, revisit: str = "adaptive"
+                               ) -> tuple[float, float]:
     """Bytes per done URL of the revisit schedule (MEMORY USAGE of rv:hist and rv:due) after
-    n URLs were done; and the average URL length."""
+    n URLs were done; and the average URL length. `revisit` off: a recrawl window's
+    history alone (its validators, kept by default: no rv:due)."""
     crawl = "bench-revisit"
     q, urls, _ = await revisits_done(client, crawl, n,
-                                     {"revisit": "adaptive", "recrawl_after": 86400})
+                                     {"revisit": revisit, "recrawl_after": 86400})
     pk = q.partitions[0]
     used = await memory_usage(client, [pk.rv_hist, pk.rv_due])
     await drop_crawl(client, crawl, 1)
@@ -428,6 +430,9 @@ async def run(args: argparse.Namespace, server: RedisServer) -> int:
                  f"URLs {url_bytes:.0f} B)", f"{per:>10.1f} B/URL "
                  f"({per - url_bytes:.1f} B + its URL)",
                  f"<= {TARGET_REVISIT_BYTES:.0f} + its URL", ok)
+            per, url_bytes = await bench_revisit_memory(client, args.revisit_urls, "off")
+            line(f"recrawl window's validators @{args.revisit_urls:,} done URLs (rv:hist, "
+                 f"revisit off; URLs {url_bytes:.0f} B)", f"{per:>10.1f} B/URL")
         if args.revisit_urls:
             p50, p99, rate, span = await bench_revisit_lateness(client, args.revisit_urls,
                                                                 REAPER_EVERY_S)

@@ -2,6 +2,7 @@
 a fixed budget, crawlq's adaptive revisit schedule beside a fixed round-robin.
 
     python bench/recrawl_bench.py [--part site|sim|both] [--root DIR] [--interval 20]
+                                  [--recrawl schedule|window]
                                   [--pages 200] [--budget 4] [--day 60] [--days 8]
                                   [--warmup 3] [--seed 1] [--dist loguniform|static|both]
                                   [--strategies adaptive,fixed,learned] [--model-only]
@@ -35,6 +36,10 @@ headers included), span (start of the first request to the end of the last); the
 outcomes from nginx (304 / 200) and from the consumers' JSONL records (``outcome``
 counted) and ``crawlq stats``. Targets: pass 2 finds pass 1's pages, >= 95% of them
 ``not_modified``, pass 2's bytes <= 10% of pass 1's, pass 2's span <= pass 1's.
+``--recrawl window`` recrawls the old way (issue 34): ``WINDOW_POLICY``, ``recrawl_after``
+alone, no ``revisit`` option; pass 2 is a producer run of every URI pass 1 requested
+(robots.txt aside) once the window has passed, then a consumer until the crawl is empty;
+the same targets (the validators each done URL keeps by default make it conditional).
 
 **2. A change simulator.** A local aiohttp server (a child process, as pushback_bench's)
 on 127.0.0.1 serves ``--pages`` N pages ``/p/<i>`` (default 200). Page i changes as a
@@ -152,6 +157,9 @@ SITE_POLICY = {
     "revisit": "fixed",
     "recrawl_after": "{interval}",
 }
+#: Part 1 with ``--recrawl window``: the old way, a recrawl window alone (no revisit
+#: option): pass 2 is the producer enqueueing pass 1's URLs again past the window.
+WINDOW_POLICY = {k: v for k, v in SITE_POLICY.items() if k != "revisit"}
 #: Part 2: what both strategies share (the budget: one fetch per 1/B s on the one host).
 SIM_POLICY = {
     "per_host_delay": "{delay}",
@@ -459,9 +467,12 @@ def part_site(args: argparse.Namespace, workdir: Path) -> bool:
     try:
         crawl = f"recrawl-site-{int(time.time())}"
         url = f"http://127.0.0.1:{port}/index.html"
+        window = args.recrawl == "window"
         print(f"\n== part 1: two passes over {root} (nginx on 127.0.0.1:{port}, one "
-              f"consumer, revisit interval {args.interval:g} s)", flush=True)
-        create_crawl(redis.url, crawl, fill(SITE_POLICY, {
+              f"consumer, " + (f"recrawl window {args.interval:g} s, no revisit option: "
+                               f"pass 2 is a producer run of pass 1's URLs" if window else
+                               f"revisit interval {args.interval:g} s") + ")", flush=True)
+        create_crawl(redis.url, crawl, fill(WINDOW_POLICY if window else SITE_POLICY, {
             "interval": args.interval, "per_host": args.per_host_concurrency}), workdir)
         produce(redis.url, crawl, [url], workdir)
 
@@ -485,9 +496,14 @@ def part_site(args: argparse.Namespace, workdir: Path) -> bool:
               f"in {max(0.0, due - time.time()):.0f} s, when every page is due", flush=True)
         time.sleep(max(0.0, due - time.time()))
         p2_wall = time.time()
+        until_empty: tuple[str, ...] = ()
+        if window:  # the old way: the URL list fed again, each URL past its window
+            uris = sorted({h.uri for h in first.hits} - {"/robots.txt"})
+            produce(redis.url, crawl, [f"http://127.0.0.1:{port}{u}" for u in uris], workdir)
+            until_empty = ("--exit-when-empty", "--empty-grace", "0")
         second = run_pass("pass 2", start_consumer(redis.url, crawl, workdir, "pass-2",
-                                                   *links), log, state, args)
-        if not second.hits:
+                                                   *links, *until_empty), log, state, args)
+        if not second.hits and not window:
             second.notes.append("no revisit came back: is the revisit schedule on (stats "
                                 "below), and does the consumer's reaper promote due URLs?\n"
                                 + tail(workdir / "pass-2.log", 8))
@@ -1064,6 +1080,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"part 1's HTML tree (default {DOC_ROOT}, installed when missing)")
     p.add_argument("--interval", type=float, default=None,
                    help="part 1's revisit interval, seconds (20)")
+    p.add_argument("--recrawl", choices=("schedule", "window"), default="schedule",
+                   help="part 1: revisits fixed (SITE_POLICY), or recrawl_after alone "
+                        "(WINDOW_POLICY) with pass 2 a producer run of pass 1's URLs")
     p.add_argument("--per-host-concurrency", type=int, default=8,
                    help="part 1's policy per_host_concurrency")
     p.add_argument("--quiet", type=float, default=2.0,

@@ -53,8 +53,10 @@ hungry         ZSET    worker -> when its lease call last came     lease
 conf           HASH    the crawl's politeness, copied from its     policy_apply,
                        policy (delay ms, concurrency,              pause/resume,
                        policy_version: the policy version they     ack
-                       came from), and ``paused``; learned
-                       revisits' rv_price and rv_demand (ack)
+                       came from; rv_*: revisits, rv_cond: the
+                       policy's conditional), and ``paused``;
+                       learned revisits' rv_price and rv_demand
+                       (ack)
 pending        STRING  pending tasks in this partition             enqueue, lease, ...
 g:of           HASH    host -> its politeness group (its           enqueue (politeness_key
                        registrable domain), while the crawl's      domain), policy
@@ -129,7 +131,9 @@ bloom          HASH    bloom dedup: layers, count:<layer>          enqueue_bloom
 lock:reap      STRING  SET NX PX guard: one reaper per interval    reaper (Python)
 =============  ======  ==========================================  ===================
 
-The revisit schedule (the crawl's ``revisit`` policy on; ``common/lua/lib/revisits.lua``):
+The revisit schedule (the crawl's ``revisit`` policy on; ``common/lua/lib/revisits.lua``),
+and the URLs' history of a crawl that recrawls by its window alone (``recrawl_after`` > 0,
+``revisit`` off, ``conditional`` on: records of interval 0, no ``rv:due``):
 
 =============  ======  ==========================================  ===================
 rv:hist        HASH    id -> "<host> <priority> <interval_s>       ack (reads: revisit,

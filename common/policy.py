@@ -14,7 +14,8 @@ host's delay follows its response times, ``adaptive_delay`` up to ``max_delay``;
 longest robots.txt Crawl-delay it obeys, ``max_crawl_delay``; and whether done URLs come
 back by themselves on a revisit schedule, ``revisit`` (off, fixed or adaptive, exact
 dedup only), between ``min_interval`` and ``max_interval``, learning by
-``interval_grow`` and ``interval_shrink`` (common/lua/lib/revisits.lua); which links
+``interval_grow`` and ``interval_shrink`` (common/lua/lib/revisits.lua); whether
+recrawls send the validators each done URL keeps, ``conditional``; which links
 are crawler traps, refused (``common.traps``): longer than ``trap_max_url_length``, with
 more path segments than ``trap_max_segments``, one segment more often than
 ``trap_repeated_segments``, more query parameters than ``trap_max_params``, or a new query
@@ -498,6 +499,15 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  "adaptive: a URL's interval x (1 - this) after a visit that found it "
                  "changed (>= 0, < 1)", check=_below_one, show=_show_factor,
                  seeded_by=NOBODY),
+    PolicyOption("conditional", "", _true_false, True,
+                 "recrawls ask for a page only if it changed: with recrawl_after > 0 or "
+                 "revisit on, each done URL keeps its ETag, Last-Modified and body digest "
+                 "(~200 B in Redis) and its recrawl sends them (If-None-Match / "
+                 "If-Modified-Since); a 304 or the same body ends done, not_modified or "
+                 "unchanged, with no handler, so its links are not followed again. false: "
+                 "no validators are sent, and a recrawl_after recrawl keeps none and "
+                 "fetches and handles every page whole",
+                 check=_is_bool, show=_show_bool, seeded_by=NOBODY),
     PolicyOption("trap_max_url_length", "", _whole, 1024,
                  "a link longer than this is a trap, refused (trap_length; 0 = no limit)",
                  check=_whole_ok, seeded_by=NOBODY),
@@ -582,6 +592,7 @@ class CrawlPolicy:
     max_interval: int = OPTIONS["max_interval"].default
     interval_grow: float = OPTIONS["interval_grow"].default
     interval_shrink: float = OPTIONS["interval_shrink"].default
+    conditional: bool = OPTIONS["conditional"].default
     trap_max_url_length: int = OPTIONS["trap_max_url_length"].default
     trap_max_segments: int = OPTIONS["trap_max_segments"].default
     trap_repeated_segments: int = OPTIONS["trap_repeated_segments"].default
@@ -627,6 +638,13 @@ class CrawlPolicy:
         return [REVISIT_MODES.index(self.revisit), self.recrawl_after, self.min_interval,
                 self.max_interval, round(self.interval_grow * 1000),
                 round(self.interval_shrink * 1000)]
+
+    @property
+    def keeps_history(self) -> bool:
+        """Whether each done URL's fetch is kept for its recrawl (validators, digest):
+        the crawl recrawls (recrawl_after or revisit) and `conditional` is on; revisits
+        keep a history whatever `conditional` says (their schedule is in it)."""
+        return self.revisit != "off" or (self.recrawl_after > 0 and self.conditional)
 
     def trap_rules(self) -> TrapRules:
         """The URL trap rules the link intake applies."""
@@ -878,7 +896,7 @@ async def apply_policy(client: RedisClient, crawl: str, version: int, policy: Cr
                 args=[version, policy.delay_ms, policy.per_host_concurrency, _text(cursor),
                       APPLY_SLICE, round(policy.adaptive_delay * 1000),
                       round(policy.max_delay * 1000), *policy.revisit_conf(),
-                      *policy.group_conf()])
+                      *policy.group_conf(), int(policy.conditional)])
             if not int(applied) or _text(cursor) == "0":
                 break
 

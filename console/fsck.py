@@ -274,6 +274,7 @@ class _Partition:
     dead_reasons: int = 0
     rv_due: set[str] = field(default_factory=set)
     rv_hosts: dict[str, str] = field(default_factory=dict)  # history record id -> host
+    rv_unscheduled: set[str] = field(default_factory=set)  # recrawl windows' records
     group_records: dict[str, bytes] = field(default_factory=dict)
     group_of: dict[str, str] = field(default_factory=dict)  # host -> its group
     group_held: Counter[str] = field(default_factory=Counter)  # host -> group slots held
@@ -342,8 +343,11 @@ async def _read(queue: CrawlQueue, pk: PartitionKeys) -> _Partition:
     part.stats = {_text(k): int(v) for k, v in (await client.hgetall(pk.stats)).items()}
     part.dead_reasons = sum(int(v) for v in (await client.hgetall(pk.dead_reasons)).values())
     part.rv_due = set(await _zscan(client, pk.rv_due))
-    part.rv_hosts = {tid: _text(v).split(" ", 1)[0]
-                     for tid, v in (await _hscan(client, pk.rv_hist)).items()}
+    for tid, v in (await _hscan(client, pk.rv_hist)).items():
+        words = _text(v).split(" ", 3)
+        part.rv_hosts[tid] = words[0]
+        if words[2:3] == ["0"]:  # a recrawl window's record (interval 0): never scheduled
+            part.rv_unscheduled.add(tid)
     return part
 
 
@@ -477,7 +481,8 @@ def _schedule_problems(p: int, part: _Partition) -> Iterable[Problem]:
     for name, ids in (("leased", part.leased_ids()), ("waiting", part.delayed),
                       ("dead", part.dead)):
         active.update(dict.fromkeys(ids, name))
-    for kind, tid in schedule_findings(part.rv_due, part.rv_hosts, active):
+    for kind, tid in schedule_findings(part.rv_due, part.rv_hosts, active,
+                                       part.rv_unscheduled):
         yield Problem(kind, p, f"partition {p} task {tid}: "
                       + describe(kind, active.get(tid, "")), host=part.rv_hosts.get(tid),
                       id=tid)

@@ -4,7 +4,9 @@ common/keys.py) and their repair (``fsck_revisits.lua``).
 The invariant: an id in ``rv:due`` has a history record and is in no other state (a
 done URL waiting for its next visit); a history record is in ``rv:due`` unless its URL is
 being revisited: a revisit brought back keeps its record while it is pending, leased,
-waiting or dead (the ack of that visit writes the next one; a purge deletes it). So:
+waiting or dead (the ack of that visit writes the next one; a purge deletes it), or it
+is a recrawl window's (interval 0: the validators of a crawl with revisits off, never
+scheduled). So:
 
 - ``due_no_history``: scheduled with no record (revisit.lua can never bring it back);
 - ``scheduled_and_active``: scheduled while pending, leased, waiting or dead (it would
@@ -36,15 +38,17 @@ PAGE = 500
 
 
 def schedule_findings(due: Collection[str], hosts: Mapping[str, str],
-                      active: Mapping[str, str]) -> Iterable[tuple[str, str]]:
+                      active: Mapping[str, str], unscheduled: Collection[str] = ()
+                      ) -> Iterable[tuple[str, str]]:
     """(kind, id) of each broken rule: `due` the ids in rv:due, `hosts` each history
-    record's host by id, `active` the state of each id pending, leased, waiting or dead."""
+    record's host by id, `active` the state of each id pending, leased, waiting or dead,
+    `unscheduled` the ids whose record is a recrawl window's (interval 0)."""
     for tid in sorted(due):
         if tid not in hosts:
             yield "due_no_history", tid
         elif tid in active:
             yield "scheduled_and_active", tid
-    for tid in sorted(set(hosts) - set(due) - set(active)):
+    for tid in sorted(set(hosts) - set(due) - set(active) - set(unscheduled)):
         yield "history_unscheduled", tid
 
 

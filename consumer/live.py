@@ -46,7 +46,8 @@ class LivePolicy:
     allow_domains: tuple[str, ...]  # where links may go (empty: each page's own host)
     max_attempts: int  # stamped on each link's task
     recrawl_after: int  # the links' recrawl window, s (0: none)
-    revisits: bool  # the crawl's revisit schedule is on: each fetch notes what it observed
+    revisits: bool  # the crawl keeps each URL's history: each fetch notes what it observed
+    conditional: bool  # a recrawl sends its URL's validators
     traps: TrapRules  # the links refused as crawler traps
     near_duplicate_distance: int  # bits a near duplicate's fingerprint may differ (-1: off)
 
@@ -57,8 +58,8 @@ class LivePolicy:
                    OPTIONS["backoff_on"].default, False, OPTIONS["max_crawl_delay"].default,
                    settings.fetch.user_agent, settings.robots_ttl_s, settings.max_depth,
                    settings.allow_domains, OPTIONS["max_attempts"].default,
-                   OPTIONS["recrawl_after"].default, False, CrawlPolicy().trap_rules(),
-                   OPTIONS["near_duplicate_distance"].default)
+                   OPTIONS["recrawl_after"].default, False, OPTIONS["conditional"].default,
+                   CrawlPolicy().trap_rules(), OPTIONS["near_duplicate_distance"].default)
 
     @classmethod
     def of(cls, version: int, policy: CrawlPolicy, recrawl_after: int) -> LivePolicy:
@@ -68,7 +69,7 @@ class LivePolicy:
                    policy.backoff_on, policy.adaptive_delay > 0, policy.max_crawl_delay,
                    policy.user_agent, policy.robots_ttl, policy.max_depth,
                    policy.allow_domains, policy.max_attempts, recrawl_after,
-                   policy.revisit != "off", policy.trap_rules(),
+                   policy.keeps_history, policy.conditional, policy.trap_rules(),
                    policy.near_duplicate_distance)
 
 
@@ -131,7 +132,7 @@ class PolicyReader:
         # The queue reads these at each fail, reclaim and enqueue call: the next one
         # takes them.
         self.queue.configure(retry=policy.retry(), recrawl_after_s=recrawl_after,
-                             revisits=policy.revisit != "off")
+                             revisits=policy.keeps_history)
         texts = policy.texts()
         log.info("crawl_policy_applied", extra={
             "version": stored.version,

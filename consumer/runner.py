@@ -191,7 +191,8 @@ class Runner:
                                               crawl_credentials=True,
                                               accept=live.accept or None,
                                               on_sent=self.turns.on_sent(lease),
-                                              conditional=conditional_headers(task.revisit),
+                                              conditional=conditional_headers(
+                                                  task.revisit if live.conditional else None),
                                               method=task.method, body=task.body)
         except FetchError as exc:
             self.metrics.response(exc.status)
@@ -212,8 +213,8 @@ class Runner:
         if live.adaptive:
             lease.elapsed_ms = round(result.elapsed * 1000)
         self.metrics.response(result.status, len(result.body))
-        # What a fetch observed (its digest, validators, freshness) is the revisit
-        # schedule's: without one, no body is hashed.
+        # What a fetch observed (its digest, validators, freshness) is the URL's history
+        # (a revisit schedule's, or a recrawl window's): without one, no body is hashed.
         observed = None
         if live.revisits or task.revisit is not None:
             lease.observed = observed = observe(task.revisit, result)

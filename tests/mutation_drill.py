@@ -247,6 +247,12 @@ MUTANTS: tuple[Mutant, ...] = (
            "over equal ranges of the Cluster's slots",
            (_Q + "test_a_new_crawl_spreads_its_partitions_over_the_slots_an_older_one_keeps_"
                  "its_keys",)),
+    Mutant("65-recrawl-window-sends-no-validators", "a recrawl by recrawl_after alone is "
+           "conditional: it sends its URL's kept validators, and a 304 ends not_modified",
+           ("tests/test_revisits.py::test_a_recrawl_window_alone_asks_with_the_validators_"
+            "and_a_304_ends_not_modified",
+            _RS + "test_a_recrawl_windows_history_is_kept_unscheduled_and_joins_the_schedule_"
+            "later")),
 )
 
 

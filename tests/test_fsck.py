@@ -384,6 +384,24 @@ async def test_the_revisit_schedule_is_checked_and_repaired(
     assert code == EXIT_OK, out
 
 
+async def test_a_recrawl_windows_history_is_no_unscheduled_one(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """revisit off, recrawl_after set: each done URL's record (interval 0) is kept for
+    its recrawl's validators, never scheduled, and neither a problem nor repaired."""
+    q = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings(partitions=1))
+    await set_policy(redis_client, crawl_name, {"recrawl_after": 600, "per_host_delay": 0.0,
+                                                "per_host_concurrency": 0}, by="t", create=True)
+    q.configure(revisits=True)  # what a consumer does for this policy (keeps_history)
+    await q.enqueue(tasks("http://a.test/0"))
+    [lease] = await q.lease("w", 1, 60_000)
+    await q.ack("w", [(lease, "ok")])
+    pk = q.partitions[0]
+    assert await redis_client.hlen(pk.rv_hist) == 1
+    code, out = await fsck(redis_url, crawl_name, "--repair")
+    assert code == EXIT_OK, out
+    assert await redis_client.zcard(pk.rv_due) == 0
+
+
 async def test_a_politeness_groups_wrong_slot_count_is_found_and_repaired(
         redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
     """A group counted full (a count lost the other way: its hosts parked for good) is

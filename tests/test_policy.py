@@ -65,7 +65,8 @@ TRAPS = ("trap_max_url_length=1024, trap_max_segments=20, trap_repeated_segments
 BACKOFF = ("backoff_on=429,503, backoff_base=1s, backoff_cap=3600s, backoff_forgive=300s, "
            "adaptive_delay=0, max_delay=30s, max_crawl_delay=300s, revisit=off, "
            "min_interval=60s, max_interval=7776000s, interval_grow=0.4, interval_shrink=0.2, "
-           + TRAPS + ", politeness_key=host, group_delay=1s, group_concurrency=2")
+           "conditional=true, " + TRAPS
+           + ", politeness_key=host, group_delay=1s, group_concurrency=2")
 REST = (f"user_agent={UA}, ignore_robots=false, robots_ttl=86400s, max_depth=3, "
         "allow_domains=@parent, retry_base=2s, retry_cap=600s, max_retry_after=3600s, "
         "max_stalls=2, max_attempts=3, recrawl_after=0s, " + BACKOFF)
@@ -97,7 +98,7 @@ async def ok(redis_url: str, *args: str) -> str:
 #: What every partition's conf holds of a policy with adaptive_delay off (policy_apply.lua).
 ADAPT_OFF = {b"adapt": b"0", b"max_delay": b"30000", b"rv": b"0", b"rv_first": b"0",
              b"rv_min": b"60", b"rv_max": b"7776000", b"rv_grow": b"400", b"rv_shrink": b"200",
-             b"gkey": b"", b"gdelay": b"1000", b"gconc": b"2"}
+             b"gkey": b"", b"gdelay": b"1000", b"gconc": b"2", b"rv_cond": b"1"}
 
 
 async def confs(client: aioredis.Redis, queue: LeasingQueue) -> list[dict[bytes, bytes]]:
@@ -122,7 +123,8 @@ def test_the_policy_is_declared_once() -> None:
         "backoff_on": "", "backoff_base": "", "backoff_cap": "", "backoff_forgive": "",
         "adaptive_delay": "", "max_delay": "", "max_crawl_delay": "", "revisit": "",
         "min_interval": "", "max_interval": "", "interval_grow": "", "interval_shrink": "",
-        "trap_max_url_length": "", "trap_max_segments": "", "trap_repeated_segments": "",
+        "conditional": "", "trap_max_url_length": "", "trap_max_segments": "",
+        "trap_repeated_segments": "",
         "trap_max_params": "", "trap_path_variants": "", "trap_session_ids": "",
         "near_duplicate_distance": "",
         "politeness_key": "", "group_delay": "", "group_concurrency": ""}
@@ -139,7 +141,7 @@ def test_the_policy_is_declared_once() -> None:
                                      "max_crawl_delay": "300s", "revisit": "off",
                                      "min_interval": "60s", "max_interval": "7776000s",
                                      "interval_grow": "0.4", "interval_shrink": "0.2",
-                                     "trap_max_url_length": "1024",
+                                     "conditional": "true", "trap_max_url_length": "1024",
                                      "trap_max_segments": "20",
                                      "trap_repeated_segments": "2", "trap_max_params": "12",
                                      "trap_path_variants": "1000", "trap_session_ids": "true",
@@ -209,7 +211,8 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
             "backoff_base": 1.0, "backoff_cap": 3600.0, "backoff_forgive": 300.0,
             "adaptive_delay": 0.0, "max_delay": 30.0, "max_crawl_delay": 300.0,
             "revisit": "off", "min_interval": 60, "max_interval": 7776000,
-            "interval_grow": 0.4, "interval_shrink": 0.2, "trap_max_url_length": 1024,
+            "interval_grow": 0.4, "interval_shrink": 0.2, "conditional": True,
+            "trap_max_url_length": 1024,
             "trap_max_segments": 20, "trap_repeated_segments": 2, "trap_max_params": 12,
             "trap_path_variants": 1000, "trap_session_ids": True,
             "near_duplicate_distance": 3,
@@ -224,7 +227,8 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
          "backoff_base": "1s", "backoff_cap": "3600s", "backoff_forgive": "300s",
          "adaptive_delay": "0", "max_delay": "30s", "max_crawl_delay": "300s",
          "revisit": "off", "min_interval": "60s", "max_interval": "7776000s",
-         "interval_grow": "0.4", "interval_shrink": "0.2", "trap_max_url_length": "1024",
+         "interval_grow": "0.4", "interval_shrink": "0.2", "conditional": "true",
+         "trap_max_url_length": "1024",
          "trap_max_segments": "20", "trap_repeated_segments": "2", "trap_max_params": "12",
          "trap_path_variants": "1000", "trap_session_ids": "true",
          "near_duplicate_distance": "3",
@@ -244,7 +248,8 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
         "adaptive_delay": [None, "0"], "max_delay": [None, "30s"],
         "max_crawl_delay": [None, "300s"], "revisit": [None, "off"], "min_interval": [None, "60s"],
         "max_interval": [None, "7776000s"], "interval_grow": [None, "0.4"],
-        "interval_shrink": [None, "0.2"], "trap_max_url_length": [None, "1024"],
+        "interval_shrink": [None, "0.2"], "conditional": [None, "true"],
+        "trap_max_url_length": [None, "1024"],
         "trap_max_segments": [None, "20"],
         "trap_repeated_segments": [None, "2"], "trap_max_params": [None, "12"],
         "trap_path_variants": [None, "1000"], "trap_session_ids": [None, "true"],
@@ -289,14 +294,15 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
     assert [ln.split()[:2] for ln in lines[22:27]] == [
         ["revisit", "off"], ["min_interval", "60s"], ["max_interval", "7776000s"],
         ["interval_grow", "0.4"], ["interval_shrink", "0.2"]]
-    assert [ln.split()[:2] for ln in lines[27:34]] == [
+    assert lines[27].split()[:2] == ["conditional", "true"]
+    assert [ln.split()[:2] for ln in lines[28:35]] == [
         ["trap_max_url_length", "1024"], ["trap_max_segments", "20"],
         ["trap_repeated_segments", "2"], ["trap_max_params", "12"],
         ["trap_path_variants", "1000"], ["trap_session_ids", "true"],
         ["near_duplicate_distance", "3"]]
-    assert [ln.split()[:2] for ln in lines[34:37]] == [
+    assert [ln.split()[:2] for ln in lines[35:38]] == [
         ["politeness_key", "host"], ["group_delay", "1s"], ["group_concurrency", "2"]]
-    lines = lines[:15] + lines[37:]
+    lines = lines[:15] + lines[38:]
     assert lines[15] == "changes, newest first:"
     assert lines[16].endswith("v4  crawlq crawl set: allow_domains xn--bcher-kva.example,"
                               "example.com -> @parent, ignore_robots true -> false")
@@ -305,7 +311,8 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
                               "adaptive_delay - -> 0, "
                               "allow_domains - -> @parent, backoff_base - -> 1s, "
                               "backoff_cap - -> 3600s, backoff_forgive - -> 300s, "
-                              "backoff_on - -> 429,503, group_concurrency - -> 2, "
+                              "backoff_on - -> 429,503, conditional - -> true, "
+                              "group_concurrency - -> 2, "
                               "group_delay - -> 1s, ignore_robots - -> false, "
                               "interval_grow - -> 0.4, interval_shrink - -> 0.2, "
                               "max_attempts - -> 3, max_crawl_delay - -> 300s, "
@@ -425,7 +432,8 @@ async def test_show_toml_round_trips_into_create_config(
         'backoff_base = "2s"', 'backoff_cap = "60s"', 'backoff_forgive = "90s"',
         "adaptive_delay = 0", 'max_delay = "30s"', 'max_crawl_delay = "300s"',
         'revisit = "off"', 'min_interval = "60s"', 'max_interval = "7776000s"',
-        "interval_grow = 0.4", "interval_shrink = 0.2", "trap_max_url_length = 1024",
+        "interval_grow = 0.4", "interval_shrink = 0.2", "conditional = true",
+        "trap_max_url_length = 1024",
         "trap_max_segments = 20", "trap_repeated_segments = 2", "trap_max_params = 12",
         "trap_path_variants = 1000", "trap_session_ids = true",
         "near_duplicate_distance = 3",
@@ -779,7 +787,8 @@ async def test_a_crawl_made_without_a_policy_is_adopted(
                        "max_crawl_delay": [None, "300s"], "revisit": [None, "off"],
                        "min_interval": [None, "60s"], "max_interval": [None, "7776000s"],
                        "interval_grow": [None, "0.4"], "interval_shrink": [None, "0.2"],
-                       "trap_max_url_length": [None, "1024"], "trap_max_segments": [None, "20"],
+                       "conditional": [None, "true"], "trap_max_url_length": [None, "1024"],
+                       "trap_max_segments": [None, "20"],
                        "trap_repeated_segments": [None, "2"], "trap_max_params": [None, "12"],
                        "trap_path_variants": [None, "1000"], "trap_session_ids": [None, "true"],
                        "near_duplicate_distance": [None, "3"],

@@ -231,6 +231,42 @@ async def test_a_seen_url_enqueued_again_with_revisits_on_is_a_duplicate(
     assert (await q.enqueue([nt("http://a.test/old")])).recrawled == 1
 
 
+async def test_a_recrawl_windows_history_is_kept_unscheduled_and_joins_the_schedule_later(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """With revisits off and a window, an ack keeps the URL's validators (a record of
+    interval 0, entry-less) and schedules nothing; the window brings it back with them;
+    once revisits are on, such a record is no duplicate (the schedule does not hold it):
+    the window brings it back once more and that visit's ack schedules it."""
+    q = await revisit_queue(redis_client, crawl_name, revisit="off", recrawl_after=1)
+    q.configure(recrawl_after_s=1)
+    pk, url = q.partitions[0], "http://a.test/p"
+    await q.enqueue([nt(url)])
+    await visit(q, "ok", Observed('"v1"', "lm1", "ef" * 8, -1))
+    record = await redis_client.hget(pk.rv_hist, tid(url))
+    assert record is not None and record.split(b" ")[2] == b"0"
+    assert not record.endswith(b"}")  # no entry kept: its recrawl brings its own
+    assert await redis_client.zcard(pk.rv_due) == 0
+    await window_passed(redis_client, 2)
+    assert (await q.enqueue([nt(url)])).recrawled == 1
+    [lease] = await q.lease("w", 1, 60_000)
+    assert lease.task.revisit is not None
+    assert (lease.task.revisit.etag, lease.task.revisit.last_modified,
+            lease.task.revisit.digest, lease.task.revisit.interval_s) == (
+        '"v1"', "lm1", "ef" * 8, 0)
+    lease.observed = Observed("", "", "", -1)
+    await q.ack("w", [(lease, "not_modified")])  # a 304 keeps what it did not carry
+    record = await redis_client.hget(pk.rv_hist, tid(url))
+    assert record is not None and record.split(b" ")[4] == b"ef" * 8
+    await set_policy(redis_client, crawl_name, {"revisit": "fixed"}, by="test")
+    await window_passed(redis_client, 2)
+    assert (await q.enqueue([nt(url)])).recrawled == 1
+    await visit(q, "not_modified", Observed("", "", "", -1))
+    assert await interval_of(q, url) == 1
+    assert await redis_client.zscore(pk.rv_due, tid(url)) is not None
+    record = await redis_client.hget(pk.rv_hist, tid(url))
+    assert record is not None and record.endswith(b"}")  # its entry, kept now
+
+
 async def test_revisits_keep_their_hosts_politeness(redis_client: aioredis.Redis,
                                                     crawl_name: str) -> None:
     q = await revisit_queue(redis_client, crawl_name)

@@ -6,6 +6,7 @@ redis-server, real aiohttp sites on 127.0.0.1."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from email.utils import formatdate
@@ -61,11 +62,14 @@ class Crawl:
 
 
 async def crawl(redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
-                tasks: list[NewTask], revisit: str = "fixed") -> Crawl:
-    """Enqueue `tasks` and run a consumer with the ``links`` handler until the crawl is done
-    (a crawl whose policy says `revisit`)."""
+                tasks: list[NewTask], revisit: str = "fixed", **policy: Any) -> Crawl:
+    """Enqueue `tasks` (as a producer run with the policy's recrawl window) and run a
+    consumer with the ``links`` handler until the crawl is done (a crawl whose policy says
+    `revisit` and `policy`)."""
     queue = await LeasingQueue.open(redis_client, crawl_name)
-    await set_policy(redis_client, crawl_name, {"revisit": revisit}, by="test", create=True)
+    await set_policy(redis_client, crawl_name, {"revisit": revisit, **policy}, by="test",
+                     create=True)
+    queue.configure(recrawl_after_s=policy.get("recrawl_after", 0))
     await queue.enqueue(tasks)
     settings = settings_from_args(build_parser().parse_args(
         consumer_args(redis_url, crawl_name, "unused")))
@@ -189,6 +193,72 @@ async def test_with_revisits_off_a_first_visit_hashes_no_body(
     record = seen.record(url)
     assert (record.outcome, record.digest) == ("ok", "")
     assert seen.acked[url].observed is None and seen.handled[0] == url
+
+
+def validating_routes(requests: dict[str, list[dict[str, str]]]) -> dict[str, Any]:
+    """/p, an unchanged page as nginx serves one: ETag and Last-Modified on its 200, a
+    304 to either of them."""
+    async def p(request: web.Request) -> web.Response:
+        requests["/p"].append(dict(request.headers))
+        validators = {"ETag": ETAG, "Last-Modified": LAST_MODIFIED}
+        if (request.headers.get("If-None-Match") == ETAG
+                or request.headers.get("If-Modified-Since") == LAST_MODIFIED):
+            return web.Response(status=304, headers=validators)
+        return web.Response(body=OLD_PAGE, content_type="text/html", headers=validators)
+
+    async def other(request: web.Request) -> web.Response:
+        return web.Response(text="<html></html>", content_type="text/html")
+
+    return {"/p": p, "/known": other}
+
+
+async def recrawled(redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+                    requests: dict[str, list[dict[str, str]]], **policy: Any
+                    ) -> tuple[str, Crawl, LeasingQueue]:
+    """/p crawled, then enqueued again once its recrawl window (1 s, revisits off: the
+    old way's producer run) has passed, and crawled again: its URL, the second run, the
+    crawl's queue."""
+    async with serve(validating_routes(requests)) as site:
+        url = site.url("/p")
+        first = await crawl(redis_client, redis_url, crawl_name,
+                            [NewTask(url, fingerprint(url))], "off", recrawl_after=1, **policy)
+        assert first.record(url).outcome == "ok" and first.handled[0] == url
+        await asyncio.sleep(1.1)  # past the window: the seen mark counts whole seconds
+        again = await crawl(redis_client, redis_url, crawl_name,
+                            [NewTask(url, fingerprint(url))], "off", recrawl_after=1, **policy)
+    return url, again, await LeasingQueue.open(redis_client, crawl_name)
+
+
+async def test_a_recrawl_window_alone_asks_with_the_validators_and_a_304_ends_not_modified(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str) -> None:
+    """recrawl_after with no revisit option: the first visit keeps its URL's validators,
+    its recrawl sends them, and the site's 304 ends it done, not_modified, counted, never
+    handled (issue 34: validators kept by default)."""
+    requests: dict[str, list[dict[str, str]]] = {"/p": []}
+    url, again, queue = await recrawled(redis_client, redis_url, crawl_name, requests)
+    first_sent, sent = requests["/p"]
+    assert not set(VALIDATOR_NAMES) & set(first_sent)
+    assert {k: sent.get(k) for k in VALIDATOR_NAMES} == {
+        "If-None-Match": ETAG, "If-Modified-Since": LAST_MODIFIED}
+    record = again.record(url)
+    assert (record.outcome, record.status, record.bytes) == ("not_modified", 304, 0)
+    assert record.digest == digest(OLD_PAGE) and record.refers_to_s > 0
+    assert again.handled == []
+    assert counted(again.metrics, "not_modified")
+    counters = (await queue.stats()).counters
+    assert (counters["outcome:not_modified"], counters["recrawled"]) == (1, 1)
+    assert counters.get("failed", 0) == 0
+
+
+async def test_conditional_off_a_recrawl_window_keeps_no_history_and_fetches_whole(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str) -> None:
+    requests: dict[str, list[dict[str, str]]] = {"/p": []}
+    url, again, queue = await recrawled(redis_client, redis_url, crawl_name, requests,
+                                        conditional=False)
+    assert not any(set(VALIDATOR_NAMES) & set(sent) for sent in requests["/p"])
+    assert again.record(url).outcome == "ok" and again.handled[0] == url
+    assert len(again.handled) == 2  # its link too, past the window: the old way, whole
+    assert sum([await redis_client.hlen(pk.rv_hist) for pk in queue.partitions]) == 0
 
 
 async def test_a_validator_is_never_sent_to_the_redirect_target_nor_kept_for_the_url(

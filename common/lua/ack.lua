@@ -10,9 +10,11 @@
 -- ended, which a recrawl window counts from (enqueue.lua). A lease's page of its host's
 -- budget is used if its request got a response, given back if not (robots_disallowed: no
 -- request).
--- With marks 2 (the crawl's revisits on) each done URL also gets its history record and
--- its next visit (schedule_visits, lib/revisits.lua), from what its fetch observed; a
--- partition whose `conf` says revisits are off ignores them.
+-- With marks 2 (the crawl's revisits on, or a recrawl window with `conditional` on) each
+-- done URL also gets its history record and its next visit (schedule_visits,
+-- lib/revisits.lua), from what its fetch observed; a partition whose `conf` says
+-- revisits are off but keeps validators (keeps_validators) writes the record alone
+-- (keep_visits), one that does neither ignores them.
 --
 -- KEYS[1..4] host state: hosts, due, h:queued, conf (lib/hosts.lua)
 -- KEYS[5..6] lease state: leased, leases (lib/leases.lua)
@@ -25,7 +27,7 @@
 --          HASH, rv:due ZSET (the last two keys)
 -- ARGV[1]  worker id
 -- ARGV[2]  marks: 1 = each item also names its seen field (exact dedup), 2 = and what
---          its fetch observed (revisits on), 0 = neither
+--          its fetch observed (revisits on or validators kept), 0 = neither
 -- ARGV[3..] per item: id, token, outcome (a short code such as ok, http_4xx), sent_ms
 --           (Redis ms its request went out when later than its turn, else 0),
 --           responded (1 = its request to the host got a response, 0 = no request
@@ -66,6 +68,7 @@ local states, recs = lease_states(LK, ids, tokens, worker, now)
 local codes, gone, ended, hosts, acked, outcomes, visits = {}, {}, {}, {}, {}, {}, {}
 local stale = 0
 local rv = observing and revisit_conf(L.K.conf)
+local keeps = observing and not rv and keeps_validators(L.K.conf)
 for i, id in ipairs(ids) do
   local state = states[i]
   if state == OK and acked[id] then state = UNKNOWN end
@@ -83,7 +86,7 @@ for i, id in ipairs(ids) do
       responded = ARGV[base + 4] == '1', sent = int_arg(ARGV[base + 3], 'sent_ms'),
       elapsed = int_arg(ARGV[base + 5], 'elapsed_ms'), done = true}}
     hosts[#hosts + 1] = rec.host
-    if rv then
+    if rv or keeps then
       visits[#visits + 1] = {id, rec.host, rec.prio, rec.entry, ARGV[base + 2], ARGV[base + 7]}
     end
     local key = 'outcome:' .. ARGV[base + 2]
@@ -93,7 +96,8 @@ for i, id in ipairs(ids) do
   end
 end
 if #gone > 0 then
-  if #visits > 0 then schedule_visits(KEYS[#KEYS - 1], KEYS[#KEYS], visits, rv, now) end
+  if #visits > 0 and rv then schedule_visits(KEYS[#KEYS - 1], KEYS[#KEYS], visits, rv, now)
+  elseif #visits > 0 then keep_visits(KEYS[#KEYS - 1], visits, now) end
   drop_leases(LK, gone)
   -- Usually absent (no checkpoints, failures or stalls): an EXISTS is cheaper than
   -- handing every id to HDEL.

@@ -5,9 +5,12 @@
 -- purged (ack.lua, purge.lua). It is enqueued again only when the crawl has a recrawl
 -- window and it ended longer ago than that: a live task (pending, leased, waiting,
 -- dead) is never queued twice. With the crawl's revisits on (`conf`), a done URL with a
--- history record is a duplicate too: its revisit schedule brings it back (revisit.lua);
--- one done before revisits were turned on has none, and comes back by the window once,
--- to be scheduled when that visit is done.
+-- schedule's history record (interval > 0) is a duplicate too: its revisit schedule
+-- brings it back (revisit.lua); one done before revisits were turned on has none (or a
+-- recrawl window's, interval 0), and comes back by the window once, to be scheduled when
+-- that visit is done. A URL the window brings back with a history record goes with `v`,
+-- its previous visit (lib/revisits.lua revisit_entry), so its fetch asks with that
+-- URL's own validators, unless the policy's `conditional` is off (`conf` rv_cond 0).
 --
 -- KEYS[1..4]   host state: hosts, due, h:queued, conf (lib/hosts.lua)
 -- KEYS[5]      tasks       HASH  (unused here; same layout as enqueue_bloom.lua)
@@ -17,7 +20,7 @@
 -- KEYS[9..11]  group state: g:of, groups, g:parked (lib/groups.lua)
 -- KEYS[12..]   per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
 -- KEYS[12+2H..] per item i: its seen bucket HASH (field -> enqueue time, or -end time);
---              then rv:hist HASH (the last key: the revisit schedule's history records)
+--              then rv:hist HASH (the last key: the URLs' history records)
 -- ARGV[1]      recrawl_after, seconds; 0 = never enqueue a seen URL again
 -- ARGV[2]      H, the number of hosts; ARGV[3..2+H] the host keys
 -- ARGV[3+H]    groups: each host's politeness group (its registrable domain, "-" for
@@ -30,6 +33,7 @@
 --- @include "lib/hosts"
 --- @include "lib/queues"
 --- @include "lib/groups"
+--- @include "lib/revisits"
 
 local stats, pending, prio_hosts = KEYS[6], KEYS[7], KEYS[8]
 local recrawl_after = int_arg(ARGV[1], 'recrawl_after')
@@ -41,7 +45,7 @@ if n ~= math.floor(n) or #KEYS ~= 12 + 2 * nhosts + n then
     .. 'and rv:hist')
 end
 local hist = KEYS[#KEYS]
-local revisits  -- whether the crawl's revisits are on: read at the first URL it matters for
+local rv  -- the crawl's revisits on, and conditional recrawls: read at the first URL they matter for
 local items = {}
 for i = 1, n do
   local base = first + 5 * (i - 1)
@@ -63,11 +67,19 @@ for _, it in ipairs(items) do
     local mark = tonumber(redis.call('HGET', it.bucket, it.field))
     new = not mark
     if mark and mark < 0 and now_s + mark >= recrawl_after then
-      if revisits == nil then
-        revisits = (tonumber(redis.call('HGET', KEYS[4], 'rv')) or 0) > 0
+      if rv == nil then
+        local c = redis.call('HMGET', KEYS[4], 'rv', 'rv_cond')
+        rv = {on = (tonumber(c[1]) or 0) > 0, conditional = c[2] ~= '0'}
       end
-      new = not (revisits and redis.call('HEXISTS', hist, it.id) == 1)
-      if new then recrawled = recrawled + 1 end
+      local r = record_decode(redis.call('HGET', hist, it.id))
+      new = not (rv.on and r and r.interval > 0)
+      if new then
+        recrawled = recrawled + 1
+        if r and rv.conditional then
+          r.entry = it.entry
+          it.entry = revisit_entry(r)
+        end
+      end
     end
     if new then redis.call('HSET', it.bucket, it.field, now_s) end
   end

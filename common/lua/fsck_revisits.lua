@@ -4,7 +4,8 @@
 -- The rule (docs/frontier.md, Revisits): an id in `rv:due` has a history record and is in
 -- no other state; a history record is in `rv:due` unless its URL is being revisited
 -- (pending in its host's queue, leased, waiting or dead: that visit's ack writes its next
--- one). For each id given, checked here again so a call is atomic and safe on a running
+-- one) or it is a recrawl window's (interval 0: validators alone, never scheduled). For
+-- each id given, checked here again so a call is atomic and safe on a running
 -- crawl: one scheduled with no history, or while its URL is active, leaves `rv:due`; a
 -- history neither scheduled nor active is scheduled at its last visit + its interval
 -- (due at once if that has passed). Reads each host queue it is given (O(its length)).
@@ -33,7 +34,7 @@ for i = 1, #ARGV do
     removed = removed + redis.call('ZREM', due, id)
   elseif record and not scheduled and not active then
     local iv, at = string.match(record, '^%S+ %d+ (%d+) (%d+) ')
-    if iv then
+    if iv and tonumber(iv) > 0 then
       added = added + redis.call('ZADD', due, (tonumber(at) + tonumber(iv)) * 1000, id)
     end
   end

@@ -23,6 +23,8 @@
 -- ARGV[14] gkey: the politeness_key when not host ('' = host: no politeness groups;
 --          the first slice then brings every parked host back, lib/groups.lua)
 -- ARGV[15] gdelay_ms: the groups' delay  ARGV[16] gconc: their concurrency (0 = no limit)
+-- ARGV[17] conditional: 1 = recrawls ask with their URL's validators, kept for them (a
+--          recrawl window's too: ack.lua, enqueue.lua), 0 = off
 -- Returns {applied, cursor}: applied 1, or 0 when `conf` holds a newer version (nothing
 --   written); cursor 0 once every host was refreshed
 --- @include "lib/codes"
@@ -46,12 +48,13 @@ end
 local gkey = ARGV[14]
 local gdelay = int_arg(ARGV[15], 'gdelay_ms')
 local gconc = int_arg(ARGV[16], 'gconc')
+local conditional = int_arg(ARGV[17], 'conditional')
 local K = host_keys(1)
 local held = tonumber(redis.call('HGET', K.conf, 'policy_version')) or 0
 if held > version then return {0, '0'} end
 redis.call('HSET', K.conf, 'delay', delay, 'concurrency', conc, 'policy_version', version,
            'adapt', adapt, 'max_delay', max_delay, 'gkey', gkey, 'gdelay', gdelay,
-           'gconc', gconc, unpack(revisit))
+           'gconc', gconc, 'rv_cond', conditional, unpack(revisit))
 local GK = group_keys(5)
 if gkey == '' and cursor == '0' then redis.call('DEL', GK.parked) end
 local L = ledger(K, now_ms())

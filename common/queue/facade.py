@@ -70,8 +70,9 @@ class CrawlQueue:
 
     @property
     def revisits(self) -> bool:
-        """Whether the crawl's revisits are on: each ack then sends what its fetch
-        observed (the URL's history and next visit)."""
+        """Whether the crawl keeps its URLs' history (revisits on, or a recrawl window
+        with conditional recrawls): each ack then sends what its fetch observed (the
+        URL's history, and its next visit with revisits on)."""
         return self._revisits
 
     def configure(self, *, retry: RetryPolicy | None = None,

@@ -1,6 +1,7 @@
 -- lib/revisits.lua: the revisit schedule (issue 26): each done URL's history record in
 -- `rv:hist` and its next visit in `rv:due` (common/keys.py), the interval each visit
--- learns, and the entry a due URL goes back to its host's queue with.
+-- learns, and the entry a due URL goes back to its host's queue with; with revisits off,
+-- a recrawl window's records alone (keep_visits: validators for its conditional recrawls).
 -- Includes lib/codes (call_sliced).
 --- @include "lib/codes"
 
@@ -31,6 +32,14 @@ local function revisit_conf(conf)
   local first = r.first > 0 and r.first or r.min
   r.price = tonumber(c[7]) or PRICE_AT_FIRST * first
   return r
+end
+
+-- Whether a crawl whose revisits are off keeps its done URLs' validators for their
+-- recrawls: a recrawl window (rv_first, recrawl_after > 0) and the policy's
+-- `conditional` (rv_cond; absent, as an earlier crawlq's conf has it: its default, on).
+local function keeps_validators(conf)
+  local c = redis.call('HMGET', conf, 'rv', 'rv_first', 'rv_cond')
+  return (tonumber(c[1]) or 0) == 0 and (tonumber(c[2]) or 0) > 0 and c[3] ~= '0'
 end
 
 -- A history record "<host> <prio> <interval_s> <fetched_s> <digest|-> [~<n>,<x>,<t>] <#etag>
@@ -133,7 +142,7 @@ local function next_interval(c, prev, outcome, max_age, est)
     if est.n > 0 then
       iv = optimal_interval(change_rate(est.n, est.x, est.t), c.price) or c.max
     end
-  elseif prev then
+  elseif prev and prev.interval > 0 then  -- 0: a recrawl window's record, no interval
     iv = prev.interval
     if outcome == 'not_modified' or outcome == 'unchanged' then
       iv = iv * (1000 + c.grow) / 1000
@@ -169,6 +178,17 @@ local function kept(value, old, keep_old)
   return value
 end
 
+-- The history record of visit `v` ({id, host, prio, entry, outcome, observed}), its fetch
+-- observed as `o`, after record `p` (nil: none), at `now_s`: a 304 keeps the stored
+-- validators and digest its response did not carry.
+local function visit_record(p, v, o, now_s, interval, entry, est)
+  local keep = p and v[5] == 'not_modified'
+  return {host = v[2], prio = v[3], interval = interval, fetched = now_s,
+          digest = kept(o.digest, p and p.digest, keep),
+          etag = kept(o.etag, p and p.etag, keep), lm = kept(o.lm, p and p.lm, keep),
+          entry = entry, n = est.n, x = est.x, t = est.t}
+end
+
 -- Writes the history record and the next visit of each done URL. `visits` holds
 -- {id, host, prio, entry, outcome, observed}; `now` ms of Redis TIME. A 304 keeps the
 -- stored validators and digest its response did not carry.
@@ -190,12 +210,9 @@ local function schedule_visits(hist, due, visits, c, now)
                                            p and math.max(now_s - p.fetched, p.interval) or 0)
     end
     local iv = next_interval(c, p, v[5], o.max_age, est)
-    demand_change = demand_change + 1 / iv - (p and 1 / math.max(p.interval, 1) or 0)
-    local keep = p and v[5] == 'not_modified'
-    local r = {host = v[2], prio = v[3], interval = iv, fetched = now_s,
-               digest = kept(o.digest, p and p.digest, keep),
-               etag = kept(o.etag, p and p.etag, keep), lm = kept(o.lm, p and p.lm, keep),
-               entry = p and p.entry or v[4], n = est.n, x = est.x, t = est.t}
+    demand_change = demand_change + 1 / iv - (p and p.interval > 0 and 1 / p.interval or 0)
+    -- a recrawl window's record keeps no entry (its recrawls come with their own)
+    local r = visit_record(p, v, o, now_s, iv, p and p.entry ~= '' and p.entry or v[4], est)
     fields[#fields + 1] = v[1]
     fields[#fields + 1] = record_encode(r)
     scores[#scores + 1] = now + iv * 1000
@@ -204,6 +221,27 @@ local function schedule_visits(hist, due, visits, c, now)
   call_sliced('HSET', hist, fields, 1000)
   call_sliced('ZADD', due, scores, 1000)
   if c.mode == 3 then learn_price(c, hist, #visits, demand_change) end
+end
+
+-- Writes the history record of each done URL of a crawl that keeps validators with its
+-- revisits off (keeps_validators): what its fetch observed, for its recrawl to ask with
+-- (enqueue.lua), and no next visit. A new record has interval 0 (never scheduled) and no
+-- entry; one the schedule wrote before revisits were turned off keeps its interval,
+-- entry and estimator (the schedule waits, as it was). Same arguments as schedule_visits.
+local function keep_visits(hist, visits, now)
+  local ids = {}
+  for i, v in ipairs(visits) do ids[i] = v[1] end
+  local prev = call_sliced('HMGET', hist, ids, 1000)
+  local fields = {}
+  local now_s = math.floor(now / 1000)
+  for i, v in ipairs(visits) do
+    local p = record_decode(prev[i])
+    local r = visit_record(p, v, observed_decode(v[6]), now_s, p and p.interval or 0,
+                           p and p.entry or '', p or {n = 0, x = 0, t = 0})
+    fields[#fields + 1] = v[1]
+    fields[#fields + 1] = record_encode(r)
+  end
+  call_sliced('HSET', hist, fields, 1000)
 end
 
 -- A JSON string (validators are header values: printable, but may hold '"' or '\').
