@@ -243,6 +243,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("60-late-turn-ignores-a-later-turn", "a late request's turn comes a delay after "
            "the latest turn leased, not at once",
            (_FR + "test_a_late_robots_txt_and_the_pages_that_waited_for_it_keep_the_delay",)),
+    Mutant("63-ip-groups-named-by-domain", "under politeness_key ip a host's group is its "
+           "name's address, named before its first lease, though the enqueuing process "
+           "did not know the key",
+           (_GR + "test_three_consumers_keep_an_ip_groups_concurrency_and_delay_across_50_hosts",
+            _GR + "test_by_ip_a_hosts_group_is_its_names_address_named_before_its_first_lease")),
+    Mutant("64-ip-group-renamed-by-a-later-answer", "under politeness_key ip a host keeps "
+           "the group it was first named, so its leases give their slots back to it",
+           (_GR + "test_by_ip_a_host_keeps_the_first_group_it_was_named",)),
 )
 
 
