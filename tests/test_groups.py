@@ -30,7 +30,7 @@ from support.frontier import lease_when_due, tasks
 from common.hostmodel.grouprec import GroupRecord
 from common.hostmodel.hostgroup import NO_GROUP, host_group
 from common.policy import PolicyError, create_policy, set_policy
-from common.queue import CrawlSettings, Failure, LeasingQueue
+from common.queue import CrawlSettings, DedupMode, Failure, LeasingQueue
 from common.queue.calls import run
 from common.queue.enqueue import _call
 from console.cli import main_async
@@ -330,6 +330,16 @@ async def test_by_ip_a_hosts_group_is_its_names_address_named_before_its_first_l
     assert (await redis_client.hget(pk.stats, "enqueued")) == b"5"
 
 
+async def test_by_ip_a_bloom_crawl_names_its_hosts_groups_too(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings(dedup=DedupMode.BLOOM))
+    await grouped_queue(redis_client, crawl_name, politeness_key="ip")
+    assert (await q.enqueue(tasks(["http://localhost:1001/a", "http://127.0.0.1:1002/a",
+                                   "http://localhost:1001/a"]))).enqueued == 2
+    assert await redis_client.hget(q.partitions[0].group_of, "localhost:1001") == b"127.0.0.1"
+    assert len(await q.lease("w", 10, 60_000)) == 1
+
+
 async def test_by_ip_a_name_that_fails_to_resolve_stays_ungrouped_and_is_counted(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
     q = await grouped_queue(redis_client, crawl_name, politeness_key="ip")
@@ -372,3 +382,21 @@ async def test_switching_to_ip_groups_the_hosts_already_queued(
     assert named == {"localhost:1001": "127.0.0.1", "127.0.0.1:1002": "127.0.0.1"}
     leased = await q.lease("w", 20, 60_000)
     assert sum(x.host in ("localhost:1001", "127.0.0.1:1002") for x in leased) == 1
+
+
+async def test_by_ip_operators_list_groups_by_address_and_set_one(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An IPv6 group is named without brackets; group-set takes it either way."""
+    q = await grouped_queue(redis_client, crawl_name, politeness_key="ip")
+    await q.enqueue(tasks(["http://[::1]:1001/a", "http://[::1]:1002/a"]))
+    assert len(await q.lease("w", 10, 60_000)) == 1
+    cli = ["--redis-url", redis_url, "--cluster", "no", "--crawl", crawl_name]
+    capsys.readouterr()
+    assert await main_async(["hosts", "--groups", *cli]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("politeness_key ip\n")
+    assert out.splitlines()[2].split()[:2] == ["::1", "1"]
+    assert await main_async(["hosts", "group-set", "[::1]", "--concurrency", "2", *cli]) == 0
+    assert "group ::1: delay 0s, concurrency 2" in capsys.readouterr().out
+    assert len(await q.lease("w", 10, 60_000)) == 1
