@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from common.hostmodel.hostgroup import NO_GROUP, host_group
+from common.hostmodel.hostgroup import NO_GROUP, host_group, host_name
 from common.hostmodel.hostip import AddressBook
 
 #: What an enqueue sends for a host whose name failed to resolve just now (politeness_key
@@ -36,6 +36,11 @@ class Grouper:
             return " ".join(["domain", *(host_group(h) for h in hosts)])
         if self._book is None:
             self._book = AddressBook()
-        found = await asyncio.gather(*(self._book.address(h) for h in hosts))
-        return " ".join(["ip", *(address or (UNRESOLVED if failed else NO_GROUP)
-                                 for address, failed in found)])
+        names = list({host_name(h): None for h in hosts})  # each name once, in order
+        found = dict(zip(names, await asyncio.gather(*map(self._book.address, names)),
+                         strict=True))
+        words = ["ip"]
+        for host in hosts:
+            address, failed = found[host_name(host)]
+            words.append(address or (UNRESOLVED if failed else NO_GROUP))
+        return " ".join(words)

@@ -210,27 +210,32 @@ end
 -- Names the groups of `hosts` in g:of from `text` (groups_stale's key, then their groups
 -- in host order, "-" for none, "?" for a name that failed to resolve just now) while the
 -- crawl's key is not host (L.G on): an enqueue's. Under `ip` a host keeps the first group
--- it was named (HSETNX): another process may resolve its name to another address (a
+-- it was named: another process may resolve its name to another address (a
 -- changed or balanced DNS answer), and the end of a lease gives its slot back to the
 -- group g:of names then. Returns how many names failed to resolve.
 local function groups_assign(L, hosts, text)
   if not L.G.on then return 0 end
-  local ip = ledger_conf(L).gkey == 'ip'
-  local args, i, unresolved = {}, -1, 0
+  local named, groups, i, unresolved = {}, {}, -1, 0
   for g in string.gmatch(text, '%S+') do
     i = i + 1
     if g == '?' then
       unresolved = unresolved + 1
     elseif i > 0 and g ~= '-' and hosts[i] then
-      if ip then
-        redis.call('HSETNX', L.G.K.of, hosts[i], g)
-      else
-        args[#args + 1] = hosts[i]
-        args[#args + 1] = g
-      end
+      named[#named + 1] = hosts[i]
+      groups[#groups + 1] = g
     end
   end
   if i ~= #hosts then error('crawlq: enqueue needs one group per host') end
+  if #named == 0 then return unresolved end
+  local had = {}
+  if ledger_conf(L).gkey == 'ip' then had = call_sliced('HMGET', L.G.K.of, named, 1000) end
+  local args = {}
+  for k, host in ipairs(named) do
+    if not had[k] then
+      args[#args + 1] = host
+      args[#args + 1] = groups[k]
+    end
+  end
   if #args > 0 then call_sliced('HSET', L.G.K.of, args, 1000) end
   return unresolved
 end
