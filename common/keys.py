@@ -59,8 +59,9 @@ conf           HASH    the crawl's politeness, copied from its     policy_apply,
                        (ack)
 pending        STRING  pending tasks in this partition             enqueue, lease, ...
 g:of           HASH    host -> its politeness group (its           enqueue (politeness_key
-                       registrable domain), while the crawl's      domain), policy
-                       politeness_key is domain                    apply's backfill
+                       registrable domain, or its name's address   domain or ip), policy
+                       under ip), while the crawl's                apply's backfill
+                       politeness_key is not host
 groups         HASH    group -> its record: 5 little-endian        the host ledger's
                        doubles (``common.hostmodel.grouprec``,     flush (lib/groups.lua)
                        ``lib/groups.lua``): last request start

@@ -23,7 +23,8 @@ past ``trap_path_variants`` for its path; whether session ids are dropped from l
 ``trap_session_ids``; when a page is a near duplicate of another of its host's, its
 links not followed, ``near_duplicate_distance`` (``common.simhash``); and what else a
 politeness limit is kept for, ``politeness_key`` (host, or domain: each registrable
-domain's hosts share ``group_delay`` and ``group_concurrency``, common/lua/lib/groups.lua).
+domain's hosts share ``group_delay`` and ``group_concurrency``, common/lua/lib/groups.lua;
+or ip: the hosts whose names resolve to one address do, common.hostmodel.hostip).
 What stays a process's own setting (credentials, memory and time bounds, sinks) is
 listed in docs/policy.md.
 
@@ -71,10 +72,11 @@ links without the window (with a WARNING).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import re
 import tomllib
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from math import ceil
 from typing import Any
@@ -86,6 +88,7 @@ from common.connection import RedisClient
 from common.errors import ConfigError
 from common.headers import DEFAULT_USER_AGENT
 from common.hostmodel.hostgroup import NO_GROUP, host_group
+from common.hostmodel.hostip import AddressBook
 from common.keys import CrawlKeys, PartitionKeys
 from common.queue import CrawlSettings, DedupMode, RetryPolicy, partition_keys
 from common.scripts import register
@@ -323,8 +326,9 @@ def _show_domains(value: tuple[str, ...]) -> str:
 
 
 #: What a politeness limit is keyed by beyond the host (`politeness_key`): nothing more
-#: (host) or the host's registrable domain, its group (common.hostmodel.hostgroup).
-POLITENESS_KEYS = ("host", "domain")
+#: (host), the host's registrable domain, its group (common.hostmodel.hostgroup), or the
+#: address its name resolves to (ip, common.hostmodel.hostip).
+POLITENESS_KEYS = ("host", "domain", "ip")
 
 
 def _one_of(names: tuple[str, ...]
@@ -536,18 +540,21 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  "off = never)",
                  check=_distance_ok, show=_show_distance, seeded_by=NOBODY),
     PolicyOption("politeness_key", "", politeness_key, "host",
-                 "what else a politeness limit is kept for: host (each host alone) or "
+                 "what else a politeness limit is kept for: host (each host alone), "
                  "domain (also each registrable domain, its group: a.example.com and "
                  "b.example.com wait for each other too, by group_delay and "
-                 "group_concurrency); one-partition crawls only",
+                 "group_concurrency) or ip (also each server: the hosts whose names "
+                 "resolve to one address, looked up at enqueue); one-partition crawls "
+                 "only",
                  check=_politeness_key_ok, toml_string=True, seeded_by=NOBODY),
     PolicyOption("group_delay", "", _ms_seconds, 1.0,
-                 "politeness_key domain: least time between requests to the hosts of one "
-                 "group across the whole fleet, unless the group has its own (crawlq hosts "
-                 "group-set)", show=_show_seconds, toml_string=True, seeded_by=NOBODY),
+                 "politeness_key domain or ip: least time between requests to the hosts of "
+                 "one group across the whole fleet, unless the group has its own (crawlq "
+                 "hosts group-set)", show=_show_seconds, toml_string=True, seeded_by=NOBODY),
     PolicyOption("group_concurrency", "", _whole, 2,
-                 "politeness_key domain: most requests in flight to the hosts of one group "
-                 "across the whole fleet, unless the group has its own (0 = no limit)",
+                 "politeness_key domain or ip: most requests in flight to the hosts of one "
+                 "group across the whole fleet, unless the group has its own (0 = no "
+                 "limit)",
                  check=_whole_ok, seeded_by=NOBODY),
 )
 OPTIONS: dict[str, PolicyOption] = {o.name: o for o in POLICY_OPTIONS}
@@ -861,22 +868,40 @@ async def _write(client: RedisClient, crawl: str, mode: str, texts: Mapping[str,
     return int(code), int(version)
 
 
-async def assign_groups(client: RedisClient, pk: PartitionKeys) -> int:
-    """Name the group of every host a partition knows in ``g:of`` (the hosts enqueued
-    before politeness_key became domain; enqueue names the others), a slice of hosts a
-    command; returns how many were named."""
-    named, pairs = 0, list[str]()
-    async for raw, _ in client.hscan_iter(pk.hosts, count=APPLY_SLICE):
-        host = _text(raw)
-        group = host_group(host)
-        if group != NO_GROUP:
-            pairs += [host, group]
-        if len(pairs) >= 2 * APPLY_SLICE:
+async def assign_groups(client: RedisClient, pk: PartitionKeys, key: str) -> int:
+    """Name the group of every host a partition knows in ``g:of`` for politeness_key
+    `key` (the hosts enqueued before it was set; enqueue names the others), a slice of
+    hosts a command; returns how many were named. Under ip each name is looked up again
+    (the way to follow a changed address: switch the key to host and back), and a host
+    whose name fails to resolve loses the group it had."""
+    book = AddressBook() if key == "ip" else None
+    named = 0
+    async for hosts in _host_slices(client, pk):
+        if book is None:
+            groups = [host_group(h) for h in hosts]
+        else:
+            found = await asyncio.gather(*(book.address(h) for h in hosts))
+            groups = [address or NO_GROUP for address, _ in found]
+        pairs = [x for h, g in zip(hosts, groups, strict=True) if g != NO_GROUP
+                 for x in (h, g)]
+        if pairs:
             named += await client.hset(pk.group_of, items=pairs)
-            pairs = []
-    if pairs:
-        named += await client.hset(pk.group_of, items=pairs)
+        ungrouped = [h for h, g in zip(hosts, groups, strict=True) if g == NO_GROUP]
+        if book is not None and ungrouped:
+            await client.hdel(pk.group_of, *ungrouped)
     return named
+
+
+async def _host_slices(client: RedisClient, pk: PartitionKeys) -> AsyncIterator[list[str]]:
+    """The hosts of a partition's ``hosts``, `APPLY_SLICE` at a time."""
+    hosts: list[str] = []
+    async for raw, _ in client.hscan_iter(pk.hosts, count=APPLY_SLICE):
+        hosts.append(_text(raw))
+        if len(hosts) >= APPLY_SLICE:
+            yield hosts
+            hosts = []
+    if hosts:
+        yield hosts
 
 
 async def apply_policy(client: RedisClient, crawl: str, version: int, policy: CrawlPolicy,
@@ -887,8 +912,8 @@ async def apply_policy(client: RedisClient, crawl: str, version: int, policy: Cr
         partitions = await partitions_of(client, crawl)
     script = register(client, "policy_apply")
     for pk in partitions:
-        if policy.politeness_key == "domain":
-            await assign_groups(client, pk)
+        if policy.politeness_key != "host":
+            await assign_groups(client, pk, policy.politeness_key)
         cursor: Any = "0"
         while True:
             applied, cursor = await script(

@@ -175,7 +175,8 @@ def add_host_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser],
         Option("--limit", "CRAWLQ_HOSTS_LIMIT", 50, "show at most this many (1..1000)",
                type=int),
         Option("--groups", "CRAWLQ_HOSTS_GROUPS", False, "list the politeness groups "
-               "(politeness_key domain) instead, most in flight first", flag_only_bool=True),
+               "(politeness_key domain or ip) instead, most in flight first",
+               flag_only_bool=True),
     ))
     hosts.set_defaults(handler=cmd_hosts)
     hosts_sub = hosts.add_subparsers(dest="hosts_command", metavar="ACTION")
@@ -197,10 +198,11 @@ def add_host_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     p.set_defaults(handler=cmd_hosts_set)
     p = hosts_sub.add_parser("group-set", help="change one politeness group's delay or "
                              "concurrency", description="Change one politeness group's "
-                             "settings (politeness_key domain); they override the crawl's "
-                             "group_delay and group_concurrency until cleared.")
+                             "settings (politeness_key domain or ip); they override the "
+                             "crawl's group_delay and group_concurrency until cleared.")
     add_options(p, common)
-    p.add_argument("group", help="the group: a registrable domain (example.com)")
+    p.add_argument("group", help="the group: a registrable domain (example.com), or "
+                   "an address under politeness_key ip (192.0.2.7)")
     p.add_argument("--delay", type=duration, default=None,
                    help="least time between requests to its hosts (e.g. 2s)")
     p.add_argument("--concurrency", type=_non_negative_int, default=None,

@@ -253,6 +253,14 @@ MUTANTS: tuple[Mutant, ...] = (
             "and_a_304_ends_not_modified",
             _RS + "test_a_recrawl_windows_history_is_kept_unscheduled_and_joins_the_schedule_"
             "later")),
+    Mutant("63-ip-groups-named-by-domain", "under politeness_key ip a host's group is its "
+           "name's address, named before its first lease, though the enqueuing process "
+           "did not know the key",
+           (_GR + "test_three_consumers_keep_an_ip_groups_concurrency_and_delay_across_50_hosts",
+            _GR + "test_by_ip_a_hosts_group_is_its_names_address_named_before_its_first_lease")),
+    Mutant("64-ip-group-renamed-by-a-later-answer", "under politeness_key ip a host keeps "
+           "the group it was first named, so its leases give their slots back to it",
+           (_GR + "test_by_ip_a_host_keeps_the_first_group_it_was_named",)),
 )
 
 

@@ -1,7 +1,14 @@
 """Politeness groups (issue 35): with the crawl's politeness_key at domain, the hosts of one
 registrable domain share their group's delay and concurrency, fleet-wide, beside their
-own; with host, nothing changes. Real redis-server; real local sites (one server behind
-many host names, reached through its proxy mode) and real consumer processes."""
+own; at ip, the hosts whose names resolve to one address do; with host, nothing changes.
+Real redis-server; real local sites (one server behind many host names, reached through
+its proxy mode) and real consumer processes.
+
+Names under ip are resolved for real, by the system resolver, and no test may send a
+query off the machine: the names every machine resolves by itself are ``localhost``
+(its hosts file) and address literals. A host key carries its port, so ``localhost:P``
+and ``127.0.0.1:P`` over many ports P are many hosts of one server: apart by host, apart
+by domain too (neither has a registrable domain), one group by ip."""
 
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ import itertools
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +30,9 @@ from support.frontier import lease_when_due, tasks
 from common.hostmodel.grouprec import GroupRecord
 from common.hostmodel.hostgroup import NO_GROUP, host_group
 from common.policy import PolicyError, create_policy, set_policy
-from common.queue import CrawlSettings, Failure, LeasingQueue
+from common.queue import CrawlSettings, DedupMode, Failure, LeasingQueue
+from common.queue.calls import run
+from common.queue.enqueue import _call
 from console.cli import main_async
 
 #: The hosts of one site (site.test: "test" is no public suffix, so its registrable
@@ -134,11 +144,12 @@ async def test_push_back_from_one_host_blocks_its_group(
     assert await q.lease("w", 10, 60_000) == []  # site.test's other hosts wait too
 
 
+@pytest.mark.parametrize("key", ["domain", "ip"])
 async def test_politeness_groups_need_one_partition(
-        redis_client: aioredis.Redis, crawl_name: str) -> None:
+        redis_client: aioredis.Redis, crawl_name: str, key: str) -> None:
     await LeasingQueue.open(redis_client, crawl_name, CrawlSettings(partitions=2))
     with pytest.raises(PolicyError, match=r"politeness_key: .* 2 partitions"):
-        await create_policy(redis_client, crawl_name, {"politeness_key": "domain"}, by="t")
+        await create_policy(redis_client, crawl_name, {"politeness_key": key}, by="t")
 
 
 async def test_operators_list_groups_and_set_ones_limits(
@@ -179,13 +190,26 @@ ANSWER_MS = 400
 NAMES = 50
 
 
+def site_test_name(i: int, port: int) -> str:
+    """The i-th name of site.test (one registrable domain)."""
+    return f"n{i}.site.test:{port}"
+
+
+def loopback_host(i: int, port: int) -> str:
+    """The i-th of 50 hosts whose names resolve to 127.0.0.1 without a DNS query:
+    localhost and the address literal, each on 25 ports (the site's proxy answers all)."""
+    return f"{'localhost' if i % 2 else '127.0.0.1'}:{port + 1 + i}"
+
+
 async def crawl_fifty_names(redis_url: str, client: aioredis.Redis, crawl: str,
-                            tmp_path: Path, **policy: Any) -> tuple[int, list[float]]:
-    """One page on each of 50 names of site.test, all served by one local site through its
-    proxy mode, crawled by three consumer processes under `policy`: the most requests
-    the server answered at once, and the gaps between their starts (s)."""
+                            tmp_path: Path, host: Callable[[int, int], str] = site_test_name,
+                            **policy: Any) -> tuple[int, list[float]]:
+    """One page on each of 50 hosts (`host`: the i-th, given the site's port), all served
+    by one local site through its proxy mode, crawled by three consumer processes under
+    `policy`: the most requests the server answered at once, and the gaps between their
+    starts (s)."""
     async with start_site_process(delay_ms=ANSWER_MS) as site:
-        urls = [f"http://n{i}.site.test:{site.port}/p/{i}" for i in range(NAMES)]
+        urls = [f"http://{host(i, site.port)}/p/{i}" for i in range(NAMES)]
         q = await LeasingQueue.open(client, crawl)
         await create_policy(client, crawl, {"per_host_delay": 0, "per_host_concurrency": 1,
                                             **policy}, by="test")
@@ -246,3 +270,133 @@ async def test_with_the_host_key_50_names_are_50_hosts(
                                       politeness_key="host", group_delay=0.2,
                                       group_concurrency=2)
     assert peak > 4, peak
+
+
+async def test_three_consumers_keep_an_ip_groups_concurrency_and_delay_across_50_hosts(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str,
+        tmp_path: Path) -> None:
+    """politeness_key=ip, group concurrency 2 and delay 0.2 s, 50 hosts of one address
+    (`loopback_host`) each allowed one request in flight, enqueued by a process that
+    learns the key at its first batch: the server never answers more than 2 at once,
+    and its requests start the delay apart (as the domain test above judges it). The
+    groups are named before the first lease, so the first requests keep them too."""
+    delay = 0.2
+    peak, gaps = await crawl_fifty_names(redis_url, redis_client, crawl_name, tmp_path,
+                                         loopback_host, politeness_key="ip",
+                                         group_delay=delay, group_concurrency=2)
+    assert peak <= 2, peak
+    assert min(gaps) >= delay / 2, sorted(gaps)[:5]
+    assert sum(g >= delay - 0.05 for g in gaps) >= 0.95 * len(gaps), sorted(gaps)[:5]
+
+
+async def test_by_domain_the_50_hosts_of_one_address_are_not_grouped(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str,
+        tmp_path: Path) -> None:
+    """The same 50 hosts under domain: localhost and an address have no registrable
+    domain, so no group holds them and the server sees many requests at once."""
+    peak, _ = await crawl_fifty_names(redis_url, redis_client, crawl_name, tmp_path,
+                                      loopback_host, politeness_key="domain",
+                                      group_delay=0.2, group_concurrency=2)
+    assert peak > 4, peak
+
+
+# -- politeness_key=ip: the queue --------------------------------------------------------
+
+#: A name no resolver can answer, refused before any query leaves the process: a label
+#: longer than DNS allows (63 characters).
+UNRESOLVABLE = "x" * 64 + ".test"
+
+
+async def test_by_ip_a_hosts_group_is_its_names_address_named_before_its_first_lease(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """The queue is opened before the policy says ip: its first batch, named by domain,
+    is refused by the script and named again by ip. localhost and 127.0.0.1 share a group
+    over any port, 127.0.0.2 and ::1 are others; the first lease call keeps them."""
+    q = await LeasingQueue.open(redis_client, crawl_name)
+    await grouped_queue(redis_client, crawl_name, politeness_key="ip")
+    hosts = ["localhost:1001", "localhost:1002", "127.0.0.1:1003", "127.0.0.2:1004",
+             "[::1]:1005"]
+    result = await q.enqueue(tasks([f"http://{h}/p" for h in hosts]))
+    assert result.enqueued == 5
+    pk = q.partitions[0]
+    assert {k.decode(): v.decode() for k, v in
+            (await redis_client.hgetall(pk.group_of)).items()} == {
+        "localhost:1001": "127.0.0.1", "localhost:1002": "127.0.0.1",
+        "127.0.0.1:1003": "127.0.0.1", "127.0.0.2:1004": "127.0.0.2",
+        "[::1]:1005": "::1"}
+    leased = await q.lease("w", 10, 60_000)
+    assert len(leased) == 3 and {x.host for x in leased} >= {"127.0.0.2:1004", "[::1]:1005"}
+    assert (await group(redis_client, q, "127.0.0.1")).inflight == 1
+    assert (await redis_client.hget(pk.stats, "enqueued")) == b"5"
+
+
+async def test_by_ip_a_bloom_crawl_names_its_hosts_groups_too(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings(dedup=DedupMode.BLOOM))
+    await grouped_queue(redis_client, crawl_name, politeness_key="ip")
+    assert (await q.enqueue(tasks(["http://localhost:1001/a", "http://127.0.0.1:1002/a",
+                                   "http://localhost:1001/a"]))).enqueued == 2
+    assert await redis_client.hget(q.partitions[0].group_of, "localhost:1001") == b"127.0.0.1"
+    assert len(await q.lease("w", 10, 60_000)) == 1
+
+
+async def test_by_ip_a_name_that_fails_to_resolve_stays_ungrouped_and_is_counted(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await grouped_queue(redis_client, crawl_name, politeness_key="ip")
+    await q.enqueue(tasks([f"http://{UNRESOLVABLE}/a", "http://localhost:1001/a"]))
+    await q.enqueue(tasks([f"http://{UNRESOLVABLE}/b"]))  # its failure is remembered
+    pk = q.partitions[0]
+    assert await redis_client.hget(pk.group_of, UNRESOLVABLE) is None
+    assert await redis_client.hget(pk.stats, "group_unresolved") == b"1"
+    # It keeps its own limits only (none here): both its URLs and localhost's are leased.
+    assert len(await q.lease("w", 10, 60_000)) == 3
+
+
+async def test_by_ip_a_host_keeps_the_first_group_it_was_named(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """Another process may resolve a name to another address (a changed or balanced DNS
+    answer): the host keeps its group, whose slot its leases in flight hold."""
+    q = await grouped_queue(redis_client, crawl_name, politeness_key="ip")
+    await q.enqueue(tasks(["http://localhost:1001/a"]))
+    [lease] = await q.lease("w", 10, 60_000)
+    pk = q.partitions[0]
+    other = _call(q.on, pk, {"localhost:1001": tasks(["http://localhost:1001/b"])}, 0,
+                  "ip 192.0.2.7")
+    assert int((await run(redis_client, [other]))[0][0]) == 1
+    assert await redis_client.hget(pk.group_of, "localhost:1001") == b"127.0.0.1"
+    assert await q.ack("w", [(lease, "ok")])
+    assert (await group(redis_client, q, "127.0.0.1")).inflight == 0
+
+
+async def test_switching_to_ip_groups_the_hosts_already_queued(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await grouped_queue(redis_client, crawl_name, politeness_key="domain")
+    """Each host's name is looked up; one that fails loses the domain group it had."""
+    await q.enqueue(tasks(["http://localhost:1001/a", "http://127.0.0.1:1002/a",
+                           f"http://{UNRESOLVABLE}/a"]))
+    pk = q.partitions[0]
+    assert await redis_client.hget(pk.group_of, UNRESOLVABLE) == UNRESOLVABLE.encode()
+    await set_policy(redis_client, crawl_name, {"politeness_key": "ip"}, by="test")
+    named = {k.decode(): v.decode() for k, v in
+             (await redis_client.hgetall(pk.group_of)).items()}
+    assert named == {"localhost:1001": "127.0.0.1", "127.0.0.1:1002": "127.0.0.1"}
+    leased = await q.lease("w", 20, 60_000)
+    assert sum(x.host in ("localhost:1001", "127.0.0.1:1002") for x in leased) == 1
+
+
+async def test_by_ip_operators_list_groups_by_address_and_set_one(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An IPv6 group is named without brackets; group-set takes it either way."""
+    q = await grouped_queue(redis_client, crawl_name, politeness_key="ip")
+    await q.enqueue(tasks(["http://[::1]:1001/a", "http://[::1]:1002/a"]))
+    assert len(await q.lease("w", 10, 60_000)) == 1
+    cli = ["--redis-url", redis_url, "--cluster", "no", "--crawl", crawl_name]
+    capsys.readouterr()
+    assert await main_async(["hosts", "--groups", *cli]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("politeness_key ip\n")
+    assert out.splitlines()[2].split()[:2] == ["::1", "1"]
+    assert await main_async(["hosts", "group-set", "[::1]", "--concurrency", "2", *cli]) == 0
+    assert "group ::1: delay 0s, concurrency 2" in capsys.readouterr().out
+    assert len(await q.lease("w", 10, 60_000)) == 1

@@ -1,13 +1,15 @@
-"""Steering politeness groups while a crawl runs (the crawl's politeness_key at domain):
+"""Steering politeness groups while a crawl runs (the crawl's politeness_key at domain or ip):
 list the groups, change one group's delay or concurrency (``group_set.lua``).
 
-A group is a registrable domain (``common.hostmodel.hostgroup``); its record lives in its
+A group is a registrable domain (``common.hostmodel.hostgroup``) or an address
+(``common.hostmodel.hostip``); its record lives in its
 partition's ``groups`` HASH (``common.hostmodel.grouprec``). Politeness groups need a
 one-partition crawl (``common.policy``), so a group is found in partition 0.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -44,9 +46,12 @@ class GroupPage:
 def _group(text: str) -> str:
     group = text.strip().lower().rstrip(".")
     if not group or any(c.isspace() for c in group):
-        raise ConfigError(f"not a group (a registrable domain such as example.com): "
-                          f"{text[:100]!r}")
-    return group
+        raise ConfigError(f"not a group (a registrable domain such as example.com, or an "
+                          f"address such as 192.0.2.7): {text[:100]!r}")
+    try:  # an address as groups name it (::1, not [::1])
+        return ipaddress.ip_address(group.strip("[]")).compressed
+    except ValueError:
+        return group
 
 
 async def _rows(queue: CrawlQueue, records: list[tuple[str, GroupRecord]]) -> GroupPage:

@@ -28,7 +28,7 @@ def _psl() -> PublicSuffixList:
     return PublicSuffixList()
 
 
-def _name(host: str) -> str:
+def host_name(host: str) -> str:
     """The host key's name, its port left off (an IPv6 literal keeps its brackets)."""
     if host.startswith("["):
         return host.partition("]")[0] + "]"
@@ -40,7 +40,7 @@ def host_group(host: str) -> str:
     """The politeness group of a host key (``common.hostmodel.hostkey``): the registrable
     domain of its name (``a.blog.example.co.uk:8080`` -> ``example.co.uk``), or `NO_GROUP`
     for an IP address or a name that has none."""
-    name = _name(host)
+    name = host_name(host)
     if name.startswith("["):
         return NO_GROUP
     try:

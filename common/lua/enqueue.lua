@@ -14,7 +14,8 @@
 --
 -- KEYS[1..4]   host state: hosts, due, h:queued, conf (lib/hosts.lua)
 -- KEYS[5]      tasks       HASH  (unused here; same layout as enqueue_bloom.lua)
--- KEYS[6]      stats       HASH  counters (enqueued, duplicates, recrawled)
+-- KEYS[6]      stats       HASH  counters (enqueued, duplicates, recrawled,
+--                                   group_unresolved)
 -- KEYS[7]      pending     STRING pending tasks
 -- KEYS[8]      prio_hosts  ZSET  host -> -highest pending priority
 -- KEYS[9..11]  group state: g:of, groups, g:parked (lib/groups.lua)
@@ -23,12 +24,15 @@
 --              then rv:hist HASH (the last key: the URLs' history records)
 -- ARGV[1]      recrawl_after, seconds; 0 = never enqueue a seen URL again
 -- ARGV[2]      H, the number of hosts; ARGV[3..2+H] the host keys
--- ARGV[3+H]    groups: each host's politeness group (its registrable domain, "-" for
---              none), space-separated in host order: recorded while the crawl's
---              politeness_key is domain (lib/groups.lua)
+-- ARGV[3+H]    groups: the politeness_key they are named for (ip, or domain), then each
+--              host's politeness group (its registrable domain or its name's address,
+--              "-" for none, "?" for a name that failed to resolve), space-separated in
+--              host order: recorded while the crawl's politeness_key is not host
+--              (lib/groups.lua)
 -- ARGV[4+H..]  per item 5 values: id, seen field (binary fingerprint tail), priority
 --              (>= 0), host index (1..H), entry (common.task.encode_entry)
--- Returns {enqueued, duplicates, recrawled}
+-- Returns {enqueued, duplicates, recrawled}, or {-1, the crawl's politeness_key} when the
+-- groups were named for another key (nothing changed: name them again)
 --- @include "lib/codes"
 --- @include "lib/hosts"
 --- @include "lib/queues"
@@ -45,6 +49,11 @@ if n ~= math.floor(n) or #KEYS ~= 12 + 2 * nhosts + n then
     .. 'and rv:hist')
 end
 local hist = KEYS[#KEYS]
+local groups = ARGV[3 + nhosts]
+local L = ledger(host_keys(1), now_ms())
+ledger_groups(L, group_keys(9))
+local stale = groups_stale(L, groups)
+if stale then return {-1, stale} end
 local rv  -- the crawl's revisits on, and conditional recrawls: read at the first URL they matter for
 local items = {}
 for i = 1, n do
@@ -90,10 +99,9 @@ for _, it in ipairs(items) do
     duplicates = duplicates + 1
   end
 end
-local L = ledger(host_keys(1), now_ms())
-ledger_groups(L, group_keys(9))
-groups_assign(L, hosts, ARGV[3 + nhosts])
+local unresolved = groups_assign(L, hosts, groups)
 requeue_entries(L, fresh, host_queue_keys(12, hosts), prio_hosts, pending, false)
 ledger_flush(L)
-bump(stats, {enqueued = enqueued, duplicates = duplicates, recrawled = recrawled})
+bump(stats, {enqueued = enqueued, duplicates = duplicates, recrawled = recrawled,
+             group_unresolved = unresolved})
 return {enqueued, duplicates, recrawled}

@@ -8,7 +8,7 @@
 --
 -- KEYS[1..4]   host state: hosts, due, h:queued, conf (lib/hosts.lua)
 -- KEYS[5]      tasks       HASH  (unused here; same layout as enqueue.lua)
--- KEYS[6]      stats       HASH  counters (enqueued, duplicates)
+-- KEYS[6]      stats       HASH  counters (enqueued, duplicates, group_unresolved)
 -- KEYS[7]      pending     STRING pending tasks
 -- KEYS[8]      prio_hosts  ZSET  host -> -highest pending priority
 -- KEYS[9]      bloom       HASH  layers -> number of layers; count:<L> -> URLs in layer L
@@ -20,11 +20,12 @@
 -- ARGV[2]      target false-positive rate (e.g. 1e-6)
 -- ARGV[3]      M, the number of layer keys
 -- ARGV[4]      H, the number of hosts; ARGV[5..4+H] the host keys
--- ARGV[5+H]    groups: each host's politeness group ("-" for none), space-separated in
---              host order (enqueue.lua)
+-- ARGV[5+H]    groups: the key they are named for, then each host's politeness group,
+--              space-separated in host order (enqueue.lua)
 -- ARGV[6+H..]  per item 6 values: id, h1, h2 (32-bit ints), priority (>= 0),
 --              host index (1..H), entry
--- Returns {enqueued, duplicates, 0, fullest layer past 80% this call or -1}
+-- Returns {enqueued, duplicates, 0, fullest layer past 80% this call or -1}, or {-1, the
+-- crawl's politeness_key} when the groups were named for another key (enqueue.lua)
 --- @include "lib/codes"
 --- @include "lib/hosts"
 --- @include "lib/queues"
@@ -44,6 +45,11 @@ if n ~= math.floor(n) or #KEYS ~= 12 + max_layers + 2 * nhosts then
   error('crawlq: enqueue_bloom needs M layer keys, 2 keys per host, 6 ARGV values per item')
 end
 local function layer_key(layer) return KEYS[13 + layer] end
+local groups = ARGV[5 + nhosts]
+local L = ledger(host_keys(1), now_ms())
+ledger_groups(L, group_keys(10))
+local stale = groups_stale(L, groups)
+if stale then return {-1, stale} end
 
 -- Layer L is built for a false-positive rate of error * (1 - TIGHTEN) * TIGHTEN^L: the
 -- rates of all layers sum to under `error` however many grow, and layer 0, where a crawl
@@ -140,11 +146,9 @@ for i = 1, n do
     enqueued = enqueued + 1
   end
 end
-local L = ledger(host_keys(1), now_ms())
-ledger_groups(L, group_keys(10))
-groups_assign(L, hosts, ARGV[5 + nhosts])
+local unresolved = groups_assign(L, hosts, groups)
 requeue_entries(L, fresh, host_queue_keys(13 + max_layers, hosts), prio_hosts, pending, false)
 ledger_flush(L)
 if enqueued > 0 then redis.call('HSET', meta, 'count:' .. (layers - 1), count) end
-bump(stats, {enqueued = enqueued, duplicates = duplicates})
+bump(stats, {enqueued = enqueued, duplicates = duplicates, group_unresolved = unresolved})
 return {enqueued, duplicates, 0, warn}

@@ -10,6 +10,7 @@ from typing import Any
 from common import codec
 from common.connection import RedisClient
 from common.errors import ConfigError, CrawlConflictError
+from common.hostmodel.grouping import Grouper
 from common.hostmodel.hostkey import partition_of_host
 from common.keys import CRAWLS, CrawlKeys, PartitionKeys
 from common.scripts import Scripts
@@ -122,6 +123,8 @@ class Crawl:
     keys: CrawlKeys
     partitions: list[PartitionKeys]
     scripts: Scripts
+    #: Names its enqueues' politeness groups (the key learned from its partitions).
+    grouper: Grouper = field(default_factory=Grouper)
 
     @classmethod
     def on(cls, client: RedisClient, name: str, settings: CrawlSettings) -> Crawl:

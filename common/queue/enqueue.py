@@ -7,8 +7,8 @@ from collections import defaultdict
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from common.codec import text
 from common.errors import ConfigError, InvalidRequestError, MalformedTaskError
-from common.hostmodel.hostgroup import host_group
 from common.hostmodel.hostkey import host_key
 from common.keys import PartitionKeys
 from common.queue.calls import Call, host_args, run
@@ -45,11 +45,9 @@ async def enqueue(crawl: Crawl, tasks: Sequence[NewTask], recrawl_after_s: int =
                                      f"{t.url[:200]!r}; canonicalize it first")
         host = host_key(t.url)
         by_partition[crawl.partition_of(host)][host].append(t)
-    calls = [_call(crawl, crawl.partitions[p], hosts, recrawl_after_s)
-             for p, hosts in by_partition.items()]
-    if not calls:
+    if not by_partition:
         return EnqueueResult()
-    results = await run(crawl.client, calls)
+    results = await _run(crawl, list(by_partition.items()), recrawl_after_s)
     warnings = tuple(int(r[3]) for r in results if len(r) > 3 and int(r[3]) >= 0)
     return EnqueueResult(
         enqueued=sum(int(r[0]) for r in results),
@@ -59,12 +57,43 @@ async def enqueue(crawl: Crawl, tasks: Sequence[NewTask], recrawl_after_s: int =
     )
 
 
+#: How many times a batch is named again for a politeness_key that changed meanwhile.
+REGROUPS = 3
+
+
+async def _run(crawl: Crawl, batches: list[tuple[int, dict[str, list[NewTask]]]],
+               recrawl_after_s: int) -> list[Any]:
+    """The script's reply for each partition's batch. A batch whose groups were named for
+    another politeness_key than its partition holds changes nothing and answers {-1, key}:
+    it is named again for that key (a process learns the key at its first batch, and a
+    changed one at the next)."""
+    results: list[Any] = [None] * len(batches)
+    todo = list(range(len(batches)))
+    for _ in range(REGROUPS):
+        calls = []
+        for i in todo:
+            p, by_host = batches[i]
+            groups = await crawl.grouper.words(list(by_host))
+            calls.append(_call(crawl, crawl.partitions[p], by_host, recrawl_after_s, groups))
+        replies = await run(crawl.client, calls)
+        again = []
+        for i, reply in zip(todo, replies, strict=True):
+            if int(reply[0]) < 0:
+                crawl.grouper.learn(text(reply[1]))
+                again.append(i)
+            else:
+                results[i] = reply
+        if not again:
+            return results
+        todo = again
+    raise ConfigError(f"crawl {crawl.name}: its politeness_key changed {REGROUPS} times "
+                      "while one batch was enqueued; enqueue it again")
+
+
 def _call(crawl: Crawl, pk: PartitionKeys, by_host: dict[str, list[NewTask]],
-          recrawl_after_s: int) -> Call:
+          recrawl_after_s: int, groups: str) -> Call:
     settings = crawl.settings
     host_keys, host_head = host_args(pk, list(by_host))
-    # Each host's group, recorded by the script while the crawl's politeness_key is domain.
-    groups = " ".join(host_group(h) for h in by_host)
     head = [*pk.host_state, pk.tasks, pk.stats, pk.pending, pk.prio_hosts]
     args: list[Any]
     if settings.dedup is DedupMode.BLOOM:

@@ -17,11 +17,14 @@ from common.urls import fingerprint
 #: ``repaired_hosts``: hosts whose pending count was found larger than their queues
 #: (a lost ``hq``/``hp`` key), set right by lease.lua or ``crawlq fsck --repair``;
 #: ``lost_pending``: the entries those counts held that no queue did (tasks lost);
-#: ``backoffs``: push-back incidents that raised a host's backoff (lib/backoff.lua).
+#: ``backoffs``: push-back incidents that raised a host's backoff (lib/backoff.lua);
+#: ``group_unresolved``: lookups of a host's name that failed at enqueue under
+#: politeness_key ip (the host stays ungrouped; common.hostmodel.hostip).
 COUNTERS = (
     "enqueued", "duplicates", "recrawled", "leased", "renewed", "lost", "done", "failed",
     "retried", "dead", "stalled", "stale", "released", "promoted", "reclaimed", "requeued",
     "purged", "checkpoints", "repaired_hosts", "lost_pending", "backoffs",
+    "group_unresolved",
 )
 
 MALFORMED = "malformed"

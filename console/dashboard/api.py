@@ -19,7 +19,7 @@ whatever the crawl's size: no KEYS, no scan of all tasks.
                                          are in the rows, not sortable); pages reach the
                                          first MAX_HOSTS_READ / partitions hosts of a
                                          sort, from either end
-``GET /api/crawls/{crawl}/groups``       the politeness groups (politeness_key domain),
+``GET /api/crawls/{crawl}/groups``       the politeness groups (politeness_key domain/ip),
                                          most in flight first: ``?size=50``
 ``GET /api/crawls/{crawl}/dead``         a page of dead letters, newest first:
                                          ``?page=0&size=50&reason=R``

@@ -1,6 +1,7 @@
 -- lib/groups.lua: politeness groups. With the crawl's politeness_key at `domain` (conf
--- `gkey`), the hosts of one registrable domain share a second limit beside their own: the
--- group's delay and concurrency, fleet-wide (a request waits for its host's turn and its
+-- `gkey`), the hosts of one registrable domain share a second limit beside their own (at
+-- `ip`, the hosts whose names resolve to one address): the group's delay and
+-- concurrency, fleet-wide (a request waits for its host's turn and its
 -- group's, in the same lease call). `g:of` names each host's group (written at enqueue),
 -- `groups` holds each group's record, and `g:parked` the hosts kept out of `due` while
 -- their group's slots are all taken, each "<group> <host>" (score 0, read by lex range):
@@ -194,20 +195,49 @@ local function groups_flush(L)
   G.order, G.write, G.parks = {}, {}, {}
 end
 
--- Names the groups of `hosts` in g:of from `text` (their groups in host order, space-
--- separated, "-" for none) while the crawl's key is not host (L.G on): an enqueue's.
+-- The crawl's politeness_key ('host' for none) when an enqueue's groups, `text`, were
+-- named for another (its first word: `ip`, or `domain` under any other key, which host
+-- ignores): the enqueue changes nothing and is named again for it. Checked before the
+-- script's first write.
+local function groups_stale(L, text)
+  local key = ledger_conf(L).gkey
+  if string.match(text, '^%S*') ~= (key == 'ip' and 'ip' or 'domain') then
+    return key == '' and 'host' or key
+  end
+  return nil
+end
+
+-- Names the groups of `hosts` in g:of from `text` (groups_stale's key, then their groups
+-- in host order, "-" for none, "?" for a name that failed to resolve just now) while the
+-- crawl's key is not host (L.G on): an enqueue's. Under `ip` a host keeps the first group
+-- it was named: another process may resolve its name to another address (a
+-- changed or balanced DNS answer), and the end of a lease gives its slot back to the
+-- group g:of names then. Returns how many names failed to resolve.
 local function groups_assign(L, hosts, text)
-  if not L.G.on then return end
-  local args, i = {}, 0
+  if not L.G.on then return 0 end
+  local named, groups, i, unresolved = {}, {}, -1, 0
   for g in string.gmatch(text, '%S+') do
     i = i + 1
-    if g ~= '-' and hosts[i] then
-      args[#args + 1] = hosts[i]
-      args[#args + 1] = g
+    if g == '?' then
+      unresolved = unresolved + 1
+    elseif i > 0 and g ~= '-' and hosts[i] then
+      named[#named + 1] = hosts[i]
+      groups[#groups + 1] = g
     end
   end
   if i ~= #hosts then error('crawlq: enqueue needs one group per host') end
+  if #named == 0 then return unresolved end
+  local had = {}
+  if ledger_conf(L).gkey == 'ip' then had = call_sliced('HMGET', L.G.K.of, named, 1000) end
+  local args = {}
+  for k, host in ipairs(named) do
+    if not had[k] then
+      args[#args + 1] = host
+      args[#args + 1] = groups[k]
+    end
+  end
   if #args > 0 then call_sliced('HSET', L.G.K.of, args, 1000) end
+  return unresolved
 end
 
 -- Gives ledger `L` the groups of keys `GK` (group_keys): on (group limits kept) when the
