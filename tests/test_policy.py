@@ -59,8 +59,8 @@ UA = "crawlq/0.1 (+https://github.com/crawlq/crawlq)"
 #: The new keys' defaults, as `crawl create` and `crawl set` print them.
 #: The trap keys' defaults, the last of every listing.
 TRAPS = ("trap_max_url_length=1024, trap_max_segments=20, trap_repeated_segments=2, "
-         "trap_max_params=12, trap_path_variants=1000, trap_session_ids=true, "
-         "near_duplicate_distance=3")
+         "trap_max_params=12, trap_path_variants=1000, trap_page_facets=3, "
+         "trap_session_ids=true, near_duplicate_distance=3")
 #: The push-back keys' defaults, then the trap keys', the last of every listing.
 BACKOFF = ("backoff_on=429,503, backoff_base=1s, backoff_cap=3600s, backoff_forgive=300s, "
            "adaptive_delay=0, max_delay=30s, max_crawl_delay=300s, revisit=off, "
@@ -123,7 +123,8 @@ def test_the_policy_is_declared_once() -> None:
         "adaptive_delay": "", "max_delay": "", "max_crawl_delay": "", "revisit": "",
         "min_interval": "", "max_interval": "", "interval_grow": "", "interval_shrink": "",
         "trap_max_url_length": "", "trap_max_segments": "", "trap_repeated_segments": "",
-        "trap_max_params": "", "trap_path_variants": "", "trap_session_ids": "",
+        "trap_max_params": "", "trap_path_variants": "", "trap_page_facets": "",
+        "trap_session_ids": "",
         "near_duplicate_distance": "",
         "politeness_key": "", "group_delay": "", "group_concurrency": ""}
     assert CrawlPolicy().texts() == {"per_host_delay": "1s", "per_host_concurrency": "2",
@@ -142,7 +143,8 @@ def test_the_policy_is_declared_once() -> None:
                                      "trap_max_url_length": "1024",
                                      "trap_max_segments": "20",
                                      "trap_repeated_segments": "2", "trap_max_params": "12",
-                                     "trap_path_variants": "1000", "trap_session_ids": "true",
+                                     "trap_path_variants": "1000", "trap_page_facets": "3",
+                                     "trap_session_ids": "true",
                                      "near_duplicate_distance": "3",
                                      "politeness_key": "host", "group_delay": "1s",
                                      "group_concurrency": "2"}
@@ -211,7 +213,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
             "revisit": "off", "min_interval": 60, "max_interval": 7776000,
             "interval_grow": 0.4, "interval_shrink": 0.2, "trap_max_url_length": 1024,
             "trap_max_segments": 20, "trap_repeated_segments": 2, "trap_max_params": 12,
-            "trap_path_variants": 1000, "trap_session_ids": True,
+            "trap_path_variants": 1000, "trap_page_facets": 3, "trap_session_ids": True,
             "near_duplicate_distance": 3,
             "politeness_key": "host",
             "group_delay": 1.0, "group_concurrency": 2},
@@ -226,7 +228,8 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
          "revisit": "off", "min_interval": "60s", "max_interval": "7776000s",
          "interval_grow": "0.4", "interval_shrink": "0.2", "trap_max_url_length": "1024",
          "trap_max_segments": "20", "trap_repeated_segments": "2", "trap_max_params": "12",
-         "trap_path_variants": "1000", "trap_session_ids": "true",
+         "trap_path_variants": "1000", "trap_page_facets": "3",
+         "trap_session_ids": "true",
          "near_duplicate_distance": "3",
          "politeness_key": "host",
          "group_delay": "1s", "group_concurrency": "2"})
@@ -247,7 +250,8 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
         "interval_shrink": [None, "0.2"], "trap_max_url_length": [None, "1024"],
         "trap_max_segments": [None, "20"],
         "trap_repeated_segments": [None, "2"], "trap_max_params": [None, "12"],
-        "trap_path_variants": [None, "1000"], "trap_session_ids": [None, "true"],
+        "trap_path_variants": [None, "1000"], "trap_page_facets": [None, "3"],
+        "trap_session_ids": [None, "true"],
         "near_duplicate_distance": [None, "3"], "politeness_key": [None, "host"],
         "group_delay": [None, "1s"], "group_concurrency": [None, "2"]}} == first
     assert second | {"version": 2, "by": "crawlq crawl set",
@@ -289,14 +293,14 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
     assert [ln.split()[:2] for ln in lines[22:27]] == [
         ["revisit", "off"], ["min_interval", "60s"], ["max_interval", "7776000s"],
         ["interval_grow", "0.4"], ["interval_shrink", "0.2"]]
-    assert [ln.split()[:2] for ln in lines[27:34]] == [
+    assert [ln.split()[:2] for ln in lines[27:35]] == [
         ["trap_max_url_length", "1024"], ["trap_max_segments", "20"],
         ["trap_repeated_segments", "2"], ["trap_max_params", "12"],
-        ["trap_path_variants", "1000"], ["trap_session_ids", "true"],
-        ["near_duplicate_distance", "3"]]
-    assert [ln.split()[:2] for ln in lines[34:37]] == [
+        ["trap_path_variants", "1000"], ["trap_page_facets", "3"],
+        ["trap_session_ids", "true"], ["near_duplicate_distance", "3"]]
+    assert [ln.split()[:2] for ln in lines[35:38]] == [
         ["politeness_key", "host"], ["group_delay", "1s"], ["group_concurrency", "2"]]
-    lines = lines[:15] + lines[37:]
+    lines = lines[:15] + lines[38:]
     assert lines[15] == "changes, newest first:"
     assert lines[16].endswith("v4  crawlq crawl set: allow_domains xn--bcher-kva.example,"
                               "example.com -> @parent, ignore_robots true -> false")
@@ -319,6 +323,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
                               f"retry_cap - -> 600s, revisit - -> off, "
                               "robots_ttl - -> 86400s, trap_max_params - -> 12, "
                               "trap_max_segments - -> 20, trap_max_url_length - -> 1024, "
+                              "trap_page_facets - -> 3, "
                               "trap_path_variants - -> 1000, "
                               "trap_repeated_segments - -> 2, trap_session_ids - -> true, "
                               f"user_agent - -> {UA}")
@@ -427,7 +432,7 @@ async def test_show_toml_round_trips_into_create_config(
         'revisit = "off"', 'min_interval = "60s"', 'max_interval = "7776000s"',
         "interval_grow = 0.4", "interval_shrink = 0.2", "trap_max_url_length = 1024",
         "trap_max_segments = 20", "trap_repeated_segments = 2", "trap_max_params = 12",
-        "trap_path_variants = 1000", "trap_session_ids = true",
+        "trap_path_variants = 1000", "trap_page_facets = 3", "trap_session_ids = true",
         "near_duplicate_distance = 3",
         'politeness_key = "host"',
         'group_delay = "1s"', "group_concurrency = 2"]
@@ -781,7 +786,8 @@ async def test_a_crawl_made_without_a_policy_is_adopted(
                        "interval_grow": [None, "0.4"], "interval_shrink": [None, "0.2"],
                        "trap_max_url_length": [None, "1024"], "trap_max_segments": [None, "20"],
                        "trap_repeated_segments": [None, "2"], "trap_max_params": [None, "12"],
-                       "trap_path_variants": [None, "1000"], "trap_session_ids": [None, "true"],
+                       "trap_path_variants": [None, "1000"], "trap_page_facets": [None, "3"],
+                       "trap_session_ids": [None, "true"],
                        "near_duplicate_distance": [None, "3"],
                        "politeness_key": [None, "host"], "group_delay": [None, "1s"],
                        "group_concurrency": [None, "2"]})]
