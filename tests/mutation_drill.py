@@ -243,6 +243,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("60-late-turn-ignores-a-later-turn", "a late request's turn comes a delay after "
            "the latest turn leased, not at once",
            (_FR + "test_a_late_robots_txt_and_the_pages_that_waited_for_it_keep_the_delay",)),
+    Mutant("61-facet-pagination-refused", "a faceted page's links that change only numbers "
+           "(its next pages) are followed: trap_page_facets refuses filters, not pagination",
+           (_T + "test_a_faceted_pages_filter_links_are_refused_and_its_pages_followed",)),
+    Mutant("62-facet-remembered-as-a-trap", "a link refused as a facet is one on its page "
+           "only: the same URL linked from another page is followed",
+           (_T + "test_a_faceted_pages_filter_links_are_refused_and_its_pages_followed",)),
 )
 
 
