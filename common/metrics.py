@@ -40,7 +40,8 @@ custom collector (`FetchHistogram`) rather than prometheus-client's locked Histo
                                             (past the policy's max_depth), capped,
                                             and one fate per trap rule that refused it
                                             (trap_length, trap_segments, trap_repeats,
-                                            trap_params, trap_variants: common.traps)
+                                            trap_params, trap_facets, trap_variants:
+                                            common.traps)
 
 The crawl's revisit schedule, read from Redis by each consumer every few seconds and
 served only for a crawl with revisits on or any URL's history (`RevisitFigures`). They
@@ -326,7 +327,8 @@ class Metrics:
             "Links handlers found, by fate: cached (seen lately by this consumer), sent "
             "(to the crawl's dedup), invalid, out_of_scope, too_deep (past max_depth), "
             "capped (past --max-links), trap_length, trap_segments, trap_repeats, "
-            "trap_params, trap_variants (a trap rule of the crawl's policy refused it).",
+            "trap_params, trap_facets, trap_variants (a trap rule of the crawl's policy "
+            "refused it).",
             ["fate"],
             namespace=NAMESPACE,
             registry=reg,

@@ -18,13 +18,15 @@ dedup only), between ``min_interval`` and ``max_interval``, learning by
 recrawls send the validators each done URL keeps, ``conditional``; which links
 are crawler traps, refused (``common.traps``): longer than ``trap_max_url_length``, with
 more path segments than ``trap_max_segments``, one segment more often than
-``trap_repeated_segments``, more query parameters than ``trap_max_params``, or a new query
-past ``trap_path_variants`` for its path; whether session ids are dropped from links,
-``trap_session_ids``; when a page is a near duplicate of another of its host's, its
-links not followed, ``near_duplicate_distance`` (``common.simhash``); and what else a
-politeness limit is kept for, ``politeness_key`` (host, or domain: each registrable
-domain's hosts share ``group_delay`` and ``group_concurrency``, common/lua/lib/groups.lua;
-or ip: the hosts whose names resolve to one address do, common.hostmodel.hostip).
+``trap_repeated_segments``, more query parameters than ``trap_max_params``, a page's links
+to its own path that vary more than ``trap_page_facets`` non-numeric parameters (a faceted
+search), or a new query past ``trap_path_variants`` for its path; whether session ids are
+dropped from links, ``trap_session_ids``; when a page is a near duplicate of another of
+its host's, its links not followed, ``near_duplicate_distance`` (``common.simhash``); and
+what else a politeness limit is kept for, ``politeness_key`` (host, or domain: each
+registrable domain's hosts share ``group_delay`` and ``group_concurrency``,
+common/lua/lib/groups.lua; or ip: the hosts whose names resolve to one address do,
+common.hostmodel.hostip).
 What stays a process's own setting (credentials, memory and time bounds, sinks) is
 listed in docs/policy.md.
 
@@ -529,6 +531,12 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  "distinct query strings the links to one path of a host may have, "
                  "fleet-wide; a new one past this is a trap, refused (trap_variants; 0 = "
                  "no limit)", check=_whole_ok, seeded_by=NOBODY),
+    PolicyOption("trap_page_facets", "", _whole, 3,
+                 "a page whose links to its own path vary more than this many query "
+                 "parameters by a value that is not a number is a faceted search: those "
+                 "links are traps, refused (trap_facets); links that change only numbers "
+                 "(pagination) are followed (0 = no limit)", check=_whole_ok,
+                 seeded_by=NOBODY),
     PolicyOption("trap_session_ids", "", _true_false, True,
                  "drop session ids (sid, jsessionid, phpsessid, ... with a token value) "
                  "from links, so a page under another session is the same URL",
@@ -605,6 +613,7 @@ class CrawlPolicy:
     trap_repeated_segments: int = OPTIONS["trap_repeated_segments"].default
     trap_max_params: int = OPTIONS["trap_max_params"].default
     trap_path_variants: int = OPTIONS["trap_path_variants"].default
+    trap_page_facets: int = OPTIONS["trap_page_facets"].default
     trap_session_ids: bool = OPTIONS["trap_session_ids"].default
     near_duplicate_distance: int = OPTIONS["near_duplicate_distance"].default
     politeness_key: str = OPTIONS["politeness_key"].default
@@ -657,7 +666,8 @@ class CrawlPolicy:
         """The URL trap rules the link intake applies."""
         return TrapRules(self.trap_max_url_length, self.trap_max_segments,
                          self.trap_repeated_segments, self.trap_max_params,
-                         self.trap_path_variants, self.trap_session_ids)
+                         self.trap_path_variants, self.trap_session_ids,
+                         self.trap_page_facets)
 
     def texts(self) -> dict[str, str]:
         """Each value as text in the flags' syntax (what Redis stores)."""

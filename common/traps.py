@@ -20,6 +20,14 @@ link reaches the queue. A seed is the operator's word: the producer applies none
   segments than ``trap_max_segments``), ``trap_repeats`` (a path segment that occurs
   more than ``trap_repeated_segments`` times), ``trap_params`` (more query parameters
   than ``trap_max_params``).
+- ``trap_facets`` (`TrapRules.facet_links`) judges a page's links together: a page
+  whose links to its own path vary more than ``trap_page_facets`` parameters by a value
+  that is not a number is a faceted search (filters and sort orders that combine into
+  every combination of them: a shop's color x size x brand x sort), and those links are
+  refused, the ones that only change numbers (pagination, offsets, ids) followed. The
+  unfiltered listing and its pages hold every item a filter shows; a sort order shows
+  the same items. Google's guidance on faceted navigation has sites keep crawlers out
+  of such links; Nutch's default URL filter refuses every URL with a query.
 - ``trap_variants`` (more distinct query strings for one host and path than
   ``trap_path_variants``) needs the fleet's count: ``common.trapbook`` keeps it in
   Redis; `variant_of` gives the (path, query) hashes it counts.
@@ -30,18 +38,21 @@ A rule at 0 is off.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from hashlib import blake2b
+from urllib.parse import parse_qsl
 
-__all__ = ["REFUSALS", "TrapRules", "strip_session_ids", "variant_of"]
+__all__ = ["FACETS", "REFUSALS", "TrapRules", "strip_session_ids", "variant_of"]
 
 LENGTH = "trap_length"
 SEGMENTS = "trap_segments"
 REPEATS = "trap_repeats"
 PARAMS = "trap_params"
+FACETS = "trap_facets"
 VARIANTS = "trap_variants"
 #: The link fates a trap rule gives, in the order the rules are tried.
-REFUSALS = (LENGTH, SEGMENTS, REPEATS, PARAMS, VARIANTS)
+REFUSALS = (LENGTH, SEGMENTS, REPEATS, PARAMS, FACETS, VARIANTS)
 
 # A cheap test first: only a URL that holds one of these can carry a session id.
 _SESSION_HINT = re.compile(r"sid=|session_?id", re.IGNORECASE)
@@ -92,6 +103,7 @@ class TrapRules:
     max_params: int
     path_variants: int
     session_ids: bool
+    page_facets: int
 
     def judge(self, url: str) -> str | None:
         """The first rule canonical `url` breaks (a `REFUSALS` code but
@@ -110,6 +122,29 @@ class TrapRules:
                 and sum(1 for p in query.split("&") if p) > self.max_params:
             return PARAMS
         return None
+
+    def facet_links(self, page: str, links: Iterable[object]) -> frozenset[str]:
+        """The links (strings) of canonical `page` that a faceted search makes
+        (``trap_facets``): those to `page`'s own path that set a parameter to a value
+        `page`'s query has not, and not a number, when such links vary more than
+        ``page_facets`` parameters; none otherwise. A link only its page makes a facet:
+        the same URL linked from a page of another kind is judged there on its own."""
+        if not self.page_facets:
+            return frozenset()
+        prefix = page.partition("?")[0] + "?"
+        own = set(parse_qsl(page.partition("?")[2], keep_blank_values=True))
+        varied: dict[str, list[str]] = {}  # parameter name -> the links that vary it
+        for link in links:
+            if not isinstance(link, str) or not link.startswith(prefix):
+                continue
+            query = link[len(prefix):].partition("#")[0]
+            for name in {name for name, value in parse_qsl(query, keep_blank_values=True)
+                         if value and not (value.isascii() and value.isdigit())
+                         and (name, value) not in own}:
+                varied.setdefault(name, []).append(link)
+        if len(varied) <= self.page_facets:
+            return frozenset()
+        return frozenset(link for links in varied.values() for link in links)
 
 
 def _most_repeated(segments: list[str]) -> int:

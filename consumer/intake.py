@@ -10,11 +10,13 @@ label, data and headers; the cache remembers it by its unique key (for a GET, it
 which is what the queue deduplicates it by.
 
 A link that is not cached loses its session ids and is judged by the crawl's trap rules
-(``common.traps``: its length, path segments, a repeated segment, query parameters); a
-refused one is counted by its rule's fate and tallied for its host, and marked like an
-invalid one. `admit` then asks Redis, once per batch, whether each link with a query is a
-new variant past its path's limit (``trap_path_variants``, fleet-wide:
-``common.trapbook``), sending the hosts' tallies with the same call.
+(``common.traps``: its length, path segments, a repeated segment, query parameters), and
+by its page: a page's links to its own path that make a faceted search (``trap_facets``)
+are refused. A refused one is counted by its rule's fate and tallied for its host, and
+marked like an invalid one, but for a facet, which is one only on its page. `admit` then
+asks Redis, once per batch, whether each link with a query is a new variant past its
+path's limit (``trap_path_variants``, fleet-wide: ``common.trapbook``), sending the
+hosts' tallies with the same call.
 
 Redis stays the authority: the cache only ever skips a URL that this process already
 sent to the queue's dedup (it is marked after the enqueue returned), so a URL the cache
@@ -45,7 +47,7 @@ from common.queue import NewTask
 from common.request import Request, request_key
 from common.task import Task
 from common.trapbook import TrapBook, Variant
-from common.traps import VARIANTS, TrapRules, strip_session_ids, variant_of
+from common.traps import FACETS, VARIANTS, TrapRules, strip_session_ids, variant_of
 from common.urls import canonicalize, fingerprint
 
 if TYPE_CHECKING:
@@ -161,10 +163,12 @@ class LinkIntake:
                 fates["too_deep"] += len(urls)
                 continue
             domains = self.allow_domains or frozenset((_host(task.url),))
+            facets = traps.facet_links(task.url, [u if isinstance(u, str) else u.url
+                                                  for u in urls])
             for raw in urls:
                 if not isinstance(raw, str):
                     child = self._request(raw, task, domains, attempts, traps,
-                                          batch=batch, mark=mark)
+                                          batch=batch, mark=mark, facets=facets)
                     if child is not None:
                         out.append(child)
                     continue
@@ -188,13 +192,14 @@ class LinkIntake:
                     if self.allow_domains:  # else the scope is the parent's host
                         mark.append(raw)
                     continue
-                refused = traps.judge(url)
-                if refused is not None:  # a trap whoever links to it
+                refused = traps.judge(url) or (FACETS if raw in facets else None)
+                if refused is not None:
                     fates[refused] += 1
                     self.tally(host_key(url), refused)
-                    mark.append(url)
-                    if url != raw:
-                        mark.append(raw)
+                    if refused != FACETS:  # a trap whoever links to it
+                        mark.append(url)
+                        if url != raw:
+                            mark.append(raw)
                     continue
                 batch.add(url)
                 mark.append(url)
@@ -207,7 +212,7 @@ class LinkIntake:
 
     def _request(self, request: Request, parent: Task, domains: frozenset[str],
                  attempts: int, traps: TrapRules, *, batch: set[str],
-                 mark: list[str]) -> NewTask | None:
+                 mark: list[str], facets: frozenset[str]) -> NewTask | None:
         """The task of a Request a handler returned, or None (counted) if it is not one.
         A GET or HEAD is judged by the trap rules like a link (a route's follow of a
         selector's links is one); a request with a body is the handler's own word."""
@@ -220,7 +225,7 @@ class LinkIntake:
             fates["out_of_scope"] += 1
             return None
         if request.body is None:
-            refused = traps.judge(url)
+            refused = traps.judge(url) or (FACETS if request.url in facets else None)
             if refused is not None:
                 fates[refused] += 1
                 self.tally(host_key(url), refused)

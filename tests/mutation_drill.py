@@ -261,6 +261,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("64-ip-group-renamed-by-a-later-answer", "under politeness_key ip a host keeps "
            "the group it was first named, so its leases give their slots back to it",
            (_GR + "test_by_ip_a_host_keeps_the_first_group_it_was_named",)),
+    Mutant("61-facet-pagination-refused", "a faceted page's links that change only numbers "
+           "(its next pages) are followed: trap_page_facets refuses filters, not pagination",
+           (_T + "test_a_faceted_pages_filter_links_are_refused_and_its_pages_followed",)),
+    Mutant("62-facet-remembered-as-a-trap", "a link refused as a facet is one on its page "
+           "only: the same URL linked from another page is followed",
+           (_T + "test_a_faceted_pages_filter_links_are_refused_and_its_pages_followed",)),
 )
 
 

@@ -59,8 +59,8 @@ UA = "crawlq/0.1 (+https://github.com/crawlq/crawlq)"
 #: The new keys' defaults, as `crawl create` and `crawl set` print them.
 #: The trap keys' defaults, the last of every listing.
 TRAPS = ("trap_max_url_length=1024, trap_max_segments=20, trap_repeated_segments=2, "
-         "trap_max_params=12, trap_path_variants=1000, trap_session_ids=true, "
-         "near_duplicate_distance=3")
+         "trap_max_params=12, trap_path_variants=1000, trap_page_facets=3, "
+         "trap_session_ids=true, near_duplicate_distance=3")
 #: The push-back keys' defaults, then the trap keys', the last of every listing.
 BACKOFF = ("backoff_on=429,503, backoff_base=1s, backoff_cap=3600s, backoff_forgive=300s, "
            "adaptive_delay=0, max_delay=30s, max_crawl_delay=300s, revisit=off, "
@@ -125,7 +125,8 @@ def test_the_policy_is_declared_once() -> None:
         "min_interval": "", "max_interval": "", "interval_grow": "", "interval_shrink": "",
         "conditional": "", "trap_max_url_length": "", "trap_max_segments": "",
         "trap_repeated_segments": "",
-        "trap_max_params": "", "trap_path_variants": "", "trap_session_ids": "",
+        "trap_max_params": "", "trap_path_variants": "", "trap_page_facets": "",
+        "trap_session_ids": "",
         "near_duplicate_distance": "",
         "politeness_key": "", "group_delay": "", "group_concurrency": ""}
     assert CrawlPolicy().texts() == {"per_host_delay": "1s", "per_host_concurrency": "2",
@@ -144,7 +145,8 @@ def test_the_policy_is_declared_once() -> None:
                                      "conditional": "true", "trap_max_url_length": "1024",
                                      "trap_max_segments": "20",
                                      "trap_repeated_segments": "2", "trap_max_params": "12",
-                                     "trap_path_variants": "1000", "trap_session_ids": "true",
+                                     "trap_path_variants": "1000", "trap_page_facets": "3",
+                                     "trap_session_ids": "true",
                                      "near_duplicate_distance": "3",
                                      "politeness_key": "host", "group_delay": "1s",
                                      "group_concurrency": "2"}
@@ -214,7 +216,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
             "interval_grow": 0.4, "interval_shrink": 0.2, "conditional": True,
             "trap_max_url_length": 1024,
             "trap_max_segments": 20, "trap_repeated_segments": 2, "trap_max_params": 12,
-            "trap_path_variants": 1000, "trap_session_ids": True,
+            "trap_path_variants": 1000, "trap_page_facets": 3, "trap_session_ids": True,
             "near_duplicate_distance": 3,
             "politeness_key": "host",
             "group_delay": 1.0, "group_concurrency": 2},
@@ -230,7 +232,8 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
          "interval_grow": "0.4", "interval_shrink": "0.2", "conditional": "true",
          "trap_max_url_length": "1024",
          "trap_max_segments": "20", "trap_repeated_segments": "2", "trap_max_params": "12",
-         "trap_path_variants": "1000", "trap_session_ids": "true",
+         "trap_path_variants": "1000", "trap_page_facets": "3",
+         "trap_session_ids": "true",
          "near_duplicate_distance": "3",
          "politeness_key": "host",
          "group_delay": "1s", "group_concurrency": "2"})
@@ -252,7 +255,8 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
         "trap_max_url_length": [None, "1024"],
         "trap_max_segments": [None, "20"],
         "trap_repeated_segments": [None, "2"], "trap_max_params": [None, "12"],
-        "trap_path_variants": [None, "1000"], "trap_session_ids": [None, "true"],
+        "trap_path_variants": [None, "1000"], "trap_page_facets": [None, "3"],
+        "trap_session_ids": [None, "true"],
         "near_duplicate_distance": [None, "3"], "politeness_key": [None, "host"],
         "group_delay": [None, "1s"], "group_concurrency": [None, "2"]}} == first
     assert second | {"version": 2, "by": "crawlq crawl set",
@@ -295,14 +299,14 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
         ["revisit", "off"], ["min_interval", "60s"], ["max_interval", "7776000s"],
         ["interval_grow", "0.4"], ["interval_shrink", "0.2"]]
     assert lines[27].split()[:2] == ["conditional", "true"]
-    assert [ln.split()[:2] for ln in lines[28:35]] == [
+    assert [ln.split()[:2] for ln in lines[28:36]] == [
         ["trap_max_url_length", "1024"], ["trap_max_segments", "20"],
         ["trap_repeated_segments", "2"], ["trap_max_params", "12"],
-        ["trap_path_variants", "1000"], ["trap_session_ids", "true"],
-        ["near_duplicate_distance", "3"]]
-    assert [ln.split()[:2] for ln in lines[35:38]] == [
+        ["trap_path_variants", "1000"], ["trap_page_facets", "3"],
+        ["trap_session_ids", "true"], ["near_duplicate_distance", "3"]]
+    assert [ln.split()[:2] for ln in lines[36:39]] == [
         ["politeness_key", "host"], ["group_delay", "1s"], ["group_concurrency", "2"]]
-    lines = lines[:15] + lines[38:]
+    lines = lines[:15] + lines[39:]
     assert lines[15] == "changes, newest first:"
     assert lines[16].endswith("v4  crawlq crawl set: allow_domains xn--bcher-kva.example,"
                               "example.com -> @parent, ignore_robots true -> false")
@@ -326,6 +330,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
                               f"retry_cap - -> 600s, revisit - -> off, "
                               "robots_ttl - -> 86400s, trap_max_params - -> 12, "
                               "trap_max_segments - -> 20, trap_max_url_length - -> 1024, "
+                              "trap_page_facets - -> 3, "
                               "trap_path_variants - -> 1000, "
                               "trap_repeated_segments - -> 2, trap_session_ids - -> true, "
                               f"user_agent - -> {UA}")
@@ -435,7 +440,7 @@ async def test_show_toml_round_trips_into_create_config(
         "interval_grow = 0.4", "interval_shrink = 0.2", "conditional = true",
         "trap_max_url_length = 1024",
         "trap_max_segments = 20", "trap_repeated_segments = 2", "trap_max_params = 12",
-        "trap_path_variants = 1000", "trap_session_ids = true",
+        "trap_path_variants = 1000", "trap_page_facets = 3", "trap_session_ids = true",
         "near_duplicate_distance = 3",
         'politeness_key = "host"',
         'group_delay = "1s"', "group_concurrency = 2"]
@@ -790,7 +795,8 @@ async def test_a_crawl_made_without_a_policy_is_adopted(
                        "conditional": [None, "true"], "trap_max_url_length": [None, "1024"],
                        "trap_max_segments": [None, "20"],
                        "trap_repeated_segments": [None, "2"], "trap_max_params": [None, "12"],
-                       "trap_path_variants": [None, "1000"], "trap_session_ids": [None, "true"],
+                       "trap_path_variants": [None, "1000"], "trap_page_facets": [None, "3"],
+                       "trap_session_ids": [None, "true"],
                        "near_duplicate_distance": [None, "3"],
                        "politeness_key": [None, "host"], "group_delay": [None, "1s"],
                        "group_concurrency": [None, "2"]})]

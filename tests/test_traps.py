@@ -63,7 +63,7 @@ def test_each_rule_refuses_its_trap_and_lets_a_plain_url_through() -> None:
     assert RULES.judge("http://a.test/s?" + "&".join(f"p{i}=1" for i in range(13))) \
         == "trap_params"
     assert RULES.judge("http://a.test/s?" + "&".join(f"p{i}=1" for i in range(12))) is None
-    off = TrapRules(0, 0, 0, 0, 0, False)
+    off = TrapRules(0, 0, 0, 0, 0, False, 0)
     assert off.judge("http://a.test/a/a/a/a?" + "&".join(["p=1"] * 40)) is None
 
 
@@ -221,6 +221,35 @@ async def test_a_paths_query_variants_are_bounded_across_the_fleet(
     assert fates(two) == {"sent": 4, "trap_variants": 3}
     [row] = await TrapBook(queue).hosts()
     assert row.reasons == {"trap_variants": 3}
+
+
+async def test_a_faceted_pages_filter_links_are_refused_and_its_pages_followed(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """A listing whose links to its own path vary four parameters by words (filters and a
+    sort order: more than trap_page_facets, 3) is a faceted search: those links are
+    refused, counted trap_facets and for the host; its next page (a number), a link that
+    drops its filter and links to other paths are followed. A facet is one on its page
+    only: the same URL linked from another page is followed. Three such parameters are
+    not a faceted search."""
+    queue = await LeasingQueue.open(redis_client, crawl_name)
+    i = intake(queue)
+    shop = "http://a.test/shop?color=red"
+    facets = ["http://a.test/shop?color=red&size=s", "http://a.test/shop?color=red&size=m",
+              "http://a.test/shop?brand=acme&color=red", "http://a.test/shop?color=blue",
+              "http://a.test/shop?color=red&sort=price"]
+    kept = ["http://a.test/shop?color=red&page=2", "http://a.test/shop",
+            "http://a.test/product/1", "http://a.test/other?brand=a&size=b&sort=c&view=d"]
+    tasks, mark = i.children([(parent(shop), [*facets, *kept])])
+    assert [t.url for t in await i.admit(tasks)] == kept
+    i.sent(mark)
+    assert fates(i) == {"sent": 4, "trap_facets": 5}
+    [row] = await TrapBook(queue).hosts()
+    assert (row.host, row.reasons) == ("a.test", {"trap_facets": 5})
+    tasks, _ = i.children([(parent("http://a.test/blog"), facets[:1])])
+    assert [t.url for t in tasks] == facets[:1]
+    three, _ = i.children([(parent(shop), facets[1:4])])
+    assert [t.url for t in three] == facets[1:4]
+    assert TrapRules(0, 0, 0, 0, 0, False, 0).facet_links(shop, facets) == frozenset()
 
 
 async def test_a_page_is_never_its_own_near_duplicate_and_fingerprints_are_bounded(
