@@ -259,11 +259,16 @@ async def test_hosts_panel_pause_and_host_settings(
 
             # The sortable headers are the API's sort columns; in flight and done are
             # shown (the done cells above), as plain headers.
-            heads = browser.find_elements("css selector", "#hosts thead th")
-            assert [h.get_attribute("data-sort") for h in browser.find_elements(
-                "css selector", "#hosts th button.sort")] == list(SORT_COLUMNS)
-            plain = [h.text for h in heads if not h.find_elements("css selector", "button")]
-            assert {"in flight", "done"} <= set(plain)
+            # Read in one go, again if a refresh redrew the table under the read.
+            def headers() -> tuple[list[str], set[str]]:
+                sorts = [h.get_attribute("data-sort") for h in browser.find_elements(
+                    "css selector", "#hosts th button.sort")]
+                plain = {h.text for h in browser.find_elements("css selector", "#hosts thead th")
+                         if not h.find_elements("css selector", "button")}
+                return sorts, plain
+            sorts, plain = wait_for(headers, "the hosts table's headers")
+            assert sorts == list(SORT_COLUMNS)
+            assert {"in flight", "done"} <= plain
             # Sorting by a column header: delay, most first; hosts without their own
             # delay aren't listed.
             await frontier.set_host(hosts[0], delay_s=0.01)
