@@ -250,14 +250,14 @@ async def test_three_consumers_keep_a_groups_concurrency_and_delay_across_50_nam
         tmp_path: Path) -> None:
     """politeness_key=domain, group concurrency 2 and delay 0.2 s: the server never
     answers more than 2 requests at once, and its requests start the delay apart: none
-    closer than half of it, and 95% within 50 ms of it (a consumer's event loop that
-    falls behind under load sends one late, which brings the next one closer)."""
+    closer than 60 ms under it (a request more than 50 ms late takes a turn of its own:
+    late_turn.lua), and 95% within 50 ms of it."""
     delay = 0.2
     peak, gaps = await crawl_fifty_names(redis_url, redis_client, crawl_name, tmp_path,
                                          politeness_key="domain", group_delay=delay,
                                          group_concurrency=2)
     assert peak <= 2, peak
-    assert min(gaps) >= delay / 2, sorted(gaps)[:5]
+    assert min(gaps) >= delay - 0.06, sorted(gaps)[:5]
     assert sum(g >= delay - 0.05 for g in gaps) >= 0.95 * len(gaps), sorted(gaps)[:5]
 
 
@@ -285,7 +285,7 @@ async def test_three_consumers_keep_an_ip_groups_concurrency_and_delay_across_50
                                          loopback_host, politeness_key="ip",
                                          group_delay=delay, group_concurrency=2)
     assert peak <= 2, peak
-    assert min(gaps) >= delay / 2, sorted(gaps)[:5]
+    assert min(gaps) >= delay - 0.06, sorted(gaps)[:5]
     assert sum(g >= delay - 0.05 for g in gaps) >= 0.95 * len(gaps), sorted(gaps)[:5]
 
 
