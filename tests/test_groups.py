@@ -250,7 +250,7 @@ async def test_three_consumers_keep_a_groups_concurrency_and_delay_across_50_nam
         tmp_path: Path) -> None:
     """politeness_key=domain, group concurrency 2 and delay 0.2 s: the server never
     answers more than 2 requests at once, and its requests start the delay apart: none
-    closer than 60 ms under it (a request more than 50 ms late takes a turn of its own:
+    closer than 60 ms under it (a request more than 25 ms late takes a turn of its own:
     late_turn.lua), and 95% within 50 ms of it."""
     delay = 0.2
     peak, gaps = await crawl_fifty_names(redis_url, redis_client, crawl_name, tmp_path,
