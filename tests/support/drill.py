@@ -415,6 +415,18 @@ async def _held_leases(group: SentinelGroup, queue: CrawlQueue) -> int:
         return sum([await c.zcard(pk.leases) for pk in queue.partitions])
 
 
+_BACKGROUND: set[asyncio.Task[Any]] = set()
+
+
+async def _within(coro: Any, seconds: float) -> None:
+    """Await `coro` for up to `seconds`; past that it goes on in the background."""
+    task = asyncio.ensure_future(coro)
+    await asyncio.wait({task}, timeout=seconds)
+    if not task.done():
+        _BACKGROUND.add(task)
+        task.add_done_callback(_BACKGROUND.discard)
+
+
 def _first(events: list[Any], after: float) -> Any:
     return next((e for e in events if e.at >= after), None)
 
@@ -531,13 +543,14 @@ class _Drill:
             run.alive_at_end = [p.returncode is None for p in fleet.procs]
             run.exit_codes = await fleet.stop()
             self.say("consumers stopped")
-            # Closing a client can wait on a socket's close (seen: minutes, under load).
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.monitor.stop(), 10)
+            # Closing a client can wait on a socket's close (seen: minutes, under load),
+            # and a close cancelled by wait_for's timeout was still waited for (the drill
+            # then overran its deadline after "consumers stopped"): each is left to end
+            # in the background after its time, not cancelled.
+            await _within(self.monitor.stop(), 10)
             self.say("monitor stopped")
             for c in (client, *sentinel.sentinels):
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(c.aclose(), 5)
+                await _within(c.aclose(), 5)
             self.say("clients closed")
             for i, log in enumerate(fleet.logs):
                 run.logs[f"consumer-{i}"] = log.read_text(errors="replace")[-4000:]
