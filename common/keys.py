@@ -185,6 +185,7 @@ Global: ``crawlq:crawls`` SET of crawl names.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS as SLOTS
 from redis.crc import key_slot
@@ -215,6 +216,7 @@ def crawl_key(crawl: str, name: str) -> str:
     return f"{PREFIX}:{{{_check_crawl(crawl)}}}:{name}"
 
 
+@lru_cache(maxsize=4096)
 def partition_tag(crawl: str, partition: int, partitions: int = 1, *,
                   spread: bool = False) -> str:
     """The hash tag of one partition's keys: ``<crawl>:<p>``, or with `spread` (every crawl

@@ -71,6 +71,17 @@ async def visit(q: LeasingQueue, outcome: str, observed: Observed | None,
     return leases
 
 
+async def lease_revisit(q: LeasingQueue, etag: str, last_modified: str, digest: str,
+                        interval_s: int) -> Lease:
+    """Lease the one task due, a revisit carrying these validators and interval."""
+    [lease] = await q.lease("w", 1, 60_000)
+    assert lease.task.revisit is not None
+    assert (lease.task.revisit.etag, lease.task.revisit.last_modified,
+            lease.task.revisit.digest, lease.task.revisit.interval_s) == (
+        etag, last_modified, digest, interval_s)
+    return lease
+
+
 async def interval_of(q: LeasingQueue, url: str) -> int:
     record = await q.client.hget(q.partitions[0].rv_hist, tid(url))
     assert record is not None
@@ -248,11 +259,7 @@ async def test_a_recrawl_windows_history_is_kept_unscheduled_and_joins_the_sched
     assert await redis_client.zcard(pk.rv_due) == 0
     await window_passed(redis_client, 2)
     assert (await q.enqueue([nt(url)])).recrawled == 1
-    [lease] = await q.lease("w", 1, 60_000)
-    assert lease.task.revisit is not None
-    assert (lease.task.revisit.etag, lease.task.revisit.last_modified,
-            lease.task.revisit.digest, lease.task.revisit.interval_s) == (
-        '"v1"', "lm1", "ef" * 8, 0)
+    lease = await lease_revisit(q, '"v1"', "lm1", "ef" * 8, 0)
     lease.observed = Observed("", "", "", -1)
     await q.ack("w", [(lease, "not_modified")])  # a 304 keeps what it did not carry
     record = await redis_client.hget(pk.rv_hist, tid(url))
@@ -519,11 +526,7 @@ async def test_a_history_record_written_before_the_estimator_still_decodes(
     await redis_client.hset(pk.rv_hist, tid(url), old)
     await make_due(q, url)
     assert (await q.promote())[0] == 1
-    [lease] = await q.lease("w", 1, 60_000)
-    assert lease.task.revisit is not None
-    assert (lease.task.revisit.etag, lease.task.revisit.last_modified,
-            lease.task.revisit.digest, lease.task.revisit.interval_s) == (
-        '"e1"', "lm1", "ab" * 8, 400)
+    lease = await lease_revisit(q, '"e1"', "lm1", "ab" * 8, 400)
     lease.observed = Observed("", "", "", -1)
     await q.ack("w", [(lease, "not_modified")])
     record = await redis_client.hget(pk.rv_hist, tid(url))
