@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from common import simhash
@@ -38,7 +38,7 @@ from consumer.routing import Router
 from consumer.sinks import Record
 from consumer.slots import Slots, Stage
 from consumer.stopping import Stopping
-from consumer.turns import Turns
+from consumer.turns import TurnMissed, Turns
 from consumer.window import CpuWindow
 
 log = logging.getLogger("consumer")
@@ -99,9 +99,14 @@ class Runner:
                 # e.g. the process was stopped: someone else may own it now.
                 self.book.drop(lease, lost=True)
                 return
-            if self.turns.late(lease) and not await self.turns.take_late_turn(lease):
-                return
-            await self._fetch(lease)
+            while True:
+                if self.turns.late(lease) and not await self.turns.take_late_turn(lease):
+                    return
+                try:
+                    await self._fetch(lease)
+                    return
+                except TurnMissed:  # nothing went out: its turn again, a late one
+                    pass
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -162,11 +167,13 @@ class Runner:
         else:
             self.slots.move(lease, Stage.DONE)
 
-    async def _robots_turn(self, lease: Lease) -> None:
+    async def _robots_turn(self, lease: Lease) -> Callable[[], None] | None:
         """robots.txt is about to be fetched under `lease`, before its page: it waits for
-        a turn of its own (a lost lease raises LeaseLostError)."""
+        a turn of its own (a lost lease raises LeaseLostError); returns the request's
+        `on_sent`, which holds it to that turn."""
         if not await self.turns.take_late_turn(lease):
             raise LeaseLostError(f"lease on task {lease.id} was lost")
+        return self.turns.on_sent(lease)
 
     def _crawl_delay(self, host: str, asked: float) -> float:
         """A robots.txt Crawl-delay as the crawl obeys it: cut to the policy's
@@ -194,6 +201,9 @@ class Runner:
                                               conditional=conditional_headers(
                                                   task.revisit if live.conditional else None),
                                               method=task.method, body=task.body)
+        except TurnMissed:
+            self.slots.move(lease, Stage.STARTING)
+            raise
         except FetchError as exc:
             self.metrics.response(exc.status)
             # A status is the host's response, a page of its budget (a proxy's refusal
@@ -202,7 +212,8 @@ class Runner:
             self._complete_error(lease, exc)
             return
         finally:
-            self.metrics.fetch_duration_seconds.observe(time.monotonic() - started)
+            if self.slots.stage(lease) is not Stage.STARTING:  # a request went out
+                self.metrics.fetch_duration_seconds.observe(time.monotonic() - started)
             if self.slots.stage(lease) is Stage.FETCHING:
                 self.slots.move(lease, Stage.RESPONSE_IN)
             # A host with a delay is bound by it: its next turn is a delay away whatever

@@ -4,7 +4,9 @@ that goes out later keeps the host's delay in one of two ways: a little late, it
 time goes with its ack and the host's next turn counts from it; late enough that the
 host's next turn may be leased already (robots.txt looked up first, under the lease of
 the page that needed it; a page that waited for that lookup), it first takes a turn of
-its own (late_turn.lua).
+its own (late_turn.lua). Whether a request is late is judged last just before its
+headers go out, after its connect (`on_sent`): a busy event loop or a slow connect can
+make a request that left its slot on time late on the wire.
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ LATE_SLACK_MS = 10
 LATE_MS = 25
 
 
+class TurnMissed(Exception):
+    """A polite request was stopped before its headers went out (nothing was sent): it
+    would have gone more than LATE_MS after its turn. Take a late turn and send it again."""
+
+
 class Turns:
     """When this consumer's polite requests go out, against their hosts' turns."""
 
@@ -44,9 +51,10 @@ class Turns:
     def late(self, lease: Lease) -> bool:
         """Whether `lease`'s request, sent now, would go out more than LATE_MS after its
         turn (it waited for a robots.txt lookup, or for a slot)."""
-        if lease.delay_ms <= 0:
-            return False
-        now = self.clock.to_redis_ms(time.monotonic())
+        return lease.delay_ms > 0 and self._late_at(lease, time.monotonic())
+
+    def _late_at(self, lease: Lease, local_s: float) -> bool:
+        now = self.clock.to_redis_ms(local_s)
         return now is not None and now - DISPATCH_MS - LATE_MS > lease.granted_ms
 
     async def take_late_turn(self, lease: Lease) -> bool:
@@ -66,8 +74,10 @@ class Turns:
         return True
 
     def on_sent(self, lease: Lease) -> Callable[[], None] | None:
-        """For a request to a host with a delay: note when its headers really go out
-        (after the connect; the first hop's, a redirect's are later requests)."""
+        """For a request to a host with a delay: the fetch's `on_sent`, called as its
+        headers are about to go out (after the connect; the first hop's, a redirect's are
+        later requests). It raises TurnMissed when the request would go out more than
+        LATE_MS after its turn, else notes when it went."""
         if lease.delay_ms <= 0:
             return None
         first = True
@@ -75,8 +85,11 @@ class Turns:
         def sent() -> None:
             nonlocal first
             if first:
+                now = time.monotonic()
+                if self._late_at(lease, now):
+                    raise TurnMissed(f"the request of lease {lease.id} missed its turn")
                 first = False
-                self._note_sent(lease, time.monotonic())
+                self._note_sent(lease, now)
         return sent
 
     def _note_sent(self, lease: Lease, started: float) -> None:

@@ -34,9 +34,11 @@ from common.queue import (
 )
 from consumer.config import build_parser, settings_from_args
 from consumer.flush import Completion
+from consumer.leaser import DISPATCH_MS
 from consumer.lifecycle import Consumer
 from consumer.run import run
 from consumer.slots import Stage
+from consumer.turns import LATE_MS, LATE_SLACK_MS, TurnMissed
 
 
 async def reclaimed_when_expired(q: LeasingQueue, within: float = 10.0) -> tuple[int, int]:
@@ -429,6 +431,35 @@ async def test_a_late_robots_txt_and_the_pages_that_waited_for_it_keep_the_delay
     assert (await q.stats()).done == len(urls)
 
 
+async def test_a_request_late_on_the_wire_takes_a_turn_of_its_own(
+        redis_url: str, redis_client: aioredis.Redis, crawl_name: str,
+        tmp_path: Path) -> None:
+    """Whether a polite request is late is judged as its headers go out, after its
+    connect: here the consumer's pool holds one connection per host and the first page
+    answers in 1.5 s, so the second page, leased for its turn a delay later, waits for
+    the connection and would go out half a delay late; it answers in 0.8 s, so the third
+    page's turn is leased, a delay after the second's, before the second's ack says when
+    it went. The second takes a turn of its own instead: every request a delay apart
+    (without it, the second and third came 0.8 s apart)."""
+    delay = 1.0
+    async with test_site() as site:
+        paths = ["/p/0?delay=1500", "/p/1?delay=800", "/p/2", "/p/3"]
+        await LeasingQueue.open(redis_client, crawl_name)
+        q = await LeasingQueue.existing(redis_client, crawl_name)
+        await q.enqueue(tasks([site.url(p) for p in paths]))
+        settings = _consumer_settings(
+            redis_url, crawl_name, tmp_path / "c", "--per-host-delay",
+            f"{delay}", "--per-host-concurrency", "2", "--concurrency", "8")
+        settings = dataclasses.replace(
+            settings, fetch=dataclasses.replace(settings.fetch, limit_per_host=1))
+        assert await run(settings) == 0
+        times = sorted(t for path, ts in site.times.items() for t in ts)
+        assert site.stats_.total() == len(paths)
+        gaps = [round(b - a, 3) for a, b in itertools.pairwise(times)]
+        assert min(gaps) >= delay - 0.05, gaps
+    assert (await q.stats()).done == len(paths)
+
+
 async def test_each_lease_says_its_hosts_delay_whatever_the_consumers_flags(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
     """Politeness comes from the lease: the reply carries each host's delay (the crawl's
@@ -580,27 +611,37 @@ async def test_a_polite_request_counts_from_when_its_headers_went_out(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
     """The late-send report (sent_ms, which moves the host's next turn at the ack) is taken
     when the request's headers are written (after a slow connect or a busy loop), not when
-    the fetch began; only its first hop counts. A host without a delay reports nothing.
-    (frontier_bench: a host's first request, on a new connection, reached the server up to
-    90 ms after its fetch began, and the next turn, counted from the fetch, came 0.92 s
-    after it.)"""
+    the fetch began; only its first hop counts. A request later than LATE_MS is stopped
+    there instead (TurnMissed), nothing noted, to take a turn of its own. A host without
+    a delay reports nothing. (frontier_bench: a host's first request, on a new connection,
+    reached the server up to 90 ms after its fetch began, and the next turn, counted from
+    the fetch, came 0.92 s after it.)"""
     q = await polite_queue(redis_client, crawl_name, delay_s=1.0, concurrency=1)
     await q.enqueue(tasks(["http://a.test/"]))
     [lease] = await q.lease("w", 10, 60_000)
     settings = settings_from_args(build_parser().parse_args([]))
     consumer = Consumer(settings, q, Fetcher(settings.fetch), NullSink(), Metrics())
-    consumer.leaser.clock.observe(time.monotonic(), lease.granted_ms)
-    sent = consumer.runner.turns.on_sent(lease)
+    turns, clock = consumer.runner.turns, consumer.leaser.clock
+    late_by = DISPATCH_MS + LATE_SLACK_MS + 2  # noted, not stopped
+    clock.observe(time.monotonic(), lease.granted_ms + late_by)  # Redis' clock: now
+    sent = turns.on_sent(lease)
     assert sent is not None and lease.sent_ms == 0
-    await asyncio.sleep(0.15)  # the headers go out 150 ms after the turn
     sent()
-    assert lease.granted_ms + 100 <= lease.sent_ms <= lease.granted_ms + 400
+    noted = lease.granted_ms + late_by - DISPATCH_MS
+    assert noted <= lease.sent_ms <= noted + LATE_MS - LATE_SLACK_MS - 2
     first = lease.sent_ms
-    await asyncio.sleep(0.05)
     sent()  # a redirect's hop: a later request, not this one's start
     assert lease.sent_ms == first
+
+    lease.sent_ms = 0
+    clock.observe(time.monotonic(), lease.granted_ms + DISPATCH_MS + LATE_MS + 100)
+    stopped = turns.on_sent(lease)
+    assert stopped is not None
+    with pytest.raises(TurnMissed):
+        stopped()
+    assert lease.sent_ms == 0
     untimed = Lease(lease.task, lease.partition, lease.token, lease.deadline_ms, lease.host)
-    assert consumer.runner.turns.on_sent(untimed) is None
+    assert turns.on_sent(untimed) is None
     await consumer.fetcher.close()
 
 

@@ -300,7 +300,8 @@ def _bad_status(status: int) -> FetchError:
 
 
 async def _headers_sent(session: ClientSession, ctx: Any, params: Any) -> None:
-    """aiohttp's trace signal: a request's headers went out; tell its fetch's `on_sent`."""
+    """aiohttp's trace signal, awaited just before a request's headers are written (no
+    wait between: aiohttp 3.9+'s StreamWriter.write_headers); tell its fetch's `on_sent`."""
     on_sent = ctx.trace_request_ctx
     if on_sent is not None:
         on_sent()
@@ -428,9 +429,10 @@ class Fetcher:
         `total_timeout` deadline, so a server dripping one byte at a time cannot outlast it.
         Await it like a coroutine function (it returns the fetch's coroutine: no extra
         coroutine frame per page). `on_sent` is called as each request's headers are
-        written to its connection (after any connect: a request's real start, for
-        politeness), through a pool of its own. `conditional`: validators for `url` only,
-        for a GET or HEAD (see the module's docstring).
+        about to be written to its connection (after any connect: a request's real start,
+        for politeness), through a pool of its own; an exception it raises stops that
+        request before anything is sent, and leaves fetch as it is. `conditional`:
+        validators for `url` only, for a GET or HEAD (see the module's docstring).
         """
         session = self._session
         if session is None:
