@@ -243,6 +243,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("60-late-turn-ignores-a-later-turn", "a late request's turn comes a delay after "
            "the latest turn leased, not at once",
            (_FR + "test_a_late_robots_txt_and_the_pages_that_waited_for_it_keep_the_delay",)),
+    Mutant("70-late-on-the-wire-sent-anyway", "a request late as its headers go out "
+           "(it waited for a connection) takes a turn of its own",
+           (_FR + "test_a_request_late_on_the_wire_takes_a_turn_of_its_own",
+            _FR + "test_a_polite_request_counts_from_when_its_headers_went_out")),
     Mutant("67-partitions-left-where-crc16-puts-them", "a new crawl's partitions spread "
            "over equal ranges of the Cluster's slots",
            (_Q + "test_a_new_crawl_spreads_its_partitions_over_the_slots_an_older_one_keeps_"
