@@ -52,7 +52,6 @@ in-process, and a copy already cached keeps its expiry.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 import time
@@ -72,7 +71,6 @@ from common.errors import ConfigError, FetchError, RedisUnavailableError
 from common.keys import CrawlKeys
 from common.locks import TokenLocks
 from common.policy import product_token
-from consumer.turns import TurnMissed
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -88,7 +86,7 @@ MAX_ROBOTS_BYTES = 512 * 1024  # Google parses the first 500 KiB; RFC 9309 asks 
 POLL_INTERVAL_S = 0.1
 #: What a lookup awaits just before its robots.txt request goes out: it returns the
 #: request's `on_sent` (RobotsCache.lookup).
-BeforeFetch = Callable[[], Awaitable[Callable[[], None] | None]]
+BeforeFetch = Callable[[], Awaitable[Callable[[], Awaitable[None]] | None]]
 # Fetcher errors after which robots.txt counts as unavailable (RFC 9309 2.3.1.3): allow all.
 _ALLOW_ALL_REASONS = frozenset({
     reasons.TOO_MANY_REDIRECTS, reasons.REDIRECT_LOOP, reasons.BAD_REDIRECT,
@@ -211,9 +209,8 @@ class RobotsCache:
         raised), and whether this call fetched robots.txt over HTTP itself: that request
         took the turn of the task that asked, at its host. `before_fetch` is awaited just
         before that request goes out (the caller's turn: it may wait, or raise to make
-        none) and returns the request's `on_sent` (`Fetcher.fetch`); when that raises
-        TurnMissed, nothing went out and both are done again. It is this call's only if
-        this call started the lookup. Raises like `check` otherwise."""
+        none) and returns the request's `on_sent` (`Fetcher.fetch`). It is this call's only
+        if this call started the lookup. Raises like `check` otherwise."""
         origin, path = origin_of(url)
         entry = self._local_get(origin)
         fetched = False
@@ -361,14 +358,12 @@ class RobotsCache:
                     entry = await self._read(key)
                     if entry is not None:
                         return entry
-                    if before_fetch is None:
-                        return await self._fetch_and_store(origin, key)
-                    while True:
+                    on_sent = None
+                    if before_fetch is not None:
                         # A wait here outlasting lock_ms lets a second consumer fetch it
                         # too (under a turn of its own): a copy more, never a rude one.
                         on_sent = await before_fetch()
-                        with contextlib.suppress(TurnMissed):
-                            return await self._fetch_and_store(origin, key, on_sent)
+                    return await self._fetch_and_store(origin, key, on_sent)
                 finally:
                     await self._unlock(lock, token)
             if time.monotonic() >= deadline:
@@ -395,7 +390,7 @@ class RobotsCache:
         return self._entry(doc, ttl_s if pttl < 0 else min(pttl / 1000, ttl_s))
 
     async def _fetch_and_store(self, origin: str, key: str,
-                               on_sent: Callable[[], None] | None = None) -> _Entry:
+                               on_sent: Callable[[], Awaitable[None]] | None = None) -> _Entry:
         doc = await self._fetch(origin, on_sent)  # ssrf_blocked propagates, uncached
         ttl_s = self.failure_ttl_s if "error" in doc else self.ttl_s
         await self._redis.set(key, codec.dumps(doc), px=max(1, int(ttl_s * 1000)))
@@ -403,7 +398,7 @@ class RobotsCache:
         entry.fetched = True
         return entry
 
-    async def _fetch(self, origin: str, on_sent: Callable[[], None] | None) -> RobotsDoc:
+    async def _fetch(self, origin: str, on_sent: Callable[[], Awaitable[None]] | None) -> RobotsDoc:
         url = f"{origin}/robots.txt"
         now = time.time()
         try:

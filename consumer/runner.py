@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from common import simhash
@@ -38,7 +38,7 @@ from consumer.routing import Router
 from consumer.sinks import Record
 from consumer.slots import Slots, Stage
 from consumer.stopping import Stopping
-from consumer.turns import TurnMissed, Turns
+from consumer.turns import Turns
 from consumer.window import CpuWindow
 
 log = logging.getLogger("consumer")
@@ -99,14 +99,9 @@ class Runner:
                 # e.g. the process was stopped: someone else may own it now.
                 self.book.drop(lease, lost=True)
                 return
-            while True:
-                if self.turns.late(lease) and not await self.turns.take_late_turn(lease):
-                    return
-                try:
-                    await self._fetch(lease)
-                    return
-                except TurnMissed:  # nothing went out: its turn again, a late one
-                    pass
+            if self.turns.late(lease) and not await self.turns.take_late_turn(lease):
+                return
+            await self._fetch(lease)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -167,7 +162,7 @@ class Runner:
         else:
             self.slots.move(lease, Stage.DONE)
 
-    async def _robots_turn(self, lease: Lease) -> Callable[[], None] | None:
+    async def _robots_turn(self, lease: Lease) -> Callable[[], Awaitable[None]] | None:
         """robots.txt is about to be fetched under `lease`, before its page: it waits for
         a turn of its own (a lost lease raises LeaseLostError); returns the request's
         `on_sent`, which holds it to that turn."""
@@ -201,9 +196,9 @@ class Runner:
                                               conditional=conditional_headers(
                                                   task.revisit if live.conditional else None),
                                               method=task.method, body=task.body)
-        except TurnMissed:
-            self.slots.move(lease, Stage.STARTING)
-            raise
+        except LeaseLostError:  # while it took a late turn, before anything was sent
+            self._complete(Completion(lease, "drop"))
+            return
         except FetchError as exc:
             self.metrics.response(exc.status)
             # A status is the host's response, a page of its budget (a proxy's refusal
@@ -212,8 +207,7 @@ class Runner:
             self._complete_error(lease, exc)
             return
         finally:
-            if self.slots.stage(lease) is not Stage.STARTING:  # a request went out
-                self.metrics.fetch_duration_seconds.observe(time.monotonic() - started)
+            self.metrics.fetch_duration_seconds.observe(time.monotonic() - started)
             if self.slots.stage(lease) is Stage.FETCHING:
                 self.slots.move(lease, Stage.RESPONSE_IN)
             # A host with a delay is bound by it: its next turn is a delay away whatever

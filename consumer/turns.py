@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from common.metrics import Metrics
 from common.queue import Code, CrawlQueue, Lease
 from consumer.clock import RedisClock
+from consumer.handlers import LeaseLostError
 from consumer.leaser import DISPATCH_MS, DISPATCH_S
 from consumer.leases import LeaseBook
 
@@ -30,11 +31,6 @@ LATE_SLACK_MS = 10
 #: Under it, the ack's note (LATE_SLACK_MS) is enough. (At 50, frontier_bench saw one
 #: pair of requests 0.942 s apart at a 1 s delay on a slow host: its bound is 50 ms.)
 LATE_MS = 25
-
-
-class TurnMissed(Exception):
-    """A polite request was stopped before its headers went out (nothing was sent): it
-    would have gone more than LATE_MS after its turn. Take a late turn and send it again."""
 
 
 class Turns:
@@ -73,23 +69,27 @@ class Turns:
         await asyncio.sleep(DISPATCH_S + max(0, turn - now) / 1000)
         return True
 
-    def on_sent(self, lease: Lease) -> Callable[[], None] | None:
-        """For a request to a host with a delay: the fetch's `on_sent`, called as its
+    def on_sent(self, lease: Lease) -> Callable[[], Awaitable[None]] | None:
+        """For a request to a host with a delay: the fetch's `on_sent`, awaited as its
         headers are about to go out (after the connect; the first hop's, a redirect's are
-        later requests). It raises TurnMissed when the request would go out more than
-        LATE_MS after its turn, else notes when it went."""
+        later requests). A request more than LATE_MS after its turn there takes a turn of
+        its own first (a lost lease raises LeaseLostError: nothing is sent); then when it
+        went is noted."""
         if lease.delay_ms <= 0:
             return None
         first = True
 
-        def sent() -> None:
+        async def sent() -> None:
             nonlocal first
-            if first:
+            if not first:
+                return
+            first = False
+            now = time.monotonic()
+            if self._late_at(lease, now):
+                if not await self.take_late_turn(lease):
+                    raise LeaseLostError(f"lease on task {lease.id} was lost")
                 now = time.monotonic()
-                if self._late_at(lease, now):
-                    raise TurnMissed(f"the request of lease {lease.id} missed its turn")
-                first = False
-                self._note_sent(lease, now)
+            self._note_sent(lease, now)
         return sent
 
     def _note_sent(self, lease: Lease, started: float) -> None:

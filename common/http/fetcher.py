@@ -57,7 +57,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC
 from email.utils import parsedate_to_datetime
@@ -304,7 +304,7 @@ async def _headers_sent(session: ClientSession, ctx: Any, params: Any) -> None:
     wait between: aiohttp 3.9+'s StreamWriter.write_headers); tell its fetch's `on_sent`."""
     on_sent = ctx.trace_request_ctx
     if on_sent is not None:
-        on_sent()
+        await on_sent()
 
 
 class Fetcher:
@@ -413,7 +413,7 @@ class Fetcher:
         headers: Mapping[str, str] | None = None,
         crawl_credentials: bool = False,
         accept: tuple[str, ...] | None = None,
-        on_sent: Callable[[], None] | None = None,
+        on_sent: Callable[[], Awaitable[None]] | None = None,
         conditional: Mapping[str, str] | None = None,
         method: str = "GET",
         body: bytes | None = None,
@@ -430,8 +430,9 @@ class Fetcher:
         Await it like a coroutine function (it returns the fetch's coroutine: no extra
         coroutine frame per page). `on_sent` is called as each request's headers are
         about to be written to its connection (after any connect: a request's real start,
-        for politeness), through a pool of its own; an exception it raises stops that
-        request before anything is sent, and leaves fetch as it is. `conditional`:
+        for politeness), through a pool of its own, and awaited: it may wait, and an
+        exception it raises stops that request before anything is sent and leaves fetch
+        as it is. `conditional`:
         validators for `url` only, for a GET or HEAD (see the module's docstring).
         """
         session = self._session
@@ -462,7 +463,7 @@ class Fetcher:
         started: float,
         accept: tuple[str, ...] | None,
         *,
-        on_sent: Callable[[], None] | None = None,
+        on_sent: Callable[[], Awaitable[None]] | None = None,
         conditional: Mapping[str, str] | None = None,
         method: str = "GET",
         body: bytes | None = None,
@@ -503,7 +504,7 @@ class Fetcher:
         started: float,
         limits: ClientTimeout,
         accept: tuple[str, ...] | None = None,
-        on_sent: Callable[[], None] | None = None,
+        on_sent: Callable[[], Awaitable[None]] | None = None,
         conditional: Mapping[str, str] | None = None,
         method: str = "GET",
         body: bytes | None = None,
