@@ -41,7 +41,7 @@ from common.queue import (
     NewTask,
     RetryPolicy,
 )
-from common.task import MAX_TASK_BYTES, Task, decode_entry, encode_entry
+from common.task import MAX_TASK_BYTES, Task, decode_entry, encode_entry, queued_id
 from common.urls import canonicalize, fingerprint, task_id
 
 # ------------------------------------------------------------------------- helpers
@@ -102,7 +102,7 @@ async def all_ops(q: LeasingQueue, worker: str, lease: Lease) -> dict[str, Code]
 
 
 def _ids(entries: Sequence[bytes]) -> list[str]:
-    return [e[:32].decode() for e in entries]
+    return [queued_id(e) for e in entries]
 
 
 async def host_queue(client: aioredis.Redis, q: LeasingQueue, host: str) -> list[str]:
@@ -114,7 +114,7 @@ async def host_queue(client: aioredis.Redis, q: LeasingQueue, host: str) -> list
 async def host_prio(client: aioredis.Redis, q: LeasingQueue, host: str) -> dict[str, int]:
     """The ids pending in a host's priority ZSET, with their priorities."""
     pk = q.partitions[q.partition_of(host)]
-    return {e[:32].decode(): int(-s) for e, s in
+    return {queued_id(e): int(-s) for e, s in
             await client.zrange(pk.host_prio(host), 0, -1, withscores=True)}
 
 
@@ -240,9 +240,10 @@ async def test_enqueue_lease_ack_round_trip(redis_client: aioredis.Redis, crawl_
     i = task_id(task.fp)
     assert await q.state_of(i) == await q.state_of(i, task.url) == "pending"
     pk = q.partitions[0]
-    # A pending task is one entry in its host's queue and nothing else.
+    # A pending task is one entry in its host's queue and nothing else: compact, its id's
+    # 16 bytes and ":" for http://<its host>.
     assert await redis_client.lrange(pk.host_queue("example.test"), 0, -1) == [
-        encode_entry(i, "http://example.test/a/b", meta={"k": "v"}, depth=2).encode()]
+        bytes.fromhex(i) + b':/a/b {"m":{"k":"v"},"d":2}']
     assert await redis_client.hlen(pk.tasks) == 0
     assert await redis_client.zscore(pk.queued, "example.test") == 1
     assert await redis_client.zscore(pk.due, "example.test") is not None
@@ -1099,7 +1100,7 @@ async def test_malformed_entries_end_dead_with_raw_bytes(redis_client: aioredis.
     utf8 = [i for i in bodies if i != MAL_ID[0].decode()]
     assert await q.dead_requeue(utf8) == len(utf8)
     assert await host_queue(redis_client, q, "mal.test") == [
-        e[:32].decode() for e in MALFORMED_ENTRIES if dead_id(e) in utf8]
+        queued_id(e) for e in MALFORMED_ENTRIES if dead_id(e) in utf8]
     assert await q.lease("w", 20, 60_000) == []
     assert (await q.stats()).dead_reasons == {MALFORMED: len(bodies)}
     assert await q.dead_purge(utf8) == len(utf8)

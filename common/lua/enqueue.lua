@@ -30,7 +30,8 @@
 --              host order: recorded while the crawl's politeness_key is not host
 --              (lib/groups.lua)
 -- ARGV[4+H..]  per item 5 values: id, seen field (binary fingerprint tail), priority
---              (>= 0), host index (1..H), entry (common.task.encode_entry)
+--              (>= 0), host index (1..H), entry (common.task.compact_entry: stored as
+--              sent; full is stored compact too)
 -- Returns {enqueued, duplicates, recrawled}, or {-1, the crawl's politeness_key} when the
 -- groups were named for another key (nothing changed: name them again)
 --- @include "lib/codes"
@@ -84,8 +85,8 @@ for _, it in ipairs(items) do
       new = not (rv.on and r and r.interval > 0)
       if new then
         recrawled = recrawled + 1
-        if r and rv.conditional then
-          r.entry = it.entry
+        if r and rv.conditional then  -- sent compact: `v` joins the full entry
+          r.entry = select(2, entry_expand(it.host, it.entry))
           it.entry = revisit_entry(r)
         end
       end

@@ -23,7 +23,7 @@
 -- ARGV[5+H]    groups: the key they are named for, then each host's politeness group,
 --              space-separated in host order (enqueue.lua)
 -- ARGV[6+H..]  per item 6 values: id, h1, h2 (32-bit ints), priority (>= 0),
---              host index (1..H), entry
+--              host index (1..H), entry (compact, as enqueue.lua's)
 -- Returns {enqueued, duplicates, 0, fullest layer past 80% this call or -1}, or {-1, the
 -- crawl's politeness_key} when the groups were named for another key (enqueue.lua)
 --- @include "lib/codes"
