@@ -41,7 +41,15 @@ from common.queue import (
     NewTask,
     RetryPolicy,
 )
-from common.task import MAX_TASK_BYTES, Task, decode_entry, encode_entry, queued_id
+from common.task import (
+    MAX_TASK_BYTES,
+    Task,
+    compact_entry,
+    decode_entry,
+    encode_entry,
+    expand_entry,
+    queued_id,
+)
 from common.urls import canonicalize, fingerprint, task_id
 
 # ------------------------------------------------------------------------- helpers
@@ -1125,6 +1133,98 @@ async def test_a_dead_entry_that_is_not_utf8_can_be_requeued_and_purged(
     finally:
         assert await q.dead_purge([i]) == 1
     assert (await q.stats()).dead == 0
+
+
+#: One task of every entry form: https and http of its host (tails "/" and ":/"), a URL
+#: whose authority is not its host key (stored whole), a POST with a body, label, data and
+#: meta at a priority (the ZSET), and ids whose bytes hold a space and bytes >= 0x80.
+ROUND_TRIP = [
+    NewTask("https://rt.test/a?q=1&r=%20", b" \x80\xff" + bytes(range(13))),
+    NewTask("http://rt.test/b", bytes(range(0x20, 0x30))),
+    NewTask("https://RT.test/c", bytes(range(0xf0, 0x100))),
+    NewTask("http://rt.test/d", b"  " + bytes(range(0x80, 0x8e)), priority=2,
+            method="POST", body=b'{"x": "\xc3\xa9"}', label="api", data={"k": [1]},
+            meta={"m": 1}, depth=3),
+    NewTask("https://rt.test:8443/e", bytes(range(0x40, 0x50)), priority=1),
+]
+
+
+def test_a_compact_entry_expands_to_its_full_entry() -> None:
+    for t in ROUND_TRIP:
+        host = host_key(t.url)
+        full = encode_entry(t.fp.hex(), t.url, priority=t.priority, method=t.method,
+                            body=t.body, label=t.label, data=t.data, meta=t.meta,
+                            depth=t.depth)
+        compact = compact_entry(full, host)
+        assert compact.startswith(t.fp) and len(compact) <= len(full.encode()) - 16
+        assert compact[16:17] not in b"0123456789abcdef"
+        assert expand_entry(compact, host) == full.encode()
+        assert expand_entry(full.encode(), host) == full.encode()  # a full one as it is
+        assert queued_id(compact) == queued_id(full.encode()) == t.fp.hex()
+    assert compact_entry(ID + "http://e.test/x", "e.test") == bytes.fromhex(ID) + b":/x"
+    assert compact_entry(ID + "https://e.test/", "e.test") == bytes.fromhex(ID) + b"/"
+    assert compact_entry(ID + "https://e.test.org/", "e.test") == \
+        bytes.fromhex(ID) + b"https://e.test.org/"
+    for bad in (ID + "ftp://e.test/", "Z" * 32 + "http://e.test/"):
+        assert compact_entry(bad, "e.test") == bad.encode()  # left for the lease to judge
+    for bad in (bytes(16), bytes(16) + b":x", bytes(16) + b"x/"):
+        with pytest.raises(MalformedTaskError):
+            expand_entry(bad, "e.test")
+
+
+async def test_every_entry_form_round_trips_through_the_queues(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """Enqueued compact by Python, leased (expanded by lease.lua), released (compacted
+    by lib/queues.lua: the same bytes Python sends), leased again and acked."""
+    q = await open_queue(redis_client, crawl_name)
+    assert (await q.enqueue(ROUND_TRIP)).enqueued == len(ROUND_TRIP)
+    want = {t.fp.hex(): t for t in ROUND_TRIP}
+    queued: dict[str, bytes] = {}
+    for t in ROUND_TRIP:
+        pk, host = q.partitions[q.partition_of(host_key(t.url))], host_key(t.url)
+        for e in [*await redis_client.lrange(pk.host_queue(host), 0, -1),
+                  *await redis_client.zrange(pk.host_prio(host), 0, -1)]:
+            queued[queued_id(e)] = e
+    for turn in ("released", "acked"):
+        leases = await q.lease("w", 10, 60_000)
+        assert {x.id for x in leases} == set(want)
+        for x in leases:
+            t = want[x.id]
+            assert (x.task.url, x.task.method, x.task.body, x.task.label, x.task.data,
+                    x.task.meta, x.task.depth, x.task.priority, x.host) == (
+                t.url, t.method, t.body, t.label, t.data, t.meta, t.depth, t.priority,
+                host_key(t.url))
+        if turn == "acked":
+            assert await q.ack("w", [(x, "ok") for x in leases]) == [Code.OK] * len(leases)
+            break
+        assert await q.release("w", leases) == [Code.OK] * len(leases)
+        again: dict[str, bytes] = {}
+        for x in leases:
+            pk = q.partitions[x.partition]
+            for e in [*await redis_client.lrange(pk.host_queue(x.host), 0, -1),
+                      *await redis_client.zrange(pk.host_prio(x.host), 0, -1)]:
+                again[queued_id(e)] = e
+        assert again == queued
+    s = await q.stats()
+    assert (s.pending, s.leased, s.dead, s.done) == (0, 0, 0, len(ROUND_TRIP))
+    await assert_frontier(redis_client, q)
+
+
+async def test_a_malformed_compact_entry_is_dead_as_malformed(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """Too short, or a tail that is not "/", ":/" or "http": dead, its bytes kept."""
+    q = await open_queue(redis_client, crawl_name)
+    await q.enqueue([nt("http://mal.test/good")])
+    bad = [b" \xff" * 8, b" \xff" * 8 + b":x/", b" \xff" * 8 + b"x/y", b" \xff" * 8 + b"htp:/"]
+    await _plant(redis_client, q, "mal.test", bad)
+    assert [x.task.url for x in await q.lease("w", 10, 60_000)] == ["http://mal.test/good"]
+    dead = {d.id: d for d in await q.dead_list(reason=MALFORMED)}
+    assert {d.raw for d in dead.values()} == set(bad)
+    assert set(dead) == {hashlib.sha1(e).hexdigest()[:32] for e in bad}
+    assert all("id" in d.message for d in dead.values())
+    s = await q.stats()
+    assert (s.dead, s.pending, s.dead_reasons) == (len(bad), 0, {MALFORMED: len(bad)})
+    await assert_frontier(redis_client, q)
 
 
 async def test_an_entry_whose_id_is_not_utf8_is_dead_lettered(
