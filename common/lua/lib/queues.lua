@@ -19,7 +19,22 @@ end
 -- ("<32 hex id><url>[ <json>]"). Its 17th byte is never a hex digit, so a full entry is
 -- told apart: compacting one twice, or expanding a full one, leaves it as it is.
 local HEX_ID = '^' .. string.rep('[0-9a-f]', 32) .. '$'
-local HEX16 = string.rep('%02x', 16)
+-- The hex of a compact entry's id (its first 16 bytes), as four 32-bit words: 0.65 us,
+-- against 1.6 us for string.format('%02x' x 16) (the lease's cost per entry). No table
+-- built at load: a script's body, includes and all, runs at every call.
+local function hex_id(e)
+  local a, b, c, d, e5, f, g, h, i, j, k, l, m, n, o, p = string.byte(e, 1, 16)
+  return string.format('%08x%08x%08x%08x', ((a * 256 + b) * 256 + c) * 256 + d,
+    ((e5 * 256 + f) * 256 + g) * 256 + h, ((i * 256 + j) * 256 + k) * 256 + l,
+    ((m * 256 + n) * 256 + o) * 256 + p)
+end
+
+-- The 16 bytes of a 32-hex-digit id.
+local function bin_id(hex)
+  local t = {}
+  for k = 1, 16 do t[k] = tonumber(string.sub(hex, 2 * k - 1, 2 * k), 16) end
+  return string.char(unpack(t))
+end
 
 local function hex_byte(b)
   return b and ((b >= 48 and b <= 57) or (b >= 97 and b <= 102))
@@ -32,9 +47,7 @@ local function entry_compact(host, e)
       or not string.find(string.sub(e, 1, 32), HEX_ID) then
     return e
   end
-  local id = string.gsub(string.sub(e, 1, 32), '..', function(h)
-    return string.char(tonumber(h, 16))
-  end)
+  local id = bin_id(e)
   local n = #host
   if string.sub(e, 33, 41 + n) == 'https://' .. host .. '/' then
     return id .. string.sub(e, 41 + n)
@@ -52,7 +65,7 @@ local function entry_expand(host, e)
     local id = string.sub(e, 1, 32)
     return string.find(id, HEX_ID) and id or false, e
   end
-  local id = b and string.format(HEX16, string.byte(e, 1, 16))
+  local id = b and hex_id(e)
   if b == 47 then  -- '/'
     return id, id .. 'https://' .. host .. string.sub(e, 17)
   elseif b == 58 and string.byte(e, 18) == 47 then  -- ':/'
