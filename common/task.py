@@ -256,14 +256,19 @@ def compact_entry(entry: str, host: str) -> bytes:
     tid, rest = entry[:ID_LEN], entry[ID_LEN:]
     if not rest.startswith("http") or len(tid) != ID_LEN or not _HEX.issuperset(tid):
         return entry.encode()
+    return bytes.fromhex(tid) + compact_tail(rest, host).encode()
+
+
+def compact_tail(rest: str, host: str) -> str:
+    """What follows the id in a compact entry of `host`'s queue, from what follows it in
+    a full one (its URL, then its JSON: ``encode_entry("", ...)``). Enqueue's hot path:
+    the id's bytes are the fingerprint it has."""
     n = len(host)
-    if rest.startswith("https://") and rest.startswith(host, 8) and rest[8 + n:9 + n] == "/":
-        tail = rest[8 + n:]
-    elif rest.startswith("http://") and rest.startswith(host, 7) and rest[7 + n:8 + n] == "/":
-        tail = ":" + rest[7 + n:]
-    else:
-        tail = rest
-    return bytes.fromhex(tid) + tail.encode()
+    if rest[8 + n:9 + n] == "/" and rest.startswith("https://") and rest.startswith(host, 8):
+        return rest[8 + n:]
+    if rest[7 + n:8 + n] == "/" and rest.startswith("http://") and rest.startswith(host, 7):
+        return ":" + rest[7 + n:]
+    return rest
 
 
 def expand_entry(raw: bytes, host: str) -> bytes:
