@@ -9,9 +9,10 @@ Partition keys (``crawlq:{<crawl>:<p>}:<name>``). A partition holds whole hosts 
 routed by its host key, ``common.hostmodel.hostkey.host_key``), so a host's queue, its politeness
 state and its URLs' dedup entries live under one hash tag, on one Cluster shard.
 
-The frontier (what is pending, per host). Layout 3 (``common.queue.crawl.FORMAT``): one
-record per host and one per lease; a crawl of layout 2 is converted by
-``common/lua/migrate.lua`` (``common.queue.migrate``).
+The frontier (what is pending, per host). Layout 4 (``common.queue.crawl.FORMAT``): one
+record per host and one per lease, compact entries in the host queues; a crawl of layout
+2 is converted by ``common/lua/migrate.lua``, then one of layout 3 by
+``common/lua/compact_queues.lua`` (``common.queue.migrate``).
 
 =============  ======  ==========================================  ===================
 name           type    holds                                       written by
@@ -25,8 +26,11 @@ hosts          HASH    host -> its record: 18 little-endian        every script 
                        blocked until, robots delay, reserved;
                        -1 = unset) and push-back state
 hq:<host>      LIST    the host's pending entries, priority 0,     enqueue, release,
-                       FIFO; an entry is ``<id><url>[ <json>]``    reclaim, promote,
-                       (``common.task.encode_entry``)              requeue, lease
+                       FIFO; an entry is compact: the id's 16      reclaim, promote,
+                       bytes, then ``/<path>`` (https of the       requeue, revisit,
+                       host), ``:/<path>`` (http) or the whole     lease
+                       URL, then `` <json>`` if any
+                       (``common.task.compact_entry``)
 hp:<host>      ZSET    the host's pending entries with priority    same as hq
                        > 0, score = -priority (highest first)
 due            ZSET    host -> when its next request may start,    the host ledger's

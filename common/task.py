@@ -15,6 +15,13 @@ stored as it always was. The id is the fingerprint of the request's unique key
 and headers are not part of a task's identity; for other methods the method and a digest
 of the body join it (two bodies POSTed to one URL are two tasks).
 
+In its host's queue (``hq``/``hp``, layout 4) an entry is kept compact (`compact_entry`):
+the id's 16 bytes, then ``/<path>`` for ``https://<host>/<path>``, ``:/<path>`` for
+``http://<host>/<path>``, or the whole URL when its authority is not the host's key, then
+the JSON as above. Its 17th byte is never a hex digit, so a full entry is told apart;
+leasing expands it (``lib/queues.lua`` ``entry_expand``, `expand_entry` here): the lease
+record, ``tasks`` and a lease's reply hold full entries.
+
 The fields that change while a task lives (attempt, last_error, checkpoint) are kept in
 their own hashes and laid over the entry when the task is leased.
 """
@@ -34,6 +41,8 @@ from common.revisit import Revisit
 
 MAX_TASK_BYTES = 256 * 1024
 ID_LEN = 32
+#: A compact entry's id: the fingerprint's 16 bytes.
+BIN_ID_LEN = 16
 DEFAULT_MAX_ATTEMPTS = 3
 _HEX = frozenset("0123456789abcdef")
 
@@ -231,3 +240,54 @@ def entry_url(entry: bytes | None) -> str | None:
     if not entry or len(entry) <= ID_LEN:
         return None
     return entry[ID_LEN:].split(b" ", 1)[0].decode(errors="replace")
+
+
+def _hex_at(raw: bytes, at: int) -> bool:
+    return len(raw) > at and raw[at] in _HEX_BYTES
+
+
+_HEX_BYTES = frozenset(b"0123456789abcdef")
+
+
+def compact_entry(entry: str, host: str) -> bytes:
+    """The compact form of full entry `entry` in the queue of `host` (its host key): what
+    enqueue sends and the queues hold. One without a hex id and then ``http`` stays as
+    it is (the lease dead-letters it as malformed)."""
+    tid, rest = entry[:ID_LEN], entry[ID_LEN:]
+    if not rest.startswith("http") or len(tid) != ID_LEN or not _HEX.issuperset(tid):
+        return entry.encode()
+    return bytes.fromhex(tid) + compact_tail(rest, host).encode()
+
+
+def compact_tail(rest: str, host: str) -> str:
+    """What follows the id in a compact entry of `host`'s queue, from what follows it in
+    a full one (its URL, then its JSON: ``encode_entry("", ...)``). Enqueue's hot path:
+    the id's bytes are the fingerprint it has."""
+    n = len(host)
+    if rest[8 + n:9 + n] == "/" and rest.startswith("https://") and rest.startswith(host, 8):
+        return rest[8 + n:]
+    if rest[7 + n:8 + n] == "/" and rest.startswith("http://") and rest.startswith(host, 7):
+        return ":" + rest[7 + n:]
+    return rest
+
+
+def expand_entry(raw: bytes, host: str) -> bytes:
+    """The full entry of queued entry `raw` of `host`'s queue (a full one as it is);
+    MalformedTaskError for one that is neither form."""
+    if _hex_at(raw, BIN_ID_LEN):
+        return raw
+    head, tail = raw[:BIN_ID_LEN].hex().encode(), raw[BIN_ID_LEN:]
+    if tail.startswith(b"/"):
+        return head + b"https://" + host.encode() + tail
+    if tail.startswith(b":/"):
+        return head + b"http://" + host.encode() + tail[1:]
+    if tail.startswith(b"http"):
+        return head + tail
+    raise MalformedTaskError("task entry must start with its id, then its URL")
+
+
+def queued_id(raw: bytes) -> str:
+    """The hex id of a queued entry, compact or full (of a malformed one, its head)."""
+    if _hex_at(raw, BIN_ID_LEN):
+        return raw[:ID_LEN].decode(errors="replace")
+    return raw[:BIN_ID_LEN].hex()

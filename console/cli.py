@@ -22,8 +22,8 @@ Subcommands (each takes the common options: --redis-url, --crawl, --log-level, .
                                    server's eviction policy, persistence and replicas
 ``crawlq fsck [--repair] [--json]`` check a crawl's invariants (every task in one state,
                                    counts, ``due``, the revisit schedule); ``--repair``
-                                   converts a crawl of layout 2 first, then fixes the
-                                   counts, ``due`` and the schedule (``console.fsck``)
+                                   converts a crawl of layout 2 or 3 first, then fixes
+                                   the counts, ``due`` and the schedule (``console.fsck``)
 ``crawlq demo``                    a local Redis, a sample site, a producer, two consumers
                                    (``--serve``: only the sample site, for a spider)
 ``crawlq run SPIDER``              a spider end to end on this machine: Redis, the producer
@@ -383,7 +383,7 @@ async def cmd_check(args: argparse.Namespace, client: RedisClient) -> int:
 
 
 async def cmd_fsck(args: argparse.Namespace, client: RedisClient) -> int:
-    if args.repair:  # a crawl of layout 2 is converted first (common.queue.migrate)
+    if args.repair:  # a crawl of layout 2 or 3 is converted first (common.queue.migrate)
         await migrate_crawl(client, args.crawl)
     queue = await _queue(client, args.crawl)
     report = await fsck(queue, fix=args.repair)
@@ -465,7 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     command("fsck", "check a crawl's invariants (every task in one state, counts, due); "
             "exit 7 when problems are left", JSON,
-            Option("--repair", "CRAWLQ_FSCK_REPAIR", False, "convert a crawl of layout 2, "
+            Option("--repair", "CRAWLQ_FSCK_REPAIR", False, "convert a crawl of layout 2 or 3, "
                    "fix the counts and due, then check again",
                    flag_only_bool=True)).set_defaults(handler=cmd_fsck)
 

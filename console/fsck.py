@@ -57,6 +57,7 @@ from common.hostmodel.hostrec import HostRecord, HostRecordError
 from common.keys import HASHTABLE_FIELD, PartitionKeys
 from common.queue import CrawlQueue
 from common.scripts import register
+from common.task import queued_id
 from console.fsck_groups import KINDS as GROUP_KINDS
 from console.fsck_groups import group_findings, held_slots, read_groups, repair_groups
 from console.fsck_revisits import KINDS as SCHEDULE_KINDS
@@ -214,7 +215,7 @@ async def _entries(client: Any, hq: str, hp: str) -> AsyncIterator[str]:
         while True:
             page = await read(key, start, start + PAGE - 1)
             for entry in page:
-                yield _text(entry[:32])
+                yield queued_id(entry)
             if len(page) < PAGE:
                 break
             start += PAGE

@@ -91,8 +91,8 @@ async def _wait_for_crawl(settings: ConsumerSettings, client: RedisClient,
     while not stop.is_set():
         try:
             if not ensured:  # a consumer that starts first gives the crawl its policy
-                # A crawl of layout 2 is converted first: the policy's write reads its
-                # settings, which refuse layout 2 (common.queue.migrate).
+                # A crawl of layout 2 or 3 is converted first: the policy's write reads its
+                # settings, which refuse them (common.queue.migrate).
                 await migrate_crawl(client, settings.common.crawl)
                 await _ensure_policy(client, settings, spider)
                 ensured = True

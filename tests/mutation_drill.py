@@ -251,6 +251,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "over equal ranges of the Cluster's slots",
            (_Q + "test_a_new_crawl_spreads_its_partitions_over_the_slots_an_older_one_keeps_"
                  "its_keys",)),
+    Mutant("68-compact-http-entry-expanded-as-https", "a compact entry leases as the "
+           "entry it was: an http URL of its host's queue stays http",
+           (_Q + "test_every_entry_form_round_trips_through_the_queues",)),
     Mutant("65-recrawl-window-sends-no-validators", "a recrawl by recrawl_after alone is "
            "conditional: it sends its URL's kept validators, and a 304 ends not_modified",
            ("tests/test_revisits.py::test_a_recrawl_window_alone_asks_with_the_validators_"

@@ -1,5 +1,6 @@
 """Converting a live crawl from layout 2 to layout 3 (common/lua/migrate.lua,
-common.queue.migrate), against a real redis-server.
+common.queue.migrate), and on to layout 4 (tests/test_migrate_compact.py), against a real
+redis-server.
 
 A crawl of layout 2 is written here key by key, as the scripts of that layout (commit
 828d685) left it: per-host counters in h:queued, h:inflight, h:last and h:done, settings
@@ -56,7 +57,7 @@ from common.queue import (
 )
 from common.queue.migrate import MigrationBusyError, migration_keys
 from common.scripts import register
-from common.task import decode_entry, encode_entry
+from common.task import compact_entry, decode_entry, encode_entry
 from common.urls import fingerprint, task_id
 from consumer.config import build_parser, settings_from_args
 from consumer.run import run as consumer_run
@@ -332,7 +333,7 @@ async def test_a_live_crawl_converts_record_by_record_and_runs_to_the_end(
     assert await settings_of(redis_client, crawl_name) == {
         k: v for k, v in codec.loads(CrawlSettings(partitions=2).to_json()).items()
         if k != "spread"} | {"format": FORMAT}  # its tags as they were
-    assert FORMAT == 3
+    assert FORMAT == 4
     want = records_of(old, expected)
     # The lease records: owner (marks kept), attempt (1 when attempts held none), body.
     leased = records_of(old, {})
@@ -362,13 +363,21 @@ async def test_a_live_crawl_converts_record_by_record_and_runs_to_the_end(
             tid: str(n).encode() for tid, n in kept[p].items()}
         for key in layout2_keys(crawl_name, p):
             assert not await redis_client.exists(key), key
-    # Nothing else changed: queues, h:queued, due, deadlines, seen marks, counters ...
+    # Nothing else changed: h:queued, due, deadlines, seen marks, counters ...; the queues
+    # hold the same entries, compact (layout 4).
     after = await contents(redis_client, crawl_name)
     changed = {meta.encode()}
     for pk in old.crawl.partitions:
         changed |= {pk.hosts.encode(), pk.leased.encode(), pk.tasks.encode(),
                     pk.attempts.encode(), *(k.encode() for k in
                                             layout2_keys(crawl_name, pk.partition))}
+    for host in ("a.test", "b.test", "c.test", "d.test"):
+        hq, hp = old.pk(host).host_queue(host).encode(), old.pk(host).host_prio(host).encode()
+        changed |= {hq, hp}
+        assert after.get(hq) == (
+            [compact_entry(e.decode(), host) for e in before[hq]] if hq in before else None)
+        assert after.get(hp) == ([(compact_entry(e.decode(), host), score)
+                                  for e, score in before[hp]] if hp in before else None)
     assert {k: v for k, v in after.items() if k not in changed} == {
         k: v for k, v in before.items() if k not in changed}
 
@@ -586,7 +595,7 @@ async def test_concurrent_conversions_convert_each_partition_once(
     done = await asyncio.gather(*(migrate_crawl(redis_client, crawl_name) for _ in range(4)))
     assert sorted(done) == [0, 0, 0, 2]
     assert len(runs) == 2
-    assert [r.getMessage() for r in caplog.records].count("crawl_migrated") == 1
+    assert [r.getMessage() for r in caplog.records].count("crawl_migrated") == 2  # 2->3->4
     assert not await redis_client.exists(CrawlKeys.build(crawl_name).migrate_lock)
     for pk in old.crawl.partitions:
         assert await redis_client.hlen(pk.hosts) == sum(old.pk(h) == pk for h in expected)

@@ -30,7 +30,7 @@ from common.policy import PolicyError, create_policy, read_policy, set_policy
 from common.queue import CrawlSettings, DedupMode, LeasingQueue, existing_settings, partition_keys
 from common.redis_server import free_port
 from common.resp_pack import use_hiredis_packer
-from common.task import decode_entry
+from common.task import decode_entry, expand_entry
 from common.urls import fingerprint, task_id
 from console.demo.site import sample_site
 from producer.cli import main_async
@@ -67,7 +67,7 @@ async def urls_in_redis(client: aioredis.Redis, crawl: str, partitions: int = 1)
         for host in await client.zrange(pk.queued, 0, -1):
             entries = [*await client.lrange(pk.host_queue(host.decode()), 0, -1),
                        *await client.zrange(pk.host_prio(host.decode()), 0, -1)]
-            urls += [decode_entry(e).url for e in entries]
+            urls += [decode_entry(expand_entry(e, host.decode())).url for e in entries]
     return sorted(urls)
 
 

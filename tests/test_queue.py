@@ -41,7 +41,15 @@ from common.queue import (
     NewTask,
     RetryPolicy,
 )
-from common.task import MAX_TASK_BYTES, Task, decode_entry, encode_entry
+from common.task import (
+    MAX_TASK_BYTES,
+    Task,
+    compact_entry,
+    decode_entry,
+    encode_entry,
+    expand_entry,
+    queued_id,
+)
 from common.urls import canonicalize, fingerprint, task_id
 
 # ------------------------------------------------------------------------- helpers
@@ -102,7 +110,7 @@ async def all_ops(q: LeasingQueue, worker: str, lease: Lease) -> dict[str, Code]
 
 
 def _ids(entries: Sequence[bytes]) -> list[str]:
-    return [e[:32].decode() for e in entries]
+    return [queued_id(e) for e in entries]
 
 
 async def host_queue(client: aioredis.Redis, q: LeasingQueue, host: str) -> list[str]:
@@ -114,7 +122,7 @@ async def host_queue(client: aioredis.Redis, q: LeasingQueue, host: str) -> list
 async def host_prio(client: aioredis.Redis, q: LeasingQueue, host: str) -> dict[str, int]:
     """The ids pending in a host's priority ZSET, with their priorities."""
     pk = q.partitions[q.partition_of(host)]
-    return {e[:32].decode(): int(-s) for e, s in
+    return {queued_id(e): int(-s) for e, s in
             await client.zrange(pk.host_prio(host), 0, -1, withscores=True)}
 
 
@@ -240,9 +248,10 @@ async def test_enqueue_lease_ack_round_trip(redis_client: aioredis.Redis, crawl_
     i = task_id(task.fp)
     assert await q.state_of(i) == await q.state_of(i, task.url) == "pending"
     pk = q.partitions[0]
-    # A pending task is one entry in its host's queue and nothing else.
+    # A pending task is one entry in its host's queue and nothing else: compact, its id's
+    # 16 bytes and ":" for http://<its host>.
     assert await redis_client.lrange(pk.host_queue("example.test"), 0, -1) == [
-        encode_entry(i, "http://example.test/a/b", meta={"k": "v"}, depth=2).encode()]
+        bytes.fromhex(i) + b':/a/b {"m":{"k":"v"},"d":2}']
     assert await redis_client.hlen(pk.tasks) == 0
     assert await redis_client.zscore(pk.queued, "example.test") == 1
     assert await redis_client.zscore(pk.due, "example.test") is not None
@@ -1099,7 +1108,7 @@ async def test_malformed_entries_end_dead_with_raw_bytes(redis_client: aioredis.
     utf8 = [i for i in bodies if i != MAL_ID[0].decode()]
     assert await q.dead_requeue(utf8) == len(utf8)
     assert await host_queue(redis_client, q, "mal.test") == [
-        e[:32].decode() for e in MALFORMED_ENTRIES if dead_id(e) in utf8]
+        queued_id(e) for e in MALFORMED_ENTRIES if dead_id(e) in utf8]
     assert await q.lease("w", 20, 60_000) == []
     assert (await q.stats()).dead_reasons == {MALFORMED: len(bodies)}
     assert await q.dead_purge(utf8) == len(utf8)
@@ -1124,6 +1133,98 @@ async def test_a_dead_entry_that_is_not_utf8_can_be_requeued_and_purged(
     finally:
         assert await q.dead_purge([i]) == 1
     assert (await q.stats()).dead == 0
+
+
+#: One task of every entry form: https and http of its host (tails "/" and ":/"), a URL
+#: whose authority is not its host key (stored whole), a POST with a body, label, data and
+#: meta at a priority (the ZSET), and ids whose bytes hold a space and bytes >= 0x80.
+ROUND_TRIP = [
+    NewTask("https://rt.test/a?q=1&r=%20", b" \x80\xff" + bytes(range(13))),
+    NewTask("http://rt.test/b", bytes(range(0x20, 0x30))),
+    NewTask("https://RT.test/c", bytes(range(0xf0, 0x100))),
+    NewTask("http://rt.test/d", b"  " + bytes(range(0x80, 0x8e)), priority=2,
+            method="POST", body=b'{"x": "\xc3\xa9"}', label="api", data={"k": [1]},
+            meta={"m": 1}, depth=3),
+    NewTask("https://rt.test:8443/e", bytes(range(0x40, 0x50)), priority=1),
+]
+
+
+def test_a_compact_entry_expands_to_its_full_entry() -> None:
+    for t in ROUND_TRIP:
+        host = host_key(t.url)
+        full = encode_entry(t.fp.hex(), t.url, priority=t.priority, method=t.method,
+                            body=t.body, label=t.label, data=t.data, meta=t.meta,
+                            depth=t.depth)
+        compact = compact_entry(full, host)
+        assert compact.startswith(t.fp) and len(compact) <= len(full.encode()) - 16
+        assert compact[16:17] not in b"0123456789abcdef"
+        assert expand_entry(compact, host) == full.encode()
+        assert expand_entry(full.encode(), host) == full.encode()  # a full one as it is
+        assert queued_id(compact) == queued_id(full.encode()) == t.fp.hex()
+    assert compact_entry(ID + "http://e.test/x", "e.test") == bytes.fromhex(ID) + b":/x"
+    assert compact_entry(ID + "https://e.test/", "e.test") == bytes.fromhex(ID) + b"/"
+    assert compact_entry(ID + "https://e.test.org/", "e.test") == \
+        bytes.fromhex(ID) + b"https://e.test.org/"
+    for bad in (ID + "ftp://e.test/", "Z" * 32 + "http://e.test/"):
+        assert compact_entry(bad, "e.test") == bad.encode()  # left for the lease to judge
+    for bad in (bytes(16), bytes(16) + b":x", bytes(16) + b"x/"):
+        with pytest.raises(MalformedTaskError):
+            expand_entry(bad, "e.test")
+
+
+async def test_every_entry_form_round_trips_through_the_queues(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """Enqueued compact by Python, leased (expanded by lease.lua), released (compacted
+    by lib/queues.lua: the same bytes Python sends), leased again and acked."""
+    q = await open_queue(redis_client, crawl_name)
+    assert (await q.enqueue(ROUND_TRIP)).enqueued == len(ROUND_TRIP)
+    want = {t.fp.hex(): t for t in ROUND_TRIP}
+    queued: dict[str, bytes] = {}
+    for t in ROUND_TRIP:
+        pk, host = q.partitions[q.partition_of(host_key(t.url))], host_key(t.url)
+        for e in [*await redis_client.lrange(pk.host_queue(host), 0, -1),
+                  *await redis_client.zrange(pk.host_prio(host), 0, -1)]:
+            queued[queued_id(e)] = e
+    for turn in ("released", "acked"):
+        leases = await q.lease("w", 10, 60_000)
+        assert {x.id for x in leases} == set(want)
+        for x in leases:
+            t = want[x.id]
+            assert (x.task.url, x.task.method, x.task.body, x.task.label, x.task.data,
+                    x.task.meta, x.task.depth, x.task.priority, x.host) == (
+                t.url, t.method, t.body, t.label, t.data, t.meta, t.depth, t.priority,
+                host_key(t.url))
+        if turn == "acked":
+            assert await q.ack("w", [(x, "ok") for x in leases]) == [Code.OK] * len(leases)
+            break
+        assert await q.release("w", leases) == [Code.OK] * len(leases)
+        again: dict[str, bytes] = {}
+        for x in leases:
+            pk = q.partitions[x.partition]
+            for e in [*await redis_client.lrange(pk.host_queue(x.host), 0, -1),
+                      *await redis_client.zrange(pk.host_prio(x.host), 0, -1)]:
+                again[queued_id(e)] = e
+        assert again == queued
+    s = await q.stats()
+    assert (s.pending, s.leased, s.dead, s.done) == (0, 0, 0, len(ROUND_TRIP))
+    await assert_frontier(redis_client, q)
+
+
+async def test_a_malformed_compact_entry_is_dead_as_malformed(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """Too short, or a tail that is not "/", ":/" or "http": dead, its bytes kept."""
+    q = await open_queue(redis_client, crawl_name)
+    await q.enqueue([nt("http://mal.test/good")])
+    bad = [b" \xff" * 8, b" \xff" * 8 + b":x/", b" \xff" * 8 + b"x/y", b" \xff" * 8 + b"htp:/"]
+    await _plant(redis_client, q, "mal.test", bad)
+    assert [x.task.url for x in await q.lease("w", 10, 60_000)] == ["http://mal.test/good"]
+    dead = {d.id: d for d in await q.dead_list(reason=MALFORMED)}
+    assert {d.raw for d in dead.values()} == set(bad)
+    assert set(dead) == {hashlib.sha1(e).hexdigest()[:32] for e in bad}
+    assert all("id" in d.message for d in dead.values())
+    s = await q.stats()
+    assert (s.dead, s.pending, s.dead_reasons) == (len(bad), 0, {MALFORMED: len(bad)})
+    await assert_frontier(redis_client, q)
 
 
 async def test_an_entry_whose_id_is_not_utf8_is_dead_lettered(

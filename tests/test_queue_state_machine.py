@@ -72,7 +72,7 @@ from common.queue import (
     RetryPolicy,
 )
 from common.revisit import Observed
-from common.task import decode_entry, stored_entry
+from common.task import decode_entry, expand_entry, queued_id, stored_entry
 from common.urls import fingerprint, task_id
 from console.fsck import check
 
@@ -701,12 +701,12 @@ class QueueMachine(RuleBasedStateMachine):
             hosts = [h for h in self.hosts.values() if h.partition == p]
             entries = 0
             for h, hq, hp in zip(hosts, queues[::2], queues[1::2], strict=True):
-                assert [e[:32].decode() for e in hq] == list(h.hq), h.name
-                assert {e[:32].decode(): -s for e, s in hp} == {
+                assert [queued_id(e) for e in hq] == list(h.hq), h.name
+                assert {queued_id(e): -s for e, s in hp} == {
                     i: self.tasks[i].priority for i in h.hp}, h.name
                 entries += len(hq) + len(hp)
-                seen.update(e[:32].decode() for e in hq)
-                seen.update(e[:32].decode() for e, _ in hp)
+                seen.update(queued_id(e) for e in hq)
+                seen.update(queued_id(e) for e, _ in hp)
             # pending == entries in the host queues == sum of the records' queued, per host
             # exact, and h:queued their copy. (Entries of a lost queue stay counted until a
             # lease finds it short.)
@@ -910,8 +910,9 @@ class WithRevisits(QueueMachine):
                         if k != HASHTABLE_FIELD.encode()]
             for h in self.hosts.values():
                 if h.partition == p:
-                    entries += self.run(self.client.lrange(pk.host_queue(h.name), 0, -1))
-                    entries += self.run(self.client.zrange(pk.host_prio(h.name), 0, -1))
+                    entries += [expand_entry(e, h.name) for e in [
+                        *self.run(self.client.lrange(pk.host_queue(h.name), 0, -1)),
+                        *self.run(self.client.zrange(pk.host_prio(h.name), 0, -1))]]
             for entry in entries:
                 task = decode_entry(entry)
                 got = task.revisit.etag if task.revisit is not None else None

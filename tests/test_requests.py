@@ -26,7 +26,7 @@ from common.http.fetcher import Fetcher, FetchSettings
 from common.metrics import Metrics
 from common.queue import CrawlSettings, LeasingQueue, NewTask
 from common.request import MAX_BODY_BYTES, Request, request_from_dict
-from common.task import Task, decode_entry, encode_entry
+from common.task import Task, decode_entry, encode_entry, expand_entry
 from common.urls import canonicalize, fingerprint, task_id
 from consumer.intake import LinkIntake
 from consumer.live import Live
@@ -51,13 +51,15 @@ async def open_queue(client: aioredis.Redis, crawl: str) -> LeasingQueue:
     return await LeasingQueue.open(client, crawl, CrawlSettings())
 
 
-async def pending_entries(client: aioredis.Redis, q: LeasingQueue) -> list[bytes]:
-    """Every entry the crawl's host queues hold."""
+async def pending_entries(client: aioredis.Redis, q: LeasingQueue, *,
+                          full: bool = True) -> list[bytes]:
+    """Every entry the crawl's host queues hold: full (as a lease has it), or as stored."""
     entries: list[bytes] = []
     for pk in q.partitions:
         for host in await client.zrange(pk.queued, 0, -1):
-            entries += [*await client.lrange(pk.host_queue(host.decode()), 0, -1),
-                        *await client.zrange(pk.host_prio(host.decode()), 0, -1)]
+            held = [*await client.lrange(pk.host_queue(host.decode()), 0, -1),
+                    *await client.zrange(pk.host_prio(host.decode()), 0, -1)]
+            entries += [expand_entry(e, host.decode()) if full else e for e in held]
     return entries
 
 
@@ -105,6 +107,7 @@ async def test_a_plain_get_entry_is_byte_identical_to_before(
     await q.enqueue([task_of(Request(url))])
     assert await pending_entries(redis_client, q) == [
         (task_id(fingerprint(url)) + url).encode()]
+    assert await pending_entries(redis_client, q, full=False) == [fingerprint(url) + b":/page"]
     assert encode_entry(TID, url, method="GET", body=None, label=None, data={},
                         unique_key=None) == TID + url
 

@@ -29,8 +29,9 @@
 --              "-" for none, "?" for a name that failed to resolve), space-separated in
 --              host order: recorded while the crawl's politeness_key is not host
 --              (lib/groups.lua)
--- ARGV[4+H..]  per item 5 values: id, seen field (binary fingerprint tail), priority
---              (>= 0), host index (1..H), entry (common.task.encode_entry)
+-- ARGV[4+H..]  per item 4 values: seen field (binary fingerprint tail), priority
+--              (>= 0), host index (1..H), entry (compact, common/task.py: stored as sent;
+--              it holds the id, read from it only for a recrawl)
 -- Returns {enqueued, duplicates, recrawled}, or {-1, the crawl's politeness_key} when the
 -- groups were named for another key (nothing changed: name them again)
 --- @include "lib/codes"
@@ -43,9 +44,9 @@ local stats, pending, prio_hosts = KEYS[6], KEYS[7], KEYS[8]
 local recrawl_after = int_arg(ARGV[1], 'recrawl_after')
 local hosts, nhosts = argv_hosts(2)
 local first = 4 + nhosts
-local n = (#ARGV - first + 1) / 5
+local n = (#ARGV - first + 1) / 4
 if n ~= math.floor(n) or #KEYS ~= 12 + 2 * nhosts + n then
-  error('crawlq: enqueue needs 2 keys per host, one seen key and 5 ARGV values per item, '
+  error('crawlq: enqueue needs 2 keys per host, one seen key and 4 ARGV values per item, '
     .. 'and rv:hist')
 end
 local hist = KEYS[#KEYS]
@@ -57,12 +58,11 @@ if stale then return {-1, stale} end
 local rv  -- the crawl's revisits on, and conditional recrawls: read at the first URL they matter for
 local items = {}
 for i = 1, n do
-  local base = first + 5 * (i - 1)
-  local hi = int_arg(ARGV[base + 3], 'host index')
+  local base = first + 4 * (i - 1)
+  local hi = int_arg(ARGV[base + 2], 'host index')
   if hi < 1 or hi > nhosts then error('crawlq: enqueue host index out of range') end
-  items[i] = {id = ARGV[base], field = ARGV[base + 1],
-              priority = int_arg(ARGV[base + 2], 'priority'), host = hosts[hi],
-              entry = ARGV[base + 4], bucket = KEYS[11 + 2 * nhosts + i]}
+  items[i] = {field = ARGV[base], priority = int_arg(ARGV[base + 1], 'priority'),
+              host = hosts[hi], entry = ARGV[base + 3], bucket = KEYS[11 + 2 * nhosts + i]}
 end
 
 local now_s = tonumber(redis.call('TIME')[1])
@@ -80,12 +80,14 @@ for _, it in ipairs(items) do
         local c = redis.call('HMGET', KEYS[4], 'rv', 'rv_cond')
         rv = {on = (tonumber(c[1]) or 0) > 0, conditional = c[2] ~= '0'}
       end
-      local r = record_decode(redis.call('HGET', hist, it.id))
+      -- The id and the full entry, from the compact one sent (only here: a recrawl).
+      local id, full = entry_expand(it.host, it.entry)
+      local r = id and record_decode(redis.call('HGET', hist, id))
       new = not (rv.on and r and r.interval > 0)
       if new then
         recrawled = recrawled + 1
-        if r and rv.conditional then
-          r.entry = it.entry
+        if r and rv.conditional then  -- `v` joins the full entry (compacted again)
+          r.entry = full
           it.entry = revisit_entry(r)
         end
       end

@@ -22,8 +22,8 @@
 -- ARGV[4]      H, the number of hosts; ARGV[5..4+H] the host keys
 -- ARGV[5+H]    groups: the key they are named for, then each host's politeness group,
 --              space-separated in host order (enqueue.lua)
--- ARGV[6+H..]  per item 6 values: id, h1, h2 (32-bit ints), priority (>= 0),
---              host index (1..H), entry
+-- ARGV[6+H..]  per item 5 values: h1, h2 (32-bit ints), priority (>= 0),
+--              host index (1..H), entry (compact, as enqueue.lua's)
 -- Returns {enqueued, duplicates, 0, fullest layer past 80% this call or -1}, or {-1, the
 -- crawl's politeness_key} when the groups were named for another key (enqueue.lua)
 --- @include "lib/codes"
@@ -40,9 +40,9 @@ end
 local max_layers = int_arg(ARGV[3], 'layers')
 local hosts, nhosts = argv_hosts(4)
 local first = 6 + nhosts
-local n = (#ARGV - first + 1) / 6
+local n = (#ARGV - first + 1) / 5
 if n ~= math.floor(n) or #KEYS ~= 12 + max_layers + 2 * nhosts then
-  error('crawlq: enqueue_bloom needs M layer keys, 2 keys per host, 6 ARGV values per item')
+  error('crawlq: enqueue_bloom needs M layer keys, 2 keys per host, 5 ARGV values per item')
 end
 local function layer_key(layer) return KEYS[13 + layer] end
 local groups = ARGV[5 + nhosts]
@@ -109,12 +109,12 @@ end
 local enqueued, duplicates, warn = 0, 0, -1
 local fresh = {}
 for i = 1, n do
-  local base = first + 6 * (i - 1)
-  local h1, h2 = tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2])
-  local priority = int_arg(ARGV[base + 3], 'priority')
-  local hi = int_arg(ARGV[base + 4], 'host index')
+  local base = first + 5 * (i - 1)
+  local h1, h2 = tonumber(ARGV[base]), tonumber(ARGV[base + 1])
+  local priority = int_arg(ARGV[base + 2], 'priority')
+  local hi = int_arg(ARGV[base + 3], 'host index')
   if hi < 1 or hi > nhosts then error('crawlq: enqueue host index out of range') end
-  local entry = ARGV[base + 5]
+  local entry = ARGV[base + 4]
   local seen = false
   for layer = 0, layers - 1 do
     if in_layer(layer, h1, h2) then seen = true break end

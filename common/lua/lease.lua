@@ -15,7 +15,7 @@
 -- served (lib/hosts.lua's due rule keeps it out of `due`): its tasks stay pending,
 -- parked, until its budget is raised. An entry whose id is already
 -- live (leased, waiting or dead: a URL queued twice) is dropped, counted `duplicates`.
--- An entry that does not start with a 32-hex-digit id (corrupted state) goes to `dead`
+-- An entry that is neither compact nor full (lib/queues.lua; corrupted state) goes to `dead`
 -- as `malformed` under the id sha1(entry)[:32], its bytes kept. A paused crawl leases
 -- nothing. A host whose queues hold fewer entries than its record counts (a lost or
 -- restored hq/hp key) gets its count set to what they hold, `pending` corrected and

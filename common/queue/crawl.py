@@ -15,14 +15,18 @@ from common.hostmodel.hostkey import partition_of_host
 from common.keys import CRAWLS, CrawlKeys, PartitionKeys
 from common.scripts import Scripts
 
-#: The schema version a crawl's settings carry: 3, one record per host and per lease
-#: (common/keys.py). A crawl of layout 2 is converted in place (`LAYOUT2`,
-#: common.queue.migrate); one of an older version must be re-created (its keys mean
-#: something else).
-FORMAT = 3
-#: The layout before: per-host counters in ZSETs, settings in ``hostconf``, a lease in
+#: The schema version a crawl's settings carry: 4, one record per host and per lease
+#: (layout 3) and compact queued entries (common/task.py compact_entry). A crawl of layout
+#: 2 or 3 is converted in place (common.queue.migrate); one of an older version must be
+#: re-created (its keys mean something else).
+FORMAT = 4
+#: The layout before 3: per-host counters in ZSETs, settings in ``hostconf``, a lease in
 #: ``owners``, ``tasks`` and ``attempts``.
 LAYOUT2 = 2
+#: The layout before 4: full entries (``<32 hex id><url>[ <json>]``) in the host queues.
+LAYOUT3 = 3
+#: The layouts a consumer converts (`CrawlNeedsMigration`).
+CONVERTED = (LAYOUT2, LAYOUT3)
 
 
 class DedupMode(StrEnum):
@@ -35,18 +39,19 @@ class CrawlFormatError(ConfigError):
 
 
 class CrawlNeedsMigration(CrawlFormatError):
-    """The crawl holds layout 2, which this crawlq converts but does not use: a consumer
-    converts it when it opens the crawl (``LeasingQueue``), and so does ``crawlq fsck
-    --repair``; everything else refuses it with this message. `settings` are its
-    settings (the same fields in both layouts)."""
+    """The crawl holds layout 2 or 3 (`layout`), which this crawlq converts but does not
+    use: a consumer converts it when it opens the crawl (``LeasingQueue``), and so does
+    ``crawlq fsck --repair``; everything else refuses it with this message. `settings`
+    are its settings (the same fields in every layout)."""
 
-    def __init__(self, crawl: str, settings: CrawlSettings) -> None:
+    def __init__(self, crawl: str, settings: CrawlSettings, layout: int = LAYOUT2) -> None:
         super().__init__(
-            f"crawl {crawl!r} holds layout {LAYOUT2}: start a consumer of this version or "
+            f"crawl {crawl!r} holds layout {layout}: start a consumer of this version or "
             f"run `crawlq fsck --repair --crawl {crawl}` to convert it (stop the producers "
             "and consumers of the older crawlq first: they write the old layout)")
         self.crawl = crawl
         self.settings = settings
+        self.layout = layout
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,11 +88,11 @@ class CrawlSettings:
 
     @classmethod
     def from_json(cls, raw: str | bytes, crawl: str = "") -> CrawlSettings:
-        """The stored settings; CrawlNeedsMigration for a crawl of layout 2 (to convert),
-        CrawlFormatError for one an older crawlq created."""
+        """The stored settings; CrawlNeedsMigration for a crawl of layout 2 or 3 (to
+        convert), CrawlFormatError for one an older crawlq created."""
         obj = codec.loads(raw)
-        if obj.get("format") == LAYOUT2:
-            raise CrawlNeedsMigration(crawl, cls._fields(obj))
+        if obj.get("format") in CONVERTED:
+            raise CrawlNeedsMigration(crawl, cls._fields(obj), obj["format"])
         if obj.get("format") != FORMAT:
             raise CrawlFormatError(
                 f"crawl {crawl!r} was created by an older crawlq (one queue per crawl, not "

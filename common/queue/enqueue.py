@@ -22,8 +22,7 @@ from common.request import (
     check_method,
     shown,
 )
-from common.task import encode_entry
-from common.urls import task_id
+from common.task import compact_tail, encode_entry
 
 
 async def enqueue(crawl: Crawl, tasks: Sequence[NewTask], recrawl_after_s: int = 0, *,
@@ -104,21 +103,19 @@ def _call(crawl: Crawl, pk: PartitionKeys, by_host: dict[str, list[NewTask]],
                 *host_keys]
         args = [settings.bloom_capacity, repr(settings.bloom_error), layers, *host_head,
                 groups]
-        for h, batch in enumerate(by_host.values(), 1):
+        for h, (host, batch) in enumerate(by_host.items(), 1):
             for t in batch:
-                tid = task_id(t.fp)
-                args += [tid, int.from_bytes(t.fp[8:12], "big"),
+                args += [int.from_bytes(t.fp[8:12], "big"),
                          int.from_bytes(t.fp[12:16], "big") | 1, t.priority, h,
-                         _entry(tid, t)]
+                         _entry(t, host)]
         return crawl.scripts.enqueue_bloom, keys, args
     shift = 32 - settings.seen_bits
     keys = [*head, *pk.group_state, *host_keys]
     args = [recrawl_after_s, *host_head, groups]
-    for h, batch in enumerate(by_host.values(), 1):
+    for h, (host, batch) in enumerate(by_host.items(), 1):
         for t in batch:
-            tid = task_id(t.fp)
             keys.append(pk.seen(int.from_bytes(t.fp[:4], "big") >> shift))
-            args += [tid, t.fp[2:], t.priority, h, _entry(tid, t)]
+            args += [t.fp[2:], t.priority, h, _entry(t, host)]
     keys.append(pk.rv_hist)
     return crawl.scripts.enqueue, keys, args
 
@@ -142,8 +139,11 @@ def check_new_task(t: NewTask, known_labels: Collection[str] | None = None) -> N
     check_data(t.data, where)
 
 
-def _entry(tid: str, t: NewTask) -> str:
-    return encode_entry(tid, t.url, max_attempts=t.max_attempts, priority=t.priority,
+def _entry(t: NewTask, host: str) -> bytes:
+    """Its entry compact (common.task), as the queue keeps it: its fingerprint's bytes
+    (its id), then its URL and fields less what the queue names."""
+    rest = encode_entry("", t.url, max_attempts=t.max_attempts, priority=t.priority,
                         meta=t.meta, depth=t.depth, headers=t.headers, revisit=t.revisit,
                         method=t.method, body=t.body, label=t.label, data=t.data,
                         unique_key=t.unique_key)
+    return t.fp + compact_tail(rest, host).encode()

@@ -183,14 +183,14 @@ class LeasingQueue(CrawlQueue):
     @classmethod
     async def open(cls, client: RedisClient, crawl: str,
                    settings: CrawlSettings | None = None, **kwargs: Any) -> Self:
-        """`CrawlQueue.open`, converting a crawl of layout 2 first (a consumer converts:
+        """`CrawlQueue.open`, converting a crawl of layout 2 or 3 first (a consumer converts:
         `common.queue.migrate`)."""
         await migrate_crawl(client, crawl)
         return await super().open(client, crawl, settings, **kwargs)
 
     @classmethod
     async def existing(cls, client: RedisClient, crawl: str, **kwargs: Any) -> Self:
-        """`CrawlQueue.existing`, converting a crawl of layout 2 first."""
+        """`CrawlQueue.existing`, converting a crawl of layout 2 or 3 first."""
         await migrate_crawl(client, crawl)
         return await super().existing(client, crawl, **kwargs)
 

@@ -11,6 +11,7 @@ from common.keys import PartitionKeys
 from common.queue.crawl import Crawl, DedupMode
 from common.queue.model import Stats
 from common.queue.revisits import revisit_stats
+from common.task import queued_id
 
 #: Replies per partition of the stats pipeline.
 _READS = 12
@@ -125,13 +126,12 @@ async def state_of(crawl: Crawl, tid: str, url: str | None = None) -> str:
                 return name
         if url is None:
             hosts += [(pk, _text(h)) for h in queued]
-    prefix = tid.encode()
     for pk, host in hosts:
         async with crawl.client.pipeline(transaction=False) as pipe:
             pipe.lrange(pk.host_queue(host), 0, -1)
             pipe.zrange(pk.host_prio(host), 0, -1)
             entries, prio = await pipe.execute()
-        if any(e.startswith(prefix) for e in (*entries, *prio)):
+        if any(queued_id(e) == tid for e in (*entries, *prio)):
             return "pending"
     fp = bytes.fromhex(tid)
     for pk in parts:

@@ -1,18 +1,27 @@
-"""Converting a live crawl from layout 2 to layout 3 (``common.queue.crawl.FORMAT``).
+"""Converting a live crawl to layout 4 (``common.queue.crawl.FORMAT``): from layout 2
+to 3, then from 3 to 4.
 
-`migrate_crawl` runs ``common/lua/migrate.lua`` on every partition (each converted in
-one atomic call: host records from the old per-host ZSETs and ``hostconf``, lease records
-from ``owners``, ``tasks`` and ``attempts``, the old keys deleted), then marks the crawl's
-settings ``"format": 3``. The mark comes last, so a run cut short leaves the crawl of
-layout 2 and the next run converts what is left (the script is idempotent: a partition
+2 -> 3: `migrate_crawl` runs ``common/lua/migrate.lua`` on every partition (each
+converted in one atomic call: host records from the old per-host ZSETs and ``hostconf``,
+lease records from ``owners``, ``tasks`` and ``attempts``, the old keys deleted), then
+marks the crawl's settings ``"format": 3``.
+
+3 -> 4: every host's queues (each host ``h:queued`` names) are compacted by
+``common/lua/compact_queues.lua`` (``common.task.compact_entry``), a chunk of `CHUNK`
+entries per call, calls for `HOSTS_AT_ONCE` hosts pipelined: a big partition never
+blocks Redis for long. Then the settings are marked ``"format": 4``.
+
+Each mark comes last, so a run cut short leaves the crawl of the layout before and the
+next run converts what is left (both scripts are idempotent: a partition or an entry
 converted already is left as it is). One process converts at a time (a SET NX PX lock on
 the crawl, `CrawlKeys.migrate_lock`); the others wait for its lock, then find the crawl
 converted.
 
 Who runs it: a consumer opening the crawl (`LeasingQueue.open` / `existing`, and the
 consumer's start before it writes the crawl's policy) and ``crawlq fsck --repair``.
-Everything else refuses a crawl of layout 2 (`CrawlNeedsMigration`). The producers and
-consumers of the older crawlq must be stopped first: their scripts write the old keys.
+Everything else refuses a crawl of layout 2 or 3 (`CrawlNeedsMigration`). The producers
+and consumers of the older crawlq must be stopped first: their scripts write the old
+layout.
 """
 
 from __future__ import annotations
@@ -22,18 +31,31 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from common import codec
 from common.connection import RedisClient
 from common.errors import ConfigError
 from common.keys import CrawlKeys, PartitionKeys, layout2_keys
-from common.queue.crawl import FORMAT, CrawlNeedsMigration, CrawlSettings, partition_keys
+from common.queue.calls import Call, run
+from common.queue.crawl import (
+    FORMAT,
+    LAYOUT2,
+    LAYOUT3,
+    CrawlNeedsMigration,
+    CrawlSettings,
+    partition_keys,
+)
 from common.scripts import register
 
 log = logging.getLogger("crawlq.migrate")
 
 #: How long the lock holds without a refresh (refreshed after every partition).
 LOCK_TTL_MS = 60_000
+#: The most entries of one host's queue one compact_queues call converts.
+CHUNK = 1000
+#: The hosts whose compact_queues calls go in one pipeline.
+HOSTS_AT_ONCE = 200
 #: How long a process waits for another one's conversion before it gives up.
 WAIT_S = 600.0
 #: How often a waiting process looks again.
@@ -71,43 +93,56 @@ def migration_keys(pk: PartitionKeys) -> list[str]:
             *layout2_keys(pk.crawl, pk.partition)]
 
 
-def _pending_settings(raw: bytes | str | None, crawl: str) -> CrawlSettings | None:
-    """The settings of a crawl that holds layout 2, None for one that needs nothing (no
-    such crawl, or layout 3); CrawlFormatError for a crawl of an older layout."""
+def _pending(raw: bytes | str | None, crawl: str) -> tuple[CrawlSettings, int] | None:
+    """The settings and layout of a crawl that holds layout 2 or 3, None for one that
+    needs nothing (no such crawl, or layout 4); CrawlFormatError for a crawl of an older
+    layout."""
     if raw is None:
         return None
     try:
         CrawlSettings.from_json(raw, crawl)
     except CrawlNeedsMigration as exc:
-        return exc.settings
+        return exc.settings, exc.layout
     return None
 
 
 async def migrate_crawl(client: RedisClient, crawl_name: str, *,
                         wait_s: float = WAIT_S) -> int:
-    """Convert crawl `crawl_name` from layout 2 to layout 3; returns how many partitions
+    """Convert crawl `crawl_name` to layout 4 (from 2, or 3); returns how many partitions
     this call converted (0: nothing to do, no such crawl, or another process did it
     meanwhile). MigrationBusyError when another process holds the conversion longer than
     `wait_s`; CrawlFormatError for a crawl of a layout older than 2."""
     meta = CrawlKeys.build(crawl_name).meta
-    if _pending_settings(await client.hget(meta, "settings"), crawl_name) is None:
+    if _pending(await client.hget(meta, "settings"), crawl_name) is None:
         return 0
     held = _Lock(client, CrawlKeys.build(crawl_name).migrate_lock, uuid.uuid4().hex)
     given_up = time.monotonic() + wait_s
     while not await client.set(held.key, held.token, nx=True, px=LOCK_TTL_MS):
         if time.monotonic() > given_up:
             raise MigrationBusyError(
-                f"crawl {crawl_name!r} is being converted from layout 2 by another process "
+                f"crawl {crawl_name!r} is being converted to layout 4 by another process "
                 f"(it holds {held.key}) for more than {wait_s:g}s: try again later")
         await asyncio.sleep(POLL_S)
     try:
-        raw = await client.hget(meta, "settings")  # the holder before may have finished
-        settings = _pending_settings(raw, crawl_name)
-        if settings is None or raw is None:
-            return 0
-        return await _convert(client, crawl_name, settings, raw, held)
+        converted = 0
+        while True:  # the holder before may have finished, or done 2 -> 3
+            raw = await client.hget(meta, "settings")
+            pending = _pending(raw, crawl_name)
+            if pending is None or raw is None:
+                return converted
+            settings, layout = pending
+            step = _convert2 if layout == LAYOUT2 else _convert3
+            converted = max(converted, await step(client, crawl_name, settings, held))
+            await _mark(client, crawl_name, raw, layout + 1)
     finally:
         await held.release()
+
+
+async def _mark(client: RedisClient, crawl: str, raw: bytes | str, layout: int) -> None:
+    """The crawl's settings say `layout`: the last step of a conversion."""
+    stored = codec.loads(raw)
+    stored["format"] = layout
+    await client.hset(CrawlKeys.build(crawl).meta, "settings", codec.dumps(stored))
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,23 +164,73 @@ class _Lock:
         await register(self.client, "release_lock")(keys=[self.key], args=[self.token])
 
 
-async def _convert(client: RedisClient, crawl: str, settings: CrawlSettings,
-                   raw: bytes | str, held: _Lock) -> int:
+async def _convert2(client: RedisClient, crawl: str, settings: CrawlSettings,
+                    held: _Lock) -> int:
     script = register(client, "migrate")
     done = Converted()
-    log.info("crawl_migrating", extra={"crawl": crawl, "partitions": settings.partitions})
+    log.info("crawl_migrating", extra={"crawl": crawl, "partitions": settings.partitions,
+                                       "layout": LAYOUT2})
     for keys in partition_keys(crawl, settings):
         done.add(await script(keys=migration_keys(keys), args=[]))
         await held.refresh()
-    stored = codec.loads(raw)
-    stored["format"] = FORMAT
-    await client.hset(CrawlKeys.build(crawl).meta, "settings", codec.dumps(stored))
     log.info("crawl_migrated", extra={
         "crawl": crawl, "partitions": done.partitions, "hosts": done.hosts,
         "leases": done.leases, "hosts_kept": done.hosts_kept,
-        "leases_kept": done.leases_kept})
+        "leases_kept": done.leases_kept, "layout": LAYOUT3})
     if done.no_body:
         log.warning("crawl_migrated_leases_without_body", extra={
             "crawl": crawl, "leases": done.no_body,
             "advice": f"crawlq fsck --crawl {crawl} lists them"})
     return done.partitions
+
+
+async def _convert3(client: RedisClient, crawl: str, settings: CrawlSettings,
+                    held: _Lock) -> int:
+    script = register(client, "compact_queues")
+    log.info("crawl_migrating", extra={"crawl": crawl, "partitions": settings.partitions,
+                                       "layout": LAYOUT3})
+    hosts = entries = 0
+    for pk in partition_keys(crawl, settings):
+        batch: list[str] = []
+        async for member, _ in client.zscan_iter(pk.queued, count=HOSTS_AT_ONCE):
+            batch.append(codec.text(member))
+            if len(batch) == HOSTS_AT_ONCE:
+                entries += await _compact_hosts(client, script, pk, batch)
+                hosts += len(batch)
+                batch = []
+                await held.refresh()
+        entries += await _compact_hosts(client, script, pk, batch)
+        hosts += len(batch)
+        await held.refresh()
+    log.info("crawl_migrated", extra={"crawl": crawl, "partitions": settings.partitions,
+                                      "hosts": hosts, "entries": entries, "layout": FORMAT})
+    return settings.partitions
+
+
+async def _compact_hosts(client: RedisClient, script: Any, pk: PartitionKeys,
+                         hosts: list[str]) -> int:
+    """Compact the queues of `hosts` (of partition `pk`), a chunk per host per round trip;
+    returns the entries rotated or compacted."""
+    if not hosts:
+        return 0
+    async with client.pipeline(transaction=False) as pipe:
+        for host in hosts:
+            pipe.llen(pk.host_queue(host))
+        lengths = await pipe.execute()
+    left = {host: int(n) for host, n in zip(hosts, lengths, strict=True)}
+    cursor = dict.fromkeys(hosts, "0")  # each ZSET's walk, from its start
+    done = 0
+    while left:
+        todo = list(left)
+        calls: list[Call] = [
+            (script, [pk.host_queue(h), pk.host_prio(h)], [h, min(left[h], CHUNK), cursor[h],
+                                                            CHUNK]) for h in todo]
+        for host, (rotated, after, compacted) in zip(todo, await run(client, calls),
+                                                     strict=True):
+            # None rotated: the LIST is empty (shorter than LLEN said): done with it.
+            left[host] = left[host] - int(rotated) if int(rotated) else 0
+            cursor[host] = codec.text(after)
+            done += int(rotated) + int(compacted)
+            if left[host] <= 0 and cursor[host] == "-":
+                del left[host]
+    return done

@@ -9,28 +9,27 @@
 --- @include "lib/hosts"
 --- @include "lib/groups"
 
-local HEX_ID = '^' .. string.rep('[0-9a-f]', 32) .. '$'
-
 -- An entry whose id is live already (a URL queued twice: leased, waiting or dead) is
 -- dropped, and so is a repeat within this call: a task is in exactly one state. An entry
--- without its id goes to `dead` as malformed, its bytes kept under sha1(entry)[:32].
+-- without its id (lib/queues.lua entry_expand: neither a full nor a compact entry) goes
+-- to `dead` as malformed, its bytes kept under sha1(entry)[:32].
 -- Either way its host's slot (and its group's) is not taken. Returns the entries kept, and how many were
 -- dropped and malformed.
 local function screen(C, popped)
   local keep, dropped, malformed = {}, 0, 0
   if #popped == 0 then return keep, 0, 0 end
   local K, ids = C.K, {}
-  for k, p in ipairs(popped) do ids[k] = p[1] end
+  for k, p in ipairs(popped) do ids[k] = p[1] or '' end  -- '': a malformed one's
   local live_lease = call_sliced('HMGET', C.LK.leased, ids, 1000)
   local live_body = call_sliced('HMGET', K.tasks, ids, 1000)
   local seen = {}
   for k, p in ipairs(popped) do
     local host, stays = C.hosts[p[3]], false
-    if not string.find(p[1], HEX_ID) then
+    if not p[1] then
       local id = string.sub(redis.sha1hex(p[2]), 1, 32)
       redis.call('HSET', K.tasks, id, host .. ' ' .. p[4] .. ' ' .. p[2])
       to_dead(K.dead, K.errors, K.dead_reasons, id, 'malformed',
-        'task entry must start with its 32-hex-digit id', C.now)
+        'task entry must start with its id, then its URL', C.now)
       malformed = malformed + 1
     elseif live_lease[k] or live_body[k] or seen[p[1]] then
       dropped = dropped + 1

@@ -107,7 +107,8 @@ end
 -- delay (its turn), else up to its free slots, never past its budget or its fair share
 -- (C.others hungry workers). Counts them out of `pending`, out of their hosts' queued
 -- and into their inflight, their last request at their turn. Returns the entries
--- ({id, entry, candidate index, priority}), C.delays / C.concs per candidate, whether a
+-- ({id, entry, candidate index, priority}: expanded, lib/queues.lua entry_expand; the id
+-- false for a malformed one), C.delays / C.concs per candidate, whether a
 -- fair share cut a take, and whether ready hosts were left unserved (n reached).
 local function take_entries(C, ready)
   local L, popped, capped, more = C.L, {}, false, false
@@ -148,14 +149,16 @@ local function take_entries(C, ready)
     if take > 0 and C.prio[i] then
       local z = redis.call('ZPOPMIN', hp, take)
       for k = 1, #z, 2 do
-        popped[#popped + 1] = {string.sub(z[k], 1, 32), z[k], i, -tonumber(z[k + 1])}
+        local id, entry = entry_expand(host, z[k])
+        popped[#popped + 1] = {id, entry, i, -tonumber(z[k + 1])}
         got = got + 1
       end
       refresh_prio(C.prio_hosts, hp, host)
     end
     if got < take then
       for _, e in ipairs(redis.call('LPOP', hq, take - got) or {}) do
-        popped[#popped + 1] = {string.sub(e, 1, 32), e, i, 0}
+        local id, entry = entry_expand(host, e)
+        popped[#popped + 1] = {id, entry, i, 0}
         got = got + 1
       end
     end

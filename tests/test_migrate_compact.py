@@ -1,0 +1,208 @@
+"""Converting a live crawl from layout 3 to layout 4: compact queued entries
+(common/lua/compact_queues.lua, common.queue.migrate), against a real redis-server.
+
+Layouts 3 and 4 differ only in the entries of the host queues (full: ``<32 hex id><url>
+[ <json>]``; compact: common.task.compact_entry). A crawl of layout 3 is made here by
+running this version's queue, then writing every queued entry back full and marking the
+crawl's settings ``"format": 3``, as layout 3's scripts would have left it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from common import codec
+from common.codec import text as _text
+from common.hostmodel.hostkey import host_key
+from common.keys import CrawlKeys, PartitionKeys
+from common.queue import (
+    FORMAT,
+    Code,
+    CrawlNeedsMigration,
+    CrawlQueue,
+    CrawlSettings,
+    Failure,
+    Lease,
+    LeasingQueue,
+    NewTask,
+    RetryPolicy,
+    migrate_crawl,
+)
+from common.scripts import register
+from common.task import compact_entry, expand_entry
+from common.urls import canonicalize, fingerprint
+
+LEASE_MS = 60_000
+#: big.test holds more than a chunk of the conversion (set small by the tests).
+BIG = 9
+
+
+def nt(url: str, priority: int = 0, max_attempts: int = 3) -> NewTask:
+    canonical = canonicalize(url)
+    assert isinstance(canonical, str), canonical
+    return NewTask(canonical, fingerprint(canonical), priority=priority,
+                   max_attempts=max_attempts)
+
+
+@dataclass
+class Layout3:
+    """A crawl of layout 3 mid-run: what is pending (queued entries, full), leased (held
+    by w1), waiting (a retry) and dead."""
+
+    q: LeasingQueue
+    held: list[Lease] = field(default_factory=list)
+    pending: set[str] = field(default_factory=set)  # urls
+    waiting: set[str] = field(default_factory=set)
+    dead: set[str] = field(default_factory=set)
+    #: (hq or hp key) -> its full entries (LIST: in order; ZSET: (entry, score))
+    queues: dict[str, list[Any]] = field(default_factory=dict)
+
+
+async def queued_keys(q: LeasingQueue) -> list[tuple[PartitionKeys, str]]:
+    out = []
+    for pk in q.partitions:
+        out += [(pk, _text(h)) for h in await q.client.zrange(pk.queued, 0, -1)]
+    return out
+
+
+async def layout3_crawl(client: aioredis.Redis, name: str) -> Layout3:
+    q = await LeasingQueue.open(client, name, CrawlSettings(partitions=2),
+                                retry=RetryPolicy(base_ms=10, cap_ms=20))
+    urls = [nt("http://lease.test/1"), nt("https://lease.test/2"),
+            nt("http://retry.test/1"), nt("http://dead.test/1", max_attempts=1)]
+    await q.enqueue(urls)
+    held = await q.lease("w1", 10, LEASE_MS)
+    assert len(held) == len(urls)
+    by_url = {x.task.url: x for x in held}
+    fails = [Failure(by_url["http://retry.test/1"], "http_5xx", "HTTP 503"),
+             Failure(by_url["http://dead.test/1"], "http_4xx", "HTTP 404")]
+    assert [c for c, _ in await q.fail("w1", fails)] == [Code.RETRY, Code.DEAD]
+    crawl = Layout3(q, [by_url["http://lease.test/1"], by_url["https://lease.test/2"]],
+                    waiting={"http://retry.test/1"}, dead={"http://dead.test/1"})
+    pending = [nt(f"https://big.test/p{i}?q={i}") for i in range(BIG)]
+    pending += [nt(f"http://big.test/prio{i}", priority=1 + i % 3) for i in range(BIG)]
+    pending += [nt("http://a.test/1"), nt("https://a.test/2", priority=5),
+                nt("http://b.test:8080/x"), nt("https://c.test/")]
+    pending.append(NewTask("https://A.test/3", fingerprint("https://A.test/3")))  # whole
+    assert (await q.enqueue(pending)).enqueued == len(pending)
+    crawl.pending = {t.url for t in pending}
+    # Back to layout 3: every queued entry full, and the crawl marked so.
+    for pk, host in await queued_keys(q):
+        hq, hp = pk.host_queue(host), pk.host_prio(host)
+        entries = [expand_entry(e, host) for e in await client.lrange(hq, 0, -1)]
+        prio = [(expand_entry(e, host), s)
+                for e, s in await client.zrange(hp, 0, -1, withscores=True)]
+        await client.delete(hq, hp)
+        if entries:
+            await client.rpush(hq, *entries)
+        if prio:
+            await client.zadd(hp, dict(prio))
+        crawl.queues[hq], crawl.queues[hp] = entries, sorted(prio)
+    meta = CrawlKeys.build(name).meta
+    stored = codec.loads(await client.hget(meta, "settings"))
+    stored["format"] = 3
+    await client.hset(meta, "settings", codec.dumps(stored))
+    return crawl
+
+
+async def assert_compact(client: aioredis.Redis, crawl: Layout3, *, ordered: bool) -> None:
+    """Every queue holds its layout-3 entries compact (the LIST in its order if
+    `ordered`, else the same entries), and nothing else."""
+    for pk, host in await queued_keys(crawl.q):
+        hq, hp = pk.host_queue(host), pk.host_prio(host)
+        want = [compact_entry(e.decode(), host) for e in crawl.queues[hq]]
+        got = await client.lrange(hq, 0, -1)
+        assert (got if ordered else Counter(got)) == (want if ordered else Counter(want)), host
+        assert sorted(await client.zrange(hp, 0, -1, withscores=True)) == sorted(
+            (compact_entry(e.decode(), host), s) for e, s in crawl.queues[hp]), host
+        for e in [*got, *await client.zrange(hp, 0, -1)]:
+            assert e[16:17] not in b"0123456789abcdef"  # compact
+
+
+async def drive_to_the_end(crawl: Layout3, within: float = 30.0) -> None:
+    """The held leases acked by their holder, then everything leased and acked once."""
+    q = crawl.q = await LeasingQueue.existing(crawl.q.client, crawl.q.crawl,
+                                              retry=RetryPolicy(base_ms=10, cap_ms=20))
+    assert await q.ack("w1", [(x, "ok") for x in crawl.held]) == [Code.OK] * len(crawl.held)
+    seen: Counter[str] = Counter()
+    deadline = time.monotonic() + within
+    while True:
+        await q.promote()
+        leases = await q.lease("w2", 10, LEASE_MS)
+        if leases:
+            for x in leases:
+                assert x.task.id == x.id and host_key(x.task.url) == x.host
+            assert await q.ack("w2", [(x, "ok") for x in leases]) == [Code.OK] * len(leases)
+            seen.update(x.task.url for x in leases)
+            continue
+        s = await q.stats()
+        if s.pending == s.leased == s.waiting == 0:
+            break
+        assert time.monotonic() < deadline, f"not drained within {within:g}s: {s}"
+        await asyncio.sleep(0.02)
+    assert seen == Counter(crawl.pending | crawl.waiting)  # each once, none lost
+    s = await q.stats()
+    assert (s.dead, s.done) == (len(crawl.dead), len(crawl.pending | crawl.waiting) + 2)
+
+
+async def test_a_layout_3_crawl_is_refused_until_converted_then_runs_to_the_end(
+        redis_client: aioredis.Redis, crawl_name: str, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    monkeypatch.setattr("common.queue.migrate.CHUNK", 2)  # big.test: 5 calls a queue
+    monkeypatch.setattr("common.queue.migrate.HOSTS_AT_ONCE", 2)
+    crawl = await layout3_crawl(redis_client, crawl_name)
+    for opening in (CrawlQueue.existing(redis_client, crawl_name),
+                    CrawlQueue.open(redis_client, crawl_name)):
+        with pytest.raises(CrawlNeedsMigration, match="holds layout 3: start a consumer"):
+            await opening
+    assert await migrate_crawl(redis_client, crawl_name) == 2
+    stored = codec.loads(await redis_client.hget(CrawlKeys.build(crawl_name).meta, "settings"))
+    assert stored["format"] == FORMAT == 4
+    await assert_compact(redis_client, crawl, ordered=True)
+    assert await migrate_crawl(redis_client, crawl_name) == 0
+    await drive_to_the_end(crawl)
+
+
+async def test_a_conversion_cut_short_is_redone(
+        redis_client: aioredis.Redis, crawl_name: str, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    monkeypatch.setattr("common.queue.migrate.CHUNK", 2)
+    monkeypatch.setattr("common.queue.migrate.HOSTS_AT_ONCE", 1)  # a call a round trip
+    crawl = await layout3_crawl(redis_client, crawl_name)
+    calls: list[int] = []
+
+    def cut(client: Any, name: str) -> Any:
+        script = register(client, name)
+        if name != "compact_queues":
+            return script
+
+        async def call(keys: Any = None, args: Any = None, client: Any = None) -> Any:
+            calls.append(1)
+            if len(calls) > 3:
+                raise ConnectionError("the converting process died")
+            return await script(keys=keys, args=args, client=client)
+        call.resendable = False  # type: ignore[attr-defined]
+        return call
+
+    monkeypatch.setattr("common.queue.migrate.register", cut)
+    with pytest.raises(ConnectionError):
+        await migrate_crawl(redis_client, crawl_name)
+    with pytest.raises(CrawlNeedsMigration):  # still layout 3: the mark comes last
+        await CrawlQueue.existing(redis_client, crawl_name)
+    forms: Counter[bool] = Counter()
+    for pk, host in await queued_keys(crawl.q):
+        for e in [*await redis_client.lrange(pk.host_queue(host), 0, -1),
+                  *await redis_client.zrange(pk.host_prio(host), 0, -1)]:
+            forms[e[16:17] in b"0123456789abcdef"] += 1
+    assert forms[True] and forms[False], forms  # some entries compact, some full
+    monkeypatch.undo()
+    assert await migrate_crawl(redis_client, crawl_name) == 2
+    await assert_compact(redis_client, crawl, ordered=False)  # a LIST may be rotated
+    await drive_to_the_end(crawl)
