@@ -84,9 +84,8 @@ log = logging.getLogger(__name__)
 
 MAX_ROBOTS_BYTES = 512 * 1024  # Google parses the first 500 KiB; RFC 9309 asks for >= 500 KiB
 POLL_INTERVAL_S = 0.1
-#: What a lookup awaits just before its robots.txt request goes out: it returns the
-#: request's `on_sent` (RobotsCache.lookup).
-BeforeFetch = Callable[[], Awaitable[Callable[[], Awaitable[None]] | None]]
+#: What a lookup's robots.txt request awaits as its headers go out (`Fetcher.fetch`).
+OnSent = Callable[[], Awaitable[None]]
 # Fetcher errors after which robots.txt counts as unavailable (RFC 9309 2.3.1.3): allow all.
 _ALLOW_ALL_REASONS = frozenset({
     reasons.TOO_MANY_REDIRECTS, reasons.REDIRECT_LOOP, reasons.BAD_REDIRECT,
@@ -203,19 +202,18 @@ class RobotsCache:
             raise verdict
         return verdict
 
-    async def lookup(self, url: str, *, before_fetch: BeforeFetch | None = None
+    async def lookup(self, url: str, *, on_sent: OnSent | None = None
                      ) -> tuple[RobotsVerdict | FetchError, bool]:
         """The verdict for `url` (a cached robots_unavailable FetchError is returned, not
         raised), and whether this call fetched robots.txt over HTTP itself: that request
-        took the turn of the task that asked, at its host. `before_fetch` is awaited just
-        before that request goes out (the caller's turn: it may wait, or raise to make
-        none) and returns the request's `on_sent` (`Fetcher.fetch`). It is this call's only
-        if this call started the lookup. Raises like `check` otherwise."""
+        took the turn of the task that asked, at its host. `on_sent` is that request's
+        (`Fetcher.fetch`: the caller's turn, it may wait, or raise to send none); it is
+        this call's only if this call started the lookup. Raises like `check` otherwise."""
         origin, path = origin_of(url)
         entry = self._local_get(origin)
         fetched = False
         if entry is None:
-            entry, fetched = await self._shared_lookup(origin, before_fetch)
+            entry, fetched = await self._shared_lookup(origin, on_sent)
         try:
             return self._verdict(entry, path), fetched
         except FetchError as exc:
@@ -295,13 +293,13 @@ class RobotsCache:
         while len(local) > self.local_size:
             local.popitem(last=False)
 
-    async def _shared_lookup(self, origin: str, before_fetch: BeforeFetch | None
+    async def _shared_lookup(self, origin: str, on_sent: OnSent | None
                              ) -> tuple[_Entry, bool]:
         """The entry, and whether this caller started a lookup that fetched over HTTP."""
         task = self._inflight.get(origin)
         started = task is None
         if task is None:
-            task = asyncio.create_task(self._lookup(origin, before_fetch),
+            task = asyncio.create_task(self._lookup(origin, on_sent),
                                        name=f"robots {origin}")
             self._inflight[origin] = task
             task.add_done_callback(lambda t: self._lookup_done(origin, t))
@@ -334,15 +332,15 @@ class RobotsCache:
 
     # --- Redis and the fetch ---------------------------------------------------------------
 
-    async def _lookup(self, origin: str, before_fetch: BeforeFetch | None) -> _Entry:
+    async def _lookup(self, origin: str, on_sent: OnSent | None) -> _Entry:
         try:
-            entry = await self._lookup_redis(origin, before_fetch)
+            entry = await self._lookup_redis(origin, on_sent)
         except (RedisConnectionError, RedisTimeoutError) as exc:
             raise RedisUnavailableError(f"robots cache for {origin}: {exc}") from exc
         self._local_put(origin, entry)
         return entry
 
-    async def _lookup_redis(self, origin: str, before_fetch: BeforeFetch | None) -> _Entry:
+    async def _lookup_redis(self, origin: str, on_sent: OnSent | None) -> _Entry:
         key = self._keys.robots(origin)
         lock = f"{key}:lock"
         redis = self._redis
@@ -358,11 +356,8 @@ class RobotsCache:
                     entry = await self._read(key)
                     if entry is not None:
                         return entry
-                    on_sent = None
-                    if before_fetch is not None:
-                        # A wait here outlasting lock_ms lets a second consumer fetch it
-                        # too (under a turn of its own): a copy more, never a rude one.
-                        on_sent = await before_fetch()
+                    # A wait in on_sent outlasting lock_ms lets a second consumer fetch
+                    # it too (under a turn of its own): a copy more, never a rude one.
                     return await self._fetch_and_store(origin, key, on_sent)
                 finally:
                     await self._unlock(lock, token)
@@ -390,7 +385,7 @@ class RobotsCache:
         return self._entry(doc, ttl_s if pttl < 0 else min(pttl / 1000, ttl_s))
 
     async def _fetch_and_store(self, origin: str, key: str,
-                               on_sent: Callable[[], Awaitable[None]] | None = None) -> _Entry:
+                               on_sent: OnSent | None = None) -> _Entry:
         doc = await self._fetch(origin, on_sent)  # ssrf_blocked propagates, uncached
         ttl_s = self.failure_ttl_s if "error" in doc else self.ttl_s
         await self._redis.set(key, codec.dumps(doc), px=max(1, int(ttl_s * 1000)))
@@ -398,7 +393,7 @@ class RobotsCache:
         entry.fetched = True
         return entry
 
-    async def _fetch(self, origin: str, on_sent: Callable[[], Awaitable[None]] | None) -> RobotsDoc:
+    async def _fetch(self, origin: str, on_sent: OnSent | None) -> RobotsDoc:
         url = f"{origin}/robots.txt"
         now = time.time()
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from common import simhash
@@ -122,7 +122,7 @@ class Runner:
             while True:
                 try:
                     verdict, fetched = await self.robots.lookup(
-                        lease.task.url, before_fetch=lambda: self._robots_turn(lease))
+                        lease.task.url, on_sent=self.turns.on_sent(lease))
                     break
                 except RedisUnavailableError:
                     outage = outage or Backoff()
@@ -161,14 +161,6 @@ class Runner:
             self.slots.move(lease, Stage.QUEUED, front=True)
         else:
             self.slots.move(lease, Stage.DONE)
-
-    async def _robots_turn(self, lease: Lease) -> Callable[[], Awaitable[None]] | None:
-        """robots.txt is about to be fetched under `lease`, before its page: it waits for
-        a turn of its own (a lost lease raises LeaseLostError); returns the request's
-        `on_sent`, which holds it to that turn."""
-        if not await self.turns.take_late_turn(lease):
-            raise LeaseLostError(f"lease on task {lease.id} was lost")
-        return self.turns.on_sent(lease)
 
     def _crawl_delay(self, host: str, asked: float) -> float:
         """A robots.txt Crawl-delay as the crawl obeys it: cut to the policy's
