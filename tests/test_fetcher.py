@@ -19,7 +19,7 @@ import time
 import traceback
 import tracemalloc
 import zlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from typing import Any
@@ -410,22 +410,43 @@ async def test_user_agent_sent(servers: Servers, fetcher: Fetcher) -> None:
 async def test_on_sent_says_when_each_hops_headers_went_out(servers: Servers) -> None:
     """Politeness reads a request's real start from `on_sent` (after any connect), once
     per hop, with the crawl's User-Agent of the moment as on the plain pool; never for a
-    request that never went out."""
+    request that never went out. It is awaited before the headers go out: a wait there
+    holds the request, and an exception stops it with nothing sent."""
     agent = [FetchSettings().user_agent]
+
+    def noting(into: list[float], at: Callable[[], float] = time.monotonic
+               ) -> Callable[[], Awaitable[None]]:
+        async def on_sent() -> None:
+            into.append(at())
+        return on_sent
+
     async with Fetcher(settings(), user_agent=lambda: agent[0]) as fetcher:
         calls: list[float] = []
         before = time.monotonic()
-        result = await fetcher.fetch(f"{servers.main}/redir/2",
-                                     on_sent=lambda: calls.append(time.monotonic()))
+        result = await fetcher.fetch(f"{servers.main}/redir/2", on_sent=noting(calls))
         assert result.status == 200 and len(result.redirects) == 2
         assert len(calls) == 3 and before <= calls[0] <= calls[1] <= calls[2]
         agent[0] = "polite/2"
-        await fetcher.fetch(f"{servers.main}/echo", on_sent=lambda: calls.append(0.0))
+        await fetcher.fetch(f"{servers.main}/echo", on_sent=noting(calls, lambda: 0.0))
         assert servers.seen["main"][-1]["User-Agent"] == "polite/2" and calls[-1] == 0.0
         refused: list[float] = []
         err = await fetch_error(fetcher, f"http://127.0.0.1:{free_port()}/",
-                                on_sent=lambda: refused.append(0.0))
+                                on_sent=noting(refused))
         assert err.reason == "connect_error" and refused == []
+
+        seen = len(servers.seen["main"])
+
+        async def stop() -> None:
+            raise LookupError("not now")
+        with pytest.raises(LookupError):
+            await fetcher.fetch(f"{servers.main}/echo", on_sent=stop)
+        assert len(servers.seen["main"]) == seen
+
+        async def wait() -> None:
+            await asyncio.sleep(0.3)
+        started = time.monotonic()
+        await fetcher.fetch(f"{servers.main}/echo", on_sent=wait)
+        assert len(servers.seen["main"]) == seen + 1 and time.monotonic() - started >= 0.3
 
 
 async def test_connection_refused_is_retryable(fetcher: Fetcher) -> None:
