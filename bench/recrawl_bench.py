@@ -73,9 +73,14 @@ mean of (1 - e^(-lambda I)) / (lambda I) with I = N/B, as a check of the instrum
 beside them **model adaptive** and **model learned**: the same schedules and budget run
 as models without crawlq (one fetch at most every 1/B s, the earliest due first,
 ``STRATEGIES``' values; learned mirrors lib/revisits.lua's estimator, interval and
-price), each policy's own ceiling here; and the **oracle**: the best any schedule can do
-at this budget knowing each page's true rate (Cho and Garcia-Molina's optimal refresh
-allocation, 2003), the ceiling of every schedule that must learn the rates. Under each
+price, with each change's Last-Modified to the exact time where crawlq's has whole
+seconds), each policy's own ceiling here; **model informed**: learned's interval and
+price told each page's true rate, so that the oracle's lead over learned splits into
+what the observations do not tell (informed - learned) and what learning the price in
+the run's days costs (oracle - informed); and the **oracle**: the best any schedule can
+do at this budget knowing each page's true rate (Cho and Garcia-Molina's optimal refresh
+allocation, 2003, in expectation), the ceiling of every schedule that must learn the
+rates. Under each
 column, the fetches/s a round-robin needs for that freshness (the analytic curve,
 inverted) and the share of them the column saves: **fetches saved at equal freshness**.
 ``--model-only`` prints the analytic, model and oracle columns alone (seconds, no
