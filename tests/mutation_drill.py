@@ -243,6 +243,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("60-late-turn-ignores-a-later-turn", "a late request's turn comes a delay after "
            "the latest turn leased, not at once",
            (_FR + "test_a_late_robots_txt_and_the_pages_that_waited_for_it_keep_the_delay",)),
+    Mutant("71-last-modified-ignored", "revisit=learned dates a change by its "
+           "Last-Modified: a page changing far faster than its visits is left to "
+           "max_interval", (_RS + "test_learned_dates_changes_by_last_modified",)),
     Mutant("67-partitions-left-where-crc16-puts-them", "a new crawl's partitions spread "
            "over equal ranges of the Cluster's slots",
            (_Q + "test_a_new_crawl_spreads_its_partitions_over_the_slots_an_older_one_keeps_"
