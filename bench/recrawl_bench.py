@@ -73,9 +73,14 @@ mean of (1 - e^(-lambda I)) / (lambda I) with I = N/B, as a check of the instrum
 beside them **model adaptive** and **model learned**: the same schedules and budget run
 as models without crawlq (one fetch at most every 1/B s, the earliest due first,
 ``STRATEGIES``' values; learned mirrors lib/revisits.lua's estimator, interval and
-price), each policy's own ceiling here; and the **oracle**: the best any schedule can do
-at this budget knowing each page's true rate (Cho and Garcia-Molina's optimal refresh
-allocation, 2003), the ceiling of every schedule that must learn the rates. Under each
+price, with each change's Last-Modified to the exact time where crawlq's has whole
+seconds), each policy's own ceiling here; **model informed**: learned's interval and
+price told each page's true rate, so that the oracle's lead over learned splits into
+what the observations do not tell (informed - learned) and what learning the price in
+the run's days costs (oracle - informed); and the **oracle**: the best any schedule can
+do at this budget knowing each page's true rate (Cho and Garcia-Molina's optimal refresh
+allocation, 2003, in expectation), the ceiling of every schedule that must learn the
+rates. Under each
 column, the fetches/s a round-robin needs for that freshness (the analytic curve,
 inverted) and the share of them the column saves: **fetches saved at equal freshness**.
 ``--model-only`` prints the analytic, model and oracle columns alone (seconds, no
@@ -781,6 +786,15 @@ def _optimal_interval(rate: float, price: float) -> float | None:
     return (lo + hi) / 2 / rate
 
 
+def _change_rate(visits: float, changes: float, covered: float, stayed: float | None,
+                 first: float) -> float:
+    """lib/revisits.lua's change_rate: from the seconds the page is known to have stayed
+    as it was (Last-Modified) when there are, else from whether visits found it changed."""
+    if stayed is not None:
+        return (changes + 0.5) / (stayed + 0.5 * min(covered / visits, first))
+    return -math.log((visits - changes + 0.5) / (visits + 1)) / (covered / visits)
+
+
 def model_schedule(name: str, sched: Schedule,
                    args: argparse.Namespace) -> tuple[list[float], float]:
     """Each page's freshness under a model of crawlq's `name` schedule (adaptive or
@@ -788,14 +802,18 @@ def model_schedule(name: str, sched: Schedule,
     values of STRATEGIES[name]. Adaptive: the first interval ``recrawl_after``, then
     x(1 + grow) when the version is the one fetched last, x(1 - shrink) when not.
     Learned: lib/revisits.lua's estimator, optimal interval and price, one fetch at a
-    time. Clamped to [min_interval, max_interval]. What crawlq's run can be judged
-    against: the policy's own ceiling at this budget. Returns each page's freshness and
-    the fetches/s spent in the window."""
-    first, low, high, grow, shrink = _strategy_values(name, sched, args)
+    time. Informed: learned's interval and price, told each page's true rate (no
+    estimator): what learned could do if its observations told it everything.
+    Clamped to [min_interval, max_interval]. What crawlq's run can be judged against: the
+    policy's own ceiling at this budget. Returns each page's freshness and the fetches/s
+    spent in the window."""
+    learns = name in ("learned", "informed")
+    first, low, high, grow, shrink = _strategy_values("learned" if learns else name, sched,
+                                                      args)
     n = len(sched.rates)
     due = [(0.0, i) for i in range(n)]
     interval, last, at = [first] * n, [-1] * n, [0.0] * n
-    est = [(0.0, 0.0, 0.0)] * n
+    est = [(0.0, 0.0, 0.0, 0.0)] * n
     price, demand, known = PRICE_AT_FIRST * first, 0.0, 0
     fetched: list[list[float]] = [[] for _ in range(n)]
     t, end = -1.0 / args.budget, args.days * args.day
@@ -805,16 +823,22 @@ def model_schedule(name: str, sched: Schedule,
         v = sched.version(i, t)
         old = interval[i] if last[i] >= 0 else 0.0
         if last[i] >= 0 and name == "learned":
-            visits, changes, covered = est[i]
+            visits, changes, covered, stayed = est[i]
+            elapsed = max(t - at[i], interval[i])
+            # the server's Last-Modified dates each change: the page stayed as it is
+            # since its latest one
+            since = t - sched.changes[i][v - 1] if v != last[i] else elapsed
             est[i] = (visits * LEARNED_DECAY + 1, changes * LEARNED_DECAY + (v != last[i]),
-                      covered * LEARNED_DECAY + max(t - at[i], interval[i]))
-            visits, changes, covered = est[i]
-            rate = -math.log((visits - changes + 0.5) / (visits + 1)) / (covered / visits)
-            interval[i] = min(high, max(low, _optimal_interval(rate, price) or high))
+                      covered * LEARNED_DECAY + elapsed,
+                      stayed * LEARNED_DECAY + min(since, elapsed))
+            interval[i] = min(high, max(low, _optimal_interval(
+                _change_rate(*est[i], first), price) or high))
+        elif last[i] >= 0 and name == "informed":
+            interval[i] = min(high, max(low, _optimal_interval(sched.rates[i], price) or high))
         elif last[i] >= 0:
             interval[i] = min(high, max(low, interval[i] * (
                 1 - shrink if v != last[i] else 1 + grow)))
-        if name == "learned":
+        if learns:
             known += last[i] < 0
             demand = max(0.0, demand + 1 / interval[i] - (1 / old if old else 0.0))
             target = known / first
@@ -970,7 +994,8 @@ def report_sim(runs: list[SimRun], sched: Schedule, args: argparse.Namespace) ->
     print(f"\nover simulated days {args.warmup:g}..{args.days:g} of each run (a day = "
           f"{args.day:g} s); budget {args.budget:g} fetches/s; round-robin interval N/B = "
           f"{interval:g} s = {interval / args.day:.2f} day; rates: {args.dist}")
-    models = {name: model_schedule(name, sched, args) for name in ("adaptive", "learned")}
+    models = {name: model_schedule(name, sched, args)
+              for name in ("adaptive", "learned", "informed")}
     model_spent = [spent for _, spent in models.values()]
     oracle = oracle_optimum(sched.rates, args.budget)
     others = {"analytic round-robin": analytic, **{f"model {k}": v for k, (v, _) in

@@ -247,6 +247,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "(it waited for a connection) takes a turn of its own",
            (_FR + "test_a_request_late_on_the_wire_takes_a_turn_of_its_own",
             _FR + "test_a_polite_request_counts_from_when_its_headers_went_out")),
+    Mutant("71-last-modified-ignored", "revisit=learned dates a change by its "
+           "Last-Modified: a page changing far faster than its visits is left to "
+           "max_interval", (_RS + "test_learned_dates_changes_by_last_modified",)),
     Mutant("67-partitions-left-where-crc16-puts-them", "a new crawl's partitions spread "
            "over equal ranges of the Cluster's slots",
            (_Q + "test_a_new_crawl_spreads_its_partitions_over_the_slots_an_older_one_keeps_"

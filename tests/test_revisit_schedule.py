@@ -9,6 +9,7 @@ so no test waits for one.
 from __future__ import annotations
 
 import asyncio
+from email.utils import formatdate
 from pathlib import Path
 from typing import Any
 
@@ -530,5 +531,46 @@ async def test_a_history_record_written_before_the_estimator_still_decodes(
     lease.observed = Observed("", "", "", -1)
     await q.ack("w", [(lease, "not_modified")])
     record = await redis_client.hget(pk.rv_hist, tid(url))
-    assert record is not None and b" ~1,0,400 " in record, record
-    assert await interval_of(q, url) > 100  # one visit covering 400 s found no change
+    # one visit covering 400 s found no change: 400 s known unchanged, too
+    assert record is not None and b" ~1,0,400,400 " in record, record
+    assert await interval_of(q, url) > 100
+
+
+async def test_learned_dates_changes_by_last_modified(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """revisit=learned: three URLs found changed at every visit. One whose Last-Modified
+    says it changed seconds before each visit changes too fast for any affordable visit
+    to keep it fresh: it goes to max_interval. One whose Last-Modified says it changed
+    just after the previous visit changes about once a visit: it keeps an interval near
+    recrawl_after. One without Last-Modified can only be known to change at least about
+    once a visit (the 304/digest estimator): it is visited more often than that. A change
+    its Last-Modified dates a day before the previous visit leaves the rate to that
+    estimator."""
+    q = await revisit_queue(redis_client, crawl_name, revisit="learned", recrawl_after=100,
+                            min_interval=10, max_interval=5000)
+    fast, slow, blind, stale = (f"http://a.test/{n}" for n in ("fast", "slow", "blind",
+                                                                "stale"))
+    urls = [fast, slow, blind, stale]
+    await q.enqueue([nt(u) for u in urls])
+    stale_lm = formatdate(await redis_ms(redis_client) / 1000 - 86400, usegmt=True)
+    for k in range(6):
+        now_s = await redis_ms(redis_client) / 1000
+        last_modified = {canonicalize(fast): formatdate(now_s - 2, usegmt=True),
+                         canonicalize(slow): formatdate(now_s - 90, usegmt=True),
+                         canonicalize(blind): "", canonicalize(stale): stale_lm}
+        leases = await q.lease("w", len(urls), 60_000)
+        assert len(leases) == len(urls)
+        for lease in leases:
+            lease.observed = Observed("", last_modified[lease.task.url], f"{k:016x}", -1)
+        await q.ack("w", [(lease, "changed" if k else "ok") for lease in leases])
+        await make_due(q, *urls)
+        assert (await q.promote())[0] == len(urls)
+    intervals = {u: await interval_of(q, u) for u in urls}
+    assert intervals[fast] == 5000, intervals
+    assert 70 <= intervals[slow] <= 200, intervals
+    assert intervals[slow] > intervals[blind] == intervals[stale], intervals
+    for group, sums in (((fast, slow), 3), ((blind, stale), 2)):  # ~n,x,t,e / ~n,x,t: no e
+        for url in group:
+            record = await redis_client.hget(q.partitions[0].rv_hist, tid(url))
+            assert isinstance(record, bytes) and record.split(b" ")[5].count(b",") == sums, (
+                record)

@@ -42,16 +42,23 @@ local function keeps_validators(conf)
   return (tonumber(c[1]) or 0) == 0 and (tonumber(c[2]) or 0) > 0 and c[3] ~= '0'
 end
 
--- A history record "<host> <prio> <interval_s> <fetched_s> <digest|-> [~<n>,<x>,<t>] <#etag>
--- <#lm> <etag><lm><entry>" as a table (nil if malformed). `entry` is the task's entry
--- without its `v` field. The `~` token (learned revisits; records written before it
+-- A history record "<host> <prio> <interval_s> <fetched_s> <digest|-> [~<n>,<x>,<t>[,<e>]]
+-- <#etag> <#lm> <etag><lm><entry>" as a table (nil if malformed). `entry` is the task's
+-- entry without its `v` field. The `~` token (learned revisits; records written before it
 -- have none and decode with n = x = t = 0) keeps the change-rate estimator's sums:
--- visits observed n, changes among them x, seconds they covered t (each decayed).
+-- visits observed n, changes among them x, seconds they covered t, and of those the
+-- seconds the page is known to have stayed as it was, e (from Last-Modified; absent
+-- when the URL's Last-Modified did not date its changes, or in a record written before
+-- it), each decayed.
 local function record_decode(value)
   if not value then return nil end
-  local host, prio, iv, at, digest, n, x, t, ne, nl, rest = string.match(value,
-    '^(%S+) (%d+) (%d+) (%d+) (%S+) ~([%d.]+),([%d.]+),([%d.]+) (%d+) (%d+) (.*)$')
-  if not host then
+  local host, prio, iv, at, digest, sums, ne, nl, rest = string.match(value,
+    '^(%S+) (%d+) (%d+) (%d+) (%S+) ~([%d.,]+) (%d+) (%d+) (.*)$')
+  local n, x, t, e
+  if host then
+    n, x, t, e = string.match(sums, '^([%d.]+),([%d.]+),([%d.]+),?([%d.]*)$')
+    if not n then return nil end
+  else
     host, prio, iv, at, digest, ne, nl, rest = string.match(value,
       '^(%S+) (%d+) (%d+) (%d+) (%S+) (%d+) (%d+) (.*)$')
     if not host then return nil end
@@ -60,7 +67,8 @@ local function record_decode(value)
   return {host = host, prio = tonumber(prio), interval = tonumber(iv), fetched = tonumber(at),
           digest = digest == '-' and '' or digest, etag = string.sub(rest, 1, ne),
           lm = string.sub(rest, ne + 1, ne + nl), entry = string.sub(rest, ne + nl + 1),
-          n = tonumber(n) or 0, x = tonumber(x) or 0, t = tonumber(t) or 0}
+          n = tonumber(n) or 0, x = tonumber(x) or 0, t = tonumber(t) or 0,
+          e = tonumber(e)}
 end
 
 -- A decayed sum as the record keeps it: 3 decimals, no trailing zeros.
@@ -72,7 +80,8 @@ end
 local function record_encode(r)
   local learned = ''
   if r.n and r.n > 0 then
-    learned = '~' .. sum_text(r.n) .. ',' .. sum_text(r.x) .. ',' .. sum_text(r.t) .. ' '
+    learned = '~' .. sum_text(r.n) .. ',' .. sum_text(r.x) .. ',' .. sum_text(r.t)
+      .. (r.e and ',' .. sum_text(r.e) or '') .. ' '
   end
   return r.host .. ' ' .. r.prio .. ' ' .. r.interval .. ' ' .. r.fetched .. ' '
     .. (r.digest == '' and '-' or r.digest) .. ' ' .. learned .. #r.etag .. ' ' .. #r.lm
@@ -89,26 +98,71 @@ local function observed_decode(value)
           etag = string.sub(rest, 1, ne), lm = string.sub(rest, ne + 1, ne + nl)}
 end
 
--- learned: the estimator's sums after a visit `elapsed` s after the last one that found
--- the page as it was (`outcome` not_modified / unchanged) or changed; any other outcome
--- (a first visit, an error) observes nothing.
-local function observe_change(prev, outcome, elapsed)
-  local n, x, t = 0, 0, 0
-  if prev then n, x, t = prev.n, prev.x, prev.t end
-  local changed = outcome == 'changed' and 1 or 0
-  if prev and elapsed > 0 and (changed == 1 or outcome == 'not_modified'
-                               or outcome == 'unchanged') then
-    n, x, t = n * DECAY + 1, x * DECAY + changed, t * DECAY + elapsed
-  end
-  return n, x, t
+local MONTHS = {Jan = 1, Feb = 2, Mar = 3, Apr = 4, May = 5, Jun = 6, Jul = 7, Aug = 8,
+                Sep = 9, Oct = 10, Nov = 11, Dec = 12}
+
+-- An HTTP date (RFC 9110's IMF-fixdate, "Sun, 06 Nov 1994 08:49:37 GMT", what servers
+-- send) as Unix seconds; nil for anything else (the obsolete forms included).
+local function http_seconds(s)
+  local d, mon, y, hh, mm, ss = string.match(s or '',
+    '^%a%a%a, (%d%d) (%a%a%a) (%d%d%d%d) (%d%d):(%d%d):(%d%d) GMT$')
+  local m = MONTHS[mon]
+  if not m then return nil end
+  y = tonumber(y) - (m <= 2 and 1 or 0)  -- days from the civil date (H. Hinnant's algorithm)
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local doy = math.floor((153 * (m + (m > 2 and -3 or 9)) + 2) / 5) + tonumber(d) - 1
+  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
+  local days = era * 146097 + doe - 719468
+  return days * 86400 + tonumber(hh) * 3600 + tonumber(mm) * 60 + tonumber(ss)
 end
 
--- learned: a page's change rate (per s) from x changes seen in n visits covering t s:
--- Cho and Garcia-Molina's estimator for an incomplete change history (a visit sees
--- whether the page changed, not how often), -log((n - x + 0.5) / (n + 0.5)) / (t / n),
--- with n + 1 below instead of n + 0.5, a prior of half a change: a page never seen
--- changing gets a rate that falls as its unchanged visits add up, not 0 at once.
-local function change_rate(n, x, t)
+-- Clocks of a server and of Redis may differ by this much (s): a Last-Modified this much
+-- before the previous visit, or after this one, still dates a change between the two.
+local CLOCK_SKEW = 60
+
+-- learned: the estimator's sums after a visit `elapsed` s after the last one that found
+-- the page as it was (`outcome` not_modified / unchanged) or changed (its response's
+-- Last-Modified `lm`, at `now_s`); any other outcome (a first visit, an error) observes
+-- nothing. e adds the seconds the page is known to have stayed as it was: all of an
+-- unchanged visit's, and of a changed one's those since its Last-Modified; a change that
+-- Last-Modified does not date (none, another form, or before the previous visit) drops
+-- e: the URL's rate comes from whether its visits found it changed alone.
+local function observe_change(prev, outcome, elapsed, lm, now_s)
+  if not prev then return 0, 0, 0, 0 end
+  local n, x, t, e = prev.n, prev.x, prev.t, prev.e
+  if n == 0 then e = 0 end  -- the estimator starts
+  local changed = outcome == 'changed'
+  if elapsed > 0 and (changed or outcome == 'not_modified' or outcome == 'unchanged') then
+    local stayed = elapsed
+    if changed then
+      local at = http_seconds(lm)
+      if at and at >= now_s - elapsed - CLOCK_SKEW and at <= now_s + CLOCK_SKEW then
+        stayed = math.max(0, math.min(elapsed, now_s - at))
+      else
+        stayed = nil
+      end
+    end
+    n, x, t = n * DECAY + 1, x * DECAY + (changed and 1 or 0), t * DECAY + elapsed
+    e = e and stayed and e * DECAY + stayed
+  end
+  return n, x, t, e
+end
+
+-- learned: a page's change rate (per s) from x changes seen in n visits covering t s.
+-- With e, the seconds it is known to have stayed as it was: a Poisson process's rate is
+-- its changes over its time at risk, x / e (each change's Last-Modified ends a stretch
+-- of no change; Cho and Garcia-Molina, "Estimating frequency of change", 2003, show what
+-- last-modified dates add), here (x + 0.5) / (e + 0.5 min(t / n, first)), a prior of
+-- half a change over half a visit (one no longer than the first interval, so a visit
+-- after max_interval does not hide what the short ones found), so a page never seen
+-- changing gets a rate that falls as its unchanged visits add up, not 0. Without e,
+-- their estimator for an incomplete history (a visit sees whether the page changed, not
+-- how often), -log((n - x + 0.5) / (n + 0.5)) / (t / n), with n + 1 below instead of
+-- n + 0.5, the same prior; it cannot tell a page that changed at every visit from one
+-- that changes a hundred times as often.
+local function change_rate(n, x, t, e, first)
+  if e then return (x + 0.5) / (e + 0.5 * math.min(t / n, first)) end
   return -math.log((n - x + 0.5) / (n + 1)) / (t / n)
 end
 
@@ -132,7 +186,7 @@ end
 -- AdaptiveFetchSchedule): the last interval x (1 + grow) when the visit found the page
 -- as it was (a 304 or the same digest), x (1 - shrink) when it changed, as it was
 -- otherwise. Learned: the optimal interval (optimal_interval) at the crawl's price for
--- the rate the URL's estimator (`est` = {n, x, t}) gives; the first interval until it
+-- the rate the URL's estimator (`est` = {n, x, t, e}) gives; the first interval until it
 -- has observed a visit. A declared freshness lifetime (max-age / Expires) longer than
 -- that raises it (a visit before then gets the same copy). Clamped to [min, max].
 local function next_interval(c, prev, outcome, max_age, est)
@@ -140,7 +194,7 @@ local function next_interval(c, prev, outcome, max_age, est)
   if c.mode == 1 then return math.max(iv, 1) end
   if c.mode == 3 then
     if est.n > 0 then
-      iv = optimal_interval(change_rate(est.n, est.x, est.t), c.price) or c.max
+      iv = optimal_interval(change_rate(est.n, est.x, est.t, est.e, iv), c.price) or c.max
     end
   elseif prev and prev.interval > 0 then  -- 0: a recrawl window's record, no interval
     iv = prev.interval
@@ -186,7 +240,7 @@ local function visit_record(p, v, o, now_s, interval, entry, est)
   return {host = v[2], prio = v[3], interval = interval, fetched = now_s,
           digest = kept(o.digest, p and p.digest, keep),
           etag = kept(o.etag, p and p.etag, keep), lm = kept(o.lm, p and p.lm, keep),
-          entry = entry, n = est.n, x = est.x, t = est.t}
+          entry = entry, n = est.n, x = est.x, t = est.t, e = est.e}
 end
 
 -- Writes the history record and the next visit of each done URL. `visits` holds
@@ -206,8 +260,8 @@ local function schedule_visits(hist, due, visits, c, now)
     if c.mode == 3 then
       -- what the visit covered: since the last one, at least the interval it was due
       -- after (a revisit comes no earlier; one moved up by hand covers that interval)
-      est.n, est.x, est.t = observe_change(p, v[5],
-                                           p and math.max(now_s - p.fetched, p.interval) or 0)
+      est.n, est.x, est.t, est.e = observe_change(
+        p, v[5], p and math.max(now_s - p.fetched, p.interval) or 0, o.lm, now_s)
     end
     local iv = next_interval(c, p, v[5], o.max_age, est)
     demand_change = demand_change + 1 / iv - (p and p.interval > 0 and 1 / p.interval or 0)
