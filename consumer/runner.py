@@ -99,9 +99,7 @@ class Runner:
                 # e.g. the process was stopped: someone else may own it now.
                 self.book.drop(lease, lost=True)
                 return
-            if self.turns.late(lease) and not await self.turns.take_late_turn(lease):
-                return
-            await self._fetch(lease)
+            await self._fetch(lease)  # a late one takes its own turn as it goes (on_sent)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

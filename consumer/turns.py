@@ -4,9 +4,9 @@ that goes out later keeps the host's delay in one of two ways: a little late, it
 time goes with its ack and the host's next turn counts from it; late enough that the
 host's next turn may be leased already (robots.txt looked up first, under the lease of
 the page that needed it; a page that waited for that lookup), it first takes a turn of
-its own (late_turn.lua). Whether a request is late is judged last just before its
-headers go out, after its connect (`on_sent`): a busy event loop or a slow connect can
-make a request that left its slot on time late on the wire.
+its own (late_turn.lua). Whether a request is late is judged just before its headers go
+out, after its connect (`on_sent`): a busy event loop, a slow connect or a wait for a
+connection can make a request that left its slot on time late on the wire.
 """
 
 from __future__ import annotations
@@ -44,22 +44,16 @@ class Turns:
         self.book = book
         self.metrics = metrics
 
-    def late(self, lease: Lease) -> bool:
-        """Whether `lease`'s request, sent now, would go out more than LATE_MS after its
-        turn (it waited for a robots.txt lookup, or for a slot)."""
-        return lease.delay_ms > 0 and self._late_at(lease, time.monotonic())
-
     def _late_at(self, lease: Lease, local_s: float) -> bool:
+        """Whether `lease`'s request, sent at monotonic `local_s`, would go out more than
+        LATE_MS after its turn (it waited for a robots.txt lookup, a slot, a connection)."""
         now = self.clock.to_redis_ms(local_s)
         return now is not None and now - DISPATCH_MS - LATE_MS > lease.granted_ms
 
-    async def take_late_turn(self, lease: Lease) -> bool:
-        """Give a request under `lease` (robots.txt, a late page) a turn of its own
-        (late_turn.lua) and wait for it, to start DISPATCH_S after it as a leased request
-        does; False (the lease dropped) when the lease is lost. A host without a delay
-        needs none: the lease's slot covers the request."""
-        if lease.delay_ms <= 0:
-            return True
+    async def _take_late_turn(self, lease: Lease) -> bool:
+        """Give a late request under `lease` a turn of its own (late_turn.lua) and wait
+        for it, to start DISPATCH_S after it as a leased request does; False (the lease
+        dropped) when the lease is lost."""
         code, turn, now = await self.queue.late_turn(self.worker_id, lease)
         if code is not Code.OK:
             self.book.drop(lease, lost=True)
@@ -86,7 +80,7 @@ class Turns:
             first = False
             now = time.monotonic()
             if self._late_at(lease, now):
-                if not await self.take_late_turn(lease):
+                if not await self._take_late_turn(lease):
                     raise LeaseLostError(f"lease on task {lease.id} was lost")
                 now = time.monotonic()
             self._note_sent(lease, now)

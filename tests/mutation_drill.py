@@ -237,15 +237,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("58-robots-txt-sent-at-a-passed-turn", "robots.txt, looked up first and sent "
            "late under its page's lease, takes a turn of its own",
            (_FR + "test_a_late_robots_txt_and_the_pages_that_waited_for_it_keep_the_delay",)),
-    Mutant("59-late-page-sent-at-a-passed-turn", "a page that waited for robots.txt past "
-           "its turn takes a turn of its own",
-           (_FR + "test_a_late_robots_txt_and_the_pages_that_waited_for_it_keep_the_delay",)),
     Mutant("60-late-turn-ignores-a-later-turn", "a late request's turn comes a delay after "
            "the latest turn leased, not at once",
            (_FR + "test_a_late_robots_txt_and_the_pages_that_waited_for_it_keep_the_delay",)),
     Mutant("70-late-on-the-wire-sent-anyway", "a request late as its headers go out "
-           "(it waited for a connection) takes a turn of its own",
+           "(it waited for a connection, or for robots.txt) takes a turn of its own",
            (_FR + "test_a_request_late_on_the_wire_takes_a_turn_of_its_own",
+            _FR + "test_a_late_robots_txt_and_the_pages_that_waited_for_it_keep_the_delay",
             _FR + "test_a_polite_request_counts_from_when_its_headers_went_out")),
     Mutant("71-last-modified-ignored", "revisit=learned dates a change by its "
            "Last-Modified: a page changing far faster than its visits is left to "
