@@ -72,6 +72,11 @@ class Completion:
     page: Page | None = None  # a handled HTML page's fingerprint: a near duplicate?
 
 
+class FlushAbandoned(Exception):
+    """A flush step could not reach Redis by the flusher's `give_up_at` (a consumer
+    stopping): its leases are left to expire, and their tasks to be leased again."""
+
+
 class Flusher:
     """Collects completions and flushes them in batches."""
 
@@ -103,6 +108,11 @@ class Flusher:
         self._completed = asyncio.Event()
         self.done = 0
         self.failed = 0
+        #: Monotonic time after which a flush step that can't reach Redis is abandoned
+        #: (FlushAbandoned): None while running, set when the consumer stops.
+        self.give_up_at: float | None = None
+        #: The first flush abandoned for it, if one was.
+        self.abandoned: FlushAbandoned | None = None
 
     def add(self, completion: Completion) -> None:
         """Queue a completion; wakes the flusher for the first one, a full batch, a
@@ -140,7 +150,11 @@ class Flusher:
         idle for want of work: batching would only leave them idle). Completions that
         arrive during a flush make the next batch. While the sink fails, flush only at
         its next try (the results that came meanwhile are that try), or probe it when
-        none came."""
+        none came. Ends when a flush is abandoned (the consumer stopping: it reports it)."""
+        with contextlib.suppress(FlushAbandoned):
+            await self._run(closing)
+
+    async def _run(self, closing: Callable[[], bool]) -> None:
         while not closing():
             if self.health.failing:
                 await asyncio.sleep(max(0.0, self.health.next_try - time.monotonic()))
@@ -311,6 +325,7 @@ class Flusher:
             except Exception as exc:
                 if sink_outage(exc):
                     self.metrics.redis_errors_total.inc()
+                    self._give_up_if_due("sink", exc)
                     log.warning("flush_retry", extra={"step": "sink", "error": str(exc)[:200]})
                     await outage.sleep()
                     continue
@@ -338,13 +353,20 @@ class Flusher:
         log.info("sink_probe_passed", extra={"failures": self.health.failures})
         self.health.trial()
 
+    def _give_up_if_due(self, what: str, exc: Exception) -> None:
+        if self.give_up_at is not None and time.monotonic() >= self.give_up_at:
+            self.abandoned = FlushAbandoned(f"{what}: {str(exc)[:200]}")
+            raise self.abandoned from exc
+
     async def _retry(self, what: str, call: Callable[[], Awaitable[Any]]) -> Any:
-        """Run a flush step until it succeeds: results are never dropped for an outage."""
+        """Run a flush step until it succeeds: results are never dropped for an outage
+        while the consumer runs; one stopping gives up at `give_up_at`."""
         backoff = Backoff()
         while True:
             try:
                 return await call()
             except REDIS_ERRORS as exc:
                 self.metrics.redis_errors_total.inc()
+                self._give_up_if_due(what, exc)
                 log.warning("flush_retry", extra={"step": what, "error": str(exc)[:200]})
                 await backoff.sleep()

@@ -34,7 +34,7 @@ import logging
 import time
 from collections.abc import Sequence
 
-from common.exitcodes import EXIT_OK, EXIT_SINK
+from common.exitcodes import EXIT_OK, EXIT_REDIS, EXIT_SINK
 from common.http.fetcher import Fetcher
 from common.metrics import Metrics
 from common.queue import Code, Lease, LeasingQueue
@@ -44,7 +44,7 @@ from common.trapbook import TrapBook
 from common.wake import WakeChannel
 from common.workers import WorkerRegistry
 from consumer.config import ConsumerSettings
-from consumer.flush import Flusher, describe_error
+from consumer.flush import FlushAbandoned, Flusher, describe_error
 from consumer.handlers import Handler
 from consumer.housekeeping import Housekeeping
 from consumer.intake import LinkIntake
@@ -61,6 +61,10 @@ from consumer.stopping import Stopping
 from consumer.window import CpuWindow
 
 log = logging.getLogger("consumer")
+
+#: How long a stopping consumer's last flush retries an unreachable Redis before it gives
+#: up (EXIT_REDIS): its leases then expire and their tasks are leased again.
+FLUSH_GIVE_UP_S = 30.0
 
 
 class Consumer:
@@ -317,16 +321,30 @@ class Consumer:
             if running:
                 log.warning("drain_grace_over", extra={"releasing": len(running)})
         await cancel(self.slots.tasks)
-        await self.flush()
+        self.flusher.give_up_at = time.monotonic() + FLUSH_GIVE_UP_S
+        with contextlib.suppress(FlushAbandoned):
+            await self.flush()
         with contextlib.suppress(TimeoutError):  # the flusher's own batch, if one is on
-            await asyncio.wait_for(self.flusher.settle(), SHUTDOWN_WAIT_S)
-        await self._release_unfinished()
+            await asyncio.wait_for(self.flusher.settle(), SHUTDOWN_WAIT_S + FLUSH_GIVE_UP_S)
+        if self.flusher.abandoned is not None:
+            self._abandoned(self.flusher.abandoned)
+        else:
+            await self._release_unfinished()
         try:
             await self.sink.close()
         except Exception as exc:
             if self.exit_code != EXIT_SINK and not self.sink_health.episode_open:
                 raise
             log.warning("sink_close_failed", extra={"error": describe_error(exc)})
+
+    def _abandoned(self, exc: FlushAbandoned) -> None:
+        """The last flush could not reach Redis for FLUSH_GIVE_UP_S: stop anyway (EXIT_REDIS)."""
+        self.exit_code = EXIT_REDIS
+        log.error("flush_abandoned", extra={
+            "held": len(self.book), "error": str(exc),
+            "advice": "Redis was unreachable as the consumer stopped: its leases expire and "
+                      "their tasks are leased again (a result written to the sink already "
+                      "may be written twice)"})
 
     async def _release_unfinished(self) -> None:
         """Release every held lease whose task no longer runs and has no result to flush."""

@@ -22,12 +22,15 @@ from support.frontier import host_record, put_record
 from support.routes import Handler, hanging, page, serve
 
 from common.errors import ConfigError
+from common.exitcodes import EXIT_REDIS
 from common.frontier.hosts import Frontier
 from common.metrics import Metrics
 from common.queue import Lease, LeaseBatch, LeasingQueue
+from common.redis_server import RedisServer
 from common.runtime import tune_gc
 from common.task import Task
 from common.urls import fingerprint
+from consumer import lifecycle
 from consumer.config import build_parser, settings_from_args
 from consumer.leases import LeaseBook
 from consumer.robots import RobotsCache
@@ -273,6 +276,40 @@ async def test_sigterm_releases_leases_parked_for_robots_txt(
     assert stats.leased == 0  # every lease released (or finished), none left to expire
     assert stats.pending + stats.waiting + stats.done == n
     assert stats.counters.get("released", 0) >= 1
+
+
+async def test_a_consumer_stopping_while_redis_is_gone_gives_up_its_last_flush(
+        crawl_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A consumer told to stop while its Redis is unreachable retries its last flush for
+    FLUSH_GIVE_UP_S (1 s here), then stops with EXIT_REDIS, saying so, instead of
+    retrying for ever: its results are in the sink, its leases expire in Redis."""
+    monkeypatch.setattr(lifecycle, "FLUSH_GIVE_UP_S", 1.0)
+    n = 40
+
+    async def slow_page(request: web.Request) -> web.Response:
+        await asyncio.sleep(0.5)  # fetches under way as Redis goes: results to flush
+        return await page(request)
+    with RedisServer() as server:
+        client = aioredis.Redis.from_url(server.url)
+        async with serve({"/p/{i}": slow_page}) as site:
+            await enqueue(client, crawl_name, [site.url(f"/p/{i}") for i in range(n)])
+            args = [a for a in consumer_args(server.url, crawl_name, tmp_path, "--concurrency",
+                                             "2", "--lease", "60s", "--grace", "1s")
+                    if a != "--exit-when-empty"]
+            consumer = asyncio.create_task(run(settings_from_args(build_parser().parse_args(args))))
+            deadline = time.monotonic() + 10
+            while sum(len(v) for v in site.hits.values()) < 3:
+                assert time.monotonic() < deadline and not consumer.done()
+                await asyncio.sleep(0.02)
+            server.kill()
+            await asyncio.sleep(0.8)  # the fetches under way end: their flush meets it
+            stopped = time.monotonic()
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert await asyncio.wait_for(consumer, 30) == EXIT_REDIS
+            assert time.monotonic() - stopped < 15
+        await client.aclose()
+    written = {r["url"] for r in records(tmp_path)}
+    assert written and written <= {site.url(f"/p/{i}") for i in range(n)}
 
 
 async def test_robots_lookup_refused_by_the_ssrf_guard_ends_the_task_dead(
