@@ -240,6 +240,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("60-late-turn-ignores-a-later-turn", "a late request's turn comes a delay after "
            "the latest turn leased, not at once",
            (_FR + "test_a_late_robots_txt_and_the_pages_that_waited_for_it_keep_the_delay",)),
+    Mutant("72-stopping-flush-retried-for-ever", "a consumer told to stop while Redis is "
+           "unreachable gives its last flush up and exits 3",
+           ("tests/test_consumer.py::test_a_consumer_stopping_while_redis_is_gone_gives_up_"
+            "its_last_flush",)),
     Mutant("70-late-on-the-wire-sent-anyway", "a request late as its headers go out "
            "(it waited for a connection, or for robots.txt) takes a turn of its own",
            (_FR + "test_a_request_late_on_the_wire_takes_a_turn_of_its_own",

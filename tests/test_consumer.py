@@ -303,10 +303,8 @@ async def test_a_consumer_stopping_while_redis_is_gone_gives_up_its_last_flush(
                 await asyncio.sleep(0.02)
             server.kill()
             await asyncio.sleep(0.8)  # the fetches under way end: their flush meets it
-            stopped = time.monotonic()
             os.kill(os.getpid(), signal.SIGTERM)
-            assert await asyncio.wait_for(consumer, 30) == EXIT_REDIS
-            assert time.monotonic() - stopped < 15
+            assert await asyncio.wait_for(consumer, 15) == EXIT_REDIS  # 30 s: FLUSH_GIVE_UP_S
         await client.aclose()
     written = {r["url"] for r in records(tmp_path)}
     assert written and written <= {site.url(f"/p/{i}") for i in range(n)}
