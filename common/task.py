@@ -45,6 +45,7 @@ ID_LEN = 32
 BIN_ID_LEN = 16
 DEFAULT_MAX_ATTEMPTS = 3
 _HEX = frozenset("0123456789abcdef")
+_HEX_BYTES = frozenset(b"0123456789abcdef")
 
 
 @dataclass(slots=True)
@@ -245,8 +246,6 @@ def entry_url(entry: bytes | None) -> str | None:
 def _hex_at(raw: bytes, at: int) -> bool:
     return len(raw) > at and raw[at] in _HEX_BYTES
 
-
-_HEX_BYTES = frozenset(b"0123456789abcdef")
 
 
 def compact_entry(entry: str, host: str) -> bytes:
