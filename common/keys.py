@@ -141,10 +141,16 @@ and the URLs' history of a crawl that recrawls by its window alone (``recrawl_af
 ``revisit`` off, ``conditional`` on: records of interval 0, no ``rv:due``):
 
 =============  ======  ==========================================  ===================
-rv:hist        HASH    id -> "<host> <priority> <interval_s>       ack (reads: revisit,
-                       <fetched_s> <digest|-> <#etag> <#lm>        enqueue)
-                       <etag><lm><entry>": a done URL's last
-                       visit, and its entry without ``v``
+rv:hist:<b>    HASH    id's 16 bytes -> a done URL's last visit,   ack (reads: revisit,
+                       binary (``lib/revisits.lua``                enqueue); purge
+                       record_encode): flags, priority, interval,
+                       fetched s, estimator sums, digest's 8
+                       bytes, Last-Modified as s, ETag, host, its
+                       compact entry without id and ``v``; bucket
+                       b as ``seen:<bucket>``'s (2**seen_bits
+                       small hashes: listpacks while records fit
+                       ``hash-max-listpack-value``, docs/
+                       capacity.md)
 rv:due         ZSET    id -> its next visit, ms of Redis TIME      ack; revisit moves
                        (a URL in it is done, waiting for it)       the due ones out
 =============  ======  ==========================================  ===================
@@ -154,8 +160,10 @@ differ from the defaults), so a frontier of millions of URLs stays small; its bo
 to its lease record (``leased``) when it is leased, and to ``tasks`` while it waits or is
 dead.
 
-``leased`` also holds one field that is not a task id, `HASHTABLE_FIELD` (128 ``~``),
-written by lease: a field that long makes Redis store the hash as a hashtable for good.
+``leased`` also holds one field that is not a task id, `HASHTABLE_FIELD` (1024 ``~``),
+written by lease: a field longer than ``hash-max-listpack-value`` makes Redis store the
+hash as a hashtable for good (1024: longer than any sane setting; the 128 of layouts
+before 4 is not, once the setting is raised for the history records).
 Its size follows the tasks in flight, a few hundred fields, where Redis would otherwise
 keep a listpack while the records are short (up to 512 fields of up to 64 bytes: a short
 URL's) and scan it for every field read or written (measured ~4 us per field at 256
@@ -198,15 +206,19 @@ from common.names import validate_crawl_name
 
 PREFIX = "crawlq"
 CRAWLS = f"{PREFIX}:crawls"
-#: The non-task field of ``leased`` (mirrors ``lib/memory.lua``).
-HASHTABLE_FIELD = "~" * 128
+#: The non-task field of ``leased`` (mirrors ``lib/memory.lua``): longer than any sane
+#: ``hash-max-listpack-value`` (the deployments raise it to 192 for the history records).
+HASHTABLE_FIELD = "~" * 1024
+#: The field of layouts before 4 (128 ``~``: a listpack value once the setting is raised);
+#: the conversion to layout 4 replaces it.
+LEGACY_HASHTABLE_FIELD = "~" * 128
 
 # Names of the fixed per-partition keys, in the order PartitionKeys declares them.
 _PARTITION_NAMES = (
     "hosts", "due", "h:queued", "conf", "prio_hosts",
     "h:errors", "h:delay", "h:blocked", "h:budget", "pending", "tasks", "attempts", "leases",
     "leased", "seq", "delayed", "dead", "errors", "dead_reasons", "checkpoints", "stalls",
-    "stats", "bloom", "lock:reap", "hungry", "rv:hist", "rv:due", "g:of", "groups",
+    "stats", "bloom", "lock:reap", "hungry", "rv:due", "g:of", "groups",
     "g:parked",
 )
 
@@ -258,6 +270,12 @@ def partition_prefix(crawl: str, partition: int, partitions: int = 1, *,
 LAYOUT2_NAMES = ("h:inflight", "h:last", "h:done", "hostconf", "owners")
 
 
+def layout3_history_key(pk: PartitionKeys) -> str:
+    """Layout 3's one ``rv:hist`` HASH of a partition (id -> a text history record):
+    only the conversion to layout 4 reads it (and empties it)."""
+    return pk.prefix + "rv:hist"
+
+
 def layout2_keys(crawl: str, partition: int) -> list[str]:
     """One partition's layout-2 keys (`LAYOUT2_NAMES`, in that order)."""
     prefix = partition_prefix(crawl, partition)
@@ -295,7 +313,6 @@ class PartitionKeys:
     bloom: str
     reap_lock: str
     hungry: str
-    rv_hist: str
     rv_due: str
     group_of: str
     groups: str
@@ -329,6 +346,10 @@ class PartitionKeys:
     def seen(self, bucket: int) -> str:
         """One exact-dedup bucket hash (called per URL)."""
         return f"{self.prefix}seen:{bucket:x}"
+
+    def history(self, bucket: int) -> str:
+        """One bucket hash of the done URLs' history records (as `seen`'s buckets)."""
+        return f"{self.prefix}rv:hist:{bucket:x}"
 
     def host_queue(self, host: str) -> str:
         """A host's FIFO of pending entries (priority 0)."""

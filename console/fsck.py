@@ -52,9 +52,10 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from common.codec import text as _text
+from common.history_record import HistoryRecord, decode_record
 from common.hostmodel.hostrec import FORMAT as RECORD
 from common.hostmodel.hostrec import HostRecord, HostRecordError
-from common.keys import HASHTABLE_FIELD, PartitionKeys
+from common.keys import HASHTABLE_FIELD, LEGACY_HASHTABLE_FIELD, PartitionKeys
 from common.queue import CrawlQueue
 from common.scripts import register
 from common.task import queued_id
@@ -308,6 +309,7 @@ async def _read(queue: CrawlQueue, pk: PartitionKeys) -> _Partition:
     part.prio = await _zscan(client, pk.prio_hosts)
     leased = await _hscan(client, pk.leased)
     leased.pop(HASHTABLE_FIELD, None)
+    leased.pop(LEGACY_HASHTABLE_FIELD, None)
     part.group_held = held_slots(leased)
     part.group_records, part.group_of = await read_groups(client, pk)
     part.grouping = bool(await client.hget(pk.conf, "gkey"))
@@ -344,12 +346,24 @@ async def _read(queue: CrawlQueue, pk: PartitionKeys) -> _Partition:
     part.stats = {_text(k): int(v) for k, v in (await client.hgetall(pk.stats)).items()}
     part.dead_reasons = sum(int(v) for v in (await client.hgetall(pk.dead_reasons)).values())
     part.rv_due = set(await _zscan(client, pk.rv_due))
-    for tid, v in (await _hscan(client, pk.rv_hist)).items():
-        words = _text(v).split(" ", 3)
-        part.rv_hosts[tid] = words[0]
-        if words[2:3] == ["0"]:  # a recrawl window's record (interval 0): never scheduled
+    async for tid, record in _histories(queue, pk):
+        part.rv_hosts[tid] = record.host
+        if record.interval_s == 0:  # a recrawl window's record: never scheduled
             part.rv_unscheduled.add(tid)
     return part
+
+
+async def _histories(queue: CrawlQueue, pk: PartitionKeys
+                     ) -> AsyncIterator[tuple[str, HistoryRecord]]:
+    """Every well-formed history record of a partition, by id: its ``rv:hist:<bucket>``
+    HASHes found by SCAN (as its host queues are), each read by HSCAN."""
+    client = queue.client
+    pattern = pk.prefix.replace("{", "\\{").replace("}", "\\}") + "rv:hist:*"
+    async for key in client.scan_iter(match=pattern, count=PAGE):
+        async for name, value in client.hscan_iter(key, count=PAGE):
+            record = decode_record(value)
+            if record is not None and len(name) == 16:
+                yield name.hex(), record
 
 
 # -- checks --------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""``crawlq fsck``'s checks of the revisit schedule (``rv:due``, ``rv:hist``:
+"""``crawlq fsck``'s checks of the revisit schedule (``rv:due``, ``rv:hist:<bucket>``:
 common/keys.py) and their repair (``fsck_revisits.lua``).
 
 The invariant: an id in ``rv:due`` has a history record and is in no other state (a
@@ -66,9 +66,10 @@ async def repair_schedule(queue: CrawlQueue, pk: PartitionKeys,
     todo = sorted(ids.items())
     for i in range(0, len(todo), PAGE):
         batch = todo[i:i + PAGE]
-        keys = [pk.rv_due, pk.rv_hist, pk.leased, pk.delayed, pk.dead]
-        for _, host in batch:
-            keys += [pk.host_queue(host or ""), pk.host_prio(host or "")]
+        keys = [pk.rv_due, pk.leased, pk.delayed, pk.dead]
+        for tid, host in batch:
+            keys += [queue.on.history_key(pk, tid), pk.host_queue(host or ""),
+                     pk.host_prio(host or "")]
         out, into = await script(keys=keys, args=[tid for tid, _ in batch])
         removed, added = removed + int(out), added + int(into)
     return removed, added

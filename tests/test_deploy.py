@@ -514,6 +514,7 @@ def _key_names() -> tuple[set[str], set[str]]:
         getattr(crawl, f).removeprefix("crawlq:{x}:") for f in crawl.__dataclass_fields__
         if f != "crawl"}
     samples = (part.host_queue("H"), part.host_prio("H"), part.seen(1), part.bloom_layer(1),
+               part.history(1),
                part.lease_op("H"),
                crawl.worker("H"), crawl.robots("H"))
     prefixes = {s.split("}:", 1)[1].split(":", 1)[0] + ":" for s in samples}

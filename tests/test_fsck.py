@@ -13,10 +13,12 @@ from pathlib import Path
 import redis.asyncio as aioredis
 from support.consume import consume
 from support.frontier import host_record, put_record
+from support.history import history_count, record_of
 from support.routes import page, serve
 
 from common.exitcodes import EXIT_INCONSISTENT, EXIT_OK
 from common.frontier.hosts import Frontier
+from common.history_record import history_field
 from common.hostmodel.grouprec import GroupRecord
 from common.policy import set_policy
 from common.queue import Code, CrawlSettings, Failure, LeasingQueue, NewTask
@@ -363,7 +365,7 @@ async def test_the_revisit_schedule_is_checked_and_repaired(
     # one history with no schedule.
     stray = "e" * 32
     await redis_client.zadd(pk.rv_due, {stray: now, again.id: now + 10**6})
-    await redis_client.hdel(pk.rv_hist, ids[urls[1]])
+    await redis_client.hdel(q.on.history_key(pk, ids[urls[1]]), history_field(ids[urls[1]]))
     await redis_client.zrem(pk.rv_due, ids[urls[2]])
     code, out = await fsck(redis_url, crawl_name, "--json")
     doc = json.loads(out)
@@ -376,7 +378,9 @@ async def test_the_revisit_schedule_is_checked_and_repaired(
     code, out = await fsck(redis_url, crawl_name, "--repair")
     assert code == EXIT_OK, out
     assert "rv:due: 1 scheduled, 3 removed" in out
-    fetched_s = int((await redis_client.hget(pk.rv_hist, ids[urls[2]])).split(b" ")[3])
+    record = await record_of(q, ids[urls[2]])
+    assert record is not None
+    fetched_s = record.fetched_s
     assert await redis_client.zscore(pk.rv_due, ids[urls[2]]) == (fetched_s + 600) * 1000
     assert await redis_client.zscore(pk.rv_due, again.id) is None
     assert await redis_client.zcard(pk.rv_due) == 3  # urls 2, 3, 4
@@ -398,7 +402,7 @@ async def test_a_recrawl_windows_history_is_no_unscheduled_one(
     [lease] = await q.lease("w", 1, 60_000)
     await q.ack("w", [(lease, "ok")])
     pk = q.partitions[0]
-    assert await redis_client.hlen(pk.rv_hist) == 1
+    assert await history_count(q) == 1
     code, out = await fsck(redis_url, crawl_name, "--repair")
     assert code == EXIT_OK, out
     assert await redis_client.zcard(pk.rv_due) == 0

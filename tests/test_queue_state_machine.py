@@ -57,6 +57,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from support.frontier import host_record
+from support.history import histories
 
 from common.frontier.hosts import Frontier
 from common.hostmodel.hostrec import HostRecord
@@ -892,15 +893,15 @@ class WithRevisits(QueueMachine):
     def every_done_url_is_scheduled_once_with_its_own_history(self) -> None:
         for p, pk in enumerate(self.q.partitions):
             due = self.run(self.client.zrange(pk.rv_due, 0, -1, withscores=True))
-            hist = self.run(self.client.hgetall(pk.rv_hist))
+            hist = self.run(histories(self.q, pk, self.tasks))  # the buckets of every id
             mine = {tid for tid, t in self.tasks.items() if t.partition == p}
             assert {m.decode(): int(s) for m, s in due} == {
                 tid: at for tid, at in self.next_at.items() if tid in mine}
             assert set(self.next_at) == {t.id for t in self.in_state("done")}
             etags = {}
-            for k, v in hist.items():
-                _, _, _, _, _, ne, _, rest = v.decode().split(" ", 7)
-                etags[k.decode()] = rest[:int(ne)]
+            for k, record in hist.items():
+                assert record is not None, k
+                etags[k] = record.etag
             assert etags == {tid: e for tid, e in self.etag.items() if tid in mine}
             # Every entry brought back (queued, leased, waiting, dead) carries its own
             # URL's validators, and no other entry carries any.

@@ -9,6 +9,7 @@ so no test waits for one.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from email.utils import formatdate
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import redis.asyncio as aioredis
 from aiohttp import web
 from support.clock import redis_ms, window_passed
 from support.consume import consume, records
+from support.history import encode_record, history_count, raw_record, record_of, write_record
 from support.routes import serve
 
 from common.frontier.hosts import Frontier
@@ -84,9 +86,9 @@ async def lease_revisit(q: LeasingQueue, etag: str, last_modified: str, digest: 
 
 
 async def interval_of(q: LeasingQueue, url: str) -> int:
-    record = await q.client.hget(q.partitions[0].rv_hist, tid(url))
+    record = await record_of(q, tid(url))
     assert record is not None
-    return int(record.split(b" ")[2])
+    return record.interval_s
 
 
 async def test_the_schedule_brings_a_done_url_back_with_no_producer_run_and_no_link(
@@ -238,7 +240,7 @@ async def test_a_seen_url_enqueued_again_with_revisits_on_is_a_duplicate(
     q.configure(revisits=False)
     await q.enqueue([nt("http://a.test/old")])
     await visit(q, "ok", None)
-    assert await redis_client.hexists(q.partitions[0].rv_hist, tid("http://a.test/old")) == 0
+    assert await raw_record(q, tid("http://a.test/old")) is None
     await window_passed(redis_client, 2)
     assert (await q.enqueue([nt("http://a.test/old")])).recrawled == 1
 
@@ -254,25 +256,26 @@ async def test_a_recrawl_windows_history_is_kept_unscheduled_and_joins_the_sched
     pk, url = q.partitions[0], "http://a.test/p"
     await q.enqueue([nt(url)])
     await visit(q, "ok", Observed('"v1"', "lm1", "ef" * 8, -1))
-    record = await redis_client.hget(pk.rv_hist, tid(url))
-    assert record is not None and record.split(b" ")[2] == b"0"
-    assert not record.endswith(b"}")  # no entry kept: its recrawl brings its own
+    record = await record_of(q, tid(url))
+    assert record is not None and record.interval_s == 0
+    assert record.tail == b""  # no entry kept: its recrawl brings its own
+    assert (record.etag, record.last_modified, record.digest) == ('"v1"', "lm1", "ef" * 8)
     assert await redis_client.zcard(pk.rv_due) == 0
     await window_passed(redis_client, 2)
     assert (await q.enqueue([nt(url)])).recrawled == 1
     lease = await lease_revisit(q, '"v1"', "lm1", "ef" * 8, 0)
     lease.observed = Observed("", "", "", -1)
     await q.ack("w", [(lease, "not_modified")])  # a 304 keeps what it did not carry
-    record = await redis_client.hget(pk.rv_hist, tid(url))
-    assert record is not None and record.split(b" ")[4] == b"ef" * 8
+    record = await record_of(q, tid(url))
+    assert record is not None and record.digest == "ef" * 8
     await set_policy(redis_client, crawl_name, {"revisit": "fixed"}, by="test")
     await window_passed(redis_client, 2)
     assert (await q.enqueue([nt(url)])).recrawled == 1
     await visit(q, "not_modified", Observed("", "", "", -1))
     assert await interval_of(q, url) == 1
     assert await redis_client.zscore(pk.rv_due, tid(url)) is not None
-    record = await redis_client.hget(pk.rv_hist, tid(url))
-    assert record is not None and record.endswith(b"}")  # its entry, kept now
+    record = await record_of(q, tid(url))
+    assert record is not None and record.tail.startswith(b":/p")  # its entry, kept now
 
 
 async def test_revisits_keep_their_hosts_politeness(redis_client: aioredis.Redis,
@@ -326,7 +329,7 @@ async def test_with_revisits_off_ack_sends_what_it_sent_and_schedules_nothing(
     await visit(q, "ok", Observed('"e"', "", "", -1))
     assert sent[0][1] == 1 and len(sent[0]) == 2 + 7  # marks, 7 values an item, as before
     pk = q.partitions[0]
-    assert await redis_client.exists(pk.rv_hist, pk.rv_due) == 0
+    assert await history_count(q) == 0 and await redis_client.exists(pk.rv_due) == 0
     await q.promote()
     assert await q.state_of(tid("http://a.test/1"), "http://a.test/1") == "done"
 
@@ -424,7 +427,8 @@ async def test_a_purged_url_leaves_the_schedule(redis_client: aioredis.Redis,
     # One dead revisit whose schedule entry is still there (a crash, an older crawlq).
     await redis_client.zadd(pk.rv_due, {tid(urls[1]): await redis_ms(redis_client) + 10**6})
     assert await q.dead_purge([tid(u) for u in urls]) == 2
-    assert await redis_client.exists(pk.rv_hist, pk.rv_due) == 0
+    assert await history_count(q) == 0 and await redis_client.exists(pk.rv_due) == 0
+    assert await redis_client.hget(pk.conf, "rv_urls") == b"0"
     assert await q.is_empty()
     # Like any purged URL, a producer run's recrawl window may bring it back: no history
     # keeps it a duplicate.
@@ -519,20 +523,18 @@ async def test_a_history_record_written_before_the_estimator_still_decodes(
     url = "http://a.test/old"
     await q.enqueue([nt(url)])
     await visit(q, "ok", Observed('"e1"', "lm1", "ab" * 8, -1))
-    pk = q.partitions[0]
-    record = await redis_client.hget(pk.rv_hist, tid(url))
-    assert record is not None and b" ~" not in record  # a first visit observes no change
-    host, prio, _iv, at, digest, rest = record.split(b" ", 5)
-    old = b" ".join([host, prio, b"400", at, digest, rest])  # as issue 26's scripts wrote
-    await redis_client.hset(pk.rv_hist, tid(url), old)
+    record = await record_of(q, tid(url))
+    assert record is not None and record.n == 0  # a first visit observes no change
+    # as issue 26's scripts wrote it: no sums, an interval
+    await write_record(q, tid(url), encode_record(replace(record, interval_s=400)))
     await make_due(q, url)
     assert (await q.promote())[0] == 1
     lease = await lease_revisit(q, '"e1"', "lm1", "ab" * 8, 400)
     lease.observed = Observed("", "", "", -1)
     await q.ack("w", [(lease, "not_modified")])
-    record = await redis_client.hget(pk.rv_hist, tid(url))
+    record = await record_of(q, tid(url))
     # one visit covering 400 s found no change: 400 s known unchanged, too
-    assert record is not None and b" ~1,0,400,400 " in record, record
+    assert record is not None and (record.n, record.x, record.t, record.e) == (1, 0, 400, 400)
     assert await interval_of(q, url) > 100
 
 
@@ -571,6 +573,59 @@ async def test_learned_dates_changes_by_last_modified(
     assert intervals[slow] > intervals[blind] == intervals[stale], intervals
     for group, sums in (((fast, slow), 3), ((blind, stale), 2)):  # ~n,x,t,e / ~n,x,t: no e
         for url in group:
-            record = await redis_client.hget(q.partitions[0].rv_hist, tid(url))
-            assert isinstance(record, bytes) and record.split(b" ")[5].count(b",") == sums, (
-                record)
+            record = await record_of(q, tid(url))
+            assert record is not None and record.n > 0, record
+            assert (record.e is not None) == (sums == 3), record
+
+
+@pytest.mark.parametrize(("etag", "last_modified", "digest"), [
+    ('"5f2b-1a3c9e7d"', "Wed, 21 Oct 2015 07:28:00 GMT", "0123456789abcdef"),
+    ('W/"x"', "Wednesday, 21-Oct-15 07:28:00 GMT", "not-hex-and-long-" * 3),  # kept as text
+    ("", "Sun, 06 Nov 1994 08:49:37 GMT", ""),
+    ("é" * 128, "Thu, 01 Jan 1970 00:00:00 GMT", "ABCDEF0123456789"),  # 256 bytes: kept
+])
+async def test_a_history_record_is_compact_and_gives_back_what_it_was_told(
+        redis_client: aioredis.Redis, crawl_name: str, etag: str, last_modified: str,
+        digest: str) -> None:
+    """The binary record (lib/revisits.lua record_encode) reads back as written, by the
+    scripts (the revisit's `v`) and by Python (common.history_record) alike: an
+    IMF-fixdate as 4 bytes of seconds, 16 hex digits as 8 bytes, anything else as text;
+    the entry without the scheme and host its record names."""
+    q = await revisit_queue(redis_client, crawl_name, revisit="fixed")
+    url = "https://a.test/path/page.html?q=1"
+    await q.enqueue([nt(url, priority=300)])
+    await visit(q, "ok", Observed(etag, last_modified, digest, -1))
+    raw = await raw_record(q, tid(url))
+    record = await record_of(q, tid(url))
+    assert raw is not None and record is not None
+    assert (record.host, record.priority, record.interval_s) == ("a.test", 300, 100)
+    assert (record.etag, record.last_modified, record.digest) == (etag, last_modified, digest)
+    assert record.tail == b'/path/page.html?q=1 {"p":300}'  # the entry's own fields
+    text_lm = "1994" not in last_modified and "2015" not in last_modified and (
+        "1970" not in last_modified)
+    assert bool(raw[0] & 8) is not text_lm  # Last-Modified as seconds
+    assert bool(raw[0] & 4) is (digest == "0123456789abcdef")
+    fixed = 1 + 2 + 1 + 4 + 1 + len(record.host) + len(record.tail)
+    lm_size = len(last_modified) + 1 if text_lm else 4
+    digest_size = 8 if raw[0] & 4 else 1 + len(digest)
+    assert len(raw) == fixed + lm_size + digest_size + len(etag.encode()) + (
+        2 if len(etag.encode()) > 127 else 1)
+    await make_due(q, url)
+    assert (await q.promote())[0] == 1
+    lease = await lease_revisit(q, etag, last_modified, digest, 100)
+    assert lease.task.url == url and lease.task.priority == 300
+
+
+async def test_a_validator_too_long_is_not_kept_and_a_malformed_record_is_none(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    q = await revisit_queue(redis_client, crawl_name, revisit="fixed")
+    url = "http://a.test/p"
+    await q.enqueue([nt(url)])
+    await visit(q, "ok", Observed("e" * 257, "x" * 300, "0123456789abcdef", -1))
+    record = await record_of(q, tid(url))
+    assert record is not None and (record.etag, record.last_modified) == ("", "")
+    for bad in (b"\x10" + (await raw_record(q, tid(url)) or b"")[1:], b"\x00\x01", b"x"):
+        await write_record(q, tid(url), bad)
+        assert await record_of(q, tid(url)) is None
+        await make_due(q, url)
+        assert (await q.promote())[0] == 0  # as with no record: never brought back

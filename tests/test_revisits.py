@@ -16,6 +16,7 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 from support.consume import consumer_args
+from support.history import history_count
 from support.routes import serve
 
 from common.http.fetcher import Fetcher, FetchResult
@@ -258,7 +259,7 @@ async def test_conditional_off_a_recrawl_window_keeps_no_history_and_fetches_who
     assert not any(set(VALIDATOR_NAMES) & set(sent) for sent in requests["/p"])
     assert again.record(url).outcome == "ok" and again.handled[0] == url
     assert len(again.handled) == 2  # its link too, past the window: the old way, whole
-    assert sum([await redis_client.hlen(pk.rv_hist) for pk in queue.partitions]) == 0
+    assert await history_count(queue) == 0
 
 
 async def test_a_validator_is_never_sent_to_the_redirect_target_nor_kept_for_the_url(

@@ -23,8 +23,9 @@
 -- KEYS[9]  stalls       HASH
 -- KEYS[10] stats        HASH  counters (done, outcome:<outcome>, stale)
 -- KEYS[11..13] group state: g:of, groups, g:parked (lib/groups.lua)
--- KEYS[14..] with marks: per item i, its seen bucket HASH; then with marks 2: rv:hist
---          HASH, rv:due ZSET (the last two keys)
+-- KEYS[14..] with marks: per item i, its seen bucket HASH; then with marks 2: per item
+--          i, its rv:hist:<bucket> HASH (id's 16 bytes -> history record), and rv:due
+--          ZSET (the last key)
 -- ARGV[1]  worker id
 -- ARGV[2]  marks: 1 = each item also names its seen field (exact dedup), 2 = and what
 --          its fetch observed (revisits on or validators kept), 0 = neither
@@ -49,11 +50,11 @@ local marks = ARGV[2] ~= '0'
 local observing = ARGV[2] == '2'
 local width = marks and 7 or 6
 if observing then width = 8 end
-local extra_keys = observing and 2 or 0
-if (#ARGV - 2) % width ~= 0
-    or (marks and #KEYS ~= 13 + (#ARGV - 2) / width + extra_keys) then
+local n = (#ARGV - 2) / width
+if n ~= math.floor(n) or (marks and #KEYS ~= 13 + n * (observing and 2 or 1)
+                                       + (observing and 1 or 0)) then
   error('crawlq: ack needs (id, token, outcome, sent_ms, responded, elapsed_ms[, seen '
-    .. 'field[, observed]]) per item, and seen keys')
+    .. 'field[, observed]]) per item, and seen keys (and rv:hist keys, rv:due)')
 end
 allow_at_maxmemory(stats)
 local now = now_ms()
@@ -87,7 +88,8 @@ for i, id in ipairs(ids) do
       elapsed = int_arg(ARGV[base + 5], 'elapsed_ms'), done = true}}
     hosts[#hosts + 1] = rec.host
     if rv or keeps then
-      visits[#visits + 1] = {id, rec.host, rec.prio, rec.entry, ARGV[base + 2], ARGV[base + 7]}
+      visits[#visits + 1] = {id, rec.host, rec.prio, rec.entry, ARGV[base + 2], ARGV[base + 7],
+                             KEYS[13 + n + i]}
     end
     local key = 'outcome:' .. ARGV[base + 2]
     outcomes[key] = (outcomes[key] or 0) + 1
@@ -96,8 +98,8 @@ for i, id in ipairs(ids) do
   end
 end
 if #gone > 0 then
-  if #visits > 0 and rv then schedule_visits(KEYS[#KEYS - 1], KEYS[#KEYS], visits, rv, now)
-  elseif #visits > 0 then keep_visits(KEYS[#KEYS - 1], visits, now) end
+  if #visits > 0 and rv then schedule_visits(KEYS[#KEYS], visits, rv, now)
+  elseif #visits > 0 then keep_visits(L.K.conf, visits, now) end
   drop_leases(LK, gone)
   -- Usually absent (no checkpoints, failures or stalls): an EXISTS is cheaper than
   -- handing every id to HDEL.

@@ -21,7 +21,8 @@
 -- KEYS[9..11]  group state: g:of, groups, g:parked (lib/groups.lua)
 -- KEYS[12..]   per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
 -- KEYS[12+2H..] per item i: its seen bucket HASH (field -> enqueue time, or -end time);
---              then rv:hist HASH (the last key: the URLs' history records)
+--              then with recrawl_after > 0, per item i: its rv:hist:<bucket> HASH (the
+--              URL's history record, lib/revisits.lua)
 -- ARGV[1]      recrawl_after, seconds; 0 = never enqueue a seen URL again
 -- ARGV[2]      H, the number of hosts; ARGV[3..2+H] the host keys
 -- ARGV[3+H]    groups: the politeness_key they are named for (ip, or domain), then each
@@ -45,11 +46,11 @@ local recrawl_after = int_arg(ARGV[1], 'recrawl_after')
 local hosts, nhosts = argv_hosts(2)
 local first = 4 + nhosts
 local n = (#ARGV - first + 1) / 4
-if n ~= math.floor(n) or #KEYS ~= 12 + 2 * nhosts + n then
+if n ~= math.floor(n)
+    or #KEYS ~= 11 + 2 * nhosts + n * (recrawl_after > 0 and 2 or 1) then
   error('crawlq: enqueue needs 2 keys per host, one seen key and 4 ARGV values per item, '
-    .. 'and rv:hist')
+    .. 'and with recrawl_after one rv:hist key per item')
 end
-local hist = KEYS[#KEYS]
 local groups = ARGV[3 + nhosts]
 local L = ledger(host_keys(1), now_ms())
 ledger_groups(L, group_keys(9))
@@ -62,7 +63,8 @@ for i = 1, n do
   local hi = int_arg(ARGV[base + 2], 'host index')
   if hi < 1 or hi > nhosts then error('crawlq: enqueue host index out of range') end
   items[i] = {field = ARGV[base], priority = int_arg(ARGV[base + 1], 'priority'),
-              host = hosts[hi], entry = ARGV[base + 3], bucket = KEYS[11 + 2 * nhosts + i]}
+              host = hosts[hi], entry = ARGV[base + 3], bucket = KEYS[11 + 2 * nhosts + i],
+              hist = KEYS[11 + 2 * nhosts + n + i]}
 end
 
 local now_s = tonumber(redis.call('TIME')[1])
@@ -82,13 +84,12 @@ for _, it in ipairs(items) do
       end
       -- The id and the full entry, from the compact one sent (only here: a recrawl).
       local id, full = entry_expand(it.host, it.entry)
-      local r = id and record_decode(redis.call('HGET', hist, id))
+      local r = id and record_decode(redis.call('HGET', it.hist, record_field(id)))
       new = not (rv.on and r and r.interval > 0)
       if new then
         recrawled = recrawled + 1
         if r and rv.conditional then  -- `v` joins the full entry (compacted again)
-          r.entry = full
-          it.entry = revisit_entry(r)
+          it.entry = revisit_entry(r, full)
         end
       end
     end

@@ -11,32 +11,31 @@
 -- (due at once if that has passed). Reads each host queue it is given (O(its length)).
 --
 -- KEYS[1]  rv:due   ZSET  id -> next visit (ms)
--- KEYS[2]  rv:hist  HASH  id -> "<host> <priority> <interval_s> <fetched_s> ..."
--- KEYS[3]  leased   HASH  id -> lease record: only read
--- KEYS[4]  delayed  ZSET  only read
--- KEYS[5]  dead     ZSET  only read
--- KEYS[6..] per id i (ARGV order): hq:<h> LIST, hp:<h> ZSET of its host (its record's)
+-- KEYS[2]  leased   HASH  id -> lease record: only read
+-- KEYS[3]  delayed  ZSET  only read
+-- KEYS[4]  dead     ZSET  only read
+-- KEYS[5..] per id i (ARGV order): its rv:hist:<bucket> HASH (id's 16 bytes -> history
+--          record, lib/revisits.lua), hq:<h> LIST, hp:<h> ZSET of its host (its record's)
 -- ARGV[1..] ids
 -- Returns {removed from rv:due, added to rv:due}
 --- @include "lib/queues"
+--- @include "lib/revisits"
 
-if #KEYS ~= 5 + 2 * #ARGV then error('crawlq: fsck_revisits needs 2 host keys per id') end
-local due, hist, leased, delayed, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+if #KEYS ~= 4 + 3 * #ARGV then error('crawlq: fsck_revisits needs 3 keys per id') end
+local due, leased, delayed, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
 local removed, added = 0, 0
 for i = 1, #ARGV do
   local id = ARGV[i]
-  local record = redis.call('HGET', hist, id)
+  local at = 2 + 3 * i  -- its keys: KEYS[at..at + 2]
+  local record = record_decode(redis.call('HGET', KEYS[at], record_field(id)))
   local active = redis.call('HEXISTS', leased, id) == 1 or redis.call('ZSCORE', delayed, id)
-    or redis.call('ZSCORE', dead, id) or in_queues(id, KEYS[4 + 2 * i], KEYS[5 + 2 * i])
+    or redis.call('ZSCORE', dead, id) or in_queues(id, KEYS[at + 1], KEYS[at + 2])
   local scheduled = redis.call('ZSCORE', due, id)
   if scheduled and (not record or active) then
     removed = removed + redis.call('ZREM', due, id)
-  elseif record and not scheduled and not active then
-    local iv, at = string.match(record, '^%S+ %d+ (%d+) (%d+) ')
-    if iv and tonumber(iv) > 0 then
-      added = added + redis.call('ZADD', due, (tonumber(at) + tonumber(iv)) * 1000, id)
-    end
+  elseif record and not scheduled and not active and record.interval > 0 then
+    added = added + redis.call('ZADD', due, (record.fetched + record.interval) * 1000, id)
   end
 end
 return {removed, added}

@@ -120,7 +120,7 @@ end
 local ids, owner_of = {}, {}
 flat = redis.call('HGETALL', owners)
 for i = 1, #flat, 2 do
-  if flat[i] ~= HASHTABLE_FIELD then
+  if flat[i] ~= HASHTABLE_FIELD and flat[i] ~= LEGACY_HASHTABLE_FIELD then
     ids[#ids + 1] = flat[i]
     owner_of[#ids] = flat[i + 1]
   end
@@ -156,5 +156,5 @@ end
 -- Phase 4: the old keys go (UNLINK: a big key is freed in the background, not here), and
 -- so does the hashtable field of `attempts`: lease reads it only while it exists.
 redis.call('UNLINK', old_inflight, old_last, old_done, hostconf, owners)
-redis.call('HDEL', attempts, HASHTABLE_FIELD)
+redis.call('HDEL', attempts, HASHTABLE_FIELD, LEGACY_HASHTABLE_FIELD)
 return {hosts_done, hosts_kept, leases_done, leases_kept, no_body}

@@ -12,11 +12,11 @@
 --
 -- KEYS[1..4] host state: hosts, due, h:queued, conf (lib/hosts.lua)
 -- KEYS[5]  rv:due      ZSET  id -> next visit (ms)
--- KEYS[6]  rv:hist     HASH  id -> history record
--- KEYS[7]  stats       HASH  counters (revisits, rv_late:<bound>)
--- KEYS[8]  pending     STRING
--- KEYS[9]  prio_hosts  ZSET
--- KEYS[10..] per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
+-- KEYS[6]  stats       HASH  counters (revisits, rv_late:<bound>)
+-- KEYS[7]  pending     STRING
+-- KEYS[8]  prio_hosts  ZSET
+-- KEYS[9..] per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET; then per candidate i:
+--          its rv:hist:<bucket> HASH (id's 16 bytes -> history record)
 -- ARGV[1]  H, the number of hosts; ARGV[2..1+H] the hosts
 -- ARGV[2+H..] candidate ids
 -- Returns {revisits queued, ms until the next one is due or -1 if none waits}
@@ -25,20 +25,25 @@
 --- @include "lib/queues"
 --- @include "lib/revisits"
 
-local due, hist, stats, pending, prio_hosts = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local due, stats, pending, prio_hosts = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local hosts, nhosts = argv_hosts(1)
-if #KEYS ~= 9 + 2 * nhosts then error('crawlq: revisit needs 2 keys per host') end
+local first = 2 + nhosts  -- the first candidate's ARGV
+if #KEYS ~= 8 + 2 * nhosts + #ARGV - first + 1 then
+  error('crawlq: revisit needs 2 keys per host and one rv:hist key per candidate')
+end
 if not revisit_conf(KEYS[4]) then return {0, -1} end
-local qkeys = host_queue_keys(10, hosts)
+local qkeys = host_queue_keys(9, hosts)
 local now = now_ms()
 local back, counts = {}, {}
 for i = 2 + nhosts, #ARGV do
   local id = ARGV[i]
   local at = tonumber(redis.call('ZSCORE', due, id))
-  local r = record_decode(redis.call('HGET', hist, id))
-  if at and at <= now and r and qkeys[r.host] then
+  local r = record_decode(redis.call('HGET', KEYS[8 + 2 * nhosts + i - first + 1],
+                                     record_field(id)))
+  local full = r and qkeys[r.host] and record_entry(r, id)
+  if at and at <= now and full then
     redis.call('ZREM', due, id)
-    back[#back + 1] = {r.host, r.prio, revisit_entry(r)}
+    back[#back + 1] = {r.host, r.prio, revisit_entry(r, full)}
     local bucket = late_bucket(now - at)
     counts[bucket] = (counts[bucket] or 0) + 1
   end

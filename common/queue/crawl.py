@@ -141,11 +141,24 @@ class Crawl:
         """The partition that holds a host."""
         return partition_of_host(host, self.settings.partitions)
 
+    def bucket(self, fp: bytes) -> int:
+        """The bucket of a fingerprint (a task id's bytes): its first `seen_bits` bits,
+        for its seen mark and its history record alike."""
+        return int.from_bytes(fp[:4], "big") >> (32 - self.settings.seen_bits)
+
     def seen_mark(self, pk: PartitionKeys, tid: str) -> tuple[str, bytes]:
         """The exact-dedup bucket key and field of a task id (its fingerprint in hex)."""
         fp = bytes.fromhex(tid)
-        bucket = pk.seen(int.from_bytes(fp[:4], "big") >> (32 - self.settings.seen_bits))
-        return bucket, fp[2:]
+        return pk.seen(self.bucket(fp)), fp[2:]
+
+    def history_key(self, pk: PartitionKeys, tid: str) -> str:
+        """The ``rv:hist:<bucket>`` HASH that holds task `tid`'s history record (under
+        its id's 16 bytes, `history_field`)."""
+        return pk.history(self.bucket(bytes.fromhex(tid)))
+
+    def history_buckets(self, pk: PartitionKeys) -> list[str]:
+        """Every ``rv:hist:<bucket>`` key of a partition (2 ** seen_bits of them)."""
+        return [pk.history(b) for b in range(1 << self.settings.seen_bits)]
 
 
 async def open_settings(client: RedisClient, crawl: str,

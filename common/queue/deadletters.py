@@ -91,12 +91,12 @@ async def _requeue(crawl: Crawl, pk: PartitionKeys, here: list[tuple[str, str]])
 async def _purge(crawl: Crawl, pk: PartitionKeys, tids: list[str]) -> Any:
     marks = crawl.settings.dedup is DedupMode.EXACT
     keys = [pk.dead, pk.errors, pk.dead_reasons, pk.tasks, pk.attempts, pk.stalls,
-            pk.checkpoints, pk.stats, pk.rv_hist, pk.rv_due]
+            pk.checkpoints, pk.stats, pk.rv_due, pk.conf]
     args: list[Any] = [int(marks)]
     for tid in tids:
         args.append(tid)
         if marks:
             bucket, seen_field = crawl.seen_mark(pk, tid)
-            keys.append(bucket)
+            keys += [bucket, crawl.history_key(pk, tid)]
             args.append(seen_field)
     return await crawl.scripts.purge(keys=keys, args=args)

@@ -109,14 +109,16 @@ def _call(crawl: Crawl, pk: PartitionKeys, by_host: dict[str, list[NewTask]],
                          int.from_bytes(t.fp[12:16], "big") | 1, t.priority, h,
                          _entry(t, host)]
         return crawl.scripts.enqueue_bloom, keys, args
-    shift = 32 - settings.seen_bits
     keys = [*head, *pk.group_state, *host_keys]
     args = [recrawl_after_s, *host_head, groups]
+    buckets = []
     for h, (host, batch) in enumerate(by_host.items(), 1):
         for t in batch:
-            keys.append(pk.seen(int.from_bytes(t.fp[:4], "big") >> shift))
+            buckets.append(crawl.bucket(t.fp))
+            keys.append(pk.seen(buckets[-1]))
             args += [t.fp[2:], t.priority, h, _entry(t, host)]
-    keys.append(pk.rv_hist)
+    if recrawl_after_s:  # a recrawl reads the URL's history record
+        keys += [pk.history(b) for b in buckets]
     return crawl.scripts.enqueue, keys, args
 
 

@@ -33,7 +33,7 @@ async def stats(crawl: Crawl) -> Stats:
             pipe.hgetall(pk.dead_reasons)
             pipe.zrange(pk.budget, 0, -1)
             pipe.hget(pk.conf, "rv")
-            pipe.hlen(pk.rv_hist)
+            pipe.hget(pk.conf, "rv_urls")  # history records: kept by ack and purge
             pipe.zcard(pk.rv_due)
             pipe.zcount(pk.rv_due, "-inf", now_ms)
         replies = await pipe.execute()
@@ -55,7 +55,7 @@ async def stats(crawl: Crawl) -> Stats:
         for k, v in reasons.items():
             s.dead_reasons[_text(k)] = s.dead_reasons.get(_text(k), 0) + int(v)
         revisits_on = revisits_on or int(rv or 0) > 0
-        histories += hist
+        histories += int(hist or 0)
         scheduled += sched
         due_now += rv_due
     if budgeted:

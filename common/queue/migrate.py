@@ -9,7 +9,11 @@ marks the crawl's settings ``"format": 3``.
 3 -> 4: every host's queues (each host ``h:queued`` names) are compacted by
 ``common/lua/compact_queues.lua`` (``common.task.compact_entry``), a chunk of `CHUNK`
 entries per call, calls for `HOSTS_AT_ONCE` hosts pipelined: a big partition never
-blocks Redis for long. Then the settings are marked ``"format": 4``.
+blocks Redis for long. Then the done URLs' history records move from layout 3's one
+``rv:hist`` HASH of text records to the binary ones in ``rv:hist:<bucket>`` HASHes
+(``common/lua/compact_history.lua``, `CHUNK` ids a call, read by HSCAN). Then the
+settings are marked ``"format": 4``. (Layout 4 was not released before its history
+became compact too, so no crawl holds layout 4 with layout 3's history.)
 
 Each mark comes last, so a run cut short leaves the crawl of the layout before and the
 next run converts what is left (both scripts are idempotent: a partition or an entry
@@ -36,12 +40,20 @@ from typing import Any
 from common import codec
 from common.connection import RedisClient
 from common.errors import ConfigError
-from common.keys import CrawlKeys, PartitionKeys, layout2_keys
+from common.keys import (
+    HASHTABLE_FIELD,
+    LEGACY_HASHTABLE_FIELD,
+    CrawlKeys,
+    PartitionKeys,
+    layout2_keys,
+    layout3_history_key,
+)
 from common.queue.calls import Call, run
 from common.queue.crawl import (
     FORMAT,
     LAYOUT2,
     LAYOUT3,
+    Crawl,
     CrawlNeedsMigration,
     CrawlSettings,
     partition_keys,
@@ -202,9 +214,46 @@ async def _convert3(client: RedisClient, crawl: str, settings: CrawlSettings,
         entries += await _compact_hosts(client, script, pk, batch)
         hosts += len(batch)
         await held.refresh()
+    on = Crawl.on(client, crawl, settings)
+    histories = dropped = 0
+    for pk in on.partitions:
+        if await client.hdel(pk.leased, LEGACY_HASHTABLE_FIELD):
+            await client.hsetnx(pk.leased, HASHTABLE_FIELD, "1")
+        converted, malformed = await _compact_history(on, pk, held)
+        histories, dropped = histories + converted, dropped + malformed
     log.info("crawl_migrated", extra={"crawl": crawl, "partitions": settings.partitions,
-                                      "hosts": hosts, "entries": entries, "layout": FORMAT})
+                                      "hosts": hosts, "entries": entries,
+                                      "histories": histories, "layout": FORMAT})
+    if dropped:
+        log.warning("crawl_migrated_malformed_histories", extra={
+            "crawl": crawl, "dropped": dropped,
+            "advice": "their URLs are recrawled without validators, as before"})
     return settings.partitions
+
+
+async def _compact_history(on: Crawl, pk: PartitionKeys, held: _Lock) -> tuple[int, int]:
+    """Move partition `pk`'s history records of layout 3 into its buckets, `CHUNK` ids a
+    call; returns (converted, malformed ones dropped)."""
+    script = register(on.client, "compact_history")
+    old = layout3_history_key(pk)
+    converted = dropped = 0
+    cursor = 0
+    while True:  # each call deletes the ids it converts: the scan goes on over the rest
+        cursor, fields = await on.client.hscan(old, cursor, count=CHUNK)
+        ids = [codec.text(k) for k in fields]
+        for i in range(0, len(ids), CHUNK):
+            chunk = ids[i:i + CHUNK]
+            done, bad = await script(
+                keys=[old, pk.conf, *(on.history_key(pk, tid) if _hex_id(tid) else old
+                                      for tid in chunk)], args=chunk)
+            converted, dropped = converted + int(done), dropped + int(bad)
+        await held.refresh()
+        if int(cursor) == 0:
+            return converted, dropped
+
+
+def _hex_id(tid: str) -> bool:
+    return len(tid) == 32 and all(c in "0123456789abcdef" for c in tid)
 
 
 async def _compact_hosts(client: RedisClient, script: Any, pk: PartitionKeys,

@@ -1,9 +1,10 @@
 """The revisit schedule's Python side (issue 26): what an ack sends of a fetch's
 `Observed`, bringing due revisits back (``revisit.lua``) and what operators see of it.
 
-The schedule itself lives in each partition (``rv:hist``, ``rv:due``: common/keys.py) and
-is written by the scripts alone: ack.lua writes a done URL's history and next visit
-(lib/revisits.lua), revisit.lua puts the due ones back in their hosts' queues.
+The schedule itself lives in each partition (``rv:hist:<bucket>``, ``rv:due``:
+common/keys.py) and is written by the scripts alone: ack.lua writes a done URL's history
+and next visit (lib/revisits.lua), revisit.lua puts the due ones back in their hosts'
+queues.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
 
 from common.codec import text as _text
+from common.history_record import decode_record, history_field
 from common.queue.calls import host_args
 from common.queue.crawl import Crawl
 from common.queue.model import RevisitStats
@@ -52,12 +54,16 @@ async def promote_revisits(crawl: Crawl, pk: PartitionKeys, limit: int) -> tuple
         raw = cast(list[bytes], await client.zrangebyscore(pk.rv_due, "-inf", now_ms,
                                                              start=0, num=limit))
         ids = [_text(m) for m in raw]
-        records = cast(list[bytes | None], await client.hmget(pk.rv_hist, ids)) if ids else []
-        hosts = list(dict.fromkeys(r.split(b" ", 1)[0].decode() for r in records if r))
+        hist_keys = [crawl.history_key(pk, tid) for tid in ids]
+        async with client.pipeline(transaction=False) as pipe:
+            for key, tid in zip(hist_keys, ids, strict=True):
+                pipe.hget(key, history_field(tid))
+            records = [decode_record(v) for v in await pipe.execute()]
+        hosts = list(dict.fromkeys(r.host for r in records if r))
         host_keys, host_head = host_args(pk, hosts)
         r = await crawl.scripts.revisit(
-            keys=[*pk.host_state, pk.rv_due, pk.rv_hist, pk.stats, pk.pending,
-                  pk.prio_hosts, *host_keys], args=[*host_head, *ids])
+            keys=[*pk.host_state, pk.rv_due, pk.stats, pk.pending, pk.prio_hosts,
+                  *host_keys, *hist_keys], args=[*host_head, *ids])
         moved += int(r[0])
         if len(ids) < limit or int(r[0]) == 0:
             return moved, int(r[1])

@@ -63,6 +63,7 @@ async def ack(crawl: Crawl, worker: str, items: Sequence[tuple[Lease, str]], *,
         keys = [*pk.host_state, *pk.lease_state, pk.checkpoints, pk.errors, pk.stalls,
                 pk.stats, *pk.group_state]
         args: list[Any] = [worker, mode]
+        histories = []
         for lease, outcome in group:
             args.extend(_ack_item(lease, outcome))
             if marks:
@@ -71,8 +72,9 @@ async def ack(crawl: Crawl, worker: str, items: Sequence[tuple[Lease, str]], *,
                 args.append(seen_field)
             if mode == MARKS_OBSERVED:
                 args.append(observed_arg(lease.observed))
+                histories.append(crawl.history_key(pk, lease.id))
         if mode == MARKS_OBSERVED:
-            keys += [pk.rv_hist, pk.rv_due]
+            keys += [*histories, pk.rv_due]
         calls.append((crawl.scripts.ack, keys, args))
     return in_order(items, groups, await run(crawl.client, calls) if calls else [],
                     lambda reply, i: CODES[int(reply[i])])

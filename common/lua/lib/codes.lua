@@ -1,5 +1,5 @@
 -- lib/codes.lua: the result codes and the small helpers most scripts use (Redis time,
--- integer ARGV, commands over long argument lists, stats counters).
+-- integer ARGV, commands over long argument lists, stats counters, binary ids).
 -- Includes nothing. Like every module under lib/, it defines no keys of its own: every
 -- key a script touches comes in KEYS.
 --
@@ -50,4 +50,11 @@ local function int_arg(value, name)
     error('crawlq: ARGV ' .. name .. ' must be an integer, got ' .. tostring(value))
   end
   return n
+end
+
+-- The 16 bytes of a 32-hex-digit id (a queued entry's, a history record's field).
+local function bin_id(hex)
+  local t = {}
+  for k = 1, 16 do t[k] = tonumber(string.sub(hex, 2 * k - 1, 2 * k), 16) end
+  return string.char(unpack(t))
 end

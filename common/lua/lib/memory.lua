@@ -3,9 +3,12 @@
 -- Includes nothing.
 
 -- Makes Redis store `hash` as a hashtable for good (a field longer than
--- hash-max-listpack-value does it), before it holds a few hundred task fields that a
--- listpack would scan on every access. Never a task id; see common/keys.py.
-local HASHTABLE_FIELD = string.rep('~', 128)
+-- hash-max-listpack-value does it, so longer than any sane setting: the deployments
+-- raise it to 192 for the history records), before it holds a few hundred task fields
+-- that a listpack would scan on every access. Never a task id; see common/keys.py.
+local HASHTABLE_FIELD = string.rep('~', 1024)
+-- The field of layouts before 4 (too short once hash-max-listpack-value is raised).
+local LEGACY_HASHTABLE_FIELD = string.rep('~', 128)
 local function force_hashtable(hash)
   redis.call('HSETNX', hash, HASHTABLE_FIELD, '1')
 end

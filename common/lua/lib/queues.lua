@@ -29,13 +29,6 @@ local function hex_id(e)
     ((m * 256 + n) * 256 + o) * 256 + p)
 end
 
--- The 16 bytes of a 32-hex-digit id.
-local function bin_id(hex)
-  local t = {}
-  for k = 1, 16 do t[k] = tonumber(string.sub(hex, 2 * k - 1, 2 * k), 16) end
-  return string.char(unpack(t))
-end
-
 local function hex_byte(b)
   return b and ((b >= 48 and b <= 57) or (b >= 97 and b <= 102))
 end

@@ -2,8 +2,9 @@
 -- `rv:hist` and its next visit in `rv:due` (common/keys.py), the interval each visit
 -- learns, and the entry a due URL goes back to its host's queue with; with revisits off,
 -- a recrawl window's records alone (keep_visits: validators for its conditional recrawls).
--- Includes lib/codes (call_sliced).
+-- Includes lib/codes (call_sliced, bin_id) and lib/queues (entry_compact, entry_expand).
 --- @include "lib/codes"
+--- @include "lib/queues"
 
 -- Validators longer than this are not kept (common/revisit.py).
 local MAX_VALIDATOR = 256
@@ -42,64 +43,71 @@ local function keeps_validators(conf)
   return (tonumber(c[1]) or 0) == 0 and (tonumber(c[2]) or 0) > 0 and c[3] ~= '0'
 end
 
--- A history record "<host> <prio> <interval_s> <fetched_s> <digest|-> [~<n>,<x>,<t>[,<e>]]
--- <#etag> <#lm> <etag><lm><entry>" as a table (nil if malformed). `entry` is the task's
--- entry without its `v` field. The `~` token (learned revisits; records written before it
--- have none and decode with n = x = t = 0) keeps the change-rate estimator's sums:
--- visits observed n, changes among them x, seconds they covered t, and of those the
--- seconds the page is known to have stayed as it was, e (from Last-Modified; absent
--- when the URL's Last-Modified did not date its changes, or in a record written before
--- it), each decayed.
-local function record_decode(value)
-  if not value then return nil end
-  local host, prio, iv, at, digest, sums, ne, nl, rest = string.match(value,
-    '^(%S+) (%d+) (%d+) (%d+) (%S+) ~([%d.,]+) (%d+) (%d+) (.*)$')
-  local n, x, t, e
-  if host then
-    n, x, t, e = string.match(sums, '^([%d.]+),([%d.]+),([%d.]+),?([%d.]*)$')
-    if not n then return nil end
-  else
-    host, prio, iv, at, digest, ne, nl, rest = string.match(value,
-      '^(%S+) (%d+) (%d+) (%d+) (%S+) (%d+) (%d+) (.*)$')
-    if not host then return nil end
+-- A history record (layout 4; common/history_record.py reads it too) is binary:
+--   flags (1 byte: 1 the estimator's sums n, x, t; 2 and e; 4 the digest as its 8 bytes
+--   (16 hex digits), else as text; 8 Last-Modified as u32 seconds (an IMF-fixdate that
+--   prints back the same), else as text; any other bit: malformed)
+--   prio, interval_s (varints), fetched_s (u32)
+--   [n, x, t[, e]] (varints of thousandths)
+--   digest (8 bytes | varint length + text), Last-Modified (u32 | varint length + text)
+--   ETag, host (each varint length + bytes)
+--   the rest: the URL's compact entry without its 16-byte id and `v` (lib/queues.lua
+--   entry_compact; '' for a recrawl window's record), `tail` here.
+-- Unsigned LEB128 varints and little-endian u32s. It lives in the partition's
+-- rv:hist:<bucket> HASH under the id's 16 bytes (bucket as the seen mark's).
+-- The `~` sums (learned revisits; n = x = t = 0 when absent) are the change-rate
+-- estimator's: visits observed n, changes among them x, seconds they covered t, and of
+-- those the seconds the page is known to have stayed as it was, e (from Last-Modified;
+-- absent when the URL's Last-Modified did not date its changes), each decayed.
+local REC_FLAGS = {sums = 1, e = 2, digest = 4, lm = 8, all = 15}
+
+local function rec_varint(v)
+  local t = {}
+  while v >= 128 do
+    t[#t + 1] = v % 128 + 128
+    v = math.floor(v / 128)
   end
-  ne, nl = tonumber(ne), tonumber(nl)
-  return {host = host, prio = tonumber(prio), interval = tonumber(iv), fetched = tonumber(at),
-          digest = digest == '-' and '' or digest, etag = string.sub(rest, 1, ne),
-          lm = string.sub(rest, ne + 1, ne + nl), entry = string.sub(rest, ne + nl + 1),
-          n = tonumber(n) or 0, x = tonumber(x) or 0, t = tonumber(t) or 0,
-          e = tonumber(e)}
+  t[#t + 1] = v
+  return string.char(unpack(t))
 end
 
--- A decayed sum as the record keeps it: 3 decimals, no trailing zeros.
-local function sum_text(v)
-  local s = string.format('%.3f', v)
-  return (string.gsub(string.gsub(s, '0+$', ''), '%.$', ''))
+local function rec_u32(v)
+  return string.char(v % 256, math.floor(v / 256) % 256, math.floor(v / 65536) % 256,
+                     math.floor(v / 16777216) % 256)
 end
 
-local function record_encode(r)
-  local learned = ''
-  if r.n and r.n > 0 then
-    learned = '~' .. sum_text(r.n) .. ',' .. sum_text(r.x) .. ',' .. sum_text(r.t)
-      .. (r.e and ',' .. sum_text(r.e) or '') .. ' '
+-- A record being read: its bytes and position; each reader returns nil past its end.
+local function rd_varint(rd)
+  local v, mul = 0, 1
+  while true do
+    local b = string.byte(rd.s, rd.i)
+    if not b or mul > 2 ^ 49 then return nil end
+    rd.i = rd.i + 1
+    if b < 128 then return v + b * mul end
+    v, mul = v + (b - 128) * mul, mul * 128
   end
-  return r.host .. ' ' .. r.prio .. ' ' .. r.interval .. ' ' .. r.fetched .. ' '
-    .. (r.digest == '' and '-' or r.digest) .. ' ' .. learned .. #r.etag .. ' ' .. #r.lm
-    .. ' ' .. r.etag .. r.lm .. r.entry
 end
 
--- What one fetch observed (ack's per-item ARGV, common/schedule.py):
--- "<max_age_s> <digest|-> <#etag> <#lm> <etag><lm>".
-local function observed_decode(value)
-  local age, digest, ne, nl, rest = string.match(value or '', '^(-?%d+) (%S+) (%d+) (%d+) (.*)$')
-  if not age then error('crawlq: ack observed must be "<max_age> <digest> <#etag> <#lm> ..."') end
-  ne, nl = tonumber(ne), tonumber(nl)
-  return {max_age = tonumber(age), digest = digest == '-' and '' or digest,
-          etag = string.sub(rest, 1, ne), lm = string.sub(rest, ne + 1, ne + nl)}
+local function rd_u32(rd)
+  local a, b, c, d = string.byte(rd.s, rd.i, rd.i + 3)
+  if not d then return nil end
+  rd.i = rd.i + 4
+  return ((d * 256 + c) * 256 + b) * 256 + a
 end
+
+local function rd_bytes(rd, n)
+  if not n or rd.i + n - 1 > #rd.s then return nil end
+  rd.i = rd.i + n
+  return string.sub(rd.s, rd.i - n, rd.i - 1)
+end
+
+local function rec_text(s) return rec_varint(#s) .. s end
 
 local MONTHS = {Jan = 1, Feb = 2, Mar = 3, Apr = 4, May = 5, Jun = 6, Jul = 7, Aug = 8,
                 Sep = 9, Oct = 10, Nov = 11, Dec = 12}
+local MONTH_NAMES = {'Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct',
+                     'Nov', 'Dec'}
+local WEEKDAYS = {'Thu', 'Fri', 'Sat', 'Sun', 'Mon', 'Tue', 'Wed'}  -- from 1970-01-01's
 
 -- An HTTP date (RFC 9110's IMF-fixdate, "Sun, 06 Nov 1994 08:49:37 GMT", what servers
 -- send) as Unix seconds; nil for anything else (the obsolete forms included).
@@ -115,6 +123,110 @@ local function http_seconds(s)
   local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
   local days = era * 146097 + doe - 719468
   return days * 86400 + tonumber(hh) * 3600 + tonumber(mm) * 60 + tonumber(ss)
+end
+
+-- Unix seconds `s` (>= 0) as an IMF-fixdate (the civil date from days, same algorithm).
+local function http_date(s)
+  local days = math.floor(s / 86400)
+  local sod = s - days * 86400
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
+    - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400 + (m <= 2 and 1 or 0)
+  return string.format('%s, %02d %s %04d %02d:%02d:%02d GMT', WEEKDAYS[days % 7 + 1],
+    doy - math.floor((153 * mp + 2) / 5) + 1, MONTH_NAMES[m], y, math.floor(sod / 3600),
+    math.floor(sod / 60) % 60, sod % 60)
+end
+
+-- A history record as a table (nil if malformed): host, prio, interval, fetched, digest,
+-- etag, lm, tail, n, x, t, e.
+local function record_decode(value)
+  if not value or value == '' then return nil end
+  local rd = {s = value, i = 2}
+  local flags = string.byte(value, 1)
+  if flags > REC_FLAGS.all then return nil end
+  local r = {prio = rd_varint(rd), interval = rd_varint(rd), fetched = rd_u32(rd),
+             n = 0, x = 0, t = 0}
+  if flags % 2 == 1 then
+    r.n, r.x, r.t = rd_varint(rd), rd_varint(rd), rd_varint(rd)
+    if not r.t then return nil end
+    r.n, r.x, r.t = r.n / 1000, r.x / 1000, r.t / 1000
+    if math.floor(flags / 2) % 2 == 1 then
+      r.e = rd_varint(rd)
+      if not r.e then return nil end
+      r.e = r.e / 1000
+    end
+  end
+  if math.floor(flags / 4) % 2 == 1 then
+    local d = rd_bytes(rd, 8)
+    r.digest = d and string.format(string.rep('%02x', 8), string.byte(d, 1, 8))
+  else
+    r.digest = rd_bytes(rd, rd_varint(rd))
+  end
+  if math.floor(flags / 8) % 2 == 1 then
+    local at = rd_u32(rd)
+    r.lm = at and http_date(at)
+  else
+    r.lm = rd_bytes(rd, rd_varint(rd))
+  end
+  r.etag = rd_bytes(rd, rd_varint(rd))
+  r.host = rd_bytes(rd, rd_varint(rd))
+  if not (r.prio and r.interval and r.fetched and r.digest and r.lm and r.etag and r.host) then
+    return nil
+  end
+  r.tail = string.sub(value, rd.i)
+  return r
+end
+
+local function rec_sum(v) return rec_varint(math.floor(v * 1000 + 0.5)) end
+
+local function record_encode(r)
+  local flags, sums = 0, ''
+  if r.n and r.n > 0 then
+    flags = REC_FLAGS.sums
+    sums = rec_sum(r.n) .. rec_sum(r.x) .. rec_sum(r.t)
+    if r.e then
+      flags = flags + REC_FLAGS.e
+      sums = sums .. rec_sum(r.e)
+    end
+  end
+  local digest = rec_text(r.digest)
+  if string.find(r.digest, '^' .. string.rep('[0-9a-f]', 16) .. '$') then
+    flags = flags + REC_FLAGS.digest
+    digest = bin_id(r.digest .. string.rep('0', 16)):sub(1, 8)
+  end
+  local lm = rec_text(r.lm)
+  local at = http_seconds(r.lm)
+  if at and at >= 0 and at < 4294967296 and http_date(at) == r.lm then
+    flags = flags + REC_FLAGS.lm
+    lm = rec_u32(at)
+  end
+  return string.char(flags) .. rec_varint(r.prio) .. rec_varint(r.interval)
+    .. rec_u32(r.fetched) .. sums .. digest .. lm .. rec_text(r.etag) .. rec_text(r.host) .. r.tail
+end
+
+-- A history record's field: the id's 16 bytes (in its rv:hist:<bucket>).
+local function record_field(id) return bin_id(id) end
+
+-- The record's tail of a task's full entry ("<32 hex id><url>[ <json>]", as leases hold
+-- it): its compact form without the id.
+local function entry_tail(host, entry)
+  return string.sub(entry_compact(host, entry), 17)
+end
+
+-- What one fetch observed (ack's per-item ARGV, common/schedule.py):
+-- "<max_age_s> <digest|-> <#etag> <#lm> <etag><lm>".
+local function observed_decode(value)
+  local age, digest, ne, nl, rest = string.match(value or '', '^(-?%d+) (%S+) (%d+) (%d+) (.*)$')
+  if not age then error('crawlq: ack observed must be "<max_age> <digest> <#etag> <#lm> ..."') end
+  ne, nl = tonumber(ne), tonumber(nl)
+  return {max_age = tonumber(age), digest = digest == '-' and '' or digest,
+          etag = string.sub(rest, 1, ne), lm = string.sub(rest, ne + 1, ne + nl)}
 end
 
 -- Clocks of a server and of Redis may differ by this much (s): a Last-Modified this much
@@ -213,9 +325,10 @@ end
 -- would (its URLs / first fetches a s); `demand`, what the partition's intervals ask
 -- (sum of 1 / interval, kept in `conf` by each ack), moves the price: up when it asks
 -- more, down when less, by the batch's share of the partition's URLs, so a whole round
--- of visits corrects it once.
-local function learn_price(c, hist, visited, demand_change)
-  local urls = redis.call('HLEN', hist)
+-- of visits corrects it once. The partition's URLs: its history records (`conf`
+-- rv_urls, kept by ack and purge: the records are spread over many small hashes).
+local function learn_price(c, visited, demand_change)
+  local urls = tonumber(redis.call('HGET', c.conf, 'rv_urls')) or 0
   local demand = math.max(c.demand + demand_change, 0)
   local target = urls / (c.first > 0 and c.first or c.min)
   local price = c.price
@@ -232,29 +345,45 @@ local function kept(value, old, keep_old)
   return value
 end
 
--- The history record of visit `v` ({id, host, prio, entry, outcome, observed}), its fetch
--- observed as `o`, after record `p` (nil: none), at `now_s`: a 304 keeps the stored
--- validators and digest its response did not carry.
-local function visit_record(p, v, o, now_s, interval, entry, est)
+-- The history record of visit `v` ({id, host, prio, entry, outcome, observed, key}), its
+-- fetch observed as `o`, after record `p` (nil: none), at `now_s`, keeping `tail`: a 304
+-- keeps the stored validators and digest its response did not carry.
+local function visit_record(p, v, o, now_s, interval, tail, est)
   local keep = p and v[5] == 'not_modified'
   return {host = v[2], prio = v[3], interval = interval, fetched = now_s,
           digest = kept(o.digest, p and p.digest, keep),
           etag = kept(o.etag, p and p.etag, keep), lm = kept(o.lm, p and p.lm, keep),
-          entry = entry, n = est.n, x = est.x, t = est.t, e = est.e}
+          tail = tail, n = est.n, x = est.x, t = est.t, e = est.e}
+end
+
+-- The records before the visits (decoded; nil: none or malformed).
+local function previous_records(visits)
+  local prev = {}
+  for i, v in ipairs(visits) do
+    prev[i] = record_decode(redis.call('HGET', v[7], record_field(v[1])))
+  end
+  return prev
+end
+
+-- Writes each visit's record; the partition's count of records (`conf` rv_urls) follows.
+local function write_records(conf, visits, records)
+  local added = 0
+  for i, v in ipairs(visits) do
+    added = added + redis.call('HSET', v[7], record_field(v[1]), record_encode(records[i]))
+  end
+  if added > 0 then redis.call('HINCRBY', conf, 'rv_urls', added) end
 end
 
 -- Writes the history record and the next visit of each done URL. `visits` holds
--- {id, host, prio, entry, outcome, observed}; `now` ms of Redis TIME. A 304 keeps the
--- stored validators and digest its response did not carry.
-local function schedule_visits(hist, due, visits, c, now)
-  local ids = {}
-  for i, v in ipairs(visits) do ids[i] = v[1] end
-  local prev = call_sliced('HMGET', hist, ids, 1000)
-  local fields, scores = {}, {}
+-- {id, host, prio, entry, outcome, observed, its rv:hist:<bucket> key}; `now` ms of
+-- Redis TIME. A 304 keeps the stored validators and digest its response did not carry.
+local function schedule_visits(due, visits, c, now)
+  local prev = previous_records(visits)
+  local records, scores = {}, {}
   local now_s = math.floor(now / 1000)
   local demand_change = 0
   for i, v in ipairs(visits) do
-    local p = record_decode(prev[i])
+    local p = prev[i]
     local o = observed_decode(v[6])
     local est = {n = 0, x = 0, t = 0}
     if c.mode == 3 then
@@ -266,36 +395,31 @@ local function schedule_visits(hist, due, visits, c, now)
     local iv = next_interval(c, p, v[5], o.max_age, est)
     demand_change = demand_change + 1 / iv - (p and p.interval > 0 and 1 / p.interval or 0)
     -- a recrawl window's record keeps no entry (its recrawls come with their own)
-    local r = visit_record(p, v, o, now_s, iv, p and p.entry ~= '' and p.entry or v[4], est)
-    fields[#fields + 1] = v[1]
-    fields[#fields + 1] = record_encode(r)
+    local tail = p and p.tail ~= '' and p.tail or entry_tail(v[2], v[4])
+    records[i] = visit_record(p, v, o, now_s, iv, tail, est)
     scores[#scores + 1] = now + iv * 1000
     scores[#scores + 1] = v[1]
   end
-  call_sliced('HSET', hist, fields, 1000)
+  write_records(c.conf, visits, records)
   call_sliced('ZADD', due, scores, 1000)
-  if c.mode == 3 then learn_price(c, hist, #visits, demand_change) end
+  if c.mode == 3 then learn_price(c, #visits, demand_change) end
 end
 
 -- Writes the history record of each done URL of a crawl that keeps validators with its
 -- revisits off (keeps_validators): what its fetch observed, for its recrawl to ask with
 -- (enqueue.lua), and no next visit. A new record has interval 0 (never scheduled) and no
 -- entry; one the schedule wrote before revisits were turned off keeps its interval,
--- entry and estimator (the schedule waits, as it was). Same arguments as schedule_visits.
-local function keep_visits(hist, visits, now)
-  local ids = {}
-  for i, v in ipairs(visits) do ids[i] = v[1] end
-  local prev = call_sliced('HMGET', hist, ids, 1000)
-  local fields = {}
+-- entry and estimator (the schedule waits, as it was). Same `visits` as schedule_visits.
+local function keep_visits(conf, visits, now)
+  local prev = previous_records(visits)
+  local records = {}
   local now_s = math.floor(now / 1000)
   for i, v in ipairs(visits) do
-    local p = record_decode(prev[i])
-    local r = visit_record(p, v, observed_decode(v[6]), now_s, p and p.interval or 0,
-                           p and p.entry or '', p or {n = 0, x = 0, t = 0})
-    fields[#fields + 1] = v[1]
-    fields[#fields + 1] = record_encode(r)
+    local p = prev[i]
+    records[i] = visit_record(p, v, observed_decode(v[6]), now_s, p and p.interval or 0,
+                              p and p.tail or '', p or {n = 0, x = 0, t = 0})
   end
-  call_sliced('HSET', hist, fields, 1000)
+  write_records(conf, visits, records)
 end
 
 -- A JSON string (validators are header values: printable, but may hold '"' or '\').
@@ -305,14 +429,21 @@ local function json_string(s)
   end) .. '"'
 end
 
--- The entry a due URL goes back to its host's queue with: its own entry with `v`, the
--- previous visit (common/revisit.py), appended as the last field.
-local function revisit_entry(r)
+-- The entry a due URL goes back to its host's queue with: its full entry `full` with
+-- `v`, the previous visit of record `r` (common/revisit.py), appended as the last field.
+local function revisit_entry(r, full)
   local v = '"v":[' .. json_string(r.etag) .. ',' .. json_string(r.lm) .. ','
     .. json_string(r.digest) .. ',' .. r.fetched .. ',' .. r.interval .. ']'
-  local head, json = string.match(r.entry, '^(%S+) {(.*)}$')
+  local head, json = string.match(full, '^(%S+) {(.*)}$')
   if head then return head .. ' {' .. json .. ',' .. v .. '}' end
-  return r.entry .. ' {' .. v .. '}'
+  return full .. ' {' .. v .. '}'
+end
+
+-- The full entry of record `r` of task `id` (hex): false when its tail is none.
+local function record_entry(r, id)
+  if r.tail == '' then return false end
+  local _, full = entry_expand(r.host, bin_id(id) .. r.tail)
+  return full
 end
 
 -- Counts a revisit `late_ms` after its due time in its lateness bucket.

@@ -1,0 +1,91 @@
+"""A done URL's history record as Python reads it (fsck, inspection, the revisit
+promoter, tests): the binary form ``common/lua/lib/revisits.lua`` writes (record_encode)
+in a partition's ``rv:hist:<bucket>`` HASHes, under the id's 16 bytes.
+
+flags (1 byte: 1 estimator sums, 2 and e, 4 digest as 8 bytes, 8 Last-Modified as u32
+seconds), priority and interval (varints), fetched (u32), [n, x, t[, e]] (varints of
+thousandths), digest, Last-Modified, ETag and host (each as its flag says, else a varint
+length and the bytes), then the compact entry's tail (no id, no ``v``). Varints are
+unsigned LEB128, u32s little-endian.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from email.utils import formatdate
+
+_SUMS, _E, _DIGEST, _LM, _ALL = 1, 2, 4, 8, 15
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRecord:
+    """One done URL's last visit, as its history keeps it."""
+
+    host: str
+    priority: int
+    interval_s: int
+    fetched_s: int
+    digest: str
+    etag: str
+    last_modified: str
+    tail: bytes  # the URL's compact entry without its id ('' for a recrawl window's)
+    n: float = 0.0
+    x: float = 0.0
+    t: float = 0.0
+    e: float | None = None
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data, self.at = data, 1
+
+    def varint(self) -> int:
+        v = shift = 0
+        while True:
+            if self.at >= len(self.data) or shift > 56:
+                raise ValueError("varint past the record's end")
+            b = self.data[self.at]
+            self.at += 1
+            v |= (b & 0x7F) << shift
+            if b < 0x80:
+                return v
+            shift += 7
+
+    def take(self, n: int) -> bytes:
+        if self.at + n > len(self.data):
+            raise ValueError("field past the record's end")
+        self.at += n
+        return self.data[self.at - n:self.at]
+
+    def text(self) -> str:
+        return self.take(self.varint()).decode("utf-8", "replace")
+
+
+def history_field(tid: str) -> bytes:
+    """A history record's field: the task id's 16 bytes."""
+    return bytes.fromhex(tid)
+
+
+def decode_record(value: bytes | None) -> HistoryRecord | None:
+    """The record `value` holds; None when there is none or it is malformed (the
+    scripts' record_decode reads it the same way)."""
+    if not value or value[0] > _ALL:
+        return None
+    flags, rd = value[0], _Reader(value)
+    try:
+        prio, interval = rd.varint(), rd.varint()
+        fetched = int.from_bytes(rd.take(4), "little")
+        n = x = t = 0.0
+        e: float | None = None
+        if flags & _SUMS:
+            n, x, t = rd.varint() / 1000, rd.varint() / 1000, rd.varint() / 1000
+            if flags & _E:
+                e = rd.varint() / 1000
+        digest = rd.take(8).hex() if flags & _DIGEST else rd.text()
+        lm = (formatdate(int.from_bytes(rd.take(4), "little"), usegmt=True) if flags & _LM
+              else rd.text())
+        etag, host = rd.text(), rd.text()
+    except ValueError:
+        return None
+    return HistoryRecord(host, prio, interval, fetched, digest, etag, lm, value[rd.at:],
+                         n, x, t, e)
