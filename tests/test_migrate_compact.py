@@ -12,16 +12,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from support.clock import redis_ms, window_passed
+from support.history import histories
 
 from common import codec
 from common.codec import text as _text
+from common.history_record import HistoryRecord
 from common.hostmodel.hostkey import host_key
-from common.keys import CrawlKeys, PartitionKeys
+from common.keys import CrawlKeys, PartitionKeys, layout3_history_key
+from common.policy import set_policy
 from common.queue import (
     FORMAT,
     Code,
@@ -35,6 +39,7 @@ from common.queue import (
     RetryPolicy,
     migrate_crawl,
 )
+from common.revisit import Observed
 from common.scripts import register
 from common.task import compact_entry, expand_entry
 from common.urls import canonicalize, fingerprint
@@ -206,3 +211,88 @@ async def test_a_conversion_cut_short_is_redone(
     assert await migrate_crawl(redis_client, crawl_name) == 2
     await assert_compact(redis_client, crawl, ordered=False)  # a LIST may be rotated
     await drive_to_the_end(crawl)
+
+
+def text_record(r: HistoryRecord, tid: str) -> bytes:
+    """`r` as layout 3's scripts wrote it: "<host> <prio> <interval_s> <fetched_s>
+    <digest|-> [~n,x,t[,e] ]<#etag> <#lm> <etag><lm><full entry>"."""
+    entry = expand_entry(bytes.fromhex(tid) + r.tail, r.host) if r.tail else b""
+    sums = f"~{r.n:g},{r.x:g},{r.t:g}{'' if r.e is None else f',{r.e:g}'} " if r.n else ""
+    etag, lm = r.etag.encode(), r.last_modified.encode()
+    return (f"{r.host} {r.priority} {r.interval_s} {r.fetched_s} {r.digest or '-'} {sums}"
+            f"{len(etag)} {len(lm)} ").encode() + etag + lm + entry
+
+
+async def test_a_layout_3_crawls_history_converts_and_its_visits_ask_with_it(
+        redis_client: aioredis.Redis, crawl_name: str, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """Layout 3's text records in one rv:hist HASH become binary ones in their buckets
+    (compact_history.lua, a chunk of ids a call): the same facts, the malformed ones
+    dropped; then the schedule brings its URLs back and a recrawl window's record makes
+    its recrawl conditional, each with the URL's own validators. Run again: nothing."""
+    monkeypatch.setattr("common.queue.migrate.CHUNK", 2)
+    q = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings(partitions=2))
+    await set_policy(redis_client, crawl_name, {
+        "revisit": "learned", "recrawl_after": 1, "per_host_delay": 0.0,
+        "per_host_concurrency": 0}, by="test", create=True)
+    q.configure(revisits=True)
+    urls = [f"https://h{i}.test/p/{i}?q={i}" for i in range(6)] + ["http://h6.test/x"]
+    await q.enqueue([nt(u, priority=i % 2) for i, u in enumerate(urls)])
+    leases = await q.lease("w", 10, LEASE_MS)
+    assert len(leases) == len(urls)
+    lm = "Wed, 21 Oct 2015 07:28:00 GMT"
+    for lease in leases:
+        lease.observed = Observed(f'"{lease.task.url}"', lm, "0123456789abcdef", -1)
+    await q.ack("w", [(x, "ok") for x in leases])
+    ids = {x.task.url: x.id for x in leases}
+    # Back to layout 3's history: text records in one HASH; urls[0]'s a recrawl window's
+    # (interval 0, no entry, unscheduled), urls[1]'s with the estimator's sums; and two
+    # that no script could read.
+    want: dict[str, HistoryRecord] = {}
+    for pk in q.partitions:
+        for tid_, written in (await histories(q, pk)).items():
+            assert written is not None
+            record = written
+            if tid_ == ids[urls[0]]:
+                record = replace(written, interval_s=0, tail=b"")
+                await redis_client.zrem(pk.rv_due, tid_)
+            if tid_ == ids[urls[1]]:
+                record = replace(written, n=1.9, x=0.9, t=171.5, e=12.25)
+            want[tid_] = record
+            await redis_client.hset(layout3_history_key(pk), tid_, text_record(record, tid_))
+        pattern = pk.prefix.replace("{", "\\{").replace("}", "\\}") + "rv:hist:*"
+        await redis_client.delete(*[k async for k in redis_client.scan_iter(match=pattern)])
+        await redis_client.hdel(pk.conf, "rv_urls")
+    old0 = layout3_history_key(q.partitions[0])
+    await redis_client.hset(old0, mapping={"f" * 32: "garbage", "not-an-id": "h 0 1 2 - 0 0 "})
+    meta = CrawlKeys.build(crawl_name).meta
+    stored = codec.loads(await redis_client.hget(meta, "settings"))
+    stored["format"] = 3
+    await redis_client.hset(meta, "settings", codec.dumps(stored))
+
+    assert await migrate_crawl(redis_client, crawl_name) == 2
+    assert await migrate_crawl(redis_client, crawl_name) == 0  # again: nothing to do
+    got: dict[str, HistoryRecord | None] = {}
+    urls_kept = 0
+    for pk in q.partitions:
+        assert await redis_client.exists(layout3_history_key(pk)) == 0
+        got.update(await histories(q, pk))
+        urls_kept += int(await redis_client.hget(pk.conf, "rv_urls") or 0)
+    assert got == want and urls_kept == len(want)
+
+    q = await LeasingQueue.existing(redis_client, crawl_name)
+    q.configure(revisits=True, recrawl_after_s=1)
+    past = await redis_ms(redis_client) - 5
+    for pk in q.partitions:
+        await redis_client.zadd(pk.rv_due, {ids[u]: past for u in urls[1:]
+                                            if q.partition_of(host_key(u)) == pk.partition})
+    await window_passed(redis_client, 2)
+    assert (await q.enqueue([nt(urls[0])])).recrawled == 1  # its window's, with `v`
+    await q.promote()
+    again = await q.lease("w", 10, LEASE_MS)
+    assert sorted(x.task.url for x in again) == sorted(urls)
+    for x in again:
+        v = x.task.revisit
+        assert v is not None and (v.etag, v.last_modified, v.digest) == (
+            f'"{x.task.url}"', lm, "0123456789abcdef"), x.task.url
+        assert v.interval_s == want[x.id].interval_s
