@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.durability import LISTPACK_VALUE
 from common.errors import RedisServerError
 
 _STARTUP_TIMEOUT_S = 10.0
@@ -118,6 +119,9 @@ class RedisServer:
             "--daemonize", "no",
             "--loglevel", "warning",
             "--logfile", str(self.data_dir / "redis.log"),
+            # the history records' buckets stay listpacks (common/durability.py); the
+            # option's 6.2 name, which 7 reads too
+            "--hash-max-ziplist-value", str(LISTPACK_VALUE),
             *self.extra_args,
         ]
         self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL)

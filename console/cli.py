@@ -379,6 +379,8 @@ async def cmd_check(args: argparse.Namespace, client: RedisClient) -> int:
               + (f", {args.http_url} answers" if args.http_url else ""))
     for n in nodes:
         print(f"redis {n.node}: {n.text()}")
+    for warning in filter(None, (n.listpack_warning() for n in nodes)):
+        print(f"warning: {warning}")
     return EXIT_OK if problem is None else EXIT_FAIL
 
 

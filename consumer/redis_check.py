@@ -28,6 +28,9 @@ async def check_redis(client: RedisClient, metrics: Metrics, *, allow_evicting: 
                                else -1 if any(n.eviction == UNKNOWN for n in nodes) else 0)
     for node in nodes:
         log.info("redis_settings", extra=node.to_json())
+        if warning := node.listpack_warning():
+            log.warning("redis_listpack_value_low", extra={"node": node.node,
+                                                           "advice": warning})
         if node.eviction == UNKNOWN:
             log.warning("redis_eviction_unknown", extra={
                 "node": node.node, "advice": "INFO was refused: check with crawlq check "

@@ -322,7 +322,23 @@ async def test_check_shows_the_servers_durability_settings(
     port = redis_server.port
     # The test server: no AOF, no snapshots (--save ""), no replicas.
     assert settings == (f"redis 127.0.0.1:{port}: eviction noeviction, AOF off (appendfsync "
-                        "always), RDB off, replicas 0 (min-replicas-to-write 0)")
+                        "always), RDB off, replicas 0 (min-replicas-to-write 0), "
+                        "hash-max-listpack-value 192")
+
+
+async def test_check_warns_of_a_listpack_value_too_low_for_the_history(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Redis's default hash-max-listpack-value (64) makes the history buckets hashtables:
+    healthy still (exit 0), with a warning saying the cost and the setting."""
+    with RedisServer(extra_args=("--hash-max-ziplist-value", "64")) as server:
+        assert await crawlq(server.url, "check") == 0
+    ok, settings, warning = capsys.readouterr().out.splitlines()
+    assert ok.startswith("ok: Redis at") and settings.endswith("hash-max-listpack-value 64")
+    assert warning.startswith("warning: Redis at 127.0.0.1:")
+    assert "has hash-max-listpack-value 64: a done URL's history record" in warning
+    assert "~158 B a done URL instead of ~114 B" in warning
+    assert warning.endswith("set hash-max-listpack-value 192 (redis.conf, or CONFIG SET "
+                            "hash-max-listpack-value 192)")
 
 
 async def test_check_fails_on_a_redis_that_evicts_keys(
@@ -353,7 +369,8 @@ async def test_check_says_unknown_for_settings_config_get_is_refused(
         await admin.aclose()
     assert "maxmemory-policy allkeys-lru" in problem
     assert settings.endswith("eviction allkeys-lru, AOF off (appendfsync unknown), RDB "
-                             "unknown, replicas 0 (min-replicas-to-write unknown)")
+                             "unknown, replicas 0 (min-replicas-to-write unknown), "
+                             "hash-max-listpack-value unknown")
 
 
 async def test_unreachable_redis_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
