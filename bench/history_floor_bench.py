@@ -16,7 +16,12 @@ layouts to a fresh redis-server each, and prints the ``used_memory`` growth per 
   ``hash-max-listpack-entries`` (128) fields and every value is at most
   ``hash-max-listpack-value`` bytes (64 by default: a record longer than that turns its
   whole bucket into a hashtable, so the bench runs both 64 and 160);
-- the schedule as a ZSET, or as a LIST of ids per minute of due time.
+- the schedule as a ZSET, or as a LIST of ids per minute of due time;
+- "crawlq now": the layout built (binary records in ``rv:hist:<bucket>``, 2^bits buckets
+  of the crawl's ``seen_bits``, the schedule in ``rv:due``), written by the real scripts:
+  the URLs enqueued, leased and acked with that ETag, Last-Modified and digest, under
+  ``revisit`` fixed (history + schedule) and under a recrawl window alone (history); what
+  its history and schedule keys hold is what deleting them frees.
 
     python bench/history_floor_bench.py --redis-server /usr/bin/redis-server
 """
@@ -24,6 +29,7 @@ layouts to a fresh redis-server each, and prints the ``used_memory`` growth per 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import struct
 import sys
@@ -31,10 +37,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import redis
+import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code
 
+from common.policy import set_policy
+from common.queue import CrawlSettings, LeasingQueue, NewTask
 from common.redis_server import RedisServer
+from common.revisit import Observed
+from common.urls import fingerprint
 
 ETAG = b'"5f2b-1a3c9e7d"'
 LAST_MODIFIED = b"Wed, 21 Oct 2015 07:28:00 GMT"
@@ -75,7 +86,9 @@ class Urls:
         return NOW + 86400 + (i * 7919) % 86400  # spread over a day
 
 
-Fill = Callable[[redis.Redis, Urls], None]
+#: Writes the URLs' history; returns the bytes it takes when that is not all the server
+#: grew by (None: it is).
+Fill = Callable[[redis.Redis, Urls], float | None]
 
 
 def batched(c: redis.Redis, u: Urls, write: Callable[[redis.client.Pipeline, int], None]
@@ -116,14 +129,52 @@ def binary(bits: int, by_index: bool, due: str) -> Fill:
     return fill
 
 
+async def _crawl(url: str, u: Urls, bits: int, revisit: bool) -> None:
+    """The URLs through the real scripts: enqueued, leased and acked with what their fetch
+    observed, in a crawl of one partition with 2^bits buckets."""
+    client = aioredis.Redis.from_url(url)
+    try:
+        q = await LeasingQueue.open(client, "floor", CrawlSettings(seen_bits=bits))
+        await set_policy(client, "floor", {
+            "revisit": "fixed" if revisit else "off", "recrawl_after": 86400,
+            "per_host_delay": 0.0, "per_host_concurrency": 0}, by="bench", create=True)
+        q.configure(revisits=True)  # a consumer's, for a policy that keeps history
+        for lo in range(0, u.n, 5_000):
+            await q.enqueue([NewTask(x, fingerprint(x)) for x in u.urls[lo:lo + 5_000]])
+        observed = Observed(ETAG.decode(), LAST_MODIFIED.decode(), DIGEST)
+        while leases := await q.lease("bench", 1_000, 600_000):
+            for lease in leases:
+                lease.observed = observed
+            await q.ack("bench", [(lease, "ok") for lease in leases])
+    finally:
+        await client.aclose()
+
+
+def crawlq_now(bits: int, revisit: bool, schedule: bool = True) -> Fill:
+    """The built layout's history (and with `schedule`, rv:due) after a crawl."""
+    def fill(c: redis.Redis, u: Urls) -> float:
+        kwargs = c.connection_pool.connection_kwargs
+        asyncio.run(_crawl(f"redis://{kwargs['host']}:{kwargs['port']}/0", u, bits, revisit))
+        keys = [*c.scan_iter(match="crawlq:*rv:hist:*", count=10_000)]
+        if schedule:
+            keys += c.scan_iter(match="crawlq:*rv:due", count=10_000)
+        with_history = int(c.info("memory")["used_memory"])
+        for lo in range(0, len(keys), 1_000):
+            c.delete(*keys[lo:lo + 1_000])
+        return with_history - int(c.info("memory")["used_memory"])
+    return fill
+
+
 def measure(binary_path: str, u: Urls, fill: Fill, listpack_value: int = 64) -> float:
     extra = ("--hash-max-listpack-value", str(listpack_value))
     with RedisServer(binary=binary_path, extra_args=extra) as server:
         c = redis.Redis.from_url(server.url)
         try:
             before = int(c.info("memory")["used_memory"])
-            fill(c, u)
-            return (int(c.info("memory")["used_memory"]) - before) / u.n
+            used = fill(c, u)
+            if used is None:
+                used = int(c.info("memory")["used_memory"]) - before
+            return used / u.n
         finally:
             c.close()
 
@@ -134,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bits", type=int, default=10,
                         help="bucket bits (at most 128 records a bucket: URLs / 2^bits)")
     parser.add_argument("--redis-server", default="", help="redis-server binary to run")
+    parser.add_argument("--only-crawlq", action="store_true",
+                        help="measure the built layout's rows alone")
     args = parser.parse_args(argv)
     u = Urls(args.urls)
     path = sum(map(len, u.paths)) / u.n
@@ -158,11 +211,25 @@ def main(argv: list[str] | None = None) -> int:
          binary(b, True, "minutes"), 160),
         (f"binary, 2^{b} HASHes, host by name + a LIST per due minute, listpack-value 160",
          binary(b, False, "minutes"), 160),
+        (f"crawlq now: 2^{b} rv:hist buckets, recrawl window (no entry), listpack-value 64",
+         crawlq_now(b, False), 64),
+        (f"crawlq now: 2^{b} rv:hist buckets, recrawl window (no entry), listpack-value 192",
+         crawlq_now(b, False), 192),
+        (f"crawlq now: 2^{b} rv:hist buckets (revisit: with entry), listpack-value 64",
+         crawlq_now(b, True, schedule=False), 64),
+        (f"crawlq now: 2^{b} rv:hist buckets (revisit: with entry), listpack-value 192",
+         crawlq_now(b, True, schedule=False), 192),
+        (f"crawlq now: 2^{b} rv:hist buckets + rv:due ZSET (revisit), listpack-value 64",
+         crawlq_now(b, True), 64),
+        (f"crawlq now: 2^{b} rv:hist buckets + rv:due ZSET (revisit), listpack-value 192",
+         crawlq_now(b, True), 192),
     ]
+    if args.only_crawlq:
+        rows = [row for row in rows if row[0].startswith("crawlq now")]
     for label, fill, lpv in rows:
         per = measure(args.redis_server, u, fill, lpv)
         verdict = "OK" if per <= target else "over"
-        print(f"{label:<82} {per:7.1f} B/URL   <= {target:.0f}: {verdict}")
+        print(f"{label:<84} {per:7.1f} B/URL   <= {target:.0f}: {verdict}", flush=True)
     return 0
 
 

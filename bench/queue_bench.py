@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import os
 import platform
 import sys
@@ -325,8 +326,11 @@ async def bench_bloom_memory(client: aioredis.Redis, urls: Sequence[str],
 async def revisits_done(client: aioredis.Redis, crawl: str, n: int, policy: dict[str, Any]
                         ) -> tuple[LeasingQueue, list[str], float]:
     """A crawl that keeps its URLs' history (`policy`) whose n URLs were enqueued, leased and acked
-    with a typical ETag, Last-Modified and digest: the queue, the URLs and the ack span (s)."""
-    q = await LeasingQueue.open(client, crawl, CrawlSettings())
+    with a typical ETag, Last-Modified and digest: the queue, the URLs and the ack span (s).
+    Its seen_bits put ~100 URLs in a bucket (as a crawl sized for its URLs would: the
+    history's buckets are the seen marks')."""
+    bits = max(4, min(24, round(math.log2(max(n, 1) / 100))))
+    q = await LeasingQueue.open(client, crawl, CrawlSettings(seen_bits=bits))
     await set_policy(client, crawl, {**policy, "per_host_delay": 0.0,
                                      "per_host_concurrency": 0}, by="bench", create=True)
     q.configure(revisits=True)
@@ -344,14 +348,14 @@ async def revisits_done(client: aioredis.Redis, crawl: str, n: int, policy: dict
 
 async def bench_revisit_memory(client: aioredis.Redis, n: int, revisit: str = "adaptive"
                                ) -> tuple[float, float]:
-    """Bytes per done URL of the revisit schedule (MEMORY USAGE of rv:hist and rv:due) after
+    """Bytes per done URL of the revisit schedule (MEMORY USAGE of rv:hist:* and rv:due) after
     n URLs were done; and the average URL length. `revisit` off: a recrawl window's
     history alone (its validators, kept by default: no rv:due)."""
     crawl = "bench-revisit"
     q, urls, _ = await revisits_done(client, crawl, n,
                                      {"revisit": revisit, "recrawl_after": 86400})
     pk = q.partitions[0]
-    used = await memory_usage(client, [pk.rv_hist, pk.rv_due])
+    used = await memory_usage(client, [*q.on.history_buckets(pk), pk.rv_due])
     await drop_crawl(client, crawl, 1)
     return used / n, sum(map(len, urls)) / n
 

@@ -336,7 +336,7 @@ async def test_check_warns_of_a_listpack_value_too_low_for_the_history(
     assert ok.startswith("ok: Redis at") and settings.endswith("hash-max-listpack-value 64")
     assert warning.startswith("warning: Redis at 127.0.0.1:")
     assert "has hash-max-listpack-value 64: a done URL's history record" in warning
-    assert "~158 B a done URL instead of ~114 B" in warning
+    assert "~188 B a done URL instead of ~132 B" in warning
     assert warning.endswith("set hash-max-listpack-value 192 (redis.conf, or CONFIG SET "
                             "hash-max-listpack-value 192)")
 
