@@ -276,6 +276,21 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("61-facet-pagination-refused", "a faceted page's links that change only numbers "
            "(its next pages) are followed: trap_page_facets refuses filters, not pagination",
            (_T + "test_a_faceted_pages_filter_links_are_refused_and_its_pages_followed",)),
+    Mutant("73-history-etag-dropped-in-encode", "a done URL's history record keeps the "
+           "validators its fetch observed (the binary record, lib/revisits.lua)",
+           (_RS + "test_a_history_record_is_compact_and_gives_back_what_it_was_told",
+            "tests/test_revisits.py::test_a_recrawl_window_alone_asks_with_the_validators_"
+            "and_a_304_ends_not_modified")),
+    Mutant("74-history-bucket-not-the-seen-marks", "a URL's history record is in the "
+           "rv:hist bucket of its seen mark, where its recrawl's enqueue reads it",
+           ("tests/test_revisits.py::test_a_recrawl_window_alone_asks_with_the_validators_"
+            "and_a_304_ends_not_modified",
+            _RS + "test_a_recrawl_windows_history_is_kept_unscheduled_and_joins_the_schedule_"
+            "later")),
+    Mutant("75-converted-history-loses-its-entry", "a layout-3 crawl's history converts "
+           "with each URL's entry: its revisits still come back",
+           ("tests/test_migrate_compact.py::test_a_layout_3_crawls_history_converts_and_its_"
+            "visits_ask_with_it",)),
     Mutant("62-facet-remembered-as-a-trap", "a link refused as a facet is one on its page "
            "only: the same URL linked from another page is followed",
            (_T + "test_a_faceted_pages_filter_links_are_refused_and_its_pages_followed",)),
