@@ -223,14 +223,20 @@ def text_record(r: HistoryRecord, tid: str) -> bytes:
             f"{len(etag)} {len(lm)} ").encode() + etag + lm + entry
 
 
-async def test_a_layout_3_crawls_history_converts_and_its_visits_ask_with_it(
-        redis_client: aioredis.Redis, crawl_name: str, monkeypatch: pytest.MonkeyPatch
-        ) -> None:
-    """Layout 3's text records in one rv:hist HASH become binary ones in their buckets
-    (compact_history.lua, a chunk of ids a call): the same facts, the malformed ones
-    dropped; then the schedule brings its URLs back and a recrawl window's record makes
-    its recrawl conditional, each with the URL's own validators. Run again: nothing."""
-    monkeypatch.setattr("common.queue.migrate.CHUNK", 2)
+@dataclass
+class History3:
+    """A crawl of layout 3 whose done URLs' history is text records in one HASH."""
+
+    urls: list[str]
+    ids: dict[str, str]  # url -> id
+    want: dict[str, HistoryRecord]  # what each record must convert to
+    last_modified: str
+
+
+async def layout3_history(redis_client: aioredis.Redis, crawl_name: str) -> History3:
+    """Seven URLs done with their validators, their records written back as layout 3's
+    scripts wrote them: urls[0]'s a recrawl window's (interval 0, no entry,
+    unscheduled), urls[1]'s with the estimator's sums; and two no script could read."""
     q = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings(partitions=2))
     await set_policy(redis_client, crawl_name, {
         "revisit": "learned", "recrawl_after": 1, "per_host_delay": 0.0,
@@ -245,9 +251,6 @@ async def test_a_layout_3_crawls_history_converts_and_its_visits_ask_with_it(
         lease.observed = Observed(f'"{lease.task.url}"', lm, "0123456789abcdef", -1)
     await q.ack("w", [(x, "ok") for x in leases])
     ids = {x.task.url: x.id for x in leases}
-    # Back to layout 3's history: text records in one HASH; urls[0]'s a recrawl window's
-    # (interval 0, no entry, unscheduled), urls[1]'s with the estimator's sums; and two
-    # that no script could read.
     want: dict[str, HistoryRecord] = {}
     for pk in q.partitions:
         for tid_, written in (await histories(q, pk)).items():
@@ -270,17 +273,36 @@ async def test_a_layout_3_crawls_history_converts_and_its_visits_ask_with_it(
     stored["format"] = 3
     await redis_client.hset(meta, "settings", codec.dumps(stored))
 
-    assert await migrate_crawl(redis_client, crawl_name) == 2
-    assert await migrate_crawl(redis_client, crawl_name) == 0  # again: nothing to do
+    return History3(urls, ids, want, lm)
+
+
+async def converted_history(redis_client: aioredis.Redis, q: LeasingQueue
+                            ) -> tuple[dict[str, HistoryRecord | None], int]:
+    """The records in the buckets, and what the partitions' rv_urls count, once no old
+    rv:hist is left."""
     got: dict[str, HistoryRecord | None] = {}
     urls_kept = 0
     for pk in q.partitions:
         assert await redis_client.exists(layout3_history_key(pk)) == 0
         got.update(await histories(q, pk))
         urls_kept += int(await redis_client.hget(pk.conf, "rv_urls") or 0)
-    assert got == want and urls_kept == len(want)
+    return got, urls_kept
 
+
+async def test_a_layout_3_crawls_history_converts_and_its_visits_ask_with_it(
+        redis_client: aioredis.Redis, crawl_name: str, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """Layout 3's text records in one rv:hist HASH become binary ones in their buckets
+    (compact_history.lua, a chunk of ids a call): the same facts, the malformed ones
+    dropped; then the schedule brings its URLs back and a recrawl window's record makes
+    its recrawl conditional, each with the URL's own validators. Run again: nothing."""
+    monkeypatch.setattr("common.queue.migrate.CHUNK", 2)
+    h = await layout3_history(redis_client, crawl_name)
+    urls, ids, want, lm = h.urls, h.ids, h.want, h.last_modified
+    assert await migrate_crawl(redis_client, crawl_name) == 2
+    assert await migrate_crawl(redis_client, crawl_name) == 0  # again: nothing to do
     q = await LeasingQueue.existing(redis_client, crawl_name)
+    assert await converted_history(redis_client, q) == (want, len(want))
     q.configure(revisits=True, recrawl_after_s=1)
     past = await redis_ms(redis_client) - 5
     for pk in q.partitions:
@@ -296,3 +318,40 @@ async def test_a_layout_3_crawls_history_converts_and_its_visits_ask_with_it(
         assert v is not None and (v.etag, v.last_modified, v.digest) == (
             f'"{x.task.url}"', lm, "0123456789abcdef"), x.task.url
         assert v.interval_s == want[x.id].interval_s
+
+
+async def test_a_history_conversion_cut_short_is_redone(
+        redis_client: aioredis.Redis, crawl_name: str, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """The process converting dies after two compact_history calls of 2 ids: the crawl
+    is still layout 3 (the mark comes last), some records converted, some not; the next
+    run converts the rest, each record once."""
+    monkeypatch.setattr("common.queue.migrate.CHUNK", 2)
+    h = await layout3_history(redis_client, crawl_name)
+    calls: list[int] = []
+
+    def cut(client: Any, name: str) -> Any:
+        script = register(client, name)
+        if name != "compact_history":
+            return script
+
+        async def call(keys: Any = None, args: Any = None, client: Any = None) -> Any:
+            calls.append(1)
+            if len(calls) > 2:
+                raise ConnectionError("the converting process died")
+            return await script(keys=keys, args=args, client=client)
+        call.resendable = False  # type: ignore[attr-defined]
+        return call
+
+    monkeypatch.setattr("common.queue.migrate.register", cut)
+    with pytest.raises(ConnectionError):
+        await migrate_crawl(redis_client, crawl_name)
+    with pytest.raises(CrawlNeedsMigration):
+        await CrawlQueue.existing(redis_client, crawl_name)
+    q = LeasingQueue(redis_client, crawl_name, CrawlSettings(partitions=2))
+    halfway = {tid for pk in q.partitions for tid in await histories(q, pk)}
+    assert 0 < len(halfway) < len(h.want)
+    monkeypatch.undo()
+    assert await migrate_crawl(redis_client, crawl_name) == 2
+    q = await LeasingQueue.existing(redis_client, crawl_name)
+    assert await converted_history(redis_client, q) == (h.want, len(h.want))
