@@ -255,13 +255,13 @@ async def layout3_history(redis_client: aioredis.Redis, crawl_name: str) -> Hist
     for pk in q.partitions:
         for tid_, written in (await histories(q, pk)).items():
             assert written is not None
-            record = written
-            if tid_ == ids[urls[0]]:
+            record = want[tid_] = written
+            if tid_ == ids[urls[0]]:  # the host is kept only with an entry
                 record = replace(written, interval_s=0, tail=b"")
+                want[tid_] = replace(record, host="")
                 await redis_client.zrem(pk.rv_due, tid_)
             if tid_ == ids[urls[1]]:
-                record = replace(written, n=1.9, x=0.9, t=171.5, e=12.25)
-            want[tid_] = record
+                record = want[tid_] = replace(written, n=1.9, x=0.9, t=171.5, e=12.25)
             await redis_client.hset(layout3_history_key(pk), tid_, text_record(record, tid_))
         pattern = pk.prefix.replace("{", "\\{").replace("}", "\\}") + "rv:hist:*"
         await redis_client.delete(*[k async for k in redis_client.scan_iter(match=pattern)])

@@ -44,7 +44,7 @@ def encode_record(r: HistoryRecord) -> bytes:
         flags, lm = flags | 8, at.to_bytes(4, "little")
     return (bytes([flags]) + _varint(r.priority) + _varint(r.interval_s)
             + r.fetched_s.to_bytes(4, "little") + sums + digest + lm + _text(r.etag)
-            + _text(r.host) + r.tail)
+            + _text(r.host if r.tail else "") + r.tail)
 
 
 async def raw_record(q: Any, tid: str, partition: int = 0) -> bytes | None:
