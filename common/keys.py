@@ -60,7 +60,8 @@ conf           HASH    the crawl's politeness, copied from its     policy_apply,
                        came from; rv_*: revisits, rv_cond: the
                        policy's conditional), and ``paused``;
                        learned revisits' rv_price and rv_demand
-                       (ack)
+                       (ack); rv_urls: the partition's history     (ack, purge, the
+                       records (``rv:hist:<b>``)                   conversion)
 pending        STRING  pending tasks in this partition             enqueue, lease, ...
 g:of           HASH    host -> its politeness group (its           enqueue (politeness_key
                        registrable domain, or its name's address   domain or ip), policy
