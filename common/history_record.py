@@ -5,8 +5,8 @@ in a partition's ``rv:hist:<bucket>`` HASHes, under the id's 16 bytes.
 flags (1 byte: 1 estimator sums, 2 and e, 4 digest as 8 bytes, 8 Last-Modified as u32
 seconds), priority and interval (varints), fetched (u32), [n, x, t[, e]] (varints of
 thousandths), digest, Last-Modified, ETag and host (each as its flag says, else a varint
-length and the bytes), then the compact entry's tail (no id, no ``v``). Varints are
-unsigned LEB128, u32s little-endian.
+length and the bytes; no host in a record without entry), then the compact entry's tail
+(no id, no ``v``). Varints are unsigned LEB128, u32s little-endian.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ _SUMS, _E, _DIGEST, _LM, _ALL = 1, 2, 4, 8, 15
 class HistoryRecord:
     """One done URL's last visit, as its history keeps it."""
 
-    host: str
+    host: str  # '' in a record without entry (a recrawl window's)
     priority: int
     interval_s: int
     fetched_s: int

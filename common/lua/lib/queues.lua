@@ -33,21 +33,27 @@ local function hex_byte(b)
   return b and ((b >= 48 and b <= 57) or (b >= 97 and b <= 102))
 end
 
+-- The compact form of a full entry of `host`'s queue without its id; nil for an entry
+-- that is not full (compact already, or without a hex id and then `http`).
+local function full_tail(host, e)
+  if not hex_byte(string.byte(e, 17)) or string.sub(e, 33, 36) ~= 'http'
+      or not string.find(string.sub(e, 1, 32), HEX_ID) then
+    return nil
+  end
+  local n = #host
+  if string.sub(e, 33, 41 + n) == 'https://' .. host .. '/' then
+    return string.sub(e, 41 + n)
+  elseif string.sub(e, 33, 40 + n) == 'http://' .. host .. '/' then
+    return ':' .. string.sub(e, 40 + n)
+  end
+  return string.sub(e, 33)
+end
+
 -- The compact form of a full entry of `host`'s queue (an entry compact already, or one
 -- without a hex id and then `http`, as it is: the lease screens it).
 local function entry_compact(host, e)
-  if not hex_byte(string.byte(e, 17)) or string.sub(e, 33, 36) ~= 'http'
-      or not string.find(string.sub(e, 1, 32), HEX_ID) then
-    return e
-  end
-  local id = bin_id(e)
-  local n = #host
-  if string.sub(e, 33, 41 + n) == 'https://' .. host .. '/' then
-    return id .. string.sub(e, 41 + n)
-  elseif string.sub(e, 33, 40 + n) == 'http://' .. host .. '/' then
-    return id .. ':' .. string.sub(e, 40 + n)
-  end
-  return id .. string.sub(e, 33)
+  local tail = full_tail(host, e)
+  return tail and bin_id(e) .. tail or e
 end
 
 -- A queued entry of `host` as its hex id and full entry; the id false for an entry that

@@ -50,9 +50,10 @@ end
 --   prio, interval_s (varints), fetched_s (u32)
 --   [n, x, t[, e]] (varints of thousandths)
 --   digest (8 bytes | varint length + text), Last-Modified (u32 | varint length + text)
---   ETag, host (each varint length + bytes)
+--   ETag, host (each varint length + bytes; the host '' in a record without entry)
 --   the rest: the URL's compact entry without its 16-byte id and `v` (lib/queues.lua
---   entry_compact; '' for a recrawl window's record), `tail` here.
+--   entry_compact; '' for a recrawl window's record: nothing brings it back by its
+--   host), `tail` here.
 -- Unsigned LEB128 varints and little-endian u32s. It lives in the partition's
 -- rv:hist:<bucket> HASH under the id's 16 bytes (bucket as the seen mark's).
 -- The `~` sums (learned revisits; n = x = t = 0 when absent) are the change-rate
@@ -60,8 +61,11 @@ end
 -- those the seconds the page is known to have stayed as it was, e (from Last-Modified;
 -- absent when the URL's Last-Modified did not date its changes), each decayed.
 local REC_FLAGS = {sums = 1, e = 2, digest = 4, lm = 8, all = 15}
+local HEX16 = '^' .. string.rep('[0-9a-f]', 16) .. '$'
 
 local function rec_varint(v)
+  if v < 128 then return string.char(v) end  -- most are (1 and 2 bytes without a table)
+  if v < 16384 then return string.char(v % 128 + 128, math.floor(v / 128)) end
   local t = {}
   while v >= 128 do
     t[#t + 1] = v % 128 + 128
@@ -196,9 +200,9 @@ local function record_encode(r)
     end
   end
   local digest = rec_text(r.digest)
-  if string.find(r.digest, '^' .. string.rep('[0-9a-f]', 16) .. '$') then
+  if string.find(r.digest, HEX16) then
     flags = flags + REC_FLAGS.digest
-    digest = bin_id(r.digest .. string.rep('0', 16)):sub(1, 8)
+    digest = string.sub(bin_id(r.digest .. '0000000000000000'), 1, 8)
   end
   local lm = rec_text(r.lm)
   local at = http_seconds(r.lm)
@@ -207,16 +211,17 @@ local function record_encode(r)
     lm = rec_u32(at)
   end
   return string.char(flags) .. rec_varint(r.prio) .. rec_varint(r.interval)
-    .. rec_u32(r.fetched) .. sums .. digest .. lm .. rec_text(r.etag) .. rec_text(r.host) .. r.tail
+    .. rec_u32(r.fetched) .. sums .. digest .. lm .. rec_text(r.etag)
+    .. rec_text(r.tail ~= '' and r.host or '') .. r.tail
 end
 
 -- A history record's field: the id's 16 bytes (in its rv:hist:<bucket>).
 local function record_field(id) return bin_id(id) end
 
--- The record's tail of a task's full entry ("<32 hex id><url>[ <json>]", as leases hold
--- it): its compact form without the id.
+-- The record's tail of a task's entry (full, "<32 hex id><url>[ <json>]", as leases hold
+-- it; or compact): its compact form without the id.
 local function entry_tail(host, entry)
-  return string.sub(entry_compact(host, entry), 17)
+  return full_tail(host, entry) or string.sub(entry, 17)
 end
 
 -- What one fetch observed (ack's per-item ARGV, common/schedule.py):
@@ -356,11 +361,13 @@ local function visit_record(p, v, o, now_s, interval, tail, est)
           tail = tail, n = est.n, x = est.x, t = est.t, e = est.e}
 end
 
--- The records before the visits (decoded; nil: none or malformed).
+-- The records before the visits (decoded; nil: none or malformed); each visit's record
+-- field joins it (v[8]).
 local function previous_records(visits)
   local prev = {}
   for i, v in ipairs(visits) do
-    prev[i] = record_decode(redis.call('HGET', v[7], record_field(v[1])))
+    v[8] = record_field(v[1])
+    prev[i] = record_decode(redis.call('HGET', v[7], v[8]))
   end
   return prev
 end
@@ -369,7 +376,7 @@ end
 local function write_records(conf, visits, records)
   local added = 0
   for i, v in ipairs(visits) do
-    added = added + redis.call('HSET', v[7], record_field(v[1]), record_encode(records[i]))
+    added = added + redis.call('HSET', v[7], v[8], record_encode(records[i]))
   end
   if added > 0 then redis.call('HINCRBY', conf, 'rv_urls', added) end
 end
