@@ -17,10 +17,12 @@ Where a verdict comes from, cheapest first:
 3. the fleet-wide Redis copy ``CrawlKeys.robots(origin)``, a STRING holding JSON
    ``{"status": int, "body": str, "fetched_at": unix s}`` (plus ``"error"`` after a failed
    fetch) with EX `ttl_s`;
-4. on a miss, ``SET <key>:lock NX PX lock_ms`` picks the one consumer that fetches
-   ``<origin>/robots.txt`` through the given `Fetcher` (so the SSRF guard, timeouts and
-   body cap apply) and writes the Redis copy; the others poll the Redis copy every 100 ms
-   and take the lock over if it is released or expires without a copy being written.
+4. on a miss, the lock ``<key>:lock`` (SET NX PX lock_ms, in the same script that read
+   the copy: ``common/lua/robots_claim.lua``, one round trip) picks the one consumer that
+   fetches ``<origin>/robots.txt`` through the given `Fetcher` (so the SSRF guard,
+   timeouts and body cap apply) and writes the Redis copy, releasing the lock in the same
+   round trip; the others poll the Redis copy every 100 ms and take the lock over if it
+   is released or expires without a copy being written.
 
 What a robots.txt fetch means:
 
@@ -71,6 +73,7 @@ from common.errors import ConfigError, FetchError, RedisUnavailableError
 from common.keys import CrawlKeys
 from common.locks import TokenLocks
 from common.policy import product_token
+from common.scripts import register
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -193,6 +196,8 @@ class RobotsCache:
         self._local: OrderedDict[str, _Entry] = OrderedDict()
         self._inflight: dict[str, asyncio.Task[_Entry]] = {}
         self._locks = TokenLocks(redis)
+        self._claim = register(redis, "robots_claim")
+        self._release = register(redis, "release_lock")
 
     async def check(self, url: str) -> RobotsVerdict:
         """The verdict for `url`; raises FetchError robots_unavailable (retryable),
@@ -343,24 +348,27 @@ class RobotsCache:
     async def _lookup_redis(self, origin: str, on_sent: OnSent | None) -> _Entry:
         key = self._keys.robots(origin)
         lock = f"{key}:lock"
-        redis = self._redis
         deadline = time.monotonic() + self.lock_ms / 1000 + 1.0
         token = secrets.token_hex(8)
         while True:
-            entry = await self._read(key)
-            if entry is not None:
-                return entry
-            if await redis.set(lock, token, nx=True, px=self.lock_ms):
+            # The copy, or the lock when nobody holds it: one round trip (a lookup is
+            # per origin, and a wide crawl's origins are most of its pages).
+            raw, pttl, locked = await self._claim(keys=[key, lock], args=[token, self.lock_ms])
+            if raw is not None:
+                entry = self._entry_of(key, raw, int(pttl))
+                if entry is not None:
+                    return entry
+            if int(locked):
+                stored = False
                 try:
-                    # The holder before us may have written the copy after our GET.
-                    entry = await self._read(key)
-                    if entry is not None:
-                        return entry
                     # A wait in on_sent outlasting lock_ms lets a second consumer fetch
                     # it too (under a turn of its own): a copy more, never a rude one.
-                    return await self._fetch_and_store(origin, key, on_sent)
+                    entry = await self._fetch_and_store(origin, key, lock, token, on_sent)
+                    stored = True
+                    return entry
                 finally:
-                    await self._unlock(lock, token)
+                    if not stored:
+                        await self._unlock(lock, token)
             if time.monotonic() >= deadline:
                 raise FetchError(
                     reasons.ROBOTS_UNAVAILABLE,
@@ -369,14 +377,8 @@ class RobotsCache:
                 )
             await asyncio.sleep(POLL_INTERVAL_S)
 
-    async def _read(self, key: str) -> _Entry | None:
-        """The Redis copy as an entry living as long as it does, or None (absent, corrupt)."""
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.get(key)
-            pipe.pttl(key)
-            raw, pttl = await pipe.execute()
-        if raw is None:
-            return None
+    def _entry_of(self, key: str, raw: Any, pttl: int) -> _Entry | None:
+        """The Redis copy as an entry living as long as it does, or None (corrupt)."""
         doc = _parse_doc(raw)
         if doc is None:
             log.warning("robots_cache_corrupt", extra={"key": key})
@@ -384,11 +386,16 @@ class RobotsCache:
         ttl_s = self.ttl_s
         return self._entry(doc, ttl_s if pttl < 0 else min(pttl / 1000, ttl_s))
 
-    async def _fetch_and_store(self, origin: str, key: str,
+    async def _fetch_and_store(self, origin: str, key: str, lock: str, token: str,
                                on_sent: OnSent | None = None) -> _Entry:
-        doc = await self._fetch(origin, on_sent)  # ssrf_blocked propagates, uncached
+        """Fetch robots.txt, then write the fleet's copy and release the lock (one round
+        trip); ssrf_blocked propagates, uncached (the caller releases the lock)."""
+        doc = await self._fetch(origin, on_sent)
         ttl_s = self.failure_ttl_s if "error" in doc else self.ttl_s
-        await self._redis.set(key, codec.dumps(doc), px=max(1, int(ttl_s * 1000)))
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.set(key, codec.dumps(doc), px=max(1, int(ttl_s * 1000)))
+            await self._release(keys=[lock], args=[token], client=pipe)
+            await pipe.execute()
         entry = self._entry(doc, ttl_s)
         entry.fetched = True
         return entry
