@@ -219,7 +219,10 @@ class Leaser:
         # A lease scheduled for its host's turn (AHEAD_MS at most) counts too: when its
         # turn comes a fetch slot must be free, or it would start late and the host's
         # next turn, leased meanwhile, would come too soon after it.
-        unfinished = self.slots.count()
+        # A page whose robots.txt went under its lease waits a delay for its own turn
+        # (TURN_WAIT) and does not count: a late start takes a turn of its own
+        # (consumer.turns), and a wide crawl has a host's first page in that wait.
+        unfinished = self.slots.count() - self.slots.count(Stage.TURN_WAIT)
         if self.window.cpu_bound:
             return 0  # CPU-bound: what it would lease would wait here, not at the host
         # The CPU window sizes untimed leasing only: a timed lease is its host's turn,

@@ -63,6 +63,20 @@ class Turns:
         await asyncio.sleep(DISPATCH_S + max(0, turn - now) / 1000)
         return True
 
+    async def turn_after(self, lease: Lease) -> float | None:
+        """A page whose robots.txt this consumer fetched under its lease (that request
+        took the lease's turn) takes its own turn, a full delay after that request
+        (late_turn.lua with after_ms), instead of going back to its host's queue to be
+        leased again; returns the monotonic time its request starts (DISPATCH_S after
+        the turn), or None (the lease dropped) when the lease is lost."""
+        after = max(lease.granted_ms, lease.sent_ms)
+        code, turn, now = await self.queue.late_turn(self.worker_id, lease, after_ms=after)
+        if code is not Code.OK:
+            self.book.drop(lease, lost=True)
+            return None
+        lease.granted_ms, lease.sent_ms = turn, 0
+        return time.monotonic() + DISPATCH_S + max(0, turn - now) / 1000
+
     def on_sent(self, lease: Lease) -> Callable[[], Awaitable[None]] | None:
         """For a request to a host with a delay: the fetch's `on_sent`, awaited as its
         headers are about to go out (after the connect; the first hop's, a redirect's are
