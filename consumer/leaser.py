@@ -78,6 +78,9 @@ class Leaser:
         self.responses_in: list[Lease] = []
         self._max_held = 4 * settings.concurrency
         self.started = time.monotonic()
+        #: Told the leases timed for their hosts' turns as they are dispatched (the
+        #: runner reads their robots.txt copies ahead of the turns).
+        self.on_timed: Callable[[Sequence[Lease]], None] | None = None
         # Whether the crawl's leases come with a delay (the lease reply says, host by
         # host): then each is its host's turn, to be fetched when granted, so nothing is
         # prefetched. Assumed until a lease call shows otherwise.
@@ -196,6 +199,8 @@ class Leaser:
                     self.slots.move(lease, Stage.QUEUED)
         if not timed:
             return
+        if self.on_timed is not None:
+            self.on_timed(timed)
         by_turn: dict[int, list[Lease]] = {}
         for lease in timed:
             self.slots.move(lease, Stage.SCHEDULED)

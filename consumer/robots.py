@@ -58,7 +58,7 @@ import logging
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
@@ -195,6 +195,7 @@ class RobotsCache:
         self.lock_ms = lock_ms
         self._local: OrderedDict[str, _Entry] = OrderedDict()
         self._inflight: dict[str, asyncio.Task[_Entry]] = {}
+        self._warming: set[asyncio.Future[None]] = set()
         self._locks = TokenLocks(redis)
         self._claim = register(redis, "robots_claim")
         self._release = register(redis, "release_lock")
@@ -233,6 +234,60 @@ class RobotsCache:
         entry = self._local_get(origin)
         return None if entry is None else self._verdict(entry, path)
 
+    def warm_soon(self, urls: Iterable[str]) -> None:
+        """`warm` these URLs' origins in a task of its own when this process lacks some
+        (`close` cancels it)."""
+        origins = self._missing(urls)
+        if origins:
+            task = asyncio.ensure_future(self._read_copies(origins))
+            self._warming.add(task)
+            task.add_done_callback(self._warmed)
+
+    def _warmed(self, task: asyncio.Future[None]) -> None:
+        self._warming.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("robots_warm_failed", extra={"error": repr(task.exception())[:200]})
+
+    async def warm(self, urls: Iterable[str]) -> None:
+        """Read the fleet's copies of these URLs' robots.txt that this process lacks into
+        it, in one round trip, reading nothing else: a page leased for its turn ahead
+        then finds its verdict here when the turn comes, and goes on time instead of
+        late (a late request waits for a turn of its own). A copy Redis lacks is left to
+        `lookup` at the turn; a failed read is only a missed hint."""
+        origins = self._missing(urls)
+        if origins:
+            await self._read_copies(origins)
+
+    def _missing(self, urls: Iterable[str]) -> list[str]:
+        """The origins of these URLs this process holds no robots.txt of, nor looks up."""
+        origins: dict[str, None] = {}
+        for url in urls:
+            try:
+                origin = origin_of(url)[0]
+            except FetchError:
+                continue
+            if origin not in self._inflight and self._local_get(origin) is None:
+                origins[origin] = None
+        return list(origins)
+
+    async def _read_copies(self, origins: list[str]) -> None:
+        keys = [self._keys.robots(o) for o in origins]
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.get(key)
+                    pipe.pttl(key)
+                replies = await pipe.execute()
+        except (RedisConnectionError, RedisTimeoutError):
+            return
+        for i, origin in enumerate(origins):
+            raw, pttl = replies[2 * i], replies[2 * i + 1]
+            if raw is None or origin in self._inflight or self._local_get(origin):
+                continue
+            entry = self._entry_of(keys[i], raw, int(pttl))
+            if entry is not None:
+                self._local_put(origin, entry)
+
     @property
     def agent(self) -> str:
         """The product token robots.txt groups are matched on: the user agent's of the
@@ -255,12 +310,14 @@ class RobotsCache:
         return min(self._failure_ttl_s, self.ttl_s)
 
     async def close(self) -> None:
-        """Cancel lookups in flight (their callers get CancelledError) and forget them."""
-        tasks = list(self._inflight.values())
+        """Cancel lookups in flight (their callers get CancelledError) and reads of
+        copies (`warm_soon`), and forget them."""
+        tasks: list[asyncio.Future[Any]] = [*self._inflight.values(), *self._warming]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._inflight.clear()
+        self._warming.clear()
 
     # --- in-process -----------------------------------------------------------------------
 
