@@ -64,6 +64,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
 from protego import Protego
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from yarl import URL
 
@@ -451,8 +452,16 @@ class RobotsCache:
         ttl_s = self.failure_ttl_s if "error" in doc else self.ttl_s
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.set(key, codec.dumps(doc), px=max(1, int(ttl_s * 1000)))
-            await self._release(keys=[lock], args=[token], client=pipe)
-            await pipe.execute()
+            # EVALSHA itself: a script registered on a pipeline costs a SCRIPT EXISTS
+            # round trip first. Unloaded (a restarted Redis), it is unlocked on its own.
+            pipe.evalsha(self._release.script.sha, 1, lock, token)
+            stored, unlocked = await pipe.execute(raise_on_error=False)
+        if isinstance(stored, Exception):
+            raise stored
+        if isinstance(unlocked, NoScriptError):
+            await self._unlock(lock, token)
+        elif isinstance(unlocked, Exception):
+            raise unlocked
         entry = self._entry(doc, ttl_s)
         entry.fetched = True
         return entry

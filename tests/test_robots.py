@@ -594,3 +594,18 @@ async def test_warm_reads_the_fleets_copies_ahead_and_fetches_nothing(
     assert verdict is not None and not verdict.allowed and verdict.crawl_delay == 5.0
     assert cache.cached(f"{missing.url}/public") is None
     assert (fetched.hits, missing.hits) == (1, 0)
+
+
+async def test_the_lock_is_released_when_redis_lost_the_unlock_script(
+    serve: ServeFn, make_cache: Callable[..., RobotsCache], redis_client: aioredis.Redis,
+    crawl_name: str
+) -> None:
+    """The copy is stored and the lock released in one round trip (EVALSHA in the
+    pipeline); a Redis that lost its scripts (restarted, failed over) still gets the lock
+    released, not left to expire."""
+    o = await serve(body=ROBOTS)
+    await redis_client.script_flush()
+    assert not (await make_cache().check(f"{o.url}/private/x")).allowed
+    key = CrawlKeys.build(crawl_name).robots(o.url)
+    assert await redis_client.exists(key) == 1
+    assert await redis_client.exists(key + ":lock") == 0
