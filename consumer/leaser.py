@@ -201,6 +201,11 @@ class Leaser:
             return
         if self.on_timed is not None:
             self.on_timed(timed)
+        # Timed from Redis' clock now, not from the reply's TIME: a reply read late (a
+        # busy event loop) would otherwise start its requests late by its age, and a
+        # request late on the wire waits for a turn of its own (consumer.turns). The
+        # estimate trails Redis' true time (RedisClock), so none starts early.
+        now_ms = max(now_ms, self.clock.to_redis_ms(time.monotonic()) or now_ms)
         by_turn: dict[int, list[Lease]] = {}
         for lease in timed:
             self.slots.move(lease, Stage.SCHEDULED)
