@@ -160,10 +160,12 @@ class Runner:
                 self.slots.move(lease, Stage.DONE)
             self.leaser.wake()
             return
-        # Its robots.txt took its turn: fetched next, it takes its own, a delay on.
+        # Its robots.txt took its turn: fetched next, it takes its own, a delay on (a
+        # host without a delay is handed back: its next lease is its turn).
         may_fetch = fetched and isinstance(verdict, RobotsVerdict) and verdict.allowed
         turned = False
-        if may_fetch and self.book.holds(lease) and not self.stopping.draining:
+        if (may_fetch and lease.delay_ms > 0 and self.book.holds(lease)
+                and not self.stopping.draining):
             self.slots.move(lease, Stage.TURN_WAIT)
             self.leaser.wake()  # the wait takes no room
             try:
