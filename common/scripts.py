@@ -55,6 +55,8 @@ RESENDABLE: dict[str, str] = {
     "is_empty": "reads only",
     "worker_beat": "sets the heartbeat", "refresh_lock": "compares the lock's token",
     "release_lock": "compares the lock's token",
+    "robots_claim": "compares the lock's token: a call sent again finds the lock its "
+                    "first run took ours",
     "history_push": "a second snapshot within the minimum gap is skipped",
 }
 

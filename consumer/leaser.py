@@ -78,6 +78,9 @@ class Leaser:
         self.responses_in: list[Lease] = []
         self._max_held = 4 * settings.concurrency
         self.started = time.monotonic()
+        #: Told the leases timed for their hosts' turns as they are dispatched (the
+        #: runner reads their robots.txt copies ahead of the turns).
+        self.on_timed: Callable[[Sequence[Lease]], None] | None = None
         # Whether the crawl's leases come with a delay (the lease reply says, host by
         # host): then each is its host's turn, to be fetched when granted, so nothing is
         # prefetched. Assumed until a lease call shows otherwise.
@@ -196,6 +199,13 @@ class Leaser:
                     self.slots.move(lease, Stage.QUEUED)
         if not timed:
             return
+        if self.on_timed is not None:
+            self.on_timed(timed)
+        # Timed from Redis' clock now, not from the reply's TIME: a reply read late (a
+        # busy event loop) would otherwise start its requests late by its age, and a
+        # request late on the wire waits for a turn of its own (consumer.turns). The
+        # estimate trails Redis' true time (RedisClock), so none starts early.
+        now_ms = max(now_ms, self.clock.to_redis_ms(time.monotonic()) or now_ms)
         by_turn: dict[int, list[Lease]] = {}
         for lease in timed:
             self.slots.move(lease, Stage.SCHEDULED)
@@ -219,7 +229,10 @@ class Leaser:
         # A lease scheduled for its host's turn (AHEAD_MS at most) counts too: when its
         # turn comes a fetch slot must be free, or it would start late and the host's
         # next turn, leased meanwhile, would come too soon after it.
-        unfinished = self.slots.count()
+        # A page whose robots.txt went under its lease waits a delay for its own turn
+        # (TURN_WAIT) and does not count: a late start takes a turn of its own
+        # (consumer.turns), and a wide crawl has a host's first page in that wait.
+        unfinished = self.slots.count() - self.slots.count(Stage.TURN_WAIT)
         if self.window.cpu_bound:
             return 0  # CPU-bound: what it would lease would wait here, not at the host
         # The CPU window sizes untimed leasing only: a timed lease is its host's turn,

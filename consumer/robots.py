@@ -17,10 +17,12 @@ Where a verdict comes from, cheapest first:
 3. the fleet-wide Redis copy ``CrawlKeys.robots(origin)``, a STRING holding JSON
    ``{"status": int, "body": str, "fetched_at": unix s}`` (plus ``"error"`` after a failed
    fetch) with EX `ttl_s`;
-4. on a miss, ``SET <key>:lock NX PX lock_ms`` picks the one consumer that fetches
-   ``<origin>/robots.txt`` through the given `Fetcher` (so the SSRF guard, timeouts and
-   body cap apply) and writes the Redis copy; the others poll the Redis copy every 100 ms
-   and take the lock over if it is released or expires without a copy being written.
+4. on a miss, the lock ``<key>:lock`` (SET NX PX lock_ms, in the same script that read
+   the copy: ``common/lua/robots_claim.lua``, one round trip) picks the one consumer that
+   fetches ``<origin>/robots.txt`` through the given `Fetcher` (so the SSRF guard,
+   timeouts and body cap apply) and writes the Redis copy, releasing the lock in the same
+   round trip; the others poll the Redis copy every 100 ms and take the lock over if it
+   is released or expires without a copy being written.
 
 What a robots.txt fetch means:
 
@@ -56,12 +58,13 @@ import logging
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
 from protego import Protego
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from yarl import URL
 
@@ -71,6 +74,7 @@ from common.errors import ConfigError, FetchError, RedisUnavailableError
 from common.keys import CrawlKeys
 from common.locks import TokenLocks
 from common.policy import product_token
+from common.scripts import register
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -192,7 +196,10 @@ class RobotsCache:
         self.lock_ms = lock_ms
         self._local: OrderedDict[str, _Entry] = OrderedDict()
         self._inflight: dict[str, asyncio.Task[_Entry]] = {}
+        self._warming: set[asyncio.Future[None]] = set()
         self._locks = TokenLocks(redis)
+        self._claim = register(redis, "robots_claim")
+        self._release = register(redis, "release_lock")
 
     async def check(self, url: str) -> RobotsVerdict:
         """The verdict for `url`; raises FetchError robots_unavailable (retryable),
@@ -228,6 +235,60 @@ class RobotsCache:
         entry = self._local_get(origin)
         return None if entry is None else self._verdict(entry, path)
 
+    def warm_soon(self, urls: Iterable[str]) -> None:
+        """`warm` these URLs' origins in a task of its own when this process lacks some
+        (`close` cancels it)."""
+        origins = self._missing(urls)
+        if origins:
+            task = asyncio.ensure_future(self._read_copies(origins))
+            self._warming.add(task)
+            task.add_done_callback(self._warmed)
+
+    def _warmed(self, task: asyncio.Future[None]) -> None:
+        self._warming.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("robots_warm_failed", extra={"error": repr(task.exception())[:200]})
+
+    async def warm(self, urls: Iterable[str]) -> None:
+        """Read the fleet's copies of these URLs' robots.txt that this process lacks into
+        it, in one round trip, reading nothing else: a page leased for its turn ahead
+        then finds its verdict here when the turn comes, and goes on time instead of
+        late (a late request waits for a turn of its own). A copy Redis lacks is left to
+        `lookup` at the turn; a failed read is only a missed hint."""
+        origins = self._missing(urls)
+        if origins:
+            await self._read_copies(origins)
+
+    def _missing(self, urls: Iterable[str]) -> list[str]:
+        """The origins of these URLs this process holds no robots.txt of, nor looks up."""
+        origins: dict[str, None] = {}
+        for url in urls:
+            try:
+                origin = origin_of(url)[0]
+            except FetchError:
+                continue
+            if origin not in self._inflight and self._local_get(origin) is None:
+                origins[origin] = None
+        return list(origins)
+
+    async def _read_copies(self, origins: list[str]) -> None:
+        keys = [self._keys.robots(o) for o in origins]
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.get(key)
+                    pipe.pttl(key)
+                replies = await pipe.execute()
+        except (RedisConnectionError, RedisTimeoutError):
+            return
+        for i, origin in enumerate(origins):
+            raw, pttl = replies[2 * i], replies[2 * i + 1]
+            if raw is None or origin in self._inflight or self._local_get(origin):
+                continue
+            entry = self._entry_of(keys[i], raw, int(pttl))
+            if entry is not None:
+                self._local_put(origin, entry)
+
     @property
     def agent(self) -> str:
         """The product token robots.txt groups are matched on: the user agent's of the
@@ -250,12 +311,14 @@ class RobotsCache:
         return min(self._failure_ttl_s, self.ttl_s)
 
     async def close(self) -> None:
-        """Cancel lookups in flight (their callers get CancelledError) and forget them."""
-        tasks = list(self._inflight.values())
+        """Cancel lookups in flight (their callers get CancelledError) and reads of
+        copies (`warm_soon`), and forget them."""
+        tasks: list[asyncio.Future[Any]] = [*self._inflight.values(), *self._warming]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._inflight.clear()
+        self._warming.clear()
 
     # --- in-process -----------------------------------------------------------------------
 
@@ -343,24 +406,27 @@ class RobotsCache:
     async def _lookup_redis(self, origin: str, on_sent: OnSent | None) -> _Entry:
         key = self._keys.robots(origin)
         lock = f"{key}:lock"
-        redis = self._redis
         deadline = time.monotonic() + self.lock_ms / 1000 + 1.0
         token = secrets.token_hex(8)
         while True:
-            entry = await self._read(key)
-            if entry is not None:
-                return entry
-            if await redis.set(lock, token, nx=True, px=self.lock_ms):
+            # The copy, or the lock when nobody holds it: one round trip (a lookup is
+            # per origin, and a wide crawl's origins are most of its pages).
+            raw, pttl, locked = await self._claim(keys=[key, lock], args=[token, self.lock_ms])
+            if raw is not None:
+                entry = self._entry_of(key, raw, int(pttl))
+                if entry is not None:
+                    return entry
+            if int(locked):
+                stored = False
                 try:
-                    # The holder before us may have written the copy after our GET.
-                    entry = await self._read(key)
-                    if entry is not None:
-                        return entry
                     # A wait in on_sent outlasting lock_ms lets a second consumer fetch
                     # it too (under a turn of its own): a copy more, never a rude one.
-                    return await self._fetch_and_store(origin, key, on_sent)
+                    entry = await self._fetch_and_store(origin, key, lock, token, on_sent)
+                    stored = True
+                    return entry
                 finally:
-                    await self._unlock(lock, token)
+                    if not stored:
+                        await self._unlock(lock, token)
             if time.monotonic() >= deadline:
                 raise FetchError(
                     reasons.ROBOTS_UNAVAILABLE,
@@ -369,14 +435,8 @@ class RobotsCache:
                 )
             await asyncio.sleep(POLL_INTERVAL_S)
 
-    async def _read(self, key: str) -> _Entry | None:
-        """The Redis copy as an entry living as long as it does, or None (absent, corrupt)."""
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.get(key)
-            pipe.pttl(key)
-            raw, pttl = await pipe.execute()
-        if raw is None:
-            return None
+    def _entry_of(self, key: str, raw: Any, pttl: int) -> _Entry | None:
+        """The Redis copy as an entry living as long as it does, or None (corrupt)."""
         doc = _parse_doc(raw)
         if doc is None:
             log.warning("robots_cache_corrupt", extra={"key": key})
@@ -384,11 +444,24 @@ class RobotsCache:
         ttl_s = self.ttl_s
         return self._entry(doc, ttl_s if pttl < 0 else min(pttl / 1000, ttl_s))
 
-    async def _fetch_and_store(self, origin: str, key: str,
+    async def _fetch_and_store(self, origin: str, key: str, lock: str, token: str,
                                on_sent: OnSent | None = None) -> _Entry:
-        doc = await self._fetch(origin, on_sent)  # ssrf_blocked propagates, uncached
+        """Fetch robots.txt, then write the fleet's copy and release the lock (one round
+        trip); ssrf_blocked propagates, uncached (the caller releases the lock)."""
+        doc = await self._fetch(origin, on_sent)
         ttl_s = self.failure_ttl_s if "error" in doc else self.ttl_s
-        await self._redis.set(key, codec.dumps(doc), px=max(1, int(ttl_s * 1000)))
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.set(key, codec.dumps(doc), px=max(1, int(ttl_s * 1000)))
+            # EVALSHA itself: a script registered on a pipeline costs a SCRIPT EXISTS
+            # round trip first. Unloaded (a restarted Redis), it is unlocked on its own.
+            pipe.evalsha(self._release.script.sha, 1, lock, token)
+            stored, unlocked = await pipe.execute(raise_on_error=False)
+        if isinstance(stored, Exception):
+            raise stored
+        if isinstance(unlocked, NoScriptError):
+            await self._unlock(lock, token)
+        elif isinstance(unlocked, Exception):
+            raise unlocked
         entry = self._entry(doc, ttl_s)
         entry.fetched = True
         return entry

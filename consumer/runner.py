@@ -2,7 +2,8 @@
 
 A lease whose robots.txt is not known yet waits outside the fetch slots while it is
 looked up; when this consumer fetched robots.txt itself, that request was the host's
-turn, so the task goes back to the head of its host's queue for the next one.
+turn, so the page takes its own, a delay after it (``Turns.turn_after``), and waits for
+it outside the slots too.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
 from consumer.flush import Completion, Flusher
 from consumer.handlers import HandlerContext, LeaseLostError, as_result, check_children
-from consumer.leaser import Leaser
+from consumer.leaser import AHEAD_MS, Leaser
 from consumer.leases import LeaseBook
 from consumer.live import PolicyReader
 from consumer.revisits import NOT_HANDLED, conditional_headers, noted, observe, outcome_of
@@ -68,6 +69,15 @@ class Runner:
         self.window = window
         self.turns = Turns(queue, self.worker_id, leaser.clock, book, metrics)
         self.stopping = stopping
+        leaser.on_timed = self._read_robots_ahead
+
+    def _read_robots_ahead(self, leases: Sequence[Lease]) -> None:
+        """Leases timed for their turns, up to AHEAD_MS + DISPATCH_S away: the fleet's
+        copies of their robots.txt that this process lacks are read now (one round
+        trip), so a host whose robots.txt another consumer fetched costs its page no
+        lookup at its turn, and no turn of its own for the lateness that would bring."""
+        if self.robots is not None and not self.policy.now.ignore_robots:
+            self.robots.warm_soon(lease.task.url for lease in leases)
 
     async def work(self, lease: Lease) -> None:
         """Take a lease through robots.txt, the fetch and the handler to its completion,
@@ -111,8 +121,9 @@ class Runner:
         """Fetch (or read the fleet's copy of) a lease's robots.txt while no slot waits.
 
         If this consumer fetched it, that request was the host's turn: record the host's
-        Crawl-delay and give the task back to the head of its host's queue. Otherwise
-        queue the lease again: its slot then finds the verdict cached.
+        Crawl-delay, and a page robots.txt allows takes its own turn a delay later and
+        waits for it (handed back to the head of its host's queue if Redis fails
+        meanwhile). Then queue the lease again: its slot finds the verdict cached.
         """
         assert self.robots is not None
         outage: Backoff | None = None
@@ -149,16 +160,42 @@ class Runner:
                 self.slots.move(lease, Stage.DONE)
             self.leaser.wake()
             return
+        # Its robots.txt took its turn: fetched next, it takes its own, a delay on (a
+        # host without a delay is handed back: its next lease is its turn).
+        may_fetch = fetched and isinstance(verdict, RobotsVerdict) and verdict.allowed
+        turned = False
+        if (may_fetch and lease.delay_ms > 0 and self.book.holds(lease)
+                and not self.stopping.draining):
+            self.slots.move(lease, Stage.TURN_WAIT)
+            self.leaser.wake()  # the wait takes no room
+            try:
+                start = await self.turns.turn_after(lease)
+            except REDIS_ERRORS as exc:  # handed back: its next lease is its turn
+                log.warning("redis_error", extra={"during": "turn_after",
+                                                  "error": str(exc)[:200]})
+            else:
+                turned = start is not None
+                if start is not None:
+                    await self._wait_for_turn(lease, start)
         self.slots.robots_done(lease)
         if not self.book.holds(lease):
             self.slots.move(lease, Stage.DONE)
             self.leaser.wake()
-        elif fetched:
+        elif may_fetch and not turned:
             self._complete(Completion(lease, "release"))
         elif not self.stopping.draining:
             self.slots.move(lease, Stage.QUEUED, front=True)
         else:
             self.slots.move(lease, Stage.DONE)
+
+    async def _wait_for_turn(self, lease: Lease, start: float) -> None:
+        """Wait for monotonic `start`, the time a page's own turn comes (Turns.turn_after):
+        outside the room until AHEAD_MS before it, then in it, as a lease timed ahead
+        (a fetch slot is free for it when its turn comes)."""
+        await asyncio.sleep(max(0.0, start - AHEAD_MS / 1000 - time.monotonic()))
+        if self.slots.stage(lease) is Stage.TURN_WAIT:
+            self.slots.move(lease, Stage.SCHEDULED)
+        await asyncio.sleep(max(0.0, start - time.monotonic()))
 
     def _crawl_delay(self, host: str, asked: float) -> float:
         """A robots.txt Crawl-delay as the crawl obeys it: cut to the policy's

@@ -28,10 +28,11 @@ class Stage(IntEnum):
     SCHEDULED = 0  # a host's turn, to start DISPATCH_S after the lease reply
     QUEUED = 1  # waits for a free fetch slot
     ROBOTS_WAIT = 2  # its robots.txt is looked up outside the slots
-    STARTING = 3  # a slot took it: robots.txt gate, lease still ours?
-    FETCHING = 4  # its request is under way
-    RESPONSE_IN = 5  # the fetch returned: handler, then its completion
-    DONE = 6  # left the slots (completion queued, dropped or released)
+    TURN_WAIT = 3  # its robots.txt went under its lease: it waits for its own turn
+    STARTING = 4  # a slot took it: robots.txt gate, lease still ours?
+    FETCHING = 5  # its request is under way
+    RESPONSE_IN = 6  # the fetch returned: handler, then its completion
+    DONE = 7  # left the slots (completion queued, dropped or released)
 
 
 #: The stages in which a fetch slot works on the lease.
@@ -39,7 +40,9 @@ IN_SLOT = frozenset({Stage.STARTING, Stage.FETCHING, Stage.RESPONSE_IN})
 #: The stages of a lease whose fetch has begun: drained within --grace, not cut.
 STARTED = frozenset({Stage.FETCHING, Stage.RESPONSE_IN})
 #: The stages of a lease no slot has begun to fetch (shed and drain release them).
-NOT_STARTED = frozenset({Stage.SCHEDULED, Stage.QUEUED, Stage.ROBOTS_WAIT})
+NOT_STARTED = frozenset({Stage.SCHEDULED, Stage.QUEUED, Stage.ROBOTS_WAIT, Stage.TURN_WAIT})
+#: The stages of a lease whose wait is the lookup task's (drop cancels it).
+LOOKING_UP = frozenset({Stage.ROBOTS_WAIT, Stage.TURN_WAIT})
 
 
 class _At:
@@ -115,7 +118,8 @@ class Slots:
         self._lookups[lease.id] = asyncio.ensure_future(lookup)
 
     def robots_done(self, lease: Lease) -> None:
-        """`lease`'s robots.txt lookup ended (the caller moves the lease on)."""
+        """`lease`'s robots.txt lookup (and its wait for its turn, TURN_WAIT) ended (the
+        caller moves the lease on)."""
         self._lookups.pop(lease.id, None)
 
     # -- the slots ------------------------------------------------------------------------
@@ -192,7 +196,7 @@ class Slots:
                 self.dropping[slot] = lease
                 slot.cancel()
             return
-        if stage is Stage.ROBOTS_WAIT:
+        if stage in LOOKING_UP:
             waiter = self._lookups.pop(lease.id, None)
             if waiter is not None:
                 waiter.cancel()

@@ -60,8 +60,28 @@ class Turns:
             return False
         self.metrics.late_turns_total.inc()
         lease.granted_ms = turn
-        await asyncio.sleep(DISPATCH_S + max(0, turn - now) / 1000)
+        await asyncio.sleep(DISPATCH_S + max(0, turn - self._redis_now(now)) / 1000)
         return True
+
+    async def turn_after(self, lease: Lease) -> float | None:
+        """A page whose robots.txt this consumer fetched under its lease (that request
+        took the lease's turn) takes its own turn, a full delay after that request
+        (late_turn.lua with after_ms), instead of going back to its host's queue to be
+        leased again; returns the monotonic time its request starts (DISPATCH_S after
+        the turn), or None (the lease dropped) when the lease is lost."""
+        after = max(lease.granted_ms, lease.sent_ms)
+        code, turn, now = await self.queue.late_turn(self.worker_id, lease, after_ms=after)
+        if code is not Code.OK:
+            self.book.drop(lease, lost=True)
+            return None
+        lease.granted_ms, lease.sent_ms = turn, 0
+        return time.monotonic() + DISPATCH_S + max(0, turn - self._redis_now(now)) / 1000
+
+    def _redis_now(self, reply_ms: int) -> int:
+        """Redis' time now by its clock (consumer.clock), never before `reply_ms`, the
+        TIME of the reply just read: a wait for a turn counts from it, not from the
+        reply, which a busy event loop may have read late."""
+        return max(reply_ms, self.clock.to_redis_ms(time.monotonic()) or reply_ms)
 
     def on_sent(self, lease: Lease) -> Callable[[], Awaitable[None]] | None:
         """For a request to a host with a delay: the fetch's `on_sent`, awaited as its

@@ -240,6 +240,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("60-late-turn-ignores-a-later-turn", "a late request's turn comes a delay after "
            "the latest turn leased, not at once",
            (_FR + "test_a_late_robots_txt_and_the_pages_that_waited_for_it_keep_the_delay",)),
+    Mutant("77-page-after-robots-txt-takes-no-turn", "a page whose robots.txt went under "
+           "its lease takes its own turn a delay after that request",
+           (_FR + "test_three_consumers_keep_each_hosts_delay_and_concurrency_robots_included",
+            _FR + "test_a_late_robots_txt_and_the_pages_that_waited_for_it_keep_the_delay")),
+    Mutant("78-turn-timed-from-a-clock-ahead-of-redis", "a turn leased ahead starts by "
+           "Redis' clock, whose estimate here trails Redis' time: never before its turn",
+           (_FR + "test_a_turn_within_ahead_is_leased_timed_to_it_and_counted_from_it",
+            _FR + "test_three_consumers_keep_each_hosts_delay_and_concurrency_robots_included")),
     Mutant("72-stopping-flush-retried-for-ever", "a consumer told to stop while Redis is "
            "unreachable gives its last flush up and exits 3",
            ("tests/test_consumer.py::test_a_consumer_stopping_while_redis_is_gone_gives_up_"

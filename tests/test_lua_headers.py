@@ -56,7 +56,8 @@ RANGE = re.compile(r"^-- KEYS\[(\d+)\.\.(\d+)\]\s+(?:host|lease|group) state: ([
                    r"\(lib/(?:hosts|leases|groups)\.lua\)")
 TAIL = re.compile(r"^-- KEYS\[(\d+)[^\]]*\.\.\]")
 CYCLE = re.compile(r"^-- KEYS\[(\d+)\(i-1\)\+(\d+)\]\s+(\S+)")
-OTHERS = ("worker_beat", "history_push", "release_lock", "refresh_lock", "fsck_repair",
+OTHERS = ("worker_beat", "history_push", "release_lock", "refresh_lock", "robots_claim",
+          "fsck_repair",
           "fsck_revisits",
           "policy_set", "policy_apply", "group_set", "fsck_groups")
 SOURCES = {scripts.source(name): name for name in (*scripts.NAMES, *OTHERS)}
@@ -90,7 +91,7 @@ def key_name(key: str) -> str:
         return "lock"
     for prefix, shown in (("hq:", "hq:<h>"), ("hp:", "hp:<h>"), ("seen:", "seen"),
                           ("bloom:", "bloom:<L>"), ("worker:", "worker:<id>"),
-                          ("op:", "op:<worker>")):
+                          ("op:", "op:<worker>"), ("robots:", "robots")):
         if name.startswith(prefix):
             return shown
     return name
@@ -218,6 +219,11 @@ async def exercise(client: aioredis.Redis, crawl: str, partitions: int = 2) -> N
     lock = CrawlKeys.build(crawl).producer_lock
     await locks.refresh(lock, "token", 1000)
     await locks.release(lock, "token")
+    robots = CrawlKeys.build(crawl).robots("http://a.test")
+    claim = scripts.register(client, "robots_claim")
+    await claim(keys=[robots, robots + ":lock"], args=["token", 1000])
+    await client.set(robots, '{"status": 404, "body": "", "fetched_at": 0}', px=1000)
+    await claim(keys=[robots, robots + ":lock"], args=["token", 1000])
     await repair_hosts(q, 0, [h for h in ("a.test", "b.test", "c.test", "d.test")
                               if q.partition_of(h) == 0])
     await repair_schedule(q, q.partitions[0], {"a" * 32: "a.test", "b" * 32: None})

@@ -576,3 +576,36 @@ async def test_local_lru_is_bounded(serve: ServeFn, make_cache: Callable[..., Ro
     assert not (await cache.check(f"{origins[0].url}/private/x")).allowed  # evicted: Redis
     assert await _commands(redis_client) - before > 1
     assert [o.hits for o in origins] == [1, 1, 1]  # ... but no refetch
+
+
+async def test_warm_reads_the_fleets_copies_ahead_and_fetches_nothing(
+    serve: ServeFn, make_cache: Callable[..., RobotsCache]
+) -> None:
+    """A page leased ahead of its turn has its origin's copy read in (one round trip)
+    before the turn: then its verdict is in process; an origin Redis holds no copy of is
+    left to the lookup at the turn, and warm fetches nothing over HTTP."""
+    fetched, missing = await serve(body=ROBOTS), await serve(body=ROBOTS)
+    other = make_cache()  # another consumer fetched this origin's robots.txt
+    await other.check(f"{fetched.url}/public")
+    cache = make_cache()
+    assert cache.cached(f"{fetched.url}/private/x") is None
+    await cache.warm([f"{fetched.url}/private/x", f"{missing.url}/public", "not a url"])
+    verdict = cache.cached(f"{fetched.url}/private/x")
+    assert verdict is not None and not verdict.allowed and verdict.crawl_delay == 5.0
+    assert cache.cached(f"{missing.url}/public") is None
+    assert (fetched.hits, missing.hits) == (1, 0)
+
+
+async def test_the_lock_is_released_when_redis_lost_the_unlock_script(
+    serve: ServeFn, make_cache: Callable[..., RobotsCache], redis_client: aioredis.Redis,
+    crawl_name: str
+) -> None:
+    """The copy is stored and the lock released in one round trip (EVALSHA in the
+    pipeline); a Redis that lost its scripts (restarted, failed over) still gets the lock
+    released, not left to expire."""
+    o = await serve(body=ROBOTS)
+    await redis_client.script_flush()
+    assert not (await make_cache().check(f"{o.url}/private/x")).allowed
+    key = CrawlKeys.build(crawl_name).robots(o.url)
+    assert await redis_client.exists(key) == 1
+    assert await redis_client.exists(key + ":lock") == 0

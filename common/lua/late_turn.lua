@@ -10,8 +10,10 @@
 -- (not before the lease's turn) when no later turn of its host or group was leased nor a
 -- later request noted, else a full delay after the latest. The host's last request (and
 -- its group's) moves to that turn, so turns leased from now on count from it. The
--- request is made under the lease's slot (robots.txt's lease is then released:
--- release.lua).
+-- request is made under the lease's slot. A page whose robots.txt this consumer fetched
+-- under its lease (that request took the lease's turn) takes its turn the same way, with
+-- `after_ms`: a full delay after that request (or after the latest turn, if later), so the
+-- page is not handed back (release.lua) to be leased again.
 --
 -- KEYS[1..4] host state: hosts, due, h:queued, conf (lib/hosts.lua)
 -- KEYS[5..6] lease state: leased, leases (lib/leases.lua)
@@ -21,6 +23,8 @@
 -- ARGV[2]  id of the lease's task
 -- ARGV[3]  token
 -- ARGV[4]  the lease's turn (Redis ms: Lease.granted_ms)
+-- ARGV[5]  after_ms: when a request made under this lease went (Redis ms, on the turns'
+--          clock), which this one must follow by a full delay; 0 for none
 -- Returns {code, turn_ms, now_ms}: code 0 OK (the request starts at turn_ms, Redis ms;
 -- now_ms is this call's TIME), else 3 STALE, 4 EXPIRED, 5 UNKNOWN (the lease is not
 -- held: nothing moved, no request may be made)
@@ -32,7 +36,8 @@
 
 local LK, stats = lease_keys(5), KEYS[10]
 local worker, id, token, turn = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-if not turn then error('crawlq: late_turn needs the lease turn in ms') end
+local after = tonumber(ARGV[5])
+if not turn or not after then error('crawlq: late_turn needs the lease turn and after_ms') end
 allow_at_maxmemory(stats)
 local now = now_ms()
 local states, recs = lease_states(LK, {id}, {token}, worker, now)
@@ -49,9 +54,11 @@ local at = math.max(now, turn)
 -- r.last is the lease's own turn unless a later one was leased (or a late request of the
 -- host's was noted): only then does this request wait a delay after it.
 if r.last > turn then at = math.max(at, r.last + (host_limits(r, cc, now))) end
+if after > 0 then at = math.max(at, math.max(r.last, after) + (host_limits(r, cc, now))) end
 local g, gr = group_on(L, host)
 if g then
   if gr.last > turn then at = math.max(at, gr.last + (group_limits(gr, cc))) end
+  if after > 0 then at = math.max(at, math.max(gr.last, after) + (group_limits(gr, cc))) end
   if at > gr.last then gr.last = at end
   group_touch(L, g)
 end

@@ -117,10 +117,11 @@ class CrawlQueue:
         `transitions.release`)."""
         return await transitions.release(self.on, worker, leases, restart_turn=restart_turn)
 
-    async def late_turn(self, worker: str, lease: Lease) -> tuple[Code, int, int]:
-        """A turn of its own for a late request under a held lease (see
-        `transitions.late_turn`)."""
-        return await transitions.late_turn(self.on, worker, lease)
+    async def late_turn(self, worker: str, lease: Lease, *,
+                        after_ms: int = 0) -> tuple[Code, int, int]:
+        """A turn of its own for a late request under a held lease, or one a delay after
+        a request made under it (see `transitions.late_turn`)."""
+        return await transitions.late_turn(self.on, worker, lease, after_ms=after_ms)
 
     async def checkpoint(self, worker: str, lease: Lease, value: Any) -> Code:
         """Save a checkpoint for a held lease (a lost lease can't)."""

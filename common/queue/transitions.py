@@ -133,14 +133,17 @@ def _release_call(crawl: Crawl, pk: PartitionKeys, worker: str, group: list[Leas
                                    *host_keys], args
 
 
-async def late_turn(crawl: Crawl, worker: str, lease: Lease) -> tuple[Code, int, int]:
+async def late_turn(crawl: Crawl, worker: str, lease: Lease, *,
+                    after_ms: int = 0) -> tuple[Code, int, int]:
     """A turn of its own for a request under a held lease that goes out late (robots.txt
-    before its page, a page that waited for robots.txt: late_turn.lua): (code, the turn in
-    Redis ms, Redis TIME of the call). Only with OK may the request be made, from then."""
+    before its page, a page that waited for robots.txt: late_turn.lua), or that follows
+    by a full delay a request made under it at Redis ms `after_ms` (its robots.txt):
+    (code, the turn in Redis ms, Redis TIME of the call). Only with OK may the request be
+    made, from then."""
     pk = crawl.partitions[lease.partition]
     code, turn, now = await crawl.scripts.late_turn(
         keys=[*pk.host_state, *pk.lease_state, *pk.group_state, pk.stats],
-        args=[worker, lease.id, lease.token, lease.granted_ms])
+        args=[worker, lease.id, lease.token, lease.granted_ms, after_ms])
     return Code(int(code)), int(turn), int(now)
 
 
