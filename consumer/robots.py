@@ -159,6 +159,51 @@ def decode_body(body: bytes) -> str:
     return body.decode("utf-8-sig", errors="replace")
 
 
+def _doc_entry(doc: RobotsDoc, ttl_s: float, agent: str) -> _Entry:
+    """A fetched robots.txt (`doc`) parsed for `agent`, trusted for `ttl_s`."""
+    expires = time.monotonic() + ttl_s
+    error = doc.get("error")
+    if error is not None:
+        return _Entry(None, None, error, expires)
+    status = doc["status"]
+    if not 200 <= status < 300:
+        return _Entry(None, None, None, expires)
+    try:
+        robots = Protego.parse(doc["body"])
+        delay = _crawl_delay(robots, agent)
+    except Exception as exc:  # content must never fail a crawl: treat as no robots.txt
+        log.warning("robots_unparseable", extra={"error": repr(exc)[:200]})
+        return _Entry(None, None, None, expires)
+    return _Entry(robots, delay, None, expires, agent=agent)
+
+
+class _Copies:
+    """The process's robots.txt copies by origin: least recently used out past `size`,
+    an expired one gone when asked for."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._by_origin: OrderedDict[str, _Entry] = OrderedDict()
+
+    def get(self, origin: str) -> _Entry | None:
+        by_origin = self._by_origin
+        entry = by_origin.get(origin)
+        if entry is None:
+            return None
+        if entry.expires <= time.monotonic():
+            del by_origin[origin]
+            return None
+        by_origin.move_to_end(origin)
+        return entry
+
+    def put(self, origin: str, entry: _Entry) -> None:
+        by_origin = self._by_origin
+        by_origin[origin] = entry
+        by_origin.move_to_end(origin)
+        while len(by_origin) > self.size:
+            by_origin.popitem(last=False)
+
+
 class RobotsCache:
     """robots.txt verdicts for one crawl, shared by every consumer through Redis.
 
@@ -192,9 +237,8 @@ class RobotsCache:
         self._user_agent = policy().user_agent
         self._agent = product_token(self._user_agent)
         self._failure_ttl_s = failure_ttl_s
-        self.local_size = local_size
         self.lock_ms = lock_ms
-        self._local: OrderedDict[str, _Entry] = OrderedDict()
+        self._local = _Copies(local_size)
         self._inflight: dict[str, asyncio.Task[_Entry]] = {}
         self._warming: set[asyncio.Future[None]] = set()
         self._locks = TokenLocks(redis)
@@ -217,7 +261,7 @@ class RobotsCache:
         (`Fetcher.fetch`: the caller's turn, it may wait, or raise to send none); it is
         this call's only if this call started the lookup. Raises like `check` otherwise."""
         origin, path = origin_of(url)
-        entry = self._local_get(origin)
+        entry = self._local.get(origin)
         fetched = False
         if entry is None:
             entry, fetched = await self._shared_lookup(origin, on_sent)
@@ -232,7 +276,7 @@ class RobotsCache:
         """The verdict for `url` if this process holds its origin's robots.txt, else None
         (`check` looks it up); raises like `check` for a cached failure."""
         origin, path = origin_of(url)
-        entry = self._local_get(origin)
+        entry = self._local.get(origin)
         return None if entry is None else self._verdict(entry, path)
 
     def warm_soon(self, urls: Iterable[str]) -> None:
@@ -267,7 +311,7 @@ class RobotsCache:
                 origin = origin_of(url)[0]
             except FetchError:
                 continue
-            if origin not in self._inflight and self._local_get(origin) is None:
+            if origin not in self._inflight and self._local.get(origin) is None:
                 origins[origin] = None
         return list(origins)
 
@@ -283,11 +327,11 @@ class RobotsCache:
             return
         for i, origin in enumerate(origins):
             raw, pttl = replies[2 * i], replies[2 * i + 1]
-            if raw is None or origin in self._inflight or self._local_get(origin):
+            if raw is None or origin in self._inflight or self._local.get(origin):
                 continue
             entry = self._entry_of(keys[i], raw, int(pttl))
             if entry is not None:
-                self._local_put(origin, entry)
+                self._local.put(origin, entry)
 
     @property
     def agent(self) -> str:
@@ -338,24 +382,6 @@ class RobotsCache:
             entry.crawl_delay, entry.agent = _crawl_delay(robots, agent), agent
         return RobotsVerdict(robots.can_fetch(path, agent), entry.crawl_delay)
 
-    def _local_get(self, origin: str) -> _Entry | None:
-        local = self._local
-        entry = local.get(origin)
-        if entry is None:
-            return None
-        if entry.expires <= time.monotonic():
-            del local[origin]
-            return None
-        local.move_to_end(origin)
-        return entry
-
-    def _local_put(self, origin: str, entry: _Entry) -> None:
-        local = self._local
-        local[origin] = entry
-        local.move_to_end(origin)
-        while len(local) > self.local_size:
-            local.popitem(last=False)
-
     async def _shared_lookup(self, origin: str, on_sent: OnSent | None
                              ) -> tuple[_Entry, bool]:
         """The entry, and whether this caller started a lookup that fetched over HTTP."""
@@ -376,23 +402,6 @@ class RobotsCache:
         if not task.cancelled():
             task.exception()  # retrieved: no "never retrieved" warning if every caller left
 
-    def _entry(self, doc: RobotsDoc, ttl_s: float) -> _Entry:
-        expires = time.monotonic() + ttl_s
-        error = doc.get("error")
-        if error is not None:
-            return _Entry(None, None, error, expires)
-        status = doc["status"]
-        if not 200 <= status < 300:
-            return _Entry(None, None, None, expires)
-        agent = self.agent
-        try:
-            robots = Protego.parse(doc["body"])
-            delay = _crawl_delay(robots, agent)
-        except Exception as exc:  # content must never fail a crawl: treat as no robots.txt
-            log.warning("robots_unparseable", extra={"error": repr(exc)[:200]})
-            return _Entry(None, None, None, expires)
-        return _Entry(robots, delay, None, expires, agent=agent)
-
     # --- Redis and the fetch ---------------------------------------------------------------
 
     async def _lookup(self, origin: str, on_sent: OnSent | None) -> _Entry:
@@ -400,7 +409,7 @@ class RobotsCache:
             entry = await self._lookup_redis(origin, on_sent)
         except (RedisConnectionError, RedisTimeoutError) as exc:
             raise RedisUnavailableError(f"robots cache for {origin}: {exc}") from exc
-        self._local_put(origin, entry)
+        self._local.put(origin, entry)
         return entry
 
     async def _lookup_redis(self, origin: str, on_sent: OnSent | None) -> _Entry:
@@ -442,7 +451,7 @@ class RobotsCache:
             log.warning("robots_cache_corrupt", extra={"key": key})
             return None
         ttl_s = self.ttl_s
-        return self._entry(doc, ttl_s if pttl < 0 else min(pttl / 1000, ttl_s))
+        return _doc_entry(doc, ttl_s if pttl < 0 else min(pttl / 1000, ttl_s), self.agent)
 
     async def _fetch_and_store(self, origin: str, key: str, lock: str, token: str,
                                on_sent: OnSent | None = None) -> _Entry:
@@ -462,7 +471,7 @@ class RobotsCache:
             await self._unlock(lock, token)
         elif isinstance(unlocked, Exception):
             raise unlocked
-        entry = self._entry(doc, ttl_s)
+        entry = _doc_entry(doc, ttl_s, self.agent)
         entry.fetched = True
         return entry
 

@@ -102,8 +102,8 @@ class Runner:
                     return
                 if not verdict.allowed:
                     self._complete(Completion(lease, "ack", "robots_disallowed",
-                                              record=self._record(lease, None,
-                                                                  "robots_disallowed")))
+                                              record=record_of(lease, None, "robots_disallowed",
+                                                               self.worker_id)))
                     return
             if self.book.expired(lease):
                 # e.g. the process was stopped: someone else may own it now.
@@ -253,10 +253,10 @@ class Runner:
         if result.filtered:  # its Content-Type is not accepted: no body, no handler
             outcome = "filtered"
             self._complete(Completion(lease, "ack", outcome,
-                                      record=self._record(lease, result, outcome)))
+                                      record=record_of(lease, result, outcome, self.worker_id)))
             return
         outcome = outcome_of(task.revisit, result, observed)
-        record = noted(self._record(lease, result, outcome), task.revisit, observed)
+        record = noted(record_of(lease, result, outcome, self.worker_id), task.revisit, observed)
         urls: Sequence[str | Request] = ()
         page = None
         if self.router is not None and outcome not in NOT_HANDLED:
@@ -332,19 +332,22 @@ class Runner:
         if self.slots.stage(lease) is not Stage.DONE:
             self.slots.move(lease, Stage.DONE)
 
-    def _record(self, lease: Lease, result: FetchResult | None, outcome: str) -> Record:
-        task = lease.task
-        if result is None:
-            return Record(task_id=task.id, url=task.url, final_url=task.url, status=None,
-                          outcome=outcome, headers={}, raw_headers=(), body=None, bytes=0,
-                          elapsed=0.0, attempt=task.attempt, fetched_at=time.time(),
-                          worker=self.worker_id, depth=task.depth, meta=task.meta,
-                          unique_key=unique_key_of(task), fence=lease.fence)
-        return Record(task_id=task.id, url=task.url, final_url=result.final_url,
-                      status=result.status, outcome=outcome, headers=result.headers,
-                      raw_headers=result.raw_headers,
-                      body=None if result.filtered else result.body,
-                      bytes=len(result.body), elapsed=result.elapsed, attempt=task.attempt,
-                      fetched_at=time.time(), worker=self.worker_id,
-                      http_version=result.http_version, depth=task.depth, meta=task.meta,
+
+def record_of(lease: Lease, result: FetchResult | None, outcome: str, worker: str) -> Record:
+    """The sink's record of a lease's page (`result`) or of its failure (None)."""
+    task = lease.task
+    if result is None:
+        return Record(task_id=task.id, url=task.url, final_url=task.url, status=None,
+                      outcome=outcome, headers={}, raw_headers=(), body=None, bytes=0,
+                      elapsed=0.0, attempt=task.attempt, fetched_at=time.time(),
+                      worker=worker, depth=task.depth, meta=task.meta,
                       unique_key=unique_key_of(task), fence=lease.fence)
+    return Record(task_id=task.id, url=task.url, final_url=result.final_url,
+                  status=result.status, outcome=outcome, headers=result.headers,
+                  raw_headers=result.raw_headers,
+                  body=None if result.filtered else result.body,
+                  bytes=len(result.body), elapsed=result.elapsed, attempt=task.attempt,
+                  fetched_at=time.time(), worker=worker,
+                  http_version=result.http_version, depth=task.depth, meta=task.meta,
+                  unique_key=unique_key_of(task), fence=lease.fence)
+

@@ -360,7 +360,8 @@ def run_tests(tree: Path, tests: Sequence[str], timeout_s: float
     # Plugins no guarding test uses are left out: hypothesis' alone takes ~1.5 s to load,
     # paid by every run.
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-rfE", "-p", "no:cacheprovider",
-           "-p", "no:randomly", "-p", "no:hypothesispytest", "-p", "no:benchmark", *tests]
+           "-p", "no:randomly", "-p", "no:hypothesispytest", "-p", "no:benchmark", "-n", "0",
+           *tests]
     try:
         done = subprocess.run(cmd, cwd=tree, env=env, check=False, capture_output=True, text=True,
                               timeout=timeout_s)

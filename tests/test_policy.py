@@ -340,6 +340,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
 
 async def test_a_bad_key_or_value_exits_2_naming_it_and_writes_nothing(
         redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    cases: list[tuple[tuple[str, ...], str]] = []
     for args, shown in (
             (("per_host_delay=2s", "per_host_dealy=3s"), "unknown policy key 'per_host_dealy' "
                                                          "(value '3s')"),
@@ -381,8 +382,16 @@ async def test_a_bad_key_or_value_exits_2_naming_it_and_writes_nothing(
             (("max_attempts=2.5",), "max_attempts: bad value '2.5' (not a whole number"),
             (("recrawl_after=-1d",), "recrawl_after: bad value '-1d' (not a duration"),
             (("recrawl_after=weekly",), "recrawl_after: bad value 'weekly' (not a duration")):
-        code, out, err = await crawlq(redis_url, "crawl", "create", "--crawl", crawl_name,
-                                      *args)
+        cases.append((args, shown))
+    # ~40 CLI processes: four at a time (each is mostly Python's start-up), every one refused.
+    room = asyncio.Semaphore(4)
+
+    async def create(args: tuple[str, ...]) -> tuple[int, str, str]:
+        async with room:
+            return await crawlq(redis_url, "crawl", "create", "--crawl", crawl_name, *args)
+
+    runs = await asyncio.gather(*(create(args) for args, _ in cases))
+    for (args, shown), (code, out, err) in zip(cases, runs, strict=True):
         assert (code, out) == (2, ""), (args, err)
         [line] = err.splitlines()
         assert shown in line and VALID in line, line
