@@ -358,9 +358,10 @@ async def test_per_host_delay_holds_across_two_consumers(
                         for t in ts)
     assert len(starts) == 12
     gaps = [b - a for a, b in itertools.pairwise(starts)]
-    # Grants are 0.2 s apart on Redis's clock; the server sees them with some delivery
-    # jitter, so single gaps get a little slack and the whole span none.
-    assert min(gaps) >= 0.15, gaps
+    # Grants are 0.2 s apart on Redis's clock; the server, on the consumers' event loop,
+    # sees them with that loop's lag as jitter (0.128 s seen once with the suite on three
+    # workers on two cores), so single gaps get slack and the whole span none.
+    assert min(gaps) >= 0.1, gaps
     assert starts[-1] - starts[0] >= 11 * 0.2 * 0.97
     assert (await queue.stats()).done == 12
     # Both consumers took part, and deferrals were not counted as attempts.
