@@ -284,7 +284,17 @@ class SentinelGroup:
         roles = {n.name: ("paused" if n.paused else n.role() if n.alive else "dead")
                  for n in self.nodes}
         masters = [m and self.node_at(m).name for m in self.sentinel_masters()]
-        return f"roles {roles}, sentinels name {masters}"
+        links = {n.name: (n.replication() or {}).get("master_link_status")
+                 for n in self.nodes if n.alive and not n.paused}
+        seen = []
+        for s in self.sentinels:
+            try:
+                state = s.master_state()
+                seen.append(f"{state.get('num-other-sentinels')} others, flags "
+                            f"{state.get('flags')}, replicas up {_replicas_listed(s)}")
+            except (redis.RedisError, OSError) as exc:
+                seen.append(repr(exc))
+        return f"roles {roles}, links {links}, sentinels name {masters}, see {seen}"
 
     def wait_failover(self, old: Node, within: float = WAIT_S) -> Node:
         """Wait until every sentinel names a primary other than `old` and it says it is
@@ -394,6 +404,11 @@ def _pings(port: int) -> bool:
 
 def _replicas_up(s: SentinelProcess, addresses: set[str]) -> bool:
     """True if sentinel `s` lists every one of `addresses` as a replica, none of them down."""
+    return addresses <= _replicas_listed(s)
+
+
+def _replicas_listed(s: SentinelProcess) -> set[str]:
+    """The replicas sentinel `s` lists and does not hold down, as ``ip:port``."""
     with _client(s.port) as c:
         raw = c.execute_command("SENTINEL", "REPLICAS", MASTER)
     seen = set()
@@ -402,7 +417,7 @@ def _replicas_up(s: SentinelProcess, addresses: set[str]) -> bool:
                                                              strict=True))
         if "s_down" not in str(doc.get("flags", "")):
             seen.add(f"{doc.get('ip')}:{doc.get('port')}")
-    return addresses <= seen
+    return seen
 
 
 @contextlib.contextmanager
