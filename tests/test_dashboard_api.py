@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from common.frontier.hosts import Frontier
 from common.history import record
 from common.policy import set_policy
 from common.queue import CrawlSettings, Failure, LeasingQueue, NewTask
+from common.redis_server import RedisServer
 from common.urls import fingerprint
 from common.workers import WorkerRegistry
 from console.cli import main_async
@@ -35,6 +37,19 @@ async def build(client: aioredis.Redis, name: str, partitions: int = 2) -> Leasi
                             for lease in leases[3:7]])
     await queue.fail("w1", [Failure(leases[7], "timeout", "read timeout", permanent=True)])
     return queue
+
+
+@pytest.fixture(scope="module")
+def module_redis() -> Iterator[RedisServer]:
+    """This module's own redis-server: /api/crawls lists the first MAX_CRAWLS crawls by
+    name, and the session's Redis may hold more than that from other tests."""
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(module_redis: RedisServer) -> str:
+    return module_redis.url
 
 
 @pytest.fixture
