@@ -175,28 +175,35 @@ async def test_a_layout_3_crawl_is_refused_until_converted_then_runs_to_the_end(
     await drive_to_the_end(crawl)
 
 
+def dies_after(script_name: str, n: int) -> Any:
+    """A stand-in for migrate's `register`: script `script_name` raises ConnectionError
+    (the converting process died) from its (n + 1)th call on; the others are as ever."""
+    calls = 0
+
+    def cut(client: Any, name: str) -> Any:
+        script = register(client, name)
+        if name != script_name:
+            return script
+
+        async def call(keys: Any = None, args: Any = None, client: Any = None) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls > n:
+                raise ConnectionError("the converting process died")
+            return await script(keys=keys, args=args, client=client)
+        call.resendable = False  # type: ignore[attr-defined]
+        return call
+
+    return cut
+
+
 async def test_a_conversion_cut_short_is_redone(
         redis_client: aioredis.Redis, crawl_name: str, monkeypatch: pytest.MonkeyPatch
         ) -> None:
     monkeypatch.setattr("common.queue.migrate.CHUNK", 2)
     monkeypatch.setattr("common.queue.migrate.HOSTS_AT_ONCE", 1)  # a call a round trip
     crawl = await layout3_crawl(redis_client, crawl_name)
-    calls: list[int] = []
-
-    def cut(client: Any, name: str) -> Any:
-        script = register(client, name)
-        if name != "compact_queues":
-            return script
-
-        async def call(keys: Any = None, args: Any = None, client: Any = None) -> Any:
-            calls.append(1)
-            if len(calls) > 3:
-                raise ConnectionError("the converting process died")
-            return await script(keys=keys, args=args, client=client)
-        call.resendable = False  # type: ignore[attr-defined]
-        return call
-
-    monkeypatch.setattr("common.queue.migrate.register", cut)
+    monkeypatch.setattr("common.queue.migrate.register", dies_after("compact_queues", 3))
     with pytest.raises(ConnectionError):
         await migrate_crawl(redis_client, crawl_name)
     with pytest.raises(CrawlNeedsMigration):  # still layout 3: the mark comes last
@@ -328,22 +335,7 @@ async def test_a_history_conversion_cut_short_is_redone(
     run converts the rest, each record once."""
     monkeypatch.setattr("common.queue.migrate.CHUNK", 2)
     h = await layout3_history(redis_client, crawl_name)
-    calls: list[int] = []
-
-    def cut(client: Any, name: str) -> Any:
-        script = register(client, name)
-        if name != "compact_history":
-            return script
-
-        async def call(keys: Any = None, args: Any = None, client: Any = None) -> Any:
-            calls.append(1)
-            if len(calls) > 2:
-                raise ConnectionError("the converting process died")
-            return await script(keys=keys, args=args, client=client)
-        call.resendable = False  # type: ignore[attr-defined]
-        return call
-
-    monkeypatch.setattr("common.queue.migrate.register", cut)
+    monkeypatch.setattr("common.queue.migrate.register", dies_after("compact_history", 2))
     with pytest.raises(ConnectionError):
         await migrate_crawl(redis_client, crawl_name)
     with pytest.raises(CrawlNeedsMigration):
