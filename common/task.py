@@ -48,6 +48,11 @@ _HEX = frozenset("0123456789abcdef")
 _HEX_BYTES = frozenset(b"0123456789abcdef")
 
 
+def is_task_id(tid: str) -> bool:
+    """Whether `tid` is a task id: 32 lowercase hex digits."""
+    return len(tid) == ID_LEN and _HEX.issuperset(tid)
+
+
 @dataclass(slots=True)
 class Task:
     """One request to fetch. ``id`` is the hex fingerprint of its unique key (`key`)."""
@@ -145,7 +150,7 @@ def decode_entry(
     except UnicodeDecodeError as exc:
         raise MalformedTaskError(f"task entry is not UTF-8: {exc}") from None
     tid, rest = text[:ID_LEN], text[ID_LEN:]
-    if len(tid) != ID_LEN or not _HEX.issuperset(tid):
+    if not is_task_id(tid):
         raise MalformedTaskError("task entry must start with its 32-hex-digit id")
     url, _, extra_text = rest.partition(" ")
     if not url.startswith(("http://", "https://")):
@@ -253,7 +258,7 @@ def compact_entry(entry: str, host: str) -> bytes:
     enqueue sends and the queues hold. One without a hex id and then ``http`` stays as
     it is (the lease dead-letters it as malformed)."""
     tid, rest = entry[:ID_LEN], entry[ID_LEN:]
-    if not rest.startswith("http") or len(tid) != ID_LEN or not _HEX.issuperset(tid):
+    if not rest.startswith("http") or not is_task_id(tid):
         return entry.encode()
     return bytes.fromhex(tid) + compact_tail(rest, host).encode()
 

@@ -59,6 +59,7 @@ from common.queue.crawl import (
     partition_keys,
 )
 from common.scripts import register
+from common.task import is_task_id
 
 log = logging.getLogger("crawlq.migrate")
 
@@ -244,16 +245,12 @@ async def _compact_history(on: Crawl, pk: PartitionKeys, held: _Lock) -> tuple[i
         for i in range(0, len(ids), CHUNK):
             chunk = ids[i:i + CHUNK]
             done, bad = await script(
-                keys=[old, pk.conf, *(on.history_key(pk, tid) if _hex_id(tid) else old
+                keys=[old, pk.conf, *(on.history_key(pk, tid) if is_task_id(tid) else old
                                       for tid in chunk)], args=chunk)
             converted, dropped = converted + int(done), dropped + int(bad)
         await held.refresh()
         if int(cursor) == 0:
             return converted, dropped
-
-
-def _hex_id(tid: str) -> bool:
-    return len(tid) == 32 and all(c in "0123456789abcdef" for c in tid)
 
 
 async def _compact_hosts(client: RedisClient, script: Any, pk: PartitionKeys,
