@@ -147,6 +147,30 @@ async def test_a_revisit_carries_its_own_urls_validators_never_anothers(
         assert (await q.promote())[0] == 4
 
 
+async def test_a_revisit_of_an_id_of_whitespace_bytes_keeps_its_meta_and_validators(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    # A revisit goes back compact, its id as 16 raw bytes: bytes that are whitespace
+    # must not be taken for the space before the entry's JSON.
+    q = await revisit_queue(redis_client, crawl_name)
+    fps = [bytes(range(0x20, 0x30)), bytes([0x09, 0x0A, 0x0D, 0x20] * 4)]
+    urls = ["http://a.test/one", "http://a.test/two"]
+    await q.enqueue([NewTask(u, fp, meta={"n": i})
+                     for i, (u, fp) in enumerate(zip(urls, fps, strict=True))])
+    leases = await q.lease("w", 2, 60_000)
+    for lease in leases:
+        n = lease.task.meta["n"]
+        lease.observed = Observed(f'"e{n}"', "", "", -1)
+    await q.ack("w", [(lease, "ok") for lease in leases])
+    past = await redis_ms(redis_client) - 5
+    await redis_client.zadd(q.partitions[0].rv_due, {task_id(fp): past for fp in fps})
+    assert (await q.promote())[0] == 2
+    back = sorted(await q.lease("w", 2, 60_000), key=lambda lease: lease.task.meta["n"])
+    assert [(lease.task.id, lease.task.url, lease.task.meta) for lease in back] == [
+        (task_id(fp), u, {"n": i}) for i, (u, fp) in enumerate(zip(urls, fps, strict=True))]
+    assert [lease.task.revisit and lease.task.revisit.etag for lease in back] == ['"e0"',
+                                                                                '"e1"']
+
+
 async def test_adaptive_intervals_grow_shrink_and_clamp(redis_client: aioredis.Redis,
                                                         crawl_name: str) -> None:
     q = await revisit_queue(redis_client, crawl_name, recrawl_after=100, min_interval=60,

@@ -38,12 +38,14 @@ local back, counts = {}, {}
 for i = 2 + nhosts, #ARGV do
   local id = ARGV[i]
   local at = tonumber(redis.call('ZSCORE', due, id))
-  local r = record_decode(redis.call('HGET', KEYS[8 + 2 * nhosts + i - first + 1],
-                                     record_field(id)))
-  local full = r and qkeys[r.host] and record_entry(r, id)
-  if at and at <= now and full then
+  local field = record_field(id)
+  local r = record_decode(redis.call('HGET', KEYS[8 + 2 * nhosts + i - first + 1], field))
+  -- its compact entry straight from the record: the id's 16 bytes (its field) and its
+  -- tail with `v` (not expanded to be compacted again by requeue_entries; the tail
+  -- alone, as binary id bytes may be whitespace); none for a recrawl window's record
+  if at and at <= now and r and qkeys[r.host] and r.tail ~= '' then
     redis.call('ZREM', due, id)
-    back[#back + 1] = {r.host, r.prio, revisit_entry(r, full)}
+    back[#back + 1] = {r.host, r.prio, field .. revisit_entry(r, r.tail)}
     local bucket = late_bucket(now - at)
     counts[bucket] = (counts[bucket] or 0) + 1
   end

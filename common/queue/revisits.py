@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
 
 from common.codec import text as _text
-from common.history_record import decode_record, history_field
+from common.history_record import history_field, record_host
 from common.queue.calls import host_args
 from common.queue.crawl import Crawl
 from common.queue.model import RevisitStats
@@ -58,8 +58,8 @@ async def promote_revisits(crawl: Crawl, pk: PartitionKeys, limit: int) -> tuple
         async with client.pipeline(transaction=False) as pipe:
             for key, tid in zip(hist_keys, ids, strict=True):
                 pipe.hget(key, history_field(tid))
-            records = [decode_record(v) for v in await pipe.execute()]
-        hosts = list(dict.fromkeys(r.host for r in records if r))
+            found = [record_host(v) for v in await pipe.execute()]
+        hosts = list(dict.fromkeys(h for h in found if h))
         host_keys, host_head = host_args(pk, hosts)
         r = await crawl.scripts.revisit(
             keys=[*pk.host_state, pk.rv_due, pk.stats, pk.pending, pk.prio_hosts,

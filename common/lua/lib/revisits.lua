@@ -436,21 +436,15 @@ local function json_string(s)
   end) .. '"'
 end
 
--- The entry a due URL goes back to its host's queue with: its full entry `full` with
--- `v`, the previous visit of record `r` (common/revisit.py), appended as the last field.
+-- The entry a due URL goes back to its host's queue with: its full entry `full` (or a
+-- compact entry's tail, without its binary id: "<url>[ <json>]") with `v`, the previous
+-- visit of record `r` (common/revisit.py), appended as the last field.
 local function revisit_entry(r, full)
   local v = '"v":[' .. json_string(r.etag) .. ',' .. json_string(r.lm) .. ','
     .. json_string(r.digest) .. ',' .. r.fetched .. ',' .. r.interval .. ']'
   local head, json = string.match(full, '^(%S+) {(.*)}$')
   if head then return head .. ' {' .. json .. ',' .. v .. '}' end
   return full .. ' {' .. v .. '}'
-end
-
--- The full entry of record `r` of task `id` (hex): false when its tail is none.
-local function record_entry(r, id)
-  if r.tail == '' then return false end
-  local _, full = entry_expand(r.host, bin_id(id) .. r.tail)
-  return full
 end
 
 -- Counts a revisit `late_ms` after its due time in its lateness bucket.
