@@ -32,7 +32,7 @@ LUA = Path(__file__).parent / "lua"
 NAMES = (
     "enqueue", "enqueue_bloom", "lease", "renew", "ack", "fail", "release", "checkpoint",
     "reclaim", "promote", "requeue", "purge", "host_set", "is_empty", "revisit",
-    "late_turn",
+    "late_turn", "history_get",
 )
 
 #: The scripts a client may send again when their outcome is unknown (a timeout or a
@@ -52,7 +52,7 @@ RESENDABLE: dict[str, str] = {
     "requeue": "by id of a dead task: a second run finds it no longer dead",
     "purge": "as requeue",
     "host_set": "sets a host's settings to the values given",
-    "is_empty": "reads only",
+    "is_empty": "reads only", "history_get": "reads only",
     "worker_beat": "sets the heartbeat", "refresh_lock": "compares the lock's token",
     "release_lock": "compares the lock's token",
     "robots_claim": "compares the lock's token: a call sent again finds the lock its "
@@ -212,3 +212,4 @@ class Scripts:
     is_empty: LuaScript
     revisit: LuaScript
     late_turn: LuaScript
+    history_get: LuaScript

@@ -35,6 +35,7 @@ from common.frontier.hosts import Frontier
 from common.history import record
 from common.keys import CrawlKeys
 from common.locks import TokenLocks
+from common.policy import set_policy
 from common.queue import (
     CrawlSettings,
     DedupMode,
@@ -91,7 +92,8 @@ def key_name(key: str) -> str:
         return "lock"
     for prefix, shown in (("hq:", "hq:<h>"), ("hp:", "hp:<h>"), ("seen:", "seen"),
                           ("bloom:", "bloom:<L>"), ("worker:", "worker:<id>"),
-                          ("op:", "op:<worker>"), ("robots:", "robots")):
+                          ("op:", "op:<worker>"), ("robots:", "robots"),
+                          ("rv:hist:", "rv:hist:<b>")):
         if name.startswith(prefix):
             return shown
     return name
@@ -207,6 +209,16 @@ async def exercise(client: aioredis.Redis, crawl: str, partitions: int = 2) -> N
     await q.lease("w", 10, 60_000)
     del short
     await q.is_empty()
+    # a done URL of a crawl with revisits on, due: promote reads its history (history_get)
+    rv = await LeasingQueue.open(client, crawl + "r", CrawlSettings())
+    await set_policy(client, crawl + "r", {"revisit": "fixed", "recrawl_after": 100},
+                     by="test", create=True)
+    rv.configure(revisits=True)
+    await rv.enqueue(tasks("http://r.test/1"))
+    [done] = await rv.lease("w", 1, 60_000)
+    await rv.ack("w", [(done, "ok")])
+    await client.zadd(rv.partitions[0].rv_due, {done.task.id: 0})
+    assert (await rv.promote())[0] == 1
     bloom = await LeasingQueue.open(client, crawl + "b", CrawlSettings(dedup=DedupMode.BLOOM))
     await bloom.enqueue(tasks("http://e.test/1"))
     [e] = await bloom.lease("w", 1, 60_000)
@@ -343,7 +355,9 @@ def value_problem(label: str, value: str, worker: str = "w") -> str | None:
         ok = bool(INT.match(value))
     elif label == "setting":
         ok = value in ("delay", "concurrency", "budget", "robots_delay", "block")
-    elif label in ("marks", "permanent", "restart"):
+    elif label == "marks":  # ack.lua's 2: and what each fetch observed (revisits)
+        ok = value in ("0", "1", "2")
+    elif label in ("permanent", "restart"):
         ok = value in ("0", "1")
     elif label == "jitter":
         ok = 0 <= float(value) <= 1

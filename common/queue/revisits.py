@@ -55,10 +55,9 @@ async def promote_revisits(crawl: Crawl, pk: PartitionKeys, limit: int) -> tuple
                                                              start=0, num=limit))
         ids = [_text(m) for m in raw]
         hist_keys = [crawl.history_key(pk, tid) for tid in ids]
-        async with client.pipeline(transaction=False) as pipe:
-            for key, tid in zip(hist_keys, ids, strict=True):
-                pipe.hget(key, history_field(tid))
-            found = [record_host(v) for v in await pipe.execute()]
+        values = await crawl.scripts.history_get(
+            keys=hist_keys, args=[history_field(tid) for tid in ids]) if ids else []
+        found = [record_host(v) for v in values]
         hosts = list(dict.fromkeys(h for h in found if h))
         host_keys, host_head = host_args(pk, hosts)
         r = await crawl.scripts.revisit(
