@@ -215,7 +215,9 @@ async def test_consumers_killed_mid_crawl_leave_every_item_once_by_key(
     """kill -9 of a consumer in the middle of the example spider's crawl: its tasks come
     back when their leases expire, another consumer runs their routes again, and the
     items gathered one a key are exactly the shop's."""
-    spec = SiteSpec(pages=10, products=25)
+    # Enough work left after the first 30 tasks that the doomed consumer is still at it
+    # when it is caught holding leases, however fast the machine.
+    spec = SiteSpec(pages=10, products=80)
     out = tmp_path / "out"
     example = str(ROOT / "examples" / "demo_spider.py")
     await create_policy(redis_client, crawl_name, {
@@ -250,6 +252,7 @@ async def test_consumers_killed_mid_crawl_leave_every_item_once_by_key(
             await until(under_way, 60, "30 tasks done")
 
             async def stopped_holding_leases() -> bool:
+                assert doomed.returncode is None, "the crawl ended before the kill"
                 doomed.send_signal(signal.SIGSTOP)  # frozen, then judged: no race
                 if await owned_by(q, "w-doomed"):
                     return True
