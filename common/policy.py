@@ -541,11 +541,12 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  "drop session ids (sid, jsessionid, phpsessid, ... with a token value) "
                  "from links, so a page under another session is the same URL",
                  check=_is_bool, show=_show_bool, seeded_by=NOBODY),
-    PolicyOption("near_duplicate_distance", "", near_duplicate_distance, 3,
+    PolicyOption("near_duplicate_distance", "", near_duplicate_distance, -1,
                  "a page whose text fingerprint (64-bit SimHash) is at most this many bits "
                  "from one of its host's is a near duplicate: done, outcome "
                  "near_duplicate, its items not written, its links not followed (0-64; "
-                 "off = never)",
+                 "off = never, the default: across a host's pages it cost real pages on "
+                 "real doc trees)",
                  check=_distance_ok, show=_show_distance, seeded_by=NOBODY),
     PolicyOption("politeness_key", "", politeness_key, "host",
                  "what else a politeness limit is kept for: host (each host alone), "
@@ -729,6 +730,10 @@ def parse_toml(text: str, where: str = "TOML") -> dict[str, Any]:
     return {name: parse_value(name, value) for name, value in doc.items()}
 
 
+#: A value TOML reads as a number or a boolean, written bare.
+_TOML_BARE = re.compile(r"-?[0-9]+(\.[0-9]+)?|true|false")
+
+
 def to_toml(policy: CrawlPolicy, crawl: str, version: int) -> str:
     """The policy as flat TOML that `parse_toml` (``crawl create --config``) reads back."""
     lines = [f"# crawl {crawl}, policy version {version} (crawlq crawl show --toml)"]
@@ -736,7 +741,9 @@ def to_toml(policy: CrawlPolicy, crawl: str, version: int) -> str:
         value = getattr(policy, opt.name)
         # A JSON string of printable ASCII is a TOML basic string (a user agent may
         # hold quotes or backslashes).
-        shown = json.dumps(opt.show(value)) if opt.toml_string else opt.show(value)
+        shown = opt.show(value)
+        if opt.toml_string or not _TOML_BARE.fullmatch(shown):  # e.g. a distance "off"
+            shown = json.dumps(shown)
         lines.append(f"{opt.name} = {shown}")
     return "\n".join(lines) + "\n"
 

@@ -60,7 +60,7 @@ UA = "crawlq/0.1 (+https://github.com/crawlq/crawlq)"
 #: The trap keys' defaults, the last of every listing.
 TRAPS = ("trap_max_url_length=1024, trap_max_segments=20, trap_repeated_segments=2, "
          "trap_max_params=12, trap_path_variants=1000, trap_page_facets=3, "
-         "trap_session_ids=true, near_duplicate_distance=3")
+         "trap_session_ids=true, near_duplicate_distance=off")
 #: The push-back keys' defaults, then the trap keys', the last of every listing.
 BACKOFF = ("backoff_on=429,503, backoff_base=1s, backoff_cap=3600s, backoff_forgive=300s, "
            "adaptive_delay=0, max_delay=30s, max_crawl_delay=300s, revisit=off, "
@@ -147,7 +147,7 @@ def test_the_policy_is_declared_once() -> None:
                                      "trap_repeated_segments": "2", "trap_max_params": "12",
                                      "trap_path_variants": "1000", "trap_page_facets": "3",
                                      "trap_session_ids": "true",
-                                     "near_duplicate_distance": "3",
+                                     "near_duplicate_distance": "off",
                                      "politeness_key": "host", "group_delay": "1s",
                                      "group_concurrency": "2"}
     # Each such flag says it is a crawl policy value.
@@ -217,7 +217,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
             "trap_max_url_length": 1024,
             "trap_max_segments": 20, "trap_repeated_segments": 2, "trap_max_params": 12,
             "trap_path_variants": 1000, "trap_page_facets": 3, "trap_session_ids": True,
-            "near_duplicate_distance": 3,
+            "near_duplicate_distance": -1,
             "politeness_key": "host",
             "group_delay": 1.0, "group_concurrency": 2},
         {"per_host_delay": "0.5s", "per_host_concurrency": "3", "accept_content_type": "*/*",
@@ -234,7 +234,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
          "trap_max_segments": "20", "trap_repeated_segments": "2", "trap_max_params": "12",
          "trap_path_variants": "1000", "trap_page_facets": "3",
          "trap_session_ids": "true",
-         "near_duplicate_distance": "3",
+         "near_duplicate_distance": "off",
          "politeness_key": "host",
          "group_delay": "1s", "group_concurrency": "2"})
     third, second, first = doc["log"]
@@ -257,7 +257,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
         "trap_repeated_segments": [None, "2"], "trap_max_params": [None, "12"],
         "trap_path_variants": [None, "1000"], "trap_page_facets": [None, "3"],
         "trap_session_ids": [None, "true"],
-        "near_duplicate_distance": [None, "3"], "politeness_key": [None, "host"],
+        "near_duplicate_distance": [None, "off"], "politeness_key": [None, "host"],
         "group_delay": [None, "1s"], "group_concurrency": [None, "2"]}} == first
     assert second | {"version": 2, "by": "crawlq crawl set",
                      "changes": {"per_host_concurrency": ["2", "3"]}} == second
@@ -303,7 +303,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
         ["trap_max_url_length", "1024"], ["trap_max_segments", "20"],
         ["trap_repeated_segments", "2"], ["trap_max_params", "12"],
         ["trap_path_variants", "1000"], ["trap_page_facets", "3"],
-        ["trap_session_ids", "true"], ["near_duplicate_distance", "3"]]
+        ["trap_session_ids", "true"], ["near_duplicate_distance", "off"]]
     assert [ln.split()[:2] for ln in lines[36:39]] == [
         ["politeness_key", "host"], ["group_delay", "1s"], ["group_concurrency", "2"]]
     lines = lines[:15] + lines[39:]
@@ -323,7 +323,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
                               "max_delay - -> 30s, max_depth - -> 3, "
                               "max_interval - -> 7776000s, "
                               "max_retry_after - -> 3600s, max_stalls - -> 2, "
-                              "min_interval - -> 60s, near_duplicate_distance - -> 3, "
+                              "min_interval - -> 60s, near_duplicate_distance - -> off, "
                               "per_host_concurrency - -> 2, per_host_delay - -> 0.5s, "
                               "politeness_key - -> host, recrawl_after - -> 0s, "
                               "retry_base - -> 2s, "
@@ -450,7 +450,7 @@ async def test_show_toml_round_trips_into_create_config(
         "trap_max_url_length = 1024",
         "trap_max_segments = 20", "trap_repeated_segments = 2", "trap_max_params = 12",
         "trap_path_variants = 1000", "trap_page_facets = 3", "trap_session_ids = true",
-        "near_duplicate_distance = 3",
+        'near_duplicate_distance = "off"',
         'politeness_key = "host"',
         'group_delay = "1s"', "group_concurrency = 2"]
     path = tmp_path / "crawl.toml"
@@ -806,7 +806,7 @@ async def test_a_crawl_made_without_a_policy_is_adopted(
                        "trap_repeated_segments": [None, "2"], "trap_max_params": [None, "12"],
                        "trap_path_variants": [None, "1000"], "trap_page_facets": [None, "3"],
                        "trap_session_ids": [None, "true"],
-                       "near_duplicate_distance": [None, "3"],
+                       "near_duplicate_distance": [None, "off"],
                        "politeness_key": [None, "host"], "group_delay": [None, "1s"],
                        "group_concurrency": [None, "2"]})]
 

@@ -317,7 +317,8 @@ async def test_a_crawl_finds_every_real_page_and_follows_no_near_duplicate(
     listing)."""
     await set_policy(redis_client, crawl_name, {"max_depth": 30, "per_host_delay": 0.0,
                                                 "per_host_concurrency": 0,
-                                                "ignore_robots": True},
+                                                "ignore_robots": True,
+                                                "near_duplicate_distance": 3},
                      by="test", create=True)
     async with serve(trap_site(12)) as site:
         await enqueue(redis_client, crawl_name, [site.url("/")])
@@ -347,8 +348,10 @@ async def test_a_labelled_request_is_never_a_near_duplicate(
     is handled and its item written; the same pages unlabelled end near_duplicate."""
     await set_policy(redis_client, crawl_name, {"per_host_delay": 0.0,
                                                 "per_host_concurrency": 1,
-                                                "ignore_robots": True},
+                                                "ignore_robots": True,
+                                                "near_duplicate_distance": 3},
                      by="test", create=True)
+
     async def item(request: web.Request) -> web.Response:
         return html(page(f"{article(0)} sku{request.match_info['n']}"))
 
