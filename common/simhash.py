@@ -22,11 +22,12 @@ one byte column at a time in one integer, masked per bit and counted with
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Iterable
 from hashlib import blake2b
 
 from selectolax.lexbor import LexborHTMLParser
 
-__all__ = ["MAX_TEXT", "MIN_WORDS", "distance", "fingerprint", "page_text"]
+__all__ = ["MAX_TEXT", "MIN_WORDS", "distance", "fingerprint", "page_text", "word_hashes"]
 
 #: Characters of a page's text fingerprinted (the rest is left out): bounds the work of a
 #: huge page; two pages that share their first 32 K characters are near-duplicates.
@@ -57,10 +58,12 @@ def page_text(page: bytes | LexborHTMLParser) -> str:
     return "" if root is None else root.text(separator=" ")
 
 
-def fingerprint(text: str) -> int | None:
+def fingerprint(text: str, extra: Iterable[str] = ()) -> int | None:
     """The 64-bit SimHash of the distinct words of `text`'s first `MAX_TEXT`
-    characters; None for fewer than `MIN_WORDS` of them."""
+    characters and of `extra` features (a page's links, each one feature); None for
+    fewer than `MIN_WORDS` of them."""
     words = _words(text[:MAX_TEXT].lower())
+    words.update(b"\x00" + f.encode() for f in extra)
     n = len(words)
     if n < MIN_WORDS:
         return None
@@ -73,6 +76,15 @@ def fingerprint(text: str) -> int | None:
             if (column & masks[bit]).bit_count() * 2 > n:
                 out |= 1 << (8 * byte + bit)
     return out
+
+
+def word_hashes(text: str, leave_out: Collection[str] = ()) -> list[int]:
+    """The 64-bit hashes of the distinct words of `text`'s first `MAX_TEXT` characters,
+    lowercased, but those in `leave_out` (lowercase)."""
+    words = _words(text[:MAX_TEXT].lower())
+    words.difference_update(w.encode() for w in leave_out)
+    hashes = _hashes(words)
+    return [int.from_bytes(hashes[i:i + 8], "little") for i in range(0, len(hashes), 8)]
 
 
 def _words(text: str) -> set[bytes]:
