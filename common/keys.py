@@ -89,10 +89,17 @@ h:traps        ZSET    host -> the sum of its ``tr:<host>``: the   traps
 tv:<host>      HASH    8-byte hash of a path -> the 4-byte hashes  traps
                        of the query strings its links had, at
                        most ``trap_path_variants``
-fp:<host>      STRING  the host's newest page fingerprints, at     fingerprints
-                       most 256, each 12 bytes: its 64-bit
-                       SimHash and 4 bytes of its URL's
-                       fingerprint
+nd:<host>      STRING  the host's newest page fingerprints, at     fingerprints
+                       most 256, each 16 bytes: its 64-bit
+                       SimHash, 4 bytes of its URL's fingerprint
+                       and 4 of its URL's shape
+                       (``common.urlshape``)
+jd:<host>      HASH    s:<dir> -> the soft-404 signature of a      judgement
+                       directory (``common.soft404``, JSON);
+                       p:<dir> -> who claimed its probe; n ->
+                       probes claimed; t:<rule> -> 1, a session
+                       token learned (``q:<name>`` a query
+                       parameter, ``p:<i>`` path segment i)
 =============  ======  ==========================================  ===================
 
 Everything else a task needs, once it has left its host queue:
@@ -383,8 +390,13 @@ class PartitionKeys:
         return f"{self.prefix}tv:{host}"
 
     def fingerprints(self, host: str) -> str:
-        """A host's newest page fingerprints, 12 bytes each (``common.trapbook``)."""
-        return f"{self.prefix}fp:{host}"
+        """A host's newest page fingerprints, 16 bytes each (``common.trapbook``)."""
+        return f"{self.prefix}nd:{host}"
+
+    def judgement(self, host: str) -> str:
+        """What the fleet learned of a host's pages: soft-404 signatures per directory,
+        probes claimed, session tokens (``common.trapbook``)."""
+        return f"{self.prefix}jd:{host}"
 
     def pattern(self) -> str:
         """A SCAN pattern matching every key of this partition."""

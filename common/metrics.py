@@ -97,6 +97,8 @@ OUTCOMES: Final = (
     "unchanged",
     "changed",
     "near_duplicate",
+    "soft_404",
+    "probe",
     "retried",
     "dead",
     "stale",
@@ -256,6 +258,13 @@ class Metrics:
             "robots_crawl_delay_capped_total",
             "robots.txt Crawl-delays longer than the crawl policy's max_crawl_delay, "
             "obeyed only up to it.",
+            namespace=NAMESPACE,
+            registry=reg,
+        )
+        self.soft404_probes_total = Counter(
+            "soft404_probes_total",
+            "Probes this consumer claimed and enqueued: requests for a path that cannot "
+            "exist, which give a host's (or a directory's) soft-404 signature.",
             namespace=NAMESPACE,
             registry=reg,
         )

@@ -21,8 +21,10 @@ more path segments than ``trap_max_segments``, one segment more often than
 ``trap_repeated_segments``, more query parameters than ``trap_max_params``, a page's links
 to its own path that vary more than ``trap_page_facets`` non-numeric parameters (a faceted
 search), or a new query past ``trap_path_variants`` for its path; whether session ids are
-dropped from links, ``trap_session_ids``; when a page is a near duplicate of another of
-its host's, its links not followed, ``near_duplicate_distance`` (``common.simhash``); and
+dropped from links (and tokens fresh per visit learned), ``trap_session_ids``; when a page
+is a near duplicate of another variant of its URL, its links to that shape not followed,
+``near_duplicate_distance`` (``consumer.judgement``); whether hosts are probed for soft
+404s, ``soft_404``; whether a judged page's items are dropped, ``drop_judged_items``; and
 what else a politeness limit is kept for, ``politeness_key`` (host, or domain: each
 registrable domain's hosts share ``group_delay`` and ``group_concurrency``,
 common/lua/lib/groups.lua; or ip: the hosts whose names resolve to one address do,
@@ -533,9 +535,9 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  "no limit)", check=_whole_ok, seeded_by=NOBODY),
     PolicyOption("trap_page_facets", "", _whole, 3,
                  "a page whose links to its own path vary more than this many query "
-                 "parameters by a value that is not a number is a faceted search: those "
-                 "links are traps, refused (trap_facets); links that change only numbers "
-                 "(pagination) are followed (0 = no limit)", check=_whole_ok,
+                 "parameters (words or numbers; not page, start, offset and the like) is a "
+                 "faceted search: those links are traps, refused (trap_facets); links that "
+                 "change only its pagination are followed (0 = no limit)", check=_whole_ok,
                  seeded_by=NOBODY),
     PolicyOption("trap_session_ids", "", _true_false, True,
                  "drop session ids (sid, jsessionid, phpsessid, ... with a token value) "
@@ -548,6 +550,17 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  "off = never, the default: across a host's pages it cost real pages on "
                  "real doc trees)",
                  check=_distance_ok, show=_show_distance, seeded_by=NOBODY),
+    PolicyOption("soft_404", "", _true_false, True,
+                 "find each host's soft 404s by probing: once a link leads into a host (and "
+                 "into a directory whose pages share a title), a request for a path that "
+                 "cannot exist gives what the host answers a missing page with; a page that "
+                 "matches it is done, outcome soft_404, its links not followed",
+                 check=_is_bool, show=_show_bool, seeded_by=NOBODY),
+    PolicyOption("drop_judged_items", "", _true_false, False,
+                 "true: a page judged a near duplicate or a soft 404 has its items dropped "
+                 "too; false: its items are written (a heuristic never drops an item unless "
+                 "asked to), only its links are not followed",
+                 check=_is_bool, show=_show_bool, seeded_by=NOBODY),
     PolicyOption("politeness_key", "", politeness_key, "host",
                  "what else a politeness limit is kept for: host (each host alone), "
                  "domain (also each registrable domain, its group: a.example.com and "
@@ -617,6 +630,8 @@ class CrawlPolicy:
     trap_page_facets: int = OPTIONS["trap_page_facets"].default
     trap_session_ids: bool = OPTIONS["trap_session_ids"].default
     near_duplicate_distance: int = OPTIONS["near_duplicate_distance"].default
+    soft_404: bool = OPTIONS["soft_404"].default
+    drop_judged_items: bool = OPTIONS["drop_judged_items"].default
     politeness_key: str = OPTIONS["politeness_key"].default
     group_delay: float = OPTIONS["group_delay"].default
     group_concurrency: int = OPTIONS["group_concurrency"].default

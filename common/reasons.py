@@ -52,9 +52,17 @@ CHANGED: Final = _reason(
     "changed", "done", "a revisit's 2xx whose body differs from the previous visit's: "
     "handled as a new page, its links followed")
 NEAR_DUPLICATE: Final = _reason(
-    "near_duplicate", "done", "a 2xx HTML page whose text fingerprint is within the crawl's "
-    "near_duplicate_distance of another page of its host: no handler, its links not "
-    "followed; result written")
+    "near_duplicate", "done", "a 2xx HTML page whose text and links' fingerprint is within "
+    "the crawl's near_duplicate_distance of another page of its URL's shape (a variant: "
+    "another query, date, counter or token): its links to pages of its shape not followed; "
+    "result written, its items unless drop_judged_items")
+SOFT_404: Final = _reason(
+    "soft_404", "done", "a 2xx page that matches what its host answered a probe for a "
+    "missing path (its soft-404 signature): its links not followed; result written, its "
+    "items unless drop_judged_items")
+PROBE: Final = _reason(
+    "probe", "done", "the crawl's own request for a path that cannot exist, which gives a "
+    "host's soft-404 signature: no handler, no result written")
 #: The outcomes of a revisit's response (a record's ``revisit`` field).
 REVISIT_OUTCOMES: Final = frozenset({NOT_MODIFIED, UNCHANGED, CHANGED})
 

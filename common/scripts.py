@@ -58,6 +58,8 @@ RESENDABLE: dict[str, str] = {
     "robots_claim": "compares the lock's token: a call sent again finds the lock its "
                     "first run took ours",
     "history_push": "a second snapshot within the minimum gap is skipped",
+    "judgement": "sets values; a probe is claimed by its claimer's nonce, so a call sent "
+                 "again finds its claims its own",
 }
 
 #: The scripts that change nothing: never followed by a WAIT (common/redis_wait.py).

@@ -9,13 +9,18 @@ across them lives here, per host, under the host's partition (one Cluster slot):
 - ``trap_variants``: the 4-byte hashes of the query strings a host's path had in links,
   up to ``trap_path_variants`` per path (``traps.lua``): a path of a faceted search
   costs at most 4 x that many bytes, and a new query past it is refused fleet-wide.
-- near duplicates: a host's newest `KEEP` fingerprints (12 bytes each: a 64-bit
-  SimHash, ``common.simhash``, and 4 bytes of its URL's fingerprint, so a retry or a
-  revisit of a page is never its own near duplicate), at most 3 KiB a host
-  (``fingerprints.lua``); a fingerprint that matches is added again, so a trap's
+- near duplicates: a host's newest `KEEP` fingerprints (16 bytes each: a 64-bit
+  SimHash, ``common.simhash``, 4 bytes of its URL's fingerprint, so a retry or a
+  revisit of a page is never its own near duplicate, and 4 bytes of its URL's shape,
+  ``common.urlshape``: a page is compared only with pages of its shape), at most 4 KiB a
+  host (``fingerprints.lua``); a fingerprint that matches is added again, so a trap's
   template that keeps matching stays among them while pages seen once age out. A
   consumer's flush sends all its pages' fingerprints in one call per partition and
   judges them against what came back (`near_duplicates`), never a round trip a page.
+- judgement (``judgement.lua``, `HostState`): per host, the soft-404 signature of each
+  directory probed (``common.soft404``), the probes claimed (each directory once, at
+  most `MAX_PROBES` a host), and the session tokens learned from its links; read back
+  and written with the same flush call.
 - tallies: ``tr:<host>`` (reason -> count) and ``h:traps`` (host -> their sum), written
   once per flush of a consumer's batch, with the variant checks.
 """
@@ -24,8 +29,8 @@ from __future__ import annotations
 
 import struct
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import cast
 
 from common.codec import text as _text
@@ -34,10 +39,13 @@ from common.queue import CrawlQueue
 from common.queue.calls import run
 from common.scripts import register
 from common.simhash import distance
+from common.soft404 import Signature
 
-#: Fingerprints kept per host (12 bytes each).
+#: Fingerprints kept per host (16 bytes each).
 KEEP = 256
-_ENTRY = struct.Struct("<QI")
+_ENTRY = struct.Struct("<QII")
+#: Probes claimed per host at most (its root and directories).
+MAX_PROBES = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,12 +65,13 @@ class Page:
     url_tag: int  # the first 4 bytes of its URL's fingerprint: a retry or revisit of it
     fp: int  # its SimHash (common.simhash)
     within: int  # bits: the policy's near_duplicate_distance when it was fetched
+    shape: int = 0  # its URL's shape tag (common.urlshape.shape_tag)
 
     @classmethod
-    def of(cls, host: str, url_fp: bytes, fp: int, within: int) -> Page:
+    def of(cls, host: str, url_fp: bytes, fp: int, within: int, shape: int = 0) -> Page:
         """The page of the URL whose fingerprint (``common.urls.fingerprint``; a task's
         id, hex) is `url_fp`."""
-        return cls(host, int.from_bytes(url_fp[:4], "little"), fp, within)
+        return cls(host, int.from_bytes(url_fp[:4], "little"), fp, within, shape)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,13 +83,55 @@ class TrapRow:
     reasons: dict[str, int]
 
 
-def near(held: bytes, fp: int, url_tag: int, within: int) -> bool:
-    """Whether one of `held`'s entries (another URL's) is at most `within` bits from
-    `fp`."""
-    for other, tag in _ENTRY.iter_unpack(held[:len(held) - len(held) % _ENTRY.size]):
-        if tag != url_tag and distance(other, fp) <= within:
+def near(held: bytes, fp: int, url_tag: int, within: int, shape: int = 0) -> bool:
+    """Whether one of `held`'s entries (another URL's, of the same shape) is at most
+    `within` bits from `fp`."""
+    for other, tag, form in _ENTRY.iter_unpack(held[:len(held) - len(held) % _ENTRY.size]):
+        if form == shape and tag != url_tag and distance(other, fp) <= within:
             return True
     return False
+
+
+@dataclass(slots=True)
+class HostState:
+    """What the fleet learned of one host (``jd:<host>``), as this process last read it."""
+
+    signatures: dict[str, Signature] = field(default_factory=dict)  # directory -> it
+    claimed: set[str] = field(default_factory=set)  # directories whose probe is claimed
+    tokens: frozenset[str] = frozenset()  # learned rules: q:<name>, p:<i>
+    probes: int = 0  # probes claimed
+    read_at: float = -1e9  # monotonic time of the read (never: long ago)
+
+    @classmethod
+    def of(cls, fields: Mapping[bytes, bytes], at: float) -> HostState:
+        """The state stored as `fields` (judgement.lua's HASH), read at `at`."""
+        state = cls(read_at=at)
+        tokens = set()
+        for raw, value in fields.items():
+            name = _text(raw)
+            kind, _, rest = name.partition(":")
+            if kind == "s":
+                sig = Signature.decode(rest, value)
+                if sig is not None:
+                    state.signatures[rest] = sig
+            elif kind == "p":
+                state.claimed.add(rest)
+            elif kind == "t":
+                tokens.add(rest)
+            elif name == "n":
+                state.probes = int(value)
+        state.tokens = frozenset(tokens)
+        return state
+
+
+@dataclass(frozen=True, slots=True)
+class Learned:
+    """What a flush tells the fleet of one host: a probe's signature, a learned token
+    rule, or a probe it wants to claim."""
+
+    host: str
+    kind: str  # "s" signature, "t" token rule, "c" claim
+    value: str  # "<dir> <signature JSON>", the rule, the directory
 
 
 class TrapBook:
@@ -90,6 +141,7 @@ class TrapBook:
         self.queue = queue
         self._traps = register(queue.client, "traps")
         self._fingerprints = register(queue.client, "fingerprints")
+        self._judgement = register(queue.client, "judgement")
 
     async def judge(self, variants: Sequence[Variant], tallies: Mapping[tuple[str, str], int],
                     limit: int) -> list[bool]:
@@ -125,6 +177,44 @@ class TrapBook:
                 admitted[i] = bool(int(verdict))
         return admitted
 
+    async def judgement(self, reads: Collection[str], learned: Sequence[Learned],
+                        claimer: str) -> tuple[dict[str, dict[bytes, bytes]], list[bool]]:
+        """Store `learned` signatures and tokens, claim its probes (as `claimer`, at most
+        `MAX_PROBES` a host) and read the state of the hosts of `reads`: their stored
+        fields by host, and whether each claim (in order) is this claimer's. One script
+        call per partition, pipelined."""
+        groups: dict[int, dict[str, list[list[str]]]] = defaultdict(dict)
+        order: dict[int, list[int]] = defaultdict(list)
+        for host in reads:
+            groups[self.queue.partition_of(host)].setdefault(host, []).append(["r", ""])
+        for i, item in enumerate(learned):
+            p = self.queue.partition_of(item.host)
+            groups[p].setdefault(item.host, []).append([item.kind, item.value])
+            if item.kind == "c":
+                order[p].append(i)
+        if not groups:
+            return {}, []
+        calls = []
+        for p, by_host in groups.items():
+            pk = self.queue.partitions[p]
+            args: list[str | int] = [MAX_PROBES, claimer]
+            for n, records in enumerate(by_host.values(), 1):
+                for kind, value in records:
+                    args += [kind, n, value]
+            calls.append((self._judgement, [pk.judgement(h) for h in by_host], args))
+        replies = await run(self.queue.client, calls)
+        states: dict[str, dict[bytes, bytes]] = {}
+        won = [False] * sum(1 for item in learned if item.kind == "c")
+        at = {i: n for n, i in enumerate(i for i, item in enumerate(learned)
+                                          if item.kind == "c")}
+        for (p, by_host), (fields, claims) in zip(groups.items(), replies, strict=True):
+            for host, flat in zip(by_host, fields, strict=True):
+                if any(kind == "r" for kind, _ in by_host[host]):
+                    states[host] = dict(zip(flat[::2], flat[1::2], strict=True))
+            for i, verdict in zip(order[p], claims, strict=True):
+                won[at[i]] = bool(int(verdict))
+        return states, won
+
     async def near_duplicates(self, pages: Sequence[Page]) -> list[bool]:
         """Add `pages`' fingerprints to their hosts' and say, in order, whether each is a
         near duplicate: one of its host's others (held, or of a page before it in
@@ -140,7 +230,7 @@ class TrapBook:
         for p, hosts in groups.items():
             pk = self.queue.partitions[p]
             args: list[bytes | int] = [KEEP * _ENTRY.size]
-            args += [b"".join(_ENTRY.pack(pages[i].fp, pages[i].url_tag)
+            args += [b"".join(_ENTRY.pack(pages[i].fp, pages[i].url_tag, pages[i].shape)
                               for i in by_host[host]) for host in hosts]
             calls.append((self._fingerprints, [pk.fingerprints(h) for h in hosts], args))
         if not calls:
@@ -153,8 +243,8 @@ class TrapBook:
                 for i in by_host[host]:
                     page = pages[i]
                     verdicts[i] = near(window[-KEEP * _ENTRY.size:], page.fp, page.url_tag,
-                                       page.within)
-                    window += _ENTRY.pack(page.fp, page.url_tag)
+                                       page.within, page.shape)
+                    window += _ENTRY.pack(page.fp, page.url_tag, page.shape)
         return verdicts
 
     async def hosts(self, limit: int = 20) -> list[TrapRow]:

@@ -43,8 +43,20 @@ from dataclasses import dataclass
 from hashlib import blake2b
 from urllib.parse import parse_qsl
 
-__all__ = ["FACETS", "REFUSALS", "TrapRules", "strip_session_ids", "variant_of"]
+from common.urlshape import is_token
 
+__all__ = ["FACETS", "PAGINATION", "REFUSALS", "TrapRules", "fresh_tokens",
+           "strip_session_ids", "variant_of", "without_tokens"]
+
+#: Query parameters that page through a listing: a link that changes only these is
+#: never a facet (the unfiltered listing and its pages hold every item a filter shows).
+PAGINATION = frozenset({"page", "pg", "paged", "pagenum", "page_num", "pageno", "page_no",
+                        "pn", "start", "offset", "from", "skip", "cursor", "after",
+                        "before"})
+#: A fresh session token is shared by links to at least this many paths ...
+TOKEN_PATHS = 3
+#: ... that make at least this share of the page's links to its host.
+TOKEN_SHARE = 0.6
 LENGTH = "trap_length"
 SEGMENTS = "trap_segments"
 REPEATS = "trap_repeats"
@@ -139,12 +151,71 @@ class TrapRules:
                 continue
             query = link[len(prefix):].partition("#")[0]
             for name in {name for name, value in parse_qsl(query, keep_blank_values=True)
-                         if value and not (value.isascii() and value.isdigit())
+                         if value and name.lower() not in PAGINATION
                          and (name, value) not in own}:
                 varied.setdefault(name, []).append(link)
         if len(varied) <= self.page_facets:
             return frozenset()
         return frozenset(link for links in varied.values() for link in links)
+
+
+def fresh_tokens(page: str, links: Iterable[object]) -> set[str]:
+    """The session tokens fresh per visit that canonical `page`'s links show: a query
+    parameter (``q:<name>``) or path segment (``p:<index>``) whose value in `page`'s own
+    URL is a token (``common.urlshape.is_token``), and whose value in the links is
+    another token, the same in links to at least `TOKEN_PATHS` paths that make at least
+    `TOKEN_SHARE` of the page's links to its host: a server that puts a new session id
+    in every link of every response. An id shared by a few links (a friend's pages) is
+    not one."""
+    path, query = _path_query(page)
+    own_q = {name: value for name, value in parse_qsl(query) if is_token(value)}
+    own_p = {i: s for i, s in enumerate(path.split("/")) if is_token(s)}
+    if not own_q and not own_p:
+        return set()
+    origin = page[:page.find("/", page.find("://") + 3)]
+    seen: dict[tuple[str, str], set[str]] = {}  # (rule, value) -> rest of the paths
+    total = 0
+    for link in links:
+        if not isinstance(link, str) or not link.startswith(origin + "/"):
+            continue
+        total += 1
+        lpath, lquery = _path_query(link)
+        if own_q and lquery:
+            for name, value in parse_qsl(lquery):
+                if name in own_q and value != own_q[name] and is_token(value):
+                    seen.setdefault((f"q:{name}", value), set()).add(lpath)
+        if own_p:
+            segments = lpath.split("/")
+            for i, mine in own_p.items():
+                if i < len(segments) and segments[i] != mine and is_token(segments[i]) \
+                        and segments[:i] == path.split("/")[:i]:
+                    seen.setdefault((f"p:{i}", segments[i]), set()).add(
+                        "/".join(segments[i + 1:]))
+    return {rule for (rule, _), paths in seen.items()
+            if len(paths) >= TOKEN_PATHS and len(paths) >= TOKEN_SHARE * total}
+
+
+def without_tokens(url: str, rules: frozenset[str]) -> str | None:
+    """The key canonical `url` is deduplicated by under its host's learned token rules
+    (`fresh_tokens`): their parameters left out, their path segments as ``*`` when
+    tokens; None when no rule changes it."""
+    if not rules:
+        return None
+    path, query = _path_query(url)
+    head = url[:len(url) - len(path) - (len(query) + 1 if query else 0)]
+    changed = False
+    if query:
+        kept = [p for p in query.split("&") if f"q:{p.partition('=')[0]}" not in rules]
+        changed = len(kept) != query.count("&") + 1
+        query = "&".join(kept)
+    segments = path.split("/")
+    for i, segment in enumerate(segments):
+        if f"p:{i}" in rules and is_token(segment):
+            segments[i] = "*"
+            changed = True
+    if not changed:
+        return None
+    return head + "/".join(segments) + (f"?{query}" if query else "")
 
 
 def _most_repeated(segments: list[str]) -> int:

@@ -21,13 +21,13 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from common.errors import RedisUnavailableError
 from common.metrics import Metrics
-from common.queue import Code, CrawlQueue, Failure, Lease
-from common.reasons import NEAR_DUPLICATE
+from common.queue import Code, CrawlQueue, Failure, Lease, NewTask
 from common.redis_errors import REDIS_ERRORS
 from common.request import Request
-from common.trapbook import Page
+from common.soft404 import Signature
 from consumer.backoff import Backoff
 from consumer.intake import LinkIntake
+from consumer.judgement import Judge, PageFacts
 from consumer.leases import LeaseBook
 from consumer.sinkhealth import SinkHealth
 from consumer.sinks import ProbingSink, Record, Sink
@@ -69,7 +69,8 @@ class Completion:
     record: Record | None = None
     failure: Failure | None = None
     urls: Sequence[str | Request] = ()
-    page: Page | None = None  # a handled HTML page's fingerprint: a near duplicate?
+    page: PageFacts | None = None  # a handled HTML page's facts, to be judged
+    probe: Signature | None = None  # a probe's answer: its directory's soft-404 signature
 
 
 class FlushAbandoned(Exception):
@@ -86,13 +87,14 @@ class Flusher:
                  turn_soon: Callable[[Sequence[Lease]], bool] = lambda leases: True,
                  urgent: Callable[[], bool] = lambda: False,
                  notify: Callable[[], Awaitable[None]] | None = None,
-                 health: SinkHealth | None = None) -> None:
+                 health: SinkHealth | None = None, judge: Judge | None = None) -> None:
         self.queue = queue
         self.sink = sink
         self.metrics = metrics
         self.book = book
         self.worker = worker
         self.intake = intake
+        self.judge = judge  # None: no page is judged (no fleet-wide trap state)
         self._on_freed = on_freed
         self._turn_soon = turn_soon
         self._urgent = urgent
@@ -217,7 +219,7 @@ class Flusher:
                 self._on_freed(False)
                 continue
             live.append(c)
-        await self._near_duplicates(live)
+        probes = await self._judge(live)
         for c in live:
             lease = c.lease
             if c.kind == "ack":
@@ -241,6 +243,7 @@ class Flusher:
         children, seen = self.intake.children(
             (c.lease.task, c.urls) for c in live if c.urls and c.lease.id not in unwritten)
         children = await self._retry("traps", lambda: self.intake.admit(children))
+        children += probes
         if children:
             await self._retry("enqueue", lambda: self.queue.enqueue(children))
         self.intake.sent(seen)
@@ -268,26 +271,14 @@ class Flusher:
         if self._notify is not None and (children or soon):
             await self._notify()  # slots freed, links queued: idle peers may lease now
 
-    async def _near_duplicates(self, live: list[Completion]) -> None:
-        """Judge the batch's pages by their hosts' fingerprints, in one call per
-        partition: a near duplicate ends done with outcome near_duplicate, its links not
-        followed and its items not written (the handler ran on it before the verdict
-        came: its items are those of a page already crawled, or of a soft 404)."""
-        trapbook = self.intake.book
-        judged = [(c, c.page) for c in live if c.kind == "ack" and c.page is not None]
-        if trapbook is None or not judged:
-            return
-        pages = [page for _, page in judged]
-        verdicts = await self._retry("near_duplicates",
-                                     lambda: trapbook.near_duplicates(pages))
-        for (c, _), near in zip(judged, verdicts, strict=True):
-            if near:
-                c.outcome = NEAR_DUPLICATE
-                c.urls = ()
-                if c.record is not None:
-                    c.record.outcome = NEAR_DUPLICATE
-                    c.record.items = []
-                self.intake.tally(c.lease.host, NEAR_DUPLICATE)
+    async def _judge(self, live: list[Completion]) -> list[NewTask]:
+        """Judge the batch's pages (near duplicates, soft 404s: ``consumer.judgement``),
+        in one call per partition; the probe tasks claimed come back, to enqueue."""
+        if self.judge is None:
+            return []
+        judge = self.judge
+        return list(await self._retry("judgement",
+                                      lambda: judge.judge(live, self.intake.tally)))
 
     def _account(self, leases: Sequence[Lease], codes: Sequence[Code],
                  outcomes: Sequence[str]) -> None:

@@ -9,7 +9,9 @@ A handler's :class:`~common.request.Request` goes the same way, keeping its meth
 label, data and headers; the cache remembers it by its unique key (for a GET, its URL),
 which is what the queue deduplicates it by.
 
-A link that is not cached loses its session ids and is judged by the crawl's trap rules
+A link that is not cached loses its session ids (and, where its host showed session
+tokens fresh per visit, ``common.traps.fresh_tokens``, is deduplicated without them: its
+task's unique key) and is judged by the crawl's trap rules
 (``common.traps``: its length, path segments, a repeated segment, query parameters), and
 by its page: a page's links to its own path that make a faceted search (``trap_facets``)
 are refused. A refused one is counted by its rule's fate and tallied for its host, and
@@ -36,9 +38,10 @@ empties the cache, whose generations follow it.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from common.errors import InvalidRequestError
 from common.hostmodel.hostkey import host_key
@@ -47,11 +50,31 @@ from common.queue import NewTask
 from common.request import Request, request_key
 from common.task import Task
 from common.trapbook import TrapBook, Variant
-from common.traps import FACETS, VARIANTS, TrapRules, strip_session_ids, variant_of
+from common.traps import (
+    FACETS,
+    VARIANTS,
+    TrapRules,
+    fresh_tokens,
+    strip_session_ids,
+    variant_of,
+    without_tokens,
+)
 from common.urls import canonicalize, fingerprint
 
 if TYPE_CHECKING:
     from consumer.live import LivePolicy
+
+
+#: Pages that must show a fresh session token before it is learned for their host.
+TOKEN_PAGES = 2
+
+
+class Tokens(Protocol):
+    """Where the session tokens learned per host are kept (``consumer.judgement``)."""
+
+    def tokens(self, host: str) -> frozenset[str]: ...
+
+    def learn(self, host: str, rule: str) -> None: ...
 
 
 class SeenCache:
@@ -112,10 +135,13 @@ class LinkIntake:
     as the policy snapshot `policy` returns says at each batch."""
 
     def __init__(self, metrics: Metrics, policy: Callable[[], LivePolicy], *,
-                 cache_size: int, book: TrapBook | None = None) -> None:
+                 cache_size: int, book: TrapBook | None = None,
+                 tokens: Tokens | None = None) -> None:
         self.metrics = metrics
         self._policy = policy
         self.book = book  # None: no fleet-wide trap state (path variants, tallies)
+        self.tokens = tokens  # None: no session token is learned
+        self._candidates: dict[tuple[str, str], int] = {}  # (host, rule) -> pages
         self._tallies: dict[tuple[str, str], int] = {}  # (host, reason) -> n, not sent
         now = self._now = policy()
         self.allow_domains = frozenset(now.allow_domains)
@@ -165,10 +191,12 @@ class LinkIntake:
             domains = self.allow_domains or frozenset((_host(task.url),))
             facets = traps.facet_links(task.url, [u if isinstance(u, str) else u.url
                                                   for u in urls])
+            rules = self._learn(task.url, urls) if traps.session_ids else frozenset()
             for raw in urls:
                 if not isinstance(raw, str):
                     child = self._request(raw, task, domains, attempts, traps,
-                                          batch=batch, mark=mark, facets=facets)
+                                          batch=batch, mark=mark, facets=facets,
+                                          rules=rules)
                     if child is not None:
                         out.append(child)
                     continue
@@ -182,7 +210,8 @@ class LinkIntake:
                     continue
                 if traps.session_ids:
                     url = strip_session_ids(url)
-                if url in cache or url in batch:
+                key = without_tokens(url, rules) or url
+                if key in cache or key in batch:
                     fates["cached"] += 1
                     if url != raw:
                         mark.append(raw)
@@ -201,18 +230,20 @@ class LinkIntake:
                         if url != raw:
                             mark.append(raw)
                     continue
-                batch.add(url)
-                mark.append(url)
+                batch.add(key)
+                mark.append(key)
                 if url != raw:
                     mark.append(raw)
                 fates["sent"] += 1
-                out.append(NewTask(url, fingerprint(url), max_attempts=attempts,
-                                   meta=task.meta, depth=task.depth + 1))
+                out.append(NewTask(url, fingerprint(key), max_attempts=attempts,
+                                   meta=task.meta, depth=task.depth + 1,
+                                   unique_key=key if key != url else None))
         return out, mark
 
     def _request(self, request: Request, parent: Task, domains: frozenset[str],
                  attempts: int, traps: TrapRules, *, batch: set[str],
-                 mark: list[str], facets: frozenset[str]) -> NewTask | None:
+                 mark: list[str], facets: frozenset[str],
+                 rules: frozenset[str] = frozenset()) -> NewTask | None:
         """The task of a Request a handler returned, or None (counted) if it is not one.
         A GET or HEAD is judged by the trap rules like a link (a route's follow of a
         selector's links is one); a request with a body is the handler's own word."""
@@ -230,7 +261,12 @@ class LinkIntake:
                 fates[refused] += 1
                 self.tally(host_key(url), refused)
                 return None
-        key = request_key(request.method, url, request.body, request.unique_key)
+        unique = request.unique_key
+        if unique is None and request.body is None:  # a session token is not its identity
+            unique = without_tokens(url, rules)
+            if unique is not None:
+                request = dataclasses.replace(request, unique_key=unique)
+        key = request_key(request.method, url, request.body, unique)
         if key in self.cache or key in batch:
             fates["cached"] += 1
             return None
@@ -244,6 +280,20 @@ class LinkIntake:
         mark.append(key)
         fates["sent"] += 1
         return task
+    def _learn(self, page: str, urls: Sequence[str | Request]) -> frozenset[str]:
+        """The session-token rules of `page`'s host (``common.traps.fresh_tokens``),
+        with those its links show: a rule is learned once two pages showed it."""
+        if self.tokens is None:
+            return frozenset()
+        host = host_key(page)
+        for rule in fresh_tokens(page, [u if isinstance(u, str) else u.url for u in urls]):
+            seen = self._candidates[(host, rule)] = self._candidates.get((host, rule), 0) + 1
+            if seen >= TOKEN_PAGES:
+                self.tokens.learn(host, rule)
+            if len(self._candidates) > 10_000:
+                self._candidates.clear()
+        return self.tokens.tokens(host)
+
     def tally(self, host: str, reason: str, n: int = 1) -> None:
         """Count `n` of `host`'s links refused (or pages not followed) for `reason`, for
         the host's trap tallies (sent with the next `admit`)."""

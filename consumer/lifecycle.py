@@ -48,6 +48,7 @@ from consumer.flush import FlushAbandoned, Flusher, describe_error
 from consumer.handlers import Handler
 from consumer.housekeeping import Housekeeping
 from consumer.intake import LinkIntake
+from consumer.judgement import Judge
 from consumer.leaser import Leaser
 from consumer.leases import LeaseBook
 from consumer.live import Live, LivePolicy, PolicyReader
@@ -98,15 +99,18 @@ class Consumer:
             live = Live(LivePolicy.of_flags(settings))
         self.policy = PolicyReader(queue, live, stopping=self.stopping,
                                    on_change=self._woken)
-        intake = LinkIntake(metrics, live, cache_size=settings.link_cache,
-                            book=TrapBook(queue))
+        book = TrapBook(queue)
+        judge = Judge(book, live, metrics, self.worker_id)
+        intake = LinkIntake(metrics, live, cache_size=settings.link_cache, book=book,
+                            tokens=judge)
         self.wake = WakeChannel(queue.client, queue.crawl_keys.wake, listening=True)
         self.sink_health = SinkHealth(settings.sink_retry_for_s)
         self.flusher = Flusher(queue, sink, metrics, self.book, worker=self.worker_id,
                                batch=max(8, settings.lease_batch // 4), intake=intake,
                                on_freed=self._slot_freed, turn_soon=self._turn_soon,
                                urgent=self._starved,
-                               notify=self.wake.notify, health=self.sink_health)
+                               notify=self.wake.notify, health=self.sink_health,
+                               judge=judge)
         self.leaser = Leaser(settings, queue, self.book, self.slots, window=self.window,
                              metrics=metrics, stopping=self.stopping, health=self.sink_health,
                              policy=self.policy, flusher=self.flusher,

@@ -50,6 +50,8 @@ class LivePolicy:
     conditional: bool  # a recrawl sends its URL's validators
     traps: TrapRules  # the links refused as crawler traps
     near_duplicate_distance: int  # bits a near duplicate's fingerprint may differ (-1: off)
+    soft_404: bool  # hosts are probed for soft 404s
+    drop_judged_items: bool  # a near duplicate's or soft 404's items are dropped
 
     @classmethod
     def of_flags(cls, settings: ConsumerSettings) -> LivePolicy:
@@ -59,7 +61,8 @@ class LivePolicy:
                    settings.fetch.user_agent, settings.robots_ttl_s, settings.max_depth,
                    settings.allow_domains, OPTIONS["max_attempts"].default,
                    OPTIONS["recrawl_after"].default, False, OPTIONS["conditional"].default,
-                   CrawlPolicy().trap_rules(), OPTIONS["near_duplicate_distance"].default)
+                   CrawlPolicy().trap_rules(), OPTIONS["near_duplicate_distance"].default,
+                   OPTIONS["soft_404"].default, OPTIONS["drop_judged_items"].default)
 
     @classmethod
     def of(cls, version: int, policy: CrawlPolicy, recrawl_after: int) -> LivePolicy:
@@ -70,7 +73,7 @@ class LivePolicy:
                    policy.user_agent, policy.robots_ttl, policy.max_depth,
                    policy.allow_domains, policy.max_attempts, recrawl_after,
                    policy.keeps_history, policy.conditional, policy.trap_rules(),
-                   policy.near_duplicate_distance)
+                   policy.near_duplicate_distance, policy.soft_404, policy.drop_judged_items)
 
 
 class Live:

@@ -1,0 +1,313 @@
+"""The judgement of the pages a consumer fetched, at each flush: near duplicates among the
+variants of one URL, soft 404s by their host's probed signature, and the probes to make.
+
+- **Near duplicates** (``near_duplicate_distance``, off by default): a page whose URL is
+  a variant (``common.urlshape``: a query, a date, a counter, a token in its path) gets a
+  SimHash of its words and of its links (but those to its own shape, with their tokens
+  masked), compared with its host's newest pages *of its shape* only
+  (``common.trapbook``). A near duplicate's links to pages of its shape are not followed
+  (a calendar's next month, an empty listing's next page, another sort order); its other
+  links are, and its items are written unless ``drop_judged_items``. A listing whose
+  items differ links other pages, so its fingerprint differs: pagination is never a near
+  duplicate of itself.
+- **Soft 404s** (``soft_404``, on by default; ``common.soft404``): once a link leads
+  into a host (a page of depth 1 or more), its root is probed: a request for a path that
+  cannot exist, made a task of its own (``PROBE_META``) that the frontier serves like any
+  (robots.txt and politeness obeyed) at a high priority. When two pages of one host
+  whose paths differ have the same title (its words but their URLs'), their common
+  directory is probed too (a catch-all under ``/old/``, a listing that answers any path
+  under it). Each directory once fleet-wide, at most ``MAX_PROBES`` a host. A page at or
+  under a probed directory that matches its signature is a soft 404: done, outcome
+  ``soft_404``, its links not followed, its items written unless ``drop_judged_items``;
+  a seed (depth 0) is the operator's word and is never judged.
+
+Each flush makes one call per partition for each (fingerprints, judgement), pipelined:
+the probes' signatures and the session tokens the link intake learned go with it, the
+hosts' state comes back with it (read again at most every ``STALE_S``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from common import simhash, soft404
+from common.http.fetcher import FetchResult
+from common.metrics import Metrics
+from common.queue import NewTask
+from common.reasons import NEAR_DUPLICATE, SOFT_404
+from common.request import Request
+from common.soft404 import Signature
+from common.task import Task
+from common.trapbook import HostState, Learned, Page, TrapBook
+from common.urls import fingerprint
+from common.urlshape import common_directory, is_variant, masked, shape, shape_tag
+
+if TYPE_CHECKING:
+    from consumer.flush import Completion
+    from consumer.live import LivePolicy
+
+log = logging.getLogger("consumer")
+
+#: A probe task's meta key: the directory it probes.
+PROBE_META = "crawlq_probe"
+#: A probe's priority: before its host's pages (it decides how they are judged).
+PROBE_PRIORITY = 1_000_000
+#: Seconds a host's state is trusted before it is read again.
+STALE_S = 10.0
+#: Hosts whose state is kept, and (host, title) pairs remembered for the title trigger.
+HOSTS = 20_000
+TITLES = 20_000
+#: The newest paths remembered per (host, title).
+TITLE_PATHS = 4
+#: Pages of a host this consumer judged for each probe of one of its directories: a
+#: small host is probed at its root alone.
+PAGES_A_PROBE = 5
+
+
+@dataclass(slots=True)
+class PageFacts:
+    """What a handled 2xx HTML page is judged by."""
+
+    host: str
+    url: str
+    final_url: str
+    redirected: bool
+    depth: int
+    title: str  # its title normalized (soft404.norm_title); '' when not judged for it
+    shape: str  # its URL's shape: its links of that shape are a near duplicate's
+    near: Page | None  # its fingerprint, when judged for near duplicates
+    soft: bool  # judged for soft 404s
+
+
+def link_features(urls: Iterable[str | Request], own: str) -> list[str]:
+    """A page's links as near-duplicate features: those not of its shape `own`, with
+    their tokens masked (a session id per visit is the same link)."""
+    out = []
+    for u in urls:
+        url = u if isinstance(u, str) else u.url
+        if shape(url) != own:
+            out.append(masked(url))
+    return out
+
+
+def _origin(url: str) -> str:
+    end = url.find("/", url.find("://") + 3)
+    return url if end < 0 else url[:end]
+
+
+def _path(url: str) -> str:
+    end = url.find("/", url.find("://") + 3)
+    return "/" if end < 0 else url[end:].partition("?")[0].partition("#")[0]
+
+
+class Judge:
+    """Judges a flush's pages with the fleet's state of their hosts, kept here between
+    flushes; also the session tokens the link intake learns (`learn`, `tokens`)."""
+
+    def __init__(self, book: TrapBook, policy: Callable[[], LivePolicy], metrics: Metrics,
+                 worker: str) -> None:
+        self.book = book
+        self._policy = policy
+        self.metrics = metrics
+        self.worker = worker
+        self.hosts: OrderedDict[str, HostState] = OrderedDict()
+        self._titles: OrderedDict[tuple[str, str], list[str]] = OrderedDict()
+        self._pages: dict[str, int] = {}  # host -> pages judged for soft 404s
+        self._pending: list[Learned] = []  # sent with the next call
+
+    def tokens(self, host: str) -> frozenset[str]:
+        """The session-token rules learned for `host` (``q:<name>``, ``p:<index>``)."""
+        state = self.hosts.get(host)
+        return state.tokens if state is not None else frozenset()
+
+    def learn(self, host: str, rule: str) -> None:
+        """A session-token rule the link intake learned: applied here at once, sent to
+        the fleet with the next flush."""
+        state = self._state(host)
+        if rule not in state.tokens:
+            state.tokens = state.tokens | {rule}
+            self._pending.append(Learned(host, "t", rule))
+            log.info("session_token_learned", extra={"host": host, "rule": rule})
+
+    def _state(self, host: str) -> HostState:
+        state = self.hosts.get(host)
+        if state is None:
+            state = self.hosts[host] = HostState()
+            if len(self.hosts) > HOSTS:
+                self.hosts.popitem(last=False)
+        return state
+
+    async def judge(self, live: Sequence[Completion], tally: Callable[[str, str], None]
+                    ) -> list[NewTask]:
+        """Judge `live`'s pages, changing the outcome, links and items of those found to
+        be near duplicates or soft 404s (each tallied for its host); store the probes'
+        signatures; return the probe tasks this consumer claimed, to enqueue."""
+        now = self._policy()
+        pages = [(c, c.page) for c in live
+                 if c.kind == "ack" and isinstance(c.page, PageFacts)]
+        learned, self._pending = self._pending, []
+        for c in live:
+            if c.probe is not None:
+                learned.append(Learned(c.lease.host, "s",
+                                       f"{c.probe.directory} {c.probe.encode().decode()}"))
+        claims: dict[tuple[str, str], str] = {}  # (host, directory) -> a URL to shape it
+        reads: set[str] = set()
+        clock = time.monotonic()
+        for _, f in pages:
+            if f.soft:
+                self._want(f, clock, claims, reads)
+        learned += [Learned(host, "c", d) for host, d in claims]
+        if not pages and not learned:
+            return []
+        fps = [f.near for _, f in pages if f.near is not None]
+        try:
+            (states, won), near = await asyncio.gather(
+                self.book.judgement(reads, learned, f"{self.worker} {os.urandom(6).hex()}"),
+                self.book.near_duplicates(fps))
+        except BaseException:  # the tokens go with the next call (the rest is the batch's)
+            self._pending[:0] = [item for item in learned if item.kind == "t"]
+            raise
+        for host, fields in states.items():
+            state = HostState.of(fields, clock)
+            state.tokens |= self.tokens(host)  # learned here, not sent yet
+            self.hosts[host] = state
+            self.hosts.move_to_end(host)
+        for c in live:  # this consumer's probes judge its next pages at once
+            if c.probe is not None:
+                self._state(c.lease.host).signatures[c.probe.directory] = c.probe
+        verdicts = iter(near)
+        for c, f in pages:
+            duplicate = f.near is not None and next(verdicts)
+            if f.soft and self._soft_404(c, f):
+                self._judged(c, SOFT_404, (), now.drop_judged_items)
+                tally(f.host, SOFT_404)
+            elif duplicate:
+                self._judged(c, NEAR_DUPLICATE, [u for u in c.urls if shape(
+                    u if isinstance(u, str) else u.url) != f.shape], now.drop_judged_items)
+                tally(f.host, NEAR_DUPLICATE)
+        return self._probes(claims, [item for item in learned if item.kind == "c"], won)
+
+    def _want(self, f: PageFacts, clock: float, claims: dict[tuple[str, str], str],
+              reads: set[str]) -> None:
+        """The reads and probe claims page `f` asks for: its host's state when not known
+        or stale, its root's probe, and its directory's when another page of its host
+        had its title under another path."""
+        state = self.hosts.get(f.host)
+        if state is None or clock - state.read_at > STALE_S \
+                or not state.claimed <= state.signatures.keys():  # a probe is out
+            reads.add(f.host)
+        if state is None or ("/" not in state.claimed and "/" not in state.signatures):
+            claims.setdefault((f.host, "/"), f.url)
+        path, key = _path(f.url), (f.host, f.title)  # no title is one title too
+        recent = self._titles.get(key)
+        if recent is None:
+            recent = self._titles[key] = []
+            if len(self._titles) > TITLES:
+                self._titles.popitem(last=False)
+        where = max((common_directory(other, path) for other in recent if other != path),
+                    key=len, default="/")
+        if path not in recent:
+            recent.append(path)
+            del recent[:-TITLE_PATHS]
+        seen = self._pages[f.host] = self._pages.get(f.host, 0) + 1
+        if len(self._pages) > HOSTS:
+            self._pages.clear()
+        dirs = sum(1 for (host, d) in claims if host == f.host and d != "/")
+        if state is not None:
+            dirs += len(state.claimed - {"/"})
+        if where != "/" and dirs < seen // PAGES_A_PROBE and (state is None or (
+                where not in state.claimed and where not in state.signatures
+                and not any(sig.kind != soft404.NONE and where.startswith(sig.directory)
+                            for sig in state.signatures.values()))):
+            claims.setdefault((f.host, where), f.url)
+
+    def _soft_404(self, c: Completion, f: PageFacts) -> bool:
+        """Whether page `f` matches a signature of its host that applies to it."""
+        state = self.hosts.get(f.host)
+        if state is None or f.depth < 1:
+            return False
+        words: tuple[int, ...] | None = None
+        for sig in state.signatures.values():
+            if not soft404.applies(sig, f.url):
+                continue
+            if sig.kind == soft404.PAGE and sig.title == f.title and words is None:
+                body = c.record.body if c.record is not None else None
+                words = soft404.sketch(simhash.page_text(body or b""), f.url)
+            if soft404.matches(sig, final_url=f.final_url, redirected=f.redirected,
+                               title=f.title, words=words):
+                return True
+        return False
+
+    @staticmethod
+    def _judged(c: Completion, outcome: str, urls: Sequence[str | Request],
+                drop_items: bool) -> None:
+        c.outcome = outcome
+        c.urls = urls
+        if c.record is not None:
+            c.record.outcome = outcome
+            if drop_items:
+                c.record.items = []
+
+    def _probes(self, claims: dict[tuple[str, str], str], asked: Sequence[Learned],
+                won: Sequence[bool]) -> list[NewTask]:
+        """The probe tasks of the claims this consumer won."""
+        tasks = []
+        for item, mine in zip(asked, won, strict=True):
+            state = self._state(item.host)
+            state.claimed.add(item.value)
+            if not mine:
+                continue
+            like = claims[(item.host, item.value)]
+            url = soft404.probe_url(_origin(like), item.value, _path(like))
+            tasks.append(NewTask(url, fingerprint(url), priority=PROBE_PRIORITY,
+                                 max_attempts=1, meta={PROBE_META: item.value}))
+            self.metrics.soft404_probes_total.inc()
+            log.info("soft404_probe", extra={"host": item.host, "directory": item.value})
+        return tasks
+
+
+def page_facts(task: Task, host: str, result: FetchResult, urls: Sequence[str | Request],
+               live: LivePolicy) -> PageFacts | None:
+    """What a handled 2xx HTML page is judged by, after its handler ran (the flush's
+    one call per partition gives the verdict, where waiting for it here would cost a
+    round trip a page): for soft 404s, its title, when it was reached by a link (a seed
+    is the operator's word); for near duplicates, when its URL is a variant
+    (``common.urlshape``) and its request has no label (a labelled request is the
+    spider's own word that the page is one it wants: a product page of one template
+    differs from the next by a few words), the fingerprint of its text (from the tree
+    the handler parsed, its scripts stripped) and of its links. None when neither
+    applies."""
+    if not 200 <= result.status <= 299 or not result.body \
+            or "html" not in result.headers.get("content-type", ""):
+        return None
+    soft = live.soft_404 and task.depth >= 1
+    near = None
+    form = shape(task.url)
+    if live.near_duplicate_distance >= 0 and task.label is None and is_variant(task.url):
+        fp = simhash.fingerprint(simhash.page_text(result.take_tree()),
+                                 link_features(urls, form))
+        if fp is not None:
+            near = Page.of(host, bytes.fromhex(task.id[:8]), fp,
+                           live.near_duplicate_distance, shape_tag(host, task.url))
+    if near is None and not soft:
+        return None
+    title = soft404.norm_title(soft404.title_of(result.body), task.url) if soft else ""
+    return PageFacts(host, task.url, result.final_url, bool(result.redirects), task.depth,
+                     title, form, near, soft)
+
+
+def probe_signature(directory: str, url: str, result: FetchResult) -> Signature:
+    """What a probe's answer says of its directory (`soft404.signature_of`)."""
+    body, status = result.body, result.status
+    html = "html" in result.headers.get("content-type", "")
+    text = simhash.page_text(body) if html and body and 200 <= status <= 299 else None
+    return soft404.signature_of(directory, status, url, result.final_url,
+                                title=soft404.title_of(body) if text is not None else "",
+                                text=text)
