@@ -60,7 +60,8 @@ UA = "crawlq/0.1 (+https://github.com/crawlq/crawlq)"
 #: The trap keys' defaults, the last of every listing.
 TRAPS = ("trap_max_url_length=1024, trap_max_segments=20, trap_repeated_segments=2, "
          "trap_max_params=12, trap_path_variants=1000, trap_page_facets=3, "
-         "trap_session_ids=true, near_duplicate_distance=off")
+         "trap_session_ids=true, near_duplicate_distance=off, soft_404=true, "
+         "drop_judged_items=false")
 #: The push-back keys' defaults, then the trap keys', the last of every listing.
 BACKOFF = ("backoff_on=429,503, backoff_base=1s, backoff_cap=3600s, backoff_forgive=300s, "
            "adaptive_delay=0, max_delay=30s, max_crawl_delay=300s, revisit=off, "
@@ -127,7 +128,7 @@ def test_the_policy_is_declared_once() -> None:
         "trap_repeated_segments": "",
         "trap_max_params": "", "trap_path_variants": "", "trap_page_facets": "",
         "trap_session_ids": "",
-        "near_duplicate_distance": "",
+        "near_duplicate_distance": "", "soft_404": "", "drop_judged_items": "",
         "politeness_key": "", "group_delay": "", "group_concurrency": ""}
     assert CrawlPolicy().texts() == {"per_host_delay": "1s", "per_host_concurrency": "2",
                                      "accept_content_type": "*/*", "user_agent": UA,
@@ -147,7 +148,8 @@ def test_the_policy_is_declared_once() -> None:
                                      "trap_repeated_segments": "2", "trap_max_params": "12",
                                      "trap_path_variants": "1000", "trap_page_facets": "3",
                                      "trap_session_ids": "true",
-                                     "near_duplicate_distance": "off",
+                                     "near_duplicate_distance": "off", "soft_404": "true",
+                                     "drop_judged_items": "false",
                                      "politeness_key": "host", "group_delay": "1s",
                                      "group_concurrency": "2"}
     # Each such flag says it is a crawl policy value.
@@ -217,7 +219,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
             "trap_max_url_length": 1024,
             "trap_max_segments": 20, "trap_repeated_segments": 2, "trap_max_params": 12,
             "trap_path_variants": 1000, "trap_page_facets": 3, "trap_session_ids": True,
-            "near_duplicate_distance": -1,
+            "near_duplicate_distance": -1, "soft_404": True, "drop_judged_items": False,
             "politeness_key": "host",
             "group_delay": 1.0, "group_concurrency": 2},
         {"per_host_delay": "0.5s", "per_host_concurrency": "3", "accept_content_type": "*/*",
@@ -234,7 +236,8 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
          "trap_max_segments": "20", "trap_repeated_segments": "2", "trap_max_params": "12",
          "trap_path_variants": "1000", "trap_page_facets": "3",
          "trap_session_ids": "true",
-         "near_duplicate_distance": "off",
+         "near_duplicate_distance": "off", "soft_404": "true",
+                                     "drop_judged_items": "false",
          "politeness_key": "host",
          "group_delay": "1s", "group_concurrency": "2"})
     third, second, first = doc["log"]
@@ -257,7 +260,8 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
         "trap_repeated_segments": [None, "2"], "trap_max_params": [None, "12"],
         "trap_path_variants": [None, "1000"], "trap_page_facets": [None, "3"],
         "trap_session_ids": [None, "true"],
-        "near_duplicate_distance": [None, "off"], "politeness_key": [None, "host"],
+        "near_duplicate_distance": [None, "off"], "soft_404": [None, "true"],
+        "drop_judged_items": [None, "false"], "politeness_key": [None, "host"],
         "group_delay": [None, "1s"], "group_concurrency": [None, "2"]}} == first
     assert second | {"version": 2, "by": "crawlq crawl set",
                      "changes": {"per_host_concurrency": ["2", "3"]}} == second
@@ -299,14 +303,15 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
         ["revisit", "off"], ["min_interval", "60s"], ["max_interval", "7776000s"],
         ["interval_grow", "0.4"], ["interval_shrink", "0.2"]]
     assert lines[27].split()[:2] == ["conditional", "true"]
-    assert [ln.split()[:2] for ln in lines[28:36]] == [
+    assert [ln.split()[:2] for ln in lines[28:38]] == [
         ["trap_max_url_length", "1024"], ["trap_max_segments", "20"],
         ["trap_repeated_segments", "2"], ["trap_max_params", "12"],
         ["trap_path_variants", "1000"], ["trap_page_facets", "3"],
-        ["trap_session_ids", "true"], ["near_duplicate_distance", "off"]]
-    assert [ln.split()[:2] for ln in lines[36:39]] == [
+        ["trap_session_ids", "true"], ["near_duplicate_distance", "off"], ["soft_404", "true"],
+        ["drop_judged_items", "false"]]
+    assert [ln.split()[:2] for ln in lines[38:41]] == [
         ["politeness_key", "host"], ["group_delay", "1s"], ["group_concurrency", "2"]]
-    lines = lines[:15] + lines[39:]
+    lines = lines[:15] + lines[41:]
     assert lines[15] == "changes, newest first:"
     assert lines[16].endswith("v4  crawlq crawl set: allow_domains xn--bcher-kva.example,"
                               "example.com -> @parent, ignore_robots true -> false")
@@ -316,7 +321,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
                               "allow_domains - -> @parent, backoff_base - -> 1s, "
                               "backoff_cap - -> 3600s, backoff_forgive - -> 300s, "
                               "backoff_on - -> 429,503, conditional - -> true, "
-                              "group_concurrency - -> 2, "
+                              "drop_judged_items - -> false, group_concurrency - -> 2, "
                               "group_delay - -> 1s, ignore_robots - -> false, "
                               "interval_grow - -> 0.4, interval_shrink - -> 0.2, "
                               "max_attempts - -> 3, max_crawl_delay - -> 300s, "
@@ -328,7 +333,8 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
                               "politeness_key - -> host, recrawl_after - -> 0s, "
                               "retry_base - -> 2s, "
                               f"retry_cap - -> 600s, revisit - -> off, "
-                              "robots_ttl - -> 86400s, trap_max_params - -> 12, "
+                              "robots_ttl - -> 86400s, soft_404 - -> true, "
+                              "trap_max_params - -> 12, "
                               "trap_max_segments - -> 20, trap_max_url_length - -> 1024, "
                               "trap_page_facets - -> 3, "
                               "trap_path_variants - -> 1000, "
@@ -450,7 +456,7 @@ async def test_show_toml_round_trips_into_create_config(
         "trap_max_url_length = 1024",
         "trap_max_segments = 20", "trap_repeated_segments = 2", "trap_max_params = 12",
         "trap_path_variants = 1000", "trap_page_facets = 3", "trap_session_ids = true",
-        'near_duplicate_distance = "off"',
+        'near_duplicate_distance = "off"', "soft_404 = true", "drop_judged_items = false",
         'politeness_key = "host"',
         'group_delay = "1s"', "group_concurrency = 2"]
     path = tmp_path / "crawl.toml"
@@ -806,7 +812,8 @@ async def test_a_crawl_made_without_a_policy_is_adopted(
                        "trap_repeated_segments": [None, "2"], "trap_max_params": [None, "12"],
                        "trap_path_variants": [None, "1000"], "trap_page_facets": [None, "3"],
                        "trap_session_ids": [None, "true"],
-                       "near_duplicate_distance": [None, "off"],
+                       "near_duplicate_distance": [None, "off"], "soft_404": [None, "true"],
+        "drop_judged_items": [None, "false"],
                        "politeness_key": [None, "host"], "group_delay": [None, "1s"],
                        "group_concurrency": [None, "2"]})]
 
@@ -1222,7 +1229,8 @@ async def test_a_consumer_of_a_bloom_crawl_enqueues_links_without_the_window(
                                      "consumer.handlers:links")
         assert await asyncio.wait_for(run(settings), 60) == 0
     stats = await queue.stats()
-    assert (stats.done, stats.dead) == (2, 0) and site.hits["/child/1"]
+    probes = stats.counters.get("outcome:probe", 0)  # the crawl's soft-404 probe of the host
+    assert (stats.done - probes, stats.dead) == (2, 0) and site.hits["/child/1"]
     [warned] = [r for r in caplog.records if r.getMessage() == "crawl_policy_not_applied"]
     assert (warned.levelno, warned.key, warned.value) == (  # type: ignore[attr-defined]
         logging.WARNING, "recrawl_after", "3600s")
