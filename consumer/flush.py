@@ -35,6 +35,8 @@ from consumer.sinks import ProbingSink, Record, Sink
 log = logging.getLogger("consumer")
 
 FLUSH_INTERVAL_S = 0.02
+#: How often pages held for a probe's answer are judged again.
+HELD_POLL_S = 0.05
 _LOST = frozenset({Code.STALE, Code.EXPIRED, Code.UNKNOWN})  # the lease was not ours anymore
 DEFAULT_SINK_RETRY_FOR_S = 60.0
 
@@ -104,6 +106,7 @@ class Flusher:
         self._flush_at = batch
         self.health = health if health is not None else SinkHealth(DEFAULT_SINK_RETRY_FOR_S)
         self.completions: list[Completion] = []
+        self._held: list[Completion] = []  # pages whose judgement waits for a probe
         self._in_flush: set[str] = set()  # ids of the batches being flushed
         self._quiet = asyncio.Event()  # no batch is being flushed
         self._quiet.set()
@@ -144,7 +147,8 @@ class Flusher:
     def finishing(self) -> set[str]:
         """Ids whose results wait to be flushed or are being flushed (they are not to be
         released)."""
-        return {c.lease.id for c in self.completions if c.kind != "drop"} | self._in_flush
+        return {c.lease.id for c in [*self.completions, *self._held]
+                if c.kind != "drop"} | self._in_flush
 
     async def run(self, closing: Callable[[], bool]) -> None:
         """Flush as soon as a good batch is ready, else at most FLUSH_INTERVAL_S late; at
@@ -168,7 +172,9 @@ class Flusher:
                 self._completed.clear()
                 await self.flush()
                 continue
-            await self._completed.wait()
+            with contextlib.suppress(TimeoutError):  # held pages are judged again soon
+                await asyncio.wait_for(self._completed.wait(), HELD_POLL_S if self._held
+                                       else None)
             deadline = time.monotonic() + FLUSH_INTERVAL_S
             while len(self.completions) < self._flush_at and not self._flush_now():
                 left = deadline - time.monotonic()
@@ -182,6 +188,7 @@ class Flusher:
 
     async def flush(self) -> None:
         """Write completed results, then ack/fail/release them (retrying through outages)."""
+        self.completions[:0], self._held = self._held, []
         while self.completions:
             batch = self.completions[:1000]
             del self.completions[:1000]
@@ -219,7 +226,10 @@ class Flusher:
                 self._on_freed(False)
                 continue
             live.append(c)
-        probes = await self._judge(live)
+        probes, held = await self._judge(live)
+        if held:
+            self._held += held
+            live = [c for c in live if all(c is not h for h in held)]
         for c in live:
             lease = c.lease
             if c.kind == "ack":
@@ -271,14 +281,17 @@ class Flusher:
         if self._notify is not None and (children or soon):
             await self._notify()  # slots freed, links queued: idle peers may lease now
 
-    async def _judge(self, live: list[Completion]) -> list[NewTask]:
+    async def _judge(self, live: list[Completion]
+                     ) -> tuple[list[NewTask], list[Completion]]:
         """Judge the batch's pages (near duplicates, soft 404s: ``consumer.judgement``),
-        in one call per partition; the probe tasks claimed come back, to enqueue."""
+        in one call per partition: the probe tasks claimed, to enqueue, and the pages to
+        hold until their directory's probe answers (none while stopping)."""
         if self.judge is None:
-            return []
-        judge = self.judge
-        return list(await self._retry("judgement",
-                                      lambda: judge.judge(live, self.intake.tally)))
+            return [], []
+        judge, holding = self.judge, self.give_up_at is None
+        verdict = await self._retry("judgement", lambda: judge.judge(
+            live, self.intake.tally, holding=holding))
+        return verdict.probes, verdict.held
 
     def _account(self, leases: Sequence[Lease], codes: Sequence[Code],
                  outcomes: Sequence[str]) -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
@@ -47,7 +48,7 @@ from common.soft404 import Signature
 from common.task import Task
 from common.trapbook import HostState, Learned, Page, TrapBook
 from common.urls import fingerprint
-from common.urlshape import common_directory, is_variant, masked, shape, shape_tag
+from common.urlshape import common_directory, directory, is_variant, masked, shape, shape_tag
 
 if TYPE_CHECKING:
     from consumer.flush import Completion
@@ -55,6 +56,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("consumer")
 
+#: A title that says its page is missing (the words of "not found", "does not exist",
+#: "404", ... in a few languages): its directory is probed at once, not only when a
+#: second page shares its title. Only a probe comes of it, never a verdict.
+MISSING = re.compile(
+    r"\b(?:404|not found|page not found|doesn t exist|does not exist|cannot be found|"
+    r"can t be found|no longer (?:available|exists)|nothing (?:found|here)|"
+    r"nicht gefunden|introuvable|no encontrad[ao]|non trovat[ao]|niet gevonden|"
+    r"nie znaleziono|не найден\w*)\b")
+#: The longest a page waits for its directory's probe before it is judged without it.
+HOLD_S = 5.0
+#: Pages of one host held at once, where holding them keeps no slot from the probe.
+HELD_PER_HOST = 64
 #: A probe task's meta key: the directory it probes.
 PROBE_META = "crawlq_probe"
 #: A probe's priority: before its host's pages (it decides how they are judged).
@@ -84,6 +97,15 @@ class PageFacts:
     shape: str  # its URL's shape: its links of that shape are a near duplicate's
     near: Page | None  # its fingerprint, when judged for near duplicates
     soft: bool  # judged for soft 404s
+    held_since: float | None = None  # monotonic time it was first held for a probe
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What a flush's judgement asks of the flusher."""
+
+    probes: list[NewTask]  # probe tasks claimed, to enqueue
+    held: list[Completion]  # pages to judge again at a later flush
 
 
 def link_features(urls: Iterable[str | Request], own: str) -> list[str]:
@@ -95,6 +117,12 @@ def link_features(urls: Iterable[str | Request], own: str) -> list[str]:
         if shape(url) != own:
             out.append(masked(url))
     return out
+
+
+def _links_home(c: Completion) -> bool:
+    """Whether a page links into its own host (its root probe is then due)."""
+    home = _origin(c.lease.task.url) + "/"
+    return any((u if isinstance(u, str) else u.url).startswith(home) for u in c.urls)
 
 
 def _origin(url: str) -> str:
@@ -144,11 +172,12 @@ class Judge:
                 self.hosts.popitem(last=False)
         return state
 
-    async def judge(self, live: Sequence[Completion], tally: Callable[[str, str], None]
-                    ) -> list[NewTask]:
+    async def judge(self, live: Sequence[Completion], tally: Callable[[str, str], None], *,
+                    holding: bool = True) -> Verdict:
         """Judge `live`'s pages, changing the outcome, links and items of those found to
         be near duplicates or soft 404s (each tallied for its host); store the probes'
-        signatures; return the probe tasks this consumer claimed, to enqueue."""
+        signatures. The verdict names the probe tasks this consumer claimed, to enqueue,
+        and (`holding`) the pages to hold until their directory's probe answers."""
         now = self._policy()
         pages = [(c, c.page) for c in live
                  if c.kind == "ack" and isinstance(c.page, PageFacts)]
@@ -160,12 +189,19 @@ class Judge:
         claims: dict[tuple[str, str], str] = {}  # (host, directory) -> a URL to shape it
         reads: set[str] = set()
         clock = time.monotonic()
+        if now.soft_404:  # a host's root is probed before its linked pages are fetched
+            for c in live:
+                if c.kind == "ack" and c.probe is None and _links_home(c):
+                    state = self.hosts.get(c.lease.host)
+                    if state is None or ("/" not in state.claimed
+                                         and "/" not in state.signatures):
+                        claims.setdefault((c.lease.host, "/"), c.lease.task.url)
         for _, f in pages:
             if f.soft:
                 self._want(f, clock, claims, reads)
         learned += [Learned(host, "c", d) for host, d in claims]
         if not pages and not learned:
-            return []
+            return Verdict([], [])
         fps = [f.near for _, f in pages if f.near is not None]
         try:
             (states, won), near = await asyncio.gather(
@@ -182,17 +218,42 @@ class Judge:
         for c in live:  # this consumer's probes judge its next pages at once
             if c.probe is not None:
                 self._state(c.lease.host).signatures[c.probe.directory] = c.probe
+        probes = self._probes(claims, [item for item in learned if item.kind == "c"], won)
         verdicts = iter(near)
+        held: list[Completion] = []
+        holds: dict[str, int] = {}
         for c, f in pages:
             duplicate = f.near is not None and next(verdicts)
             if f.soft and self._soft_404(c, f):
                 self._judged(c, SOFT_404, (), now.drop_judged_items)
                 tally(f.host, SOFT_404)
+            elif holding and f.soft and c.urls and self._hold(c, f, clock, holds):
+                held.append(c)  # its links wait for its directory's probe
             elif duplicate:
                 self._judged(c, NEAR_DUPLICATE, [u for u in c.urls if shape(
                     u if isinstance(u, str) else u.url) != f.shape], now.drop_judged_items)
                 tally(f.host, NEAR_DUPLICATE)
-        return self._probes(claims, [item for item in learned if item.kind == "c"], won)
+        return Verdict(probes, held)
+
+    def _hold(self, c: Completion, f: PageFacts, clock: float, holds: dict[str, int]) -> bool:
+        """Whether to hold page `f` (not acked, its links not followed yet) until the probe
+        of a directory it is under answers, for at most `HOLD_S`: its links would be the
+        catch-all's next pages. A host keeps a slot free for the probe: with a delay,
+        its leases' slots come back with their acks."""
+        state = self.hosts.get(f.host)
+        path = _path(f.url)
+        if state is None or not any(path.startswith(d) for d in state.claimed
+                                    if d not in state.signatures):
+            return False
+        if f.held_since is None:
+            f.held_since = clock
+        lease = c.lease
+        room = HELD_PER_HOST if lease.concurrency == 0 or not lease.delay_ms \
+            else lease.concurrency - 1
+        if clock - f.held_since > HOLD_S or holds.get(f.host, 0) >= room:
+            return False
+        holds[f.host] = holds.get(f.host, 0) + 1
+        return True
 
     def _want(self, f: PageFacts, clock: float, claims: dict[tuple[str, str], str],
               reads: set[str]) -> None:
@@ -205,6 +266,8 @@ class Judge:
             reads.add(f.host)
         if state is None or ("/" not in state.claimed and "/" not in state.signatures):
             claims.setdefault((f.host, "/"), f.url)
+        if MISSING.search(f.title):  # a page that says it is missing: its own directory
+            self._claim(f, directory(f.url), state, claims)
         path, key = _path(f.url), (f.host, f.title)  # no title is one title too
         recent = self._titles.get(key)
         if recent is None:
@@ -222,11 +285,21 @@ class Judge:
         dirs = sum(1 for (host, d) in claims if host == f.host and d != "/")
         if state is not None:
             dirs += len(state.claimed - {"/"})
-        if where != "/" and dirs < seen // PAGES_A_PROBE and (state is None or (
-                where not in state.claimed and where not in state.signatures
-                and not any(sig.kind != soft404.NONE and where.startswith(sig.directory)
-                            for sig in state.signatures.values()))):
-            claims.setdefault((f.host, where), f.url)
+        if dirs < seen // PAGES_A_PROBE:
+            self._claim(f, where, state, claims)
+
+    @staticmethod
+    def _claim(f: PageFacts, where: str, state: HostState | None,
+               claims: dict[tuple[str, str], str]) -> None:
+        """Claim the probe of `f`'s host's directory `where`, unless it is the root (the
+        root's is claimed apart), claimed, probed, or under a directory whose probe found
+        a catch-all (its signature judges it already)."""
+        if where == "/" or (state is not None and (
+                where in state.claimed or where in state.signatures
+                or any(sig.kind != soft404.NONE and where.startswith(sig.directory)
+                       for sig in state.signatures.values()))):
+            return
+        claims.setdefault((f.host, where), f.url)
 
     def _soft_404(self, c: Completion, f: PageFacts) -> bool:
         """Whether page `f` matches a signature of its host that applies to it."""
