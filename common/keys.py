@@ -90,10 +90,10 @@ tv:<host>      HASH    8-byte hash of a path -> the 4-byte hashes  traps
                        of the query strings its links had, at
                        most ``trap_path_variants``
 nd:<host>      STRING  the host's newest page fingerprints, at     fingerprints
-                       most 256, each 16 bytes: its 64-bit
-                       SimHash, 4 bytes of its URL's fingerprint
-                       and 4 of its URL's shape
-                       (``common.urlshape``)
+                       most 256, each 24 bytes: the 64-bit
+                       SimHashes of its text and of its links, 4
+                       bytes of its URL's fingerprint and 4 of its
+                       URL's shape (``common.urlshape``)
 jd:<host>      HASH    s:<dir> -> the soft-404 signature of a      judgement
                        directory (``common.soft404``, JSON);
                        p:<dir> -> who claimed its probe; n ->
@@ -390,7 +390,7 @@ class PartitionKeys:
         return f"{self.prefix}tv:{host}"
 
     def fingerprints(self, host: str) -> str:
-        """A host's newest page fingerprints, 16 bytes each (``common.trapbook``)."""
+        """A host's newest page fingerprints, 24 bytes each (``common.trapbook``)."""
         return f"{self.prefix}nd:{host}"
 
     def judgement(self, host: str) -> str:

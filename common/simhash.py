@@ -27,7 +27,8 @@ from hashlib import blake2b
 
 from selectolax.lexbor import LexborHTMLParser
 
-__all__ = ["MAX_TEXT", "MIN_WORDS", "distance", "fingerprint", "page_text", "word_hashes"]
+__all__ = ["MAX_TEXT", "MIN_WORDS", "distance", "fingerprint", "page_text", "set_fingerprint",
+           "word_hashes"]
 
 #: Characters of a page's text fingerprinted (the rest is left out): bounds the work of a
 #: huge page; two pages that share their first 32 K characters are near-duplicates.
@@ -58,15 +59,25 @@ def page_text(page: bytes | LexborHTMLParser) -> str:
     return "" if root is None else root.text(separator=" ")
 
 
-def fingerprint(text: str, extra: Iterable[str] = ()) -> int | None:
+def fingerprint(text: str) -> int | None:
     """The 64-bit SimHash of the distinct words of `text`'s first `MAX_TEXT`
-    characters and of `extra` features (a page's links, each one feature); None for
-    fewer than `MIN_WORDS` of them."""
+    characters; None for fewer than `MIN_WORDS` of them."""
     words = _words(text[:MAX_TEXT].lower())
-    words.update(b"\x00" + f.encode() for f in extra)
-    n = len(words)
-    if n < MIN_WORDS:
+    if len(words) < MIN_WORDS:
         return None
+    return _simhash(words)
+
+
+def set_fingerprint(features: Iterable[str]) -> int:
+    """The 64-bit SimHash of a set of features (a page's links), however few: 0 for
+    none."""
+    return _simhash({f.encode() for f in features})
+
+
+def _simhash(words: set[bytes]) -> int:
+    n = len(words)
+    if not n:
+        return 0
     hashes = _hashes(words)
     masks = [_ones(bit, n) for bit in range(8)]
     out = 0

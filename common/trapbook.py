@@ -9,14 +9,15 @@ across them lives here, per host, under the host's partition (one Cluster slot):
 - ``trap_variants``: the 4-byte hashes of the query strings a host's path had in links,
   up to ``trap_path_variants`` per path (``traps.lua``): a path of a faceted search
   costs at most 4 x that many bytes, and a new query past it is refused fleet-wide.
-- near duplicates: a host's newest `KEEP` fingerprints (16 bytes each: a 64-bit
-  SimHash, ``common.simhash``, 4 bytes of its URL's fingerprint, so a retry or a
-  revisit of a page is never its own near duplicate, and 4 bytes of its URL's shape,
-  ``common.urlshape``: a page is compared only with pages of its shape), at most 4 KiB a
-  host (``fingerprints.lua``); a fingerprint that matches is added again, so a trap's
-  template that keeps matching stays among them while pages seen once age out. A
-  consumer's flush sends all its pages' fingerprints in one call per partition and
-  judges them against what came back (`near_duplicates`), never a round trip a page.
+- near duplicates: a host's newest `KEEP` fingerprints (24 bytes each: a 64-bit SimHash
+  of its text and one of its links, ``common.simhash``, 4 bytes of its URL's
+  fingerprint, so a retry or a revisit of a page is never its own near duplicate, and 4
+  bytes of its URL's shape, ``common.urlshape``: a page is compared only with pages of
+  its shape), at most 6 KiB a host (``fingerprints.lua``); a fingerprint that matches
+  is added again, so a trap's template that keeps matching stays among them while pages
+  seen once age out. A consumer's flush sends all its pages' fingerprints in one call
+  per partition and judges them against what came back (`near_duplicates`), never a
+  round trip a page.
 - judgement (``judgement.lua``, `HostState`): per host, the soft-404 signature of each
   directory probed (``common.soft404``), the probes claimed (each directory once, at
   most `MAX_PROBES` a host), and the session tokens learned from its links; read back
@@ -41,9 +42,9 @@ from common.scripts import register
 from common.simhash import distance
 from common.soft404 import Signature
 
-#: Fingerprints kept per host (16 bytes each).
+#: Fingerprints kept per host (24 bytes each).
 KEEP = 256
-_ENTRY = struct.Struct("<QII")
+_ENTRY = struct.Struct("<QQII")
 #: Probes claimed per host at most (its root and directories).
 MAX_PROBES = 8
 
@@ -63,15 +64,21 @@ class Page:
 
     host: str
     url_tag: int  # the first 4 bytes of its URL's fingerprint: a retry or revisit of it
-    fp: int  # its SimHash (common.simhash)
+    fp: int  # its text's SimHash (common.simhash)
     within: int  # bits: the policy's near_duplicate_distance when it was fetched
     shape: int = 0  # its URL's shape tag (common.urlshape.shape_tag)
+    links: int = 0  # its links' SimHash (common.simhash.set_fingerprint)
 
     @classmethod
-    def of(cls, host: str, url_fp: bytes, fp: int, within: int, shape: int = 0) -> Page:
+    def of(cls, host: str, url_fp: bytes, fp: int, within: int, *, shape: int = 0,
+           links: int = 0) -> Page:
         """The page of the URL whose fingerprint (``common.urls.fingerprint``; a task's
         id, hex) is `url_fp`."""
-        return cls(host, int.from_bytes(url_fp[:4], "little"), fp, within, shape)
+        return cls(host, int.from_bytes(url_fp[:4], "little"), fp, within, shape, links)
+
+    def entry(self) -> bytes:
+        """The page as its host's fingerprints keep it."""
+        return _ENTRY.pack(self.fp, self.links, self.url_tag, self.shape)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,11 +90,14 @@ class TrapRow:
     reasons: dict[str, int]
 
 
-def near(held: bytes, fp: int, url_tag: int, within: int, shape: int = 0) -> bool:
+def near(held: bytes, page: Page) -> bool:
     """Whether one of `held`'s entries (another URL's, of the same shape) is at most
-    `within` bits from `fp`."""
-    for other, tag, form in _ENTRY.iter_unpack(held[:len(held) - len(held) % _ENTRY.size]):
-        if form == shape and tag != url_tag and distance(other, fp) <= within:
+    `page.within` bits from `page` by its text and by its links."""
+    within = page.within
+    for text, links, tag, form in _ENTRY.iter_unpack(
+            held[:len(held) - len(held) % _ENTRY.size]):
+        if form == page.shape and tag != page.url_tag and distance(text, page.fp) <= within \
+                and distance(links, page.links) <= within:
             return True
     return False
 
@@ -230,8 +240,7 @@ class TrapBook:
         for p, hosts in groups.items():
             pk = self.queue.partitions[p]
             args: list[bytes | int] = [KEEP * _ENTRY.size]
-            args += [b"".join(_ENTRY.pack(pages[i].fp, pages[i].url_tag, pages[i].shape)
-                              for i in by_host[host]) for host in hosts]
+            args += [b"".join(pages[i].entry() for i in by_host[host]) for host in hosts]
             calls.append((self._fingerprints, [pk.fingerprints(h) for h in hosts], args))
         if not calls:
             return []
@@ -242,9 +251,8 @@ class TrapBook:
                 window = bytes(held or b"")
                 for i in by_host[host]:
                     page = pages[i]
-                    verdicts[i] = near(window[-KEEP * _ENTRY.size:], page.fp, page.url_tag,
-                                       page.within, page.shape)
-                    window += _ENTRY.pack(page.fp, page.url_tag, page.shape)
+                    verdicts[i] = near(window[-KEEP * _ENTRY.size:], page)
+                    window += page.entry()
         return verdicts
 
     async def hosts(self, limit: int = 20) -> list[TrapRow]:

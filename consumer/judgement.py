@@ -3,20 +3,23 @@ variants of one URL, soft 404s by their host's probed signature, and the probes 
 
 - **Near duplicates** (``near_duplicate_distance``, off by default): a page whose URL is
   a variant (``common.urlshape``: a query, a date, a counter, a token in its path) gets a
-  SimHash of its words and of its links (but those to its own shape, with their tokens
-  masked), compared with its host's newest pages *of its shape* only
-  (``common.trapbook``). A near duplicate's links to pages of its shape are not followed
-  (a calendar's next month, an empty listing's next page, another sort order); its other
-  links are, and its items are written unless ``drop_judged_items``. A listing whose
-  items differ links other pages, so its fingerprint differs: pagination is never a near
-  duplicate of itself.
-- **Soft 404s** (``soft_404``, on by default; ``common.soft404``): once a link leads
-  into a host (a page of depth 1 or more), its root is probed: a request for a path that
+  SimHash of its words and one of its links (but those to its own shape, with their
+  tokens masked), compared with its host's newest pages *of its shape* only, both within
+  the distance (``common.trapbook``). A near duplicate's links to pages of its shape are
+  not followed (a calendar's next month, an empty listing's next page, another sort
+  order); its other links are, and its items are written unless ``drop_judged_items``.
+  A listing whose items differ links other pages, so its links' fingerprint differs:
+  pagination is never a near duplicate of itself.
+- **Soft 404s** (``soft_404``, on by default; ``common.soft404``): a host's root is
+  probed as soon as a page links into it: a request for a path that
   cannot exist, made a task of its own (``PROBE_META``) that the frontier serves like any
   (robots.txt and politeness obeyed) at a high priority. When two pages of one host
-  whose paths differ have the same title (its words but their URLs'), their common
-  directory is probed too (a catch-all under ``/old/``, a listing that answers any path
-  under it). Each directory once fleet-wide, at most ``MAX_PROBES`` a host. A page at or
+  whose paths differ have the same title (its words but their URLs'), or a page's title
+  says it is missing (``MISSING``), their directory is probed too (a catch-all under
+  ``/old/``, a listing that answers any path under it), one per ``PAGES_A_PROBE`` pages
+  of the host. A page under a directory whose probe is out is held (not acked, its links
+  not sent) until it answers, ``HOLD_S`` at most. Each directory once fleet-wide, at
+  most ``MAX_PROBES`` a host. A page at or
   under a probed directory that matches its signature is a soft 404: done, outcome
   ``soft_404``, its links not followed, its items written unless ``drop_judged_items``;
   a seed (depth 0) is the operator's word and is never judged.
@@ -364,11 +367,11 @@ def page_facts(task: Task, host: str, result: FetchResult, urls: Sequence[str | 
     near = None
     form = shape(task.url)
     if live.near_duplicate_distance >= 0 and task.label is None and is_variant(task.url):
-        fp = simhash.fingerprint(simhash.page_text(result.take_tree()),
-                                 link_features(urls, form))
+        fp = simhash.fingerprint(simhash.page_text(result.take_tree()))
         if fp is not None:
             near = Page.of(host, bytes.fromhex(task.id[:8]), fp,
-                           live.near_duplicate_distance, shape_tag(host, task.url))
+                           live.near_duplicate_distance, shape=shape_tag(host, task.url),
+                           links=simhash.set_fingerprint(link_features(urls, form)))
     if near is None and not soft:
         return None
     title = soft404.norm_title(soft404.title_of(result.body), task.url) if soft else ""

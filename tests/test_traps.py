@@ -206,6 +206,75 @@ def test_a_page_under_another_session_is_the_same_link_and_a_rule_change_applies
     assert [t.url for t in tasks] == ["http://a.test/x/x/x", sids[0]]
 
 
+class Learned:
+    """Where the intake keeps the session tokens it learns (consumer.judgement.Judge's
+    part of it)."""
+
+    def __init__(self) -> None:
+        self.rules: dict[str, frozenset[str]] = {}
+
+    def tokens(self, host: str) -> frozenset[str]:
+        return self.rules.get(host, frozenset())
+
+    def learn(self, host: str, rule: str) -> None:
+        self.rules[host] = self.tokens(host) | {rule}
+
+
+def token(n: int) -> str:
+    """A made-up session token (letters and digits, 20 characters)."""
+    return "".join(f"{n:02d}ab" for _ in range(5))
+
+
+def test_tokens_fresh_per_visit_are_learned_from_two_pages_and_left_out_of_the_key(
+) -> None:
+    """A page under one token whose links carry another, shared by links to most of its
+    host's paths, shows a session token; once two pages showed it, the host's links are
+    deduplicated without it (fetched as linked). In the query under a name no list knows,
+    and in the path. An id shared by a few links is no token."""
+    learned = Learned()
+    i = LinkIntake(Metrics(), Live(snapshot(max_depth=5)), cache_size=1000, tokens=learned)
+
+    def visit(n: int, url: str) -> list[Task]:
+        links = [url.replace("PAGE", str(k)).replace("TOKEN", token(n + 1))
+                 for k in range(6)] + ["http://a.test/about"]
+        tasks, mark = i.children([(parent(url.replace("PAGE", str(n)).replace(
+            "TOKEN", token(n))), links)])
+        i.sent(mark)
+        return tasks
+
+    first = visit(1, "http://a.test/doc/PAGE?s=TOKEN")
+    assert learned.rules == {} and all(t.unique_key is None for t in first)
+    second = visit(2, "http://a.test/doc/PAGE?s=TOKEN")
+    assert learned.rules == {"a.test": frozenset({"q:s"})}
+    assert {t.unique_key for t in second} >= {f"http://a.test/doc/{k}" for k in range(6)}
+    # the same pages under the next visit's token are known
+    assert [t.url for t in visit(3, "http://a.test/doc/PAGE?s=TOKEN")] == []
+    # in the path: /s/<token>/doc/<n>.html
+    visit(1, "http://b.test/s/TOKEN/PAGE.html")
+    paths = visit(2, "http://b.test/s/TOKEN/PAGE.html")
+    assert learned.rules["b.test"] == frozenset({"p:2"})
+    assert "http://b.test/s/*/3.html" in {t.unique_key for t in paths}
+    # a friend's pages: one id shared by 3 of 12 links is no session token
+    for n in (1, 2, 3):
+        own = f"http://c.test/user?uid={token(n)}"
+        links = [f"http://c.test/{p}?uid={token(9)}" for p in ("photos", "posts", "likes")]
+        links += [f"http://c.test/topic/{k}" for k in range(9)]
+        i.children([(parent(own), links)])
+    assert "c.test" not in learned.rules
+
+
+def test_a_faceted_page_is_judged_by_numbers_too_but_never_by_its_pagination() -> None:
+    """Four parameters varied by numbers (c, s, p, sort) make a faceted search: refused;
+    the links that change only its page are followed."""
+    rules = CrawlPolicy().trap_rules()
+    shop = "http://a.test/shop?c=1"
+    facets = ["http://a.test/shop?c=2", "http://a.test/shop?c=1&s=2",
+              "http://a.test/shop?c=1&p=3", "http://a.test/shop?c=1&sort=4"]
+    pages = ["http://a.test/shop?c=1&page=2", "http://a.test/shop?c=1&offset=40"]
+    assert rules.facet_links(shop, facets + pages) == frozenset(facets)
+    assert rules.facet_links(shop, facets[:3] + pages) == frozenset()
+
+
 async def test_a_paths_query_variants_are_bounded_across_the_fleet(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
     """Two consumers' intakes share the count: 5 variants of /shop in all, a query seen
@@ -261,7 +330,7 @@ async def test_a_page_is_never_its_own_near_duplicate_and_fingerprints_are_bound
 
     def at(url: str, fp: int, within: int = 3) -> Page:
         host = url.split("/")[2]
-        return Page.of(host, url_fingerprint(url), fp, within, shape_tag(host, url))
+        return Page.of(host, url_fingerprint(url), fp, within, shape=shape_tag(host, url))
 
     assert await book.near_duplicates([at("http://a.test/p?x", fp)]) == [False]
     # pages of another shape are never compared: /x/1 and /x/2 are variants, /y/1 not
@@ -281,7 +350,7 @@ async def test_a_page_is_never_its_own_near_duplicate_and_fingerprints_are_bound
     assert await book.near_duplicates([]) == []
     await book.near_duplicates([at(f"http://c.test/p?{n}", n, 0) for n in range(KEEP + 10)])
     pk = queue.partitions[queue.partition_of("c.test")]
-    assert await redis_client.strlen(pk.fingerprints("c.test")) == KEEP * 16
+    assert await redis_client.strlen(pk.fingerprints("c.test")) == KEEP * 24
     # an entry that aged out of the host's newest KEEP no longer matches
     assert await book.near_duplicates([at("http://c.test/p?again", 5, 0),
                                        at("http://c.test/p?more", 20, 0)]) == [False, True]
@@ -345,6 +414,93 @@ async def test_a_crawl_finds_every_real_page_and_follows_no_soft_404(
     queue = await LeasingQueue.open(redis_client, crawl_name)
     [row] = await TrapBook(queue).hosts()
     assert row.reasons["soft_404"] == list(outcomes.values()).count("soft_404")
+
+
+def titled(title: str, text: str, links: list[str] = ()) -> str:  # type: ignore[assignment]
+    return page(text, links).replace("<html>", f"<html><head><title>{title}</title></head>")
+
+
+async def test_a_near_duplicate_stops_its_calendar_but_never_a_listing_of_other_items(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+        tmp_path: Path) -> None:
+    """With near_duplicate_distance 3: an empty calendar's months (one shape: /cal?m=N)
+    are near duplicates of each other, so a month's links to its neighbours are not
+    followed after the first few; its other links are. A listing's pages (/list?page=N,
+    one shape, the same template and words) link other items, so none is a near
+    duplicate of another and every item is found; nor is an item page, of another
+    shape, whatever its words."""
+    await set_policy(redis_client, crawl_name, {"max_depth": 100, "per_host_delay": 0.0,
+                                                "per_host_concurrency": 4,
+                                                "ignore_robots": True,
+                                                "near_duplicate_distance": 3},
+                     by="test", create=True)
+
+    async def home(request: web.Request) -> web.Response:
+        return html(titled("Home", article(1), ["/cal?m=100", "/list?page=1"]))
+
+    async def cal(request: web.Request) -> web.Response:
+        m = int(request.query["m"])
+        return html(titled(f"Events {m}", f"No events in month {m}.",
+                           [f"/cal?m={m - 1}", f"/cal?m={m + 1}", "/about"]))
+
+    async def listing(request: web.Request) -> web.Response:
+        n = int(request.query["page"])
+        items = [f"/item/{n * 5 + k}" for k in range(5)]
+        return html(titled("Items", "Our items, five a page.",
+                           items + ([f"/list?page={n + 1}"] if n < 12 else [])))
+
+    async def item(request: web.Request) -> web.Response:
+        return html(titled("An item", "The same words on every item page."))
+
+    async def about(request: web.Request) -> web.Response:
+        return html(titled("About", article(2)))
+
+    routes = {"/": home, "/cal": cal, "/list": listing, "/item/{n}": item, "/about": about}
+    async with serve(routes) as site:
+        await enqueue(redis_client, crawl_name, [site.url("/")])
+        await consume(redis_url, crawl_name, tmp_path, "--handler",
+                      "consumer_handlers:links_and_items", limit_s=60)
+    months = [p for p in site.hits if p == "/cal"]
+    assert {f"/item/{n}" for n in range(5, 65)} <= set(site.hits)
+    assert len(site.hits["/cal"]) <= 8, len(site.hits["/cal"])
+    assert "/about" in site.hits and months
+    outcomes = [r["outcome"] for r in records(tmp_path) if "/cal?" in r["url"]]
+    assert "near_duplicate" in outcomes
+    assert {r["outcome"] for r in records(tmp_path) if "/list?" in r["url"]} == {"ok"}
+
+
+async def test_a_page_that_says_it_is_missing_waits_for_its_directorys_probe(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+        tmp_path: Path) -> None:
+    """A catch-all under /old/ answers any path with a "Page not found" page linking two
+    more of its paths. Its first pages, reached by dead links, claim the probe of /old/
+    and are held until it answers: soft 404s, their links are never followed, so no page
+    of the catch-all's second level is fetched."""
+    await set_policy(redis_client, crawl_name, {"max_depth": 100, "per_host_delay": 0.0,
+                                                "per_host_concurrency": 4,
+                                                "ignore_robots": True},
+                     by="test", create=True)
+
+    async def home(request: web.Request) -> web.Response:
+        return html(titled("Home", article(1), [f"/doc/{n}" for n in range(3)]))
+
+    async def doc(request: web.Request) -> web.Response:
+        n = request.match_info["n"]
+        return html(titled(f"Doc {n}", article(int(n) + 10), [f"/old/{n}.html"]))
+
+    async def old(request: web.Request) -> web.Response:
+        tail = request.match_info["tail"]
+        return html(titled("Page not found", "Sorry, we could not find that page.",
+                           [f"/old/{tail}-x.html", f"/old/{tail}-y.html"]))
+
+    async with serve({"/": home, "/doc/{n}": doc, "/old/{tail}.html": old}) as site:
+        await enqueue(redis_client, crawl_name, [site.url("/")])
+        await consume(redis_url, crawl_name, tmp_path, "--handler",
+                      "consumer_handlers:links_and_items", limit_s=60)
+    catch_all = sorted(p for p in site.hits if p.startswith("/old/"))
+    assert catch_all == ["/old/0.html", "/old/1.html", "/old/2.html"]
+    assert [p for p in site.probes if p.startswith("/old/")]
+    assert {r["outcome"] for r in records(tmp_path) if "/old/" in r["url"]} == {"soft_404"}
 
 
 async def test_a_labelled_request_is_never_a_near_duplicate(

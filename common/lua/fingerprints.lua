@@ -5,10 +5,10 @@
 -- found to be a near duplicate is added too, so a fingerprint that keeps matching (a
 -- trap's template) stays among the newest.
 --
--- KEYS[i]  nd:<host i>  STRING  entries of 16 bytes, oldest first
+-- KEYS[i]  nd:<host i>  STRING  entries of 24 bytes, oldest first
 -- ARGV[1]  the most bytes kept per host (a whole number of entries)
--- ARGV[1+i]  host i's new entries, in order: 8 bytes of SimHash, 4 bytes of the URL's
---   fingerprint and 4 bytes of its shape (common/urlshape.py) each
+-- ARGV[1+i]  host i's new entries, in order: 8 bytes of its text's SimHash, 8 of its
+--   links', 4 bytes of the URL's fingerprint and 4 of its shape (common/urlshape.py) each
 -- Returns one string per host: the entries held before these ('' for none)
 --- @include "lib/codes"
 
