@@ -206,9 +206,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "often than trap_repeated_segments is refused, however far apart the copies",
            (_T + "test_each_rule_refuses_its_trap_and_lets_a_plain_url_through",
             _T + "test_refused_links_are_counted_by_reason_and_per_host")),
-    Mutant("53-near-duplicate-links-followed", "a near-duplicate page is not handled: its "
-           "links are not followed",
-           (_T + "test_a_crawl_finds_every_real_page_and_follows_no_near_duplicate",)),
+    Mutant("53-near-duplicate-links-followed", "a near duplicate's links to pages of its "
+           "shape are not followed (an empty calendar's next month)",
+           (_T + "test_a_near_duplicate_stops_its_calendar_but_never_a_listing_of_other_"
+                 "items",)),
     Mutant("54-page-its-own-near-duplicate", "a page is never a near duplicate of its own "
            "URL's earlier fetch (a retry, a revisit)",
            (_T + "test_a_page_is_never_its_own_near_duplicate_and_fingerprints_are_bounded",)),
@@ -281,9 +282,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("64-ip-group-renamed-by-a-later-answer", "under politeness_key ip a host keeps "
            "the group it was first named, so its leases give their slots back to it",
            (_GR + "test_by_ip_a_host_keeps_the_first_group_it_was_named",)),
-    Mutant("61-facet-pagination-refused", "a faceted page's links that change only numbers "
-           "(its next pages) are followed: trap_page_facets refuses filters, not pagination",
-           (_T + "test_a_faceted_pages_filter_links_are_refused_and_its_pages_followed",)),
+    Mutant("61-facet-pagination-refused", "a faceted page's links that change only its "
+           "pagination (its next pages) are followed: trap_page_facets refuses filters, "
+           "not pagination",
+           (_T + "test_a_faceted_pages_filter_links_are_refused_and_its_pages_followed",
+            _T + "test_a_faceted_page_is_judged_by_numbers_too_but_never_by_its_pagination")),
     Mutant("73-history-etag-dropped-in-encode", "a done URL's history record keeps the "
            "validators its fetch observed (the binary record, lib/revisits.lua)",
            (_RS + "test_a_history_record_is_compact_and_gives_back_what_it_was_told",
@@ -302,6 +305,24 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("62-facet-remembered-as-a-trap", "a link refused as a facet is one on its page "
            "only: the same URL linked from another page is followed",
            (_T + "test_a_faceted_pages_filter_links_are_refused_and_its_pages_followed",)),
+    Mutant("79-soft-404-signature-ignored", "a page that matches its directory's probed "
+           "soft-404 signature is a soft 404: its links are not followed",
+           (_T + "test_a_crawl_finds_every_real_page_and_follows_no_soft_404",
+            _T + "test_a_page_that_says_it_is_missing_waits_for_its_directorys_probe")),
+    Mutant("80-near-duplicate-across-shapes", "a page is compared only with pages of its "
+           "URL's shape, never with a sibling of another path",
+           (_T + "test_a_page_is_never_its_own_near_duplicate_and_fingerprints_are_bounded",)),
+    Mutant("81-judged-items-dropped-by-default", "a heuristic never drops an item with "
+           "the defaults: a soft 404's or near duplicate's items are written",
+           (_T + "test_a_crawl_finds_every_real_page_and_follows_no_soft_404",
+            _T + "test_a_labelled_request_is_never_a_near_duplicate")),
+    Mutant("82-page-not-held-for-its-probe", "a page under a directory whose probe is out "
+           "waits for its answer: a catch-all's next level is never fetched",
+           (_T + "test_a_page_that_says_it_is_missing_waits_for_its_directorys_probe",)),
+    Mutant("83-session-token-learned-from-a-few-links", "a session token is learned only "
+           "from most of a page's links: an id a few links share is no token",
+           (_T + "test_tokens_fresh_per_visit_are_learned_from_two_pages_and_left_out_of_"
+                 "the_key",)),
 )
 
 

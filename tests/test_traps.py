@@ -364,6 +364,8 @@ def trap_site(real: int) -> dict[str, web.RequestHandler]:  # type: ignore[name-
         return html(page(article(1000), ["/real/0", "/lost/a", "/lost/b", "/dir/"]))
 
     async def real_page(request: web.Request) -> web.Response:
+        if not request.match_info["n"].isdigit():  # a probe's name: a real site's 404
+            raise web.HTTPNotFound()
         n = int(request.match_info["n"])
         links = [f"/real/{n + 1}"] if n + 1 < real else []
         return html(page(article(n), links))
