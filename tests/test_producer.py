@@ -28,8 +28,8 @@ from common.frontier.hosts import Frontier
 from common.keys import CRAWLS, CrawlKeys, PartitionKeys
 from common.policy import PolicyError, create_policy, read_policy, set_policy
 from common.queue import CrawlSettings, DedupMode, LeasingQueue, existing_settings, partition_keys
+from common.redis_adapter import use_hiredis_packer
 from common.redis_server import free_port
-from common.resp_pack import use_hiredis_packer
 from common.task import decode_entry, expand_entry
 from common.urls import fingerprint, task_id
 from console.demo.site import sample_site
