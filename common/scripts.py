@@ -40,9 +40,9 @@ NAMES = (
 #: one twice is safe. Any other script is not sent again: its caller gets the error.
 RESENDABLE: dict[str, str] = {
     "lease": "an operation id: a call sent again gets the reply the first one kept",
-    "ack": "fenced: a second ack finds the lease ended and is answered stale, counting "
-           "nothing again",
-    "fail": "fenced, as ack", "renew": "fenced, as ack", "release": "fenced, as ack",
+    "ack": "an operation id: a call sent again gets the codes its first run kept "
+           "(lib/once.lua), counting nothing again",
+    "fail": "an operation id, as ack", "renew": "fenced, as ack", "release": "fenced, as ack",
     "checkpoint": "fenced, as ack",
     "late_turn": "fenced, as ack; a second run only moves the turn a delay later",
     "enqueue": "dedup: a second run finds the URLs seen (counted duplicates)",
@@ -58,6 +58,8 @@ RESENDABLE: dict[str, str] = {
     "robots_claim": "compares the lock's token: a call sent again finds the lock its "
                     "first run took ours",
     "history_push": "a second snapshot within the minimum gap is skipped",
+    "traps": "an operation id: a call sent again finds its first run (lib/once.lua)",
+    "fingerprints": "an operation id, as traps",
 }
 
 #: The scripts that change nothing: never followed by a WAIT (common/redis_wait.py).

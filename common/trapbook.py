@@ -18,6 +18,10 @@ across them lives here, per host, under the host's partition (one Cluster slot):
   judges them against what came back (`near_duplicates`), never a round trip a page.
 - tallies: ``tr:<host>`` (reason -> count) and ``h:traps`` (host -> their sum), written
   once per flush of a consumer's batch, with the variant checks.
+
+Both calls carry an operation id (lib/once.lua): one sent again after its reply was lost
+(by the client, or by the flusher running its step again with the same id) changes
+nothing more, so a tally counts each link and page once.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import cast
 from common.codec import text as _text
 from common.keys import PartitionKeys
 from common.queue import CrawlQueue
-from common.queue.calls import run
+from common.queue.calls import new_op_id, run
 from common.scripts import register
 from common.simhash import distance
 
@@ -84,18 +88,22 @@ def near(held: bytes, fp: int, url_tag: int, within: int) -> bool:
 
 
 class TrapBook:
-    """The crawl's trap state, through `queue`'s client and partitions."""
+    """The crawl's trap state, through `queue`'s client and partitions, for `worker`
+    (whose calls' operation ids it keeps)."""
 
-    def __init__(self, queue: CrawlQueue) -> None:
+    def __init__(self, queue: CrawlQueue, worker: str = "") -> None:
         self.queue = queue
+        self.worker = worker or new_op_id()
         self._traps = register(queue.client, "traps")
         self._fingerprints = register(queue.client, "fingerprints")
 
     async def judge(self, variants: Sequence[Variant], tallies: Mapping[tuple[str, str], int],
-                    limit: int) -> list[bool]:
+                    limit: int, op: str = "") -> list[bool]:
         """Add `tallies` ((host, reason) -> n) to the hosts' counts and judge `variants`
         by their paths' variants (at most `limit`; 0: none refused): whether each is
-        admitted, in order. One script call per partition, pipelined."""
+        admitted, in order. One script call per partition, pipelined; `op`: the call's
+        operation id (a new one when ''), the same when it is sent again."""
+        op = op or new_op_id()
         groups: dict[int, list[tuple[str, list[bytes | str | int]]]] = defaultdict(list)
         order: dict[int, list[int]] = defaultdict(list)
         for (host, reason), n in tallies.items():
@@ -112,7 +120,8 @@ class TrapBook:
             keys = [pk.trap_index]
             for host in hosts:
                 keys += [pk.traps(host), pk.variants(host)]
-            args: list[bytes | str | int] = [limit, len(hosts), *hosts]
+            keys.append(pk.ops(self.worker))
+            args: list[bytes | str | int] = [limit, len(hosts), op, *hosts]
             for host, (kind, *rest) in records:
                 args += [kind, at[host], *rest]
             calls.append((self._traps, keys, args))
@@ -125,11 +134,12 @@ class TrapBook:
                 admitted[i] = bool(int(verdict))
         return admitted
 
-    async def near_duplicates(self, pages: Sequence[Page]) -> list[bool]:
+    async def near_duplicates(self, pages: Sequence[Page], op: str = "") -> list[bool]:
         """Add `pages`' fingerprints to their hosts' and say, in order, whether each is a
         near duplicate: one of its host's others (held, or of a page before it in
         `pages`) at most its `within` bits from it. One script call per partition,
-        pipelined."""
+        pipelined; `op` as `judge`'s."""
+        op = op or new_op_id()
         by_host: dict[str, list[int]] = defaultdict(list)
         for i, page in enumerate(pages):
             by_host[page.host].append(i)
@@ -142,7 +152,9 @@ class TrapBook:
             args: list[bytes | int] = [KEEP * _ENTRY.size]
             args += [b"".join(_ENTRY.pack(pages[i].fp, pages[i].url_tag)
                               for i in by_host[host]) for host in hosts]
-            calls.append((self._fingerprints, [pk.fingerprints(h) for h in hosts], args))
+            args.append(op.encode())
+            calls.append((self._fingerprints,
+                          [*(pk.fingerprints(h) for h in hosts), pk.ops(self.worker)], args))
         if not calls:
             return []
         replies = await run(self.queue.client, calls)

@@ -22,6 +22,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from common.errors import RedisUnavailableError
 from common.metrics import Metrics
 from common.queue import Code, CrawlQueue, Failure, Lease
+from common.queue.calls import new_op_id
 from common.reasons import NEAR_DUPLICATE
 from common.redis_errors import REDIS_ERRORS
 from common.request import Request
@@ -244,11 +245,17 @@ class Flusher:
         if children:
             await self._retry("enqueue", lambda: self.queue.enqueue(children))
         self.intake.sent(seen)
+        # Each call's operation id is kept across the step's retries: an ack or fail that
+        # ran, its reply lost, answers the codes it gave then (never a lost lease).
         if acks:
-            codes = await self._retry("ack", lambda: self.queue.ack(self.worker, acks))
+            ack_op = new_op_id()
+            codes = await self._retry("ack", lambda: self.queue.ack(self.worker, acks,
+                                                                    op=ack_op))
             self._account([a[0] for a in acks], codes, [a[1] for a in acks])
         if fails:
-            results = await self._retry("fail", lambda: self.queue.fail(self.worker, fails))
+            fail_op = new_op_id()
+            results = await self._retry("fail", lambda: self.queue.fail(self.worker, fails,
+                                                                        op=fail_op))
             self._account([f.lease for f in fails], [c for c, _ in results],
                           [""] * len(fails))
         if releases:
@@ -277,9 +284,9 @@ class Flusher:
         judged = [(c, c.page) for c in live if c.kind == "ack" and c.page is not None]
         if trapbook is None or not judged:
             return
-        pages = [page for _, page in judged]
+        pages, op = [page for _, page in judged], new_op_id()
         verdicts = await self._retry("near_duplicates",
-                                     lambda: trapbook.near_duplicates(pages))
+                                     lambda: trapbook.near_duplicates(pages, op=op))
         for (c, _), near in zip(judged, verdicts, strict=True):
             if near:
                 c.outcome = NEAR_DUPLICATE

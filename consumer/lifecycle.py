@@ -99,7 +99,7 @@ class Consumer:
         self.policy = PolicyReader(queue, live, stopping=self.stopping,
                                    on_change=self._woken)
         intake = LinkIntake(metrics, live, cache_size=settings.link_cache,
-                            book=TrapBook(queue))
+                            book=TrapBook(queue, self.worker_id))
         self.wake = WakeChannel(queue.client, queue.crawl_keys.wake, listening=True)
         self.sink_health = SinkHealth(settings.sink_retry_for_s)
         self.flusher = Flusher(queue, sink, metrics, self.book, worker=self.worker_id,
