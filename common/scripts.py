@@ -26,6 +26,7 @@ from redis.exceptions import ResponseError
 from common.errors import LuaIncludeError
 from common.redis_retry import resending
 from common.redis_wait import ReplicaWait, acknowledged, replica_wait
+from common.resend import resendable
 
 LUA = Path(__file__).parent / "lua"
 
@@ -34,33 +35,6 @@ NAMES = (
     "reclaim", "promote", "requeue", "purge", "host_set", "is_empty", "revisit",
     "late_turn", "history_get",
 )
-
-#: The scripts a client may send again when their outcome is unknown (a timeout or a
-#: dropped connection after the call went out: common/redis_retry.py), and why running
-#: one twice is safe. Any other script is not sent again: its caller gets the error.
-RESENDABLE: dict[str, str] = {
-    "lease": "an operation id: a call sent again gets the reply the first one kept",
-    "ack": "an operation id: a call sent again gets the codes its first run kept "
-           "(lib/once.lua), counting nothing again",
-    "fail": "an operation id, as ack", "renew": "fenced, as ack", "release": "fenced, as ack",
-    "checkpoint": "fenced, as ack",
-    "late_turn": "fenced, as ack; a second run only moves the turn a delay later",
-    "enqueue": "dedup: a second run finds the URLs seen (counted duplicates)",
-    "enqueue_bloom": "dedup, as enqueue",
-    "reclaim": "each candidate is checked again: a second run finds it taken back",
-    "promote": "as reclaim", "revisit": "as reclaim",
-    "requeue": "by id of a dead task: a second run finds it no longer dead",
-    "purge": "as requeue",
-    "host_set": "sets a host's settings to the values given",
-    "is_empty": "reads only", "history_get": "reads only",
-    "worker_beat": "sets the heartbeat", "refresh_lock": "compares the lock's token",
-    "release_lock": "compares the lock's token",
-    "robots_claim": "compares the lock's token: a call sent again finds the lock its "
-                    "first run took ours",
-    "history_push": "a second snapshot within the minimum gap is skipped",
-    "traps": "an operation id: a call sent again finds its first run (lib/once.lua)",
-    "fingerprints": "an operation id, as traps",
-}
 
 #: The scripts that change nothing: never followed by a WAIT (common/redis_wait.py).
 READS = frozenset({"is_empty"})
@@ -152,7 +126,8 @@ def locate_in(exc: ResponseError, scripts: Iterable[LuaScript]) -> None:
 class LuaScript:
     """A script registered on a client, called like redis-py's: a Lua error raised by a
     direct call says which file and line it came from; a call whose outcome is unknown
-    is sent again only if the script is `resendable`."""
+    is sent again only if the script is `resendable` (common/resend.py's table, which
+    must name it: KeyError otherwise)."""
 
     __slots__ = ("client", "name", "resendable", "script")
 
@@ -160,7 +135,7 @@ class LuaScript:
         self.name = name
         self.script = script
         self.client = client  # the one it was registered on
-        self.resendable = name in RESENDABLE
+        self.resendable = resendable(name)
 
     async def __call__(self, keys: Sequence[Any] | None = None,
                        args: Sequence[Any] | None = None, client: Any = None) -> Any:

@@ -26,6 +26,7 @@ from common.queue.calls import new_op_id
 from common.reasons import NEAR_DUPLICATE
 from common.redis_errors import REDIS_ERRORS
 from common.request import Request
+from common.resend import may_run_again
 from common.trapbook import Page
 from consumer.backoff import Backoff
 from consumer.intake import LinkIntake
@@ -38,6 +39,13 @@ log = logging.getLogger("consumer")
 FLUSH_INTERVAL_S = 0.02
 _LOST = frozenset({Code.STALE, Code.EXPIRED, Code.UNKNOWN})  # the lease was not ours anymore
 DEFAULT_SINK_RETRY_FOR_S = 60.0
+#: The scripts each flush step calls: a step that failed is run again only when they may
+#: all run twice (common/resend.py), or when it did not run.
+STEPS: dict[str, tuple[str, ...]] = {
+    "near_duplicates": ("fingerprints",), "traps": ("traps",),
+    "enqueue": ("enqueue", "enqueue_bloom"), "ack": ("ack",), "fail": ("fail",),
+    "release": ("release",),
+}
 
 
 def sink_outage(exc: BaseException) -> bool:
@@ -366,14 +374,17 @@ class Flusher:
             raise self.abandoned from exc
 
     async def _retry(self, what: str, call: Callable[[], Awaitable[Any]]) -> Any:
-        """Run a flush step until it succeeds: results are never dropped for an outage
-        while the consumer runs; one stopping gives up at `give_up_at`."""
+        """Run flush step `what` until it succeeds: results are never dropped for an
+        outage while the consumer runs; one stopping gives up at `give_up_at`. A step
+        whose call may have run is run again only if its `STEPS` may run twice."""
         backoff = Backoff()
         while True:
             try:
                 return await call()
             except REDIS_ERRORS as exc:
                 self.metrics.redis_errors_total.inc()
+                if not may_run_again(exc, STEPS[what]):
+                    raise
                 self._give_up_if_due(what, exc)
                 log.warning("flush_retry", extra={"step": what, "error": str(exc)[:200]})
                 await backoff.sleep()

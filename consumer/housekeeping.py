@@ -15,12 +15,17 @@ from common import history
 from common.metrics import Metrics
 from common.queue import CrawlQueue, Lease
 from common.redis_errors import REDIS_ERRORS
+from common.resend import may_run_again
 from common.workers import WorkerRegistry
 from consumer.leases import LeaseBook
 
 log = logging.getLogger("consumer")
 
 PROGRESS_EVERY_S = 30.0
+#: What each loop runs again, at its next round, after a Redis error (common/resend.py:
+#: each may run twice).
+HEARTBEAT_SCRIPTS = ("renew", "worker_beat")
+REAPER_SCRIPTS = ("reclaim", "promote", "revisit", "history_get", "history_push")
 
 
 class Housekeeping:
@@ -92,6 +97,8 @@ class Housekeeping:
             lost = await self.queue.renew(self.worker, leases, int(self.book.lease_s * 1000))
         except REDIS_ERRORS as exc:
             self.metrics.redis_errors_total.inc()
+            if not may_run_again(exc, HEARTBEAT_SCRIPTS):
+                raise
             log.warning("redis_error", extra={"during": "renew", "error": str(exc)[:200]})
             return
         lost_ids = {lease.id for lease, _ in lost}
@@ -130,6 +137,8 @@ class Housekeeping:
                 await self._snapshot(reaped is not None)
             except REDIS_ERRORS as exc:
                 self.metrics.redis_errors_total.inc()
+                if not may_run_again(exc, REAPER_SCRIPTS):
+                    raise
                 log.warning("redis_error", extra={"during": "reap", "error": str(exc)[:200]})
             await asyncio.sleep(interval * random.uniform(0.8, 1.2))
 

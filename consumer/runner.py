@@ -44,6 +44,10 @@ from consumer.window import CpuWindow
 
 log = logging.getLogger("consumer")
 
+#: What a late request's turn runs: after a Redis error the task is handed back, and its
+#: next lease takes its turn again (common/resend.py: each may run twice).
+LATE_TURN_SCRIPTS = ("late_turn", "release")
+
 
 
 class Runner:
