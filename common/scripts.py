@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
+from weakref import WeakKeyDictionary
 
+from redis.asyncio import RedisCluster
 from redis.exceptions import ResponseError
 
 from common.errors import LuaIncludeError
@@ -161,9 +163,31 @@ class LuaScript:
         return reply
 
 
+#: The sources registered on each client, by name, for `load_registered`.
+_REGISTERED: WeakKeyDictionary[Any, dict[str, str]] = WeakKeyDictionary()
+
+
 def register(client: Any, name: str) -> LuaScript:
     """Script `name`, registered on `client`."""
-    return LuaScript(name, client.register_script(source(name)), client)
+    text = source(name)
+    _REGISTERED.setdefault(client, {})[name] = text
+    return LuaScript(name, client.register_script(text), client)
+
+
+async def load_registered(client: Any) -> list[str]:
+    """Load every script registered on `client` so far (SCRIPT LOAD, one round trip; on
+    a Cluster, each to every primary): a consumer's start-up step, so its first calls
+    meet no NOSCRIPT. The names loaded."""
+    texts = dict(_REGISTERED.get(client, {}))
+    if isinstance(client, RedisCluster):
+        for text in texts.values():
+            await client.script_load(text)
+    elif texts:
+        async with client.pipeline(transaction=False) as pipe:
+            for text in texts.values():
+                pipe.script_load(text)
+            await pipe.execute()
+    return sorted(texts)
 
 
 class Scripts:

@@ -1,8 +1,10 @@
 """The consumer's flush path: results to the sink, discovered links to the queue, then
 ack / fail / release in batches — acks only after the sink has the result.
 
-Queue calls are retried through a Redis outage. A sink write that fails is not an
-outage: its tasks are released instead of acked, and `SinkHealth` takes over (see
+Queue calls are retried through a Redis outage, each with its operation id kept across
+its retries: an ack or fail that ran, its reply lost, answers the codes it gave then
+(common/resend.py, lib/once.lua). A sink write that fails is not an outage: its tasks
+are released instead of acked, and `SinkHealth` takes over (see
 ``consumer.sinkhealth``): while the sink fails, batches wait for its next try.
 """
 
@@ -253,15 +255,12 @@ class Flusher:
         if children:
             await self._retry("enqueue", lambda: self.queue.enqueue(children))
         self.intake.sent(seen)
-        # Each call's operation id is kept across the step's retries: an ack or fail that
-        # ran, its reply lost, answers the codes it gave then (never a lost lease).
+        ack_op, fail_op = new_op_id(), new_op_id()  # the same through a step's retries
         if acks:
-            ack_op = new_op_id()
             codes = await self._retry("ack", lambda: self.queue.ack(self.worker, acks,
                                                                     op=ack_op))
             self._account([a[0] for a in acks], codes, [a[1] for a in acks])
         if fails:
-            fail_op = new_op_id()
             results = await self._retry("fail", lambda: self.queue.fail(self.worker, fails,
                                                                         op=fail_op))
             self._account([f.lease for f in fails], [c for c, _ in results],

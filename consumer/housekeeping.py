@@ -61,9 +61,7 @@ class Housekeeping:
         while not closing():
             status = self._status()
             with contextlib.suppress(*REDIS_ERRORS):
-                await self.registry.beat(
-                    in_flight=int(status["in_flight"]), done=int(status["done"]),
-                    failed=int(status["failed"]), state=str(status["state"]))
+                await self.beat(status)
             if self._stopped(closing):
                 return
             await asyncio.sleep(interval)
@@ -80,6 +78,13 @@ class Housekeeping:
                     "in_flight": status["in_flight"],
                     "per_s": round((done - last_done) / (now - last_log), 1)})
                 last_log, last_done = now, done
+
+    async def beat(self, status: dict[str, int | str] | None = None) -> None:
+        """This worker's entry in the registry, written (raises a Redis error)."""
+        status = status or self._status()
+        await self.registry.beat(
+            in_flight=int(status["in_flight"]), done=int(status["done"]),
+            failed=int(status["failed"]), state=str(status["state"]))
 
     @staticmethod
     def _stopped(closing: Callable[[], bool]) -> bool:

@@ -39,7 +39,9 @@ from common.http.fetcher import Fetcher
 from common.metrics import Metrics
 from common.queue import Code, Lease, LeasingQueue
 from common.redis_errors import REDIS_ERRORS
+from common.scripts import load_registered
 from common.spider import Spider
+from common.startup import StartupWait
 from common.trapbook import TrapBook
 from common.wake import WakeChannel
 from common.workers import WorkerRegistry
@@ -125,6 +127,7 @@ class Consumer:
             on_lost=self.lost, settling=self.flusher.finishing, on_beat=self.policy.read)
         self.stop_reason = ""
         self.exit_code = EXIT_OK
+        self.prepared = False  # `prepare`d: the policy read, the scripts loaded
         metrics.in_flight.set_function(lambda: self.slots.count(Stage.FETCHING))
 
     # The callbacks the flusher is built with go through the leaser made after it.
@@ -194,7 +197,8 @@ class Consumer:
         log.info("consumer_started", extra={"worker": self.worker_id, "crawl": self.queue.crawl,
                                              "concurrency": self.s.concurrency})
         closing = self.stopping.is_closing
-        await self.policy.read()
+        if not self.prepared:
+            await self.policy.read()
         helpers = [asyncio.create_task(c) for c in (
             self.housekeeping.heartbeat(closing), self.housekeeping.reaper(closing),
             self.flusher.run(closing))]
@@ -362,3 +366,13 @@ class Consumer:
             if code == Code.OK:
                 self.metrics.task("released")
         self.leaser.wake()
+
+
+async def prepare(consumer: Consumer, wait: StartupWait) -> None:
+    """A consumer's last start-up steps, each waiting through a Redis outage
+    (common.startup): the crawl's policy read, its scripts loaded, itself in the worker
+    registry. `Consumer.run` reads the policy itself when these were not run (tests)."""
+    await wait.step("live policy", consumer.policy.load)
+    await wait.step("scripts", lambda: load_registered(consumer.queue.client))
+    await wait.step("registry", consumer.housekeeping.beat)
+    consumer.prepared = True

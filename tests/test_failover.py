@@ -333,7 +333,7 @@ def test_a_producer_refused_for_want_of_replicas_says_so_in_one_line(
         seeds.write_text("".join(f"http://h{n}.test/p\n" for n in range(20)))
         proc = subprocess.run(
             [sys.executable, "-m", "producer", "--redis-url", primary.url, "--crawl",
-             crawl_name, "--progress", "off", str(seeds)],
+             crawl_name, "--progress", "off", "--redis-wait", "1s", str(seeds)],
             check=False, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 3, proc.stderr
         lines = proc.stderr.strip().splitlines()
