@@ -372,6 +372,24 @@ async def test_tokens_after_a_promotion_pass_the_ones_the_replica_never_saw(
         await new.aclose()
 
 
+async def test_a_token_starts_past_redis_time_in_microseconds(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """token = max(seq, Redis TIME ms x 1000) + 1 (docs/failover.md): a primary promoted
+    a few milliseconds after the old one's last grant starts past every token it gave,
+    however many that one gave in its last millisecond (up to 1,000)."""
+    def micros(t: tuple[int, int]) -> int:
+        return t[0] * 1_000_000 + t[1]
+
+    q = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings())
+    await q.enqueue(tasks(3))
+    before = micros(await redis_client.time())
+    leases = await q.lease("w", 3, 30_000)
+    after = micros(await redis_client.time())
+    assert len(leases) == 3
+    for lease in leases:
+        assert before - 1000 < lease.fence <= after + len(leases), (before, lease.fence)
+
+
 async def test_writes_wait_for_replicas_when_asked(
         pair: tuple[RedisServer, RedisServer], crawl_name: str,
         caplog: pytest.LogCaptureFixture) -> None:

@@ -80,6 +80,10 @@ def test_session_ids_are_dropped_but_a_short_sid_stays() -> None:
     assert strip_session_ids(f"http://a.test/p;jsessionid={token}?a=1") \
         == "http://a.test/p?a=1"
     assert strip_session_ids("http://a.test/story?sid=12") == "http://a.test/story?sid=12"
+    # 16 characters are a session id; 15 are not
+    assert strip_session_ids(f"http://a.test/p?sid={token[:16]}&a=1") == "http://a.test/p?a=1"
+    assert strip_session_ids(f"http://a.test/p?sid={token[:15]}") \
+        == f"http://a.test/p?sid={token[:15]}"
     assert strip_session_ids("http://a.test/p?q=sidewalk") == "http://a.test/p?q=sidewalk"
 
 
@@ -448,6 +452,41 @@ async def test_a_labelled_request_is_never_a_near_duplicate(
     # judged before the first is kept, but not all.
     unlabelled = [fates[f"/item/{n}"] for n in range(3, 8)]
     assert set(unlabelled) == {("ok", 1), ("near_duplicate", 0)}
+
+
+async def test_a_labelled_request_is_no_near_duplicate_on_its_retry_either(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+        tmp_path: Path) -> None:
+    """A labelled product page whose first fetch failed (500) is fetched again: at its
+    second attempt, too, it is the spider's word, never judged against the held page of
+    its template it would be a near duplicate of."""
+    await set_policy(redis_client, crawl_name, {"per_host_delay": 0.0,
+                                                "per_host_concurrency": 1,
+                                                "ignore_robots": True, "retry_base": 0.05},
+                     by="test", create=True)
+    failed: set[str] = set()
+
+    async def item(request: web.Request) -> web.Response:
+        n = request.match_info["n"]
+        if n == "1" and n not in failed:
+            failed.add(n)
+            return web.Response(status=500)
+        return html(page(f"{article(0)} sku{n}"))
+
+    async with serve({"/item/{n}": item}) as site:
+        await enqueue(redis_client, crawl_name, [site.url("/item/9")])  # held first
+        await consume(redis_url, crawl_name, tmp_path, "--handler",
+                      "consumer_handlers:links_and_items", limit_s=60)
+        queue = await LeasingQueue.open(redis_client, crawl_name)
+        await queue.enqueue([NewTask.from_request(Request(site.url("/item/1"),
+                                                          label="product"),
+                                                  site.url("/item/1"))])
+        await consume(redis_url, crawl_name, tmp_path, "--handler",
+                      "consumer_handlers:links_and_items", limit_s=60)
+    assert failed == {"1"} and site.hits["/item/1"] and len(site.hits["/item/1"]) == 2
+    [done] = [r for r in records(tmp_path) if r["url"] == site.url("/item/1")
+              and r["status"] == 200]
+    assert (done["attempt"], done["outcome"], len(done["items"])) == (2, "ok", 1)
 
 
 async def test_seeds_are_the_operators_word(redis_client: aioredis.Redis,
