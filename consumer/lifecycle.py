@@ -41,7 +41,7 @@ from common.queue import Code, Lease, LeasingQueue
 from common.redis_errors import REDIS_ERRORS
 from common.scripts import load_registered
 from common.spider import Spider
-from common.startup import StartupWait
+from common.startup import StartupWait, outage
 from common.trapbook import TrapBook
 from common.wake import WakeChannel
 from common.workers import WorkerRegistry
@@ -374,5 +374,17 @@ async def prepare(consumer: Consumer, wait: StartupWait) -> None:
     registry. `Consumer.run` reads the policy itself when these were not run (tests)."""
     await wait.step("live policy", consumer.policy.load)
     await wait.step("scripts", lambda: load_registered(consumer.queue.client))
-    await wait.step("registry", consumer.housekeeping.beat)
+    await wait.step("registry", lambda: _join(consumer))
     consumer.prepared = True
+
+
+async def _join(consumer: Consumer) -> None:
+    """The registry's first beat; a refusal that is no outage (a full Redis, an ACL) is
+    a WARNING, as at every heartbeat: the registry is for the operator, the crawl goes
+    on without it."""
+    try:
+        await consumer.housekeeping.beat()
+    except REDIS_ERRORS as exc:
+        if outage(exc):
+            raise
+        log.warning("worker_registry_not_written", extra={"error": str(exc)[:200]})

@@ -59,10 +59,10 @@ if n ~= math.floor(n) or #KEYS ~= 14 + (marks and n * (observing and 2 or 1)
     .. 'field[, observed]]) per item, and seen keys (and rv:hist keys, rv:due), then ops')
 end
 allow_at_maxmemory(stats)
-local kept, calls = once_kept(KEYS[#KEYS], op)
-if kept then
+local replay, calls = once_kept(KEYS[#KEYS], op)
+if replay then
   bump(stats, {replayed = 1})
-  return kept
+  return replay
 end
 local now = now_ms()
 local L = ledger(host_keys(1), now)

@@ -84,10 +84,10 @@ for i = 8, #ARGV, 11 do
 end
 
 allow_at_maxmemory(stats)
-local kept, calls = once_kept(KEYS[19], op)
-if kept then
+local replay, calls = once_kept(KEYS[19], op)
+if replay then
   bump(stats, {replayed = 1})
-  return kept
+  return replay
 end
 local now = now_ms()
 local L = ledger(host_keys(1), now)

@@ -37,11 +37,11 @@ local function without(held, mine)
   return held
 end
 
-local kept, calls = once_kept(ops, op)
+local replay, calls = once_kept(ops, op)
 local out = {}
 for i = 1, #KEYS - 1 do
   local held = redis.call('GET', KEYS[i]) or ''
-  if kept then
+  if replay then
     out[i] = without(held, ARGV[1 + i])
   else
     local now = held .. ARGV[1 + i]
@@ -50,5 +50,5 @@ for i = 1, #KEYS - 1 do
     out[i] = held
   end
 end
-if not kept then once_keep(ops, op, true, calls) end
+if not replay then once_keep(ops, op, true, calls) end
 return out

@@ -26,8 +26,8 @@ local limit = int_arg(ARGV[1], 'limit')
 local nhosts = int_arg(ARGV[2], 'H')
 if #KEYS ~= 2 + 2 * nhosts then error('crawlq: traps needs 2 keys per host, then ops') end
 local ops, op = KEYS[#KEYS], ARGV[3]
-local kept, calls = once_kept(ops, op)
-if kept then return kept end
+local replay, calls = once_kept(ops, op)
+if replay then return replay end
 
 local function tally(i, reason, n)
   redis.call('HINCRBY', KEYS[2 * i], reason, n)

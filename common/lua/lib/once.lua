@@ -30,13 +30,13 @@ local function once_kept(key, op)
   return nil, calls
 end
 
--- Remember call `op` with `kept` among `calls` (once_kept's), the oldest dropped past
--- ONCE_KEPT.
-local function once_keep(key, op, kept, calls)
+-- Remember call `op` with `reply` (what a call sent again answers, or true) among
+-- `calls` (once_kept's), the oldest dropped past ONCE_KEPT.
+local function once_keep(key, op, reply, calls)
   if op == '' then return end
   local out = {}
   for i = math.max(1, #calls - 2 * (ONCE_KEPT - 1) + 1), #calls do out[#out + 1] = calls[i] end
   out[#out + 1] = op
-  out[#out + 1] = kept
+  out[#out + 1] = reply
   redis.call('SET', key, cmsgpack.pack(out), 'PX', ONCE_KEEP_MS)
 end
