@@ -50,6 +50,11 @@ op:<worker>    STRING  "<op id> <reply>" of the worker's last      lease
                        lease call that granted leases, PX 60 s:
                        a call sent again after its reply was lost
                        gets the same leases (docs/failover.md)
+ops:<worker>   STRING  the worker's last 16 calls of ack, fail,    ack, fail, traps,
+                       traps and fingerprints by operation id,     fingerprints
+                       with what each kept, PX 60 s: a call sent   (lib/once.lua)
+                       again changes nothing more
+                       (docs/failover.md)
 hungry         ZSET    worker -> when its lease call last came     lease
                        back empty, ms of Redis TIME: while one
                        is recent, the other workers take only
@@ -371,6 +376,10 @@ class PartitionKeys:
         """The reply of `worker`'s last lease call that granted leases, kept for a call
         sent again (lease.lua)."""
         return f"{self.prefix}op:{worker}"
+
+    def ops(self, worker: str) -> str:
+        """`worker`'s last calls by operation id, for a call sent again (lib/once.lua)."""
+        return f"{self.prefix}ops:{worker}"
 
     def bloom_layer(self, layer: int) -> str:
         """The bit string of one bloom filter layer."""

@@ -24,6 +24,10 @@ across them lives here, per host, under the host's partition (one Cluster slot):
   and written with the same flush call.
 - tallies: ``tr:<host>`` (reason -> count) and ``h:traps`` (host -> their sum), written
   once per flush of a consumer's batch, with the variant checks.
+
+Both calls carry an operation id (lib/once.lua): one sent again after its reply was lost
+(by the client, or by the flusher running its step again with the same id) changes
+nothing more, so a tally counts each link and page once.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from typing import cast
 from common.codec import text as _text
 from common.keys import PartitionKeys
 from common.queue import CrawlQueue
-from common.queue.calls import run
+from common.queue.calls import new_op_id, run
 from common.scripts import register
 from common.simhash import distance
 from common.soft404 import Signature
@@ -145,19 +149,23 @@ class Learned:
 
 
 class TrapBook:
-    """The crawl's trap state, through `queue`'s client and partitions."""
+    """The crawl's trap state, through `queue`'s client and partitions, for `worker`
+    (whose calls' operation ids it keeps)."""
 
-    def __init__(self, queue: CrawlQueue) -> None:
+    def __init__(self, queue: CrawlQueue, worker: str = "") -> None:
         self.queue = queue
+        self.worker = worker or new_op_id()
         self._traps = register(queue.client, "traps")
         self._fingerprints = register(queue.client, "fingerprints")
         self._judgement = register(queue.client, "judgement")
 
     async def judge(self, variants: Sequence[Variant], tallies: Mapping[tuple[str, str], int],
-                    limit: int) -> list[bool]:
+                    limit: int, op: str = "") -> list[bool]:
         """Add `tallies` ((host, reason) -> n) to the hosts' counts and judge `variants`
         by their paths' variants (at most `limit`; 0: none refused): whether each is
-        admitted, in order. One script call per partition, pipelined."""
+        admitted, in order. One script call per partition, pipelined; `op`: the call's
+        operation id (a new one when ''), the same when it is sent again."""
+        op = op or new_op_id()
         groups: dict[int, list[tuple[str, list[bytes | str | int]]]] = defaultdict(list)
         order: dict[int, list[int]] = defaultdict(list)
         for (host, reason), n in tallies.items():
@@ -174,7 +182,8 @@ class TrapBook:
             keys = [pk.trap_index]
             for host in hosts:
                 keys += [pk.traps(host), pk.variants(host)]
-            args: list[bytes | str | int] = [limit, len(hosts), *hosts]
+            keys.append(pk.ops(self.worker))
+            args: list[bytes | str | int] = [limit, len(hosts), op, *hosts]
             for host, (kind, *rest) in records:
                 args += [kind, at[host], *rest]
             calls.append((self._traps, keys, args))
@@ -225,11 +234,12 @@ class TrapBook:
                 won[at[i]] = bool(int(verdict))
         return states, won
 
-    async def near_duplicates(self, pages: Sequence[Page]) -> list[bool]:
+    async def near_duplicates(self, pages: Sequence[Page], op: str = "") -> list[bool]:
         """Add `pages`' fingerprints to their hosts' and say, in order, whether each is a
         near duplicate: one of its host's others (held, or of a page before it in
         `pages`) at most its `within` bits from it. One script call per partition,
-        pipelined."""
+        pipelined; `op` as `judge`'s."""
+        op = op or new_op_id()
         by_host: dict[str, list[int]] = defaultdict(list)
         for i, page in enumerate(pages):
             by_host[page.host].append(i)
@@ -241,7 +251,9 @@ class TrapBook:
             pk = self.queue.partitions[p]
             args: list[bytes | int] = [KEEP * _ENTRY.size]
             args += [b"".join(pages[i].entry() for i in by_host[host]) for host in hosts]
-            calls.append((self._fingerprints, [pk.fingerprints(h) for h in hosts], args))
+            args.append(op.encode())
+            calls.append((self._fingerprints,
+                          [*(pk.fingerprints(h) for h in hosts), pk.ops(self.worker)], args))
         if not calls:
             return []
         replies = await run(self.queue.client, calls)

@@ -135,11 +135,6 @@ CONSUMER_OPTIONS = (
            flag_only_bool=True),
     Option("--empty-grace", "CRAWLQ_EMPTY_GRACE", 5.0, "with --exit-when-empty: keep "
            "waiting this long after start for a producer", type=duration, field="empty_grace_s"),
-    Option("--redis-wait", "CRAWLQ_REDIS_WAIT", 0.0, "at start-up, how long Redis may go "
-           "unanswered before the consumer gives up and exits 3 (0 = the mode's default: "
-           f"{SERVICE_REDIS_WAIT_S / 60:g}m for a service, {BATCH_REDIS_WAIT_S:g}s with "
-           "--exit-when-empty, so a batch job on a wrong URL fails instead of hanging)",
-           type=duration, field="redis_wait_s"),
     policy_flag("retry_base", CONSUMER, field="retry_base_s"),
     policy_flag("retry_cap", CONSUMER, field="retry_cap_s"),
     policy_flag("max_retry_after", CONSUMER, field="max_retry_after_s"),
@@ -198,7 +193,6 @@ class ConsumerSettings:
     grace_s: float = _DEFAULT["grace_s"]
     exit_when_empty: bool = _DEFAULT["exit_when_empty"]
     empty_grace_s: float = _DEFAULT["empty_grace_s"]
-    redis_wait_s: float = _DEFAULT["redis_wait_s"]  # 0: the mode's (`redis_wait_limit_s`)
     retry_base_s: float = _DEFAULT["retry_base_s"]
     retry_cap_s: float = _DEFAULT["retry_cap_s"]
     max_retry_after_s: float = _DEFAULT["max_retry_after_s"]
@@ -230,10 +224,10 @@ class ConsumerSettings:
 
     @property
     def redis_wait_limit_s(self) -> float:
-        """How long Redis may go unanswered at start-up: --redis-wait, or its mode's."""
-        if self.redis_wait_s:
-            return self.redis_wait_s
-        return BATCH_REDIS_WAIT_S if self.exit_when_empty else SERVICE_REDIS_WAIT_S
+        """How long Redis may go unanswered at start-up: --redis-wait (a common option),
+        or its mode's."""
+        return self.common.redis_wait_limit(
+            BATCH_REDIS_WAIT_S if self.exit_when_empty else SERVICE_REDIS_WAIT_S)
 
     @property
     def lease_batch(self) -> int:

@@ -1,8 +1,10 @@
 """The consumer's flush path: results to the sink, discovered links to the queue, then
 ack / fail / release in batches — acks only after the sink has the result.
 
-Queue calls are retried through a Redis outage. A sink write that fails is not an
-outage: its tasks are released instead of acked, and `SinkHealth` takes over (see
+Queue calls are retried through a Redis outage, each with its operation id kept across
+its retries: an ack or fail that ran, its reply lost, answers the codes it gave then
+(common/resend.py, lib/once.lua). A sink write that fails is not an outage: its tasks
+are released instead of acked, and `SinkHealth` takes over (see
 ``consumer.sinkhealth``): while the sink fails, batches wait for its next try.
 """
 
@@ -22,8 +24,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from common.errors import RedisUnavailableError
 from common.metrics import Metrics
 from common.queue import Code, CrawlQueue, Failure, Lease, NewTask
+from common.queue.calls import new_op_id
 from common.redis_errors import REDIS_ERRORS
 from common.request import Request
+from common.resend import may_run_again
 from common.soft404 import Signature
 from consumer.backoff import Backoff
 from consumer.intake import LinkIntake
@@ -39,6 +43,13 @@ FLUSH_INTERVAL_S = 0.02
 HELD_POLL_S = 0.05
 _LOST = frozenset({Code.STALE, Code.EXPIRED, Code.UNKNOWN})  # the lease was not ours anymore
 DEFAULT_SINK_RETRY_FOR_S = 60.0
+#: The scripts each flush step calls: a step that failed is run again only when they may
+#: all run twice (common/resend.py), or when it did not run.
+STEPS: dict[str, tuple[str, ...]] = {
+    "judgement": ("judgement", "fingerprints"), "traps": ("traps",),
+    "enqueue": ("enqueue", "enqueue_bloom"), "ack": ("ack",), "fail": ("fail",),
+    "release": ("release",),
+}
 
 
 def sink_outage(exc: BaseException) -> bool:
@@ -257,11 +268,14 @@ class Flusher:
         if children:
             await self._retry("enqueue", lambda: self.queue.enqueue(children))
         self.intake.sent(seen)
+        ack_op, fail_op = new_op_id(), new_op_id()  # the same through a step's retries
         if acks:
-            codes = await self._retry("ack", lambda: self.queue.ack(self.worker, acks))
+            codes = await self._retry("ack", lambda: self.queue.ack(self.worker, acks,
+                                                                    op=ack_op))
             self._account([a[0] for a in acks], codes, [a[1] for a in acks])
         if fails:
-            results = await self._retry("fail", lambda: self.queue.fail(self.worker, fails))
+            results = await self._retry("fail", lambda: self.queue.fail(self.worker, fails,
+                                                                        op=fail_op))
             self._account([f.lease for f in fails], [c for c, _ in results],
                           [""] * len(fails))
         if releases:
@@ -281,16 +295,14 @@ class Flusher:
         if self._notify is not None and (children or soon):
             await self._notify()  # slots freed, links queued: idle peers may lease now
 
-    async def _judge(self, live: list[Completion]
-                     ) -> tuple[list[NewTask], list[Completion]]:
-        """Judge the batch's pages (near duplicates, soft 404s: ``consumer.judgement``),
-        in one call per partition: the probe tasks claimed, to enqueue, and the pages to
-        hold until their directory's probe answers (none while stopping)."""
+    async def _judge(self, live: list[Completion]) -> tuple[list[NewTask], list[Completion]]:
+        """The batch's pages judged (``consumer.judgement``): the probes to enqueue, the
+        pages held for a probe (none while stopping). A retry keeps its operation id."""
         if self.judge is None:
             return [], []
-        judge, holding = self.judge, self.give_up_at is None
+        judge, holding, op = self.judge, self.give_up_at is None, new_op_id()
         verdict = await self._retry("judgement", lambda: judge.judge(
-            live, self.intake.tally, holding=holding))
+            live, self.intake.tally, holding=holding, op=op))
         return verdict.probes, verdict.held
 
     def _account(self, leases: Sequence[Lease], codes: Sequence[Code],
@@ -363,14 +375,17 @@ class Flusher:
             raise self.abandoned from exc
 
     async def _retry(self, what: str, call: Callable[[], Awaitable[Any]]) -> Any:
-        """Run a flush step until it succeeds: results are never dropped for an outage
-        while the consumer runs; one stopping gives up at `give_up_at`."""
+        """Run flush step `what` until it succeeds: results are never dropped for an
+        outage while the consumer runs; one stopping gives up at `give_up_at`. A step
+        whose call may have run is run again only if its `STEPS` may run twice."""
         backoff = Backoff()
         while True:
             try:
                 return await call()
             except REDIS_ERRORS as exc:
                 self.metrics.redis_errors_total.inc()
+                if not may_run_again(exc, STEPS[what]):
+                    raise
                 self._give_up_if_due(what, exc)
                 log.warning("flush_retry", extra={"step": what, "error": str(exc)[:200]})
                 await backoff.sleep()

@@ -41,12 +41,14 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from common.errors import InvalidRequestError
 from common.hostmodel.hostkey import host_key
 from common.metrics import LINK_FATES, Metrics
 from common.queue import NewTask
+from common.queue.calls import new_op_id
 from common.request import Request, request_key
 from common.task import Task
 from common.trapbook import TrapBook, Variant
@@ -120,6 +122,19 @@ class SeenCache:
         self._born = self._clock()
 
 
+@dataclass(frozen=True, slots=True)
+class _TrapCall:
+    """One call of `LinkIntake.admit` to the trap book, kept as it was sent until it is
+    answered."""
+
+    tasks: Sequence[NewTask]
+    checks: list[Variant]
+    at: list[int]  # the index in `tasks` of each check
+    tallies: dict[tuple[str, str], int]
+    limit: int
+    op: str
+
+
 class _Marks(list[str]):
     """URLs to remember once enqueued, and the scope they were judged in."""
 
@@ -143,6 +158,7 @@ class LinkIntake:
         self.tokens = tokens  # None: no session token is learned
         self._candidates: dict[tuple[str, str], int] = {}  # (host, rule) -> pages
         self._tallies: dict[tuple[str, str], int] = {}  # (host, reason) -> n, not sent
+        self._unanswered: _TrapCall | None = None  # the last call that got no answer
         now = self._now = policy()
         self.allow_domains = frozenset(now.allow_domains)
         self._traps = now.traps
@@ -303,10 +319,34 @@ class LinkIntake:
     async def admit(self, tasks: Sequence[NewTask]) -> list[NewTask]:
         """`tasks` (from `children`) but those whose path has had too many query
         variants across the fleet (``trap_path_variants``, counted ``trap_variants``);
-        sends the hosts' trap tallies with the same call. Without a `book`: `tasks`."""
+        sends the hosts' trap tallies with the same call. Without a `book`: `tasks`.
+        After a call that raised, the next sends its tallies again under its operation
+        id (the flusher's retry of the batch: the same `tasks`)."""
         if self.book is None:
             self._tallies.clear()
             return list(tasks)
+        call = self._unanswered
+        if call is None or call.tasks is not tasks:
+            if call is not None:  # another batch (the lost one's was given up): its
+                for (host, reason), n in call.tallies.items():  # tallies go with it
+                    self.tally(host, reason, n)
+            call = self._call(tasks)
+            if call is None:
+                return list(tasks)
+        # A call that got no answer is sent again as it was, with its operation id (the
+        # flusher's retry of this batch): counted once, if it ran.
+        self._unanswered = call
+        verdicts = await self.book.judge(call.checks, call.tallies, call.limit, op=call.op)
+        self._unanswered = None
+        at = call.at
+        refused = {at[j] for j, ok in enumerate(verdicts) if not ok}
+        if refused:
+            self._fates["sent"] -= len(refused)
+            self._fates[VARIANTS] += len(refused)
+        return [t for i, t in enumerate(tasks) if i not in refused]
+
+    def _call(self, tasks: Sequence[NewTask]) -> _TrapCall | None:
+        """The trap call for `tasks` and the tallies so far (taken), or None for none."""
         limit = self._now.traps.path_variants
         checks: list[Variant] = []
         at: list[int] = []
@@ -317,19 +357,9 @@ class LinkIntake:
                     checks.append(Variant(host_key(task.url), *variant))
                     at.append(i)
         if not checks and not self._tallies:
-            return list(tasks)
+            return None
         tallies, self._tallies = self._tallies, {}
-        try:
-            verdicts = await self.book.judge(checks, tallies, limit)
-        except BaseException:
-            for (host, reason), n in tallies.items():  # sent with the next call
-                self.tally(host, reason, n)
-            raise
-        refused = {at[j] for j, ok in enumerate(verdicts) if not ok}
-        if refused:
-            self._fates["sent"] -= len(refused)
-            self._fates[VARIANTS] += len(refused)
-        return [t for i, t in enumerate(tasks) if i not in refused]
+        return _TrapCall(tasks, checks, at, tallies, limit, new_op_id())
 
     def sent(self, mark: Sequence[str]) -> None:
         """The queue has deduplicated these URLs: later copies may skip it (unless the

@@ -176,7 +176,7 @@ class Judge:
         return state
 
     async def judge(self, live: Sequence[Completion], tally: Callable[[str, str], None], *,
-                    holding: bool = True) -> Verdict:
+                    holding: bool = True, op: str = "") -> Verdict:
         """Judge `live`'s pages, changing the outcome, links and items of those found to
         be near duplicates or soft 404s (each tallied for its host); store the probes'
         signatures. The verdict names the probe tasks this consumer claimed, to enqueue,
@@ -209,7 +209,7 @@ class Judge:
         try:
             (states, won), near = await asyncio.gather(
                 self.book.judgement(reads, learned, f"{self.worker} {os.urandom(6).hex()}"),
-                self.book.near_duplicates(fps))
+                self.book.near_duplicates(fps, op=op))
         except BaseException:  # the tokens go with the next call (the rest is the batch's)
             self._pending[:0] = [item for item in learned if item.kind == "t"]
             raise

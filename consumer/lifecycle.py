@@ -39,7 +39,9 @@ from common.http.fetcher import Fetcher
 from common.metrics import Metrics
 from common.queue import Code, Lease, LeasingQueue
 from common.redis_errors import REDIS_ERRORS
+from common.scripts import load_registered
 from common.spider import Spider
+from common.startup import StartupWait, outage
 from common.trapbook import TrapBook
 from common.wake import WakeChannel
 from common.workers import WorkerRegistry
@@ -99,7 +101,7 @@ class Consumer:
             live = Live(LivePolicy.of_flags(settings))
         self.policy = PolicyReader(queue, live, stopping=self.stopping,
                                    on_change=self._woken)
-        book = TrapBook(queue)
+        book = TrapBook(queue, self.worker_id)
         judge = Judge(book, live, metrics, self.worker_id)
         intake = LinkIntake(metrics, live, cache_size=settings.link_cache, book=book,
                             tokens=judge)
@@ -129,6 +131,7 @@ class Consumer:
             on_lost=self.lost, settling=self.flusher.finishing, on_beat=self.policy.read)
         self.stop_reason = ""
         self.exit_code = EXIT_OK
+        self.prepared = False  # `prepare`d: the policy read, the scripts loaded
         metrics.in_flight.set_function(lambda: self.slots.count(Stage.FETCHING))
 
     # The callbacks the flusher is built with go through the leaser made after it.
@@ -198,7 +201,8 @@ class Consumer:
         log.info("consumer_started", extra={"worker": self.worker_id, "crawl": self.queue.crawl,
                                              "concurrency": self.s.concurrency})
         closing = self.stopping.is_closing
-        await self.policy.read()
+        if not self.prepared:
+            await self.policy.read()
         helpers = [asyncio.create_task(c) for c in (
             self.housekeeping.heartbeat(closing), self.housekeeping.reaper(closing),
             self.flusher.run(closing))]
@@ -366,3 +370,25 @@ class Consumer:
             if code == Code.OK:
                 self.metrics.task("released")
         self.leaser.wake()
+
+
+async def prepare(consumer: Consumer, wait: StartupWait) -> None:
+    """A consumer's last start-up steps, each waiting through a Redis outage
+    (common.startup): the crawl's policy read, its scripts loaded, itself in the worker
+    registry. `Consumer.run` reads the policy itself when these were not run (tests)."""
+    await wait.step("live policy", consumer.policy.load)
+    await wait.step("scripts", lambda: load_registered(consumer.queue.client))
+    await wait.step("registry", lambda: _join(consumer))
+    consumer.prepared = True
+
+
+async def _join(consumer: Consumer) -> None:
+    """The registry's first beat; a refusal that is no outage (a full Redis, an ACL) is
+    a WARNING, as at every heartbeat: the registry is for the operator, the crawl goes
+    on without it."""
+    try:
+        await consumer.housekeeping.beat()
+    except REDIS_ERRORS as exc:
+        if outage(exc):
+            raise
+        log.warning("worker_registry_not_written", extra={"error": str(exc)[:200]})

@@ -120,10 +120,14 @@ class PolicyReader:
         its retry policy and recrawl window; on a Redis error keep what it had (the next
         heartbeat reads it again)."""
         try:
-            stored = await read_values(self.queue.client, self.queue.crawl)
+            await self.load()
         except REDIS_ERRORS as exc:
             log.warning("redis_error", extra={"during": "policy", "error": str(exc)[:200]})
-            return
+
+    async def load(self) -> None:
+        """`read`, raising a Redis error (a consumer's start-up waits it out)."""
+        try:
+            stored = await read_values(self.queue.client, self.queue.crawl)
         except ConfigError as exc:  # a stored value this crawlq can't read
             log.warning("crawl_policy_unreadable", extra={"error": str(exc)[:200]})
             return

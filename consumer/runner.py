@@ -25,6 +25,7 @@ from common.queue import Code, CrawlQueue, Failure, Lease
 from common.reasons import CONNECT_ERROR, PROBE
 from common.redis_errors import REDIS_ERRORS
 from common.request import Request
+from common.resend import may_run_again
 from common.soft404 import Signature
 from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
@@ -35,7 +36,7 @@ from consumer.leaser import AHEAD_MS, Leaser
 from consumer.leases import LeaseBook
 from consumer.live import PolicyReader
 from consumer.revisits import NOT_HANDLED, conditional_headers, noted, observe, outcome_of
-from consumer.robots import RobotsCache, RobotsVerdict
+from consumer.robots import ROBOTS_SCRIPTS, RobotsCache, RobotsVerdict
 from consumer.routing import Router
 from consumer.sinks import Record
 from consumer.slots import Slots, Stage
@@ -44,6 +45,11 @@ from consumer.turns import Turns
 from consumer.window import CpuWindow
 
 log = logging.getLogger("consumer")
+
+#: What a late request's turn runs: after a Redis error the task is handed back, and its
+#: next lease takes its turn again (common/resend.py: each may run twice). A robots.txt
+#: lookup's (ROBOTS_SCRIPTS) the same, when they may.
+LATE_TURN_SCRIPTS = ("late_turn", "release")
 
 
 
@@ -156,7 +162,7 @@ class Runner:
             if self.book.holds(lease):
                 if isinstance(exc, FetchError):
                     self._complete_error(lease, exc)
-                elif isinstance(exc, REDIS_ERRORS):
+                elif isinstance(exc, REDIS_ERRORS) and may_run_again(exc, ROBOTS_SCRIPTS):
                     self._complete(Completion(lease, "release"))
                 else:
                     log.exception("task_crashed", extra={"id": lease.id})

@@ -323,6 +323,26 @@ MUTANTS: tuple[Mutant, ...] = (
            "from most of a page's links: an id a few links share is no token",
            (_T + "test_tokens_fresh_per_visit_are_learned_from_two_pages_and_left_out_of_"
                  "the_key",)),
+    # Issue 45: the guarantees no test guarded, each killed every run (not by timing).
+    Mutant("93-label-without-route-parsed-by-the-handler", "with --handler beside "
+           "--spider, a task whose label has no route ends dead unknown_label, unparsed",
+           (_SP + "test_a_label_with_no_route_ends_dead_also_beside_a_handler",)),
+    Mutant("94-every-script-sent-again", "a script that may not run twice (common/resend.py) "
+           "is not sent again after its reply was lost",
+           (_FO + "test_a_script_not_safe_to_run_twice_is_not_sent_again",)),
+    Mutant("95-sixteen-character-session-id-kept", "a session id of 16 characters in a "
+           "query is dropped from the link",
+           (_T + "test_session_ids_are_dropped_but_a_short_sid_stays",)),
+    Mutant("96-labelled-page-judged-on-a-retry", "a labelled request's page is never a "
+           "near duplicate, on a retry either",
+           (_T + "test_a_labelled_request_is_no_near_duplicate_on_its_retry_either",)),
+    Mutant("97-compact-http-entry-loses-its-query", "an http URL put back in its host's "
+           "queue compact (release, reclaim, promote, requeue) keeps its query",
+           (_Q + "test_every_entry_form_round_trips_through_the_queues",)),
+    Mutant("98-token-counter-from-redis-time-in-ms", "a fencing token starts past Redis "
+           "TIME in microseconds, so a promoted replica's pass the old primary's",
+           (_FO + "test_a_token_starts_past_redis_time_in_microseconds",
+            _FO + "test_tokens_after_a_promotion_pass_the_ones_the_replica_never_saw")),
 )
 
 

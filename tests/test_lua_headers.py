@@ -92,7 +92,8 @@ def key_name(key: str) -> str:
         return "lock"
     for prefix, shown in (("hq:", "hq:<h>"), ("hp:", "hp:<h>"), ("seen:", "seen"),
                           ("bloom:", "bloom:<L>"), ("worker:", "worker:<id>"),
-                          ("op:", "op:<worker>"), ("robots:", "robots"),
+                          ("op:", "op:<worker>"), ("ops:", "ops:<worker>"),
+                          ("robots:", "robots"),
                           ("rv:hist:", "rv:hist:<b>")):
         if name.startswith(prefix):
             return shown
@@ -365,6 +366,8 @@ def value_problem(label: str, value: str, worker: str = "w") -> str | None:
         ok = " " not in value and not INT.match(value) and bool(value)
     elif label in ("worker id",):
         ok = value == worker
+    elif label == "worker id and operation id":  # ack, fail: lib/once.lua
+        ok = re.fullmatch(rf"{re.escape(worker)} [0-9a-f]{{16}}", value) is not None
     elif label in ("host", "candidate hosts", "the host keys", "the hosts",
                    "the hosts of the tasks"):
         ok = bool(HOST.match(value))
@@ -499,7 +502,7 @@ def test_argv_header_checks_can_fail() -> None:
     """The checks see a swapped, a missing and a miscounted entry (on a header changed
     here, in memory: the scripts stay as they are)."""
     fail = argv_header("fail")
-    good = ["w", "10", "20", "30", "40", "50", "60", "ab" * 16, "7", "3", "gone",
+    good = ["w 0123456789abcdef", "10", "20", "30", "40", "50", "60", "ab" * 16, "7", "3", "gone",
             "no such page", "-1", "0", "0.5", "0", "0", "1"]
     assert args_problems("fail", fail, good) == []
     items = fail.items

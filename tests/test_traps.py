@@ -13,16 +13,21 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
+from redis.exceptions import ConnectionError as RedisConnectionError
 from selectolax.lexbor import LexborHTMLParser
 from support.consume import consume, enqueue, records
+from support.failover import cutting, script_sha
 from support.live import snapshot
 from support.routes import serve
 
+from common.connection import connect
 from common.http.fetcher import FetchResult
 from common.metrics import Metrics
 from common.policy import CrawlPolicy, set_policy
 from common.queue import LeasingQueue, NewTask
+from common.redis_server import RedisServer
 from common.request import Request
+from common.scripts import source
 from common.simhash import MAX_TEXT, MIN_WORDS, distance, fingerprint, page_text
 from common.task import Task
 from common.trapbook import KEEP, MAX_PROBES, Page, TrapBook
@@ -76,6 +81,10 @@ def test_session_ids_are_dropped_but_a_short_sid_stays() -> None:
     assert strip_session_ids(f"http://a.test/p;jsessionid={token}?a=1") \
         == "http://a.test/p?a=1"
     assert strip_session_ids("http://a.test/story?sid=12") == "http://a.test/story?sid=12"
+    # 16 characters are a session id; 15 are not
+    assert strip_session_ids(f"http://a.test/p?sid={token[:16]}&a=1") == "http://a.test/p?a=1"
+    assert strip_session_ids(f"http://a.test/p?sid={token[:15]}") \
+        == f"http://a.test/p?sid={token[:15]}"
     assert strip_session_ids("http://a.test/p?q=sidewalk") == "http://a.test/p?q=sidewalk"
 
 
@@ -356,6 +365,81 @@ async def test_a_page_is_never_its_own_near_duplicate_and_fingerprints_are_bound
                                        at("http://c.test/p?more", 20, 0)]) == [False, True]
 
 
+# -- calls sent again after their reply was lost (lib/once.lua) -------------------------
+
+
+async def loaded_traps(redis_client: aioredis.Redis) -> None:
+    """traps.lua and fingerprints.lua loaded: a relay then cuts the reply of a call that
+    ran (an unloaded script's first call is answered NOSCRIPT and never runs)."""
+    for name in ("traps", "fingerprints"):
+        await redis_client.script_load(source(name))
+
+
+@pytest.mark.parametrize("retries", [3, 0])
+async def test_tallies_and_variants_count_once_when_a_call_is_sent_again(
+        redis_client: aioredis.Redis, redis_server: RedisServer, crawl_name: str,
+        retries: int) -> None:
+    """The call ran and its reply was lost. Sent again by the client (retries 3), or by
+    the flusher's retry of its step, the intake's admit of the same links again (retries
+    0: the client gives up), it is answered as the first run was: the host's tallies and
+    its path's variants count each link once, and the verdicts are the first run's."""
+    async with cutting(redis_server.port) as cutter:
+        client = connect(cutter.url, retries=retries)
+        try:
+            queue = await LeasingQueue.open(client, crawl_name)
+            i = intake(queue, trap_path_variants=2)
+            links = [f"http://a.test/shop?c={n}" for n in range(4)] + [
+                "http://a.test/" + "y" * 1100, "http://a.test/a/b/a/b/a/b/"]
+            tasks, _ = i.children([(parent(), links)])
+            await loaded_traps(redis_client)
+            cutter.cut_after(script_sha("traps"))
+            if retries:
+                admitted = await i.admit(tasks)
+            else:
+                with pytest.raises(RedisConnectionError):
+                    await i.admit(tasks)
+                admitted = await i.admit(tasks)  # the flusher's retry: the same batch
+            assert cutter.cuts == 1
+            assert [t.url for t in admitted] == links[:2]
+            [row] = await TrapBook(queue).hosts()
+            assert row.reasons == {"trap_length": 1, "trap_repeats": 1,
+                                   "trap_variants": 2}
+            assert row.total == 4
+            pk = queue.partitions[queue.partition_of("a.test")]
+            [held] = (await redis_client.hgetall(pk.variants("a.test"))).values()
+            assert len(held) == 2 * 4  # two query hashes, each once
+        finally:
+            await client.aclose()
+
+
+async def test_fingerprints_sent_again_add_nothing_and_judge_as_the_first_run(
+        redis_client: aioredis.Redis, redis_server: RedisServer, crawl_name: str) -> None:
+    """Two near-identical pages of a host in one call: the second is the first's near
+    duplicate, never the other way round, also when the call is answered by a second
+    send after its first ran (which holds both pages' fingerprints by then)."""
+    fp = simhash(page("the same text"))
+    pages = [Page.of("a.test", url_fingerprint(f"http://a.test/{n}"), fp ^ n, 3)
+             for n in (0, 1)]
+    async with cutting(redis_server.port) as cutter:
+        client = connect(cutter.url, retries=0)
+        try:
+            queue = await LeasingQueue.open(client, crawl_name)
+            book = TrapBook(queue, "w")
+            await loaded_traps(redis_client)
+            cutter.cut_after(script_sha("fingerprints"))
+            with pytest.raises(RedisConnectionError):
+                await book.near_duplicates(pages, op="0123456789abcdef")
+            assert cutter.cuts == 1
+            again = await book.near_duplicates(pages, op="0123456789abcdef")
+            assert again == [False, True]
+            pk = queue.partitions[queue.partition_of("a.test")]
+            assert await redis_client.strlen(pk.fingerprints("a.test")) == 2 * 24
+            # Another call (another op) is a first run: both held pages judge it.
+            assert await book.near_duplicates(pages[:1]) == [True]
+        finally:
+            await client.aclose()
+
+
 def trap_site(real: int) -> dict[str, web.RequestHandler]:  # type: ignore[name-defined]
     """Real pages 0..real-1 in a chain of index pages, beside a catch-all soft 404 whose
     pages link to more of themselves and relative links that repeat path segments."""
@@ -538,6 +622,41 @@ async def test_a_labelled_request_is_never_a_near_duplicate(
     # judged before the first is kept, but not all.
     unlabelled = [fates[f"/item/{n}"] for n in range(3, 8)]
     assert set(unlabelled) == {("ok", 1), ("near_duplicate", 1)}
+
+
+async def test_a_labelled_request_is_no_near_duplicate_on_its_retry_either(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+        tmp_path: Path) -> None:
+    """A labelled product page whose first fetch failed (500) is fetched again: at its
+    second attempt, too, it is the spider's word, never judged against the held page of
+    its template it would be a near duplicate of."""
+    await set_policy(redis_client, crawl_name, {"per_host_delay": 0.0,
+                                                "per_host_concurrency": 1,
+                                                "ignore_robots": True, "retry_base": 0.05},
+                     by="test", create=True)
+    failed: set[str] = set()
+
+    async def item(request: web.Request) -> web.Response:
+        n = request.match_info["n"]
+        if n == "1" and n not in failed:
+            failed.add(n)
+            return web.Response(status=500)
+        return html(page(f"{article(0)} sku{n}"))
+
+    async with serve({"/item/{n}": item}) as site:
+        await enqueue(redis_client, crawl_name, [site.url("/item/9")])  # held first
+        await consume(redis_url, crawl_name, tmp_path, "--handler",
+                      "consumer_handlers:links_and_items", limit_s=60)
+        queue = await LeasingQueue.open(redis_client, crawl_name)
+        await queue.enqueue([NewTask.from_request(Request(site.url("/item/1"),
+                                                          label="product"),
+                                                  site.url("/item/1"))])
+        await consume(redis_url, crawl_name, tmp_path, "--handler",
+                      "consumer_handlers:links_and_items", limit_s=60)
+    assert failed == {"1"} and site.hits["/item/1"] and len(site.hits["/item/1"]) == 2
+    [done] = [r for r in records(tmp_path) if r["url"] == site.url("/item/1")
+              and r["status"] == 200]
+    assert (done["attempt"], done["outcome"], len(done["items"])) == (2, "ok", 1)
 
 
 async def test_seeds_are_the_operators_word(redis_client: aioredis.Redis,

@@ -25,8 +25,9 @@
 -- KEYS[11..13] group state: g:of, groups, g:parked (lib/groups.lua)
 -- KEYS[14..] with marks: per item i, its seen bucket HASH; then with marks 2: per item
 --          i, its rv:hist:<bucket> HASH (id's 16 bytes -> history record), and rv:due
---          ZSET (the last key)
--- ARGV[1]  worker id
+--          ZSET; then, the last key, ops:<worker> STRING (lib/once.lua)
+-- ARGV[1]  worker id and operation id, "<worker> <16 hex digits>": a call sent again
+--          (the same id) answers the codes its first run kept, counted `replayed`
 -- ARGV[2]  marks: 1 = each item also names its seen field (exact dedup), 2 = and what
 --          its fetch observed (revisits on or validators kept), 0 = neither
 -- ARGV[3..] per item: id, token, outcome (a short code such as ok, http_4xx), sent_ms
@@ -42,21 +43,27 @@
 --- @include "lib/lease_end"
 --- @include "lib/groups"
 --- @include "lib/revisits"
+--- @include "lib/once"
 
 local LK = lease_keys(5)
 local checkpoints, errors, stalls, stats = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local worker = ARGV[1]
+local worker, op = once_split(ARGV[1])
 local marks = ARGV[2] ~= '0'
 local observing = ARGV[2] == '2'
 local width = marks and 7 or 6
 if observing then width = 8 end
 local n = (#ARGV - 2) / width
-if n ~= math.floor(n) or (marks and #KEYS ~= 13 + n * (observing and 2 or 1)
-                                       + (observing and 1 or 0)) then
+if n ~= math.floor(n) or #KEYS ~= 14 + (marks and n * (observing and 2 or 1)
+                                       + (observing and 1 or 0) or 0) then
   error('crawlq: ack needs (id, token, outcome, sent_ms, responded, elapsed_ms[, seen '
-    .. 'field[, observed]]) per item, and seen keys (and rv:hist keys, rv:due)')
+    .. 'field[, observed]]) per item, and seen keys (and rv:hist keys, rv:due), then ops')
 end
 allow_at_maxmemory(stats)
+local replay, calls = once_kept(KEYS[#KEYS], op)
+if replay then
+  bump(stats, {replayed = 1})
+  return replay
+end
 local now = now_ms()
 local L = ledger(host_keys(1), now)
 ledger_groups(L, group_keys(11))
@@ -98,7 +105,7 @@ for i, id in ipairs(ids) do
   end
 end
 if #gone > 0 then
-  if #visits > 0 and rv then schedule_visits(KEYS[#KEYS], visits, rv, now)
+  if #visits > 0 and rv then schedule_visits(KEYS[#KEYS - 1], visits, rv, now)
   elseif #visits > 0 then keep_visits(L.K.conf, visits, now) end
   drop_leases(LK, gone)
   -- Usually absent (no checkpoints, failures or stalls): an EXISTS is cheaper than
@@ -114,4 +121,5 @@ end
 outcomes.done = #gone
 outcomes.stale = stale
 bump(stats, outcomes)
+once_keep(KEYS[#KEYS], op, codes, calls)
 return codes

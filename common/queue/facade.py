@@ -103,13 +103,19 @@ class CrawlQueue:
         """Extend held leases; returns the ones lost, with why. Updates deadlines."""
         return await transitions.renew(self.on, worker, leases, lease_ms)
 
-    async def ack(self, worker: str, items: Sequence[tuple[Lease, str]]) -> list[Code]:
-        """Mark tasks done with an outcome code; returns a code per item, in order."""
-        return await transitions.ack(self.on, worker, items, revisits=self._revisits)
+    async def ack(self, worker: str, items: Sequence[tuple[Lease, str]], *,
+                  op: str = "") -> list[Code]:
+        """Mark tasks done with an outcome code; returns a code per item, in order.
+        `op`: the call's operation id (new when ''): a call sent again with it gets the
+        codes of its first run."""
+        return await transitions.ack(self.on, worker, items, revisits=self._revisits, op=op)
 
-    async def fail(self, worker: str, failures: Sequence[Failure]) -> list[tuple[Code, int]]:
-        """Record failed attempts; returns (RETRY with delay ms | DEAD | refusal, -1)."""
-        return await transitions.fail(self.on, worker, failures, self._retry, self._jitter)
+    async def fail(self, worker: str, failures: Sequence[Failure], *,
+                   op: str = "") -> list[tuple[Code, int]]:
+        """Record failed attempts; returns (RETRY with delay ms | DEAD | refusal, -1).
+        `op` as `ack`'s."""
+        return await transitions.fail(self.on, worker, failures, self._retry, self._jitter,
+                                      op=op)
 
     async def release(self, worker: str, leases: Sequence[Lease], *,
                       restart_turn: bool = False) -> list[Code]:
@@ -211,13 +217,15 @@ class LeasingQueue(CrawlQueue):
         """Another process says work may be ready: ask every partition on the next call."""
         self.leases.woken()
 
-    async def ack(self, worker: str, items: Sequence[tuple[Lease, str]]) -> list[Code]:
+    async def ack(self, worker: str, items: Sequence[tuple[Lease, str]], *,
+                  op: str = "") -> list[Code]:
         self.leases.ended({lease.partition for lease, _ in items})
-        return await super().ack(worker, items)
+        return await super().ack(worker, items, op=op)
 
-    async def fail(self, worker: str, failures: Sequence[Failure]) -> list[tuple[Code, int]]:
+    async def fail(self, worker: str, failures: Sequence[Failure], *,
+                   op: str = "") -> list[tuple[Code, int]]:
         self.leases.ended({f.lease.partition for f in failures})
-        return await super().fail(worker, failures)
+        return await super().fail(worker, failures, op=op)
 
     async def release(self, worker: str, leases: Sequence[Lease], *,
                       restart_turn: bool = False) -> list[Code]:

@@ -24,7 +24,7 @@ COUNTERS = (
     "enqueued", "duplicates", "recrawled", "leased", "renewed", "lost", "done", "failed",
     "retried", "dead", "stalled", "stale", "released", "promoted", "reclaimed", "requeued",
     "purged", "checkpoints", "repaired_hosts", "lost_pending", "backoffs",
-    "group_unresolved",
+    "group_unresolved", "replayed",
 )
 
 MALFORMED = "malformed"
