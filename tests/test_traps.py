@@ -632,7 +632,8 @@ async def test_a_labelled_request_is_no_near_duplicate_on_its_retry_either(
     its template it would be a near duplicate of."""
     await set_policy(redis_client, crawl_name, {"per_host_delay": 0.0,
                                                 "per_host_concurrency": 1,
-                                                "ignore_robots": True, "retry_base": 0.05},
+                                                "ignore_robots": True, "retry_base": 0.05,
+                                                "near_duplicate_distance": 3},
                      by="test", create=True)
     failed: set[str] = set()
 
