@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -84,6 +84,7 @@ class Completion:
     urls: Sequence[str | Request] = ()
     page: PageFacts | None = None  # a handled HTML page's facts, to be judged
     probe: Signature | None = None  # a probe's answer: its directory's soft-404 signature
+    child_meta: dict[str, Any] | None = None  # its links' meta, when not its own
 
 
 class FlushAbandoned(Exception):
@@ -262,7 +263,8 @@ class Flusher:
                 self.worker, recorded, restart_turn=True))
             self._account(recorded, codes, ["released"] * len(recorded))
         children, seen = self.intake.children(
-            (c.lease.task, c.urls) for c in live if c.urls and c.lease.id not in unwritten)
+            (c.lease.task if c.child_meta is None else replace(c.lease.task, meta=c.child_meta),
+             c.urls) for c in live if c.urls and c.lease.id not in unwritten)
         children = await self._retry("traps", lambda: self.intake.admit(children))
         children += probes
         if children:

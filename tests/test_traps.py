@@ -511,10 +511,12 @@ async def test_a_near_duplicate_stops_its_calendar_but_never_a_listing_of_other_
         tmp_path: Path) -> None:
     """With near_duplicate_distance 3: an empty calendar's months (one shape: /cal?m=N)
     are near duplicates of each other, so a month's links to its neighbours are not
-    followed after the first few; its other links are. A listing's pages (/list?page=N,
-    one shape, the same template and words) link other items, so none is a near
-    duplicate of another and every item is found; nor is an item page, of another
-    shape, whatever its words."""
+    followed after the first few (a near duplicate reached from one); its other links
+    are. A listing's pages (/list?page=N, one shape, the same template and words) link
+    other items, so none is a near duplicate of another and every item is found. Pages of
+    one generator's counter names, near duplicates of each other, each the only page
+    linking its own: the first near duplicate of a chain has its links followed, so
+    every one is found."""
     await set_policy(redis_client, crawl_name, {"max_depth": 100, "per_host_delay": 0.0,
                                                 "per_host_concurrency": 4,
                                                 "ignore_robots": True,
@@ -522,7 +524,8 @@ async def test_a_near_duplicate_stops_its_calendar_but_never_a_listing_of_other_
                      by="test", create=True)
 
     async def home(request: web.Request) -> web.Response:
-        return html(titled("Home", article(1), ["/cal?m=100", "/list?page=1"]))
+        return html(titled("Home", article(1), ["/cal?m=100", "/list?page=1"]
+                           + [f"/api/a{n}.html" for n in range(10)]))
 
     async def cal(request: web.Request) -> web.Response:
         m = int(request.query["m"])
@@ -541,13 +544,25 @@ async def test_a_near_duplicate_stops_its_calendar_but_never_a_listing_of_other_
     async def about(request: web.Request) -> web.Response:
         return html(titled("About", article(2)))
 
-    routes = {"/": home, "/cal": cal, "/list": listing, "/item/{n}": item, "/about": about}
+    async def api(request: web.Request) -> web.Response:
+        # A generator's pages named by a counter (Doxygen's a01234.html): ten classes of
+        # the same members, each the only page linking its own member list.
+        n = int(request.match_info["n"])
+        if n < 10:
+            return html(titled("class", "A class of these members.",
+                               [f"/api/a{100 + n}.html", "/about"]))
+        return html(titled("members", "The members of a class.", [f"/api/a{n - 100}.html"]))
+
+    routes = {"/": home, "/cal": cal, "/list": listing, "/item/{n}": item, "/about": about,
+              "/api/a{n}.html": api}
     async with serve(routes) as site:
         await enqueue(redis_client, crawl_name, [site.url("/")])
         await consume(redis_url, crawl_name, tmp_path, "--handler",
                       "consumer_handlers:links_and_items", limit_s=60)
     months = [p for p in site.hits if p == "/cal"]
     assert {f"/item/{n}" for n in range(5, 65)} <= set(site.hits)
+    # the first near duplicate of a chain has its links followed: every member list
+    assert {f"/api/a{100 + n}.html" for n in range(10)} <= set(site.hits)
     assert len(site.hits["/cal"]) <= 8, len(site.hits["/cal"])
     assert "/about" in site.hits and months
     outcomes = [r["outcome"] for r in records(tmp_path) if "/cal?" in r["url"]]
