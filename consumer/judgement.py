@@ -71,6 +71,8 @@ MISSING = re.compile(
 HOLD_S = 5.0
 #: Pages of one host held at once, where holding them keeps no slot from the probe.
 HELD_PER_HOST = 64
+#: The meta key of a task linked from a near duplicate (its links are marked with it).
+NEAR_META = "crawlq_nd"
 #: A probe task's meta key: the directory it probes.
 PROBE_META = "crawlq_probe"
 #: A probe's priority: before its host's pages (it decides how they are judged).
@@ -233,10 +235,26 @@ class Judge:
             elif holding and f.soft and c.urls and self._hold(c, f, clock, holds):
                 held.append(c)  # its links wait for its directory's probe
             elif duplicate:
-                self._judged(c, NEAR_DUPLICATE, [u for u in c.urls if shape(
-                    u if isinstance(u, str) else u.url) != f.shape], now.drop_judged_items)
+                self._near_duplicate(c, f, now.drop_judged_items)
                 tally(f.host, NEAR_DUPLICATE)
+        for c in live:  # a page reached from a near duplicate passes no mark on
+            meta = c.lease.task.meta
+            if c.child_meta is None and NEAR_META in meta:
+                c.child_meta = {k: v for k, v in meta.items() if k != NEAR_META}
         return Verdict(probes, held)
+
+    def _near_duplicate(self, c: Completion, f: PageFacts, drop_items: bool) -> None:
+        """Page `f` is a near duplicate: its links to pages of its shape are not followed
+        when it was itself reached from a near duplicate (a trap's second step: an empty
+        calendar's third month); the first near duplicate of a chain has them followed,
+        marked, as one of two sibling pages of a generator's template may be the only
+        page linking the pages of its own (a class's member list in Doxygen's API)."""
+        if NEAR_META in c.lease.task.meta:
+            self._judged(c, NEAR_DUPLICATE, [u for u in c.urls if shape(
+                u if isinstance(u, str) else u.url) != f.shape], drop_items)
+        else:
+            self._judged(c, NEAR_DUPLICATE, c.urls, drop_items)
+            c.child_meta = {**c.lease.task.meta, NEAR_META: 1}
 
     def _hold(self, c: Completion, f: PageFacts, clock: float, holds: dict[str, int]) -> bool:
         """Whether to hold page `f` (not acked, its links not followed yet) until the probe
