@@ -319,6 +319,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("82-page-not-held-for-its-probe", "a page under a directory whose probe is out "
            "waits for its answer: a catch-all's next level is never fetched",
            (_T + "test_a_page_that_says_it_is_missing_waits_for_its_directorys_probe",)),
+    Mutant("84-first-near-duplicate-of-a-chain-cut", "the first near duplicate of a chain "
+           "has its links followed: a generator's sibling page may be the only one "
+           "linking its own",
+           (_T + "test_a_near_duplicate_stops_its_calendar_but_never_a_listing_of_other_"
+                 "items",)),
     Mutant("83-session-token-learned-from-a-few-links", "a session token is learned only "
            "from most of a page's links: an id a few links share is no token",
            (_T + "test_tokens_fresh_per_visit_are_learned_from_two_pages_and_left_out_of_"
