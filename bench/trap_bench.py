@@ -74,7 +74,7 @@ import redis.asyncio  # noqa: E402
 import site_bench  # noqa: E402
 from benchlib import apt_install, run_in_workdir, wait_port  # noqa: E402
 from site_bench import AccessLog, Client, Run, run_clients, scrapy_python, spawn  # noqa: E402
-from trap_sites import FAMILIES, NOT_FOUND, SESSION_IDS, Site, serve  # noqa: E402
+from trap_sites import FAMILIES, NOT_FOUND, SESSION_IDS, Site  # noqa: E402
 
 from common.policy import OPTIONS, parse_assignments, set_policy  # noqa: E402
 from common.redis_server import RedisServer  # noqa: E402
@@ -448,7 +448,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.serve is not None:
-        serve(Site(args.seed[0]), args.serve)
+        Site(args.seed[0]).serve(args.serve)
         return 0
     parse_assignments(args.set)  # a mistake said before anything starts
     return run_in_workdir("crawlq-trap-bench-", lambda workdir: bench(args, workdir),

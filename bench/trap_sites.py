@@ -275,6 +275,10 @@ class Site:
         path, _, query = path_qs.partition("?")
         return self.answer(method, path, query)
 
+    def serve(self, log: Path) -> None:
+        """Serve the site until killed (`serve`)."""
+        serve(self, log)
+
     def _untoken(self, path: str, query: Query) -> tuple[str, Query, bool]:
         if self.tokens is None:
             return path, query, False
@@ -995,7 +999,7 @@ def main(argv: list[str] | None = None) -> int:
                    "logging requests there")
     args = p.parse_args(argv)
     if args.serve is not None:
-        serve(Site(args.seeds[0]), args.serve)
+        Site(args.seeds[0]).serve(args.serve)
         return 0
     for seed in args.seeds:
         print(Site(seed).describe())
