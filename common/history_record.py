@@ -6,7 +6,9 @@ flags (1 byte: 1 estimator sums, 2 and e, 4 digest as 8 bytes, 8 Last-Modified a
 seconds), priority and interval (varints), fetched (u32), [n, x, t[, e]] (varints of
 thousandths), digest, Last-Modified, ETag and host (each as its flag says, else a varint
 length and the bytes; no host in a record without entry), then the compact entry's tail
-(no id, no ``v``). Varints are unsigned LEB128, u32s little-endian.
+(no id, no ``v``): what brings the URL back (its revisit, or a recrawl of the known URLs
+past their window); none in a record an older crawlq wrote for a recrawl window. Varints
+are unsigned LEB128, u32s little-endian.
 """
 
 from __future__ import annotations
@@ -21,14 +23,14 @@ _SUMS, _E, _DIGEST, _LM, _ALL = 1, 2, 4, 8, 15
 class HistoryRecord:
     """One done URL's last visit, as its history keeps it."""
 
-    host: str  # '' in a record without entry (a recrawl window's)
+    host: str  # '' in a record without entry (an older crawlq's recrawl window's)
     priority: int
     interval_s: int
     fetched_s: int
     digest: str
     etag: str
     last_modified: str
-    tail: bytes  # the URL's compact entry without its id ('' for a recrawl window's)
+    tail: bytes  # the URL's compact entry without its id ('' in a record without entry)
     n: float = 0.0
     x: float = 0.0
     t: float = 0.0

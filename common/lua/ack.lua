@@ -14,7 +14,7 @@
 -- done URL also gets its history record and its next visit (schedule_visits,
 -- lib/revisits.lua), from what its fetch observed; a partition whose `conf` says
 -- revisits are off but keeps validators (keeps_validators) writes the record alone
--- (keep_visits), one that does neither ignores them.
+-- (keep_visits, with the URL's host and entry), one that does neither ignores them.
 --
 -- KEYS[1..4] host state: hosts, due, h:queued, conf (lib/hosts.lua)
 -- KEYS[5..6] lease state: leased, leases (lib/leases.lua)
