@@ -55,6 +55,10 @@ NEAR_DUPLICATE: Final = _reason(
     "near_duplicate", "done", "a 2xx HTML page whose text fingerprint is within the crawl's "
     "near_duplicate_distance of another page of its host: no handler, its links not "
     "followed; result written")
+GONE: Final = _reason(
+    "gone", "done", "a recrawl (a URL with a history record) answered 404 or 410: under a "
+    "recrawl window its record is deleted, so the producer brings it back no more (a seed "
+    "or a link past the window still does); a revisit schedule keeps it; result written")
 #: The outcomes of a revisit's response (a record's ``revisit`` field).
 REVISIT_OUTCOMES: Final = frozenset({NOT_MODIFIED, UNCHANGED, CHANGED})
 

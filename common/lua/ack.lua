@@ -14,7 +14,8 @@
 -- done URL also gets its history record and its next visit (schedule_visits,
 -- lib/revisits.lua), from what its fetch observed; a partition whose `conf` says
 -- revisits are off but keeps validators (keeps_validators) writes the record alone
--- (keep_visits, with the URL's host and entry), one that does neither ignores them.
+-- (keep_visits: with the URL's host and entry; an outcome `gone` deletes it instead),
+-- one that does neither ignores them.
 --
 -- KEYS[1..4] host state: hosts, due, h:queued, conf (lib/hosts.lua)
 -- KEYS[5..6] lease state: leased, leases (lib/leases.lua)
@@ -99,7 +100,7 @@ for i, id in ipairs(ids) do
 end
 if #gone > 0 then
   if #visits > 0 and rv then schedule_visits(KEYS[#KEYS], visits, rv, now)
-  elseif #visits > 0 then keep_visits(L.K.conf, visits, now) end
+  elseif #visits > 0 then keep_visits(L.K.conf, KEYS[#KEYS], visits, now) end
   drop_leases(LK, gone)
   -- Usually absent (no checkpoints, failures or stalls): an EXISTS is cheaper than
   -- handing every id to HDEL.

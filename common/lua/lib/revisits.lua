@@ -434,20 +434,36 @@ end
 -- Writes the history record of each done URL of a crawl that keeps validators with its
 -- revisits off (keeps_validators): what its fetch observed, for its recrawl to ask with
 -- (enqueue.lua), its host and entry, for the URL to be brought back past its window
--- without a link to it, and no next visit. A new record has interval 0 (never
--- scheduled); one the schedule wrote before revisits were turned off keeps its interval,
--- entry and estimator (the schedule waits, as it was). Same `visits` as schedule_visits.
-local function keep_visits(conf, visits, now)
+-- without a link to it (the producer's recrawl of the known URLs, common/queue/known.py),
+-- and no next visit. A new record has interval 0 (never scheduled); one the schedule wrote before revisits were turned off keeps its
+-- interval, entry and estimator (the schedule waits, as it was). A recrawl that found its
+-- page gone (outcome `gone`: a 404 or 410 to a URL with a record) deletes the record (and
+-- any next visit in `due`, rv:due), and a first visit answered 4xx (`http_4xx`: a dead
+-- link) writes none: nothing brings such a URL back but a seed or a link past its window.
+-- Same `visits` as schedule_visits.
+local function keep_visits(conf, due, visits, now)
   local prev = previous_records(visits)
-  local records = {}
+  local kept, records, gone = {}, {}, {}
   local now_s = math.floor(now / 1000)
   for i, v in ipairs(visits) do
     local p = prev[i]
-    records[i] = visit_record(p, v, observed_decode(v[6]), now_s, p and p.interval or 0,
-                              p and p.tail ~= '' and p.tail or entry_tail(v[2], v[4]),
-                              p or {n = 0, x = 0, t = 0})
+    if v[5] == 'gone' then
+      gone[#gone + 1] = v
+    elseif p or v[5] ~= 'http_4xx' then  -- a first visit's 4xx: no page to know
+      kept[#kept + 1] = v
+      records[#kept] = visit_record(p, v, observed_decode(v[6]), now_s,
+                                    p and p.interval or 0,
+                                    p and p.tail ~= '' and p.tail or entry_tail(v[2], v[4]),
+                                    p or {n = 0, x = 0, t = 0})
+    end
   end
-  write_records(conf, visits, records)
+  write_records(conf, kept, records)
+  local dropped = 0
+  for _, v in ipairs(gone) do
+    dropped = dropped + redis.call('HDEL', v[7], v[8])
+    redis.call('ZREM', due, v[1])
+  end
+  if dropped > 0 then redis.call('HINCRBY', conf, 'rv_urls', -dropped) end
 end
 
 -- A JSON string (validators are header values: printable, but may hold '"' or '\').
