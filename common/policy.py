@@ -508,7 +508,7 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
     PolicyOption("conditional", "", _true_false, True,
                  "recrawls ask for a page only if it changed: with recrawl_after > 0 or "
                  "revisit on, each done URL keeps its ETag, Last-Modified and body digest, "
-                 "with its host and entry to bring it back past the "
+                 "with its host and entry for the producer to bring it back past the "
                  "window (~130 B in Redis), and its recrawl sends them (If-None-Match / "
                  "If-Modified-Since); a 304 or the same body ends done, not_modified or "
                  "unchanged, with no handler, so its links are not followed again. false: "
