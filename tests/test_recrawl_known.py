@@ -27,6 +27,7 @@ from common.policy import set_policy
 from common.queue import CrawlSettings, LeasingQueue, NewTask
 from common.revisit import Observed
 from common.urls import fingerprint, task_id
+from console.fsck import check
 from producer.cli import main_async
 
 #: The tree: each page and the pages it links to (13 pages, 4 levels; /dead is a dead link).
@@ -121,12 +122,14 @@ async def test_a_recrawl_past_its_window_reaches_every_page_it_knew(
         asked = len(site.seen)
         second = await crawl_pass(redis_url, crawl_name, tmp_path / "pass2")
         conditional = [s for s in site.seen[asked:] if "If-None-Match" in s.headers]
+        queue = await LeasingQueue.existing(redis_client, crawl_name)
+        assert (await check(queue)).problems == []  # fsck: records with their entries
 
         # The next run past the window brings back what is known now: /b/new, not /c/1.
         await window_passed(redis_client, 1)
         third = await produce(redis_url, crawl_name, start)
-        queue = await LeasingQueue.existing(redis_client, crawl_name)
         leased = await queue.lease("check", 100, 60_000)
+        assert (await check(queue)).problems == []  # their records kept while leased
 
     assert set(first) <= set(second), "pass 2 did not reach every page of pass 1"
     assert "/dead" not in second
