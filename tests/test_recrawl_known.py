@@ -9,6 +9,7 @@ and the consumer in-process."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections import Counter
@@ -16,6 +17,7 @@ from email.utils import formatdate
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 from support.clock import window_passed
@@ -179,12 +181,15 @@ async def test_a_run_before_anything_is_due_reads_no_history(
     assert (off["known_scanned"], off["known_due_in_s"]) == (0, None)
 
 
+@pytest.mark.parametrize("partitions", [1, 3])
 async def test_known_urls_come_back_with_their_request_from_big_buckets(
-        redis_client: aioredis.Redis, crawl_name: str) -> None:
-    """9,000 done URLs in 16 buckets (hashtables: read by HSCAN's cursor) come back, each
-    once, with its request as it was enqueued (label, data, depth, priority) and its
-    validators; one queued again meanwhile is not queued twice."""
-    queue = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings(seen_bits=4))
+        redis_client: aioredis.Redis, crawl_name: str, partitions: int) -> None:
+    """9,000 done URLs in 16 buckets a partition (one partition: hashtables, read by
+    HSCAN's cursor) come back, each once, with its request as it was enqueued (label,
+    data, depth, priority) and its validators; one queued again meanwhile is not queued
+    twice."""
+    queue = await LeasingQueue.open(redis_client, crawl_name,
+                                    CrawlSettings(seen_bits=4, partitions=partitions))
     await set_policy(redis_client, crawl_name, {
         "recrawl_after": 1, "per_host_delay": 0, "per_host_concurrency": 0},
         by="test", create=True)
@@ -214,3 +219,25 @@ async def test_known_urls_come_back_with_their_request_from_big_buckets(
         assert (task.label, task.data, task.depth, task.priority) == (
             "page", {"i": i}, i % 5, i % 2)
         assert task.revisit is not None and task.revisit.etag == '"e"'
+
+
+async def test_a_stopped_scan_leaves_the_rest_to_the_next_run(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """A stop request (the producer's SIGTERM) ends the scan between batches, without
+    remembering it ran, so the next run brings back what it left."""
+    queue = await LeasingQueue.open(redis_client, crawl_name)
+    await set_policy(redis_client, crawl_name, {
+        "recrawl_after": 1, "per_host_delay": 0, "per_host_concurrency": 0},
+        by="test", create=True)
+    queue.configure(recrawl_after_s=1, revisits=True)
+    urls = [f"https://s{i % 7}.example/{i}" for i in range(300)]
+    await queue.enqueue([NewTask(u, fingerprint(u)) for u in urls])
+    while leases := await queue.lease("w", 1000, 60_000):
+        await queue.ack("w", [(lease, "ok") for lease in leases])
+    await window_passed(redis_client, 1)
+    stop = asyncio.Event()
+    stop.set()
+    cut = await queue.recrawl_known(stop=stop)
+    assert cut.stopped and cut.recrawled == 0 and 0 < cut.scanned < 300
+    rest = await queue.recrawl_known()
+    assert (rest.stopped, rest.scanned, rest.recrawled) == (False, 300, 300)
