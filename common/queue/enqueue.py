@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from common.codec import text
 from common.errors import ConfigError, InvalidRequestError, MalformedTaskError
@@ -135,7 +135,12 @@ async def _run(crawl: Crawl, batches: Sequence[Batch[Q]], recrawl_after_s: int,
 
 
 def _call(crawl: Crawl, pk: PartitionKeys, by_host: Mapping[str, Sequence[Q]],
-          recrawl_after_s: int, groups: str, *, entry: Callable[[Q, str], bytes]) -> Call:
+          recrawl_after_s: int, groups: str, *,
+          entry: Callable[[Q, str], bytes] | None = None) -> Call:
+    """One partition's enqueue call; each item's entry from `entry` (default: a NewTask's,
+    `_entry`)."""
+    if entry is None:
+        entry = cast(Callable[[Q, str], bytes], _entry)
     settings = crawl.settings
     host_keys, host_head = host_args(pk, list(by_host))
     head = [*pk.host_state, pk.tasks, pk.stats, pk.pending, pk.prio_hosts]
