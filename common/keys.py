@@ -66,7 +66,11 @@ conf           HASH    the crawl's politeness, copied from its     policy_apply,
                        policy's conditional), and ``paused``;
                        learned revisits' rv_price and rv_demand
                        (ack); rv_urls: the partition's history     (ack, purge, the
-                       records (``rv:hist:<b>``)                   conversion)
+                       records (``rv:hist:<b>``); rc_oldest: the   conversion); the
+                       oldest fetch time (s) a record the          producer
+                       producer's last scan of the known URLs      (rc_oldest)
+                       did not bring back could have
+                       (``common.queue.known``)
 pending        STRING  pending tasks in this partition             enqueue, lease, ...
 g:of           HASH    host -> its politeness group (its           enqueue (politeness_key
                        registrable domain, or its name's address   domain or ip), policy
@@ -151,11 +155,13 @@ lock:reap      STRING  SET NX PX guard: one reaper per interval    reaper (Pytho
 
 The revisit schedule (the crawl's ``revisit`` policy on; ``common/lua/lib/revisits.lua``),
 and the URLs' history of a crawl that recrawls by its window alone (``recrawl_after`` > 0,
-``revisit`` off, ``conditional`` on: records of interval 0, no ``rv:due``):
+``revisit`` off, ``conditional`` on: records of interval 0 with their entry, which the
+producer brings them back with past the window, no ``rv:due``):
 
 =============  ======  ==========================================  ===================
 rv:hist:<b>    HASH    id's 16 bytes -> a done URL's last visit,   ack (reads: revisit,
-                       binary (``lib/revisits.lua``                enqueue); purge
+                       binary (``lib/revisits.lua``                enqueue, the
+                                                                   producer); purge
                        record_encode): flags, priority, interval,
                        fetched s, estimator sums, digest's 8
                        bytes, Last-Modified as s, ETag, host, its

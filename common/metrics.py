@@ -96,6 +96,7 @@ OUTCOMES: Final = (
     "not_modified",
     "unchanged",
     "changed",
+    "gone",
     "near_duplicate",
     "soft_404",
     "probe",

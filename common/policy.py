@@ -509,8 +509,9 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  seeded_by=NOBODY),
     PolicyOption("conditional", "", _true_false, True,
                  "recrawls ask for a page only if it changed: with recrawl_after > 0 or "
-                 "revisit on, each done URL keeps its ETag, Last-Modified and body digest "
-                 "(~62 B in Redis) and its recrawl sends them (If-None-Match / "
+                 "revisit on, each done URL keeps its ETag, Last-Modified and body digest, "
+                 "with its host and entry for the producer to bring it back past the "
+                 "window (~130 B in Redis), and its recrawl sends them (If-None-Match / "
                  "If-Modified-Since); a 304 or the same body ends done, not_modified or "
                  "unchanged, with no handler, so its links are not followed again. false: "
                  "no validators are sent, and a recrawl_after recrawl keeps none and "

@@ -63,6 +63,10 @@ SOFT_404: Final = _reason(
 PROBE: Final = _reason(
     "probe", "done", "the crawl's own request for a path that cannot exist, which gives a "
     "host's soft-404 signature: no handler, no result written")
+GONE: Final = _reason(
+    "gone", "done", "a recrawl (a URL with a history record) answered 404 or 410: under a "
+    "recrawl window its record is deleted, so the producer brings it back no more (a seed "
+    "or a link past the window still does); a revisit schedule keeps it; result written")
 #: The outcomes of a revisit's response (a record's ``revisit`` field).
 REVISIT_OUTCOMES: Final = frozenset({NOT_MODIFIED, UNCHANGED, CHANGED})
 

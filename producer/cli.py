@@ -67,6 +67,7 @@ from common.runtime import run_loop
 from common.scripts import load_registered
 from common.spider import Spider, load_spider
 from common.startup import RedisGaveUpError, StartupStopped, StartupWait
+from producer.known import recrawl_known
 from producer.lock import LockHeldError, ProducerLock
 from producer.progress import Progress
 from producer.run import RejectWriter, TaskTemplate, produce
@@ -150,6 +151,11 @@ PRODUCER_OPTIONS = (
     Option("--partitions", "CRAWLQ_PARTITIONS", None, "partitions, fixed when the crawl is "
            "created (1 if unset)", type=_int_at_least(1)),
     policy_flag("recrawl_after", PRODUCER, field="recrawl_after_s"),
+    Option("--recrawl-known", "CRAWLQ_RECRAWL_KNOWN", True, "after the inputs, queue "
+           "again every known URL past the crawl's recrawl window, from its history, when "
+           "it recrawls by recrawl_after (revisit off, conditional on): a re-seeded crawl "
+           "reaches every page it knew; --no-recrawl-known enqueues the inputs alone",
+           flag_only_bool=True),
     Option("--sort-query", "CRAWLQ_SORT_QUERY", False, "sort query parameters by key when "
            "canonicalizing", flag_only_bool=True),
     Option("--reject-file", "CRAWLQ_REJECT_FILE", None, "write every rejected line there, "
@@ -188,6 +194,7 @@ class ProducerSettings:
     dedup: DedupMode | None = _DEFAULT["dedup"]
     partitions: int | None = _DEFAULT["partitions"]
     recrawl_after_s: int = _DEFAULT["recrawl_after_s"]
+    recrawl_known: bool = _DEFAULT["recrawl_known"]
     sort_query: bool = _DEFAULT["sort_query"]
     reject_file: str | None = _DEFAULT["reject_file"]
     batch_size: int = _DEFAULT["batch_size"]
@@ -384,7 +391,7 @@ async def run_once(settings: ProducerSettings, client: RedisClient | None, *,
             if settings.sitemaps:
                 fetcher = await stack.enter_async_context(
                     Fetcher(fetch_settings(settings.allow_private)))
-            queue, template = None, settings.template
+            queue, template, policy = None, settings.template, None
             if not settings.dry_run:
                 assert client is not None
                 lock = ProducerLock(client, settings.common.crawl, settings.lock_wait_s)
@@ -405,6 +412,9 @@ async def run_once(settings: ProducerSettings, client: RedisClient | None, *,
                           template=template, batch_size=settings.batch_size,
                           sort_query=settings.sort_query, stop=stop, progress=progress,
                           rejects=rejects)
+            if queue is not None and policy is not None and settings.recrawl_known \
+                    and not (stop is not None and stop.is_set()):
+                await recrawl_known(queue, policy, summary, stop)
     except ConfigError as exc:
         summary.exit_code, summary.error = EXIT_USAGE, str(exc)
     except LockHeldError as exc:

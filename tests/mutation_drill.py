@@ -50,6 +50,7 @@ _PG = "tests/test_postgres_sink.py::"
 _T = "tests/test_traps.py::"
 _FO = "tests/test_failover.py::"
 _GR = "tests/test_groups.py::"
+_RK = "tests/test_recrawl_known.py::"
 
 
 @dataclass(frozen=True)
@@ -302,6 +303,19 @@ MUTANTS: tuple[Mutant, ...] = (
            "with each URL's entry: its revisits still come back",
            ("tests/test_migrate_compact.py::test_a_layout_3_crawls_history_converts_and_its_"
             "visits_ask_with_it",)),
+    Mutant("85-known-urls-not-brought-back", "a link-following crawl re-seeded past its "
+           "recrawl window reaches every page it knew: the producer brings back every known "
+           "URL past the window, not only what the seeds' changed pages link to",
+           (_RK + "test_a_recrawl_past_its_window_reaches_every_page_it_knew",)),
+    Mutant("86-recrawl-window-record-keeps-no-entry", "a recrawl window's history record "
+           "keeps its URL's host and request, which the producer brings it back with",
+           (_RK + "test_a_recrawl_past_its_window_reaches_every_page_it_knew",
+            _RK + "test_known_urls_come_back_with_their_request_from_big_buckets")),
+    Mutant("87-gone-page-keeps-its-history", "a recrawl answered 404 or 410 ends gone and "
+           "its history record is deleted, so it is not brought back again",
+           ("tests/test_revisits.py::test_a_recrawl_answered_404_or_410_ends_gone_and_its_"
+            "history_is_deleted",
+            _RK + "test_a_recrawl_past_its_window_reaches_every_page_it_knew")),
     Mutant("62-facet-remembered-as-a-trap", "a link refused as a facet is one on its page "
            "only: the same URL linked from another page is followed",
            (_T + "test_a_faceted_pages_filter_links_are_refused_and_its_pages_followed",)),

@@ -531,8 +531,9 @@ async def test_json_summary_schema(redis_url: str, crawl_name: str) -> None:
                                  "--url", "ftp://j.example/")
     assert code == 0
     types = {"crawl": str, "read": int, "invalid": int, "invalid_by_reason": dict,
-             "duplicates": int, "enqueued": int, "recrawled": int, "elapsed_s": float,
-             "urls_per_s": float, "dry_run": bool, "exit_code": int,
+             "duplicates": int, "enqueued": int, "recrawled": int,
+             "recrawled_known": int, "known_scanned": int, "known_due_in_s": type(None),
+             "elapsed_s": float, "urls_per_s": float, "dry_run": bool, "exit_code": int,
              "error": type(None), "notice": type(None)}
     assert set(s) == set(types)
     for key, kind in types.items():

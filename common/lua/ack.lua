@@ -12,9 +12,11 @@
 -- request).
 -- With marks 2 (the crawl's revisits on, or a recrawl window with `conditional` on) each
 -- done URL also gets its history record and its next visit (schedule_visits,
--- lib/revisits.lua), from what its fetch observed; a partition whose `conf` says
+-- lib/revisits.lua), from what its fetch observed (a soft-404 probe, outcome probe, gets
+-- none: it is no page of the crawl's); a partition whose `conf` says
 -- revisits are off but keeps validators (keeps_validators) writes the record alone
--- (keep_visits), one that does neither ignores them.
+-- (keep_visits: with the URL's host and entry; an outcome `gone` deletes it instead),
+-- one that does neither ignores them.
 --
 -- KEYS[1..4] host state: hosts, due, h:queued, conf (lib/hosts.lua)
 -- KEYS[5..6] lease state: leased, leases (lib/leases.lua)
@@ -94,7 +96,7 @@ for i, id in ipairs(ids) do
       responded = ARGV[base + 4] == '1', sent = int_arg(ARGV[base + 3], 'sent_ms'),
       elapsed = int_arg(ARGV[base + 5], 'elapsed_ms'), done = true}}
     hosts[#hosts + 1] = rec.host
-    if rv or keeps then
+    if (rv or keeps) and ARGV[base + 2] ~= 'probe' then  -- a soft-404 probe is no page
       visits[#visits + 1] = {id, rec.host, rec.prio, rec.entry, ARGV[base + 2], ARGV[base + 7],
                              KEYS[13 + n + i]}
     end
@@ -106,7 +108,7 @@ for i, id in ipairs(ids) do
 end
 if #gone > 0 then
   if #visits > 0 and rv then schedule_visits(KEYS[#KEYS - 1], visits, rv, now)
-  elseif #visits > 0 then keep_visits(L.K.conf, visits, now) end
+  elseif #visits > 0 then keep_visits(L.K.conf, KEYS[#KEYS - 1], visits, now) end
   drop_leases(LK, gone)
   -- Usually absent (no checkpoints, failures or stalls): an EXISTS is cheaper than
   -- handing every id to HDEL.

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Callable, Sequence
 from typing import Any, Self
@@ -11,6 +12,7 @@ from common.connection import RedisClient
 from common.queue import deadletters, housekeeping, inspection, transitions
 from common.queue.crawl import Crawl, CrawlSettings, existing_settings, open_settings
 from common.queue.enqueue import enqueue
+from common.queue.known import KnownRecrawl, recrawl_known
 from common.queue.leasing import LeaseClient
 from common.queue.migrate import migrate_crawl
 from common.queue.model import (
@@ -97,6 +99,13 @@ class CrawlQueue:
         or a label not in `known_labels`, refuses the whole batch: InvalidRequestError."""
         return await enqueue(self.on, tasks, self._recrawl_after_s,
                              known_labels=self.known_labels)
+
+    async def recrawl_known(self, *, stop: asyncio.Event | None = None) -> KnownRecrawl:
+        """Queue again every done URL whose history record is older than the recrawl
+        window (Nutch's generate: `common.queue.known`); nothing without a window."""
+        if not self._recrawl_after_s:
+            return KnownRecrawl()
+        return await recrawl_known(self.on, self._recrawl_after_s, stop=stop)
 
     async def renew(self, worker: str, leases: Sequence[Lease], lease_ms: int
                     ) -> list[tuple[Lease, Code]]:
