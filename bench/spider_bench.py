@@ -8,14 +8,18 @@ starts on a free 127.0.0.1 port. Both crawlers start at ``library/index.html``, 
 every ``a.reference.internal`` link to another page of ``library/`` (fragment dropped) and
 emit one item per documented signature: ``{"id": <dt.sig's id>, "page": <path>}``, keyed
 by its id. crawlq: one consumer (``--spider``), its crawl created by the producer's
-``--spider`` with the spider's policy (no delay, ``--per-host-concurrency`` a host, no
-depth limit, no near-duplicate detection: Scrapy has none), JSONL sink; Scrapy:
+``--spider`` with the spider's policy: the policy's defaults but no delay,
+``--per-host-concurrency`` a host and no depth limit (``max_depth`` 1000, set while the
+default is 3), once for each ``--variant`` (the defaults, where near-duplicate judgement
+is off and soft 404s are probed, and ``near_duplicate_distance=3``: the judgement on;
+each on a fresh redis-server), JSONL sink; Scrapy:
 ``CONCURRENT_REQUESTS`` 64, the same per-host concurrency, no robots.txt, no delay, run
 from a venv the bench makes once (Scrapy is never a crawlq dependency). Printed per
 crawler: pages fetched, items (the sets are compared), wall time from process start to
 exit, the span from its first request's start to its last response's end at the server
 (nginx's access log, by User-Agent), pages/s over the span, and its process's CPU per page
-(user + system, from ``wait4``: start-up included for both).
+(user + system, from ``wait4``: start-up included for both); each crawlq variant's
+pages/s over Scrapy's.
 """
 
 from __future__ import annotations
@@ -44,14 +48,16 @@ HTTP = """\
     sendfile on;"""
 
 CRAWLQ_SPIDER = '''\
+import json
 import os
 from crawlq import Spider
 
 START = os.environ["BENCH_START"]
-# Near-duplicate detection off: Scrapy has none (on, it cost ~10 ms of CPU a page here).
+# The policy's defaults but these, and the variant's values (BENCH_POLICY).
 spider = Spider("pydoc", start=[START], item_key="id", policy={
     "per_host_delay": 0, "per_host_concurrency": int(os.environ["BENCH_PER_HOST"]),
-    "max_depth": 1000, "user_agent": "crawlq-bench/1.0", "near_duplicate_distance": "off"})
+    "max_depth": 1000, "user_agent": os.environ["BENCH_AGENT"],
+    **json.loads(os.environ["BENCH_POLICY"])})
 
 
 @spider.route()
@@ -117,7 +123,7 @@ class Result:
     span_s: float = 0.0  # first request's start to last response's end, at the server
 
     def line(self) -> str:
-        return (f"{self.name:<10}{self.pages:>7}{len(self.items):>8}{self.wall_s:>9.2f}s"
+        return (f"{self.name:<40}{self.pages:>7}{len(self.items):>8}{self.wall_s:>9.2f}s"
                 f"{self.span_s:>9.2f}s{self.pages / self.span_s:>10.1f}"
                 f"{self.cpu_s / self.pages * 1e3:>12.2f}ms")
 
@@ -146,10 +152,24 @@ def timed(argv: list[str], *, env: dict[str, str], log: Path) -> tuple[float, fl
     return wall, cpu, code
 
 
-def run_crawlq(workdir: Path, start: str, per_host: int) -> Result:
+def variant(text: str) -> tuple[str, dict[str, str]]:
+    """``defaults`` or ``key=value,key=value`` (crawl policy values): its name and values."""
+    if text == "defaults":
+        return text, {}
+    values = dict(pair.split("=", 1) for pair in text.split(",") if "=" in pair)
+    if not values or len(values) != text.count(",") + 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: 'defaults' or key=value[,key=value]")
+    return text, values
+
+
+def run_crawlq(workdir: Path, start: str, per_host: int,
+               values: tuple[str, dict[str, str]]) -> Result:
     from common.redis_server import RedisServer  # noqa: PLC0415 - ROOT is on the path now
     from console.run_spider import gather_items  # noqa: PLC0415
 
+    name, policy = values
+    workdir = workdir / f"crawlq-{len(list(workdir.glob('crawlq-*')))}"
+    workdir.mkdir()
     spider = workdir / "pydoc_spider.py"
     spider.write_text(CRAWLQ_SPIDER)
     (workdir / "redis").mkdir()
@@ -157,7 +177,8 @@ def run_crawlq(workdir: Path, start: str, per_host: int) -> Result:
     redis.start()
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLQ_")}
-        env.update(BENCH_START=start, BENCH_PER_HOST=str(per_host), PYTHONPATH=str(ROOT))
+        env.update(BENCH_START=start, BENCH_PER_HOST=str(per_host), PYTHONPATH=str(ROOT),
+                   BENCH_AGENT=agent_of(name), BENCH_POLICY=json.dumps(policy))
         common = ["--redis-url", redis.url, "--crawl", "pydoc", "--spider", str(spider),
                   "--log-level", "WARNING"]
         _, _, code = timed([sys.executable, "-m", "producer", *common, "--progress", "off"],
@@ -178,7 +199,13 @@ def run_crawlq(workdir: Path, start: str, per_host: int) -> Result:
                for line in path.read_text().splitlines()]
     gather_items(out, workdir / "items.jsonl")
     items = {json.loads(line)["id"] for line in (workdir / "items.jsonl").read_text().split()}
-    return Result("crawlq", sum(r["status"] == 200 for r in records), items, wall, cpu)
+    return Result(f"crawlq {name}", sum(r["status"] == 200 for r in records), items, wall,
+                  cpu)
+
+
+def agent_of(name: str) -> str:
+    """The User-Agent of a crawlq variant's run: its requests in the access log."""
+    return "crawlq-bench-" + "".join(c if c.isalnum() else "-" for c in name) + "/1.0"
 
 
 def run_scrapy(workdir: Path, start: str, per_host: int, python: Path) -> Result:
@@ -197,29 +224,41 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", type=Path, default=None, help="an HTML tree (python3-doc's)")
     p.add_argument("--per-host-concurrency", type=int, default=16)
     p.add_argument("--skip-scrapy", action="store_true")
+    p.add_argument("--variant", type=variant, action="append", default=None,
+                   help="a crawlq run: 'defaults' or policy values key=value[,key=value] "
+                   "(repeat it; default: defaults and near_duplicate_distance=3)")
     args = p.parse_args(argv)
+    variants = args.variant or [variant("defaults"), variant("near_duplicate_distance=3")]
     root = doc_root(args.root)
 
     def body(workdir: Path) -> int:
         python = None if args.skip_scrapy else scrapy_python(refresh=False)
         port, log = start_nginx(root, workdir, HTTP)
         start = f"http://127.0.0.1:{port}/library/index.html"
-        results = [run_crawlq(workdir, start, args.per_host_concurrency)]
-        results[0].span_s = span(log, "crawlq-bench")
-        if python is not None:
+        results = []
+        for i, values in enumerate(variants):
+            if i == 1 and python is not None:  # Scrapy between crawlq's runs: same hour
+                results.append(run_scrapy(workdir, start, args.per_host_concurrency, python))
+                results[-1].span_s = span(log, "scrapy-bench")
+            results.append(run_crawlq(workdir, start, args.per_host_concurrency, values))
+            results[-1].span_s = span(log, agent_of(values[0]))
+        if python is not None and len(variants) < 2:
             results.append(run_scrapy(workdir, start, args.per_host_concurrency, python))
-            results[1].span_s = span(log, "scrapy-bench")
-        print(f"{'':<10}{'pages':>7}{'items':>8}{'wall':>10}{'span':>10}{'pages/s':>10}"
+            results[-1].span_s = span(log, "scrapy-bench")
+        print(f"{'':<40}{'pages':>7}{'items':>8}{'wall':>10}{'span':>10}{'pages/s':>10}"
               f"{'CPU/page':>14}")
         for r in results:
             print(r.line())
-        if len(results) == 2:
-            a, b = results
+        scrapy = next((r for r in results if r.name == "scrapy"), None)
+        for a in results:
+            if scrapy is None or a is scrapy:
+                continue
+            b = scrapy
             same = a.items == b.items
-            print(f"same items: {same}" + ("" if same else
+            print(f"{a.name}: same items as Scrapy: {same}" + ("" if same else
                   f" (crawlq only {len(a.items - b.items)}, scrapy only "
                   f"{len(b.items - a.items)})"))
-            print(f"crawlq / scrapy pages/s over the span: "
+            print(f"  crawlq / scrapy pages/s over the span: "
                   f"{(a.pages / a.span_s) / (b.pages / b.span_s):.2f}x (target >= 5x); "
                   f"over the wall time (start-up in): "
                   f"{(a.pages / a.wall_s) / (b.pages / b.wall_s):.2f}x; CPU per page: "
