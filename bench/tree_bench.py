@@ -40,6 +40,14 @@ trees has one, so a 404), and every crawl starts at the tree's ``index.html``:
    the spider file gives: the defaults but the three values above): items written (the
    JSONL sink, ``crawlq run``'s gather) against its pages and against wget's.
 
+4. **a catch-all**: the tree served again by an nginx that answers a missing path 200
+   with the tree's ``index.html`` (``error_page 404 =200 /index.html``, as hosts that
+   serve a single-page app do), crawled by crawlq with the defaults: the soft-404
+   judgement's probe now gets a page, so each page the run fetched is judged against
+   it. Printed: real pages (a file of the tree) judged ``soft_404`` (false, each by
+   URL), made-up paths (the tree's broken links, what they lead to) judged so (true)
+   and not (missed), and wget's pages not reached.
+
 Then (unless ``--skip-spider-bench``) ``bench/spider_bench.py`` on python3-doc: crawlq's
 spider with the defaults and with ``near_duplicate_distance=3`` against Scrapy's,
 pages/s over their spans. The machine may be shared: CPU time, not wall time, is the
@@ -69,7 +77,15 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout
 
 import redis.asyncio  # noqa: E402
 import site_bench  # noqa: E402
-from benchlib import apt_install, run_in_workdir, start_nginx  # noqa: E402
+from benchlib import (  # noqa: E402
+    apt_install,
+    nginx_conf,
+    run_in_workdir,
+    spawn,
+    start_nginx,
+    wait_port,
+    which_nginx,
+)
 from neardup_bench import create_policy  # noqa: E402
 from site_bench import AccessLog, Client, Env, Run, consumer_argv, run_clients  # noqa: E402
 
@@ -140,6 +156,7 @@ class Crawl:
     outcomes: Counter[str] = field(default_factory=Counter)
     traps: dict[str, int] = field(default_factory=dict)
     judged: dict[str, str] = field(default_factory=dict)  # url -> outcome
+    ok_pages: dict[str, str] = field(default_factory=dict)  # a 2xx HTML page's url -> outcome
     probes: list[str] = field(default_factory=list)  # "uri status"
     items: set[str] | None = None  # a spider's item keys
     note: str = ""
@@ -196,6 +213,13 @@ def records(out: Path) -> list[dict[str, object]]:
     return found
 
 
+def is_page(record: dict[str, object]) -> bool:
+    """Whether a sink record is of a 2xx HTML page."""
+    status, headers = record.get("status"), record.get("headers")
+    return isinstance(status, int) and 200 <= status <= 299 and isinstance(headers, dict) \
+        and "html" in str(headers.get("content-type", ""))
+
+
 def probes_of(run: Run, root: Path) -> list[str]:
     """The run's requests for a made-up name no file has: its soft-404 probes."""
     return sorted(f"{h.uri} {h.status}" for h in run.hits
@@ -211,6 +235,7 @@ def finish(c: Crawl, redis_url: str, crawl: str, out: Path, root: Path) -> Crawl
                   f"\n{site_bench.tail(c.run.clients[0].out)}"
     recs = records(out)
     c.judged = {str(r["url"]): str(r["outcome"]) for r in recs if r.get("outcome") in JUDGED}
+    c.ok_pages = {str(r["url"]): str(r["outcome"]) for r in recs if is_page(r)}
     if c.items is not None:
         c.items = {str(k) for r in recs for k in (r.get("item_keys") or []) if k is not None}
     c.probes = probes_of(c.run, root)
@@ -274,6 +299,51 @@ def run_spider(env: Env, n: int) -> Crawl:
                       timeout=args.timeout, env=e)
     return finish(Crawl("spider (defaults)", run, items=set()), env.redis.url, crawl, out,
                   env.root)
+
+
+def start_catch_all(root: Path, d: Path) -> tuple[int, Path]:
+    """nginx serving `root` as `start_nginx` does, but a missing path is answered 200
+    with the tree's index.html (``error_page 404 =200 /index.html``): a soft 404."""
+    from common.redis_server import free_port  # noqa: PLC0415
+
+    d.mkdir()
+    port, log = free_port(), d / "access.log"
+    conf = d / "nginx.conf"
+    conf.write_text(nginx_conf(d, port, http=site_bench.NGINX_HTTP.replace("{log}", str(log)),
+                               server=f"        root {root};\n        index index.html;\n"
+                               "        error_page 404 =200 /index.html;"))
+    nginx = which_nginx(install=True)
+    if nginx is None:
+        raise SystemExit("no nginx on PATH (apt-get install nginx)")
+    proc = spawn([nginx, "-p", str(d), "-c", str(conf)], stdout=subprocess.DEVNULL)
+    wait_port(port, proc, "nginx")
+    return port, log
+
+
+def show_catch_all(c: Crawl, wget: Run, root: Path) -> tuple[int, int, int, int]:
+    """What the defaults' soft-404 judgement made of a catch-all's answers: real pages
+    judged soft_404 (false), made-up ones judged so (true), made-up ones taken for
+    pages (missed); and wget's pages not reached. Printed, and returned in that order."""
+    real = {u for u in c.ok_pages if page_file(root, u).is_file()}
+    made_up = set(c.ok_pages) - real
+    false = sorted(u for u in real if c.ok_pages[u] == "soft_404")
+    true = sorted(u for u in made_up if c.ok_pages[u] == "soft_404")
+    missed = sorted(u for u in made_up if c.ok_pages[u] != "soft_404")
+    reached = {unquote(u.split("://", 1)[1].partition("/")[2].partition("?")[0])
+               for u in real}
+    lost = {p for p in wget.pages if p.lstrip("/") not in reached
+            and (p.lstrip("/") + "index.html") not in reached}
+    print(f"    catch-all: {len(real)} real pages answered, {len(made_up)} made-up paths "
+          f"answered 200 (the tree's broken links, the probes); soft_404: {len(true)} of "
+          f"the made-up, {len(false)} real (false); made-up pages taken for real: "
+          f"{len(missed)}; wget's pages not reached: {len(lost)}")
+    for u in false:
+        print(f"    FALSE soft_404: {u}")
+    if missed:
+        print(f"    made-up, not judged: {site_bench.examples(set(missed))}")
+    if lost:
+        print(f"    not reached: {site_bench.examples(lost)}")
+    return len(false), len(true), len(missed), len(lost)
 
 
 # -- why a page was judged ----------------------------------------------------------------
@@ -340,10 +410,12 @@ def show(c: Crawl, wget: Run, root: Path, origin: str) -> None:
     if c.traps:
         print(f"    trap tallies: {', '.join(f'{k} {v}' for k, v in sorted(c.traps.items()))}")
     print(f"    probes ({len(c.probes)}): {', '.join(c.probes) or 'none'}")
-    missing, extra = wget.pages - c.pages, c.pages - wget.pages
-    print(f"    vs wget: {'same pages' if not missing and not extra else ''}"
-          + (f"not reached {len(missing)}: {site_bench.examples(missing)}" if missing else "")
-          + (f"; beyond wget's {len(extra)}: {site_bench.examples(extra)}" if extra else ""))
+    probed = {p.split()[0] for p in c.probes}
+    missing, extra = wget.pages - c.pages, c.pages - wget.pages - probed
+    print("    vs wget: " + "; ".join(
+        [f"not reached {len(missing)}: {site_bench.examples(missing)}"] * bool(missing)
+        + [f"beyond wget's {len(extra)}: {site_bench.examples(extra)}"] * bool(extra)
+        or ["same pages"]))
     if c.items is not None:
         keys = {unquote(k.split("://", 1)[-1].partition("/")[2].partition("?")[0])
                 for k in c.items}
@@ -351,11 +423,17 @@ def show(c: Crawl, wget: Run, root: Path, origin: str) -> None:
         print(f"    items {len(c.items)} for {len(c.pages)} pages"
               + (f": pages without an item {len(lost)}: {site_bench.examples(lost)}"
                  if lost else " (an item for every page)"))
+    made_up: Counter[str] = Counter()
     for url, outcome in sorted(c.judged.items()):
-        real = page_file(root, url).is_file()
-        why = nearest(root, url, c.pages, origin) if outcome == "near_duplicate" and real \
-            else ""
-        print(f"    {outcome}: {url}{'' if real else ' (no such file)'}  {why}")
+        if not page_file(root, url).is_file():  # a broken link behind a catch-all
+            made_up[outcome] += 1
+            continue
+        why = nearest(root, url, c.pages, origin) if outcome == "near_duplicate" else ""
+        print(f"    {outcome} (a real page): {url}  {why}")
+    for outcome, n in made_up.items():
+        urls = {u for u, o in c.judged.items() if o == outcome
+                and not page_file(root, u).is_file()}
+        print(f"    {outcome}, no such file: {n}: {site_bench.examples(urls, 3)}")
     if c.note:
         print(f"    note: {c.note}")
 
@@ -367,6 +445,7 @@ class TreeResult:
     wget: Run
     runs: dict[str, list[Crawl]]
     spider: Crawl | None
+    catch_all: tuple[int, int, int, int] | None  # false, true, missed soft 404s; lost
 
 
 def median_cpu(crawls: list[Crawl]) -> float:
@@ -379,8 +458,9 @@ def summary(results: list[TreeResult]) -> None:
           " | not reached (defaults / near-dup 3) | spider items / pages | soft_404 "
           "(defaults / near-dup 3) | near_duplicate (defaults / near-dup 3) | probes | "
           "consumer CPU ms/page (defaults / near-dup 3 / all off) | defaults / all off | "
-          "near-dup 3 / all off |")
-    print("| --- " * 12 + "|")
+          "near-dup 3 / all off | catch-all: soft_404 real (false) / made-up (true) / "
+          "made-up not judged / not reached |")
+    print("| --- " * 13 + "|")
     for r in results:
         w = r.wget.pages
         first = {name: runs[0] for name, runs in r.runs.items()}
@@ -398,7 +478,8 @@ def summary(results: list[TreeResult]) -> None:
         print(f"| {r.tree.name} ({r.tree.generator}) | {r.files} | {len(w)} | {pages} | "
               f"{lost} | {spider} | {soft} | {near} | {probes} | "
               f"{' / '.join(f'{1e3 * v:.2f}' for v in cpu.values())} | "
-              f"{ratio['defaults']:.2f} | {ratio['near-dup 3']:.2f} |")
+              f"{ratio['defaults']:.2f} | {ratio['near-dup 3']:.2f} | "
+              f"{' / '.join(map(str, r.catch_all)) if r.catch_all else '-'} |")
     for r in results:
         runs = r.runs
         if "all off" not in runs or len(runs["all off"]) < 2:
@@ -441,7 +522,14 @@ def bench_tree(tree: Tree, rounds: int, args: argparse.Namespace, workdir: Path,
     if not args.skip_spider:
         spider = run_spider(env, 0)
         show(spider, wget, root, origin)
-    return TreeResult(tree, files, wget, runs, spider)
+    catch_all = None
+    if not args.skip_catch_all:
+        port2, log2 = start_catch_all(root, d / "catch-all")
+        env2 = Env(args, root, port2, AccessLog(log2), d, redis_server, {})
+        c = run_links(env2, "catch-all", {}, rounds)
+        show(c, wget, root, f"http://127.0.0.1:{port2}")
+        catch_all = show_catch_all(c, wget, root)
+    return TreeResult(tree, files, wget, runs, spider, catch_all)
 
 
 def bench(args: argparse.Namespace, workdir: Path) -> int:
@@ -486,6 +574,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=600.0,
                    help="stop a run (and report it) after this many seconds")
     p.add_argument("--skip-spider", action="store_true", help="no item-per-page spider")
+    p.add_argument("--skip-catch-all", action="store_true",
+                   help="no crawl of each tree behind a catch-all (missing paths 200)")
     p.add_argument("--skip-spider-bench", action="store_true",
                    help="don't run bench/spider_bench.py at the end")
     p.add_argument("--skip-scrapy", action="store_true",
