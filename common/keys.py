@@ -95,6 +95,24 @@ fp:<host>      STRING  the host's newest page fingerprints, at     fingerprints
                        fingerprint
 =============  ======  ==========================================  ===================
 
+The proxy pool (``common.proxies``, docs/proxies.md): what the hosts of the partition did
+to the crawl's proxies.
+
+=============  ======  ==========================================  ===================
+px:ban         ZSET    "<proxy id> <host>" -> the proxy is banned  proxy_bans
+                       by the host until then, ms of Redis TIME
+                       (other hosts keep it)
+px:tier        HASH    host -> "<tier> <since ms> <bans>": the     proxy_bans
+                       proxy tier a host escalated to, when it
+                       was last banned there (a quiet period
+                       after it takes it a tier down), its bans
+                       at that tier; a host at the cheapest tier
+                       without bans has none
+px:op:<w>      STRING "<op id> <reply>" of worker w's last         proxy_bans
+                       proxy_bans call, PX 60 s (a call sent
+                       again gets the same reply)
+=============  ======  ==========================================  ===================
+
 Everything else a task needs, once it has left its host queue:
 
 =============  ======  ==========================================  ===================
@@ -187,6 +205,12 @@ change, and one field per policy option, its value as text in the flag's syntax,
 (newest first, at most 200 JSON ``{"at": ms of Redis TIME, "version", "changes": {key:
 [old, new]}, "by"}``, one per change of the policy; ``policy_set.lua``).
 
+The proxy pool's crawl keys: ``px`` HASH (proxy id -> its health record, "<tier> <ok>
+<fail> <ban> <streak> <level> <until ms> <lat ms> <seen ms> <shown>": successes,
+failures, bans, failures in a row, quarantine level and end, response time, last report,
+its URL with credentials redacted; ``common.proxies.health``, ``proxy_report.lua``) and
+``px:op:<worker>`` STRING (the worker's last report's op id and reply, PX 60 s).
+
 Robots (``crawlq:{<crawl>}:robots:<origin>``, origin ``scheme://host[:port]``): STRING,
 JSON ``{"status", "body", "fetched_at"}`` of that origin's robots.txt (``"error"`` set
 after a failed fetch), EX the robots TTL (60 s after a failure); ``<key>:lock`` STRING is
@@ -220,7 +244,7 @@ _PARTITION_NAMES = (
     "h:errors", "h:delay", "h:blocked", "h:budget", "pending", "tasks", "attempts", "leases",
     "leased", "seq", "delayed", "dead", "errors", "dead_reasons", "checkpoints", "stalls",
     "stats", "bloom", "lock:reap", "hungry", "rv:due", "g:of", "groups",
-    "g:parked",
+    "g:parked", "px:ban", "px:tier",
 )
 
 
@@ -318,6 +342,8 @@ class PartitionKeys:
     group_of: str
     groups: str
     parked: str
+    proxy_bans: str
+    proxy_tiers: str
     prefix: str
 
     @classmethod
@@ -365,6 +391,10 @@ class PartitionKeys:
         sent again (lease.lua)."""
         return f"{self.prefix}op:{worker}"
 
+    def proxy_op(self, worker: str) -> str:
+        """The reply of `worker`'s last proxy_bans.lua call, kept for a call sent again."""
+        return f"{self.prefix}px:op:{worker}"
+
     def bloom_layer(self, layer: int) -> str:
         """The bit string of one bloom filter layer."""
         return f"{self.prefix}bloom:{layer}"
@@ -406,6 +436,7 @@ class CrawlKeys:
     policy: str
     policy_log: str
     migrate_lock: str  # the SET NX PX guard of a conversion from layout 2
+    proxies: str  # the proxy pool's health records (common.proxies)
 
     @classmethod
     def build(cls, crawl: str) -> CrawlKeys:
@@ -413,7 +444,11 @@ class CrawlKeys:
                    crawl_key(crawl, "results"), crawl_key(crawl, "workers"),
                    crawl_key(crawl, "history"), crawl_key(crawl, "wake"),
                    crawl_key(crawl, "policy"), crawl_key(crawl, "policy:log"),
-                   crawl_key(crawl, "lock:migrate"))
+                   crawl_key(crawl, "lock:migrate"), crawl_key(crawl, "px"))
+
+    def proxy_op(self, worker: str) -> str:
+        """The reply of `worker`'s last proxy_report.lua call, kept for a call sent again."""
+        return crawl_key(self.crawl, f"px:op:{worker}")
 
     def robots(self, origin: str) -> str:
         """One origin's cached robots.txt; `origin` is ``scheme://host[:port]``."""

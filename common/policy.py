@@ -26,7 +26,12 @@ its host's, its links not followed, ``near_duplicate_distance`` (``common.simhas
 what else a politeness limit is kept for, ``politeness_key`` (host, or domain: each
 registrable domain's hosts share ``group_delay`` and ``group_concurrency``,
 common/lua/lib/groups.lua; or ip: the hosts whose names resolve to one address do,
-common.hostmodel.hostip).
+common.hostmodel.hostip); and how the proxy pool treats the crawl's proxies
+(``common.proxies``): its tiers, cheapest first, ``proxy_tiers``, how long a proxy a host
+banned keeps away from it, ``proxy_ban_for``, how many bans move a host a tier up,
+``proxy_tier_bans``, and how long a quiet spell takes it down, ``proxy_tier_quiet``; how
+many failures in a row quarantine a proxy, ``proxy_max_failures``, and for how long at
+first, ``proxy_quarantine``.
 What stays a process's own setting (credentials, memory and time bounds, sinks) is
 listed in docs/policy.md.
 
@@ -92,6 +97,8 @@ from common.headers import DEFAULT_USER_AGENT
 from common.hostmodel.hostgroup import NO_GROUP, host_group
 from common.hostmodel.hostip import AddressBook
 from common.keys import CrawlKeys, PartitionKeys
+from common.proxies.rules import ProxyRules
+from common.proxies.spec import tier_names
 from common.queue import CrawlSettings, DedupMode, RetryPolicy, partition_keys
 from common.scripts import register
 from common.task import DEFAULT_MAX_ATTEMPTS
@@ -387,6 +394,15 @@ def _show_distance(value: int) -> str:
     return OFF if value < 0 else str(value)
 
 
+def _tiers_ok(value: tuple[str, ...]) -> None:
+    try:
+        ok = isinstance(value, tuple) and tier_names(",".join(value)) == value
+    except (argparse.ArgumentTypeError, TypeError):
+        ok = False
+    if not ok:
+        raise ConfigError(f"must be tier names, cheapest first, got {value!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyOption:
     """One policy option: ``name`` as the flag spells it, in snake_case; ``flag`` is
@@ -564,6 +580,32 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  "group across the whole fleet, unless the group has its own (0 = no "
                  "limit)",
                  check=_whole_ok, seeded_by=NOBODY),
+    # The proxy pool (common.proxies, docs/proxies.md).
+    PolicyOption("proxy_tiers", "", tier_names, ProxyRules().tiers,
+                 "the proxy pool's tiers, cheapest first, comma-separated: a host starts on "
+                 "the first and moves up one when it bans proxy_tier_bans proxies of its "
+                 "tier (direct = no proxy: the consumers' own address; a tier no "
+                 "consumer's --proxy has is skipped, one not named here comes last)",
+                 check=_tiers_ok, show=",".join, toml_string=True, seeded_by=NOBODY),
+    PolicyOption("proxy_ban_for", "", _whole_ms_seconds, ProxyRules().ban_ms / 1000,
+                 "how long a proxy a host banned (a blocked answer through it) is not "
+                 "used for that host; its other hosts keep it",
+                 show=_show_seconds, toml_string=True, seeded_by=NOBODY),
+    PolicyOption("proxy_tier_bans", "", _whole, ProxyRules().tier_bans,
+                 "bans by one host at its tier that move it one tier up (>= 1; at once "
+                 "when no proxy of its tier is left for it)",
+                 check=_at_least_one, seeded_by=NOBODY),
+    PolicyOption("proxy_tier_quiet", "", _whole_ms_seconds, ProxyRules().quiet_ms / 1000,
+                 "a host moves one tier down after this long without a ban at its tier "
+                 "(0s = never)", show=_show_seconds, toml_string=True, seeded_by=NOBODY),
+    PolicyOption("proxy_max_failures", "", _whole, ProxyRules().max_failures,
+                 "failures in a row (no connection through it, the proxy refusing or "
+                 "dropping it) that quarantine a proxy for the whole fleet (>= 1)",
+                 check=_at_least_one, seeded_by=NOBODY),
+    PolicyOption("proxy_quarantine", "", _whole_ms_seconds, ProxyRules().quarantine_ms / 1000,
+                 "a failing proxy's first quarantine; each one in a row lasts twice the "
+                 "last, up to 32 times this; it is tried again when it ends (> 0)",
+                 check=_positive, show=_show_seconds, toml_string=True, seeded_by=NOBODY),
 )
 OPTIONS: dict[str, PolicyOption] = {o.name: o for o in POLICY_OPTIONS}
 #: The (base, cap) pairs whose cap may not be below its base.
@@ -619,6 +661,12 @@ class CrawlPolicy:
     politeness_key: str = OPTIONS["politeness_key"].default
     group_delay: float = OPTIONS["group_delay"].default
     group_concurrency: int = OPTIONS["group_concurrency"].default
+    proxy_tiers: tuple[str, ...] = OPTIONS["proxy_tiers"].default
+    proxy_ban_for: float = OPTIONS["proxy_ban_for"].default
+    proxy_tier_bans: int = OPTIONS["proxy_tier_bans"].default
+    proxy_tier_quiet: float = OPTIONS["proxy_tier_quiet"].default
+    proxy_max_failures: int = OPTIONS["proxy_max_failures"].default
+    proxy_quarantine: float = OPTIONS["proxy_quarantine"].default
 
     def __post_init__(self) -> None:
         for opt in POLICY_OPTIONS:
@@ -661,6 +709,12 @@ class CrawlPolicy:
         the crawl recrawls (recrawl_after or revisit) and `conditional` is on; revisits
         keep a history whatever `conditional` says (their schedule is in it)."""
         return self.revisit != "off" or (self.recrawl_after > 0 and self.conditional)
+
+    def proxy_rules(self) -> ProxyRules:
+        """The proxy pool's rules (times in whole ms)."""
+        return ProxyRules(self.proxy_tiers, round(self.proxy_ban_for * 1000),
+                          self.proxy_tier_bans, round(self.proxy_tier_quiet * 1000),
+                          self.proxy_max_failures, round(self.proxy_quarantine * 1000))
 
     def trap_rules(self) -> TrapRules:
         """The URL trap rules the link intake applies."""

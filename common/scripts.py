@@ -58,6 +58,8 @@ RESENDABLE: dict[str, str] = {
     "robots_claim": "compares the lock's token: a call sent again finds the lock its "
                     "first run took ours",
     "history_push": "a second snapshot within the minimum gap is skipped",
+    "proxy_report": "an operation id: a call sent again gets the reply the first one kept",
+    "proxy_bans": "an operation id, as proxy_report",
 }
 
 #: The scripts that change nothing: never followed by a WAIT (common/redis_wait.py).

@@ -86,7 +86,8 @@ class Flusher:
                  turn_soon: Callable[[Sequence[Lease]], bool] = lambda leases: True,
                  urgent: Callable[[], bool] = lambda: False,
                  notify: Callable[[], Awaitable[None]] | None = None,
-                 health: SinkHealth | None = None) -> None:
+                 health: SinkHealth | None = None,
+                 before_queue: Callable[[], Awaitable[None]] | None = None) -> None:
         self.queue = queue
         self.sink = sink
         self.metrics = metrics
@@ -101,6 +102,8 @@ class Flusher:
         self._notify = notify
         self._flush_at = batch
         self.health = health if health is not None else SinkHealth(DEFAULT_SINK_RETRY_FOR_S)
+        #: What must reach Redis before a batch's links and acks (the proxy pool's report).
+        self._before_queue = before_queue
         self.completions: list[Completion] = []
         self._in_flush: set[str] = set()  # ids of the batches being flushed
         self._quiet = asyncio.Event()  # no batch is being flushed
@@ -238,6 +241,8 @@ class Flusher:
             codes = await self._retry("release", lambda: self.queue.release(
                 self.worker, recorded, restart_turn=True))
             self._account(recorded, codes, ["released"] * len(recorded))
+        if self._before_queue is not None:
+            await self._retry("proxies", self._before_queue)
         children, seen = self.intake.children(
             (c.lease.task, c.urls) for c in live if c.urls and c.lease.id not in unwritten)
         children = await self._retry("traps", lambda: self.intake.admit(children))

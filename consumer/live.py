@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from common.errors import ConfigError
 from common.policy import OPTIONS, CrawlPolicy, read_values
+from common.proxies import ProxyRules
 from common.queue import CrawlQueue, DedupMode
 from common.redis_errors import REDIS_ERRORS
 from common.traps import TrapRules
@@ -50,6 +51,7 @@ class LivePolicy:
     conditional: bool  # a recrawl sends its URL's validators
     traps: TrapRules  # the links refused as crawler traps
     near_duplicate_distance: int  # bits a near duplicate's fingerprint may differ (-1: off)
+    proxies: ProxyRules  # the proxy pool's tiers, bans and quarantines
 
     @classmethod
     def of_flags(cls, settings: ConsumerSettings) -> LivePolicy:
@@ -59,7 +61,8 @@ class LivePolicy:
                    settings.fetch.user_agent, settings.robots_ttl_s, settings.max_depth,
                    settings.allow_domains, OPTIONS["max_attempts"].default,
                    OPTIONS["recrawl_after"].default, False, OPTIONS["conditional"].default,
-                   CrawlPolicy().trap_rules(), OPTIONS["near_duplicate_distance"].default)
+                   CrawlPolicy().trap_rules(), OPTIONS["near_duplicate_distance"].default,
+                   CrawlPolicy().proxy_rules())
 
     @classmethod
     def of(cls, version: int, policy: CrawlPolicy, recrawl_after: int) -> LivePolicy:
@@ -70,7 +73,7 @@ class LivePolicy:
                    policy.user_agent, policy.robots_ttl, policy.max_depth,
                    policy.allow_domains, policy.max_attempts, recrawl_after,
                    policy.keeps_history, policy.conditional, policy.trap_rules(),
-                   policy.near_duplicate_distance)
+                   policy.near_duplicate_distance, policy.proxy_rules())
 
 
 class Live:

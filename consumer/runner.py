@@ -12,6 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from common import simhash
@@ -33,6 +34,7 @@ from consumer.handlers import HandlerContext, LeaseLostError, as_result, check_c
 from consumer.leaser import AHEAD_MS, Leaser
 from consumer.leases import LeaseBook
 from consumer.live import PolicyReader
+from consumer.proxied import NoProxy, PoolFetch
 from consumer.revisits import NOT_HANDLED, conditional_headers, noted, observe, outcome_of
 from consumer.robots import RobotsCache, RobotsVerdict
 from consumer.routing import Router
@@ -52,7 +54,8 @@ class Runner:
     def __init__(self, settings: ConsumerSettings, queue: CrawlQueue, *, fetcher: Fetcher,
                  robots: RobotsCache | None, router: Router | None, metrics: Metrics,
                  book: LeaseBook, slots: Slots, leaser: Leaser, flusher: Flusher,
-                 policy: PolicyReader, window: CpuWindow, stopping: Stopping) -> None:
+                 policy: PolicyReader, window: CpuWindow, stopping: Stopping,
+                 pool: PoolFetch | None = None) -> None:
         self.s = settings
         self.worker_id = settings.worker_id
         self.queue = queue
@@ -69,6 +72,7 @@ class Runner:
         self.window = window
         self.turns = Turns(queue, self.worker_id, leaser.clock, book, metrics)
         self.stopping = stopping
+        self.pool = pool  # the proxy pool's fetch, when the consumer has proxies
         leaser.on_timed = self._read_robots_ahead
 
     def _read_robots_ahead(self, leases: Sequence[Lease]) -> None:
@@ -216,7 +220,9 @@ class Runner:
         live = self.policy.now
         try:
             task = lease.task
-            result = await self.fetcher.fetch(task.url, headers=task.headers or None,
+            fetch = self.fetcher.fetch if self.pool is None else partial(
+                self.pool.fetch, host=lease.host)
+            result = await fetch(task.url, headers=task.headers or None,
                                               crawl_credentials=True,
                                               accept=live.accept or None,
                                               on_sent=self.turns.on_sent(lease),
@@ -225,6 +231,9 @@ class Runner:
                                               method=task.method, body=task.body)
         except LeaseLostError:  # while it took a late turn, before anything was sent
             self._complete(Completion(lease, "drop"))
+            return
+        except NoProxy:  # handed back unfetched; the pool's report blocks the host
+            self._complete(Completion(lease, "release"))
             return
         except FetchError as exc:
             self.metrics.response(exc.status)

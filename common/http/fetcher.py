@@ -417,9 +417,15 @@ class Fetcher:
         conditional: Mapping[str, str] | None = None,
         method: str = "GET",
         body: bytes | None = None,
+        proxy: str | None = None,
     ) -> Coroutine[Any, Any, FetchResult]:
         """Request `url` with `method` (and `body`), following up to `max_redirects`
         redirects as the module's docstring says; raise FetchError.
+
+        `proxy`: None sends it as the settings say (the next of their proxies
+        round-robin, or direct); a proxy URL sends it through that one proxy, once (a
+        failure of the proxy itself raises a FetchError with `proxy_failed` set); ""
+        sends it direct. The proxy pool of the consumer picks them (docs/proxies.md).
 
         `headers` go over the crawl's; `crawl_credentials` adds the crawl's credential
         headers (a task's fetch, not robots.txt). Credentials are dropped at the first hop
@@ -446,9 +452,10 @@ class Fetcher:
         if conditional:
             conditional = (self._not_set(conditional, headers)
                            if method in _CONDITIONAL_METHODS else None)
-        if not self._proxies:
+        if proxy is not None or not self._proxies:
             return self._fetch_via(
-                session, url, headers, None, started=started, limits=self._timeout,
+                session, url, headers, URL(proxy) if proxy else None, started=started,
+                limits=self._timeout,
                 accept=accept, on_sent=on_sent, conditional=conditional, method=method,
                 body=body,
             )
@@ -582,7 +589,10 @@ class Fetcher:
         except FetchError:
             raise
         except aiohttp.ServerTimeoutError as exc:  # connect / sock_connect / sock_read
-            raise FetchError(reasons.TIMEOUT, self._describe(exc), retryable=True) from None
+            raise FetchError(
+                reasons.TIMEOUT, self._describe(exc), retryable=True,
+                proxy_failed=proxy is not None
+                and isinstance(exc, aiohttp.ConnectionTimeoutError)) from None
         except TimeoutError:  # the `total` timer: this fetch's deadline
             raise self._deadline_error() from None
         except aiohttp.ClientConnectorError as exc:
@@ -591,16 +601,20 @@ class Fetcher:
                 raise FetchError(
                     reasons.SSRF_BLOCKED, self._scrub(blocked.message), retryable=False
                 ) from None
-            raise FetchError(reasons.CONNECT_ERROR, self._describe(exc), retryable=True) from None
+            raise FetchError(reasons.CONNECT_ERROR, self._describe(exc), retryable=True,
+                             proxy_failed=proxy is not None) from None
         except aiohttp.InvalidURL as exc:  # e.g. a non-canonical IPv4 host such as 127.1
             reason = reasons.BAD_REDIRECT if redirects else reasons.BAD_URL
             raise FetchError(reason, self._describe(exc), retryable=False) from None
         except aiohttp.ClientHttpProxyError as exc:  # CONNECT refused by the proxy
+            # 407: the proxy refused us; another status is its word on the target.
             raise FetchError(
-                reasons.CONNECT_ERROR, self._describe(exc), retryable=True, status=exc.status
-            ) from None
+                reasons.CONNECT_ERROR, self._describe(exc), retryable=True, status=exc.status,
+                proxy_failed=exc.status == 407) from None
         except (aiohttp.ClientConnectionError, ConnectionError) as exc:
-            raise FetchError(reasons.CONNECT_ERROR, self._describe(exc), retryable=True) from None
+            # Through a proxy, the connection that broke is the proxy's.
+            raise FetchError(reasons.CONNECT_ERROR, self._describe(exc), retryable=True,
+                             proxy_failed=proxy is not None) from None
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             raise FetchError(reasons.HTTP_ERROR, self._describe(exc), retryable=True) from None
 
