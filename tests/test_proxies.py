@@ -1,5 +1,6 @@
 """The proxy pool, fleet-wide (issue 47): bans per host, quarantine with backoff, tiers
-escalated and de-escalated per host, picks from a local snapshot, reports with the flush.
+escalated and de-escalated per host, picks from a local snapshot, reports with the flush;
+`crawlq proxies` and the dashboard show them redacted.
 
 The scripts are driven through `common.proxies` on a real Redis; the consumer-level
 tests run real consumers through local forward proxies (tests/support/forward_proxy.py)
@@ -8,6 +9,9 @@ in front of one site that answers many host names and bans some proxies per host
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +21,7 @@ from support.consume import consume, enqueue
 from support.forward_proxy import ForwardProxy, banning_site, proxies
 
 from common.keys import CrawlKeys
-from common.policy import create_policy
+from common.policy import CrawlPolicy, create_policy
 from common.proxies import (
     DIRECT,
     HostTier,
@@ -32,6 +36,7 @@ from common.proxies import (
     send_report,
 )
 from common.queue import CrawlQueue, CrawlSettings, LeasingQueue
+from console.cli import main_async
 from consumer.proxypool import ProxyPool
 
 pytestmark = pytest.mark.timeout(90)
@@ -245,6 +250,15 @@ async def test_a_proxy_a_host_bans_is_not_used_for_it_by_the_fleet_but_for_the_o
             a for p in px.values() for a in ("--proxy", p.url)]) == 0
         assert site.seen[("a.test", "p2")] == before
         assert (await q.stats()).done == 90
+        out = await cli_out(redis_url, crawl_name)
+        doc = await cli_out(redis_url, crawl_name, "--json")
+    assert SECRET not in out and SECRET not in doc
+    found = json.loads(doc)
+    by_id = {p["id"]: p for p in found["proxies"]}
+    p2 = proxy_spec(px["p2"].url)
+    assert by_id[p2.id]["banned_by"] == 1 and by_id[p2.id]["shown"] == p2.shown
+    assert [(h["host"], h["banned"]) for h in found["hosts"]] == [("a.test", [p2.id])]
+    assert p2.shown in out and "a.test" in out
 
 
 async def test_a_dead_proxy_costs_a_few_requests_and_is_tried_again_after_its_quarantine(
@@ -267,3 +281,27 @@ async def test_a_dead_proxy_costs_a_few_requests_and_is_tried_again_after_its_qu
         assert await consume(redis_url, crawl_name, tmp_path / "out2", *[
             a for p in px.values() for a in ("--proxy", p.url)]) == 0
         assert px["p2"].hits["d.test"] >= 5  # back in use
+
+
+async def cli_out(redis_url: str, crawl: str, *extra: str) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert await main_async(["proxies", "--redis-url", redis_url, "--crawl", crawl,
+                                 *extra]) == 0
+    return out.getvalue()
+
+
+async def test_the_dashboard_shows_the_pool_redacted(
+        redis_client: aioredis.Redis, crawl_name: str, make_client: Any) -> None:
+    calls = await calls_for(redis_client, crawl_name)
+    r = Report()
+    r.succeeded(spec("a"), 0.05)
+    r.banned(spec("a"), "x.test", exhausted=False)
+    await send_report(calls, r, CrawlPolicy().proxy_rules())
+    client = await make_client()
+    resp = await client.get(f"/api/crawls/{crawl_name}/proxies")
+    text = await resp.text()
+    assert resp.status == 200 and SECRET not in text
+    doc = json.loads(text)
+    assert [p["shown"] for p in doc["proxies"]] == ["http://***@a.proxy.test:8000"]
+    assert doc["hosts"][0]["host"] == "x.test"
