@@ -50,6 +50,7 @@ _PG = "tests/test_postgres_sink.py::"
 _T = "tests/test_traps.py::"
 _FO = "tests/test_failover.py::"
 _GR = "tests/test_groups.py::"
+_PX = "tests/test_proxies.py::"
 
 
 @dataclass(frozen=True)
@@ -302,6 +303,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("62-facet-remembered-as-a-trap", "a link refused as a facet is one on its page "
            "only: the same URL linked from another page is followed",
            (_T + "test_a_faceted_pages_filter_links_are_refused_and_its_pages_followed",)),
+    Mutant("91-banned-proxy-used-again-for-its-host", "a proxy a host banned is not used "
+           "for that host again (by this consumer at once, by the fleet from its record), "
+           "while other hosts keep it",
+           (_PX + "test_picks_skip_what_a_host_banned_and_what_is_quarantined_tier_by_tier",
+            _PX + "test_a_proxy_a_host_bans_is_not_used_for_it_by_the_fleet_but_for_the_"
+                  "others")),
 )
 
 
