@@ -26,7 +26,9 @@ its host's, its links not followed, ``near_duplicate_distance`` (``common.simhas
 what else a politeness limit is kept for, ``politeness_key`` (host, or domain: each
 registrable domain's hosts share ``group_delay`` and ``group_concurrency``,
 common/lua/lib/groups.lua; or ip: the hosts whose names resolve to one address do,
-common.hostmodel.hostip); and how the proxy pool treats the crawl's proxies
+common.hostmodel.hostip); what a blocked answer looks like (``common.bans``): its
+statuses through a proxy or a session, ``ban_status``, a selector it matches,
+``ban_selector``, a text it holds, ``ban_text``; and how the proxy pool treats the crawl's proxies
 (``common.proxies``): its tiers, cheapest first, ``proxy_tiers``, how long a proxy a host
 banned keeps away from it, ``proxy_ban_for``, how many bans move a host a tier up,
 ``proxy_tier_bans``, and how long a quiet spell takes it down, ``proxy_tier_quiet``; how
@@ -89,6 +91,7 @@ from math import ceil
 from typing import Any
 
 from common import codec
+from common.bans import Blocked, check_selector, statuses
 from common.codec import text as _text
 from common.config import boolean, duration
 from common.connection import RedisClient
@@ -394,6 +397,64 @@ def _show_distance(value: int) -> str:
     return OFF if value < 0 else str(value)
 
 
+#: What `ban_selector` and `ban_text` show (and take) for none.
+OFF_TEXT = "none"
+
+
+def ban_statuses(text: str) -> tuple[int, ...]:
+    """Comma-separated HTTP statuses, sorted; `OFF_TEXT`: none."""
+    items = [i.strip() for i in str(text).split(",") if i.strip()]
+    if items == [OFF_TEXT]:
+        return ()
+    try:
+        found = statuses(int(i) for i in items)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not HTTP statuses: {text!r} (e.g. 403,429; "
+                                         f"{OFF_TEXT} = none)") from None
+    return tuple(sorted(found))
+
+
+def _ban_statuses_ok(value: tuple[int, ...]) -> None:
+    try:
+        ok = isinstance(value, tuple) and ban_statuses(_show_ban_statuses(value)) == value
+    except (argparse.ArgumentTypeError, TypeError):
+        ok = False
+    if not ok:
+        raise ConfigError(f"must be HTTP statuses 100-599, sorted, got {value!r}")
+
+
+def _show_ban_statuses(value: tuple[int, ...]) -> str:
+    return ",".join(map(str, value)) or OFF_TEXT
+
+
+def _ban_selector(text: str) -> str:
+    text = str(text).strip()
+    return "" if text == OFF_TEXT else check_selector(text) if text else ""
+
+
+def _ban_selector_ok(value: str) -> None:
+    try:
+        ok = isinstance(value, str) and _ban_selector(value or OFF_TEXT) == value
+    except argparse.ArgumentTypeError:
+        ok = False
+    if not ok:
+        raise ConfigError(f"must be a CSS selector or {OFF_TEXT}, got {value!r}")
+
+
+def _ban_text(text: str) -> str:
+    text = str(text).strip()
+    return "" if text == OFF_TEXT else text
+
+
+def _ban_text_ok(value: str) -> None:
+    if not isinstance(value, str) or value != value.strip() or len(value) > 512:
+        raise ConfigError(f"must be a text of at most 512 characters, got {value!r}")
+
+
+def _show_off_text(value: str) -> str:
+    return value or OFF_TEXT
+
+
 def _tiers_ok(value: tuple[str, ...]) -> None:
     try:
         ok = isinstance(value, tuple) and tier_names(",".join(value)) == value
@@ -606,6 +667,23 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  "a failing proxy's first quarantine; each one in a row lasts twice the "
                  "last, up to 32 times this; it is tried again when it ends (> 0)",
                  check=_positive, show=_show_seconds, toml_string=True, seeded_by=NOBODY),
+    # What a blocked answer looks like (common.bans, docs/proxies.md).
+    PolicyOption("ban_status", "", ban_statuses, (403,),
+                 "statuses that are a block, not the page, of a request sent through the "
+                 "proxy pool or with a session, comma-separated (none = never): retried on "
+                 "another proxy or session, its proxy banned for the host; a request sent "
+                 "direct without a session takes them as the page's answer",
+                 check=_ban_statuses_ok, show=_show_ban_statuses, toml_string=True,
+                 seeded_by=NOBODY),
+    PolicyOption("ban_selector", "", _ban_selector, "",
+                 "a CSS selector that a blocked 2xx HTML page matches (a captcha's form, "
+                 "an access-denied shell), however it was sent: never taken as data "
+                 f"({OFF_TEXT} = none)", check=_ban_selector_ok, show=_show_off_text,
+                 toml_string=True, seeded_by=NOBODY),
+    PolicyOption("ban_text", "", _ban_text, "",
+                 "a text (case-insensitive) that a blocked 2xx page holds, however it was "
+                 f"sent: never taken as data ({OFF_TEXT} = none)", check=_ban_text_ok,
+                 show=_show_off_text, toml_string=True, seeded_by=NOBODY),
 )
 OPTIONS: dict[str, PolicyOption] = {o.name: o for o in POLICY_OPTIONS}
 #: The (base, cap) pairs whose cap may not be below its base.
@@ -667,6 +745,9 @@ class CrawlPolicy:
     proxy_tier_quiet: float = OPTIONS["proxy_tier_quiet"].default
     proxy_max_failures: int = OPTIONS["proxy_max_failures"].default
     proxy_quarantine: float = OPTIONS["proxy_quarantine"].default
+    ban_status: tuple[int, ...] = OPTIONS["ban_status"].default
+    ban_selector: str = OPTIONS["ban_selector"].default
+    ban_text: str = OPTIONS["ban_text"].default
 
     def __post_init__(self) -> None:
         for opt in POLICY_OPTIONS:
@@ -709,6 +790,11 @@ class CrawlPolicy:
         the crawl recrawls (recrawl_after or revisit) and `conditional` is on; revisits
         keep a history whatever `conditional` says (their schedule is in it)."""
         return self.revisit != "off" or (self.recrawl_after > 0 and self.conditional)
+
+    def ban_rules(self) -> Blocked:
+        """What a blocked answer looks like, by the crawl (common.bans)."""
+        return Blocked(self.ban_status, (self.ban_selector,) if self.ban_selector else (),
+                       (self.ban_text,) if self.ban_text else ())
 
     def proxy_rules(self) -> ProxyRules:
         """The proxy pool's rules (times in whole ms)."""

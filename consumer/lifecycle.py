@@ -51,7 +51,7 @@ from consumer.intake import LinkIntake
 from consumer.leaser import Leaser
 from consumer.leases import LeaseBook
 from consumer.live import Live, LivePolicy, PolicyReader
-from consumer.proxied import PoolFetch
+from consumer.proxied import PageFetch
 from consumer.proxypool import proxy_pool
 from consumer.robots import RobotsCache
 from consumer.routing import Router
@@ -122,7 +122,7 @@ class Consumer:
                              metrics=metrics, book=self.book, slots=self.slots,
                              leaser=self.leaser, flusher=self.flusher, policy=self.policy,
                              window=self.window, stopping=self.stopping,
-                             pool=PoolFetch(fetcher, self.proxies) if self.proxies else None)
+                             pages=PageFetch(fetcher, self.proxies))
         self.housekeeping = Housekeeping(
             queue, self.book, metrics,
             WorkerRegistry(queue.client, queue.crawl, self.worker_id, ttl_s=settings.lease_s),

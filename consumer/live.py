@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from common.bans import Blocked
 from common.errors import ConfigError
 from common.policy import OPTIONS, CrawlPolicy, read_values
 from common.proxies import ProxyRules
@@ -52,6 +53,7 @@ class LivePolicy:
     traps: TrapRules  # the links refused as crawler traps
     near_duplicate_distance: int  # bits a near duplicate's fingerprint may differ (-1: off)
     proxies: ProxyRules  # the proxy pool's tiers, bans and quarantines
+    bans: Blocked  # what a blocked answer looks like (the crawl's rules)
 
     @classmethod
     def of_flags(cls, settings: ConsumerSettings) -> LivePolicy:
@@ -62,7 +64,7 @@ class LivePolicy:
                    settings.allow_domains, OPTIONS["max_attempts"].default,
                    OPTIONS["recrawl_after"].default, False, OPTIONS["conditional"].default,
                    CrawlPolicy().trap_rules(), OPTIONS["near_duplicate_distance"].default,
-                   CrawlPolicy().proxy_rules())
+                   CrawlPolicy().proxy_rules(), CrawlPolicy().ban_rules())
 
     @classmethod
     def of(cls, version: int, policy: CrawlPolicy, recrawl_after: int) -> LivePolicy:
@@ -73,7 +75,7 @@ class LivePolicy:
                    policy.user_agent, policy.robots_ttl, policy.max_depth,
                    policy.allow_domains, policy.max_attempts, recrawl_after,
                    policy.keeps_history, policy.conditional, policy.trap_rules(),
-                   policy.near_duplicate_distance, policy.proxy_rules())
+                   policy.near_duplicate_distance, policy.proxy_rules(), policy.ban_rules())
 
 
 class Live:

@@ -12,10 +12,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from functools import partial
 from typing import Any
 
 from common import simhash
+from common.bans import NO_RULES, Blocked
 from common.errors import FetchError, RedisUnavailableError
 from common.frontier.hosts import Frontier
 from common.http.fetcher import Fetcher, FetchResult
@@ -26,6 +26,7 @@ from common.queue import Code, CrawlQueue, Failure, Lease
 from common.reasons import CONNECT_ERROR
 from common.redis_errors import REDIS_ERRORS
 from common.request import Request
+from common.task import Task
 from common.trapbook import Page
 from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
@@ -34,7 +35,7 @@ from consumer.handlers import HandlerContext, LeaseLostError, as_result, check_c
 from consumer.leaser import AHEAD_MS, Leaser
 from consumer.leases import LeaseBook
 from consumer.live import PolicyReader
-from consumer.proxied import NoProxy, PoolFetch
+from consumer.proxied import NoProxy, PageFetch
 from consumer.revisits import NOT_HANDLED, conditional_headers, noted, observe, outcome_of
 from consumer.robots import RobotsCache, RobotsVerdict
 from consumer.routing import Router
@@ -55,7 +56,7 @@ class Runner:
                  robots: RobotsCache | None, router: Router | None, metrics: Metrics,
                  book: LeaseBook, slots: Slots, leaser: Leaser, flusher: Flusher,
                  policy: PolicyReader, window: CpuWindow, stopping: Stopping,
-                 pool: PoolFetch | None = None) -> None:
+                 pages: PageFetch | None = None) -> None:
         self.s = settings
         self.worker_id = settings.worker_id
         self.queue = queue
@@ -72,7 +73,8 @@ class Runner:
         self.window = window
         self.turns = Turns(queue, self.worker_id, leaser.clock, book, metrics)
         self.stopping = stopping
-        self.pool = pool  # the proxy pool's fetch, when the consumer has proxies
+        # A page's fetch: through the proxy pool if the consumer has one, judged for blocks.
+        self.pages = pages or PageFetch(fetcher, None)
         leaser.on_timed = self._read_robots_ahead
 
     def _read_robots_ahead(self, leases: Sequence[Lease]) -> None:
@@ -220,9 +222,9 @@ class Runner:
         live = self.policy.now
         try:
             task = lease.task
-            fetch = self.fetcher.fetch if self.pool is None else partial(
-                self.pool.fetch, host=lease.host)
-            result = await fetch(task.url, headers=task.headers or None,
+            result = await self.pages.fetch(task.url, lease.host, crawl=live.bans,
+                                            route=self._route_bans(task),
+                                            headers=task.headers or None,
                                               crawl_credentials=True,
                                               accept=live.accept or None,
                                               on_sent=self.turns.on_sent(lease),
@@ -297,6 +299,9 @@ class Runner:
                 urls = urls[:self.s.max_links]
         self._complete(Completion(lease, "ack", outcome, record=record, urls=urls,
                                   page=page))
+
+    def _route_bans(self, task: Task) -> Blocked:
+        return NO_RULES if self.router is None else self.router.blocked(task)
 
     def _page(self, lease: Lease, result: FetchResult) -> Page | None:
         """The fingerprint of a 2xx HTML page, for the flusher to judge whether it is a

@@ -63,17 +63,21 @@ TRAPS = ("trap_max_url_length=1024, trap_max_segments=20, trap_repeated_segments
          "trap_session_ids=true, near_duplicate_distance=3")
 #: The proxy pool's keys' defaults, the last of every listing.
 PROXIES = ("proxy_tiers=datacenter,residential, proxy_ban_for=1800s, proxy_tier_bans=3, "
-           "proxy_tier_quiet=600s, proxy_max_failures=3, proxy_quarantine=30s")
+           "proxy_tier_quiet=600s, proxy_max_failures=3, proxy_quarantine=30s, "
+           "ban_status=403, ban_selector=none, ban_text=none")
 #: The same as values and texts (crawl show --json).
 PROXY_VALUES = {"proxy_tiers": ["datacenter", "residential"], "proxy_ban_for": 1800.0,
                 "proxy_tier_bans": 3, "proxy_tier_quiet": 600.0, "proxy_max_failures": 3,
-                "proxy_quarantine": 30.0}
+                "proxy_quarantine": 30.0, "ban_status": [403], "ban_selector": "",
+                "ban_text": ""}
 PROXY_TEXTS = {"proxy_tiers": "datacenter,residential", "proxy_ban_for": "1800s",
                "proxy_tier_bans": "3", "proxy_tier_quiet": "600s", "proxy_max_failures": "3",
-               "proxy_quarantine": "30s"}
+               "proxy_quarantine": "30s", "ban_status": "403", "ban_selector": "none",
+               "ban_text": "none"}
 PROXY_TOML = ['proxy_tiers = "datacenter,residential"', 'proxy_ban_for = "1800s"',
               "proxy_tier_bans = 3", 'proxy_tier_quiet = "600s"', "proxy_max_failures = 3",
-              'proxy_quarantine = "30s"']
+              'proxy_quarantine = "30s"', 'ban_status = "403"', 'ban_selector = "none"',
+              'ban_text = "none"']
 #: The push-back keys' defaults, then the trap keys', then the proxies'.
 BACKOFF = ("backoff_on=429,503, backoff_base=1s, backoff_cap=3600s, backoff_forgive=300s, "
            "adaptive_delay=0, max_delay=30s, max_crawl_delay=300s, revisit=off, "
@@ -143,7 +147,8 @@ def test_the_policy_is_declared_once() -> None:
         "near_duplicate_distance": "",
         "politeness_key": "", "group_delay": "", "group_concurrency": "",
         "proxy_tiers": "", "proxy_ban_for": "", "proxy_tier_bans": "", "proxy_tier_quiet": "",
-        "proxy_max_failures": "", "proxy_quarantine": ""}
+        "proxy_max_failures": "", "proxy_quarantine": "", "ban_status": "",
+        "ban_selector": "", "ban_text": ""}
     assert CrawlPolicy().texts() == {"per_host_delay": "1s", "per_host_concurrency": "2",
                                      "accept_content_type": "*/*", "user_agent": UA,
                                      "ignore_robots": "false", "robots_ttl": "86400s",
@@ -168,7 +173,8 @@ def test_the_policy_is_declared_once() -> None:
                                      "proxy_tiers": "datacenter,residential",
                                      "proxy_ban_for": "1800s", "proxy_tier_bans": "3",
                                      "proxy_tier_quiet": "600s", "proxy_max_failures": "3",
-                                     "proxy_quarantine": "30s"}
+                                     "proxy_quarantine": "30s", "ban_status": "403",
+                                     "ban_selector": "none", "ban_text": "none"}
     # Each such flag says it is a crawl policy value.
     assert all("a crawl policy value" in flags[o.seeded_by, o.flag].help for o in seeded)
 
@@ -337,7 +343,8 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
                               "adaptive_delay - -> 0, "
                               "allow_domains - -> @parent, backoff_base - -> 1s, "
                               "backoff_cap - -> 3600s, backoff_forgive - -> 300s, "
-                              "backoff_on - -> 429,503, conditional - -> true, "
+                              "backoff_on - -> 429,503, ban_selector - -> none, "
+                              "ban_status - -> 403, ban_text - -> none, conditional - -> true, "
                               "group_concurrency - -> 2, "
                               "group_delay - -> 1s, ignore_robots - -> false, "
                               "interval_grow - -> 0.4, interval_shrink - -> 0.2, "
@@ -348,7 +355,8 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
                               "min_interval - -> 60s, near_duplicate_distance - -> 3, "
                               "per_host_concurrency - -> 2, per_host_delay - -> 0.5s, "
                               "politeness_key - -> host, "
-                              + "".join(f"{k} - -> {v}, " for k, v in sorted(PROXY_TEXTS.items()))
+                              + "".join(f"{k} - -> {v}, " for k, v in sorted(PROXY_TEXTS.items())
+                                        if k.startswith("proxy_"))
                               + "recrawl_after - -> 0s, "
                               "retry_base - -> 2s, "
                               f"retry_cap - -> 600s, revisit - -> off, "
