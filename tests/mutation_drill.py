@@ -309,6 +309,14 @@ MUTANTS: tuple[Mutant, ...] = (
            (_PX + "test_picks_skip_what_a_host_banned_and_what_is_quarantined_tier_by_tier",
             _PX + "test_a_proxy_a_host_bans_is_not_used_for_it_by_the_fleet_but_for_the_"
                   "others")),
+    Mutant("92-captcha-page-delivered-as-data", "a page the crawl's or its route's ban "
+           "rules match (a 200 captcha) is never taken as data: retried, its proxy banned "
+           "for the host, dead blocked after its attempts",
+           ("tests/test_bans.py::test_a_captcha_through_one_proxy_bans_it_for_the_host_and_"
+            "every_page_is_data",
+            "tests/test_bans.py::test_a_captcha_page_sent_direct_is_retried_then_dead_blocked_"
+            "never_data",
+            "tests/test_bans.py::test_a_routes_own_rule_keeps_a_captcha_out_of_its_items")),
 )
 
 
