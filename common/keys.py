@@ -211,6 +211,16 @@ failures, bans, failures in a row, quarantine level and end, response time, last
 its URL with credentials redacted; ``common.proxies.health``, ``proxy_report.lua``) and
 ``px:op:<worker>`` STRING (the worker's last report's op id and reply, PX 60 s).
 
+Sessions (``common.sessions``, docs/proxies.md): ``se`` ZSET (session name -> its last
+change, ms of Redis TIME), ``se:<name>`` HASH (one session: ``~v`` its version, bumped
+by every change of its cookies, state, proxy or headers; ``~uses``, ``~bans``, ``~state``
+live or retired, ``~proxy`` its proxy's id, ``~host`` its pool's host ('' for a named
+session), ``~h`` its headers as JSON, ``~made`` when it was made, ``~op`` its last
+update's op id; and one field a cookie, ``c:<domain>\t<path>\t<name>`` ->
+``<value>\t<expires ms>\t<flags>``: credentials, readable by whoever reads the crawl's
+keys) and ``sp:<host>`` ZSET (the live sessions of a host's pool -> when made), all
+written by ``session_update.lua``.
+
 Robots (``crawlq:{<crawl>}:robots:<origin>``, origin ``scheme://host[:port]``): STRING,
 JSON ``{"status", "body", "fetched_at"}`` of that origin's robots.txt (``"error"`` set
 after a failed fetch), EX the robots TTL (60 s after a failure); ``<key>:lock`` STRING is
@@ -437,6 +447,7 @@ class CrawlKeys:
     policy_log: str
     migrate_lock: str  # the SET NX PX guard of a conversion from layout 2
     proxies: str  # the proxy pool's health records (common.proxies)
+    sessions: str  # the sessions' index (common.sessions)
 
     @classmethod
     def build(cls, crawl: str) -> CrawlKeys:
@@ -444,11 +455,20 @@ class CrawlKeys:
                    crawl_key(crawl, "results"), crawl_key(crawl, "workers"),
                    crawl_key(crawl, "history"), crawl_key(crawl, "wake"),
                    crawl_key(crawl, "policy"), crawl_key(crawl, "policy:log"),
-                   crawl_key(crawl, "lock:migrate"), crawl_key(crawl, "px"))
+                   crawl_key(crawl, "lock:migrate"), crawl_key(crawl, "px"),
+                   crawl_key(crawl, "se"))
 
     def proxy_op(self, worker: str) -> str:
         """The reply of `worker`'s last proxy_report.lua call, kept for a call sent again."""
         return crawl_key(self.crawl, f"px:op:{worker}")
+
+    def session(self, name: str) -> str:
+        """One session's record: its cookies, version, uses, state (common.sessions)."""
+        return crawl_key(self.crawl, f"se:{name}")
+
+    def session_pool(self, host: str) -> str:
+        """The live sessions of `host`'s pool."""
+        return crawl_key(self.crawl, f"sp:{host}")
 
     def robots(self, origin: str) -> str:
         """One origin's cached robots.txt; `origin` is ``scheme://host[:port]``."""

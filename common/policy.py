@@ -28,7 +28,9 @@ registrable domain's hosts share ``group_delay`` and ``group_concurrency``,
 common/lua/lib/groups.lua; or ip: the hosts whose names resolve to one address do,
 common.hostmodel.hostip); what a blocked answer looks like (``common.bans``): its
 statuses through a proxy or a session, ``ban_status``, a selector it matches,
-``ban_selector``, a text it holds, ``ban_text``; and how the proxy pool treats the crawl's proxies
+``ban_selector``, a text it holds, ``ban_text``; how many sessions a host's pool holds,
+``session_pool``, and how many requests one serves, ``session_max_uses``; and how the
+proxy pool treats the crawl's proxies
 (``common.proxies``): its tiers, cheapest first, ``proxy_tiers``, how long a proxy a host
 banned keeps away from it, ``proxy_ban_for``, how many bans move a host a tier up,
 ``proxy_tier_bans``, and how long a quiet spell takes it down, ``proxy_tier_quiet``; how
@@ -104,6 +106,7 @@ from common.proxies.rules import ProxyRules
 from common.proxies.spec import tier_names
 from common.queue import CrawlSettings, DedupMode, RetryPolicy, partition_keys
 from common.scripts import register
+from common.sessions import SessionRules
 from common.task import DEFAULT_MAX_ATTEMPTS
 from common.traps import TrapRules
 from common.urls import canonical_domain
@@ -684,6 +687,15 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  "a text (case-insensitive) that a blocked 2xx page holds, however it was "
                  f"sent: never taken as data ({OFF_TEXT} = none)", check=_ban_text_ok,
                  show=_show_off_text, toml_string=True, seeded_by=NOBODY),
+    # Sessions (common.sessions, docs/proxies.md).
+    PolicyOption("session_pool", "", _whole, SessionRules().pool,
+                 "sessions a host's pool holds: a request naming no session takes one of "
+                 "its host's (its cookies, its proxy), retired on a block and after "
+                 "session_max_uses requests (0 = no pool: such requests send no cookie)",
+                 check=_whole_ok, seeded_by=NOBODY),
+    PolicyOption("session_max_uses", "", _whole, SessionRules().max_uses,
+                 "requests a pool session serves before it is retired (0 = no limit)",
+                 check=_whole_ok, seeded_by=NOBODY),
 )
 OPTIONS: dict[str, PolicyOption] = {o.name: o for o in POLICY_OPTIONS}
 #: The (base, cap) pairs whose cap may not be below its base.
@@ -748,6 +760,8 @@ class CrawlPolicy:
     ban_status: tuple[int, ...] = OPTIONS["ban_status"].default
     ban_selector: str = OPTIONS["ban_selector"].default
     ban_text: str = OPTIONS["ban_text"].default
+    session_pool: int = OPTIONS["session_pool"].default
+    session_max_uses: int = OPTIONS["session_max_uses"].default
 
     def __post_init__(self) -> None:
         for opt in POLICY_OPTIONS:
@@ -795,6 +809,10 @@ class CrawlPolicy:
         """What a blocked answer looks like, by the crawl (common.bans)."""
         return Blocked(self.ban_status, (self.ban_selector,) if self.ban_selector else (),
                        (self.ban_text,) if self.ban_text else ())
+
+    def session_rules(self) -> SessionRules:
+        """The sessions' pool and usage count (common.sessions)."""
+        return SessionRules(self.session_pool, self.session_max_uses)
 
     def proxy_rules(self) -> ProxyRules:
         """The proxy pool's rules (times in whole ms)."""

@@ -60,6 +60,7 @@ RESENDABLE: dict[str, str] = {
     "history_push": "a second snapshot within the minimum gap is skipped",
     "proxy_report": "an operation id: a call sent again gets the reply the first one kept",
     "proxy_bans": "an operation id, as proxy_report",
+    "session_update": "an operation id kept in the session's record, as proxy_report",
 }
 
 #: The scripts that change nothing: never followed by a WAIT (common/redis_wait.py).

@@ -29,6 +29,7 @@ from common.trapbook import Page
 from consumer.backoff import Backoff
 from consumer.intake import LinkIntake
 from consumer.leases import LeaseBook
+from consumer.sessions import FlushHooks
 from consumer.sinkhealth import SinkHealth
 from consumer.sinks import ProbingSink, Record, Sink
 
@@ -87,7 +88,7 @@ class Flusher:
                  urgent: Callable[[], bool] = lambda: False,
                  notify: Callable[[], Awaitable[None]] | None = None,
                  health: SinkHealth | None = None,
-                 before_queue: Callable[[], Awaitable[None]] | None = None) -> None:
+                 hooks: FlushHooks | None = None) -> None:
         self.queue = queue
         self.sink = sink
         self.metrics = metrics
@@ -102,8 +103,8 @@ class Flusher:
         self._notify = notify
         self._flush_at = batch
         self.health = health if health is not None else SinkHealth(DEFAULT_SINK_RETRY_FOR_S)
-        #: What must reach Redis before a batch's links and acks (the proxy pool's report).
-        self._before_queue = before_queue
+        #: The proxy pool's and the sessions': written before a batch's links and acks.
+        self._hooks = hooks or FlushHooks()
         self.completions: list[Completion] = []
         self._in_flush: set[str] = set()  # ids of the batches being flushed
         self._quiet = asyncio.Event()  # no batch is being flushed
@@ -241,10 +242,10 @@ class Flusher:
             codes = await self._retry("release", lambda: self.queue.release(
                 self.worker, recorded, restart_turn=True))
             self._account(recorded, codes, ["released"] * len(recorded))
-        if self._before_queue is not None:
-            await self._retry("proxies", self._before_queue)
-        children, seen = self.intake.children(
-            (c.lease.task, c.urls) for c in live if c.urls and c.lease.id not in unwritten)
+        await self._retry("proxies_sessions", self._hooks.write)
+        found = ((c.lease.task, c.urls) for c in live if c.urls and c.lease.id not in unwritten)
+        children, seen = self.intake.children(self._hooks.carry(found))
+        children = self._hooks.stamp(children)
         children = await self._retry("traps", lambda: self.intake.admit(children))
         if children:
             await self._retry("enqueue", lambda: self.queue.enqueue(children))

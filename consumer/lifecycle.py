@@ -52,10 +52,10 @@ from consumer.leaser import Leaser
 from consumer.leases import LeaseBook
 from consumer.live import Live, LivePolicy, PolicyReader
 from consumer.proxied import PageFetch
-from consumer.proxypool import proxy_pool
 from consumer.robots import RobotsCache
 from consumer.routing import Router
 from consumer.runner import Runner
+from consumer.sessions import FlushHooks
 from consumer.sinkhealth import SinkHealth
 from consumer.sinks import Sink, sink_target
 from consumer.slots import IN_SLOT, SHUTDOWN_WAIT_S, Slots, Stage, cancel
@@ -104,13 +104,13 @@ class Consumer:
                             book=TrapBook(queue))
         self.wake = WakeChannel(queue.client, queue.crawl_keys.wake, listening=True)
         self.sink_health = SinkHealth(settings.sink_retry_for_s)
-        self.proxies = proxy_pool(settings, queue, live, metrics)
+        self.hooks = FlushHooks.of(settings, queue, live, metrics)  # proxies, sessions
         self.flusher = Flusher(queue, sink, metrics, self.book, worker=self.worker_id,
                                batch=max(8, settings.lease_batch // 4), intake=intake,
                                on_freed=self._slot_freed, turn_soon=self._turn_soon,
                                urgent=self._starved,
                                notify=self.wake.notify, health=self.sink_health,
-                               before_queue=self.proxies.flush if self.proxies else None)
+                               hooks=self.hooks)
         self.leaser = Leaser(settings, queue, self.book, self.slots, window=self.window,
                              metrics=metrics, stopping=self.stopping, health=self.sink_health,
                              policy=self.policy, flusher=self.flusher,
@@ -122,7 +122,8 @@ class Consumer:
                              metrics=metrics, book=self.book, slots=self.slots,
                              leaser=self.leaser, flusher=self.flusher, policy=self.policy,
                              window=self.window, stopping=self.stopping,
-                             pages=PageFetch(fetcher, self.proxies))
+                             pages=PageFetch(fetcher, self.hooks.proxies,
+                                             self.hooks.sessions))
         self.housekeeping = Housekeeping(
             queue, self.book, metrics,
             WorkerRegistry(queue.client, queue.crawl, self.worker_id, ttl_s=settings.lease_s),
@@ -200,11 +201,10 @@ class Consumer:
                                              "concurrency": self.s.concurrency})
         closing = self.stopping.is_closing
         await self.policy.read()
-        if self.proxies is not None:  # the fleet's word on its proxies before any pick
-            await self.proxies.start()
+        await self.hooks.start()  # the fleet's word on its proxies before any pick
         helpers = [asyncio.create_task(c) for c in (
             self.housekeeping.heartbeat(closing), self.housekeeping.reaper(closing),
-            self.flusher.run(closing), *([self.proxies.run(closing)] if self.proxies else []))]
+            self.flusher.run(closing), *self.hooks.loops(closing))]
         listener = asyncio.create_task(
             self.wake.listen(self._woken, closing, on_policy=self.policy.changed))
         self.slots.start(self.runner.work, self.s.concurrency)

@@ -141,9 +141,15 @@ class ProxyPool:
             at = max(at, mine[0])
         return min(at, len(tiers) - 1)
 
-    def pick(self, host: str) -> ProxySpec | None:
-        """The proxy (or `DIRECT`) `host`'s next request goes through; None: none now."""
+    def pick(self, host: str, prefer: str = "") -> ProxySpec | None:
+        """The proxy (or `DIRECT`) `host`'s next request goes through; None: none now.
+        `prefer`: a proxy id (a session's), taken if this consumer has it and it is
+        usable for `host`."""
         now = self.now_ms()
+        if prefer:
+            for spec in (*self.specs, DIRECT):
+                if spec.id == prefer and self.usable(spec, host, now):
+                    return spec
         rules = self.rules()
         tiers = rules.tiers
         start = self.tier_of(host, tiers, rules, now)

@@ -223,7 +223,7 @@ class Runner:
         try:
             task = lease.task
             result = await self.pages.fetch(task.url, lease.host, crawl=live.bans,
-                                            route=self._route_bans(task),
+                                            route=self._route_bans(task), task=task,
                                             headers=task.headers or None,
                                               crawl_credentials=True,
                                               accept=live.accept or None,

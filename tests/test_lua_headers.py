@@ -46,6 +46,7 @@ from common.queue import (
     RetryPolicy,
     lease_reply,
 )
+from common.sessions import SessionRules, SessionUpdate, send_updates
 from common.urls import fingerprint
 from common.workers import WorkerRegistry
 from console.fsck import repair_hosts
@@ -62,7 +63,7 @@ OTHERS = ("worker_beat", "history_push", "release_lock", "refresh_lock", "robots
           "fsck_repair",
           "fsck_revisits",
           "policy_set", "policy_apply", "group_set", "fsck_groups",
-          "proxy_report", "proxy_bans")
+          "proxy_report", "proxy_bans", "session_update")
 SOURCES = {scripts.source(name): name for name in (*scripts.NAMES, *OTHERS)}
 
 
@@ -95,7 +96,8 @@ def key_name(key: str) -> str:
     for prefix, shown in (("hq:", "hq:<h>"), ("hp:", "hp:<h>"), ("seen:", "seen"),
                           ("bloom:", "bloom:<L>"), ("worker:", "worker:<id>"),
                           ("op:", "op:<worker>"), ("robots:", "robots"),
-                          ("rv:hist:", "rv:hist:<b>"), ("px:op:", "px:op:<worker>")):
+                          ("rv:hist:", "rv:hist:<b>"), ("px:op:", "px:op:<worker>"),
+                          ("se:", "se:<name>"), ("sp:", "sp:<host>")):
         if name.startswith(prefix):
             return shown
     return name
@@ -251,6 +253,10 @@ async def exercise(client: aioredis.Redis, crawl: str, partitions: int = 2) -> N
     report.gone("b.test", 1000)
     await send_report(ReportCalls(client, crawl, q.partitions, q.partition_of, "w"), report,
                       ProxyRules())
+    await send_updates(client, crawl, [
+        SessionUpdate("member", "", 1, 0, cookies={"c:a.test\t/\tsid": "1\t-1\t"}),
+        SessionUpdate("a.test@1", "a.test", 2, 1, proxy="abc", headers={"X-A": "1"})],
+        SessionRules())
 
 
 # -- ARGV and the reply --------------------------------------------------------------------

@@ -64,20 +64,21 @@ TRAPS = ("trap_max_url_length=1024, trap_max_segments=20, trap_repeated_segments
 #: The proxy pool's keys' defaults, the last of every listing.
 PROXIES = ("proxy_tiers=datacenter,residential, proxy_ban_for=1800s, proxy_tier_bans=3, "
            "proxy_tier_quiet=600s, proxy_max_failures=3, proxy_quarantine=30s, "
-           "ban_status=403, ban_selector=none, ban_text=none")
+           "ban_status=403, ban_selector=none, ban_text=none, session_pool=0, "
+           "session_max_uses=50")
 #: The same as values and texts (crawl show --json).
 PROXY_VALUES = {"proxy_tiers": ["datacenter", "residential"], "proxy_ban_for": 1800.0,
                 "proxy_tier_bans": 3, "proxy_tier_quiet": 600.0, "proxy_max_failures": 3,
                 "proxy_quarantine": 30.0, "ban_status": [403], "ban_selector": "",
-                "ban_text": ""}
+                "ban_text": "", "session_pool": 0, "session_max_uses": 50}
 PROXY_TEXTS = {"proxy_tiers": "datacenter,residential", "proxy_ban_for": "1800s",
                "proxy_tier_bans": "3", "proxy_tier_quiet": "600s", "proxy_max_failures": "3",
                "proxy_quarantine": "30s", "ban_status": "403", "ban_selector": "none",
-               "ban_text": "none"}
+               "ban_text": "none", "session_pool": "0", "session_max_uses": "50"}
 PROXY_TOML = ['proxy_tiers = "datacenter,residential"', 'proxy_ban_for = "1800s"',
               "proxy_tier_bans = 3", 'proxy_tier_quiet = "600s"', "proxy_max_failures = 3",
               'proxy_quarantine = "30s"', 'ban_status = "403"', 'ban_selector = "none"',
-              'ban_text = "none"']
+              'ban_text = "none"', "session_pool = 0", "session_max_uses = 50"]
 #: The push-back keys' defaults, then the trap keys', then the proxies'.
 BACKOFF = ("backoff_on=429,503, backoff_base=1s, backoff_cap=3600s, backoff_forgive=300s, "
            "adaptive_delay=0, max_delay=30s, max_crawl_delay=300s, revisit=off, "
@@ -148,7 +149,7 @@ def test_the_policy_is_declared_once() -> None:
         "politeness_key": "", "group_delay": "", "group_concurrency": "",
         "proxy_tiers": "", "proxy_ban_for": "", "proxy_tier_bans": "", "proxy_tier_quiet": "",
         "proxy_max_failures": "", "proxy_quarantine": "", "ban_status": "",
-        "ban_selector": "", "ban_text": ""}
+        "ban_selector": "", "ban_text": "", "session_pool": "", "session_max_uses": ""}
     assert CrawlPolicy().texts() == {"per_host_delay": "1s", "per_host_concurrency": "2",
                                      "accept_content_type": "*/*", "user_agent": UA,
                                      "ignore_robots": "false", "robots_ttl": "86400s",
@@ -174,7 +175,8 @@ def test_the_policy_is_declared_once() -> None:
                                      "proxy_ban_for": "1800s", "proxy_tier_bans": "3",
                                      "proxy_tier_quiet": "600s", "proxy_max_failures": "3",
                                      "proxy_quarantine": "30s", "ban_status": "403",
-                                     "ban_selector": "none", "ban_text": "none"}
+                                     "ban_selector": "none", "ban_text": "none",
+                                     "session_pool": "0", "session_max_uses": "50"}
     # Each such flag says it is a crawl policy value.
     assert all("a crawl policy value" in flags[o.seeded_by, o.flag].help for o in seeded)
 
@@ -360,7 +362,8 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
                               + "recrawl_after - -> 0s, "
                               "retry_base - -> 2s, "
                               f"retry_cap - -> 600s, revisit - -> off, "
-                              "robots_ttl - -> 86400s, trap_max_params - -> 12, "
+                              "robots_ttl - -> 86400s, session_max_uses - -> 50, "
+                              "session_pool - -> 0, trap_max_params - -> 12, "
                               "trap_max_segments - -> 20, trap_max_url_length - -> 1024, "
                               "trap_page_facets - -> 3, "
                               "trap_path_variants - -> 1000, "

@@ -72,6 +72,7 @@ from common import reasons
 from common.config import redact_url
 from common.errors import ConfigError, FetchError
 from common.headers import DEFAULT_USER_AGENT, checked_headers, is_credential, redacted_headers
+from common.http.cookies import CookieJar
 from common.http.ssrf import GuardedResolver, SsrfGuard, literal_host_ip, ssrf_error_from
 
 __all__ = [
@@ -418,6 +419,7 @@ class Fetcher:
         method: str = "GET",
         body: bytes | None = None,
         proxy: str | None = None,
+        cookies: CookieJar | None = None,
     ) -> Coroutine[Any, Any, FetchResult]:
         """Request `url` with `method` (and `body`), following up to `max_redirects`
         redirects as the module's docstring says; raise FetchError.
@@ -426,6 +428,8 @@ class Fetcher:
         round-robin, or direct); a proxy URL sends it through that one proxy, once (a
         failure of the proxy itself raises a FetchError with `proxy_failed` set); ""
         sends it direct. The proxy pool of the consumer picks them (docs/proxies.md).
+        `cookies`: a session's jar (common.http.cookies), asked for each hop's ``Cookie``
+        and given each hop's ``Set-Cookie``; None: no cookie is sent or kept.
 
         `headers` go over the crawl's; `crawl_credentials` adds the crawl's credential
         headers (a task's fetch, not robots.txt). Credentials are dropped at the first hop
@@ -457,10 +461,11 @@ class Fetcher:
                 session, url, headers, URL(proxy) if proxy else None, started=started,
                 limits=self._timeout,
                 accept=accept, on_sent=on_sent, conditional=conditional, method=method,
-                body=body,
+                body=body, cookies=cookies,
             )
         return self._fetch_proxied(session, url, headers, started, accept, on_sent=on_sent,
-                                   conditional=conditional, method=method, body=body)
+                                   conditional=conditional, method=method, body=body,
+                                   cookies=cookies)
 
     async def _fetch_proxied(
         self,
@@ -474,6 +479,7 @@ class Fetcher:
         conditional: Mapping[str, str] | None = None,
         method: str = "GET",
         body: bytes | None = None,
+        cookies: CookieJar | None = None,
     ) -> FetchResult:
         proxies = self._proxies
         n = len(proxies)
@@ -487,7 +493,7 @@ class Fetcher:
                 result = await self._fetch_via(
                     session, url, headers, proxy, started=started, limits=limits,
                     accept=accept, on_sent=on_sent, conditional=conditional, method=method,
-                    body=body,
+                    body=body, cookies=cookies,
                 )
             except FetchError as exc:
                 if last or exc.reason not in _PROXY_RETRY_REASONS:
@@ -515,6 +521,7 @@ class Fetcher:
         conditional: Mapping[str, str] | None = None,
         method: str = "GET",
         body: bytes | None = None,
+        cookies: CookieJar | None = None,
     ) -> FetchResult:
         """Fetch `url` through `proxy`: the first hop under `limits` (aiohttp's timeouts,
         `total` included), each redirect hop under what is left of the deadline; the
@@ -534,9 +541,13 @@ class Fetcher:
                 if check_literals:
                     self._check_literal(current.raw_host)
                 async with session.request(
-                    method, current, headers=headers, data=body, allow_redirects=False,
+                    method, current, allow_redirects=False, data=body,
+                    headers=headers if cookies is None else _with_cookies(headers, cookies,
+                                                                          current),
                     proxy=proxy, timeout=limits, trace_request_ctx=on_sent,
                 ) as resp:
+                    if cookies is not None:
+                        cookies.take(resp.headers.getall("Set-Cookie", ()), current)
                     status = resp.status
                     if status in _REDIRECT_STATUSES:
                         location = resp.headers.get("Location")
@@ -808,6 +819,16 @@ def _becomes_get(status: int, method: str) -> bool:
 
 def _without_body_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in _BODY_HEADERS}
+
+
+def _with_cookies(headers: Mapping[str, str] | None, jar: CookieJar,
+                  url: URL) -> Mapping[str, str] | None:
+    """`headers` with the jar's ``Cookie`` for `url` (over any a task set), if it has one."""
+    cookie = jar.header(url)
+    if cookie is None:
+        return headers
+    kept = {k: v for k, v in (headers or {}).items() if k.lower() != "cookie"}
+    return {**kept, "Cookie": cookie}
 
 
 def _without_credentials(headers: Mapping[str, str]) -> dict[str, str]:
