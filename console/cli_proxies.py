@@ -1,14 +1,18 @@
 """``crawlq proxies``: the crawl's proxy pool: each proxy's health, the hosts that ban
-some of them or moved up a tier. URLs are shown with their credentials redacted."""
+some of them or moved up a tier. URLs are shown with their credentials redacted.
+``crawlq sessions``: the crawl's sessions, newest first: never a cookie's value."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 
 from common.config import JSON, Option, add_options
 from common.connection import RedisClient
 from common.proxies.summary import MAX_HOSTS, PoolSummary, read_summary
+from common.queue import CrawlQueue
+from common.sessions import SessionRow, list_sessions
 
 
 def _age(seconds: float) -> str:
@@ -55,6 +59,31 @@ async def cmd_proxies(args: argparse.Namespace, client: RedisClient) -> int:
     return 0
 
 
+def sessions_text(rows: list[SessionRow], total: int) -> str:
+    """One line per session: name, pool host, state, version, uses, blocks, cookies."""
+    if not rows:
+        return "no session yet"
+    width = max(len(r.name) for r in rows)
+    lines = [f"{'session':<{width}}  {'pool host':<24} {'state':<8} {'version':>7} "
+             f"{'uses':>6} {'blocks':>6} {'cookies':>7}  proxy"]
+    lines += [f"{r.name:<{width}}  {r.host or '-':<24} {r.state:<8} {r.version:>7} "
+              f"{r.uses:>6} {r.bans:>6} {r.cookies:>7}  {r.proxy or '-'}" for r in rows]
+    if total > len(rows):
+        lines.append(f"({len(rows)} of {total}, the newest)")
+    return "\n".join(lines)
+
+
+async def cmd_sessions(args: argparse.Namespace, client: RedisClient) -> int:
+    """Show the crawl's sessions (no cookie value: cookies are credentials)."""
+    await CrawlQueue.existing(client, args.crawl)
+    rows, total = await list_sessions(client, args.crawl, args.limit)
+    if args.json:
+        print(json.dumps({"sessions": [asdict(r) for r in rows], "total": total}))
+    else:
+        print(sessions_text(rows, total))
+    return 0
+
+
 def _limit(text: str) -> int:
     value = int(text)
     if not 1 <= value <= MAX_HOSTS:
@@ -74,3 +103,11 @@ def add_proxy_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                                  f"show at most this many hosts (1..{MAX_HOSTS})",
                                  type=_limit)))
     p.set_defaults(handler=cmd_proxies)
+    p = sub.add_parser("sessions", help="the crawl's sessions: uses, blocks, cookies held",
+                       description="Show the crawl's sessions, newest first: pool host, "
+                       "state, version, uses, blocks, how many cookies (never a value).")
+    add_options(p, common)
+    add_options(p, (JSON, Option("--limit", "CRAWLQ_SESSIONS_LIMIT", 50,
+                                 f"show at most this many sessions (1..{MAX_HOSTS})",
+                                 type=_limit)))
+    p.set_defaults(handler=cmd_sessions)

@@ -6,6 +6,8 @@ cookies in no log, record or dashboard page."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
 import os
 import signal
@@ -32,6 +34,7 @@ from common.queue import CrawlQueue, CrawlSettings
 from common.request import Request
 from common.sessions import SessionRules, SessionUpdate, read_sessions, send_updates
 from common.task import Task, decode_entry, encode_entry
+from console.cli import main_async
 from consumer.proxied import PageFetch
 from consumer.sessions import SessionBook, carry
 
@@ -174,6 +177,13 @@ async def test_a_spider_logs_in_once_and_gets_every_members_page(
     assert (site.logins, site.logged_out) == (1, 0)
     text = "".join(p.read_text() for p in (tmp_path / "out").rglob("*") if p.is_file())
     assert site.issued and not any(v in text for v in site.issued)
+    listing = io.StringIO()
+    with contextlib.redirect_stdout(listing):
+        assert await main_async(["sessions", "--redis-url", redis_url, "--crawl",
+                                 crawl_name]) == 0
+    [row] = listing.getvalue().splitlines()[1:]
+    assert row.split()[:7] == ["member", "-", "live", row.split()[3], row.split()[4], "0",
+                               "2"] and not any(v in listing.getvalue() for v in site.issued)
 
 
 def _start(base: str) -> list[Request]:
@@ -294,8 +304,8 @@ async def test_three_consumers_one_killed_mid_crawl_get_every_members_page_logge
                     (tmp_path / f"{name}.log").read_text()[-3000:]
             client = await make_client()
             pages = [await (await client.get(f"/api/crawls/{crawl_name}{view}")).text()
-                     for view in ("", "/proxies", "/dead", "/workers", "/hosts", "/history",
-                                  "/policy")]
+                     for view in ("", "/sessions", "/proxies", "/dead", "/workers",
+                                  "/hosts", "/history", "/policy")]
     finally:
         for proc in procs.values():
             if proc.returncode is None:
@@ -307,8 +317,8 @@ async def test_three_consumers_one_killed_mid_crawl_get_every_members_page_logge
     items = {i["sku"] for r in records_in(out) for i in r["items"]}
     assert items == {f"sku-{i}" for i in range(80)}
     assert site.logins == 1 and site.logged_out == 0
-    [member] = await read_sessions(redis_client, crawl_name, ["member"])
-    assert (len(member.jar), member.state) == (2, "live")
+    sessions = json.loads(pages[1])["sessions"]
+    assert [(s["name"], s["cookies"]) for s in sessions] == [("member", 2)]
     logs = "".join((tmp_path / f"{n}.log").read_text(errors="replace") for n in procs)
     written = "".join(p.read_text(errors="replace") for p in out.rglob("*") if p.is_file())
     for value in site.issued:

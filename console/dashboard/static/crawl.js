@@ -284,6 +284,27 @@
     },
   };
 
+  // The crawl's sessions (crawlq sessions): how many cookies each holds, never a value.
+  const sessionsPanel = {
+    node: document.getElementById("sessions"),
+    async refresh() {
+      const data = await dash.getJSON(`${api}/sessions`);
+      this.node.hidden = !data.total;
+      if (!data.total) return;
+      const rows = data.sessions.map((s) => el("tr", { "data-session": s.name, class: s.state === "live" ? null : "stale" },
+        el("td", null, s.name), el("td", null, s.host || "-"), el("td", null, s.state),
+        el("td", { class: "num" }, fmt.int(s.version)), el("td", { class: "num" }, fmt.int(s.uses)),
+        el("td", { class: "num" }, fmt.int(s.bans)), el("td", { class: "num" }, fmt.int(s.cookies)),
+        el("td", null, s.proxy || "-")));
+      replace(this.node.querySelector(".body"), table(["session", "pool host", "state",
+        { label: "version", num: true }, { label: "uses", num: true },
+        { label: "blocks", num: true, title: "requests of it answered with a block" },
+        { label: "cookies", num: true, title: "how many it holds (their values are credentials: never shown)" },
+        "proxy"], rows, "no session"),
+        data.total > data.sessions.length ? el("p", { class: "hint" }, `the newest ${data.sessions.length} of ${data.total}`) : null);
+    },
+  };
+
   const deadPanel = {
     node: document.getElementById("dead"),
     page: 0, size: 25, reason: "", stale: true, seen: null,
@@ -420,7 +441,7 @@
     },
   };
 
-  const panels = [summaryPanel, chartPanel, hostsPanel, proxiesPanel, workersPanel, deadPanel, policyPanel];
+  const panels = [summaryPanel, chartPanel, hostsPanel, proxiesPanel, sessionsPanel, workersPanel, deadPanel, policyPanel];
 
   async function refresh() {
     await summaryPanel.refresh();
