@@ -317,6 +317,12 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/test_bans.py::test_a_captcha_page_sent_direct_is_retried_then_dead_blocked_"
             "never_data",
             "tests/test_bans.py::test_a_routes_own_rule_keeps_a_captcha_out_of_its_items")),
+    Mutant("93-session-cookies-lost-between-consumers", "a session's cookies reach Redis "
+           "with the flush, before its requests' links: any consumer continues a login",
+           ("tests/test_sessions.py::test_a_session_a_consumer_logged_in_with_is_continued_"
+            "by_another",
+            "tests/test_sessions.py::test_three_consumers_one_killed_mid_crawl_get_every_"
+            "members_page_logged_in_once")),
 )
 
 
