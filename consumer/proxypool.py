@@ -4,9 +4,10 @@ snapshot, what it learns applied here at once and sent to the fleet with its flu
 The snapshot (``common.proxies.read_pool``: every proxy's health, the bans in force per
 host, the hosts' tiers) is read again every `REFRESH_S`, one pipelined round trip; a pick
 never waits on Redis. What this consumer sees itself counts at once, before the fleet
-hears of it: a proxy that failed ``proxy_max_failures`` times in a row is quarantined here
-(as ``proxy_report.lua`` will for the fleet), a proxy a host banned is not picked for that
-host again, and a host whose tier has none left moves up a tier. Its outcomes wait in a
+hears of it: a proxy that failed is left alone here for `SUSPECT_MS` (twice as long at each
+failure in a row), one that failed ``proxy_max_failures`` times in a row is quarantined
+here (as ``proxy_report.lua`` will for the fleet), a proxy a host banned is not picked for
+that host again, and a host whose tier has none left moves up a tier. Its outcomes wait in a
 `Report` until the flush sends them (`flush`): at the next flush when it holds a ban, a
 failure or a host no proxy reaches, else at most every `REPORT_EVERY_S`.
 
@@ -46,11 +47,15 @@ from consumer.live import Live
 log = logging.getLogger("consumer")
 
 #: How often the snapshot is read again.
-REFRESH_S = 2.0
+REFRESH_S = 1.0
 #: How long successes alone may wait before they are reported.
 REPORT_EVERY_S = 1.0
 #: How long a host stays at a tier this consumer moved it to, without the fleet's word.
 LOCAL_TIER_S = 30.0
+#: How long a proxy that failed (not yet quarantined) is left alone by this consumer
+#: after its first failure in a row (doubling with each): the request went on through
+#: another at once, and the fleet's quarantine comes with the next reports.
+SUSPECT_MS = 5000
 #: The least time a host no proxy reaches is blocked for.
 MIN_WAIT_MS = 1000
 
@@ -189,12 +194,15 @@ class ProxyPool:
         self.report.failed(spec)
         rules = self._rules_of()
         streak = self.learned.streak.get(spec.id, 0) + 1
+        health = self.view.proxies.get(spec.id)
+        level = health.level if health is not None else 0
         if streak >= rules.max_failures:
-            health = self.view.proxies.get(spec.id)
-            level = health.level if health is not None else 0
             self.learned.quarantined[spec.id] = self.now_ms() + rules.quarantine_for(level)
             streak = 0
             log.info("proxy_quarantined", extra={"proxy": spec.shown, "proxy_id": spec.id})
+        else:  # suspect: left alone here a while, twice as long each time, till the verdict
+            self.learned.quarantined[spec.id] = self.now_ms() + min(
+                rules.quarantine_for(level), SUSPECT_MS * 2 ** (streak - 1))
         self.learned.streak[spec.id] = streak
 
     def banned(self, spec: ProxySpec, host: str) -> None:

@@ -73,13 +73,14 @@ async def test_failures_in_a_row_quarantine_a_proxy_for_twice_as_long_each_time(
         return until[p.id]
 
     assert await report("fail") == 0
-    assert await report("ok", "fail") == 0  # a success broke the streak
-    first = await report("fail")  # two in a row
+    assert await report("fail", "ok") == 0  # its last outcome a success: no streak
+    assert await report("ok", "fail") == 0  # one failure after its last success
+    first = await report("fail")  # two in a row, the fleet's reports added up
     view = await read_pool(redis_client, crawl_name, calls.partitions)
     health = view.proxies[p.id]
     assert 350 <= first - view.now_ms <= 400 and health.level == 1
     assert await report("fail", "fail", "fail") == first  # reported while it lasts: no more
-    assert (await read_pool(redis_client, crawl_name, calls.partitions)).proxies[p.id].fail == 6
+    assert (await read_pool(redis_client, crawl_name, calls.partitions)).proxies[p.id].fail == 7
     await asyncio.sleep(0.45)
     second = await report("fail", "fail")
     now = (await read_pool(redis_client, crawl_name, calls.partitions)).now_ms
@@ -87,7 +88,7 @@ async def test_failures_in_a_row_quarantine_a_proxy_for_twice_as_long_each_time(
     await asyncio.sleep(0.85)
     assert await report("fail", "ok") == 0
     health = (await read_pool(redis_client, crawl_name, calls.partitions)).proxies[p.id]
-    assert (health.level, health.streak, health.ok, health.fail) == (0, 0, 2, 9)
+    assert (health.level, health.streak, health.ok, health.fail) == (0, 0, 3, 10)
     assert SECRET not in health.shown and health.shown == "http://***@a.proxy.test:8000"
 
 

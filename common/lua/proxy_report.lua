@@ -8,7 +8,9 @@
 -- TIME), lat (its response time, a moving average, ms), seen (its last report) and its
 -- URL as shown (credentials redacted). Failures in a row reaching max_failures
 -- quarantine a proxy until now + min(cap_ms, base_ms * 2^level) and raise its level; a
--- report whose last outcome is a success ends its streak and brings its level back to 0.
+-- report whose last outcome is a success ends its streak and brings its level back to 0,
+-- one whose last outcomes are failures adds them to its streak (the failures of all the
+-- fleet's reports add up: a dead proxy is quarantined after max_failures of them).
 -- A quarantined proxy is tried again when its quarantine ends; failures reported while
 -- it lasts (sent before it was known) are counted, not added to its streak.
 -- A call carries an operation id: a call sent again after its reply was lost finds it
@@ -67,11 +69,11 @@ for i = 5, #ARGV, 8 do
   local r = decode(redis.call('HGET', px, pid))
   r.ok, r.fail, r.ban = r.ok + ok, r.fail + failed, r.ban + banned
   local quarantined = r.until_ms > now
-  if ok > 0 then
-    r.streak = quarantined and 0 or tail
-    if tail == 0 then r.level = 0 end
-  elseif not quarantined then
-    r.streak = r.streak + failed
+  if tail == 0 then  -- its last outcome a success: the series ends
+    r.streak = 0
+    if ok > 0 then r.level = 0 end
+  elseif not quarantined then  -- the failures after its last success here add up (another
+    r.streak = r.streak + tail  -- consumer's successes may have been before or after them)
   end
   if not quarantined and r.streak >= max_failures then
     r.until_ms = now + math.min(cap_ms, base_ms * 2 ^ r.level)

@@ -64,6 +64,8 @@ class ForwardProxy:
             return out
 
     async def start(self) -> ForwardProxy:
+        if self._runner is not None:  # running already
+            return self
         if self._session is None:
             self._session = aiohttp.ClientSession(auto_decompress=False,
                                                   cookie_jar=aiohttp.DummyCookieJar())
