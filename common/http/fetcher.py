@@ -43,7 +43,9 @@ sent to another URL), and a name the crawl's or the fetch's own `headers` set is
 replaced. A 304 is a result with an empty body, never
 read (it has none; a server that sends one anyway is not believed).
 
-Proxies: with `FetchSettings.proxies`, each fetch goes through the next proxy round-robin.
+Proxies: with `FetchSettings.proxies`, each fetch goes through the next proxy round-robin,
+unless it names one (``proxy=``: the consumer's proxy pool picks it, docs/proxies.md).
+Cookies stay off (a dummy jar) unless a fetch brings a session's jar (``cookies=``).
 An HTTP proxy resolves host names itself, so for names the SSRF guard can only check the
 proxy's own address (keep proxies inside `allow_networks` if they live on a private
 network); IP-literal targets are still checked here before the request is sent. Proxy
