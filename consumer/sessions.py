@@ -78,6 +78,7 @@ class SessionBook:
         self._rules = rules
         self.held: dict[str, Session] = {}
         self._pools: dict[str, tuple[float, list[str]]] = {}  # host -> (read at, names)
+        self._reading: dict[str, asyncio.Future[Session]] = {}
         self._turn = 0
 
     async def for_task(self, task: Task, host: str) -> Session | None:
@@ -99,15 +100,23 @@ class SessionBook:
         return held
 
     async def _read(self, name: str, host: str) -> Session:
+        """The session read from Redis: one read at a time a name (requests waiting for
+        the same session share it)."""
+        reading = self._reading.get(name)
+        if reading is None:
+            reading = self._reading[name] = asyncio.ensure_future(self._load(name, host))
+            reading.add_done_callback(lambda _: self._reading.pop(name, None))
+        return await asyncio.shield(reading)
+
+    async def _load(self, name: str, host: str) -> Session:
         [record] = await read_sessions(self.client, self.crawl, [name])
         if not record.host:
             record.host = host
         held = self.held.get(name)
         if held is None:
             held = self.held[name] = Session(record)
-        else:  # what its requests learned here since stays (written at the flush)
-            record.jar.changes.update(held.record.jar.changes)
-            held.record = record
+        else:
+            _take(held, record)
         return held
 
     async def _pool_pick(self, host: str) -> str:
@@ -193,8 +202,7 @@ class SessionBook:
         for record in await read_sessions(self.client, self.crawl, moved) if moved else ():
             held = self.held.get(record.name)
             if held is not None:
-                record.jar.changes.update(held.record.jar.changes)
-                held.record = record
+                _take(held, record)
 
     async def run(self, closing: Callable[[], bool]) -> None:
         while not closing():
@@ -204,6 +212,20 @@ class SessionBook:
             except REDIS_ERRORS as exc:
                 log.warning("redis_error", extra={"during": "sessions",
                                                   "error": str(exc)[:200]})
+
+
+def _take(held: Session, record: SessionRecord) -> None:
+    """A newer read of a held session, taken in place: its jar (which fetches under way
+    hold) gets the stored cookies, what it learned since over them."""
+    mine = held.record
+    if record.version < mine.version:
+        return
+    mine.jar.reload(record.jar)
+    mine.version, mine.uses, mine.bans, mine.state = (record.version, record.uses,
+                                                      record.bans, record.state)
+    mine.proxy = record.proxy or mine.proxy
+    mine.headers = record.headers or mine.headers
+    mine.host = mine.host or record.host
 
 
 def carry(found: Iterable[tuple[Task, Sequence[str | Request]]]

@@ -329,3 +329,24 @@ async def test_three_consumers_one_killed_mid_crawl_get_every_members_page_logge
 def records_in(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for path in sorted(out.rglob("*.jsonl"))
             for line in path.read_text().splitlines() if line]
+
+
+async def test_requests_waiting_for_one_session_share_one_read_and_one_jar(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    await send_updates(redis_client, crawl_name, [
+        SessionUpdate("member", "", 1, 0, cookies={"c:a.test\t/\tsid": "1\t-1\t"})],
+        SessionRules())
+    book = SessionBook(redis_client, crawl_name, SessionRules)
+    task = Task(ID, "http://a.test/", session="member", session_version=1)
+    first, second = await asyncio.gather(book.for_task(task, "a.test"),
+                                         book.for_task(task, "a.test"))
+    assert first is second and first is not None
+    jar = first.record.jar
+    jar.take(["pref=2; Path=/"], URL("http://a.test/"), NOW)  # learned here, not flushed
+    await send_updates(redis_client, crawl_name, [  # another consumer's login
+        SessionUpdate("member", "", 1, 0, cookies={"c:a.test\t/\tsid": "9\t-1\t"})],
+        SessionRules())
+    await book.for_task(Task(ID, "http://a.test/", session="member", session_version=2),
+                        "a.test")
+    assert first.record.jar is jar  # fetches under way keep writing to the one flushed
+    assert jar.header(URL("http://a.test/"), NOW) == "sid=9; pref=2"

@@ -134,6 +134,20 @@ class CookieJar:
                                   "s" in parts[2], expires))
         return cls(cookies)
 
+    def reload(self, stored: CookieJar) -> None:
+        """Take `stored`'s cookies (a newer copy read from Redis), keeping what this jar
+        learned since it was loaded (`changes`) over them: in place, so a fetch under way
+        with this jar keeps writing to the one the flush reads."""
+        cookies = dict(stored._cookies)
+        for cookie in CookieJar.from_fields(
+                {k: v for k, v in self.changes.items() if v}).all():
+            cookies[(cookie.domain, cookie.path, cookie.name)] = cookie
+        for field, value in self.changes.items():
+            if not value:
+                domain, path, name = field[len(FIELD_PREFIX):].split("\t")
+                cookies.pop((domain, path, name), None)
+        self._cookies = cookies
+
     def header(self, url: URL, now_ms: int | None = None) -> str | None:
         """The ``Cookie`` header a request to `url` sends (None: no cookie): longest
         paths first, as RFC 6265 asks."""
