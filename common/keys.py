@@ -111,6 +111,24 @@ jd:<host>      HASH    s:<dir> -> the soft-404 signature of a      judgement
                        parameter, ``p:<i>`` path segment i)
 =============  ======  ==========================================  ===================
 
+The proxy pool (``common.proxies``, docs/proxies.md): what the hosts of the partition did
+to the crawl's proxies.
+
+=============  ======  ==========================================  ===================
+px:ban         ZSET    "<proxy id> <host>" -> the proxy is banned  proxy_bans
+                       by the host until then, ms of Redis TIME
+                       (other hosts keep it)
+px:tier        HASH    host -> "<tier> <since ms> <bans>": the     proxy_bans
+                       proxy tier a host escalated to, when it
+                       was last banned there (a quiet period
+                       after it takes it a tier down), its bans
+                       at that tier; a host at the cheapest tier
+                       without bans has none
+px:op:<w>      STRING "<op id> <reply>" of worker w's last         proxy_bans
+                       proxy_bans call, PX 60 s (a call sent
+                       again gets the same reply)
+=============  ======  ==========================================  ===================
+
 Everything else a task needs, once it has left its host queue:
 
 =============  ======  ==========================================  ===================
@@ -205,6 +223,22 @@ change, and one field per policy option, its value as text in the flag's syntax,
 (newest first, at most 200 JSON ``{"at": ms of Redis TIME, "version", "changes": {key:
 [old, new]}, "by"}``, one per change of the policy; ``policy_set.lua``).
 
+The proxy pool's crawl keys: ``px`` HASH (proxy id -> its health record, "<tier> <ok>
+<fail> <ban> <streak> <level> <until ms> <lat ms> <seen ms> <shown>": successes,
+failures, bans, failures in a row, quarantine level and end, response time, last report,
+its URL with credentials redacted; ``common.proxies.health``, ``proxy_report.lua``) and
+``px:op:<worker>`` STRING (the worker's last report's op id and reply, PX 60 s).
+
+Sessions (``common.sessions``, docs/proxies.md): ``se`` ZSET (session name -> its last
+change, ms of Redis TIME), ``se:<name>`` HASH (one session: ``~v`` its version, bumped
+by every change of its cookies, state, proxy or headers; ``~uses``, ``~bans``, ``~state``
+live or retired, ``~proxy`` its proxy's id, ``~host`` its pool's host ('' for a named
+session), ``~h`` its headers as JSON, ``~made`` when it was made, ``~op`` its last
+update's op id; and one field a cookie, ``c:<domain>\t<path>\t<name>`` ->
+``<value>\t<expires ms>\t<flags>``: credentials, readable by whoever reads the crawl's
+keys) and ``sp:<host>`` ZSET (the live sessions of a host's pool -> when made), all
+written by ``session_update.lua``.
+
 Robots (``crawlq:{<crawl>}:robots:<origin>``, origin ``scheme://host[:port]``): STRING,
 JSON ``{"status", "body", "fetched_at"}`` of that origin's robots.txt (``"error"`` set
 after a failed fetch), EX the robots TTL (60 s after a failure); ``<key>:lock`` STRING is
@@ -238,7 +272,7 @@ _PARTITION_NAMES = (
     "h:errors", "h:delay", "h:blocked", "h:budget", "pending", "tasks", "attempts", "leases",
     "leased", "seq", "delayed", "dead", "errors", "dead_reasons", "checkpoints", "stalls",
     "stats", "bloom", "lock:reap", "hungry", "rv:due", "g:of", "groups",
-    "g:parked",
+    "g:parked", "px:ban", "px:tier",
 )
 
 
@@ -336,6 +370,8 @@ class PartitionKeys:
     group_of: str
     groups: str
     parked: str
+    proxy_bans: str
+    proxy_tiers: str
     prefix: str
 
     @classmethod
@@ -386,6 +422,9 @@ class PartitionKeys:
     def ops(self, worker: str) -> str:
         """`worker`'s last calls by operation id, for a call sent again (lib/once.lua)."""
         return f"{self.prefix}ops:{worker}"
+    def proxy_op(self, worker: str) -> str:
+        """The reply of `worker`'s last proxy_bans.lua call, kept for a call sent again."""
+        return f"{self.prefix}px:op:{worker}"
 
     def bloom_layer(self, layer: int) -> str:
         """The bit string of one bloom filter layer."""
@@ -433,6 +472,8 @@ class CrawlKeys:
     policy: str
     policy_log: str
     migrate_lock: str  # the SET NX PX guard of a conversion from layout 2
+    proxies: str  # the proxy pool's health records (common.proxies)
+    sessions: str  # the sessions' index (common.sessions)
 
     @classmethod
     def build(cls, crawl: str) -> CrawlKeys:
@@ -440,7 +481,20 @@ class CrawlKeys:
                    crawl_key(crawl, "results"), crawl_key(crawl, "workers"),
                    crawl_key(crawl, "history"), crawl_key(crawl, "wake"),
                    crawl_key(crawl, "policy"), crawl_key(crawl, "policy:log"),
-                   crawl_key(crawl, "lock:migrate"))
+                   crawl_key(crawl, "lock:migrate"), crawl_key(crawl, "px"),
+                   crawl_key(crawl, "se"))
+
+    def proxy_op(self, worker: str) -> str:
+        """The reply of `worker`'s last proxy_report.lua call, kept for a call sent again."""
+        return crawl_key(self.crawl, f"px:op:{worker}")
+
+    def session(self, name: str) -> str:
+        """One session's record: its cookies, version, uses, state (common.sessions)."""
+        return crawl_key(self.crawl, f"se:{name}")
+
+    def session_pool(self, host: str) -> str:
+        """The live sessions of `host`'s pool."""
+        return crawl_key(self.crawl, f"sp:{host}")
 
     def robots(self, origin: str) -> str:
         """One origin's cached robots.txt; `origin` is ``scheme://host[:port]``."""

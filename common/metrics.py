@@ -29,6 +29,9 @@ custom collector (`FetchHistogram`) rather than prometheus-client's locked Histo
     crawlq_reclaimed_total                  expired leases put back in the ready queue
     crawlq_robots_turns_total               robots.txt fetches that took a task's turn
     crawlq_late_turns_total                 late requests that took a turn of their own
+    crawlq_proxy_requests_total{outcome}    requests through the proxy pool (--proxy): ok,
+                                            failed (the proxy itself), banned (a block
+                                            answer), gone (no proxy could reach the host)
     crawlq_response_bytes_total             response body bytes received
     crawlq_redis_errors_total               Redis commands that failed
     crawlq_sink_errors_total                result sink writes (and probes) that failed:
@@ -244,6 +247,14 @@ class Metrics:
             "errors_total",
             "Errors by reason code.",
             ["kind"],
+            namespace=NAMESPACE,
+            registry=reg,
+        )
+        self.proxy_requests_total = Counter(
+            "proxy_requests_total",
+            "Requests through the proxy pool, by outcome: ok, failed (the proxy itself), "
+            "banned (a block answer), gone (no proxy could reach the host).",
+            ["outcome"],
             namespace=NAMESPACE,
             registry=reg,
         )

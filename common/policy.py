@@ -28,7 +28,16 @@ is a near duplicate of another variant of its URL, its links to that shape not f
 what else a politeness limit is kept for, ``politeness_key`` (host, or domain: each
 registrable domain's hosts share ``group_delay`` and ``group_concurrency``,
 common/lua/lib/groups.lua; or ip: the hosts whose names resolve to one address do,
-common.hostmodel.hostip).
+common.hostmodel.hostip); what a blocked answer looks like (``common.bans``): its
+statuses through a proxy or a session, ``ban_status``, a selector it matches,
+``ban_selector``, a text it holds, ``ban_text``; how many sessions a host's pool holds,
+``session_pool``, and how many requests one serves, ``session_max_uses``; and how the
+proxy pool treats the crawl's proxies
+(``common.proxies``): its tiers, cheapest first, ``proxy_tiers``, how long a proxy a host
+banned keeps away from it, ``proxy_ban_for``, how many bans move a host a tier up,
+``proxy_tier_bans``, and how long a quiet spell takes it down, ``proxy_tier_quiet``; how
+many failures in a row quarantine a proxy, ``proxy_max_failures``, and for how long at
+first, ``proxy_quarantine``.
 What stays a process's own setting (credentials, memory and time bounds, sinks) is
 listed in docs/policy.md.
 
@@ -86,6 +95,7 @@ from math import ceil
 from typing import Any
 
 from common import codec
+from common.bans import Blocked, check_selector, statuses
 from common.codec import text as _text
 from common.config import boolean, duration
 from common.connection import RedisClient
@@ -94,8 +104,11 @@ from common.headers import DEFAULT_USER_AGENT
 from common.hostmodel.hostgroup import NO_GROUP, host_group
 from common.hostmodel.hostip import AddressBook
 from common.keys import CrawlKeys, PartitionKeys
+from common.proxies.rules import ProxyRules
+from common.proxies.spec import tier_names
 from common.queue import CrawlSettings, DedupMode, RetryPolicy, partition_keys
 from common.scripts import register
+from common.sessions import SessionRules
 from common.task import DEFAULT_MAX_ATTEMPTS
 from common.traps import TrapRules
 from common.urls import canonical_domain
@@ -389,6 +402,73 @@ def _show_distance(value: int) -> str:
     return OFF if value < 0 else str(value)
 
 
+#: What `ban_selector` and `ban_text` show (and take) for none.
+OFF_TEXT = "none"
+
+
+def ban_statuses(text: str) -> tuple[int, ...]:
+    """Comma-separated HTTP statuses, sorted; `OFF_TEXT`: none."""
+    items = [i.strip() for i in str(text).split(",") if i.strip()]
+    if items == [OFF_TEXT]:
+        return ()
+    try:
+        found = statuses(int(i) for i in items)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not HTTP statuses: {text!r} (e.g. 403,429; "
+                                         f"{OFF_TEXT} = none)") from None
+    return tuple(sorted(found))
+
+
+def _ban_statuses_ok(value: tuple[int, ...]) -> None:
+    try:
+        ok = isinstance(value, tuple) and ban_statuses(_show_ban_statuses(value)) == value
+    except (argparse.ArgumentTypeError, TypeError):
+        ok = False
+    if not ok:
+        raise ConfigError(f"must be HTTP statuses 100-599, sorted, got {value!r}")
+
+
+def _show_ban_statuses(value: tuple[int, ...]) -> str:
+    return ",".join(map(str, value)) or OFF_TEXT
+
+
+def _ban_selector(text: str) -> str:
+    text = str(text).strip()
+    return "" if text == OFF_TEXT else check_selector(text) if text else ""
+
+
+def _ban_selector_ok(value: str) -> None:
+    try:
+        ok = isinstance(value, str) and _ban_selector(value or OFF_TEXT) == value
+    except argparse.ArgumentTypeError:
+        ok = False
+    if not ok:
+        raise ConfigError(f"must be a CSS selector or {OFF_TEXT}, got {value!r}")
+
+
+def _ban_text(text: str) -> str:
+    text = str(text).strip()
+    return "" if text == OFF_TEXT else text
+
+
+def _ban_text_ok(value: str) -> None:
+    if not isinstance(value, str) or value != value.strip() or len(value) > 512:
+        raise ConfigError(f"must be a text of at most 512 characters, got {value!r}")
+
+
+def _show_off_text(value: str) -> str:
+    return value or OFF_TEXT
+
+
+def _tiers_ok(value: tuple[str, ...]) -> None:
+    try:
+        ok = isinstance(value, tuple) and tier_names(",".join(value)) == value
+    except (argparse.ArgumentTypeError, TypeError):
+        ok = False
+    if not ok:
+        raise ConfigError(f"must be tier names, cheapest first, got {value!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyOption:
     """One policy option: ``name`` as the flag spells it, in snake_case; ``flag`` is
@@ -579,6 +659,58 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  "group across the whole fleet, unless the group has its own (0 = no "
                  "limit)",
                  check=_whole_ok, seeded_by=NOBODY),
+    # The proxy pool (common.proxies, docs/proxies.md).
+    PolicyOption("proxy_tiers", "", tier_names, ProxyRules().tiers,
+                 "the proxy pool's tiers, cheapest first, comma-separated: a host starts on "
+                 "the first and moves up one when it bans proxy_tier_bans proxies of its "
+                 "tier (direct = no proxy: the consumers' own address; a tier no "
+                 "consumer's --proxy has is skipped, one not named here comes last)",
+                 check=_tiers_ok, show=",".join, toml_string=True, seeded_by=NOBODY),
+    PolicyOption("proxy_ban_for", "", _whole_ms_seconds, ProxyRules().ban_ms / 1000,
+                 "how long a proxy a host banned (a blocked answer through it) is not "
+                 "used for that host; its other hosts keep it",
+                 show=_show_seconds, toml_string=True, seeded_by=NOBODY),
+    PolicyOption("proxy_tier_bans", "", _whole, ProxyRules().tier_bans,
+                 "bans by one host at its tier that move it one tier up (>= 1; at once "
+                 "when no proxy of its tier is left for it)",
+                 check=_at_least_one, seeded_by=NOBODY),
+    PolicyOption("proxy_tier_quiet", "", _whole_ms_seconds, ProxyRules().quiet_ms / 1000,
+                 "a host moves one tier down after this long without a ban at its tier "
+                 "(0s = never)", show=_show_seconds, toml_string=True, seeded_by=NOBODY),
+    PolicyOption("proxy_max_failures", "", _whole, ProxyRules().max_failures,
+                 "failures in a row (no connection through it, the proxy refusing or "
+                 "dropping it) that quarantine a proxy for the whole fleet (>= 1)",
+                 check=_at_least_one, seeded_by=NOBODY),
+    PolicyOption("proxy_quarantine", "", _whole_ms_seconds, ProxyRules().quarantine_ms / 1000,
+                 "a failing proxy's first quarantine; each one in a row lasts twice the "
+                 "last, up to 32 times this; it is tried again when it ends (> 0)",
+                 check=_positive, show=_show_seconds, toml_string=True, seeded_by=NOBODY),
+    # What a blocked answer looks like (common.bans, docs/proxies.md).
+    PolicyOption("ban_status", "", ban_statuses, (403,),
+                 "statuses that are a block, not the page, of a request sent through the "
+                 "proxy pool or with a session, comma-separated (none = never): retried on "
+                 "another proxy or session, its proxy banned for the host; a request sent "
+                 "direct without a session takes them as the page's answer",
+                 check=_ban_statuses_ok, show=_show_ban_statuses, toml_string=True,
+                 seeded_by=NOBODY),
+    PolicyOption("ban_selector", "", _ban_selector, "",
+                 "a CSS selector that a blocked 2xx HTML page matches (a captcha's form, "
+                 "an access-denied shell), however it was sent: never taken as data "
+                 f"({OFF_TEXT} = none)", check=_ban_selector_ok, show=_show_off_text,
+                 toml_string=True, seeded_by=NOBODY),
+    PolicyOption("ban_text", "", _ban_text, "",
+                 "a text (case-insensitive) that a blocked 2xx page holds, however it was "
+                 f"sent: never taken as data ({OFF_TEXT} = none)", check=_ban_text_ok,
+                 show=_show_off_text, toml_string=True, seeded_by=NOBODY),
+    # Sessions (common.sessions, docs/proxies.md).
+    PolicyOption("session_pool", "", _whole, SessionRules().pool,
+                 "sessions a host's pool holds: a request naming no session takes one of "
+                 "its host's (its cookies, its proxy), retired on a block and after "
+                 "session_max_uses requests (0 = no pool: such requests send no cookie)",
+                 check=_whole_ok, seeded_by=NOBODY),
+    PolicyOption("session_max_uses", "", _whole, SessionRules().max_uses,
+                 "requests a pool session serves before it is retired (0 = no limit)",
+                 check=_whole_ok, seeded_by=NOBODY),
 )
 OPTIONS: dict[str, PolicyOption] = {o.name: o for o in POLICY_OPTIONS}
 #: The (base, cap) pairs whose cap may not be below its base.
@@ -636,6 +768,17 @@ class CrawlPolicy:
     politeness_key: str = OPTIONS["politeness_key"].default
     group_delay: float = OPTIONS["group_delay"].default
     group_concurrency: int = OPTIONS["group_concurrency"].default
+    proxy_tiers: tuple[str, ...] = OPTIONS["proxy_tiers"].default
+    proxy_ban_for: float = OPTIONS["proxy_ban_for"].default
+    proxy_tier_bans: int = OPTIONS["proxy_tier_bans"].default
+    proxy_tier_quiet: float = OPTIONS["proxy_tier_quiet"].default
+    proxy_max_failures: int = OPTIONS["proxy_max_failures"].default
+    proxy_quarantine: float = OPTIONS["proxy_quarantine"].default
+    ban_status: tuple[int, ...] = OPTIONS["ban_status"].default
+    ban_selector: str = OPTIONS["ban_selector"].default
+    ban_text: str = OPTIONS["ban_text"].default
+    session_pool: int = OPTIONS["session_pool"].default
+    session_max_uses: int = OPTIONS["session_max_uses"].default
 
     def __post_init__(self) -> None:
         for opt in POLICY_OPTIONS:
@@ -678,6 +821,21 @@ class CrawlPolicy:
         the crawl recrawls (recrawl_after or revisit) and `conditional` is on; revisits
         keep a history whatever `conditional` says (their schedule is in it)."""
         return self.revisit != "off" or (self.recrawl_after > 0 and self.conditional)
+
+    def ban_rules(self) -> Blocked:
+        """What a blocked answer looks like, by the crawl (common.bans)."""
+        return Blocked(self.ban_status, (self.ban_selector,) if self.ban_selector else (),
+                       (self.ban_text,) if self.ban_text else ())
+
+    def session_rules(self) -> SessionRules:
+        """The sessions' pool and usage count (common.sessions)."""
+        return SessionRules(self.session_pool, self.session_max_uses)
+
+    def proxy_rules(self) -> ProxyRules:
+        """The proxy pool's rules (times in whole ms)."""
+        return ProxyRules(self.proxy_tiers, round(self.proxy_ban_for * 1000),
+                          self.proxy_tier_bans, round(self.proxy_tier_quiet * 1000),
+                          self.proxy_max_failures, round(self.proxy_quarantine * 1000))
 
     def trap_rules(self) -> TrapRules:
         """The URL trap rules the link intake applies."""

@@ -78,6 +78,11 @@ HTTP_408: Final = _reason("http_408", "retry", "408 Request Timeout")
 HTTP_429: Final = _reason("http_429", "retry", "429 Too Many Requests")
 HTTP_ERROR: Final = _reason(
     "http_error", "retry", "a malformed response or another unexpected HTTP client error")
+BLOCKED: Final = _reason(
+    "blocked", "retry", "the answer is a block, not the page (the crawl's ban_status "
+    "through a proxy or a session, its ban_selector or ban_text, its route's Blocked "
+    "rules): never taken as data; its proxy is banned for the host and the request "
+    "retried on another")
 ROBOTS_UNAVAILABLE: Final = _reason(
     "robots_unavailable", "retry", "robots.txt answered 5xx/408/429, timed out or failed")
 HANDLER_ERROR: Final = _reason("handler_error", "retry", "the --handler raised")

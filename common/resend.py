@@ -93,6 +93,13 @@ SCRIPTS: dict[str, Resend] = {
     "judgement": again("it sets signatures and tokens to the values given, and claims a "
                        "probe by its claimer's nonce: a call sent again finds its claims "
                        "its own, and reads the state again"),
+    # The proxy pool and the sessions (common/proxies/, common/sessions.py).
+    "proxy_report": again(f"{_OP_ID}: a call sent again gets the reply its first run kept; "
+                          "a flush step run again (a new id) may count a proxy's success "
+                          "or failure twice, never a ban"),
+    "proxy_bans": again(f"{_OP_ID}, as proxy_report"),
+    "session_update": again(f"{_OP_ID} kept in the session's record: its cookies are set "
+                            "once; a flush step run again sets the same cookies"),
     # Reads, and writes that check before they write.
     "is_empty": again("it only reads"),
     "history_get": again("it only reads"),

@@ -33,6 +33,7 @@ from consumer.backoff import Backoff
 from consumer.intake import LinkIntake
 from consumer.judgement import Judge, PageFacts
 from consumer.leases import LeaseBook
+from consumer.sessions import FlushHooks
 from consumer.sinkhealth import SinkHealth
 from consumer.sinks import ProbingSink, Record, Sink
 
@@ -49,6 +50,7 @@ STEPS: dict[str, tuple[str, ...]] = {
     "judgement": ("judgement", "fingerprints"), "traps": ("traps",),
     "enqueue": ("enqueue", "enqueue_bloom"), "ack": ("ack",), "fail": ("fail",),
     "release": ("release",),
+    "proxies_sessions": ("proxy_report", "proxy_bans", "session_update"),
 }
 
 
@@ -66,6 +68,23 @@ def describe_error(exc: BaseException | None) -> str:
     if exc is None:
         return ""
     return f"{type(exc).__name__}: {exc}"[:300]
+
+
+async def probe_sink(sink: Sink, health: SinkHealth, metrics: Metrics) -> None:
+    """Try a failing sink without results to write: its probe() (file sinks), else (no
+    probe) let the consumer lease again and try with the next batch."""
+    if not isinstance(sink, ProbingSink):
+        health.trial()
+        return
+    try:
+        await sink.probe()
+    except Exception as exc:
+        metrics.sink_errors_total.inc()
+        log.warning("sink_probe_failed", extra={"error": describe_error(exc)})
+        health.failed(exc)
+        return
+    log.info("sink_probe_passed", extra={"failures": health.failures})
+    health.trial()
 
 
 @dataclass(slots=True)
@@ -101,7 +120,8 @@ class Flusher:
                  turn_soon: Callable[[Sequence[Lease]], bool] = lambda leases: True,
                  urgent: Callable[[], bool] = lambda: False,
                  notify: Callable[[], Awaitable[None]] | None = None,
-                 health: SinkHealth | None = None, judge: Judge | None = None) -> None:
+                 health: SinkHealth | None = None, judge: Judge | None = None,
+                 hooks: FlushHooks | None = None) -> None:
         self.queue = queue
         self.sink = sink
         self.metrics = metrics
@@ -117,6 +137,8 @@ class Flusher:
         self._notify = notify
         self._flush_at = batch
         self.health = health if health is not None else SinkHealth(DEFAULT_SINK_RETRY_FOR_S)
+        #: The proxy pool's and the sessions': written before a batch's links and acks.
+        self._hooks = hooks or FlushHooks()
         self.completions: list[Completion] = []
         self._held: list[Completion] = []  # pages whose judgement waits for a probe
         self._in_flush: set[str] = set()  # ids of the batches being flushed
@@ -179,7 +201,7 @@ class Flusher:
                 if not self.health.failing:
                     continue
                 if not self.completions:
-                    await self._probe()
+                    await probe_sink(self.sink, self.health, self.metrics)
                     continue
                 self._completed.clear()
                 await self.flush()
@@ -262,9 +284,12 @@ class Flusher:
             codes = await self._retry("release", lambda: self.queue.release(
                 self.worker, recorded, restart_turn=True))
             self._account(recorded, codes, ["released"] * len(recorded))
-        children, seen = self.intake.children(
-            (c.lease.task if c.child_meta is None else replace(c.lease.task, meta=c.child_meta),
-             c.urls) for c in live if c.urls and c.lease.id not in unwritten)
+        await self._retry("proxies_sessions", self._hooks.write)
+        found = ((c.lease.task if c.child_meta is None else replace(c.lease.task,
+                                                                    meta=c.child_meta),
+                  c.urls) for c in live if c.urls and c.lease.id not in unwritten)
+        children, seen = self.intake.children(self._hooks.carry(found))
+        children = self._hooks.stamp(children)
         children = await self._retry("traps", lambda: self.intake.admit(children))
         children += probes
         if children:
@@ -354,22 +379,6 @@ class Flusher:
                 return False
             self.health.written()
             return True
-
-    async def _probe(self) -> None:
-        """Try a failing sink without results to write: its probe() (file sinks), else
-        (no probe) let the consumer lease again and try with the next batch."""
-        if not isinstance(self.sink, ProbingSink):
-            self.health.trial()
-            return
-        try:
-            await self.sink.probe()
-        except Exception as exc:
-            self.metrics.sink_errors_total.inc()
-            log.warning("sink_probe_failed", extra={"error": describe_error(exc)})
-            self.health.failed(exc)
-            return
-        log.info("sink_probe_passed", extra={"failures": self.health.failures})
-        self.health.trial()
 
     def _give_up_if_due(self, what: str, exc: Exception) -> None:
         if self.give_up_at is not None and time.monotonic() >= self.give_up_at:

@@ -196,7 +196,8 @@ class Judge:
         clock = time.monotonic()
         if now.soft_404:  # a host's root is probed before its linked pages are fetched
             for c in live:
-                if c.kind == "ack" and c.probe is None and _links_home(c):
+                if c.kind == "ack" and c.probe is None and _links_home(c) \
+                        and c.lease.task.depth < now.max_depth:  # they will be followed
                     state = self.hosts.get(c.lease.host)
                     if state is None or ("/" not in state.claimed
                                          and "/" not in state.signatures):

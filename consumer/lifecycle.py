@@ -54,9 +54,11 @@ from consumer.judgement import Judge
 from consumer.leaser import Leaser
 from consumer.leases import LeaseBook
 from consumer.live import Live, LivePolicy, PolicyReader
+from consumer.proxied import PageFetch
 from consumer.robots import RobotsCache
 from consumer.routing import Router
 from consumer.runner import Runner
+from consumer.sessions import FlushHooks
 from consumer.sinkhealth import SinkHealth
 from consumer.sinks import Sink, sink_target
 from consumer.slots import IN_SLOT, SHUTDOWN_WAIT_S, Slots, Stage, cancel
@@ -74,19 +76,10 @@ class Consumer:
     """One consumer process over one crawl: runs its parts, sheds, drains. `live` is the
     policy snapshot `fetcher` and `robots` read (a new one when they read none)."""
 
-    def __init__(
-        self,
-        settings: ConsumerSettings,
-        queue: LeasingQueue,
-        fetcher: Fetcher,
-        sink: Sink,
-        metrics: Metrics,
-        *,
-        live: Live | None = None,
-        robots: RobotsCache | None = None,
-        handler: Handler | None = None,
-        spider: Spider | None = None,
-    ) -> None:
+    def __init__(self, settings: ConsumerSettings, queue: LeasingQueue, fetcher: Fetcher,
+                 sink: Sink, metrics: Metrics, *, live: Live | None = None,
+                 robots: RobotsCache | None = None, handler: Handler | None = None,
+                 spider: Spider | None = None) -> None:
         self.s = settings
         self.worker_id = settings.worker_id
         self.queue = queue
@@ -107,12 +100,13 @@ class Consumer:
                             tokens=judge)
         self.wake = WakeChannel(queue.client, queue.crawl_keys.wake, listening=True)
         self.sink_health = SinkHealth(settings.sink_retry_for_s)
+        self.hooks = FlushHooks.of(settings, queue, live, metrics)  # proxies, sessions
         self.flusher = Flusher(queue, sink, metrics, self.book, worker=self.worker_id,
                                batch=max(8, settings.lease_batch // 4), intake=intake,
                                on_freed=self._slot_freed, turn_soon=self._turn_soon,
                                urgent=self._starved,
                                notify=self.wake.notify, health=self.sink_health,
-                               judge=judge)
+                               judge=judge, hooks=self.hooks)
         self.leaser = Leaser(settings, queue, self.book, self.slots, window=self.window,
                              metrics=metrics, stopping=self.stopping, health=self.sink_health,
                              policy=self.policy, flusher=self.flusher,
@@ -123,7 +117,9 @@ class Consumer:
         self.runner = Runner(settings, queue, fetcher=fetcher, robots=robots, router=router,
                              metrics=metrics, book=self.book, slots=self.slots,
                              leaser=self.leaser, flusher=self.flusher, policy=self.policy,
-                             window=self.window, stopping=self.stopping)
+                             window=self.window, stopping=self.stopping,
+                             pages=PageFetch(fetcher, self.hooks.proxies,
+                                             self.hooks.sessions))
         self.housekeeping = Housekeeping(
             queue, self.book, metrics,
             WorkerRegistry(queue.client, queue.crawl, self.worker_id, ttl_s=settings.lease_s),
@@ -203,9 +199,10 @@ class Consumer:
         closing = self.stopping.is_closing
         if not self.prepared:
             await self.policy.read()
+        await self.hooks.start()  # the fleet's word on its proxies before any pick
         helpers = [asyncio.create_task(c) for c in (
             self.housekeeping.heartbeat(closing), self.housekeeping.reaper(closing),
-            self.flusher.run(closing))]
+            self.flusher.run(closing), *self.hooks.loops(closing))]
         listener = asyncio.create_task(
             self.wake.listen(self._woken, closing, on_policy=self.policy.changed))
         self.slots.start(self.runner.work, self.s.concurrency)

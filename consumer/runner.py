@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from common import soft404
+from common.bans import NO_RULES, Blocked
 from common.errors import FetchError, RedisUnavailableError
 from common.frontier.hosts import Frontier
 from common.http.fetcher import Fetcher, FetchResult
@@ -27,6 +28,7 @@ from common.redis_errors import REDIS_ERRORS
 from common.request import Request
 from common.resend import may_run_again
 from common.soft404 import Signature
+from common.task import Task
 from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
 from consumer.flush import Completion, Flusher
@@ -35,6 +37,7 @@ from consumer.judgement import PROBE_META, page_facts, probe_signature
 from consumer.leaser import AHEAD_MS, Leaser
 from consumer.leases import LeaseBook
 from consumer.live import PolicyReader
+from consumer.proxied import NoProxy, PageFetch
 from consumer.revisits import NOT_HANDLED, conditional_headers, noted, observe, outcome_of
 from consumer.robots import ROBOTS_SCRIPTS, RobotsCache, RobotsVerdict
 from consumer.routing import Router
@@ -59,7 +62,8 @@ class Runner:
     def __init__(self, settings: ConsumerSettings, queue: CrawlQueue, *, fetcher: Fetcher,
                  robots: RobotsCache | None, router: Router | None, metrics: Metrics,
                  book: LeaseBook, slots: Slots, leaser: Leaser, flusher: Flusher,
-                 policy: PolicyReader, window: CpuWindow, stopping: Stopping) -> None:
+                 policy: PolicyReader, window: CpuWindow, stopping: Stopping,
+                 pages: PageFetch | None = None) -> None:
         self.s = settings
         self.worker_id = settings.worker_id
         self.queue = queue
@@ -76,6 +80,8 @@ class Runner:
         self.window = window
         self.turns = Turns(queue, self.worker_id, leaser.clock, book, metrics)
         self.stopping = stopping
+        # A page's fetch: through the proxy pool if the consumer has one, judged for blocks.
+        self.pages = pages or PageFetch(fetcher, None)
         leaser.on_timed = self._read_robots_ahead
 
     def _read_robots_ahead(self, leases: Sequence[Lease]) -> None:
@@ -228,7 +234,9 @@ class Runner:
         live = self.policy.now
         try:
             task = lease.task
-            result = await self.fetcher.fetch(task.url, headers=task.headers or None,
+            result = await self.pages.fetch(task.url, lease.host, crawl=live.bans,
+                                            route=self._route_bans(task), task=task,
+                                            headers=task.headers or None,
                                               crawl_credentials=True,
                                               accept=live.accept or None,
                                               on_sent=self.turns.on_sent(lease),
@@ -237,6 +245,9 @@ class Runner:
                                               method=task.method, body=task.body)
         except LeaseLostError:  # while it took a late turn, before anything was sent
             self._complete(Completion(lease, "drop"))
+            return
+        except NoProxy:  # handed back unfetched; the pool's report blocks the host
+            self._complete(Completion(lease, "release"))
             return
         except FetchError as exc:
             self.metrics.response(exc.status)
@@ -309,6 +320,9 @@ class Runner:
                 urls = urls[:self.s.max_links]
         self._complete(Completion(lease, "ack", outcome, record=record, urls=urls,
                                   page=page))
+
+    def _route_bans(self, task: Task) -> Blocked:
+        return NO_RULES if self.router is None else self.router.blocked(task)
 
     def _context(self, lease: Lease) -> HandlerContext:
         async def save(value: Any) -> bool:

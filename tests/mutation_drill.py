@@ -51,6 +51,7 @@ _T = "tests/test_traps.py::"
 _FO = "tests/test_failover.py::"
 _GR = "tests/test_groups.py::"
 _RK = "tests/test_recrawl_known.py::"
+_PX = "tests/test_proxies.py::"
 
 
 @dataclass(frozen=True)
@@ -362,6 +363,26 @@ MUTANTS: tuple[Mutant, ...] = (
            "TIME in microseconds, so a promoted replica's pass the old primary's",
            (_FO + "test_a_token_starts_past_redis_time_in_microseconds",
             _FO + "test_tokens_after_a_promotion_pass_the_ones_the_replica_never_saw")),
+    Mutant("91-banned-proxy-used-again-for-its-host", "a proxy a host banned is not used "
+           "for that host again (by this consumer at once, by the fleet from its record), "
+           "while other hosts keep it",
+           (_PX + "test_picks_skip_what_a_host_banned_and_what_is_quarantined_tier_by_tier",
+            _PX + "test_a_proxy_a_host_bans_is_not_used_for_it_by_the_fleet_but_for_the_"
+                  "others")),
+    Mutant("92-captcha-page-delivered-as-data", "a page the crawl's or its route's ban "
+           "rules match (a 200 captcha) is never taken as data: retried, its proxy banned "
+           "for the host, dead blocked after its attempts",
+           ("tests/test_bans.py::test_a_captcha_through_one_proxy_bans_it_for_the_host_and_"
+            "every_page_is_data",
+            "tests/test_bans.py::test_a_captcha_page_sent_direct_is_retried_then_dead_blocked_"
+            "never_data",
+            "tests/test_bans.py::test_a_routes_own_rule_keeps_a_captcha_out_of_its_items")),
+    Mutant("99-session-cookies-lost-between-consumers", "a session's cookies reach Redis "
+           "with the flush, before its requests' links: any consumer continues a login",
+           ("tests/test_sessions.py::test_a_session_a_consumer_logged_in_with_is_continued_"
+            "by_another",
+            "tests/test_sessions.py::test_three_consumers_one_killed_mid_crawl_get_every_"
+            "members_page_logged_in_once")),
 )
 
 

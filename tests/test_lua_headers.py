@@ -36,6 +36,7 @@ from common.history import record
 from common.keys import CrawlKeys
 from common.locks import TokenLocks
 from common.policy import set_policy
+from common.proxies import ProxyRules, ProxySpec, Report, ReportCalls, send_report
 from common.queue import (
     CrawlSettings,
     DedupMode,
@@ -45,6 +46,7 @@ from common.queue import (
     RetryPolicy,
     lease_reply,
 )
+from common.sessions import SessionRules, SessionUpdate, send_updates
 from common.urls import fingerprint
 from common.workers import WorkerRegistry
 from console.fsck import repair_hosts
@@ -60,7 +62,8 @@ CYCLE = re.compile(r"^-- KEYS\[(\d+)\(i-1\)\+(\d+)\]\s+(\S+)")
 OTHERS = ("worker_beat", "history_push", "release_lock", "refresh_lock", "robots_claim",
           "fsck_repair",
           "fsck_revisits",
-          "policy_set", "policy_apply", "group_set", "fsck_groups")
+          "policy_set", "policy_apply", "group_set", "fsck_groups",
+          "proxy_report", "proxy_bans", "session_update")
 SOURCES = {scripts.source(name): name for name in (*scripts.NAMES, *OTHERS)}
 
 
@@ -94,7 +97,8 @@ def key_name(key: str) -> str:
                           ("bloom:", "bloom:<L>"), ("worker:", "worker:<id>"),
                           ("op:", "op:<worker>"), ("ops:", "ops:<worker>"),
                           ("robots:", "robots"),
-                          ("rv:hist:", "rv:hist:<b>")):
+                          ("rv:hist:", "rv:hist:<b>"), ("px:op:", "px:op:<worker>"),
+                          ("se:", "se:<name>"), ("sp:", "sp:<host>")):
         if name.startswith(prefix):
             return shown
     return name
@@ -242,6 +246,18 @@ async def exercise(client: aioredis.Redis, crawl: str, partitions: int = 2) -> N
     await repair_schedule(q, q.partitions[0], {"a" * 32: "a.test", "b" * 32: None})
     await set_group(q, "a.test", concurrency=1)
     await repair_groups(q, q.partitions[0], ["a.test"])
+    report = Report()
+    proxy = ProxySpec.of("http://u:p@proxy.test:8000")
+    report.succeeded(proxy, 0.1)
+    report.failed(proxy)
+    report.banned(proxy, "a.test", exhausted=True)
+    report.gone("b.test", 1000)
+    await send_report(ReportCalls(client, crawl, q.partitions, q.partition_of, "w"), report,
+                      ProxyRules())
+    await send_updates(client, crawl, [
+        SessionUpdate("member", "", 1, 0, cookies={"c:a.test\t/\tsid": "1\t-1\t"}),
+        SessionUpdate("a.test@1", "a.test", 2, 1, proxy="abc", headers={"X-A": "1"})],
+        SessionRules())
 
 
 # -- ARGV and the reply --------------------------------------------------------------------

@@ -21,6 +21,7 @@ from common.request import (
     check_data,
     check_label,
     check_method,
+    check_session,
     shown,
 )
 from common.task import compact_tail, encode_entry
@@ -188,6 +189,7 @@ def check_new_task(t: NewTask, known_labels: Collection[str] | None = None) -> N
         raise InvalidRequestError(f"{where}: no route is labelled {t.label!r} (routes: "
                                   f"{', '.join(sorted(known_labels)) or 'none'}); add "
                                   "the route or fix the label")
+    check_session(t.session, where)
     check_data(t.data, where)
 
 
@@ -197,5 +199,6 @@ def _entry(t: NewTask, host: str) -> bytes:
     rest = encode_entry("", t.url, max_attempts=t.max_attempts, priority=t.priority,
                         meta=t.meta, depth=t.depth, headers=t.headers, revisit=t.revisit,
                         method=t.method, body=t.body, label=t.label, data=t.data,
-                        unique_key=t.unique_key)
+                        unique_key=t.unique_key, session=t.session,
+                        session_version=t.session_version)
     return t.fp + compact_tail(rest, host).encode()

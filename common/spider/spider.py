@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from common.bans import NO_RULES, Blocked
 from common.errors import UnknownLabelError
 from common.policy import CrawlPolicy, parse_value
 from common.request import Request, check_label
@@ -42,11 +43,13 @@ RouteFn = Callable[["Response", "Context"], Awaitable[Any] | Any]
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """One route: its label (None: the default route), its function and its item key."""
+    """One route: its label (None: the default route), its function, its item key and
+    what a blocked answer to its requests looks like (over the crawl's ``ban_*``)."""
 
     label: str | None
     fn: RouteFn
     item_key: tuple[str, ...]
+    blocked: Blocked = NO_RULES
 
 
 def _key_fields(value: str | Sequence[str]) -> tuple[str, ...]:
@@ -76,11 +79,13 @@ class Spider:
         labels = ", ".join(repr(label) for label in self.routes)
         return f"Spider({self.name!r}, routes: {labels or 'none'})"
 
-    def route(self, label: str | None = None, *, item_key: str | Sequence[str] | None = None
-              ) -> Callable[[RouteFn], RouteFn]:
+    def route(self, label: str | None = None, *, item_key: str | Sequence[str] | None = None,
+              blocked: Blocked | None = None) -> Callable[[RouteFn], RouteFn]:
         """Register the decorated function as the route of `label` (no label: the default
         route, for requests without one). `item_key` overrides the spider's for its
-        items. ValueError for a label given twice."""
+        items; `blocked` says what a blocked answer to its requests looks like, over the
+        crawl's rules (``Blocked(status=..., css=..., text=...)``: such an answer is
+        retried, never parsed). ValueError for a label given twice."""
         check_label(label, f"spider {self.name!r} route")
         keys = self.item_key if item_key is None else _key_fields(item_key)
 
@@ -89,7 +94,7 @@ class Spider:
                 what = "the default route" if label is None else f"route {label!r}"
                 raise ValueError(f"spider {self.name!r} has {what} already "
                                  f"({self.routes[label].fn.__name__})")
-            self.routes[label] = Route(label, fn, keys)
+            self.routes[label] = Route(label, fn, keys, blocked or NO_RULES)
             return fn
         return register
 
