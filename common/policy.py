@@ -614,7 +614,7 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  "distinct query strings the links to one path of a host may have, "
                  "fleet-wide; a new one past this is a trap, refused (trap_variants; 0 = "
                  "no limit)", check=_whole_ok, seeded_by=NOBODY),
-    PolicyOption("trap_page_facets", "", _whole, 3,
+    PolicyOption("trap_page_facets", "", _whole, 2,
                  "a page whose links to its own path vary more than this many query "
                  "parameters (words or numbers; not page, start, offset and the like) is a "
                  "faceted search: those links are traps, refused (trap_facets); links that "
@@ -624,12 +624,13 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  "drop session ids (sid, jsessionid, phpsessid, ... with a token value) "
                  "from links, so a page under another session is the same URL",
                  check=_is_bool, show=_show_bool, seeded_by=NOBODY),
-    PolicyOption("near_duplicate_distance", "", near_duplicate_distance, -1,
-                 "a page whose text fingerprint (64-bit SimHash) is at most this many bits "
-                 "from one of its host's is a near duplicate: done, outcome "
-                 "near_duplicate, its items not written, its links not followed (0-64; "
-                 "off = never, the default: across a host's pages it cost real pages on "
-                 "real doc trees)",
+    PolicyOption("near_duplicate_distance", "", near_duplicate_distance, 0,
+                 "a page whose URL is a variant (a query, or a date, counter or token in its "
+                 "path) is a near duplicate of one of its host's of the same URL shape "
+                 "whose words (numbers, month and day names masked) and links are at most "
+                 "this many bits apart: 0 (the default) asks them to be the same; done, "
+                 "outcome near_duplicate, its links to its shape not followed once reached "
+                 "from a near duplicate (0-64; off = never)",
                  check=_distance_ok, show=_show_distance, seeded_by=NOBODY),
     PolicyOption("soft_404", "", _true_false, True,
                  "find each host's soft 404s by probing: once a link leads into a host (and "

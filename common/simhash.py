@@ -27,8 +27,8 @@ from hashlib import blake2b
 
 from selectolax.lexbor import LexborHTMLParser
 
-__all__ = ["MAX_TEXT", "MIN_WORDS", "distance", "fingerprint", "page_text", "set_fingerprint",
-           "word_hashes"]
+__all__ = ["MAX_TEXT", "MIN_WORDS", "distance", "exact", "exact_set", "fingerprint", "page_text",
+           "set_fingerprint", "word_hashes"]
 
 #: Characters of a page's text fingerprinted (the rest is left out): bounds the work of a
 #: huge page; two pages that share their first 32 K characters are near-duplicates.
@@ -37,6 +37,9 @@ MAX_TEXT = 32768
 #: redirect's stub, a test page) can't tell one page from another, so no page is judged
 #: a near duplicate by them.
 MIN_WORDS = 16
+#: Distinct words a text needs for an exact hash (`exact`): a page of a word or two
+#: (a redirect's stub) is like any other.
+EXACT_WORDS = 4
 _WORD = re.compile(r"\w+")
 _BITS = [bytes([1 << bit]) for bit in range(8)]
 _IGNORED = ["script", "style", "noscript", "template"]
@@ -66,6 +69,23 @@ def fingerprint(text: str) -> int | None:
     if len(words) < MIN_WORDS:
         return None
     return _simhash(words)
+
+
+def exact(text: str) -> int | None:
+    """A 64-bit hash of the distinct words of `text`'s first `MAX_TEXT` characters,
+    lowercased: the same for the same words only; None for fewer than `EXACT_WORDS`."""
+    words = _words(text[:MAX_TEXT].lower())
+    if len(words) < EXACT_WORDS:
+        return None
+    return exact_set(w.decode() for w in words)
+
+
+def exact_set(features: Iterable[str]) -> int:
+    """A 64-bit hash of a set of features: the same for the same set only."""
+    digest = blake2b(digest_size=8)
+    for f in sorted(set(features)):
+        digest.update(f.encode() + b"\x00")
+    return int.from_bytes(digest.digest(), "little")
 
 
 def set_fingerprint(features: Iterable[str]) -> int:

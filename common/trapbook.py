@@ -112,7 +112,7 @@ class HostState:
 
     signatures: dict[str, Signature] = field(default_factory=dict)  # directory -> it
     claimed: set[str] = field(default_factory=set)  # directories whose probe is claimed
-    tokens: frozenset[str] = frozenset()  # learned rules: q:<name>, p:<i>
+    tokens: dict[str, str] = field(default_factory=dict)  # learned rule -> its own value
     probes: int = 0  # probes claimed
     read_at: float = -1e9  # monotonic time of the read (never: long ago)
 
@@ -120,7 +120,6 @@ class HostState:
     def of(cls, fields: Mapping[bytes, bytes], at: float) -> HostState:
         """The state stored as `fields` (judgement.lua's HASH), read at `at`."""
         state = cls(read_at=at)
-        tokens = set()
         for raw, value in fields.items():
             name = _text(raw)
             kind, _, rest = name.partition(":")
@@ -131,10 +130,9 @@ class HostState:
             elif kind == "p":
                 state.claimed.add(rest)
             elif kind == "t":
-                tokens.add(rest)
+                state.tokens[rest] = _text(value)
             elif name == "n":
                 state.probes = int(value)
-        state.tokens = frozenset(tokens)
         return state
 
 
@@ -145,7 +143,7 @@ class Learned:
 
     host: str
     kind: str  # "s" signature, "t" token rule, "c" claim
-    value: str  # "<dir> <signature JSON>", the rule, the directory
+    value: str  # "<dir> <signature JSON>", "<rule> <its own value>", the directory
 
 
 class TrapBook:

@@ -38,7 +38,7 @@ A rule at 0 is off.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from hashlib import blake2b
 from urllib.parse import parse_qsl
@@ -46,7 +46,7 @@ from urllib.parse import parse_qsl
 from common.urlshape import is_token
 
 __all__ = ["FACETS", "PAGINATION", "REFUSALS", "TrapRules", "fresh_tokens",
-           "strip_session_ids", "variant_of", "without_tokens"]
+           "is_session_value", "strip_session_ids", "variant_of", "without_tokens"]
 
 #: Query parameters that page through a listing: a link that changes only these is
 #: never a facet (the unfiltered listing and its pages hold every item a filter shows).
@@ -159,19 +159,25 @@ class TrapRules:
         return frozenset(link for links in varied.values() for link in links)
 
 
-def fresh_tokens(page: str, links: Iterable[object]) -> set[str]:
-    """The session tokens fresh per visit that canonical `page`'s links show: a query
-    parameter (``q:<name>``) or path segment (``p:<index>``) whose value in `page`'s own
-    URL is a token (``common.urlshape.is_token``), and whose value in the links is
-    another token, the same in links to at least `TOKEN_PATHS` paths that make at least
-    `TOKEN_SHARE` of the page's links to its host: a server that puts a new session id
-    in every link of every response. An id shared by a few links (a friend's pages) is
-    not one."""
+def is_session_value(text: str) -> bool:
+    """Whether a query value or path segment may be a session id: a token
+    (``common.urlshape.is_token``), or 10 or more digits."""
+    return is_token(text) or (len(text) >= 10 and text.isascii() and text.isdigit())
+
+
+def fresh_tokens(page: str, links: Iterable[object]) -> dict[str, str]:
+    """The session tokens fresh per visit that canonical `page`'s links show, each rule
+    (``q:<name>``, a query parameter, or ``p:<index>``, a path segment) with `page`'s own
+    value: a rule's value in `page`'s URL is a session value (`is_session_value`), and
+    its value in the links is another, the same in links to at least `TOKEN_PATHS` paths
+    that make at least `TOKEN_SHARE` of the page's links to its host: a server that puts
+    a new session id in every link of every response. An id shared by a few links (a
+    friend's pages) is not one."""
     path, query = _path_query(page)
-    own_q = {name: value for name, value in parse_qsl(query) if is_token(value)}
-    own_p = {i: s for i, s in enumerate(path.split("/")) if is_token(s)}
+    own_q = {name: value for name, value in parse_qsl(query) if is_session_value(value)}
+    own_p = {i: s for i, s in enumerate(path.split("/")) if is_session_value(s)}
     if not own_q and not own_p:
-        return set()
+        return {}
     origin = page[:page.find("/", page.find("://") + 3)]
     seen: dict[tuple[str, str], set[str]] = {}  # (rule, value) -> rest of the paths
     total = 0
@@ -182,36 +188,45 @@ def fresh_tokens(page: str, links: Iterable[object]) -> set[str]:
         lpath, lquery = _path_query(link)
         if own_q and lquery:
             for name, value in parse_qsl(lquery):
-                if name in own_q and value != own_q[name] and is_token(value):
+                if name in own_q and value != own_q[name] and is_session_value(value):
                     seen.setdefault((f"q:{name}", value), set()).add(lpath)
         if own_p:
             segments = lpath.split("/")
             for i, mine in own_p.items():
-                if i < len(segments) and segments[i] != mine and is_token(segments[i]) \
+                if i < len(segments) and segments[i] != mine \
+                        and is_session_value(segments[i]) \
                         and segments[:i] == path.split("/")[:i]:
                     seen.setdefault((f"p:{i}", segments[i]), set()).add(
                         "/".join(segments[i + 1:]))
-    return {rule for (rule, _), paths in seen.items()
+    own = {**{f"q:{n}": v for n, v in own_q.items()},
+           **{f"p:{i}": v for i, v in own_p.items()}}
+    return {rule: own[rule] for (rule, _), paths in seen.items()
             if len(paths) >= TOKEN_PATHS and len(paths) >= TOKEN_SHARE * total}
 
 
-def without_tokens(url: str, rules: frozenset[str]) -> str | None:
+def without_tokens(url: str, rules: Mapping[str, str]) -> str | None:
     """The key canonical `url` is deduplicated by under its host's learned token rules
-    (`fresh_tokens`): their parameters left out, their path segments as ``*`` when
-    tokens; None when no rule changes it."""
+    (`fresh_tokens`): each rule's session value replaced by the rule's own (the value of
+    the page it was learned from, so the tasks its links made before are the same
+    keys); None when no rule changes it."""
     if not rules:
         return None
     path, query = _path_query(url)
     head = url[:len(url) - len(path) - (len(query) + 1 if query else 0)]
     changed = False
     if query:
-        kept = [p for p in query.split("&") if f"q:{p.partition('=')[0]}" not in rules]
-        changed = len(kept) != query.count("&") + 1
-        query = "&".join(kept)
+        pairs = [p.partition("=") for p in query.split("&")]
+        for k, (name, eq, value) in enumerate(pairs):
+            own = rules.get(f"q:{name}")
+            if own is not None and value != own and is_session_value(value):
+                pairs[k] = (name, eq, own)
+                changed = True
+        query = "&".join(f"{n}{e}{v}" for n, e, v in pairs)
     segments = path.split("/")
     for i, segment in enumerate(segments):
-        if f"p:{i}" in rules and is_token(segment):
-            segments[i] = "*"
+        own = rules.get(f"p:{i}")
+        if own is not None and segment != own and is_session_value(segment):
+            segments[i] = own
             changed = True
     if not changed:
         return None

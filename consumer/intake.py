@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -68,15 +68,15 @@ if TYPE_CHECKING:
 
 
 #: Pages that must show a fresh session token before it is learned for their host.
-TOKEN_PAGES = 2
+TOKEN_PAGES = 1
 
 
 class Tokens(Protocol):
     """Where the session tokens learned per host are kept (``consumer.judgement``)."""
 
-    def tokens(self, host: str) -> frozenset[str]: ...
+    def tokens(self, host: str) -> Mapping[str, str]: ...
 
-    def learn(self, host: str, rule: str) -> None: ...
+    def learn(self, host: str, rule: str, value: str) -> None: ...
 
 
 class SeenCache:
@@ -207,7 +207,7 @@ class LinkIntake:
             domains = self.allow_domains or frozenset((_host(task.url),))
             facets = traps.facet_links(task.url, [u if isinstance(u, str) else u.url
                                                   for u in urls])
-            rules = self._learn(task.url, urls) if traps.session_ids else frozenset()
+            rules = self._learn(task.url, urls) if traps.session_ids else {}
             for raw in urls:
                 if not isinstance(raw, str):
                     child = self._request(raw, task, domains, attempts, traps,
@@ -259,7 +259,7 @@ class LinkIntake:
     def _request(self, request: Request, parent: Task, domains: frozenset[str],
                  attempts: int, traps: TrapRules, *, batch: set[str],
                  mark: list[str], facets: frozenset[str],
-                 rules: frozenset[str] = frozenset()) -> NewTask | None:
+                 rules: Mapping[str, str] | None = None) -> NewTask | None:
         """The task of a Request a handler returned, or None (counted) if it is not one.
         A GET or HEAD is judged by the trap rules like a link (a route's follow of a
         selector's links is one); a request with a body is the handler's own word."""
@@ -279,7 +279,7 @@ class LinkIntake:
                 return None
         unique = request.unique_key
         if unique is None and request.body is None:  # a session token is not its identity
-            unique = without_tokens(url, rules)
+            unique = without_tokens(url, rules or {})
             if unique is not None:
                 request = dataclasses.replace(request, unique_key=unique)
         key = request_key(request.method, url, request.body, unique)
@@ -296,16 +296,17 @@ class LinkIntake:
         mark.append(key)
         fates["sent"] += 1
         return task
-    def _learn(self, page: str, urls: Sequence[str | Request]) -> frozenset[str]:
+    def _learn(self, page: str, urls: Sequence[str | Request]) -> Mapping[str, str]:
         """The session-token rules of `page`'s host (``common.traps.fresh_tokens``),
-        with those its links show: a rule is learned once two pages showed it."""
+        with those its links show (learned once `TOKEN_PAGES` pages showed them)."""
         if self.tokens is None:
-            return frozenset()
+            return {}
         host = host_key(page)
-        for rule in fresh_tokens(page, [u if isinstance(u, str) else u.url for u in urls]):
+        shown = fresh_tokens(page, [u if isinstance(u, str) else u.url for u in urls])
+        for rule, value in shown.items():
             seen = self._candidates[(host, rule)] = self._candidates.get((host, rule), 0) + 1
             if seen >= TOKEN_PAGES:
-                self.tokens.learn(host, rule)
+                self.tokens.learn(host, rule, value)
             if len(self._candidates) > 10_000:
                 self._candidates.clear()
         return self.tokens.tokens(host)

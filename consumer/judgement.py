@@ -37,7 +37,7 @@ import os
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -67,6 +67,14 @@ MISSING = re.compile(
     r"can t be found|no longer (?:available|exists)|nothing (?:found|here)|"
     r"nicht gefunden|introuvable|no encontrad[ao]|non trovat[ao]|niet gevonden|"
     r"nie znaleziono|не найден\w*)\b")
+#: What varies between the variants of one page, masked in its text before it is
+#: fingerprinted: numbers (a page's, a month's days), and month and weekday names (a
+#: calendar's month, in English).
+VARIANT_WORDS = re.compile(
+    r"\d+|\b(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|"
+    r"aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?|"
+    r"mon(?:day)?|tue(?:s(?:day)?)?|wed(?:nesday)?|thu(?:rs(?:day)?)?|fri(?:day)?|"
+    r"sat(?:urday)?|sun(?:day)?)\b", re.IGNORECASE)
 #: The longest a page waits for its directory's probe before it is judged without it.
 HOLD_S = 5.0
 #: Pages of one host held at once, where holding them keeps no slot from the probe.
@@ -155,18 +163,19 @@ class Judge:
         self._pages: dict[str, int] = {}  # host -> pages judged for soft 404s
         self._pending: list[Learned] = []  # sent with the next call
 
-    def tokens(self, host: str) -> frozenset[str]:
-        """The session-token rules learned for `host` (``q:<name>``, ``p:<index>``)."""
+    def tokens(self, host: str) -> Mapping[str, str]:
+        """The session-token rules learned for `host` (``q:<name>``, ``p:<index>``), each
+        with the value its links are deduplicated under."""
         state = self.hosts.get(host)
-        return state.tokens if state is not None else frozenset()
+        return state.tokens if state is not None else {}
 
-    def learn(self, host: str, rule: str) -> None:
-        """A session-token rule the link intake learned: applied here at once, sent to
-        the fleet with the next flush."""
+    def learn(self, host: str, rule: str, value: str) -> None:
+        """A session-token rule the link intake learned, with its own value: applied here
+        at once, sent to the fleet with the next flush (the first learner's value wins)."""
         state = self._state(host)
         if rule not in state.tokens:
-            state.tokens = state.tokens | {rule}
-            self._pending.append(Learned(host, "t", rule))
+            state.tokens[rule] = value
+            self._pending.append(Learned(host, "t", f"{rule} {value}"))
             log.info("session_token_learned", extra={"host": host, "rule": rule})
 
     def _state(self, host: str) -> HostState:
@@ -218,7 +227,7 @@ class Judge:
             raise
         for host, fields in states.items():
             state = HostState.of(fields, clock)
-            state.tokens |= self.tokens(host)  # learned here, not sent yet
+            state.tokens = {**self.tokens(host), **state.tokens}  # the fleet's value wins
             self.hosts[host] = state
             self.hosts.move_to_end(host)
         for c in live:  # this consumer's probes judge its next pages at once
@@ -385,12 +394,16 @@ def page_facts(task: Task, host: str, result: FetchResult, urls: Sequence[str | 
     soft = live.soft_404 and task.depth >= 1
     near = None
     form = shape(task.url)
-    if live.near_duplicate_distance >= 0 and task.label is None and is_variant(task.url):
-        fp = simhash.fingerprint(simhash.page_text(result.take_tree()))
+    within = live.near_duplicate_distance
+    if within >= 0 and task.label is None and is_variant(task.url):
+        text = VARIANT_WORDS.sub("#", simhash.page_text(result.take_tree()))
+        links = link_features(urls, form)
+        fp = simhash.exact(text) if within == 0 else simhash.fingerprint(text)
         if fp is not None:
-            near = Page.of(host, bytes.fromhex(task.id[:8]), fp,
-                           live.near_duplicate_distance, shape=shape_tag(host, task.url),
-                           links=simhash.set_fingerprint(link_features(urls, form)))
+            near = Page.of(host, bytes.fromhex(task.id[:8]), fp, within,
+                           shape=shape_tag(host, task.url),
+                           links=simhash.exact_set(links) if within == 0
+                           else simhash.set_fingerprint(links))
     if near is None and not soft:
         return None
     title = soft404.norm_title(soft404.title_of(result.body), task.url) if soft else ""

@@ -341,7 +341,7 @@ MUTANTS: tuple[Mutant, ...] = (
                  "items",)),
     Mutant("83-session-token-learned-from-a-few-links", "a session token is learned only "
            "from most of a page's links: an id a few links share is no token",
-           (_T + "test_tokens_fresh_per_visit_are_learned_from_two_pages_and_left_out_of_"
+           (_T + "test_tokens_fresh_per_visit_are_learned_from_a_page_and_left_out_of_"
                  "the_key",)),
     # Issue 45: the guarantees no test guarded, each killed every run (not by timing).
     Mutant("93-label-without-route-parsed-by-the-handler", "with --handler beside "

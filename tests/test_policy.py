@@ -59,8 +59,8 @@ UA = "crawlq/0.1 (+https://github.com/crawlq/crawlq)"
 #: The new keys' defaults, as `crawl create` and `crawl set` print them.
 #: The trap keys' defaults, the last of every listing.
 TRAPS = ("trap_max_url_length=1024, trap_max_segments=20, trap_repeated_segments=2, "
-         "trap_max_params=12, trap_path_variants=1000, trap_page_facets=3, "
-         "trap_session_ids=true, near_duplicate_distance=off, soft_404=true, "
+         "trap_max_params=12, trap_path_variants=1000, trap_page_facets=2, "
+         "trap_session_ids=true, near_duplicate_distance=0, soft_404=true, "
          "drop_judged_items=false")
 #: The proxy pool's keys' defaults, the last of every listing.
 PROXIES = ("proxy_tiers=datacenter,residential, proxy_ban_for=1800s, proxy_tier_bans=3, "
@@ -167,9 +167,9 @@ def test_the_policy_is_declared_once() -> None:
                                      "conditional": "true", "trap_max_url_length": "1024",
                                      "trap_max_segments": "20",
                                      "trap_repeated_segments": "2", "trap_max_params": "12",
-                                     "trap_path_variants": "1000", "trap_page_facets": "3",
+                                     "trap_path_variants": "1000", "trap_page_facets": "2",
                                      "trap_session_ids": "true",
-                                     "near_duplicate_distance": "off", "soft_404": "true",
+                                     "near_duplicate_distance": "0", "soft_404": "true",
                                      "drop_judged_items": "false",
                                      "politeness_key": "host", "group_delay": "1s",
                                      "group_concurrency": "2",
@@ -245,8 +245,8 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
             "interval_grow": 0.4, "interval_shrink": 0.2, "conditional": True,
             "trap_max_url_length": 1024,
             "trap_max_segments": 20, "trap_repeated_segments": 2, "trap_max_params": 12,
-            "trap_path_variants": 1000, "trap_page_facets": 3, "trap_session_ids": True,
-            "near_duplicate_distance": -1, "soft_404": True, "drop_judged_items": False,
+            "trap_path_variants": 1000, "trap_page_facets": 2, "trap_session_ids": True,
+            "near_duplicate_distance": 0, "soft_404": True, "drop_judged_items": False,
             "politeness_key": "host",
             "group_delay": 1.0, "group_concurrency": 2, **PROXY_VALUES},
         {"per_host_delay": "0.5s", "per_host_concurrency": "3", "accept_content_type": "*/*",
@@ -261,9 +261,9 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
          "interval_grow": "0.4", "interval_shrink": "0.2", "conditional": "true",
          "trap_max_url_length": "1024",
          "trap_max_segments": "20", "trap_repeated_segments": "2", "trap_max_params": "12",
-         "trap_path_variants": "1000", "trap_page_facets": "3",
+         "trap_path_variants": "1000", "trap_page_facets": "2",
          "trap_session_ids": "true",
-         "near_duplicate_distance": "off", "soft_404": "true",
+         "near_duplicate_distance": "0", "soft_404": "true",
                                      "drop_judged_items": "false",
          "politeness_key": "host",
          "group_delay": "1s", "group_concurrency": "2", **PROXY_TEXTS})
@@ -285,9 +285,9 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
         "trap_max_url_length": [None, "1024"],
         "trap_max_segments": [None, "20"],
         "trap_repeated_segments": [None, "2"], "trap_max_params": [None, "12"],
-        "trap_path_variants": [None, "1000"], "trap_page_facets": [None, "3"],
+        "trap_path_variants": [None, "1000"], "trap_page_facets": [None, "2"],
         "trap_session_ids": [None, "true"],
-        "near_duplicate_distance": [None, "off"], "soft_404": [None, "true"],
+        "near_duplicate_distance": [None, "0"], "soft_404": [None, "true"],
         "drop_judged_items": [None, "false"], "politeness_key": [None, "host"],
         "group_delay": [None, "1s"], "group_concurrency": [None, "2"],
         **{k: [None, v] for k, v in PROXY_TEXTS.items()}}} == first
@@ -334,8 +334,8 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
     assert [ln.split()[:2] for ln in lines[28:38]] == [
         ["trap_max_url_length", "1024"], ["trap_max_segments", "20"],
         ["trap_repeated_segments", "2"], ["trap_max_params", "12"],
-        ["trap_path_variants", "1000"], ["trap_page_facets", "3"],
-        ["trap_session_ids", "true"], ["near_duplicate_distance", "off"], ["soft_404", "true"],
+        ["trap_path_variants", "1000"], ["trap_page_facets", "2"],
+        ["trap_session_ids", "true"], ["near_duplicate_distance", "0"], ["soft_404", "true"],
         ["drop_judged_items", "false"]]
     assert [ln.split()[:2] for ln in lines[38:41]] == [
         ["politeness_key", "host"], ["group_delay", "1s"], ["group_concurrency", "2"]]
@@ -359,7 +359,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
                               "max_delay - -> 30s, max_depth - -> 3, "
                               "max_interval - -> 7776000s, "
                               "max_retry_after - -> 3600s, max_stalls - -> 2, "
-                              "min_interval - -> 60s, near_duplicate_distance - -> off, "
+                              "min_interval - -> 60s, near_duplicate_distance - -> 0, "
                               "per_host_concurrency - -> 2, per_host_delay - -> 0.5s, "
                               "politeness_key - -> host, "
                               + "".join(f"{k} - -> {v}, " for k, v in sorted(PROXY_TEXTS.items())
@@ -371,7 +371,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
                               "session_pool - -> 0, soft_404 - -> true, "
                               "trap_max_params - -> 12, "
                               "trap_max_segments - -> 20, trap_max_url_length - -> 1024, "
-                              "trap_page_facets - -> 3, "
+                              "trap_page_facets - -> 2, "
                               "trap_path_variants - -> 1000, "
                               "trap_repeated_segments - -> 2, trap_session_ids - -> true, "
                               f"user_agent - -> {UA}")
@@ -490,8 +490,8 @@ async def test_show_toml_round_trips_into_create_config(
         "interval_grow = 0.4", "interval_shrink = 0.2", "conditional = true",
         "trap_max_url_length = 1024",
         "trap_max_segments = 20", "trap_repeated_segments = 2", "trap_max_params = 12",
-        "trap_path_variants = 1000", "trap_page_facets = 3", "trap_session_ids = true",
-        'near_duplicate_distance = "off"', "soft_404 = true", "drop_judged_items = false",
+        "trap_path_variants = 1000", "trap_page_facets = 2", "trap_session_ids = true",
+        "near_duplicate_distance = 0", "soft_404 = true", "drop_judged_items = false",
         'politeness_key = "host"',
         'group_delay = "1s"', "group_concurrency = 2", *PROXY_TOML]
     path = tmp_path / "crawl.toml"
@@ -845,9 +845,9 @@ async def test_a_crawl_made_without_a_policy_is_adopted(
                        "conditional": [None, "true"], "trap_max_url_length": [None, "1024"],
                        "trap_max_segments": [None, "20"],
                        "trap_repeated_segments": [None, "2"], "trap_max_params": [None, "12"],
-                       "trap_path_variants": [None, "1000"], "trap_page_facets": [None, "3"],
+                       "trap_path_variants": [None, "1000"], "trap_page_facets": [None, "2"],
                        "trap_session_ids": [None, "true"],
-                       "near_duplicate_distance": [None, "off"], "soft_404": [None, "true"],
+                       "near_duplicate_distance": [None, "0"], "soft_404": [None, "true"],
         "drop_judged_items": [None, "false"],
                        "politeness_key": [None, "host"], "group_delay": [None, "1s"],
                        "group_concurrency": [None, "2"],

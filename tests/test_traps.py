@@ -220,13 +220,13 @@ class Learned:
     part of it)."""
 
     def __init__(self) -> None:
-        self.rules: dict[str, frozenset[str]] = {}
+        self.rules: dict[str, dict[str, str]] = {}
 
-    def tokens(self, host: str) -> frozenset[str]:
-        return self.rules.get(host, frozenset())
+    def tokens(self, host: str) -> dict[str, str]:
+        return self.rules.get(host, {})
 
-    def learn(self, host: str, rule: str) -> None:
-        self.rules[host] = self.tokens(host) | {rule}
+    def learn(self, host: str, rule: str, value: str) -> None:
+        self.rules.setdefault(host, {}).setdefault(rule, value)
 
 
 def token(n: int) -> str:
@@ -234,35 +234,43 @@ def token(n: int) -> str:
     return "".join(f"{n:02d}ab" for _ in range(5))
 
 
-def test_tokens_fresh_per_visit_are_learned_from_two_pages_and_left_out_of_the_key(
+def test_tokens_fresh_per_visit_are_learned_from_a_page_and_left_out_of_the_key(
 ) -> None:
     """A page under one token whose links carry another, shared by links to most of its
-    host's paths, shows a session token; once two pages showed it, the host's links are
-    deduplicated without it (fetched as linked). In the query under a name no list knows,
-    and in the path. An id shared by a few links is no token."""
+    host's paths, shows a session token: the host's links are then deduplicated under the
+    page's own token (fetched as linked), so the pages its links reached before under
+    that token are the same keys. In the query under a name no list knows, in the path,
+    and as a long number. An id shared by a few links is no token."""
     learned = Learned()
     i = LinkIntake(Metrics(), Live(snapshot(max_depth=5)), cache_size=1000, tokens=learned)
 
-    def visit(n: int, url: str) -> list[Task]:
-        links = [url.replace("PAGE", str(k)).replace("TOKEN", token(n + 1))
+    def visit(n: int, url: str, tok: object = token) -> list[Task]:
+        links = [url.replace("PAGE", str(k)).replace("TOKEN", tok(n + 1))  # type: ignore[operator]
                  for k in range(6)] + ["http://a.test/about"]
         tasks, mark = i.children([(parent(url.replace("PAGE", str(n)).replace(
-            "TOKEN", token(n))), links)])
+            "TOKEN", tok(n))), links)])  # type: ignore[operator]
         i.sent(mark)
         return tasks
 
-    first = visit(1, "http://a.test/doc/PAGE?s=TOKEN")
-    assert learned.rules == {} and all(t.unique_key is None for t in first)
-    second = visit(2, "http://a.test/doc/PAGE?s=TOKEN")
-    assert learned.rules == {"a.test": frozenset({"q:s"})}
-    assert {t.unique_key for t in second} >= {f"http://a.test/doc/{k}" for k in range(6)}
-    # the same pages under the next visit's token are known
+    # a listing's links under the token it gave its visitor, before anything is learned
+    first, mark = i.children([(parent("http://a.test/"), [
+        f"http://a.test/doc/{k}?s={token(1)}" for k in range(6)])])
+    i.sent(mark)
+    assert learned.rules == {} and len(first) == 6
+    # the first page under it links its neighbours under a fresh token: learned, and
+    # those links are the listing's, already sent
+    assert [t.url for t in visit(1, "http://a.test/doc/PAGE?s=TOKEN")] \
+        == ["http://a.test/about"]
+    assert learned.rules == {"a.test": {"q:s": token(1)}}
     assert [t.url for t in visit(3, "http://a.test/doc/PAGE?s=TOKEN")] == []
-    # in the path: /s/<token>/doc/<n>.html
-    visit(1, "http://b.test/s/TOKEN/PAGE.html")
-    paths = visit(2, "http://b.test/s/TOKEN/PAGE.html")
-    assert learned.rules["b.test"] == frozenset({"p:2"})
-    assert "http://b.test/s/*/3.html" in {t.unique_key for t in paths}
+    # in the path: /s/<token>/<n>.html
+    paths = visit(1, "http://b.test/s/TOKEN/PAGE.html")
+    assert learned.rules["b.test"] == {"p:2": token(1)}
+    assert {t.unique_key for t in paths} == {f"http://b.test/s/{token(1)}/{k}.html"
+                                             for k in range(6)} - {None}
+    # a session id of 13 digits
+    visit(1, "http://d.test/p/PAGE?visit=TOKEN", lambda n: f"{n:013d}")
+    assert learned.rules["d.test"] == {"q:visit": f"{1:013d}"}
     # a friend's pages: one id shared by 3 of 12 links is no session token
     for n in (1, 2, 3):
         own = f"http://c.test/user?uid={token(n)}"

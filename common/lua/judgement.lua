@@ -5,12 +5,13 @@
 -- finds it won), and read back each asked host's whole state.
 --
 -- KEYS[i]  jd:<host i>  HASH  s:<dir> -> signature, p:<dir> -> claimer, n -> probes
---          claimed, t:<rule> -> 1
+--          claimed, t:<rule> -> the session value its links are deduplicated under
 -- ARGV[1]  the most probes claimed per host
 -- ARGV[2]  the claimer (worker id and a nonce: "<worker> <nonce>")
 -- ARGV[3..] records of three values: "r", host index, "" (read the host's state);
---   "s", host index, "<dir> <signature>" (store a signature); "t", host index, rule
---   (a learned token); "c", host index, dir (claim the probe of dir)
+--   "s", host index, "<dir> <signature>" (store a signature); "t", host index,
+--   "<rule> <value>" (a learned token, kept if none is); "c", host index, dir (claim the
+--   probe of dir)
 -- Returns {states, claims}: states, one per host, its fields and values flat ({} when
 -- not read); claims, one per "c" record in order, 1 won (this claimer's), 0 not
 --- @include "lib/codes"
@@ -29,7 +30,9 @@ for r = 3, #ARGV, 3 do
     if not dir then error('crawlq: judgement: a signature needs "<dir> <signature>"') end
     redis.call('HSET', key, 's:' .. dir, sig)
   elseif kind == 't' then
-    redis.call('HSET', key, 't:' .. value, 1)
+    local rule, own = string.match(value, '^(%S+) (.*)$')
+    if not rule then error('crawlq: judgement: a token rule needs "<rule> <value>"') end
+    redis.call('HSETNX', key, 't:' .. rule, own)  -- the first learner's value is the fleet's
   elseif kind == 'c' then
     local field = 'p:' .. value
     local held = redis.call('HGET', key, field)
