@@ -27,7 +27,8 @@ from hashlib import blake2b
 
 from selectolax.lexbor import LexborHTMLParser
 
-__all__ = ["MAX_TEXT", "MIN_WORDS", "distance", "exact", "exact_set", "fingerprint", "page_text",
+__all__ = ["MAX_TEXT", "MIN_WORDS", "distance", "exact_set", "exact_text", "fingerprint",
+           "page_text",
            "set_fingerprint", "word_hashes"]
 
 #: Characters of a page's text fingerprinted (the rest is left out): bounds the work of a
@@ -71,13 +72,14 @@ def fingerprint(text: str) -> int | None:
     return _simhash(words)
 
 
-def exact(text: str) -> int | None:
-    """A 64-bit hash of the distinct words of `text`'s first `MAX_TEXT` characters,
-    lowercased: the same for the same words only; None for fewer than `EXACT_WORDS`."""
-    words = _words(text[:MAX_TEXT].lower())
-    if len(words) < EXACT_WORDS:
+def exact_text(text: str) -> int | None:
+    """A 64-bit hash of the words of `text`'s first `MAX_TEXT` characters, lowercased, in
+    order: the same for the same text only (whatever its spaces and punctuation); None
+    for fewer than `EXACT_WORDS` distinct words."""
+    words = text[:MAX_TEXT].lower().encode().translate(_ASCII_CUT).split()
+    if len(set(words)) < EXACT_WORDS:
         return None
-    return exact_set(w.decode() for w in words)
+    return int.from_bytes(blake2b(b" ".join(words), digest_size=8).digest(), "little")
 
 
 def exact_set(features: Iterable[str]) -> int:

@@ -53,6 +53,7 @@ __all__ = ["FACETS", "PAGINATION", "REFUSALS", "TrapRules", "fresh_tokens",
 PAGINATION = frozenset({"page", "pg", "paged", "pagenum", "page_num", "pageno", "page_no",
                         "pn", "start", "offset", "from", "skip", "cursor", "after",
                         "before"})
+_WORDLIKE = re.compile(r"[A-Za-z0-9_-]+")
 #: A fresh session token is shared by links to at least this many paths ...
 TOKEN_PATHS = 3
 #: ... that make at least this share of the page's links to its host.
@@ -167,17 +168,13 @@ def is_session_value(text: str) -> bool:
 
 def fresh_tokens(page: str, links: Iterable[object]) -> dict[str, str]:
     """The session tokens fresh per visit that canonical `page`'s links show, each rule
-    (``q:<name>``, a query parameter, or ``p:<index>``, a path segment) with `page`'s own
-    value: a rule's value in `page`'s URL is a session value (`is_session_value`), and
-    its value in the links is another, the same in links to at least `TOKEN_PATHS` paths
-    that make at least `TOKEN_SHARE` of the page's links to its host: a server that puts
-    a new session id in every link of every response. An id shared by a few links (a
-    friend's pages) is not one."""
-    path, query = _path_query(page)
-    own_q = {name: value for name, value in parse_qsl(query) if is_session_value(value)}
-    own_p = {i: s for i, s in enumerate(path.split("/")) if is_session_value(s)}
-    if not own_q and not own_p:
-        return {}
+    (``q:<name>``, a query parameter, or ``p:<index>``, a path segment) with the value its
+    links carry: a session value (`is_session_value`) that `page`'s own URL does not hold
+    (a visitor's new session, not the page's own id), the same in links to at least
+    `TOKEN_PATHS` paths that make at least `TOKEN_SHARE` of the page's links to its host:
+    a server that puts a session id in every link of a response. An id shared by a few
+    links (a friend's pages), or the page's own (a category's listing pages), is not
+    one."""
     origin = page[:page.find("/", page.find("://") + 3)]
     seen: dict[tuple[str, str], set[str]] = {}  # (rule, value) -> rest of the paths
     total = 0
@@ -186,51 +183,52 @@ def fresh_tokens(page: str, links: Iterable[object]) -> dict[str, str]:
             continue
         total += 1
         lpath, lquery = _path_query(link)
-        if own_q and lquery:
+        if lquery:
             for name, value in parse_qsl(lquery):
-                if name in own_q and value != own_q[name] and is_session_value(value):
+                if is_session_value(value):
                     seen.setdefault((f"q:{name}", value), set()).add(lpath)
-        if own_p:
-            segments = lpath.split("/")
-            for i, mine in own_p.items():
-                if i < len(segments) and segments[i] != mine \
-                        and is_session_value(segments[i]) \
-                        and segments[:i] == path.split("/")[:i]:
-                    seen.setdefault((f"p:{i}", segments[i]), set()).add(
-                        "/".join(segments[i + 1:]))
-    own = {**{f"q:{n}": v for n, v in own_q.items()},
-           **{f"p:{i}": v for i, v in own_p.items()}}
-    return {rule: own[rule] for (rule, _), paths in seen.items()
-            if len(paths) >= TOKEN_PATHS and len(paths) >= TOKEN_SHARE * total}
+        segments = lpath.split("/")
+        for i, segment in enumerate(segments):
+            if len(segment) >= 10 and is_session_value(segment):
+                seen.setdefault((f"p:{i}", segment), set()).add("/".join(segments[i + 1:]))
+    return {rule: value for (rule, value), paths in seen.items()
+            if len(paths) >= TOKEN_PATHS and len(paths) >= TOKEN_SHARE * total
+            and value not in page}
 
 
 def without_tokens(url: str, rules: Mapping[str, str]) -> str | None:
     """The key canonical `url` is deduplicated by under its host's learned token rules
-    (`fresh_tokens`): each rule's session value replaced by the rule's own (the value of
-    the page it was learned from, so the tasks its links made before are the same
-    keys); None when no rule changes it."""
+    (`fresh_tokens`): a rule's query parameter left out, and a path before and with a
+    rule's segment (a ``/s/<token>/`` prefix) left out, when they hold a session value,
+    so the page under a session is the page its plain links reached; None when no rule
+    changes it."""
     if not rules:
         return None
     path, query = _path_query(url)
     head = url[:len(url) - len(path) - (len(query) + 1 if query else 0)]
     changed = False
     if query:
-        pairs = [p.partition("=") for p in query.split("&")]
-        for k, (name, eq, value) in enumerate(pairs):
-            own = rules.get(f"q:{name}")
-            if own is not None and value != own and is_session_value(value):
-                pairs[k] = (name, eq, own)
-                changed = True
-        query = "&".join(f"{n}{e}{v}" for n, e, v in pairs)
+        kept = [p for p in query.split("&") if not (
+            f"q:{p.partition('=')[0]}" in rules and _learned_value(p.partition("=")[2]))]
+        changed = len(kept) != query.count("&") + 1
+        query = "&".join(kept)
     segments = path.split("/")
-    for i, segment in enumerate(segments):
-        own = rules.get(f"p:{i}")
-        if own is not None and segment != own and is_session_value(segment):
-            segments[i] = own
+    for i in range(len(segments) - 1, 0, -1):
+        if f"p:{i}" in rules and is_session_value(segments[i]):
+            segments = ["", *segments[i + 1:]]
             changed = True
+            break
     if not changed:
         return None
     return head + "/".join(segments) + (f"?{query}" if query else "")
+
+
+def _learned_value(text: str) -> bool:
+    """Whether a value of a learned token parameter is a session's: a session value, or
+    as long as one, of letters and digits both (a search's ``?s=python`` stays)."""
+    return is_session_value(text) or (
+        len(text) >= 12 and _WORDLIKE.fullmatch(text) is not None
+        and any(c.isdigit() for c in text) and any(c.isalpha() for c in text))
 
 
 def _most_repeated(segments: list[str]) -> int:

@@ -108,7 +108,8 @@ def common_directory(a: str, b: str) -> str:
 
 
 def url_words(url: str) -> frozenset[str]:
-    """The words of `url`'s path and query, lowercased: what a page that echoes its URL
-    (``/old/x.html was not found``) says of it."""
+    """The words of `url`'s path and query of three letters or more, lowercased: what a
+    page that echoes its URL (``/old/kalo-mine.html was not found``) says of it; a shorter
+    one (``/dir/a/``) is as likely a word of any page (``a``)."""
     path, query = _path_query(url)
-    return frozenset(w.lower() for w in _WORD.findall(f"{path} {query}"))
+    return frozenset(w.lower() for w in _WORD.findall(f"{path} {query}") if len(w) >= 3)

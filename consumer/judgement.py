@@ -51,7 +51,15 @@ from common.soft404 import Signature
 from common.task import Task
 from common.trapbook import HostState, Learned, Page, TrapBook
 from common.urls import fingerprint
-from common.urlshape import common_directory, directory, is_variant, masked, shape, shape_tag
+from common.urlshape import (
+    common_directory,
+    directory,
+    is_variant,
+    masked,
+    shape,
+    shape_tag,
+    url_words,
+)
 
 if TYPE_CHECKING:
     from consumer.flush import Completion
@@ -68,10 +76,10 @@ MISSING = re.compile(
     r"nicht gefunden|introuvable|no encontrad[ao]|non trovat[ao]|niet gevonden|"
     r"nie znaleziono|не найден\w*)\b")
 #: What varies between the variants of one page, masked in its text before it is
-#: fingerprinted: numbers (a page's, a month's days), and month and weekday names (a
-#: calendar's month, in English).
+#: fingerprinted: numbers (a page's, a month's days; not a word's digits: python3), and
+#: month and weekday names (a calendar's month, in English).
 VARIANT_WORDS = re.compile(
-    r"\d+|\b(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|"
+    r"\b(?:\d+|jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|"
     r"aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?|"
     r"mon(?:day)?|tue(?:s(?:day)?)?|wed(?:nesday)?|thu(?:rs(?:day)?)?|fri(?:day)?|"
     r"sat(?:urday)?|sun(?:day)?)\b", re.IGNORECASE)
@@ -94,7 +102,7 @@ TITLES = 20_000
 TITLE_PATHS = 4
 #: Pages of a host this consumer judged for each probe of one of its directories: a
 #: small host is probed at its root alone.
-PAGES_A_PROBE = 5
+PAGES_A_PROBE = 50
 
 
 @dataclass(slots=True)
@@ -132,6 +140,17 @@ def link_features(urls: Iterable[str | Request], own: str) -> list[str]:
     return out
 
 
+def _echo_free(c: Completion, url: str) -> int | None:
+    """A hash of a page's words but those of its URL (a catch-all echoes the path it was
+    asked for), from its result's body."""
+    body = c.record.body if c.record is not None else None
+    if not body:
+        return None
+    own = url_words(url)
+    text = soft404.unechoed(simhash.page_text(body), url)
+    return simhash.exact_set(w for w in text.lower().split() if w not in own)
+
+
 def _links_home(c: Completion) -> bool:
     """Whether a page links into its own host (its root probe is then due)."""
     home = _origin(c.lease.task.url) + "/"
@@ -159,7 +178,9 @@ class Judge:
         self.metrics = metrics
         self.worker = worker
         self.hosts: OrderedDict[str, HostState] = OrderedDict()
-        self._titles: OrderedDict[tuple[str, str], list[str]] = OrderedDict()
+        #: (host, title) -> its newest pages: path, shape, hash of its words but its URL's
+        self._titles: OrderedDict[tuple[str, str], list[tuple[str, str, int | None]]] = \
+            OrderedDict()
         self._pages: dict[str, int] = {}  # host -> pages judged for soft 404s
         self._pending: list[Learned] = []  # sent with the next call
 
@@ -211,9 +232,9 @@ class Judge:
                     if state is None or ("/" not in state.claimed
                                          and "/" not in state.signatures):
                         claims.setdefault((c.lease.host, "/"), c.lease.task.url)
-        for _, f in pages:
+        for c, f in pages:
             if f.soft:
-                self._want(f, clock, claims, reads)
+                self._want(c, f, clock, claims, reads)
         learned += [Learned(host, "c", d) for host, d in claims]
         if not pages and not learned:
             return Verdict([], [])
@@ -286,8 +307,8 @@ class Judge:
         holds[f.host] = holds.get(f.host, 0) + 1
         return True
 
-    def _want(self, f: PageFacts, clock: float, claims: dict[tuple[str, str], str],
-              reads: set[str]) -> None:
+    def _want(self, c: Completion, f: PageFacts, clock: float,
+              claims: dict[tuple[str, str], str], reads: set[str]) -> None:
         """The reads and probe claims page `f` asks for: its host's state when not known
         or stale, its root's probe, and its directory's when another page of its host
         had its title under another path."""
@@ -299,16 +320,24 @@ class Judge:
             claims.setdefault((f.host, "/"), f.url)
         if MISSING.search(f.title):  # a page that says it is missing: its own directory
             self._claim(f, directory(f.url), state, claims)
+        # Two pages of one title whose paths differ by more than a number (not a
+        # listing's next page, not a product's sibling): a catch-all's pages, maybe;
+        # surely when their words but their URLs' are the same.
         path, key = _path(f.url), (f.host, f.title)  # no title is one title too
         recent = self._titles.get(key)
         if recent is None:
             recent = self._titles[key] = []
             if len(self._titles) > TITLES:
                 self._titles.popitem(last=False)
-        where = max((common_directory(other, path) for other in recent if other != path),
-                    key=len, default="/")
-        if path not in recent:
-            recent.append(path)
+        others = [(common_directory(other, path), echo)
+                  for other, form, echo in recent if form != f.shape]
+        where = max((d for d, _ in others), key=len, default="/")
+        echo = _echo_free(c, f.url) if recent else None
+        twins = [d for d, e in others if e is not None and e == echo]
+        if twins:
+            self._claim(f, max(twins, key=len), state, claims)
+        if all(other != path for other, _, _ in recent):
+            recent.append((path, f.shape, echo))
             del recent[:-TITLE_PATHS]
         seen = self._pages[f.host] = self._pages.get(f.host, 0) + 1
         if len(self._pages) > HOSTS:
@@ -343,9 +372,10 @@ class Judge:
                 continue
             if sig.kind == soft404.PAGE and sig.title == f.title and words is None:
                 body = c.record.body if c.record is not None else None
-                words = soft404.sketch(simhash.page_text(body or b""), f.url)
+                words = soft404.sketch(soft404.unechoed(simhash.page_text(body or b""),
+                                                        f.url))
             if soft404.matches(sig, final_url=f.final_url, redirected=f.redirected,
-                               title=f.title, words=words):
+                               title=f.title, words=words, url=soft404.url_hashes(f.url)):
                 return True
         return False
 
@@ -398,7 +428,7 @@ def page_facts(task: Task, host: str, result: FetchResult, urls: Sequence[str | 
     if within >= 0 and task.label is None and is_variant(task.url):
         text = VARIANT_WORDS.sub("#", simhash.page_text(result.take_tree()))
         links = link_features(urls, form)
-        fp = simhash.exact(text) if within == 0 else simhash.fingerprint(text)
+        fp = simhash.exact_text(text) if within == 0 else simhash.fingerprint(text)
         if fp is not None:
             near = Page.of(host, bytes.fromhex(task.id[:8]), fp, within,
                            shape=shape_tag(host, task.url),

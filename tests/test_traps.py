@@ -237,9 +237,9 @@ def token(n: int) -> str:
 def test_tokens_fresh_per_visit_are_learned_from_a_page_and_left_out_of_the_key(
 ) -> None:
     """A page under one token whose links carry another, shared by links to most of its
-    host's paths, shows a session token: the host's links are then deduplicated under the
-    page's own token (fetched as linked), so the pages its links reached before under
-    that token are the same keys. In the query under a name no list knows, in the path,
+    host's paths, shows a session token: the host's links are then deduplicated without
+    it (fetched as linked), so a page under a session is the page its plain links
+    reached. In the query under a name no list knows, in the path (a /s/<token>/ prefix),
     and as a long number. An id shared by a few links is no token."""
     learned = Learned()
     i = LinkIntake(Metrics(), Live(snapshot(max_depth=5)), cache_size=1000, tokens=learned)
@@ -252,25 +252,23 @@ def test_tokens_fresh_per_visit_are_learned_from_a_page_and_left_out_of_the_key(
         i.sent(mark)
         return tasks
 
-    # a listing's links under the token it gave its visitor, before anything is learned
+    # a listing's plain links, then an item whose links carry a fresh token: learned, and
+    # its links are the listing's, already sent (and the about page, new)
     first, mark = i.children([(parent("http://a.test/"), [
-        f"http://a.test/doc/{k}?s={token(1)}" for k in range(6)])])
+        f"http://a.test/doc/{k}" for k in range(6)])])
     i.sent(mark)
     assert learned.rules == {} and len(first) == 6
-    # the first page under it links its neighbours under a fresh token: learned, and
-    # those links are the listing's, already sent
     assert [t.url for t in visit(1, "http://a.test/doc/PAGE?s=TOKEN")] \
         == ["http://a.test/about"]
-    assert learned.rules == {"a.test": {"q:s": token(1)}}
+    assert learned.rules["a.test"].keys() == {"q:s"}
     assert [t.url for t in visit(3, "http://a.test/doc/PAGE?s=TOKEN")] == []
-    # in the path: /s/<token>/<n>.html
+    # in the path: /s/<token>/<n>.html is <n>.html
     paths = visit(1, "http://b.test/s/TOKEN/PAGE.html")
-    assert learned.rules["b.test"] == {"p:2": token(1)}
-    assert {t.unique_key for t in paths} == {f"http://b.test/s/{token(1)}/{k}.html"
-                                             for k in range(6)} - {None}
+    assert learned.rules["b.test"].keys() == {"p:2"}
+    assert {t.unique_key for t in paths} >= {f"http://b.test/{k}.html" for k in range(6)}
     # a session id of 13 digits
     visit(1, "http://d.test/p/PAGE?visit=TOKEN", lambda n: f"{n:013d}")
-    assert learned.rules["d.test"] == {"q:visit": f"{1:013d}"}
+    assert learned.rules["d.test"].keys() == {"q:visit"}
     # a friend's pages: one id shared by 3 of 12 links is no session token
     for n in (1, 2, 3):
         own = f"http://c.test/user?uid={token(n)}"
@@ -281,15 +279,16 @@ def test_tokens_fresh_per_visit_are_learned_from_a_page_and_left_out_of_the_key(
 
 
 def test_a_faceted_page_is_judged_by_numbers_too_but_never_by_its_pagination() -> None:
-    """Four parameters varied by numbers (c, s, p, sort) make a faceted search: refused;
-    the links that change only its page are followed."""
+    """Four parameters varied by numbers (c, s, p, sort) make a faceted search, more than
+    trap_page_facets (2): refused; the links that change only its page are followed. Two
+    do not."""
     rules = CrawlPolicy().trap_rules()
     shop = "http://a.test/shop?c=1"
     facets = ["http://a.test/shop?c=2", "http://a.test/shop?c=1&s=2",
               "http://a.test/shop?c=1&p=3", "http://a.test/shop?c=1&sort=4"]
     pages = ["http://a.test/shop?c=1&page=2", "http://a.test/shop?c=1&offset=40"]
     assert rules.facet_links(shop, facets + pages) == frozenset(facets)
-    assert rules.facet_links(shop, facets[:3] + pages) == frozenset()
+    assert rules.facet_links(shop, facets[:2] + pages) == frozenset()
 
 
 async def test_a_paths_query_variants_are_bounded_across_the_fleet(
@@ -313,10 +312,10 @@ async def test_a_paths_query_variants_are_bounded_across_the_fleet(
 async def test_a_faceted_pages_filter_links_are_refused_and_its_pages_followed(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
     """A listing whose links to its own path vary four parameters by words (filters and a
-    sort order: more than trap_page_facets, 3) is a faceted search: those links are
+    sort order: more than trap_page_facets, 2) is a faceted search: those links are
     refused, counted trap_facets and for the host; its next page (a number), a link that
     drops its filter and links to other paths are followed. A facet is one on its page
-    only: the same URL linked from another page is followed. Three such parameters are
+    only: the same URL linked from another page is followed. Two such parameters are
     not a faceted search."""
     queue = await LeasingQueue.open(redis_client, crawl_name)
     i = intake(queue)
@@ -334,8 +333,8 @@ async def test_a_faceted_pages_filter_links_are_refused_and_its_pages_followed(
     assert (row.host, row.reasons) == ("a.test", {"trap_facets": 5})
     tasks, _ = i.children([(parent("http://a.test/blog"), facets[:1])])
     assert [t.url for t in tasks] == facets[:1]
-    three, _ = i.children([(parent(shop), facets[1:4])])
-    assert [t.url for t in three] == facets[1:4]
+    two, _ = i.children([(parent(shop), facets[1:3])])
+    assert [t.url for t in two] == facets[1:3]
     assert TrapRules(0, 0, 0, 0, 0, False, 0).facet_links(shop, facets) == frozenset()
 
 
