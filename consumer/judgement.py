@@ -51,15 +51,7 @@ from common.soft404 import Signature
 from common.task import Task
 from common.trapbook import HostState, Learned, Page, TrapBook
 from common.urls import fingerprint
-from common.urlshape import (
-    common_directory,
-    directory,
-    is_variant,
-    masked,
-    shape,
-    shape_tag,
-    url_words,
-)
+from common.urlshape import common_directory, directory, is_variant, masked, shape, shape_tag
 
 if TYPE_CHECKING:
     from consumer.flush import Completion
@@ -102,7 +94,7 @@ TITLES = 20_000
 TITLE_PATHS = 4
 #: Pages of a host this consumer judged for each probe of one of its directories: a
 #: small host is probed at its root alone.
-PAGES_A_PROBE = 50
+PAGES_A_PROBE = 100
 
 
 @dataclass(slots=True)
@@ -141,14 +133,12 @@ def link_features(urls: Iterable[str | Request], own: str) -> list[str]:
 
 
 def _echo_free(c: Completion, url: str) -> int | None:
-    """A hash of a page's words but those of its URL (a catch-all echoes the path it was
-    asked for), from its result's body."""
+    """A hash of a page's words, its path where it names it left out (a catch-all echoes
+    the path it was asked for), from its result's body."""
     body = c.record.body if c.record is not None else None
     if not body:
         return None
-    own = url_words(url)
-    text = soft404.unechoed(simhash.page_text(body), url)
-    return simhash.exact_set(w for w in text.lower().split() if w not in own)
+    return simhash.exact_set(soft404.unechoed(simhash.page_text(body), url).lower().split())
 
 
 def _links_home(c: Completion) -> bool:

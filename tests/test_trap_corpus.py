@@ -237,7 +237,7 @@ async def test_a_crawl_finds_every_real_page_of_a_site_without_traps(
     done = await crawl(site, redis_client, redis_url, crawl_name, tmp_path)
     print(f"\nno traps: {done}")
     # every real page once, beside the crawl's own soft-404 probes (404s here): its root's
-    # and one of a directory's, once fifty pages of the host are judged
+    # and one of a directory's, once a hundred pages of the host are judged
     assert done.ended and done.requests - done.traps["not found"] == len(done.found), done
     assert done.traps["not found"] <= 2, done
     assert done.found == site.real_paths, sorted(site.real_paths - done.found)
