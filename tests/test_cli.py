@@ -135,9 +135,11 @@ async def test_stats_show_the_revisit_schedule(redis_url: str, redis_client: aio
 
     assert await crawlq(redis_url, "stats", "--crawl", crawl_name, "--json") == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["revisits"] == {"scheduled": 6, "due": 1, "revisits": 2, "late_p50_s": 1.0,
-                               "late_p99_s": 600.0, "not_modified": 1, "unchanged": 0,
-                               "changed": 1}
+    revisits = doc["revisits"]
+    # The one due 5 ms ago is leased within a second, or within ten on a loaded machine.
+    assert revisits.pop("late_p50_s") in (1.0, 10.0)
+    assert revisits == {"scheduled": 6, "due": 1, "revisits": 2, "late_p99_s": 600.0,
+                        "not_modified": 1, "unchanged": 0, "changed": 1}
     assert await crawlq(redis_url, "stats", "--crawl", crawl_name) == 0
     assert ("revisits: 6 scheduled, 1 due now, 2 brought back (late p50 <= 1s, p99 <= 600s);"
             " found not_modified 1, unchanged 0, changed 1") in capsys.readouterr().out
