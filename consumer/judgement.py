@@ -361,6 +361,7 @@ class Judge:
         if state is None or f.depth < 1:
             return False
         words: tuple[int, ...] | None = None
+        url: frozenset[int] = frozenset()
         for sig in state.signatures.values():
             if not soft404.applies(sig, f.url):
                 continue
@@ -368,8 +369,9 @@ class Judge:
                 body = c.record.body if c.record is not None else None
                 words = soft404.sketch(soft404.unechoed(simhash.page_text(body or b""),
                                                         f.url))
+                url = soft404.url_hashes(f.url)  # only a page of a signature's title
             if soft404.matches(sig, final_url=f.final_url, redirected=f.redirected,
-                               title=f.title, words=words, url=soft404.url_hashes(f.url)):
+                               title=f.title, words=words, url=url):
                 return True
         return False
 
