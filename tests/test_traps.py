@@ -31,7 +31,7 @@ from common.scripts import source
 from common.simhash import MAX_TEXT, MIN_WORDS, distance, fingerprint, page_text
 from common.task import Task
 from common.trapbook import KEEP, MAX_PROBES, Page, TrapBook
-from common.traps import TrapRules, strip_session_ids
+from common.traps import TrapRules, strip_session_ids, without_tokens
 from common.urls import fingerprint as url_fingerprint
 from common.urlshape import shape_tag
 from console.cli import main_async
@@ -276,6 +276,22 @@ def test_tokens_fresh_per_visit_are_learned_from_a_page_and_left_out_of_the_key(
         links += [f"http://c.test/topic/{k}" for k in range(9)]
         i.children([(parent(own), links)])
     assert "c.test" not in learned.rules
+
+
+def test_a_learned_token_rule_takes_a_random_id_with_few_digits_but_keeps_a_slug() -> None:
+    """Once a host's /u/<token>/ prefix is learned, a later link's id of the learned
+    length is the session's though it has too few letter-digit changes for a token (one
+    random base-62 id in ~15 of 24 characters; each one let through cost its page's dozen
+    links on the trap corpus' seed 16); a slug there, or a word of another length, stays."""
+    rules = {"p:2": "KAR1OnOCsoFMbYsJlkfKqx5u", "q:s": "8f3a9c1d2e4b5a6f"}
+    assert without_tokens("http://a.test/u/yIyRhZfsYLlnMSduKyy1CMeC/list?c=1", rules) \
+        == "http://a.test/list?c=1"
+    assert without_tokens("http://a.test/u/yIyRhZfsYLlnMSduKyyICMeC/x", rules) \
+        == "http://a.test/x"  # no digit at all: both cases, the learned length
+    assert without_tokens("http://a.test/u/getting-started-with-it/x", rules) is None
+    assert without_tokens("http://a.test/u/GettingStarted/x", rules) is None
+    assert without_tokens("http://a.test/doc?s=python", rules) is None
+    assert without_tokens("http://a.test/doc?s=yIyRhZfsYLlnMSduK1", rules) == "http://a.test/doc"
 
 
 def test_a_faceted_page_is_judged_by_numbers_too_but_never_by_its_pagination() -> None:
