@@ -328,8 +328,8 @@ class Judge:
         where = max((d for d, _ in others), key=len, default="/")
         echo = f.echo if recent else None
         twins = [d for d, e in others if e is not None and e == echo]
-        if twins:
-            self._claim(f, max(twins, key=len), state, claims)
+        if twins:  # their own catch-all, maybe under another one: probed whatever is above
+            self._claim(f, max(twins, key=len), state, claims, under=True)
         if all(other != path for other, _, _ in recent):
             recent.append((path, f.shape, echo))
             del recent[:-TITLE_PATHS]
@@ -344,14 +344,16 @@ class Judge:
 
     @staticmethod
     def _claim(f: PageFacts, where: str, state: HostState | None,
-               claims: dict[tuple[str, str], str]) -> None:
+               claims: dict[tuple[str, str], str], *, under: bool = False) -> None:
         """Claim the probe of `f`'s host's directory `where`, unless it is the root (the
-        root's is claimed apart), claimed, probed, or under a directory whose probe found
-        a catch-all (its signature judges it already)."""
+        root's is claimed apart), claimed, probed, or (but `under`: twins no signature
+        judged, a listing's catch-all below the root's "not found" page) under a
+        directory whose probe found a catch-all (its signature judges it already)."""
         if where == "/" or (state is not None and (
                 where in state.claimed or where in state.signatures
-                or any(sig.kind != soft404.NONE and where.startswith(sig.directory)
-                       for sig in state.signatures.values()))):
+                or (not under and any(sig.kind != soft404.NONE
+                                      and where.startswith(sig.directory)
+                                      for sig in state.signatures.values())))):
             return
         claims.setdefault((f.host, where), f.url)
 

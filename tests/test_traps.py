@@ -627,6 +627,49 @@ async def test_a_page_that_says_it_is_missing_waits_for_its_directorys_probe(
     assert {r["outcome"] for r in records(tmp_path) if "/old/" in r["url"]} == {"soft_404"}
 
 
+async def test_a_listings_catch_all_under_the_roots_is_probed_and_judged(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+        tmp_path: Path) -> None:
+    """The root answers any unknown path with a short "not found" page (its probe finds
+    that catch-all); /files/ answers any directory under it with a bare listing of
+    three relative directories, each one a directory deeper, for ever. The listing's
+    copies are twins (the same words once their own path is left out) that the root's
+    signature does not judge: their directory is probed all the same, and the listing
+    stops within its second level (it took 271 requests a site on the trap corpus)."""
+    await set_policy(redis_client, crawl_name, {"max_depth": 100, "per_host_delay": 0.0,
+                                                "per_host_concurrency": 4,
+                                                "ignore_robots": True},
+                     by="test", create=True)
+
+    async def home(request: web.Request) -> web.Response:
+        return html(titled("Home", article(1), [*(f"/doc/{n}" for n in range(3)),
+                                                "/files/", "/gone.html"]))
+
+    async def doc(request: web.Request) -> web.Response:
+        n = request.match_info["n"]
+        return html(titled(f"Doc {n}", article(int(n) + 10), ["/"]))
+
+    async def listing(request: web.Request) -> web.Response:
+        rows = "".join(f'<tr><td><a href="{d}/">{d}/</a></td></tr>'
+                       for d in ("archive", "2026", "old"))
+        return html(f"<html><head><title>Index of {request.path}</title></head><body>"
+                    f"<h1>Index of {request.path}</h1><table>{rows}</table></body></html>")
+
+    async def missing(request: web.Request) -> web.Response:
+        return html("<html><head><title>Not found</title></head><body>Nothing here."
+                    "</body></html>")
+
+    async with serve({"/": home, "/doc/{n}": doc, r"/files/{tail:.*}": listing,
+                      r"/{tail:.*}": missing}) as site:
+        await enqueue(redis_client, crawl_name, [site.url("/")])
+        await consume(redis_url, crawl_name, tmp_path, "--handler",
+                      "consumer_handlers:links_and_items", limit_s=60)
+    deep = [p for p in site.hits if p.startswith("/files/") and p.count("/") > 4]
+    assert not deep, deep  # no third level below /files/
+    assert {"/doc/0", "/doc/1", "/doc/2"} <= set(site.hits)
+    assert [p for p in site.probes if p.startswith("/files/")]
+
+
 async def test_a_labelled_request_is_never_a_near_duplicate(
         redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
         tmp_path: Path) -> None:
