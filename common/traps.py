@@ -185,15 +185,18 @@ def fresh_tokens(page: str, links: Iterable[object]) -> dict[str, str]:
         lpath, lquery = _path_query(link)
         if lquery:
             for name, value in parse_qsl(lquery):
-                if is_session_value(value):
+                if len(value) >= 10:  # as short as a session value may be
                     seen.setdefault((f"q:{name}", value), set()).add(lpath)
+        if len(lpath) < 11:
+            continue
         segments = lpath.split("/")
         for i, segment in enumerate(segments):
-            if len(segment) >= 10 and is_session_value(segment):
+            if len(segment) >= 10:
                 seen.setdefault((f"p:{i}", segment), set()).add("/".join(segments[i + 1:]))
+    # shared widely first (few values are), a session value then: a page's links are many
     return {rule: value for (rule, value), paths in seen.items()
             if len(paths) >= TOKEN_PATHS and len(paths) >= TOKEN_SHARE * total
-            and value not in page}
+            and value not in page and is_session_value(value)}
 
 
 def without_tokens(url: str, rules: Mapping[str, str]) -> str | None:
