@@ -175,23 +175,23 @@ def fresh_tokens(page: str, links: Iterable[object]) -> dict[str, str]:
     a server that puts a session id in every link of a response. An id shared by a few
     links (a friend's pages), or the page's own (a category's listing pages), is not
     one."""
-    origin = page[:page.find("/", page.find("://") + 3)]
+    home = page[:page.find("/", page.find("://") + 3)] + "/"
     seen: dict[tuple[str, str], set[str]] = {}  # (rule, value) -> rest of the paths
     total = 0
     for link in links:
-        if not isinstance(link, str) or not link.startswith(origin + "/"):
+        if not isinstance(link, str) or not link.startswith(home):
             continue
         total += 1
         lpath, lquery = _path_query(link)
         if lquery:
             for name, value in parse_qsl(lquery):
-                if len(value) >= 10:  # as short as a session value may be
+                if len(value) >= 10 and "." not in value:  # as a session value may be
                     seen.setdefault((f"q:{name}", value), set()).add(lpath)
         if len(lpath) < 11:
             continue
         segments = lpath.split("/")
         for i, segment in enumerate(segments):
-            if len(segment) >= 10:
+            if len(segment) >= 10 and "." not in segment:  # not a file's name
                 seen.setdefault((f"p:{i}", segment), set()).add("/".join(segments[i + 1:]))
     # shared widely first (few values are), a session value then: a page's links are many
     return {rule: value for (rule, value), paths in seen.items()
