@@ -159,7 +159,7 @@ class LinkIntake:
         for task, urls in found:
             if not urls:
                 continue
-            if task.depth + 1 > max_depth:  # a spider's pagination reaches it first
+            if 0 <= max_depth <= task.depth:  # -1: no limit
                 fates["too_deep"] += len(urls)
                 continue
             domains = self.allow_domains or frozenset((_host(task.url),))

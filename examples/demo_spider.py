@@ -17,11 +17,8 @@ from crawlq import Request, Spider
 SITE = os.environ.get("SHOP_URL", "http://127.0.0.1:8000").rstrip("/")
 
 # Items are keyed by their "sku" (products) unless a route says otherwise: a product
-# fetched twice (a consumer killed mid-task) is one row, not two. Each follow is one link
-# deeper than its page, and pagination goes deep: the crawl's max_depth (3 by default,
-# for crawls that follow every link) is raised for this spider's crawl.
-spider = Spider("demo-shop", start=[f"{SITE}/shop"], item_key="sku",
-                policy={"max_depth": 50})
+# fetched twice (a consumer killed mid-task) is one row, not two.
+spider = Spider("demo-shop", start=[f"{SITE}/shop"], item_key="sku")
 
 
 @spider.route()  # the default route: requests without a label (the start URL)

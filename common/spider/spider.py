@@ -65,7 +65,7 @@ class Spider:
         self.name = name
         self.item_key = _key_fields(item_key)
         #: crawl policy values (``crawlq crawl set``'s keys) a crawl of this spider is
-        #: created with, e.g. ``{"max_depth": 20}``: follows of pagination go deep
+        #: created with, e.g. ``{"max_depth": 5}`` (no depth limit unless set)
         self.policy = {key: parse_value(key, value) for key, value in (policy or {}).items()}
         CrawlPolicy().replace(self.policy)  # PolicyError now, not when a crawl is made
         self._start = list(start)
