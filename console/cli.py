@@ -72,6 +72,7 @@ from console.dashboard.command import DASHBOARD_OPTIONS, cmd_dashboard
 from console.deadletters import select_dead
 from console.demo.run import DEMO_OPTIONS, run_demo
 from console.fsck import fsck, report_text
+from console.losses import advice
 from console.run_spider import RUN_OPTIONS, run_spider
 
 __all__ = ["EXIT_FAIL", "EXIT_INCONSISTENT", "EXIT_OK", "EXIT_REDIS", "EXIT_USAGE",
@@ -124,6 +125,10 @@ def _stats_text(doc: dict[str, Any]) -> str:
     counters = {k: v for k, v in doc["counters"].items() if v}
     if counters:
         lines.append("counters: " + ", ".join(f"{k} {v:,}" for k, v in counters.items()))
+    if doc["links"]:
+        lines.append("links not followed: " + ", ".join(
+            f"{k} {v:,} ({advice(k)})" if k == "too_deep" else f"{k} {v:,}"
+            for k, v in sorted(doc["links"].items(), key=lambda kv: -kv[1])))
     reasons = {k: v for k, v in doc["dead_reasons"].items() if v}
     lines.append("dead letters by reason: "
                  + (", ".join(f"{k} {v:,}" for k, v in reasons.items()) or "none"))

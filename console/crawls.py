@@ -19,6 +19,7 @@ from common.frontier.hosts import Frontier
 from common.keys import CRAWLS, CrawlKeys
 from common.queue import CrawlQueue, Stats
 from common.workers import read_workers
+from console.losses import link_fates
 
 #: At most this many crawls are summarized per call (by name).
 MAX_CRAWLS = 200
@@ -57,6 +58,7 @@ class CrawlSummary:
             "counters": dict(sorted(s.counters.items())),
             "outcomes": {k[len(_OUTCOME):]: v for k, v in sorted(s.counters.items())
                          if k.startswith(_OUTCOME)},
+            "links": link_fates(s.counters),
             "rates": self.rates,
             "dead_reasons": dict(sorted(s.dead_reasons.items(), key=lambda kv: -kv[1])),
             "workers": self.workers,

@@ -35,6 +35,8 @@ from consumer.sinks import ProbingSink, Record, Sink
 log = logging.getLogger("consumer")
 
 FLUSH_INTERVAL_S = 0.02
+#: How often the links not followed are added to the crawl's stats (and at the end).
+LINK_COUNTS_EVERY_S = 1.0
 _LOST = frozenset({Code.STALE, Code.EXPIRED, Code.UNKNOWN})  # the lease was not ours anymore
 DEFAULT_SINK_RETRY_FOR_S = 60.0
 
@@ -113,6 +115,7 @@ class Flusher:
         self.give_up_at: float | None = None
         #: The first flush abandoned for it, if one was.
         self.abandoned: FlushAbandoned | None = None
+        self._links_saved_at = 0.0
 
     def add(self, completion: Completion) -> None:
         """Queue a completion; wakes the flusher for the first one, a full batch, a
@@ -259,6 +262,8 @@ class Flusher:
             self._account(releases, codes, ["released"] * len(releases))
         self.metrics.publish()
         self.intake.publish()
+        if time.monotonic() >= self._links_saved_at + LINK_COUNTS_EVERY_S:
+            await self.save_link_counts()
         # Leases that ended free their hosts' slots; a host with a delay takes its next
         # request only at its next turn (a lease call's reply says when), so only a turn
         # that comes soon wakes this consumer's leaser or the fleet's idle ones.
@@ -288,6 +293,22 @@ class Flusher:
                     c.record.outcome = NEAR_DUPLICATE
                     c.record.items = []
                 self.intake.tally(c.lease.host, NEAR_DUPLICATE)
+
+    async def save_link_counts(self) -> None:
+        """Add the links not followed (too_deep, out_of_scope, a trap rule's, ...) to the
+        crawl's stats as ``links:<fate>`` (one pipelined round trip a second at most, and
+        one at the end); kept for the next try when Redis fails."""
+        self._links_saved_at = time.monotonic()
+        fates = self.intake.unsaved()
+        if not fates:
+            return
+        try:
+            async with self.queue.client.pipeline(transaction=False) as pipe:
+                for fate, n in fates.items():
+                    pipe.hincrby(self.queue.partitions[0].stats, f"links:{fate}", n)
+                await pipe.execute()
+        except REDIS_ERRORS:
+            self.intake.keep(fates)
 
     def _account(self, leases: Sequence[Lease], codes: Sequence[Code],
                  outcomes: Sequence[str]) -> None:

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 from common.errors import InvalidRequestError
 from common.hostmodel.hostkey import host_key
-from common.metrics import LINK_FATES, Metrics
+from common.metrics import LINK_FATES, NOT_FOLLOWED, Metrics
 from common.queue import NewTask
 from common.request import Request, request_key
 from common.task import Task
@@ -124,6 +124,7 @@ class LinkIntake:
         # half of it: each generation lives at most a quarter.
         self.cache = SeenCache(cache_size, max_age_s=now.recrawl_after / 4)
         self._fates = dict.fromkeys(LINK_FATES, 0)
+        self._unsaved: dict[str, int] = {}  # NOT_FOLLOWED fates not in the crawl's stats yet
         self._scope = 0  # bumped when the domains change
 
     def _follow(self) -> LivePolicy:
@@ -294,11 +295,25 @@ class LinkIntake:
         self._fates["capped"] += n
 
     def publish(self) -> None:
-        """Fold the tallies into crawlq_links_total (once per flush, not per link)."""
+        """Fold the tallies into crawlq_links_total (once per flush, not per link), and
+        the links not followed into what `unsaved` hands the crawl's stats."""
         for fate, n in self._fates.items():
             if n:
                 self.metrics.links(fate, n)
                 self._fates[fate] = 0
+                if fate in NOT_FOLLOWED:
+                    self._unsaved[fate] = self._unsaved.get(fate, 0) + n
+
+    def unsaved(self) -> dict[str, int]:
+        """The links not followed since the last call, by fate (the caller adds them to
+        the crawl's stats, or gives them back with `keep` when it could not)."""
+        found, self._unsaved = self._unsaved, {}
+        return found
+
+    def keep(self, fates: dict[str, int]) -> None:
+        """Fates `unsaved` gave that did not reach the crawl's stats: sent next time."""
+        for fate, n in fates.items():
+            self._unsaved[fate] = self._unsaved.get(fate, 0) + n
 
 
 def _in_scope(host: str, domains: frozenset[str]) -> bool:
