@@ -7,6 +7,7 @@ import contextlib
 import logging
 import signal
 import time
+from typing import Any
 
 from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 
@@ -38,7 +39,7 @@ from consumer.lifecycle import Consumer
 from consumer.live import Live, LivePolicy
 from consumer.redis_check import check_redis
 from consumer.robots import RobotsCache
-from consumer.sinks import make_sink, sink_target
+from consumer.sinks import SinkUnavailableError, make_sink, sink_target
 
 log = logging.getLogger("consumer")
 
@@ -197,6 +198,15 @@ async def _sync_policy(queue: CrawlQueue) -> None:
         log.warning("crawl_policy_not_written", extra={"error": str(exc)[:200]})
 
 
+def _item_tables(spider: Spider | None) -> dict[str, Any]:
+    """The item types a spider's routes declare, and whether some route has none: the
+    tables a PostgreSQL sink prepares at start."""
+    if spider is None:
+        return {}
+    types = [r.item_type for r in spider.routes.values()]
+    return {"item_types": [t for t in types if t], "untyped": None in types}
+
+
 async def run(settings: ConsumerSettings) -> int:
     """Run one consumer until it is stopped; returns the exit code."""
     metrics = Metrics()
@@ -248,17 +258,19 @@ async def run(settings: ConsumerSettings) -> int:
                              redis=client, rotate_bytes=settings.rotate_bytes,
                              gzip=settings.gzip, store_body=settings.store_body,
                              stream_maxlen=settings.stream_maxlen,
-                             stream_key=CrawlKeys.build(settings.common.crawl).results)
+                             stream_key=CrawlKeys.build(settings.common.crawl).results,
+                             **_item_tables(spider))
             await _sync_policy(queue)
             try:
                 await sink.open()
-            except OSError as exc:  # e.g. --output on a read-only volume
+            except OSError as exc:  # e.g. --output on a read-only volume, a database down
                 kind, target = sink_target(sink)
                 log.error("sink_failed", extra={
                     "sink": kind, "target": target, "error": describe_error(exc),
                     "exit_code": EXIT_SINK,
-                    "advice": f"the {kind} sink ({target}) can't be opened; fix the volume "
-                              "(permissions, read-only mount, space), then restart"})
+                    "advice": f"{exc}; then restart" if isinstance(exc, SinkUnavailableError)
+                    else f"the {kind} sink ({target}) can't be opened; fix the volume "
+                         "(permissions, read-only mount, space), then restart"})
                 return EXIT_SINK
             # One policy snapshot: the consumer reads the crawl's policy into it, the
             # fetcher and robots.txt cache read their user agent (and TTL) at each use.

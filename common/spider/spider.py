@@ -8,7 +8,7 @@
     async def listing(response, ctx):
         ctx.follow(css="a.book::attr(href)", label="book", data={"shelf": 3})
 
-    @spider.route("book")
+    @spider.route("book", item_type="book")   # its items: table (or file) "book"
     async def book(response, ctx):
         ctx.emit({"isbn": response.css(".isbn::text").get(), **ctx.request.data})
 
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from common.errors import UnknownLabelError
+from common.items import check_item_type
 from common.policy import CrawlPolicy, parse_value
 from common.request import Request, check_label
 
@@ -42,11 +43,13 @@ RouteFn = Callable[["Response", "Context"], Awaitable[Any] | Any]
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """One route: its label (None: the default route), its function and its item key."""
+    """One route: its label (None: the default route), its function, its item key and
+    its item type (None: the sink's own table or file)."""
 
     label: str | None
     fn: RouteFn
     item_key: tuple[str, ...]
+    item_type: str | None = None
 
 
 def _key_fields(value: str | Sequence[str]) -> tuple[str, ...]:
@@ -73,23 +76,27 @@ class Spider:
         self.routes: dict[str | None, Route] = {}
 
     def __repr__(self) -> str:
-        labels = ", ".join(repr(label) for label in self.routes)
+        labels = ", ".join("the default route" if label is None else repr(label)
+                           for label in self.routes)
         return f"Spider({self.name!r}, routes: {labels or 'none'})"
 
-    def route(self, label: str | None = None, *, item_key: str | Sequence[str] | None = None
-              ) -> Callable[[RouteFn], RouteFn]:
+    def route(self, label: str | None = None, *, item_key: str | Sequence[str] | None = None,
+              item_type: str | None = None) -> Callable[[RouteFn], RouteFn]:
         """Register the decorated function as the route of `label` (no label: the default
         route, for requests without one). `item_key` overrides the spider's for its
-        items. ValueError for a label given twice."""
+        items; `item_type` names the table (or JSONL file) they go to, each type with
+        its own keys (None: the sink's own). ValueError for a label given twice or an
+        item type that can't name a table."""
         check_label(label, f"spider {self.name!r} route")
         keys = self.item_key if item_key is None else _key_fields(item_key)
+        check_item_type(item_type)
 
         def register(fn: RouteFn) -> RouteFn:
             if label in self.routes:
                 what = "the default route" if label is None else f"route {label!r}"
                 raise ValueError(f"spider {self.name!r} has {what} already "
                                  f"({self.routes[label].fn.__name__})")
-            self.routes[label] = Route(label, fn, keys)
+            self.routes[label] = Route(label, fn, keys, item_type)
             return fn
         return register
 
