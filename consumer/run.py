@@ -7,6 +7,7 @@ import contextlib
 import logging
 import signal
 import time
+from dataclasses import replace
 from typing import Any
 
 from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
@@ -29,7 +30,7 @@ from common.policy import (
 )
 from common.queue import CrawlQueue, LeasingQueue, migrate_crawl
 from common.redis_errors import REDIS_ERRORS, redis_error_message
-from common.spider import Spider, load_spider
+from common.spider import Spider, crawl_of, load_spider
 from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
 from consumer.flush import describe_error
@@ -227,6 +228,9 @@ async def run(settings: ConsumerSettings) -> int:
     try:
         handler = load_handler(settings.handler) if settings.handler else None
         spider = load_spider(settings.spider) if settings.spider else None
+        if spider is not None:  # --crawl defaults to the spider's name
+            settings = replace(settings, common=replace(settings.common, crawl=crawl_of(
+                spider, settings.common.crawl, given="--crawl" in settings.common.given)))
         if spider is not None and handler is not None and spider.knows(None):
             raise ConfigError(f"--handler {settings.handler} and the --spider's default "
                               "route both parse requests without a label: drop one")
@@ -238,7 +242,8 @@ async def run(settings: ConsumerSettings) -> int:
             if settings.http_port >= 0:
                 server = SideServer(settings.http_host, settings.http_port, metrics,
                                     ready_problem)
-                port = await server.start()
+                port = await server.start(
+                    any_port_if_taken="--http-port" not in settings.common.given)
                 stack.push_async_callback(server.stop)
                 log.info("http_listening", extra={"host": settings.http_host, "port": port})
             wait = _RedisWait(settings)
