@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -52,13 +51,12 @@ from redis.exceptions import (
 )
 
 from common import codec
-from common.codec import text as _text
 from common.config import COMMON_OPTIONS, JSON, Option, add_options, duration, redact_url
 from common.connection import RedisClient, connect, open_redis
 from common.durability import EVICTION_ADVICE, ServerSettings, server_settings
 from common.errors import BadRequestError, ConfigError, CrawlqError
 from common.exitcodes import EXIT_FAIL, EXIT_INCONSISTENT, EXIT_OK, EXIT_REDIS, EXIT_USAGE
-from common.keys import CRAWLS, PREFIX, CrawlKeys
+from common.keys import CRAWLS, CrawlKeys
 from common.logs import setup_logging
 from common.queue import CrawlFormatError, CrawlQueue, CrawlSettings, migrate_crawl
 from common.redis_errors import redis_error_message
@@ -67,7 +65,7 @@ from common.workers import read_workers
 from console.cli_crawl import add_crawl_commands
 from console.cli_hosts import add_host_commands
 from console.cli_traps import add_trap_commands
-from console.crawls import summaries, summary
+from console.crawls import crawl_keys, delete_crawl, summaries, summary
 from console.dashboard.command import DASHBOARD_OPTIONS, cmd_dashboard
 from console.deadletters import select_dead
 from console.demo.run import DEMO_OPTIONS, run_demo
@@ -301,26 +299,6 @@ async def cmd_crawls(args: argparse.Namespace, client: RedisClient) -> int:
     return EXIT_OK
 
 
-def _glob_escape(text: str) -> str:
-    return re.sub(r"([*?\[\]\\{}])", r"\\\1", text)
-
-
-async def crawl_keys(client: RedisClient, crawl: str) -> list[str]:
-    """Every key of one crawl: its crawl-wide keys and those of each of its partitions.
-
-    Matches are checked again in Python, so a crawl named ``a`` never takes ``ab``'s keys.
-    """
-    name = _glob_escape(crawl)
-    own = re.compile(rf"^{re.escape(PREFIX)}:\{{{re.escape(crawl)}(?::\d+(?:\.\d+)?)?\}}:")
-    found: list[str] = []
-    for pattern in (f"{PREFIX}:\\{{{name}\\}}:*", f"{PREFIX}:\\{{{name}:*"):
-        async for key in client.scan_iter(match=pattern, count=10_000):
-            text = _text(key)
-            if own.match(text):
-                found.append(text)
-    return sorted(set(found))
-
-
 async def cmd_reset(args: argparse.Namespace, client: RedisClient) -> int:
     keys = await crawl_keys(client, args.crawl)
     known = await client.sismember(CRAWLS, args.crawl)
@@ -331,10 +309,8 @@ async def cmd_reset(args: argparse.Namespace, client: RedisClient) -> int:
         print(f"would delete {len(keys)} keys of crawl {args.crawl} (and nothing else); "
               "nothing deleted. Add --yes to do it", file=sys.stderr)
         return EXIT_USAGE
-    for i in range(0, len(keys), 500):
-        await client.unlink(*keys[i:i + 500])
-    await client.srem(CRAWLS, args.crawl)
-    print(f"deleted {len(keys)} keys of crawl {args.crawl}")
+    deleted = await delete_crawl(client, args.crawl)
+    print(f"deleted {deleted} keys of crawl {args.crawl}")
     return EXIT_OK
 
 

@@ -12,13 +12,14 @@ import contextlib
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from common import codec
 from common.queue import CrawlQueue, Stats
 from common.redis_server import RedisServer
+from console.runlog import failure_line
 
 __all__ = ["Children", "SigtermCancels", "dir_summary", "progress_line", "say",
            "stop_started", "tail", "watch"]
@@ -132,8 +133,10 @@ def dir_summary(path: Path) -> str:
 
 
 async def watch(children: Children, queue: CrawlQueue, *, total: int | None, timeout_s: float,
-                started: float, logs: Path) -> bool:
-    """Show progress until every consumer exits; False on a timeout or a failed consumer."""
+                started: float, logs: Path,
+                notes: Callable[[], list[str]] = list) -> bool:
+    """Show progress until every consumer exits, and the lines `notes` gives meanwhile
+    (the consumers' warnings); False on a timeout or a failed consumer."""
     tty = sys.stdout.isatty()
     consumers = {n: p for n, p in children.procs.items() if n.startswith("consumer")}
     deadline = time.monotonic() + timeout_s
@@ -146,6 +149,8 @@ async def watch(children: Children, queue: CrawlQueue, *, total: int | None, tim
                 say(f"\nthe crawl did not finish within {timeout_s:g}s; stopping the consumers")
                 return False
             line = progress_line(now - started, await queue.stats(), total)
+            for note in notes():
+                say(f"\r\x1b[K{note}" if tty else note)
             if tty:
                 print(f"\r{line}\x1b[K", end="", flush=True)
             elif now >= next_plain:
@@ -155,11 +160,14 @@ async def watch(children: Children, queue: CrawlQueue, *, total: int | None, tim
     finally:
         if tty:
             print(flush=True)
+    for note in notes():
+        say(note)
     say(progress_line(time.monotonic() - started, await queue.stats(), total))
     failed = [(n, p.returncode) for n, p in consumers.items() if p.returncode != 0]
     for name, code in failed:
-        say(f"{name} exited with code {code}; the end of its log:\n"
-            f"{tail(logs / f'{name}.log')}")
+        said = failure_line(logs / f"{name}.log")  # its error's advice, else its log's end
+        say(f"{name} exited with code {code}: {said}" if said else
+            f"{name} exited with code {code}; the end of its log:\n{tail(logs / f'{name}.log')}")
     return not failed
 
 
