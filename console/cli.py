@@ -7,6 +7,7 @@ Subcommands (each takes the common options: --redis-url, --crawl, --log-level, .
                                    minute, dead letters by reason, live workers
 ``crawlq workers [--json]``        live consumers with heartbeat age and in-flight counts
 ``crawlq dead ls``                 dead tasks (``--reason R``, ``--limit N``, ``--json``)
+``crawlq dead show ID``            one dead task whole (``--json``)
 ``crawlq dead requeue``            put dead tasks back in line (``ID...``, ``--reason R``
                                    or ``--all``)
 ``crawlq dead purge ... --yes``    delete dead tasks for good
@@ -54,13 +55,14 @@ from common import codec
 from common.config import COMMON_OPTIONS, JSON, Option, add_options, duration, redact_url
 from common.connection import RedisClient, connect, open_redis
 from common.durability import EVICTION_ADVICE, ServerSettings, server_settings
-from common.errors import BadRequestError, ConfigError, CrawlqError
+from common.errors import BadRequestError, ConfigError, CrawlqError, MalformedTaskError
 from common.exitcodes import EXIT_FAIL, EXIT_INCONSISTENT, EXIT_OK, EXIT_REDIS, EXIT_USAGE
 from common.keys import CRAWLS, CrawlKeys
 from common.logs import setup_logging
 from common.queue import CrawlFormatError, CrawlQueue, CrawlSettings, migrate_crawl
 from common.redis_errors import redis_error_message
 from common.runtime import run_loop
+from common.task import decode_entry
 from common.workers import read_workers
 from console.cli_crawl import add_crawl_commands
 from console.cli_hosts import add_host_commands
@@ -245,6 +247,34 @@ async def cmd_dead_ls(args: argparse.Namespace, client: RedisClient) -> int:
     return EXIT_OK
 
 
+async def cmd_dead_show(args: argparse.Namespace, client: RedisClient) -> int:
+    queue = await _queue(client, args.crawl)
+    dead = await queue.dead_get(args.id)
+    if dead is None:
+        raise UsageError(f"no dead task {args.id} in crawl {args.crawl} (crawlq dead ls "
+                         "lists them)")
+    doc: dict[str, Any] = {"id": dead.id, "partition": dead.partition, "reason": dead.reason,
+                           "message": dead.message, "died_at_ms": dead.died_at_ms,
+                           "attempts": dead.attempts, "url": dead.url}
+    try:
+        task = decode_entry(dead.raw) if dead.raw else None
+    except MalformedTaskError:
+        task = None
+    if task is not None:
+        doc.update(method=task.method, label=task.label, data=task.data, depth=task.depth)
+    if args.json:
+        _emit(doc)
+        return EXIT_OK
+    doc["died_at"] = _when(dead.died_at_ms)
+    for name in ("id", "url", "method", "label", "data", "depth", "reason", "attempts",
+                 "died_at", "message"):
+        if doc.get(name) not in (None, {}, ""):
+            value = doc[name]
+            print(f"{name.replace('_', ' '):<9} "
+                  f"{codec.dumps(value) if isinstance(value, dict) else value}")
+    return EXIT_OK
+
+
 async def _dead_targets(args: argparse.Namespace, queue: CrawlQueue) -> list[str]:
     try:
         return await select_dead(queue, ids=args.ids, reason=args.reason, every=args.all)
@@ -419,6 +449,10 @@ def build_parser() -> argparse.ArgumentParser:
                      Option("--limit", "CRAWLQ_DEAD_LIMIT", 50, "list at most this many",
                             type=int))
     p.set_defaults(handler=cmd_dead_ls)
+    p = dead_command("show", "one dead task whole: its URL, request, reason and message "
+                     "(a route error's file and line)", JSON)
+    p.add_argument("id", metavar="ID", help="a task id (see crawlq dead ls)")
+    p.set_defaults(handler=cmd_dead_show)
     for name, help_text, handler, extra in (
         ("requeue", "put dead tasks back in line with fresh attempts", cmd_dead_requeue, ()),
         ("purge", "delete dead tasks for good (needs --yes)", cmd_dead_purge, (_YES,)),

@@ -164,10 +164,16 @@ async def watch(children: Children, queue: CrawlQueue, *, total: int | None, tim
         say(note)
     say(progress_line(time.monotonic() - started, await queue.stats(), total))
     failed = [(n, p.returncode) for n, p in consumers.items() if p.returncode != 0]
+    told: dict[tuple[int | None, str], list[str]] = {}
     for name, code in failed:
         said = failure_line(logs / f"{name}.log")  # its error's advice, else its log's end
-        say(f"{name} exited with code {code}: {said}" if said else
-            f"{name} exited with code {code}; the end of its log:\n{tail(logs / f'{name}.log')}")
+        if said is None:
+            say(f"{name} exited with code {code}; the end of its log:\n"
+                f"{tail(logs / f'{name}.log')}")
+        else:
+            told.setdefault((code, said), []).append(name)
+    for (code, said), names in told.items():  # the same error of several: one line
+        say(f"{', '.join(names)} exited with code {code}: {said}")
     return not failed
 
 

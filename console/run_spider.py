@@ -176,11 +176,9 @@ async def run_spider(args: argparse.Namespace) -> int:
             ok = await watch(children, queue, total=None, timeout_s=args.timeout,
                              started=started, logs=logs, notes=notes.new)
             stats = await queue.stats()
-            failed = {p.returncode for n, p in children.procs.items()
-                      if n != "producer" and p.returncode not in (0, None)}
-            if not ok and len(failed) == 1 and not stats.done + stats.dead \
-                    and all(p.returncode for p in children.procs.values()):
-                return failed.pop() or 1  # none could start: said in one line by watch
+            codes = {p.returncode for n, p in children.procs.items() if n != "producer"}
+            if not ok and len(codes) == 1 and not stats.done + stats.dead:
+                return codes.pop() or 1  # none could start: said in one line by watch
             lines = await report(queue, stats)
         finally:
             await client.aclose()

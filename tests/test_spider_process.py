@@ -220,13 +220,12 @@ async def test_the_producer_enqueues_a_spiders_start_once_and_refuses_a_label_wi
     assert (await q.stats()).pending == 2  # nothing more
 
 
-@pytest.mark.slow
-async def test_consumers_killed_mid_crawl_leave_every_item_once_by_key(
-        redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """kill -9 of a consumer in the middle of the example spider's crawl: its tasks come
-    back when their leases expire, another consumer runs their routes again, and the
-    items gathered one a key are exactly the shop's."""
+async def crawl_killing_one(redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                            *sink: str) -> LeasingQueue:
+    """The example spider's crawl by consumers with `sink`'s args, one of them SIGKILLed
+    while it holds leases: its tasks come back when their leases expire, another consumer
+    runs their routes again. The crawl, done."""
     # Enough work left after the first 30 tasks that the doomed consumer is still at it
     # when it is caught holding leases, however fast the machine.
     spec = SiteSpec(pages=10, products=80)
@@ -242,7 +241,7 @@ async def test_consumers_killed_mid_crawl_leave_every_item_once_by_key(
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "consumer",
                 *consumer_args(redis_url, crawl_name, out / name), "--worker-id", name,
-                "--spider", example, "--lease", "2", "--concurrency", "4",
+                "--spider", example, "--lease", "2", "--concurrency", "4", *sink,
                 env={**child_env(), "SHOP_URL": base}, cwd=tmp_path,
                 stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT)
         procs.append(proc)
@@ -275,7 +274,8 @@ async def test_consumers_killed_mid_crawl_leave_every_item_once_by_key(
             await doomed.wait()
             await consumer("w-late")
             for proc in procs[1:]:
-                assert await asyncio.wait_for(proc.wait(), 90) == 0
+                assert await asyncio.wait_for(proc.wait(), 90) == 0, \
+                    (tmp_path / "w-late.log").read_text()[-3000:]
     finally:
         for proc in procs:
             if proc.returncode is None:
@@ -284,13 +284,51 @@ async def test_consumers_killed_mid_crawl_leave_every_item_once_by_key(
     stats = await q.stats()
     assert (stats.dead, stats.active) == (0, 0)
     assert stats.counters.get("reclaimed", 0) >= 1  # the killed one held leases
-    gather_items(out, tmp_path / "items.jsonl")
+    return q
+
+
+@pytest.mark.slow
+async def test_consumers_killed_mid_crawl_leave_every_item_once_by_key(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kill -9 of a consumer in the middle of the example spider's crawl: the items
+    gathered one a key are exactly the shop's."""
+    await crawl_killing_one(redis_client, redis_url, crawl_name, tmp_path, monkeypatch)
+    gather_items(tmp_path / "out", tmp_path / "items.jsonl")
     items = shop_items(tmp_path / "items.jsonl")
     got = {str(i.get("review") or i["sku"]): i for i in items}
     assert len(got) == len(items)
     for item in got.values():
         item.pop("url", None)
-    assert got == expected_shop_items(spec)
+    assert got == expected_shop_items(SiteSpec(pages=10, products=80))
+
+
+@pytest.mark.slow
+async def test_two_item_types_into_postgres_with_a_consumer_killed_lose_and_double_no_row(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, *,
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, postgres_url: str) -> None:
+    """The example spider's products and reviews into PostgreSQL, kill -9 of a consumer
+    mid-way: two tables, each keyed (a product and a review never share a table), every
+    row there once."""
+    await crawl_killing_one(redis_client, redis_url, crawl_name, tmp_path, monkeypatch,
+                            "--sink", postgres_url)
+    want = expected_shop_items(SiteSpec(pages=10, products=80))
+    db = await asyncpg.connect(postgres_url)
+    try:
+        got = {table: [(r["key"], json.loads(r["item"]), r["fence"])
+                       for r in await db.fetch(f"SELECT key, item, fence FROM {table}")]
+               for table in ("product", "review")}
+        assert await db.fetchval("SELECT count(*) FROM crawlq_items") == 0
+    finally:
+        await db.close()
+    for table, field in (("product", "sku"), ("review", "review")):
+        keys = [key for key, _, _ in got[table]]
+        assert len(keys) == len(set(keys))  # a primary key: never doubled
+        assert sorted(keys) == sorted(k for k, v in want.items() if field in v
+                                      and (field == "review" or "review" not in v))
+        for key, item, fence in got[table]:
+            item.pop("url", None)
+            assert item == want[key] and fence > 0
 
 
 @pytest.mark.slow
