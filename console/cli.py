@@ -32,8 +32,10 @@ Subcommands (each takes the common options: --redis-url, --crawl, --log-level, .
                                    to ``--out`` or ``--sink`` (``console.run_spider``)
 =================================  =====================================================
 
-Exit codes: 0 done; 1 ``check`` found a problem; 2 usage error (unknown crawl, missing
-``--yes``); 3 Redis unreachable or refusing; 7 ``fsck`` found problems it did not repair.
+Exit codes: 0 done; 1 ``check`` found a problem (``run``: a timeout, a consumer failed);
+2 usage error (unknown crawl, missing ``--yes``); 3 Redis unreachable or refusing; 6
+``run``'s PostgreSQL sink can't be reached; 7 ``fsck`` found problems it did not repair;
+8 ``run`` could fetch nothing; 9 ``run``'s routes raised and delivered no item.
 """
 
 from __future__ import annotations
@@ -419,8 +421,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="crawlq", description="Operate crawlq crawls: stats, workers, dead letters, "
         "crawls and their policy, a web dashboard, reset, health check, and a local demo.",
-        epilog="exit codes: 0 ok, 1 check failed, 2 usage error, 3 Redis unreachable or "
-               "refused, 7 fsck found problems it did not repair")
+        epilog="exit codes: 0 ok, 1 check failed (run: a timeout or a consumer failed), 2 "
+               "usage error, 3 Redis unreachable or refused, 6 run's postgres sink "
+               "unreachable, 7 fsck found problems it did not repair, 8 run fetched nothing, "
+               "9 run's routes raised and delivered no item")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name: str, help_text: str, *options: Option) -> argparse.ArgumentParser:
