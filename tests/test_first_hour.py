@@ -183,7 +183,8 @@ async def test_two_spiders_in_turn_on_a_redis_of_their_own_each_out_holds_its_ow
                               env=env)
     assert code == 0, text
     assert lines(tmp_path / "t.jsonl") == [{"title": "shop"}]
-    assert f"items: 1 in {tmp_path / 't.jsonl'}" in text
+    assert f"\nitems: 1 in {tmp_path / 't.jsonl'}\n" in text  # and no other file
+    assert sorted(p.name for p in tmp_path.glob("t*.jsonl")) == ["t.jsonl"]
     code, again = await crawlq("run", str(titles), *fast("--out", "t.jsonl"), cwd=tmp_path,
                                env=env)  # the same spider again: its crawl afresh
     assert code == 0, again
