@@ -57,7 +57,7 @@ from common.redis_server import RedisServer
 from common.spider import Spider, load_spider
 from console.local import Children, SigtermCancels, run_producer, say, stop_started, watch
 from console.losses import outcomes
-from console.runlog import LogNotes
+from console.runlog import QUIET, LogNotes
 from console.runs import (
     ItemFile,
     elapsed_since,
@@ -93,11 +93,6 @@ RUN_OPTIONS = (
     ALLOW_PRIVATE,
     *(o for o in COMMON_OPTIONS if o.flag in ("--log-level", "--log-format")),
 )
-
-
-#: The consumers' warnings a run does not show as they come (the logs have them): a
-#: slow disk write is the machine's, not the crawl's.
-QUIET = frozenset({"sink_slow_write"})
 
 
 def _spider_arg(spec: str) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Event", "LogNotes", "failure_line", "last_error", "parse"]
+__all__ = ["QUIET", "Event", "LogNotes", "failure_line", "last_error", "parse"]
 
 _TEXT = re.compile(r"^\S+ (?P<level>[A-Z]+) +\S+  (?P<event>\S+)(?P<rest>.*)$")
 _FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
@@ -26,6 +26,9 @@ _OCCURRENCE = frozenset({"url", "worker", "id", "error", "waited_s", "rows", "re
                          "took", "in_flight", "held", "releasing"})
 #: Notes shown at most; the rest are in the logs.
 MAX_NOTES = 20
+#: The consumers' warnings not shown as they come (the logs have them): a slow disk
+#: write is the machine's, not the crawl's.
+QUIET = frozenset({"sink_slow_write"})
 
 
 @dataclass(frozen=True, slots=True)

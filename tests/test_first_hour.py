@@ -150,6 +150,10 @@ def no_traceback(text: str, *logs: Path) -> None:
         assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
 
 
+def files(where: Path, pattern: str) -> list[str]:
+    return sorted(p.name for p in where.glob(pattern))
+
+
 def lines(path: Path) -> list[Any]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -184,7 +188,7 @@ async def test_two_spiders_in_turn_on_a_redis_of_their_own_each_out_holds_its_ow
     assert code == 0, text
     assert lines(tmp_path / "t.jsonl") == [{"title": "shop"}]
     assert f"\nitems: 1 in {tmp_path / 't.jsonl'}\n" in text  # and no other file
-    assert sorted(p.name for p in tmp_path.glob("t*.jsonl")) == ["t.jsonl"]
+    assert files(tmp_path, "t*.jsonl") == ["t.jsonl"]
     code, again = await crawlq("run", str(titles), *fast("--out", "t.jsonl"), cwd=tmp_path,
                                env=env)  # the same spider again: its crawl afresh
     assert code == 0, again

@@ -43,6 +43,7 @@ from console.local import (
     stop_started,
     watch,
 )
+from console.runlog import QUIET, LogNotes
 
 __all__ = ["DEMO_OPTIONS", "run_demo"]
 
@@ -173,11 +174,14 @@ async def run_demo(args: argparse.Namespace, *, crawl_keys: CrawlKeysFn) -> int:
                     "--output", str(paths.results / f"consumer-{n}"), "--http-port", "0",
                 ], env, paths.logs / f"consumer-{n}.log")
             say(f"started {args.consumers} consumers (logs in {paths.logs})")
+            notes = LogNotes({n: paths.logs / f"{n}.log" for n in children.procs
+                              if n != "producer"}, skip=lambda e: e.event in QUIET)
             client = connect(redis_url)
             try:
                 queue = await CrawlQueue.existing(client, args.crawl)
                 ok = await watch(children, queue, total=int(produced["enqueued"]),
-                                 timeout_s=args.timeout, started=started, logs=paths.logs)
+                                 timeout_s=args.timeout, started=started, logs=paths.logs,
+                                 notes=notes.new)
                 stats = await queue.stats()
             finally:
                 await client.aclose()
