@@ -128,7 +128,12 @@ async def run_spider(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"crawlq run: {problem[1]}", file=sys.stderr)
         return problem[0]
-    out, logs, results, items_to = await asyncio.to_thread(_prepare, args, crawl)
+    try:
+        out, logs, results, items_to = await asyncio.to_thread(_prepare, args, crawl)
+    except OSError as exc:  # a read-only --output, an --out in no directory
+        print(f"crawlq run: error: can't write {exc.filename}: {exc.strerror}; give an "
+              "--output (or --out) where you can write", file=sys.stderr)
+        return 2
     children = Children()
     server: RedisServer | None = None
     sigterm = SigtermCancels()  # kill, docker stop: the run ends through its finally
@@ -214,6 +219,9 @@ def _prepare(args: argparse.Namespace, crawl: str) -> tuple[Path, Path, Path, Pa
     for new in (logs, results / crawl):
         new.mkdir(parents=True, exist_ok=True)
     items_to = None if args.sink else Path(args.out or out / "items.jsonl").resolve()
+    if items_to is not None:  # writable, before anything starts
+        items_to.parent.mkdir(parents=True, exist_ok=True)
+        items_to.open("a").close()
     return out, logs, results / crawl, items_to
 
 

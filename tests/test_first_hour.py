@@ -425,3 +425,16 @@ async def test_a_wrong_postgres_password_says_where_the_password_goes(
                                                               PGPASSWORD="right"))
         assert code == 0, text
         assert "items: 1 rows in table crawlq_items" in text
+
+
+async def test_an_output_that_cant_be_written_is_one_line_before_anything_starts(
+        crawl_name: str, tmp_path: Path) -> None:
+    spider = spider_file(tmp_path, TITLES, f"{crawl_name}-ro")
+    for flag, where in (("--output", "/proc/crawlq-run"), ("--out", "/proc/x/items.jsonl")):
+        code, text = await crawlq("run", str(spider), flag, where, cwd=tmp_path,
+                                  env=child_env(SHOP_URL="http://127.0.0.1:9"))
+        assert code == EXIT_USAGE, text
+        missing = where.rsplit("/", 1)[0] if flag == "--out" else where
+        assert text.strip().splitlines() == [
+            f"crawlq run: error: can't write {missing}: No such file or directory; give an "
+            "--output (or --out) where you can write"]
