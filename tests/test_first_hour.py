@@ -207,6 +207,14 @@ async def test_a_follow_every_link_spider_with_the_defaults_gets_every_product(
     skus = sorted(item["sku"] for item in lines(tmp_path / "e.jsonl"))
     assert len(skus) == len(set(skus)) == 75, text
     assert f"items: 75 in {tmp_path / 'e.jsonl'}" in text and "too_deep" not in text
+    # A depth the spider's user sets cuts, and the summary says so and what to change.
+    code, text = await crawlq("run", str(every), *fast("--out", "e.jsonl", "--set",
+                                                       "max_depth=2"),
+                              cwd=tmp_path, env=child_env(SHOP_URL=shop))
+    assert code == 0, text
+    assert "    links too_deep " in text and "past the crawl's max_depth: raise it " \
+        "(max_depth=none: no limit)" in text
+    assert len(lines(tmp_path / "e.jsonl")) < 75
 
 
 async def test_a_route_that_raises_is_named_with_its_file_and_line_without_a_traceback(
