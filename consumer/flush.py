@@ -115,7 +115,6 @@ class Flusher:
         self.give_up_at: float | None = None
         #: The first flush abandoned for it, if one was.
         self.abandoned: FlushAbandoned | None = None
-        self._links_saved_at = 0.0
 
     def add(self, completion: Completion) -> None:
         """Queue a completion; wakes the flusher for the first one, a full batch, a
@@ -262,7 +261,7 @@ class Flusher:
             self._account(releases, codes, ["released"] * len(releases))
         self.metrics.publish()
         self.intake.publish()
-        if time.monotonic() >= self._links_saved_at + LINK_COUNTS_EVERY_S:
+        if time.monotonic() >= self.intake.saved_at + LINK_COUNTS_EVERY_S:
             await self.save_link_counts()
         # Leases that ended free their hosts' slots; a host with a delay takes its next
         # request only at its next turn (a lease call's reply says when), so only a turn
@@ -295,20 +294,8 @@ class Flusher:
                 self.intake.tally(c.lease.host, NEAR_DUPLICATE)
 
     async def save_link_counts(self) -> None:
-        """Add the links not followed (too_deep, out_of_scope, a trap rule's, ...) to the
-        crawl's stats as ``links:<fate>`` (one pipelined round trip a second at most, and
-        one at the end); kept for the next try when Redis fails."""
-        self._links_saved_at = time.monotonic()
-        fates = self.intake.unsaved()
-        if not fates:
-            return
-        try:
-            async with self.queue.client.pipeline(transaction=False) as pipe:
-                for fate, n in fates.items():
-                    pipe.hincrby(self.queue.partitions[0].stats, f"links:{fate}", n)
-                await pipe.execute()
-        except REDIS_ERRORS:
-            self.intake.keep(fates)
+        """The links not followed, to the crawl's stats (`LinkIntake.save_counts`)."""
+        await self.intake.save_counts(self.queue.client, self.queue.partitions[0].stats)
 
     def _account(self, leases: Sequence[Lease], codes: Sequence[Code],
                  outcomes: Sequence[str]) -> None:

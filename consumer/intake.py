@@ -40,10 +40,12 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from common.connection import RedisClient
 from common.errors import InvalidRequestError
 from common.hostmodel.hostkey import host_key
 from common.metrics import LINK_FATES, NOT_FOLLOWED, Metrics
 from common.queue import NewTask
+from common.redis_errors import REDIS_ERRORS
 from common.request import Request, request_key
 from common.task import Task
 from common.trapbook import TrapBook, Variant
@@ -125,6 +127,7 @@ class LinkIntake:
         self.cache = SeenCache(cache_size, max_age_s=now.recrawl_after / 4)
         self._fates = dict.fromkeys(LINK_FATES, 0)
         self._unsaved: dict[str, int] = {}  # NOT_FOLLOWED fates not in the crawl's stats yet
+        self.saved_at = 0.0  # monotonic time of the last `save_counts`
         self._scope = 0  # bumped when the domains change
 
     def _follow(self) -> LivePolicy:
@@ -296,7 +299,7 @@ class LinkIntake:
 
     def publish(self) -> None:
         """Fold the tallies into crawlq_links_total (once per flush, not per link), and
-        the links not followed into what `unsaved` hands the crawl's stats."""
+        the links not followed into what `save_counts` adds to the crawl's stats."""
         for fate, n in self._fates.items():
             if n:
                 self.metrics.links(fate, n)
@@ -304,16 +307,22 @@ class LinkIntake:
                 if fate in NOT_FOLLOWED:
                     self._unsaved[fate] = self._unsaved.get(fate, 0) + n
 
-    def unsaved(self) -> dict[str, int]:
-        """The links not followed since the last call, by fate (the caller adds them to
-        the crawl's stats, or gives them back with `keep` when it could not)."""
-        found, self._unsaved = self._unsaved, {}
-        return found
-
-    def keep(self, fates: dict[str, int]) -> None:
-        """Fates `unsaved` gave that did not reach the crawl's stats: sent next time."""
-        for fate, n in fates.items():
-            self._unsaved[fate] = self._unsaved.get(fate, 0) + n
+    async def save_counts(self, client: RedisClient, stats: str) -> None:
+        """Add the links not followed since the last call (too_deep, out_of_scope, a trap
+        rule's, ...) to the crawl's `stats` HASH as ``links:<fate>``: one pipelined round
+        trip, kept for the next call when Redis fails."""
+        self.saved_at = time.monotonic()
+        fates, self._unsaved = self._unsaved, {}
+        if not fates:
+            return
+        try:
+            async with client.pipeline(transaction=False) as pipe:
+                for fate, n in fates.items():
+                    pipe.hincrby(stats, f"links:{fate}", n)
+                await pipe.execute()
+        except REDIS_ERRORS:
+            for fate, n in fates.items():
+                self._unsaved[fate] = self._unsaved.get(fate, 0) + n
 
 
 def _in_scope(host: str, domains: frozenset[str]) -> bool:
