@@ -117,11 +117,9 @@ async def run_spider(args: argparse.Namespace) -> int:
         if args.resume and not args.redis_url:
             raise ConfigError("--resume goes on with a crawl in your Redis: give "
                               "--redis-url (the embedded one starts empty each run)")
-        if args.sink and not is_postgres_url(args.sink):
-            raise ConfigError(f"--sink {redact_url(args.sink)!r}: crawlq run hands items to "
-                              "a postgres:// sink, or to --out")
+        postgres = is_postgres_url(args.sink)
         policy = CrawlPolicy().replace(spider.policy).replace(parse_assignments(args.set))
-        problem = await pg_check(args.sink) if args.sink else None
+        problem = await pg_check(args.sink) if postgres else None
     except ConfigError as exc:
         print(f"crawlq run: error: {exc}", file=sys.stderr)
         return 2
@@ -185,10 +183,12 @@ async def run_spider(args: argparse.Namespace) -> int:
         if items_to is not None:
             items: list[ItemFile] | str = await asyncio.to_thread(gather_items, results,
                                                                   items_to)
-        else:
+        elif postgres:
             target = PostgresTarget.parse(args.sink)
             items = await pg_rows(args.sink, spider_tables(target, spider),
                                   elapsed_since(started))
+        else:  # a sink of another kind: its records are where the consumers put them
+            items = f"in the consumers' {args.sink} sink ({results})"
         code, why = run_exit(stats, None if isinstance(items, str)
                              else sum(f.count for f in items))
         _summary(spider, stats, time.monotonic() - started, lines=lines, items=items,

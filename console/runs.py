@@ -162,21 +162,22 @@ async def pg_rows(url: str, tables: Sequence[str], since: float) -> list[ItemFil
         finally:
             await conn.close()
     except Exception as exc:
-        return sink_problem(exc, target).message
+        return f"in the sink, not counted: {sink_problem(exc, target).message}"
     return counted
 
 
 def run_exit(stats: Stats, items: int | None) -> tuple[int, str]:
     """The run's exit code and why (0: ""): `EXIT_NOTHING_FETCHED` when no task ended
     with a response (its page done, or its route raising on it), `EXIT_ROUTES_FAILED`
-    when routes raised and no item was delivered (`items` None: not known)."""
+    when routes raised and no item was delivered (`items` None: not known, then when no
+    route ran to its end)."""
     done = outcomes(stats.counters)
     fetched = sum(n for code, n in done.items() if code != ROBOTS_DISALLOWED)
     raised = stats.dead_reasons.get(HANDLER_ERROR, 0)
     if not fetched and not raised and (stats.dead or done):
         return EXIT_NOTHING_FETCHED, ("nothing could be fetched: every request ended "
                                       "without a page (see the reasons above)")
-    if raised and not items:
+    if raised and (not items if items is not None else not done.get("ok")):
         return EXIT_ROUTES_FAILED, (f"routes raised on {raised} tasks and no item was "
                                     "delivered: fix the spider (the route errors above)")
     return EXIT_OK, ""
@@ -220,7 +221,7 @@ def items_line(files: Sequence[ItemFile] | str, *, rows: bool) -> str:
     in ...`` (the untyped file when it holds some, or is all there is); ``rows`` of
     tables alike."""
     if isinstance(files, str):
-        return f"items: in the sink, not counted: {files}"
+        return f"items: {files}"
     shown = [f for f in files if f.count] or list(files)
     unit = " rows" if rows else ""
     return "items: " + "; ".join(
