@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sysconfig
 import time
 import traceback
 from collections.abc import Callable, Collection
@@ -36,9 +37,12 @@ NEW_ERRORS_PER_WINDOW = 10
 #: Distinct errors (and hosts per reason) remembered; past it, nothing more is said.
 REMEMBERED = 10_000
 _MESSAGE_CHARS = 300
-#: crawlq's own packages: a frame in them is not where a route's author looks.
-_OURS = tuple(os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + p + os.sep
-              for p in ("common", "consumer"))
+#: crawlq's own packages, Python's library and the installed packages: a frame in them
+#: is not where a route's author looks (nor is generated code: "<string>").
+_NOT_USERS = (*(os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + p + os.sep
+                for p in ("common", "consumer")),
+              *{os.path.join(sysconfig.get_paths()[k], "") for k in ("stdlib", "purelib",
+                                                                     "platlib")}, "<")
 
 
 def _shown(path: str) -> str:
@@ -52,14 +56,15 @@ def _shown(path: str) -> str:
 
 def where_raised(exc: BaseException, files: Collection[str] = ()) -> tuple[str, int, str]:
     """(file, line, function) where `exc` was raised in user code: the innermost frame in
-    one of `files` (a spider's), else the innermost outside crawlq's own packages, else
-    the innermost; ("", 0, "") without a traceback."""
+    one of `files` (a spider's), else the innermost outside crawlq's own packages and
+    Python's and the installed ones';
+    ("", 0, "") when crawlq raised it itself (a Request a route returned, found invalid
+    after it returned: its message says what)."""
     frames = traceback.extract_tb(exc.__traceback__)
-    if not frames:
-        return "", 0, ""
     chosen = next((f for f in reversed(frames) if f.filename in files), None) \
-        or next((f for f in reversed(frames) if not f.filename.startswith(_OURS)), None) \
-        or frames[-1]
+        or next((f for f in reversed(frames) if not f.filename.startswith(_NOT_USERS)), None)
+    if chosen is None:
+        return "", 0, ""
     return _shown(chosen.filename), chosen.lineno or 0, chosen.name
 
 

@@ -1,7 +1,8 @@
 """What a crawl did not deliver is counted where the user looks: links past max_depth
 (and every other link fate not followed) in ``crawlq stats``, its ``--json`` and the
-dashboard's API, not only in a consumer's Prometheus counter; and the report of losses
-is generic over the codes (a new outcome or link fate shows up unchanged)."""
+dashboard's API, not only in a consumer's Prometheus counter; the report of losses is
+generic over the codes (a new outcome or link fate shows up unchanged); and a route's
+error names the spider's line, logged once per place, a few new ones a minute."""
 
 from __future__ import annotations
 
@@ -15,10 +16,14 @@ from support.consume import consume, enqueue
 from support.dashboard import ClientFactory
 from support.routes import serve
 
+from common.errors import InvalidRequestError
 from common.policy import create_policy
-from common.queue import Stats
+from common.queue import Lease, Stats
+from common.request import Request, check_request
+from common.task import Task
 from console.cli import main_async
 from console.losses import Loss, advice, losses
+from consumer.notices import RouteErrors
 
 
 async def chain(request: web.Request) -> web.Response:
@@ -66,3 +71,55 @@ def test_losses_are_generic_over_the_codes() -> None:
     assert "crawler-trap rule" in found[1].advice  # a rule added elsewhere
     assert Loss("pages", "never_heard_of", 1).text() == "pages never_heard_of 1"
     assert "--allow-private" in advice("ssrf_blocked")
+
+
+def _lease(url: str = "http://shop.test/p/1") -> Lease:
+    return Lease(Task(id="0" * 32, url=url, label="product"), 0, "1:w", 0, "shop.test")
+
+
+def _route(value: object) -> float:
+    return float(value)  # type: ignore[arg-type]  # raises on None: the spider's line
+
+
+def test_a_route_error_is_placed_at_its_spiders_line_and_logged_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    errors = RouteErrors({__file__})
+    said = []
+    for url in ("http://shop.test/p/1", "http://shop.test/p/2"):
+        try:
+            _route(None)
+        except TypeError as exc:
+            said.append(errors.failed(_lease(url), exc))
+    line = _route.__code__.co_firstlineno + 1
+    assert said[0] == said[1] == (
+        f"tests/test_undelivered.py:{line} in _route: TypeError: float() argument must be "
+        "a string or a real number, not 'NoneType'")
+    [logged] = [r for r in caplog.records if r.getMessage() == "route_error"]
+    assert (logged.where, logged.url) == (f"tests/test_undelivered.py:{line} in _route",
+                                          "http://shop.test/p/1")
+    try:  # raised by crawlq itself, on what the route returned: no place of the spider's
+        check_request(Request("http://shop.test/", data={"when": {1}}))
+    except InvalidRequestError as exc:
+        exc.__traceback__ = exc.__traceback__.tb_next if exc.__traceback__ else None  # as
+        # the runner's call of it has it: no frame of this file (the spider's) on the way
+        assert errors.failed(_lease(), exc).startswith("InvalidRequestError: Request ")
+
+
+def test_new_route_errors_are_logged_ten_a_minute_then_counted(
+        caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    errors = RouteErrors(clock=lambda: now[0])
+    for n in range(12):
+        try:
+            exec(compile("\n" * n + "raise KeyError(n)", f"spider_{n}.py", "exec"))
+        except KeyError as exc:
+            errors.failed(_lease(), exc)
+    assert sum(r.getMessage() == "route_error" for r in caplog.records) == 10
+    now[0] = 61.0
+    try:
+        raise ValueError("later")
+    except ValueError as exc:
+        errors.failed(_lease(), exc)
+    [held] = [r for r in caplog.records if r.getMessage() == "route_errors_not_shown"]
+    assert held.errors == 2
+    assert sum(r.getMessage() == "route_error" for r in caplog.records) == 11
