@@ -38,11 +38,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from redis.exceptions import RedisError
+
 from common.config import (
     ALLOW_PRIVATE,
     COMMON_OPTIONS,
     POLICY_SET,
     REDIS_URL,
+    REDIS_WAIT,
     Option,
     duration,
     redact_url,
@@ -55,7 +58,17 @@ from common.policy import CrawlPolicy, ensure_policy, parse_assignments
 from common.queue import CrawlQueue, Stats
 from common.redis_server import RedisServer
 from common.spider import Spider, load_spider
-from console.local import Children, SigtermCancels, run_producer, say, stop_started, watch
+from common.startup import RedisGaveUpError
+from console.local import (
+    Children,
+    SigtermCancels,
+    redis_failed,
+    redis_wait,
+    run_producer,
+    say,
+    stop_started,
+    watch,
+)
 from console.losses import outcomes
 from console.runlog import QUIET, LogNotes
 from console.runs import (
@@ -91,6 +104,7 @@ RUN_OPTIONS = (
            flag_only_bool=True),
     replace(POLICY_SET, env="CRAWLQ_RUN_SET"),
     ALLOW_PRIVATE,
+    REDIS_WAIT,
     *(o for o in COMMON_OPTIONS if o.flag in ("--log-level", "--log-format")),
 )
 
@@ -135,8 +149,8 @@ async def run_spider(args: argparse.Namespace) -> int:
     children = Children()
     server: RedisServer | None = None
     sigterm = SigtermCancels()  # kill, docker stop: the run ends through its finally
+    redis_url = args.redis_url
     try:
-        redis_url = args.redis_url
         if not redis_url:
             shutil.rmtree(out / "redis", ignore_errors=True)
             (out / "redis").mkdir()
@@ -144,13 +158,15 @@ async def run_spider(args: argparse.Namespace) -> int:
             await asyncio.to_thread(server.start)
             redis_url = server.url
             say(f"started an embedded redis-server at {redis_url} (stopped when the run ends)")
-        said = await _policy(redis_url, crawl, policy, resume=args.resume,
-                             embedded=server is not None)
+        wait = redis_wait(redis_url, args.redis_wait)
+        said = await wait.step("policy", lambda: _policy(
+            redis_url, crawl, policy, resume=args.resume, embedded=server is not None))
         if said:
             say(said)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         common = ["--redis-url", redis_url, "--crawl", crawl, "--log-level", args.log_level,
-                  "--log-format", args.log_format]
+                  "--log-format", args.log_format,
+                  *(["--redis-wait", f"{args.redis_wait:g}s"] if args.redis_wait else [])]
         spec = _spider_arg(args.spider)
         private = ["--allow-private"] if args.allow_private else []
         produced = await run_producer(children, [*common, "--spider", spec], env,
@@ -170,14 +186,14 @@ async def run_spider(args: argparse.Namespace) -> int:
                          skip=lambda e: e.event in QUIET)
         client = connect(redis_url)
         try:
-            queue = await CrawlQueue.existing(client, crawl)
+            queue = await wait.step("crawl", lambda: CrawlQueue.existing(client, crawl))
             ok = await watch(children, queue, total=None, timeout_s=args.timeout,
                              started=started, logs=logs, notes=notes.new)
-            stats = await queue.stats()
+            stats = await wait.step("stats", queue.stats)
             codes = {p.returncode for n, p in children.procs.items() if n != "producer"}
             if not ok and len(codes) == 1 and not stats.done + stats.dead:
                 return codes.pop() or 1  # none could start: said in one line by watch
-            lines = await report(queue, stats)
+            lines = await wait.step("report", lambda: report(queue, stats))
         finally:
             await client.aclose()
         if items_to is not None:
@@ -201,6 +217,8 @@ async def run_spider(args: argparse.Namespace) -> int:
     except ConfigError as exc:  # the crawl is in use by consumers: not this run's
         print(f"crawlq run: error: {exc}", file=sys.stderr)
         return 2
+    except (RedisGaveUpError, RedisError) as exc:
+        return redis_failed("crawlq run", exc, redis_url)
     except asyncio.CancelledError:
         sigterm.interrupted("the consumers and Redis")
         raise

@@ -16,6 +16,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from common.bans import NO_RULES, Blocked
 from common.http.fetcher import FetchResult
 from common.spider import Spider, run_route
 from common.task import Task
@@ -60,6 +61,13 @@ class Router:
         if self.spider is None or self.spider.knows(task.label):
             return True
         return task.label is None and self.handler is not None
+
+    def blocked(self, task: Task) -> Blocked:
+        """What a blocked answer to `task` looks like by its route (the crawl's apart)."""
+        if self.spider is None:
+            return NO_RULES
+        route = self.spider.routes.get(task.label)
+        return NO_RULES if route is None else route.blocked
 
     def unknown(self, task: Task) -> str:
         """Why `task` can't be parsed here, and what to do."""

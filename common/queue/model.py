@@ -26,7 +26,7 @@ COUNTERS = (
     "enqueued", "duplicates", "recrawled", "leased", "renewed", "lost", "done", "failed",
     "retried", "dead", "stalled", "stale", "released", "promoted", "reclaimed", "requeued",
     "purged", "checkpoints", "repaired_hosts", "lost_pending", "backoffs",
-    "group_unresolved",
+    "group_unresolved", "replayed",
 )
 
 MALFORMED = "malformed"
@@ -82,6 +82,8 @@ class NewTask:
     label: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
     unique_key: str | None = None  # the user's; None: derived from method, URL and body
+    session: str | None = None  # its session's name (common.sessions)
+    session_version: int = 0  # the least version of it the request needs
 
     @classmethod
     def from_request(cls, request: Request, canonical_url: str, *,
@@ -101,7 +103,7 @@ class NewTask:
         return cls(canonical_url, fingerprint(key), request.priority, max_attempts,
                    meta if meta is not None else {}, depth, merged, method=request.method,
                    body=request.body, label=request.label, data=dict(request.data),
-                   unique_key=request.unique_key)
+                   unique_key=request.unique_key, session=request.session)
 
 
 @dataclass(slots=True)

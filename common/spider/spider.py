@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from common.bans import NO_RULES, Blocked
 from common.errors import UnknownLabelError
 from common.items import check_item_type
 from common.policy import CrawlPolicy, parse_value
@@ -43,13 +44,15 @@ RouteFn = Callable[["Response", "Context"], Awaitable[Any] | Any]
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """One route: its label (None: the default route), its function, its item key and
-    its item type (None: the sink's own table or file)."""
+    """One route: its label (None: the default route), its function, its item key, its
+    item type (None: the sink's own table or file) and what a blocked answer to its
+    requests looks like (over the crawl's ``ban_*``)."""
 
     label: str | None
     fn: RouteFn
     item_key: tuple[str, ...]
     item_type: str | None = None
+    blocked: Blocked = NO_RULES
 
 
 def _key_fields(value: str | Sequence[str]) -> tuple[str, ...]:
@@ -81,12 +84,15 @@ class Spider:
         return f"Spider({self.name!r}, routes: {labels or 'none'})"
 
     def route(self, label: str | None = None, *, item_key: str | Sequence[str] | None = None,
-              item_type: str | None = None) -> Callable[[RouteFn], RouteFn]:
+              item_type: str | None = None, blocked: Blocked | None = None
+              ) -> Callable[[RouteFn], RouteFn]:
         """Register the decorated function as the route of `label` (no label: the default
         route, for requests without one). `item_key` overrides the spider's for its
         items; `item_type` names the table (or JSONL file) they go to, each type with
-        its own keys (None: the sink's own). ValueError for a label given twice or an
-        item type that can't name a table."""
+        its own keys (None: the sink's own); `blocked` says what a blocked answer to its
+        requests looks like, over the crawl's rules (``Blocked(status=..., css=...,
+        text=...)``: such an answer is retried, never parsed). ValueError for a label
+        given twice or an item type that can't name a table."""
         check_label(label, f"spider {self.name!r} route")
         keys = self.item_key if item_key is None else _key_fields(item_key)
         check_item_type(item_type)
@@ -96,7 +102,7 @@ class Spider:
                 what = "the default route" if label is None else f"route {label!r}"
                 raise ValueError(f"spider {self.name!r} has {what} already "
                                  f"({self.routes[label].fn.__name__})")
-            self.routes[label] = Route(label, fn, keys, item_type)
+            self.routes[label] = Route(label, fn, keys, item_type, blocked or NO_RULES)
             return fn
         return register
 
