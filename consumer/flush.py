@@ -106,6 +106,7 @@ class Completion:
     page: PageFacts | None = None  # a handled HTML page's facts, to be judged
     probe: Signature | None = None  # a probe's answer: its directory's soft-404 signature
     child_meta: dict[str, Any] | None = None  # its links' meta, when not its own
+    cut: int = 0  # its links a judgement did not follow (fate: its outcome)
 
 
 class FlushAbandoned(Exception):
@@ -291,6 +292,9 @@ class Flusher:
                                                                     meta=c.child_meta),
                   c.urls) for c in live if c.urls and c.lease.id not in unwritten)
         children, seen = self.intake.children(self._hooks.carry(found))
+        for c in live:
+            if c.cut and c.lease.id not in unwritten:
+                self.intake.judged(c.outcome, c.cut)
         children = self._hooks.stamp(children)
         children = await self._retry("traps", lambda: self.intake.admit(children))
         children += probes

@@ -379,6 +379,11 @@ class LinkIntake:
         """Count links dropped past the per-page cap."""
         self._fates["capped"] += n
 
+    def judged(self, outcome: str, n: int) -> None:
+        """Count `n` links not followed of a page judged `outcome` (near_duplicate,
+        soft_404: consumer.judgement)."""
+        self._fates[outcome] += n
+
     def publish(self) -> None:
         """Fold the tallies into crawlq_links_total (once per flush, not per link), and
         the links not followed into what `save_counts` adds to the crawl's stats."""

@@ -374,6 +374,7 @@ class Judge:
     def _judged(c: Completion, outcome: str, urls: Sequence[str | Request],
                 drop_items: bool) -> None:
         c.outcome = outcome
+        c.cut = len(c.urls) - len(urls)
         c.urls = urls
         if c.record is not None:
             c.record.outcome = outcome
