@@ -69,7 +69,7 @@ from console.local import (
     stop_started,
     watch,
 )
-from console.losses import outcomes
+from console.losses import OWN, outcomes
 from console.runlog import QUIET, LogNotes
 from console.runs import (
     ItemFile,
@@ -259,10 +259,14 @@ async def _policy(redis_url: str, crawl: str, policy: CrawlPolicy, *, resume: bo
 
 def _summary(spider: Spider, s: Stats, elapsed: float, *, lines: list[str],
              items: list[ItemFile] | str, rows: bool, logs: Path, held_back: int) -> None:
-    done = ", ".join(f"{k} {v}" for k, v in outcomes(s.counters).items()) or "none"
+    done = ", ".join(f"{k} {v}" for k, v in outcomes(s.counters).items() if k not in OWN) \
+        or "none"
+    probes = sum(s.counters.get(f"outcome:{k}", 0) for k in OWN)  # crawlq's, not the spider's
     say()
-    say(f"{spider.name} finished in {elapsed:.1f}s: {s.counters.get('enqueued', 0)} requests, "
-        f"{s.done} done, {s.counters.get('retried', 0)} retried, {s.dead} dead")
+    say(f"{spider.name} finished in {elapsed:.1f}s: {s.counters.get('enqueued', 0) - probes} "
+        f"requests, {s.done - probes} done, {s.counters.get('retried', 0)} retried, {s.dead} dead"
+        + (f" (and {probes} soft-404 probe{'s' * (probes > 1)} of crawlq's own)" if probes
+           else ""))
     say(f"  done by outcome: {done}")
     for line in lines:
         say(line)

@@ -29,13 +29,14 @@ from common.errors import ConfigError
 from common.exitcodes import EXIT_NOTHING_FETCHED, EXIT_OK, EXIT_ROUTES_FAILED
 from common.keys import CrawlKeys
 from common.pgtarget import PostgresTarget, sink_problem
+from common.policy import read_values
 from common.queue import CrawlQueue, Stats
 from common.reasons import HANDLER_ERROR, ROBOTS_DISALLOWED
 from common.spider import Spider
 from common.trapbook import TrapBook
 from common.workers import read_workers
 from console.crawls import delete_crawl
-from console.losses import losses, outcomes
+from console.losses import OWN, losses, outcomes
 
 __all__ = ["ItemFile", "gather_items", "own_crawl", "pg_check", "pg_rows", "report",
            "run_exit", "type_path"]
@@ -172,7 +173,7 @@ def run_exit(stats: Stats, items: int | None) -> tuple[int, str]:
     when routes raised and no item was delivered (`items` None: not known, then when no
     route ran to its end)."""
     done = outcomes(stats.counters)
-    fetched = sum(n for code, n in done.items() if code != ROBOTS_DISALLOWED)
+    fetched = sum(n for code, n in done.items() if code != ROBOTS_DISALLOWED and code not in OWN)
     raised = stats.dead_reasons.get(HANDLER_ERROR, 0)
     if not fetched and not raised and (stats.dead or done):
         return EXIT_NOTHING_FETCHED, ("nothing could be fetched: every request ended "
@@ -193,7 +194,9 @@ async def report(queue: CrawlQueue, stats: Stats) -> list[str]:
             if first:
                 causes[reason] = first[0].message[:200]
     lines = []
-    lost = losses(stats, causes)
+    stored = await read_values(queue.client, queue.crawl)
+    lost = losses(stats, causes, items_dropped=stored is not None
+                  and stored.policy.drop_judged_items)
     if lost:
         lines.append("  not delivered, by reason (and what to change):")
         lines += [f"    {loss.text()}" for loss in lost]

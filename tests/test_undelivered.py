@@ -59,13 +59,23 @@ async def test_links_past_max_depth_are_counted_in_stats_and_the_dashboard(
 def test_losses_are_generic_over_the_codes() -> None:
     stats = Stats(dead=3, counters={
         "outcome:ok": 5, "outcome:changed": 1, "outcome:near_duplicate": 2,
-        "outcome:soft_404": 1, "links:too_deep": 7, "links:trap_calendar": 4, "done": 9},
-        dead_reasons={"robots_unavailable": 2, "ssrf_blocked": 1, "gone": 0})
+        "outcome:soft_404": 1, "outcome:gone": 1, "outcome:probe": 3,
+        "links:too_deep": 7, "links:trap_calendar": 4, "links:soft_404": 3, "done": 13},
+        dead_reasons={"robots_unavailable": 2, "ssrf_blocked": 1, "stalled": 0})
     found = losses(stats, {"robots_unavailable": "http://a.test/robots.txt: connect_error"})
+    # Probes are crawlq's own; a judged page's items were written: its links are the loss.
     assert [(x.kind, x.code, x.count) for x in found] == [
-        ("links", "too_deep", 7), ("links", "trap_calendar", 4),
-        ("pages", "near_duplicate", 2), ("pages", "soft_404", 1),
+        ("links", "too_deep", 7), ("links", "trap_calendar", 4), ("links", "soft_404", 3),
+        ("pages", "gone", 1),
         ("dead", "robots_unavailable", 2), ("dead", "ssrf_blocked", 1)]
+    assert found[2].advice.endswith("links not followed; soft_404=false judges none")
+    assert "404 or 410" in found[3].advice
+    dropped = losses(stats, items_dropped=True)  # drop_judged_items=true
+    assert [(x.kind, x.code, x.count) for x in dropped if x.kind == "pages"] == [
+        ("pages", "near_duplicate", 2), ("pages", "gone", 1), ("pages", "soft_404", 1)]
+    assert dropped[3].advice.endswith("; their items dropped (drop_judged_items=false "
+                                      "keeps them)")
+    assert not dropped[4].items_dropped and "items" not in dropped[4].advice  # gone
     assert found[4].text() == ("dead robots_unavailable 2 [http://a.test/robots.txt: "
                                "connect_error]: " + advice("robots_unavailable"))
     assert "crawler-trap rule" in found[1].advice  # a rule added elsewhere
