@@ -405,6 +405,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "line it was raised at, in its dead letter and crawlq run's summary",
            (_FH + "test_a_route_that_raises_is_named_with_its_file_and_line_without_a_"
                   "traceback",)),
+    Mutant("105-judged-pages-links-left-uncounted", "the links of a page judged a soft 404 "
+           "or a near duplicate that are not followed are counted where crawlq stats reads",
+           (_T + "test_a_crawl_finds_every_real_page_and_follows_no_soft_404",
+            _T + "test_a_near_duplicate_stops_its_calendar_but_never_a_listing_of_other_"
+                 "items")),
 )
 
 
