@@ -82,7 +82,8 @@ def test_repeated_links_skip_canonicalization_once_sent() -> None:
     again, _ = i.children([(parent(), [*links, "http://a.test/y"])])
     assert again == []
     assert fates(i) == {"cached": 5, "sent": 2, "invalid": 0, "out_of_scope": 0,
-                        "too_deep": 0, "capped": 0, **dict.fromkeys(REFUSALS, 0)}
+                        "too_deep": 0, "capped": 0, **dict.fromkeys(REFUSALS, 0),
+                        "near_duplicate": 0, "soft_404": 0}
 
 
 def test_links_not_sent_are_not_cached() -> None:
