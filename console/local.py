@@ -25,6 +25,7 @@ from common.queue import CrawlQueue, Stats
 from common.redis_errors import REDIS_ERRORS, redis_error_message
 from common.redis_server import RedisServer
 from common.startup import RedisGaveUpError, StartupWait
+from console.losses import OWN
 from console.runlog import failure_line
 
 __all__ = ["Children", "SigtermCancels", "dir_summary", "progress_line", "redis_failed",
@@ -144,10 +145,12 @@ def say(text: str = "") -> None:
 
 def progress_line(elapsed: float, s: Stats, total: int | None = None) -> str:
     """One line of a crawl's state; `total` None: what was enqueued so far (a spider's
-    crawl grows as it goes)."""
-    total = s.counters.get("enqueued", 0) if total is None else total
-    return (f"[{elapsed:5.1f}s] done {s.done}/{total}  pending {s.pending}  leased {s.leased}  "
-            f"waiting {s.waiting}  dead {s.dead}  retried {s.counters.get('retried', 0)}")
+    crawl grows as it goes). crawlq's own soft-404 probes done are not counted."""
+    probes = sum(s.counters.get(f"outcome:{code}", 0) for code in OWN)
+    total = s.counters.get("enqueued", 0) - probes if total is None else total
+    return (f"[{elapsed:5.1f}s] done {s.done - probes}/{total}  pending {s.pending}  "
+            f"leased {s.leased}  waiting {s.waiting}  dead {s.dead}  "
+            f"retried {s.counters.get('retried', 0)}")
 
 
 def tail(path: Path, lines: int = 15) -> str:

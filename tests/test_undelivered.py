@@ -22,6 +22,7 @@ from common.queue import Lease, Stats
 from common.request import Request, check_request
 from common.task import Task
 from console.cli import main_async
+from console.local import progress_line
 from console.losses import Loss, advice, losses
 from consumer.notices import RouteErrors
 
@@ -81,6 +82,12 @@ def test_losses_are_generic_over_the_codes() -> None:
     assert "crawler-trap rule" in found[1].advice  # a rule added elsewhere
     assert Loss("pages", "never_heard_of", 1).text() == "pages never_heard_of 1"
     assert "--allow-private" in advice("ssrf_blocked")
+
+
+def test_the_progress_line_leaves_crawlqs_own_probes_apart() -> None:
+    s = Stats(pending=1, counters={"enqueued": 6, "done": 4, "outcome:ok": 3, "outcome:probe": 1})
+    assert progress_line(1.0, s).startswith("[  1.0s] done 3/5  pending 1")
+    assert progress_line(1.0, s, total=5).startswith("[  1.0s] done 3/5 ")
 
 
 def _lease(url: str = "http://shop.test/p/1") -> Lease:
