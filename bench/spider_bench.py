@@ -10,10 +10,10 @@ every ``a.reference.internal`` link to another page of ``library/`` (fragment dr
 emit one item per documented signature: ``{"id": <dt.sig's id>, "page": <path>}``, keyed
 by its id. crawlq: one consumer (``--spider``), its crawl created by the producer's
 ``--spider`` with the spider's policy: the policy's defaults but no delay,
-``--per-host-concurrency`` a host and no depth limit (``max_depth`` 1000, set while the
-default is 3), once for each ``--variant`` (the defaults, where near-duplicate judgement
-is off and soft 404s are probed, and ``near_duplicate_distance=3``: the judgement on;
-each on a fresh redis-server), JSONL sink; Scrapy:
+``--per-host-concurrency`` a host and no depth limit (``max_depth`` 1000, set explicitly
+for older checkouts: the default is none now), once for each ``--variant`` (the
+defaults, where near-duplicate judgement is off and soft 404s are probed, and
+``near_duplicate_distance=3``: the judgement on; each on a fresh redis-server), JSONL sink; Scrapy:
 ``CONCURRENT_REQUESTS`` 64, the same per-host concurrency, no robots.txt, no delay, run
 from a venv the bench makes once (Scrapy is never a crawlq dependency). Printed per
 crawler: pages fetched, items (the sets are compared), wall time from process start to

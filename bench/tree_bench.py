@@ -18,8 +18,8 @@ trees has one, so a 404), and every crawl starts at the tree's ``index.html``:
    pages it reached (200s in the access log) are the reference.
 2. **crawlq**, one consumer a crawl, the links handler, on the bench's own
    redis-server, with the crawl policy's defaults but ``per_host_delay=0``,
-   ``per_host_concurrency=P`` (8) and ``max_depth=1000`` (the policy's default is 3
-   until another branch makes it unlimited: set explicitly here), in three variants:
+   ``per_host_concurrency=P`` (8) and ``max_depth=1000`` (the policy's default, none, is
+   unlimited too: set explicitly so an older crawlq compares alike), in three variants:
    **defaults** (``near_duplicate_distance=off``, ``soft_404=true``), **near-dup 3**
    (``near_duplicate_distance=3``: the judgement on) and **all off**
    (``near_duplicate_distance=off soft_404=false``). A round runs the three at once,
@@ -119,8 +119,8 @@ TREES = (
          "Doxygen API + DocBook manual"),
 )
 
-#: Policy values of every crawlq run: no delay, no depth limit (the default is 3 until
-#: it is made unlimited on main; set explicitly meanwhile).
+#: Policy values of every crawlq run: no delay, no depth limit (as the default, none;
+#: set explicitly so an older checkout compares alike).
 BASE = {"per_host_delay": "0", "max_depth": "1000"}
 VARIANTS = (
     ("defaults", {}),

@@ -239,6 +239,12 @@ ALLOW_PRIVATE = Option("--allow-private", "CRAWLQ_ALLOW_PRIVATE", False,
                        "turn the SSRF guard off: let fetches (the producer's: of sitemaps) "
                        "reach loopback, private and link-local addresses", flag_only_bool=True)
 
+#: A new crawl's policy values on the command line: the producer's and ``crawlq run``'s.
+POLICY_SET = Option("--set", "CRAWLQ_SET", [], "a new crawl's policy value KEY=VALUE, as "
+                    "`crawlq crawl set` takes it, repeatable (e.g. per_host_delay=0 for a "
+                    "local site); a crawl with a policy keeps its own", append=True,
+                    field="policy", convert=tuple)
+
 #: One variable for the producer and the consumers: the spider the whole crawl runs.
 SPIDER = Option("--spider", "CRAWLQ_SPIDER", "", "the crawl's spider (common.spider): "
                 "module:obj, path/to/spider.py:obj or path/to/spider.py (its one Spider); "

@@ -13,3 +13,5 @@ EXIT_SOURCE: Final = 4  # a source could not be read (producer)
 EXIT_LOCKED: Final = 5  # another producer of this crawl is running
 EXIT_SINK: Final = 6  # the result sink kept failing for --sink-retry-for (consumer)
 EXIT_INCONSISTENT: Final = 7  # crawlq fsck found problems it did not repair
+EXIT_NOTHING_FETCHED: Final = 8  # crawlq run: every request ended without a page
+EXIT_ROUTES_FAILED: Final = 9  # crawlq run: routes raised and no item was delivered

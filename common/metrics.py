@@ -44,7 +44,9 @@ custom collector (`FetchHistogram`) rather than prometheus-client's locked Histo
                                             and one fate per trap rule that refused it
                                             (trap_length, trap_segments, trap_repeats,
                                             trap_params, trap_facets, trap_variants:
-                                            common.traps)
+                                            common.traps), and the links of pages
+                                            judged near_duplicate or soft_404 that
+                                            were not followed (consumer.judgement)
 
 The crawl's revisit schedule, read from Redis by each consumer every few seconds and
 served only for a crawl with revisits on or any URL's history (`RevisitFigures`). They
@@ -80,13 +82,14 @@ from prometheus_client.core import (
     Metric,
 )
 
+from common.reasons import NEAR_DUPLICATE, SOFT_404
 from common.traps import REFUSALS
 
 if TYPE_CHECKING:
     from common.queue.model import RevisitStats
 
-__all__ = ["FETCH_BUCKETS", "LINK_FATES", "OUTCOMES", "STATUS_CLASSES", "FetchHistogram", "Metrics",
-           "RevisitFigures", "status_class"]
+__all__ = ["FETCH_BUCKETS", "LINK_FATES", "NOT_FOLLOWED", "OUTCOMES", "STATUS_CLASSES",
+           "FetchHistogram", "Metrics", "RevisitFigures", "status_class"]
 
 NAMESPACE: Final = "crawlq"
 
@@ -110,7 +113,10 @@ OUTCOMES: Final = (
 )
 # What becomes of a link a handler found (consumer.intake), pre-created at 0 too.
 LINK_FATES: Final = ("cached", "sent", "invalid", "out_of_scope", "too_deep", "capped",
-                     *REFUSALS)
+                     *REFUSALS, NEAR_DUPLICATE, SOFT_404)
+#: The fates of links not followed: the consumers add them to the crawl's stats too
+#: (``links:<fate>``), where ``crawlq stats``, ``crawlq run`` and the dashboard read them.
+NOT_FOLLOWED: Final = tuple(f for f in LINK_FATES if f not in ("cached", "sent"))
 STATUS_CLASSES: Final = ("1xx", "2xx", "3xx", "4xx", "5xx", "error")
 # Web fetches: from a cached 10 ms to a 60 s timeout.
 FETCH_BUCKETS: Final = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)

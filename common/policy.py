@@ -383,6 +383,34 @@ def _below_one(value: float) -> None:
 
 #: What `near_duplicate_distance` shows (and takes) for no near-duplicate check.
 OFF = "off"
+#: ``max_depth`` without a limit, as the flags write it (held as -1).
+NO_LIMIT = "none"
+
+
+def depth(text: str) -> int:
+    """A link depth limit: a whole number, or `NO_LIMIT`: -1 (follows go as deep as the
+    site does; traps are bounded by the trap rules, not by depth)."""
+    if str(text).strip().lower() == NO_LIMIT:
+        return -1
+    value = _whole(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"not a whole number >= 0 or {NO_LIMIT}: {text!r}")
+    return value
+
+
+def _depth_ok(value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise ConfigError(f"must be a whole number >= 0 or {NO_LIMIT}, got {value!r}")
+
+
+def _show_depth(value: int) -> str:
+    return NO_LIMIT if value < 0 else str(value)
+
+
+def follows_from(depth: int, max_depth: int) -> bool:
+    """Whether the links of a page at `depth` are followed under `max_depth` (-1: no
+    limit): they would be at ``depth + 1``."""
+    return max_depth < 0 or depth < max_depth
 
 
 def near_duplicate_distance(text: str) -> int:
@@ -509,9 +537,11 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
     PolicyOption("robots_ttl", "--robots-ttl", _ms_seconds, 86400.0,
                  "how long a fetched robots.txt is trusted before it is fetched again "
                  "(e.g. 1d, 6h; > 0)", check=_positive, show=_show_seconds, toml_string=True),
-    PolicyOption("max_depth", "--max-depth", _whole, 3,
-                 "deepest link depth a handler's links are enqueued at (seeds are 0)",
-                 check=_whole_ok),
+    PolicyOption("max_depth", "--max-depth", depth, -1,
+                 "deepest link depth a handler's links are enqueued at (seeds are 0; "
+                 f"{NO_LIMIT} = no limit: traps are bounded by the trap rules; 0 = the "
+                 "seeds only); a link past it is dropped and counted (too_deep)",
+                 check=_depth_ok, show=_show_depth),
     PolicyOption("allow_domains", "--allow-domains", domains, (),
                  "domains a handler's links may go to (and their subdomains), "
                  f"comma-separated; {PARENT_HOST} = the linking page's host",

@@ -7,6 +7,7 @@ Subcommands (each takes the common options: --redis-url, --crawl, --log-level, .
                                    minute, dead letters by reason, live workers
 ``crawlq workers [--json]``        live consumers with heartbeat age and in-flight counts
 ``crawlq dead ls``                 dead tasks (``--reason R``, ``--limit N``, ``--json``)
+``crawlq dead show ID``            one dead task whole (``--json``)
 ``crawlq dead requeue``            put dead tasks back in line (``ID...``, ``--reason R``
                                    or ``--all``)
 ``crawlq dead purge ... --yes``    delete dead tasks for good
@@ -31,15 +32,16 @@ Subcommands (each takes the common options: --redis-url, --crawl, --log-level, .
                                    to ``--out`` or ``--sink`` (``console.run_spider``)
 =================================  =====================================================
 
-Exit codes: 0 done; 1 ``check`` found a problem; 2 usage error (unknown crawl, missing
-``--yes``); 3 Redis unreachable or refusing; 7 ``fsck`` found problems it did not repair.
+Exit codes: 0 done; 1 ``check`` found a problem (``run``: a timeout, a consumer failed);
+2 usage error (unknown crawl, missing ``--yes``); 3 Redis unreachable or refusing; 6
+``run``'s PostgreSQL sink can't be reached; 7 ``fsck`` found problems it did not repair;
+8 ``run`` could fetch nothing; 9 ``run``'s routes raised and delivered no item.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -52,7 +54,6 @@ from redis.exceptions import (
 )
 
 from common import codec
-from common.codec import text as _text
 from common.config import (
     CLI_REDIS_WAIT_S,
     COMMON_OPTIONS,
@@ -64,24 +65,26 @@ from common.config import (
 )
 from common.connection import RedisClient, connect, open_redis
 from common.durability import EVICTION_ADVICE, ServerSettings, server_settings
-from common.errors import BadRequestError, ConfigError, CrawlqError
+from common.errors import BadRequestError, ConfigError, CrawlqError, MalformedTaskError
 from common.exitcodes import EXIT_FAIL, EXIT_INCONSISTENT, EXIT_OK, EXIT_REDIS, EXIT_USAGE
-from common.keys import CRAWLS, PREFIX, CrawlKeys
+from common.keys import CRAWLS, CrawlKeys
 from common.logs import setup_logging
 from common.queue import CrawlFormatError, CrawlQueue, CrawlSettings, migrate_crawl
 from common.redis_errors import redis_error_message
 from common.runtime import run_loop
 from common.startup import RedisGaveUpError, StartupWait
+from common.task import decode_entry
 from common.workers import read_workers
 from console.cli_crawl import add_crawl_commands
 from console.cli_hosts import add_host_commands
 from console.cli_proxies import add_proxy_commands
 from console.cli_traps import add_trap_commands
-from console.crawls import summaries, summary
+from console.crawls import crawl_keys, delete_crawl, summaries, summary
 from console.dashboard.command import DASHBOARD_OPTIONS, cmd_dashboard
 from console.deadletters import select_dead
 from console.demo.run import DEMO_OPTIONS, run_demo
 from console.fsck import fsck, report_text
+from console.losses import advice
 from console.run_spider import RUN_OPTIONS, run_spider
 
 __all__ = ["EXIT_FAIL", "EXIT_INCONSISTENT", "EXIT_OK", "EXIT_REDIS", "EXIT_USAGE",
@@ -134,6 +137,10 @@ def _stats_text(doc: dict[str, Any]) -> str:
     counters = {k: v for k, v in doc["counters"].items() if v}
     if counters:
         lines.append("counters: " + ", ".join(f"{k} {v:,}" for k, v in counters.items()))
+    if doc["links"]:
+        lines.append("links not followed: " + ", ".join(
+            f"{k} {v:,} ({advice(k)})" if k == "too_deep" else f"{k} {v:,}"
+            for k, v in sorted(doc["links"].items(), key=lambda kv: -kv[1])))
     reasons = {k: v for k, v in doc["dead_reasons"].items() if v}
     lines.append("dead letters by reason: "
                  + (", ".join(f"{k} {v:,}" for k, v in reasons.items()) or "none"))
@@ -252,6 +259,34 @@ async def cmd_dead_ls(args: argparse.Namespace, client: RedisClient) -> int:
     return EXIT_OK
 
 
+async def cmd_dead_show(args: argparse.Namespace, client: RedisClient) -> int:
+    queue = await _queue(client, args.crawl)
+    dead = await queue.dead_get(args.id)
+    if dead is None:
+        raise UsageError(f"no dead task {args.id} in crawl {args.crawl} (crawlq dead ls "
+                         "lists them)")
+    doc: dict[str, Any] = {"id": dead.id, "partition": dead.partition, "reason": dead.reason,
+                           "message": dead.message, "died_at_ms": dead.died_at_ms,
+                           "attempts": dead.attempts, "url": dead.url}
+    try:
+        task = decode_entry(dead.raw) if dead.raw else None
+    except MalformedTaskError:
+        task = None
+    if task is not None:
+        doc.update(method=task.method, label=task.label, data=task.data, depth=task.depth)
+    if args.json:
+        _emit(doc)
+        return EXIT_OK
+    doc["died_at"] = _when(dead.died_at_ms)
+    for name in ("id", "url", "method", "label", "data", "depth", "reason", "attempts",
+                 "died_at", "message"):
+        if doc.get(name) not in (None, {}, ""):
+            value = doc[name]
+            print(f"{name.replace('_', ' '):<9} "
+                  f"{codec.dumps(value) if isinstance(value, dict) else value}")
+    return EXIT_OK
+
+
 async def _dead_targets(args: argparse.Namespace, queue: CrawlQueue) -> list[str]:
     try:
         return await select_dead(queue, ids=args.ids, reason=args.reason, every=args.all)
@@ -306,26 +341,6 @@ async def cmd_crawls(args: argparse.Namespace, client: RedisClient) -> int:
     return EXIT_OK
 
 
-def _glob_escape(text: str) -> str:
-    return re.sub(r"([*?\[\]\\{}])", r"\\\1", text)
-
-
-async def crawl_keys(client: RedisClient, crawl: str) -> list[str]:
-    """Every key of one crawl: its crawl-wide keys and those of each of its partitions.
-
-    Matches are checked again in Python, so a crawl named ``a`` never takes ``ab``'s keys.
-    """
-    name = _glob_escape(crawl)
-    own = re.compile(rf"^{re.escape(PREFIX)}:\{{{re.escape(crawl)}(?::\d+(?:\.\d+)?)?\}}:")
-    found: list[str] = []
-    for pattern in (f"{PREFIX}:\\{{{name}\\}}:*", f"{PREFIX}:\\{{{name}:*"):
-        async for key in client.scan_iter(match=pattern, count=10_000):
-            text = _text(key)
-            if own.match(text):
-                found.append(text)
-    return sorted(set(found))
-
-
 async def cmd_reset(args: argparse.Namespace, client: RedisClient) -> int:
     keys = await crawl_keys(client, args.crawl)
     known = await client.sismember(CRAWLS, args.crawl)
@@ -336,10 +351,8 @@ async def cmd_reset(args: argparse.Namespace, client: RedisClient) -> int:
         print(f"would delete {len(keys)} keys of crawl {args.crawl} (and nothing else); "
               "nothing deleted. Add --yes to do it", file=sys.stderr)
         return EXIT_USAGE
-    for i in range(0, len(keys), 500):
-        await client.unlink(*keys[i:i + 500])
-    await client.srem(CRAWLS, args.crawl)
-    print(f"deleted {len(keys)} keys of crawl {args.crawl}")
+    deleted = await delete_crawl(client, args.crawl)
+    print(f"deleted {deleted} keys of crawl {args.crawl}")
     return EXIT_OK
 
 
@@ -418,8 +431,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="crawlq", description="Operate crawlq crawls: stats, workers, dead letters, "
         "crawls and their policy, a web dashboard, reset, health check, and a local demo.",
-        epilog="exit codes: 0 ok, 1 check failed, 2 usage error, 3 Redis unreachable or "
-               "refused, 7 fsck found problems it did not repair")
+        epilog="exit codes: 0 ok, 1 check failed (run: a timeout or a consumer failed), 2 "
+               "usage error, 3 Redis unreachable or refused, 6 run's postgres sink "
+               "unreachable, 7 fsck found problems it did not repair, 8 run fetched nothing, "
+               "9 run's routes raised and delivered no item")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name: str, help_text: str, *options: Option) -> argparse.ArgumentParser:
@@ -448,6 +463,10 @@ def build_parser() -> argparse.ArgumentParser:
                      Option("--limit", "CRAWLQ_DEAD_LIMIT", 50, "list at most this many",
                             type=int))
     p.set_defaults(handler=cmd_dead_ls)
+    p = dead_command("show", "one dead task whole: its URL, request, reason and message "
+                     "(a route error's file and line)", JSON)
+    p.add_argument("id", metavar="ID", help="a task id (see crawlq dead ls)")
+    p.set_defaults(handler=cmd_dead_show)
     for name, help_text, handler, extra in (
         ("requeue", "put dead tasks back in line with fresh attempts", cmd_dead_requeue, ()),
         ("purge", "delete dead tasks for good (needs --yes)", cmd_dead_purge, (_YES,)),

@@ -1,13 +1,17 @@
-"""What an operator sees of a crawl at a glance: its settings, age, states, rates.
+"""What an operator sees of a crawl at a glance: its settings, age, states, rates; and
+its keys, to delete it whole.
 
 `summary` reads one crawl (the queue's `stats()` pipeline, the last minute of its
 history, the crawl's creation time and its worker count); `summaries` does it for every
 crawl in the Redis. ``crawlq stats``, ``crawlq crawls`` and the dashboard print them.
+`crawl_keys` and `delete_crawl`: ``crawlq reset``, and ``crawlq demo`` / ``crawlq run``,
+which start their crawl afresh.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,9 +20,10 @@ from common.codec import text as _text
 from common.connection import RedisClient
 from common.errors import ConfigError
 from common.frontier.hosts import Frontier
-from common.keys import CRAWLS, CrawlKeys
+from common.keys import CRAWLS, PREFIX, CrawlKeys
 from common.queue import CrawlQueue, Stats
 from common.workers import read_workers
+from console.losses import link_fates
 
 #: At most this many crawls are summarized per call (by name).
 MAX_CRAWLS = 200
@@ -57,6 +62,7 @@ class CrawlSummary:
             "counters": dict(sorted(s.counters.items())),
             "outcomes": {k[len(_OUTCOME):]: v for k, v in sorted(s.counters.items())
                          if k.startswith(_OUTCOME)},
+            "links": link_fates(s.counters),
             "rates": self.rates,
             "dead_reasons": dict(sorted(s.dead_reasons.items(), key=lambda kv: -kv[1])),
             "workers": self.workers,
@@ -101,3 +107,32 @@ async def summaries(client: RedisClient, limit: int = MAX_CRAWLS
                 return name
 
     return list(await asyncio.gather(*(one(n) for n in names[:limit]))), len(names)
+
+
+def _glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[\]\\{}])", r"\\\1", text)
+
+
+async def crawl_keys(client: RedisClient, crawl: str) -> list[str]:
+    """Every key of one crawl: its crawl-wide keys and those of each of its partitions.
+
+    Matches are checked again in Python, so a crawl named ``a`` never takes ``ab``'s keys.
+    """
+    name = _glob_escape(crawl)
+    own = re.compile(rf"^{re.escape(PREFIX)}:\{{{re.escape(crawl)}(?::\d+(?:\.\d+)?)?\}}:")
+    found: list[str] = []
+    for pattern in (f"{PREFIX}:\\{{{name}\\}}:*", f"{PREFIX}:\\{{{name}:*"):
+        async for key in client.scan_iter(match=pattern, count=10_000):
+            text = _text(key)
+            if own.match(text):
+                found.append(text)
+    return sorted(set(found))
+
+
+async def delete_crawl(client: RedisClient, crawl: str) -> int:
+    """Delete every key of one crawl (`crawl_keys`) and its name; returns how many keys."""
+    keys = await crawl_keys(client, crawl)
+    for i in range(0, len(keys), 500):
+        await client.unlink(*keys[i:i + 500])
+    await client.srem(CRAWLS, crawl)
+    return len(keys)

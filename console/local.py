@@ -12,7 +12,7 @@ import contextlib
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,8 @@ from common.queue import CrawlQueue, Stats
 from common.redis_errors import REDIS_ERRORS, redis_error_message
 from common.redis_server import RedisServer
 from common.startup import RedisGaveUpError, StartupWait
+from console.losses import OWN
+from console.runlog import failure_line
 
 __all__ = ["Children", "SigtermCancels", "dir_summary", "progress_line", "redis_failed",
            "redis_wait", "say", "stop_started", "tail", "watch"]
@@ -143,10 +145,12 @@ def say(text: str = "") -> None:
 
 def progress_line(elapsed: float, s: Stats, total: int | None = None) -> str:
     """One line of a crawl's state; `total` None: what was enqueued so far (a spider's
-    crawl grows as it goes)."""
-    total = s.counters.get("enqueued", 0) if total is None else total
-    return (f"[{elapsed:5.1f}s] done {s.done}/{total}  pending {s.pending}  leased {s.leased}  "
-            f"waiting {s.waiting}  dead {s.dead}  retried {s.counters.get('retried', 0)}")
+    crawl grows as it goes). crawlq's own soft-404 probes done are not counted."""
+    probes = sum(s.counters.get(f"outcome:{code}", 0) for code in OWN)
+    total = s.counters.get("enqueued", 0) - probes if total is None else total
+    return (f"[{elapsed:5.1f}s] done {s.done - probes}/{total}  pending {s.pending}  "
+            f"leased {s.leased}  waiting {s.waiting}  dead {s.dead}  "
+            f"retried {s.counters.get('retried', 0)}")
 
 
 def tail(path: Path, lines: int = 15) -> str:
@@ -166,8 +170,10 @@ def dir_summary(path: Path) -> str:
 
 
 async def watch(children: Children, queue: CrawlQueue, *, total: int | None, timeout_s: float,
-                started: float, logs: Path) -> bool:
-    """Show progress until every consumer exits; False on a timeout or a failed consumer."""
+                started: float, logs: Path,
+                notes: Callable[[], list[str]] = list) -> bool:
+    """Show progress until every consumer exits, and the lines `notes` gives meanwhile
+    (the consumers' warnings); False on a timeout or a failed consumer."""
     tty = sys.stdout.isatty()
     consumers = {n: p for n, p in children.procs.items() if n.startswith("consumer")}
     deadline = time.monotonic() + timeout_s
@@ -179,6 +185,8 @@ async def watch(children: Children, queue: CrawlQueue, *, total: int | None, tim
             if now > deadline:
                 say(f"\nthe crawl did not finish within {timeout_s:g}s; stopping the consumers")
                 return False
+            for note in notes():
+                say(f"\r\x1b[K{note}" if tty else note)
             try:  # the consumers wait out a Redis outage: so does the progress line
                 line = progress_line(now - started, await queue.stats(), total)
             except REDIS_ERRORS:
@@ -193,11 +201,20 @@ async def watch(children: Children, queue: CrawlQueue, *, total: int | None, tim
     finally:
         if tty:
             print(flush=True)
+    for note in notes():
+        say(note)
     say(progress_line(time.monotonic() - started, await queue.stats(), total))
     failed = [(n, p.returncode) for n, p in consumers.items() if p.returncode != 0]
+    told: dict[tuple[int | None, str], list[str]] = {}
     for name, code in failed:
-        say(f"{name} exited with code {code}; the end of its log:\n"
-            f"{tail(logs / f'{name}.log')}")
+        said = failure_line(logs / f"{name}.log")  # its error's advice, else its log's end
+        if said is None:
+            say(f"{name} exited with code {code}; the end of its log:\n"
+                f"{tail(logs / f'{name}.log')}")
+        else:
+            told.setdefault((code, said), []).append(name)
+    for (code, said), names in told.items():  # the same error of several: one line
+        say(f"{', '.join(names)} exited with code {code}: {said}")
     return not failed
 
 

@@ -1,21 +1,27 @@
 """``crawlq run path/to/spider.py``: one spider crawled end to end on this machine.
 
 1. The spider is loaded here first, so a broken file is one line and exit 2, not a
-   crash in every child.
-2. Redis: ``--redis-url`` / ``REDIS_URL`` if given (the crawl goes on from its state:
-   a producer run is idempotent, and the earlier runs' results in ``--output`` are
-   kept), else an embedded redis-server stopped at the end (a fresh crawl each run).
-3. The crawl's policy for a crawl that has none: the defaults, the spider's own values
-   (``Spider(policy=...)``) and ``--set KEY=VALUE`` over them (``per_host_delay=0``: a
-   local site is crawled fast).
+   crash in every child. A ``--sink postgres://`` is tried too: a database refused is
+   one line (exit 2: login, database; 6: not reachable).
+2. Redis: ``--redis-url`` / ``REDIS_URL`` if given, else an embedded redis-server stopped
+   at the end. The run owns its crawl (``console.runs``): a crawl of the spider's name
+   left by an earlier run is reset first (said), unless ``--resume``; one that consumers
+   are working on is refused (exit 2).
+3. The crawl's policy: the defaults, the spider's own values (``Spider(policy=...)``)
+   and ``--set KEY=VALUE`` over them (``per_host_delay=0``: a local site is crawled fast).
 4. The producer, as a subprocess, enqueues the spider's ``start()``; then ``--consumers``
    consumer processes run its routes with ``--exit-when-empty``, a progress line
-   meanwhile.
-5. Items: ``--sink postgres://...`` hands them to the consumers' PostgreSQL sink;
-   otherwise the consumers write JSONL records and the items are gathered into ``--out``
-   (one JSON object a line, one line a key: a task fetched twice is one item).
-6. A summary; every child is stopped in ``finally``, whatever happened (Ctrl-C and
-   SIGTERM included).
+   meanwhile, and each warning or error of theirs once, as it comes (a route's error
+   with its file and line, a host the SSRF guard refused).
+5. Items: ``--sink postgres://...`` hands them to the consumers' PostgreSQL sink (the
+   tables counted at the end); otherwise the consumers write JSONL records and this
+   run's items are gathered into ``--out`` (one JSON object a line, one line a key), each
+   item type's into a file of its own beside it.
+6. A summary: what was done, what was not delivered by reason and what to change, the
+   first route errors, the items by type and where they went; the exit code says
+   whether anything came of it (0; 1 a timeout or a consumer failed; 8 nothing could be
+   fetched; 9 routes raised and no item was delivered). Every child is stopped in
+   ``finally``, whatever happened (Ctrl-C and SIGTERM included).
 
 The same file runs on a fleet unchanged: ``crawlq-producer --spider FILE`` and
 ``crawlq-consumer --spider FILE``, which is all this command starts.
@@ -25,21 +31,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import shutil
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from redis.exceptions import RedisError
 
-from common import codec
 from common.config import (
     ALLOW_PRIVATE,
     COMMON_OPTIONS,
+    POLICY_SET,
     REDIS_URL,
     REDIS_WAIT,
     Option,
@@ -49,6 +53,7 @@ from common.config import (
 from common.connection import connect
 from common.errors import ConfigError
 from common.names import validate_crawl_name
+from common.pgtarget import PostgresTarget, is_postgres_url
 from common.policy import CrawlPolicy, ensure_policy, parse_assignments
 from common.queue import CrawlQueue, Stats
 from common.redis_server import RedisServer
@@ -64,6 +69,20 @@ from console.local import (
     stop_started,
     watch,
 )
+from console.losses import OWN, outcomes
+from console.runlog import QUIET, LogNotes
+from console.runs import (
+    ItemFile,
+    elapsed_since,
+    gather_items,
+    items_line,
+    own_crawl,
+    pg_check,
+    pg_rows,
+    report,
+    run_exit,
+    spider_tables,
+)
 
 __all__ = ["RUN_OPTIONS", "gather_items", "run_spider"]
 
@@ -72,16 +91,18 @@ RUN_OPTIONS = (
             "started for the run and stopped after"),
     Option("--crawl", "CRAWLQ_RUN_CRAWL", "", "crawl name (default: the spider's name)"),
     Option("--consumers", "CRAWLQ_RUN_CONSUMERS", 2, "consumer processes", type=int),
-    Option("--out", "CRAWLQ_RUN_OUT", "", "the JSON lines file the items go to, one a key "
-           "(default: items.jsonl in --output)"),
+    Option("--out", "CRAWLQ_RUN_OUT", "", "the JSON lines file this run's items go to, one "
+           "a key, each item type's beside it (items.review.jsonl) (default: items.jsonl in "
+           "--output)"),
     Option("--sink", "CRAWLQ_RUN_SINK", "", "the consumers' sink instead of --out, e.g. "
-           "postgres://user:pass@host/db"),
+           "postgres://user@host/db (the password from PGPASSWORD or ~/.pgpass)"),
     Option("--output", "CRAWLQ_RUN_OUTPUT", "./crawlq-run", "where results and logs go"),
     Option("--timeout", "CRAWLQ_RUN_TIMEOUT", 600.0, "stop the crawl after this long",
            type=duration),
-    Option("--set", "CRAWLQ_RUN_SET", [], "a new crawl's policy value KEY=VALUE, as "
-           "`crawlq crawl set` takes it, repeatable (e.g. per_host_delay=0 for a local "
-           "site); a crawl with a policy keeps its own", append=True, field="policy"),
+    Option("--resume", "CRAWLQ_RUN_RESUME", False, "go on with the spider's crawl (on "
+           "--redis-url) and its results in --output, instead of starting it afresh",
+           flag_only_bool=True),
+    replace(POLICY_SET, env="CRAWLQ_RUN_SET"),
     ALLOW_PRIVATE,
     REDIS_WAIT,
     *(o for o in COMMON_OPTIONS if o.flag in ("--log-level", "--log-format")),
@@ -107,11 +128,24 @@ async def run_spider(args: argparse.Namespace) -> int:
             raise ConfigError("give --out or --sink, not both")
         if args.consumers < 1:
             raise ConfigError("--consumers must be >= 1")
+        if args.resume and not args.redis_url:
+            raise ConfigError("--resume goes on with a crawl in your Redis: give "
+                              "--redis-url (the embedded one starts empty each run)")
+        postgres = is_postgres_url(args.sink)
         policy = CrawlPolicy().replace(spider.policy).replace(parse_assignments(args.set))
+        problem = await pg_check(args.sink) if postgres else None
     except ConfigError as exc:
         print(f"crawlq run: error: {exc}", file=sys.stderr)
         return 2
-    out, logs, results, items_to = await asyncio.to_thread(_prepare, args)
+    if problem is not None:
+        print(f"crawlq run: {problem[1]}", file=sys.stderr)
+        return problem[0]
+    try:
+        out, logs, results, items_to = await asyncio.to_thread(_prepare, args, crawl)
+    except OSError as exc:  # a read-only --output, an --out in no directory
+        print(f"crawlq run: error: can't write {exc.filename}: {exc.strerror}; give an "
+              "--output (or --out) where you can write", file=sys.stderr)
+        return 2
     children = Children()
     server: RedisServer | None = None
     sigterm = SigtermCancels()  # kill, docker stop: the run ends through its finally
@@ -125,7 +159,10 @@ async def run_spider(args: argparse.Namespace) -> int:
             redis_url = server.url
             say(f"started an embedded redis-server at {redis_url} (stopped when the run ends)")
         wait = redis_wait(redis_url, args.redis_wait)
-        await wait.step("policy", lambda: _policy(redis_url, crawl, policy))
+        said = await wait.step("policy", lambda: _policy(
+            redis_url, crawl, policy, resume=args.resume, embedded=server is not None))
+        if said:
+            say(said)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         common = ["--redis-url", redis_url, "--crawl", crawl, "--log-level", args.log_level,
                   "--log-format", args.log_format,
@@ -145,19 +182,41 @@ async def run_spider(args: argparse.Namespace) -> int:
                 "--exit-when-empty", "--empty-grace", "0", "--http-port", "-1",
                 "--output", str(results / f"consumer-{n}")], env, logs / f"consumer-{n}.log")
         say(f"started {args.consumers} consumers (logs in {logs})")
+        notes = LogNotes({n: logs / f"{n}.log" for n in children.procs if n != "producer"},
+                         skip=lambda e: e.event in QUIET)
         client = connect(redis_url)
         try:
             queue = await wait.step("crawl", lambda: CrawlQueue.existing(client, crawl))
             ok = await watch(children, queue, total=None, timeout_s=args.timeout,
-                             started=started, logs=logs)
+                             started=started, logs=logs, notes=notes.new)
             stats = await wait.step("stats", queue.stats)
+            codes = {p.returncode for n, p in children.procs.items() if n != "producer"}
+            if not ok and len(codes) == 1 and not stats.done + stats.dead:
+                return codes.pop() or 1  # none could start: said in one line by watch
+            lines = await wait.step("report", lambda: report(queue, stats))
         finally:
             await client.aclose()
-        items = await asyncio.to_thread(gather_items, results, items_to) \
-            if items_to is not None else None
-        _summary(spider, stats, time.monotonic() - started, items=items, items_to=items_to,
-                 sink=args.sink, logs=logs)
-        return 0 if ok else 1
+        if items_to is not None:
+            items: list[ItemFile] | str = await asyncio.to_thread(gather_items, results,
+                                                                  items_to)
+        elif postgres:
+            target = PostgresTarget.parse(args.sink)
+            items = await pg_rows(args.sink, spider_tables(target, spider),
+                                  elapsed_since(started))
+        else:  # a sink of another kind: its records are where the consumers put them
+            items = f"in the consumers' {args.sink} sink ({results})"
+        code, why = run_exit(stats, None if isinstance(items, str)
+                             else sum(f.count for f in items))
+        _summary(spider, stats, time.monotonic() - started, lines=lines, items=items,
+                 rows=items_to is None, logs=logs, held_back=notes.held_back)
+        if not ok:
+            return 1
+        if code:
+            say(f"exit {code}: {why}")
+        return code
+    except ConfigError as exc:  # the crawl is in use by consumers: not this run's
+        print(f"crawlq run: error: {exc}", file=sys.stderr)
+        return 2
     except (RedisGaveUpError, RedisError) as exc:
         return redis_failed("crawlq run", exc, redis_url)
     except asyncio.CancelledError:
@@ -167,66 +226,51 @@ async def run_spider(args: argparse.Namespace) -> int:
         await stop_started(sigterm, children, server)
 
 
-def _prepare(args: argparse.Namespace) -> tuple[Path, Path, Path, Path | None]:
-    """The output directory, its emptied logs and results, and the items file (None
-    with --sink). With --redis-url the crawl may go on from an earlier run: its results
-    are kept, so the items gathered are the whole crawl's."""
+def _prepare(args: argparse.Namespace, crawl: str) -> tuple[Path, Path, Path, Path | None]:
+    """The output directory, its emptied logs, this crawl's results directory (emptied:
+    no earlier run's items are carried over, unless --resume goes on with the crawl) and
+    the items file (None with --sink)."""
     out = Path(args.output).resolve()
     logs, results = out / "logs", out / "results"
-    for old in (logs,) if args.redis_url else (logs, results):
+    for old in (logs,) if args.resume else (logs, results):
         shutil.rmtree(old, ignore_errors=True)
-    for new in (logs, results):
+    for new in (logs, results / crawl):
         new.mkdir(parents=True, exist_ok=True)
     items_to = None if args.sink else Path(args.out or out / "items.jsonl").resolve()
-    return out, logs, results, items_to
+    if items_to is not None:  # writable, before anything starts
+        items_to.parent.mkdir(parents=True, exist_ok=True)
+        items_to.open("a").close()
+    return out, logs, results / crawl, items_to
 
 
-async def _policy(redis_url: str, crawl: str, policy: CrawlPolicy) -> None:
-    """Give a crawl without a policy the one asked for (an existing crawl keeps its own)."""
+async def _policy(redis_url: str, crawl: str, policy: CrawlPolicy, *, resume: bool,
+                  embedded: bool) -> str:
+    """Make the crawl this run's (reset, or kept with --resume: `own_crawl`) and give it the
+    policy asked for if it has none; what was done to an earlier crawl, to say."""
     client = connect(redis_url)
     try:
+        said = "" if embedded else await own_crawl(client, crawl, resume=resume,
+                                                     where=redact_url(redis_url))
         await ensure_policy(client, crawl, policy, by="crawlq run")
     finally:
         await client.aclose()
+    return said
 
 
-def gather_items(results: Path, dest: Path) -> int:
-    """Write the items of every JSONL record under `results` to `dest`, one line per
-    key (the latest fetch's wins); returns how many."""
-    found: dict[str, tuple[float, Any]] = {}
-    for path in sorted(results.rglob("*.jsonl")):
-        with path.open("rb") as lines:
-            for line in lines:
-                try:
-                    record = json.loads(line)
-                except ValueError:  # a torn last line of a killed consumer's file
-                    continue
-                keys = record.get("item_keys") or []
-                for index, item in enumerate(record.get("items") or []):
-                    key = keys[index] if index < len(keys) and keys[index] is not None \
-                        else f"{record['task_id']}#{index}"
-                    fetched = record.get("fetched_at") or 0.0
-                    if key not in found or found[key][0] <= fetched:
-                        found[key] = (fetched, item)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with dest.open("w") as out:
-        for _, item in found.values():
-            out.write(codec.dumps(item) + "\n")
-    return len(found)
-
-
-def _summary(spider: Spider, s: Stats, elapsed: float, *, items: int | None,
-             items_to: Path | None, sink: str, logs: Path) -> None:
-    dead = ", ".join(f"{r} {n}" for r, n in sorted(s.dead_reasons.items(), key=lambda x: -x[1])
-                     if n) or "none"
+def _summary(spider: Spider, s: Stats, elapsed: float, *, lines: list[str],
+             items: list[ItemFile] | str, rows: bool, logs: Path, held_back: int) -> None:
+    done = ", ".join(f"{k} {v}" for k, v in outcomes(s.counters).items() if k not in OWN) \
+        or "none"
+    probes = sum(s.counters.get(f"outcome:{k}", 0) for k in OWN)  # crawlq's, not the spider's
     say()
-    say(f"{spider.name} finished in {elapsed:.1f}s: {s.counters.get('enqueued', 0)} requests, "
-        f"{s.done} done, {s.counters.get('retried', 0)} retried, {s.dead} dead")
-    say(f"  dead by reason: {dead}")
+    say(f"{spider.name} finished in {elapsed:.1f}s: {s.counters.get('enqueued', 0) - probes} "
+        f"requests, {s.done - probes} done, {s.counters.get('retried', 0)} retried, {s.dead} dead"
+        + (f" (and {probes} soft-404 probe{'s' * (probes > 1)} of crawlq's own)" if probes
+           else ""))
+    say(f"  done by outcome: {done}")
+    for line in lines:
+        say(line)
     if s.active:
         say(f"  still unfinished: {s.pending} pending, {s.leased} leased, {s.waiting} waiting")
-    if items_to is not None:
-        say(f"items: {items} in {items_to}")
-    else:
-        say(f"items: in the consumers' sink ({redact_url(sink)})")
-    say(f"logs:  {logs}")
+    say(items_line(items, rows=rows))
+    say(f"logs:  {logs}" + (f" ({held_back} more warnings there)" if held_back else ""))

@@ -228,10 +228,10 @@ class ConsumerSettings:
             raise ConfigError("--sink-retry-for must be >= 0")
         if self.per_host_concurrency < 0 or self.per_host_delay_s < 0:
             raise ConfigError("--per-host-concurrency and --per-host-delay must be >= 0")
-        if min(self.max_depth, self.max_stalls, self.batch_size, self.gc_threshold,
-               self.max_links, self.link_cache) < 0:
-            raise ConfigError("--max-depth, --max-stalls, --lease-batch, --gc-threshold, "
-                              "--max-links and --link-cache must be >= 0")
+        if min(self.max_stalls, self.batch_size, self.gc_threshold,
+               self.max_links, self.link_cache) < 0 or self.max_depth < -1:
+            raise ConfigError("--max-depth (or none), --max-stalls, --lease-batch, "
+                              "--gc-threshold, --max-links and --link-cache must be >= 0")
         if self.retry_cap_s < self.retry_base_s:
             raise ConfigError(f"--retry-cap ({self.retry_cap_s:g}s) must be >= --retry-base "
                               f"({self.retry_base_s:g}s)")

@@ -40,6 +40,8 @@ from consumer.sinks import ProbingSink, Record, Sink
 log = logging.getLogger("consumer")
 
 FLUSH_INTERVAL_S = 0.02
+#: How often the links not followed are added to the crawl's stats (and at the end).
+LINK_COUNTS_EVERY_S = 1.0
 #: How often pages held for a probe's answer are judged again.
 HELD_POLL_S = 0.05
 _LOST = frozenset({Code.STALE, Code.EXPIRED, Code.UNKNOWN})  # the lease was not ours anymore
@@ -104,6 +106,7 @@ class Completion:
     page: PageFacts | None = None  # a handled HTML page's facts, to be judged
     probe: Signature | None = None  # a probe's answer: its directory's soft-404 signature
     child_meta: dict[str, Any] | None = None  # its links' meta, when not its own
+    cut: int = 0  # its links a judgement did not follow (fate: its outcome)
 
 
 class FlushAbandoned(Exception):
@@ -289,6 +292,9 @@ class Flusher:
                                                                     meta=c.child_meta),
                   c.urls) for c in live if c.urls and c.lease.id not in unwritten)
         children, seen = self.intake.children(self._hooks.carry(found))
+        for c in live:
+            if c.cut and c.lease.id not in unwritten:
+                self.intake.judged(c.outcome, c.cut)
         children = self._hooks.stamp(children)
         children = await self._retry("traps", lambda: self.intake.admit(children))
         children += probes
@@ -313,6 +319,8 @@ class Flusher:
             self._account(releases, codes, ["released"] * len(releases))
         self.metrics.publish()
         self.intake.publish()
+        if time.monotonic() >= self.intake.saved_at + LINK_COUNTS_EVERY_S:
+            await self.save_link_counts()
         # Leases that ended free their hosts' slots; a host with a delay takes its next
         # request only at its next turn (a lease call's reply says when), so only a turn
         # that comes soon wakes this consumer's leaser or the fleet's idle ones.
@@ -331,6 +339,10 @@ class Flusher:
         verdict = await self._retry("judgement", lambda: judge.judge(
             live, self.intake.tally, holding=holding, op=op))
         return verdict.probes, verdict.held
+
+    async def save_link_counts(self) -> None:
+        """The links not followed, to the crawl's stats (`LinkIntake.save_counts`)."""
+        await self.intake.save_counts(self.queue.client, self.queue.partitions[0].stats)
 
     def _account(self, leases: Sequence[Lease], codes: Sequence[Code],
                  outcomes: Sequence[str]) -> None:

@@ -44,11 +44,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from common.connection import RedisClient
 from common.errors import InvalidRequestError
 from common.hostmodel.hostkey import host_key
-from common.metrics import LINK_FATES, Metrics
+from common.metrics import LINK_FATES, NOT_FOLLOWED, Metrics
+from common.policy import follows_from
 from common.queue import NewTask
 from common.queue.calls import new_op_id
+from common.redis_errors import REDIS_ERRORS
 from common.request import Request, request_key
 from common.task import Task
 from common.trapbook import TrapBook, Variant
@@ -166,6 +169,8 @@ class LinkIntake:
         # half of it: each generation lives at most a quarter.
         self.cache = SeenCache(cache_size, max_age_s=now.recrawl_after / 4)
         self._fates = dict.fromkeys(LINK_FATES, 0)
+        self._unsaved: dict[str, int] = {}  # NOT_FOLLOWED fates not in the crawl's stats yet
+        self.saved_at = 0.0  # monotonic time of the last `save_counts`
         self._scope = 0  # bumped when the domains change
 
     def _follow(self) -> LivePolicy:
@@ -201,7 +206,7 @@ class LinkIntake:
         for task, urls in found:
             if not urls:
                 continue
-            if task.depth + 1 > max_depth:  # a spider's pagination reaches it first
+            if not follows_from(task.depth, max_depth):
                 fates["too_deep"] += len(urls)
                 continue
             domains = self.allow_domains or frozenset((_host(task.url),))
@@ -374,12 +379,37 @@ class LinkIntake:
         """Count links dropped past the per-page cap."""
         self._fates["capped"] += n
 
+    def judged(self, outcome: str, n: int) -> None:
+        """Count `n` links not followed of a page judged `outcome` (near_duplicate,
+        soft_404: consumer.judgement)."""
+        self._fates[outcome] += n
+
     def publish(self) -> None:
-        """Fold the tallies into crawlq_links_total (once per flush, not per link)."""
+        """Fold the tallies into crawlq_links_total (once per flush, not per link), and
+        the links not followed into what `save_counts` adds to the crawl's stats."""
         for fate, n in self._fates.items():
             if n:
                 self.metrics.links(fate, n)
                 self._fates[fate] = 0
+                if fate in NOT_FOLLOWED:
+                    self._unsaved[fate] = self._unsaved.get(fate, 0) + n
+
+    async def save_counts(self, client: RedisClient, stats: str) -> None:
+        """Add the links not followed since the last call (too_deep, out_of_scope, a trap
+        rule's, ...) to the crawl's `stats` HASH as ``links:<fate>``: one pipelined round
+        trip, kept for the next call when Redis fails."""
+        self.saved_at = time.monotonic()
+        fates, self._unsaved = self._unsaved, {}
+        if not fates:
+            return
+        try:
+            async with client.pipeline(transaction=False) as pipe:
+                for fate, n in fates.items():
+                    pipe.hincrby(stats, f"links:{fate}", n)
+                await pipe.execute()
+        except REDIS_ERRORS:
+            for fate, n in fates.items():
+                self._unsaved[fate] = self._unsaved.get(fate, 0) + n
 
 
 def _in_scope(host: str, domains: frozenset[str]) -> bool:

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 from common import simhash, soft404
 from common.http.fetcher import FetchResult
 from common.metrics import Metrics
+from common.policy import follows_from
 from common.queue import NewTask
 from common.reasons import NEAR_DUPLICATE, SOFT_404
 from common.request import Request
@@ -221,7 +222,7 @@ class Judge:
         if now.soft_404:  # a host's root is probed before its linked pages are fetched
             for c in live:
                 if c.kind == "ack" and c.probe is None and _links_home(c) \
-                        and c.lease.task.depth < now.max_depth:  # they will be followed
+                        and follows_from(c.lease.task.depth, now.max_depth):
                     state = self.hosts.get(c.lease.host)
                     if state is None or ("/" not in state.claimed
                                          and "/" not in state.signatures):
@@ -381,6 +382,7 @@ class Judge:
     def _judged(c: Completion, outcome: str, urls: Sequence[str | Request],
                 drop_items: bool) -> None:
         c.outcome = outcome
+        c.cut = len(c.urls) - len(urls)
         c.urls = urls
         if c.record is not None:
             c.record.outcome = outcome

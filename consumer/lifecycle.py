@@ -329,6 +329,7 @@ class Consumer:
         self.flusher.give_up_at = time.monotonic() + FLUSH_GIVE_UP_S
         with contextlib.suppress(FlushAbandoned):
             await self.flush()
+            await self.flusher.save_link_counts()
         with contextlib.suppress(TimeoutError):  # the flusher's own batch, if one is on
             await asyncio.wait_for(self.flusher.settle(), SHUTDOWN_WAIT_S + FLUSH_GIVE_UP_S)
         if self.flusher.abandoned is not None:

@@ -12,6 +12,10 @@ own to read: ``ctx.task.label``); a consumer with neither runs no code: it has n
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+from typing import Any
+
 from common.bans import NO_RULES, Blocked
 from common.http.fetcher import FetchResult
 from common.spider import Spider, run_route
@@ -41,6 +45,16 @@ class Router:
         if self.spider is None:
             return None
         return frozenset(label for label in self.spider.routes if label is not None)
+
+    @property
+    def files(self) -> frozenset[str]:
+        """The files the spider's routes and the handler are defined in: where a route
+        error is looked for in its traceback."""
+        fns: list[Callable[..., Any]] = [r.fn for r in self.spider.routes.values()] \
+            if self.spider is not None else []
+        fns += [self.handler] if self.handler is not None else []
+        return frozenset(code.co_filename for fn in fns
+                         if (code := getattr(inspect.unwrap(fn), "__code__", None)))
 
     def knows(self, task: Task) -> bool:
         """Whether `task`'s label has a route here."""

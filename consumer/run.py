@@ -7,6 +7,8 @@ import contextlib
 import logging
 import signal
 import time
+from dataclasses import replace
+from typing import Any
 
 from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 
@@ -28,7 +30,7 @@ from common.policy import (
 )
 from common.queue import CrawlQueue, LeasingQueue, migrate_crawl
 from common.redis_errors import REDIS_ERRORS, redis_error_message
-from common.spider import Spider, load_spider
+from common.spider import Spider, crawl_of, load_spider
 from common.startup import RedisGaveUpError, StartupStopped, StartupWait
 from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
@@ -39,7 +41,7 @@ from consumer.lifecycle import Consumer, prepare
 from consumer.live import Live, LivePolicy
 from consumer.redis_check import check_redis
 from consumer.robots import RobotsCache
-from consumer.sinks import make_sink, sink_target
+from consumer.sinks import SinkUnavailableError, make_sink, sink_target
 
 log = logging.getLogger("consumer")
 
@@ -184,6 +186,15 @@ async def _sync_policy(queue: CrawlQueue) -> None:
         log.warning("crawl_policy_not_written", extra={"error": str(exc)[:200]})
 
 
+def _item_tables(spider: Spider | None) -> dict[str, Any]:
+    """The item types a spider's routes declare, and whether some route has none: the
+    tables a PostgreSQL sink prepares at start."""
+    if spider is None:
+        return {}
+    types = [r.item_type for r in spider.routes.values()]
+    return {"item_types": [t for t in types if t], "untyped": None in types}
+
+
 async def run(settings: ConsumerSettings) -> int:
     """Run one consumer until it is stopped; returns the exit code."""
     metrics = Metrics()
@@ -204,6 +215,9 @@ async def run(settings: ConsumerSettings) -> int:
     try:
         handler = load_handler(settings.handler) if settings.handler else None
         spider = load_spider(settings.spider) if settings.spider else None
+        if spider is not None:  # --crawl defaults to the spider's name
+            settings = replace(settings, common=replace(settings.common, crawl=crawl_of(
+                spider, settings.common.crawl, given="--crawl" in settings.common.given)))
         if spider is not None and handler is not None and spider.knows(None):
             raise ConfigError(f"--handler {settings.handler} and the --spider's default "
                               "route both parse requests without a label: drop one")
@@ -215,7 +229,8 @@ async def run(settings: ConsumerSettings) -> int:
             if settings.http_port >= 0:
                 server = SideServer(settings.http_host, settings.http_port, metrics,
                                     ready_problem)
-                port = await server.start()
+                port = await server.start(
+                    any_port_if_taken="--http-port" not in settings.common.given)
                 stack.push_async_callback(server.stop)
                 log.info("http_listening", extra={"host": settings.http_host, "port": port})
             # Each start-up step waits through a Redis outage, up to --redis-wait.
@@ -234,17 +249,19 @@ async def run(settings: ConsumerSettings) -> int:
                              redis=client, rotate_bytes=settings.rotate_bytes,
                              gzip=settings.gzip, store_body=settings.store_body,
                              stream_maxlen=settings.stream_maxlen,
-                             stream_key=CrawlKeys.build(settings.common.crawl).results)
+                             stream_key=CrawlKeys.build(settings.common.crawl).results,
+                             **_item_tables(spider))
             await wait.step("policy", lambda: _sync_policy(queue))
             try:
                 await sink.open()
-            except OSError as exc:  # e.g. --output on a read-only volume
+            except OSError as exc:  # e.g. --output on a read-only volume, a database down
                 kind, target = sink_target(sink)
                 log.error("sink_failed", extra={
                     "sink": kind, "target": target, "error": describe_error(exc),
                     "exit_code": EXIT_SINK,
-                    "advice": f"the {kind} sink ({target}) can't be opened; fix the volume "
-                              "(permissions, read-only mount, space), then restart"})
+                    "advice": f"{exc}; then restart" if isinstance(exc, SinkUnavailableError)
+                    else f"the {kind} sink ({target}) can't be opened; fix the volume "
+                         "(permissions, read-only mount, space), then restart"})
                 return EXIT_SINK
             # One policy snapshot: the consumer reads the crawl's policy into it, the
             # fetcher and robots.txt cache read their user agent (and TTL) at each use.

@@ -37,6 +37,7 @@ from consumer.judgement import PROBE_META, page_facts, probe_signature
 from consumer.leaser import AHEAD_MS, Leaser
 from consumer.leases import LeaseBook
 from consumer.live import PolicyReader
+from consumer.notices import HostNotices, RouteErrors
 from consumer.proxied import NoProxy, PageFetch
 from consumer.revisits import NOT_HANDLED, conditional_headers, noted, observe, outcome_of
 from consumer.robots import ROBOTS_SCRIPTS, RobotsCache, RobotsVerdict
@@ -83,6 +84,8 @@ class Runner:
         # A page's fetch: through the proxy pool if the consumer has one, judged for blocks.
         self.pages = pages or PageFetch(fetcher, None)
         leaser.on_timed = self._read_robots_ahead
+        self.route_errors = RouteErrors(router.files if router is not None else ())
+        self.notices = HostNotices()
 
     def _read_robots_ahead(self, leases: Sequence[Lease]) -> None:
         """Leases timed for their turns, up to AHEAD_MS + DISPATCH_S away: the fleet's
@@ -119,6 +122,7 @@ class Runner:
                         str(probe), soft404.NONE)))
                     return
                 if not verdict.allowed:
+                    self.notices.refused(lease, "robots_disallowed")
                     self._complete(Completion(lease, "ack", "robots_disallowed",
                                               record=record_of(lease, None, "robots_disallowed",
                                                                self.worker_id)))
@@ -307,7 +311,7 @@ class Runner:
             except Exception as exc:
                 self.metrics.error("handler_error")
                 self._complete(Completion(lease, "fail", failure=Failure(
-                    lease, "handler_error", f"{type(exc).__name__}: {exc}"[:500])))
+                    lease, "handler_error", self.route_errors.failed(lease, exc)[:500])))
                 return
             finally:
                 self.window.leave()
@@ -333,6 +337,7 @@ class Runner:
 
     def _complete_error(self, lease: Lease, exc: FetchError) -> None:
         self.metrics.error(exc.reason)
+        self.notices.refused(lease, exc.reason, exc)
         pushback = is_pushback(self.policy.now.backoff_on, exc.reason, exc.status)
         if pushback:
             self.metrics.pushback(exc.reason)

@@ -5,6 +5,7 @@ Serve the shop (``crawlq demo --serve``), then, in another terminal::
 
     crawlq run examples/demo_spider.py --allow-private --set per_host_delay=0 --out items.jsonl
 
+Products go to items.product.jsonl, reviews to items.review.jsonl (their item types).
 The same file runs on a fleet: ``crawlq-producer --spider examples/demo_spider.py`` seeds
 the crawl, ``crawlq-consumer --spider examples/demo_spider.py`` on every consumer.
 ``SHOP_URL`` says where the shop is (default http://127.0.0.1:8000).
@@ -17,11 +18,9 @@ from crawlq import Request, Spider
 SITE = os.environ.get("SHOP_URL", "http://127.0.0.1:8000").rstrip("/")
 
 # Items are keyed by their "sku" (products) unless a route says otherwise: a product
-# fetched twice (a consumer killed mid-task) is one row, not two. Each follow is one link
-# deeper than its page, and pagination goes deep: the crawl's max_depth (3 by default,
-# for crawls that follow every link) is raised for this spider's crawl.
-spider = Spider("demo-shop", start=[f"{SITE}/shop"], item_key="sku",
-                policy={"max_depth": 50})
+# fetched twice (a consumer killed mid-task) is one row, not two. Each route's items have
+# a type: products and reviews go to tables (or files) of their own.
+spider = Spider("demo-shop", start=[f"{SITE}/shop"], item_key="sku")
 
 
 @spider.route()  # the default route: requests without a label (the start URL)
@@ -41,7 +40,7 @@ async def product_list(response, ctx):
                data={"category": category, "page": page + 1})
 
 
-@spider.route("product")
+@spider.route("product", item_type="product")
 async def product(response, ctx):
     sku = response.css(".sku::text").get()
     ctx.emit({
@@ -56,7 +55,7 @@ async def product(response, ctx):
                             label="reviews", data={"sku": sku}))
 
 
-@spider.route("reviews", item_key="review")
+@spider.route("reviews", item_key="review", item_type="review")
 async def reviews(response, ctx):
     page = response.json()
     for review in page["reviews"]:

@@ -36,6 +36,7 @@ from common.config import (
     ALLOW_PRIVATE,
     COMMON_OPTIONS,
     JSON,
+    POLICY_SET,
     PRODUCER_REDIS_WAIT_S,
     SPIDER,
     CommonSettings,
@@ -57,6 +58,7 @@ from common.policy import (
     CrawlPolicy,
     ensure_policy,
     flag_differences,
+    parse_assignments,
     read_values,
     seeded_by,
 )
@@ -65,7 +67,7 @@ from common.queue import CrawlQueue, CrawlSettings, DedupMode
 from common.redis_errors import redis_error_message
 from common.runtime import run_loop
 from common.scripts import load_registered
-from common.spider import Spider, load_spider
+from common.spider import Spider, crawl_of, load_spider
 from common.startup import RedisGaveUpError, StartupStopped, StartupWait
 from producer.known import recrawl_known
 from producer.lock import LockHeldError, ProducerLock
@@ -171,6 +173,7 @@ PRODUCER_OPTIONS = (
            "producer of the same crawl to finish before exiting 5", type=duration,
            field="lock_wait_s"),
     ALLOW_PRIVATE,
+    POLICY_SET,
     Option("--progress", "CRAWLQ_PROGRESS", "auto", "progress bar: auto (on a terminal), "
            "on, off (log lines every 5 s)", choices=("auto", "on", "off")),
 )
@@ -204,6 +207,7 @@ class ProducerSettings:
     lock_wait_s: float = _DEFAULT["lock_wait_s"]
     allow_private: bool = _DEFAULT["allow_private"]
     progress: str = _DEFAULT["progress"]
+    policy: tuple[str, ...] = _DEFAULT["policy"]  # --set KEY=VALUE
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ProducerSettings:
@@ -221,6 +225,7 @@ class ProducerSettings:
                               "re-read: use a file")
         if values["recrawl_after_s"] and values["dedup"] is DedupMode.BLOOM:
             raise ConfigError("--recrawl-after needs exact dedup: bloom keeps no timestamps")
+        CrawlPolicy().replace(parse_assignments(values["policy"]))  # PolicyError now
         return cls(common=CommonSettings.from_args(args), inputs=inputs,
                    template=TaskTemplate(**values.pop("template")), **values)
 
@@ -301,8 +306,9 @@ async def ensure_crawl_policy(client: RedisClient, settings: ProducerSettings,
     A full Redis (at maxmemory) refuses the write: the run goes on with what is stored
     (or its flags), its enqueue says so."""
     crawl, wanted = settings.common.crawl, flag_policy(settings)
-    if spider is not None:  # its own values (a spider's follows go deep: max_depth)
+    if spider is not None:  # its own values
         wanted = wanted.replace(spider.policy)
+    wanted = wanted.replace(parse_assignments(settings.policy))  # --set, over the spider's
     try:
         stored, created = await ensure_policy(client, crawl, wanted, by="producer",
                                               seeds=SEEDS)
@@ -516,6 +522,10 @@ def _parse(argv: Sequence[str] | None) -> ProducerSettings | int:
         args = build_parser().parse_args(argv)
         settings = ProducerSettings.from_args(args)
         setup_logging(settings.common.log_level, settings.common.log_format)
+        if settings.spider:  # --crawl defaults to the spider's name
+            settings = replace(settings, common=replace(settings.common, crawl=crawl_of(
+                load_spider(settings.spider), settings.common.crawl,
+                given="--crawl" in settings.common.given)))
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return int(exc.code or 0)
     except ConfigError as exc:

@@ -50,6 +50,7 @@ _PG = "tests/test_postgres_sink.py::"
 _T = "tests/test_traps.py::"
 _FO = "tests/test_failover.py::"
 _GR = "tests/test_groups.py::"
+_FH = "tests/test_first_hour.py::"
 _RK = "tests/test_recrawl_known.py::"
 _PX = "tests/test_proxies.py::"
 
@@ -386,6 +387,32 @@ MUTANTS: tuple[Mutant, ...] = (
             "by_another",
             "tests/test_sessions.py::test_three_consumers_one_killed_mid_crawl_get_every_"
             "members_page_logged_in_once")),
+    # Issue 44: a spider's first hour.
+    Mutant("100-items-of-two-types-in-one-table", "a route's items go to the table of its "
+           "item_type, keyed there: a product and a review never share a table or a key",
+           (_PG + "test_items_of_two_types_go_to_two_tables_each_keyed_in_one_transaction",
+            _SP + "test_two_item_types_into_postgres_with_a_consumer_killed_lose_and_double_"
+                  "no_row")),
+    Mutant("101-run-out-holds-an-earlier-runs-items", "crawlq run's --out holds exactly "
+           "this run's crawl's items, whatever ran before in its --output",
+           (_FH + "test_two_spiders_in_turn_on_a_redis_of_their_own_each_out_holds_its_own",)),
+    Mutant("102-follows-cut-at-depth-3-by-default", "a crawl follows links as deep as the "
+           "site goes unless its policy sets max_depth",
+           ("tests/test_intake.py::test_no_depth_limit_by_default_and_none_is_no_limit",
+            _FH + "test_a_follow_every_link_spider_with_the_defaults_gets_every_product")),
+    Mutant("103-links-not-followed-left-uncounted", "a link not followed (too_deep, "
+           "out_of_scope, a trap rule's) is counted where crawlq stats reads",
+           ("tests/test_undelivered.py::test_links_past_max_depth_are_counted_in_stats_and_"
+            "the_dashboard",)),
+    Mutant("104-route-error-without-its-place", "a route's error names the spider file and "
+           "line it was raised at, in its dead letter and crawlq run's summary",
+           (_FH + "test_a_route_that_raises_is_named_with_its_file_and_line_without_a_"
+                  "traceback",)),
+    Mutant("105-judged-pages-links-left-uncounted", "the links of a page judged a soft 404 "
+           "or a near duplicate that are not followed are counted where crawlq stats reads",
+           (_T + "test_a_crawl_finds_every_real_page_and_follows_no_soft_404",
+            _T + "test_a_near_duplicate_stops_its_calendar_but_never_a_listing_of_other_"
+                 "items")),
 )
 
 

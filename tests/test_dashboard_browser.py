@@ -110,6 +110,8 @@ async def test_dashboard_pages_live(browser: Any, redis_url: str, redis_client: 
             for i in range(3)])
         urls = [site.url(f"/p/{i}") for i in range(PAGES)]
         await queue.enqueue([NewTask(u, fingerprint(u)) for u in urls])
+        # Links a consumer did not follow, as it counts them (consumer.flush).
+        await redis_client.hincrby(queue.partitions[0].stats, "links:too_deep", 4)
         async with child(*dashboard_argv(redis_url, port), log=tmp_path / "dashboard.log"), \
                 child(*consumer_argv(redis_url, crawl_name, tmp_path),
                       log=tmp_path / "consumer.log"):
@@ -128,6 +130,9 @@ async def test_dashboard_pages_live(browser: Any, redis_url: str, redis_client: 
                 "css selector", 'tr[data-worker="w-browser"]').find_elements(
                 "css selector", "td")[1].text, "the worker row")
             assert "in flight" in browser.find_element("css selector", "#workers").text
+            wait_for(lambda: browser.find_element("css selector", "#links").is_displayed()
+                     and browser.find_element("css selector", 'tr[data-fate="too_deep"]')
+                     .text.split() == ["too_deep", "4"], "the links not followed")
 
             # The XSS dead letters: shown as text, never run. (Rows are redrawn every poll:
             # each check reads them whole, again if one was redrawn while it read.)

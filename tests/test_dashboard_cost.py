@@ -108,7 +108,10 @@ async def _activity(client: aioredis.Redis, queue: LeasingQueue) -> None:
 async def dashboard(big_server: RedisServer) -> AsyncIterator[TestClient[Any, Any]]:
     client = connect(big_server.url)
     queue = await LeasingQueue.open(client, CRAWL, CrawlSettings(partitions=PARTITIONS))
-    assert await _load(queue) == TASKS
+    # Counted in the crawl, not from the replies: a batch whose reply a loaded machine
+    # timed out is sent again (common/resend.py) and then answers "duplicates".
+    await _load(queue)
+    assert (await queue.stats()).pending == TASKS
     await _activity(client, queue)
     stats = await queue.stats()
     assert (stats.pending, stats.leased, stats.dead) == (TASKS - 300, 50, 150)

@@ -59,7 +59,7 @@ async def test_get_shows_version_values_options_and_log(
                                "default": o.show(o.default)} for o in POLICY_OPTIONS]
     assert [(e["version"], e["by"]) for e in doc["log"]] == [(2, "crawlq crawl set"),
                                                              (1, "test")]
-    assert doc["log"][0]["changes"] == {"max_depth": ["3", "5"]}
+    assert doc["log"][0]["changes"] == {"max_depth": ["none", "5"]}
     newest = await (await client.get(f"/api/crawls/{crawl}/policy?log=1")).json()
     assert [e["version"] for e in newest["log"]] == [2]
     for query in ("log=0", f"log={LOG_LEN + 1}", "log=x"):
@@ -100,7 +100,7 @@ async def test_a_write_sets_the_policy_bumps_the_version_and_logs_it(
     assert stored.policy.user_agent == "newsbot/2.0 (+https://example.com/bot)"
     assert stored.log[0]["by"] == BY == "dashboard" and stored.log[0]["version"] == 2
     assert stored.log[0]["changes"] == {
-        "per_host_delay": ["2s", "0.5s"], "max_depth": ["3", "5"],
+        "per_host_delay": ["2s", "0.5s"], "max_depth": ["none", "5"],
         "user_agent": [POLICY_OPTIONS[NAMES.index("user_agent")].default,
                        "newsbot/2.0 (+https://example.com/bot)"]}
     # The fleet's politeness, given to every partition.

@@ -1,14 +1,14 @@
 """Deployment files, checked without a Docker engine or a cluster.
 
 - ``docker-compose.yml`` (and the CI override ``deploy/compose.ci.yml``) validate against
-  the Compose Specification schema in ``<repo>/../shared/schemas/compose-spec.json``, and
+  the Compose Specification schema in ``tests/data/schemas/compose-spec.json``, and
   keep the rules of a scalable service: no container_name or host port on the consumer,
   stop_grace_period longer than the drain, Redis with AOF and noeviction and no port.
 - ``Dockerfile``: base image as an ARG, non-root, exec-form CMD, HEALTHCHECK crawlq check.
 - ``deploy/k8s/*.yaml``: every manifest validates against the Kubernetes 1.37 schemas
   (``kubernetes-validate``, strict: an unknown field is an error, as ``kubectl apply``
   makes it), the KEDA ``ScaledObject`` and ``TriggerAuthentication`` against the
-  openAPIV3Schema of KEDA's CRDs (``<shared>/schemas/keda/``, see `KEDA_CRDS`); probes,
+  openAPIV3Schema of KEDA's CRDs (``tests/data/schemas/keda/``, see `KEDA_CRDS`); probes,
   grace, Forbid, and a KEDA listName that is the crawl's set of due hosts as
   ``common.keys`` builds it.
 - Every ``CRAWLQ_*`` variable set anywhere here is one that a crawlq command reads.
@@ -32,20 +32,20 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from shared_data import SHARED, require
+from shared_data import DATA, require
 
 from common.config import duration
 from common.keys import PartitionKeys
 
 REPO = Path(__file__).resolve().parents[1]
-COMPOSE_SCHEMA = SHARED / "schemas" / "compose-spec.json"
+COMPOSE_SCHEMA = DATA / "schemas" / "compose-spec.json"
 K8S = REPO / "deploy" / "k8s"
 DEFAULT_GRACE_S = 20.0  # consumer --grace default (consumer/config.py)
 # The newest Kubernetes release whose schemas kubernetes-validate ships (pyproject pins it).
 K8S_VERSION = "1.37"
-# KEDA's CRDs, config/crd/bases/<file> of github.com/kedacore/keda at tag v2.20.2 (commit
-# 68a5b502), Apache License 2.0: public data, kept in shared/ beside compose-spec.json.
-KEDA_CRDS = SHARED / "schemas" / "keda"
+# KEDA's CRDs, config/crd/bases/<file> of github.com/kedacore/keda (Apache License 2.0):
+# public data, in the repository beside compose-spec.json (tests/data/README.md).
+KEDA_CRDS = DATA / "schemas" / "keda"
 KEDA_KINDS = {
     "ScaledObject": "keda.sh_scaledobjects.yaml",
     "TriggerAuthentication": "keda.sh_triggerauthentications.yaml",

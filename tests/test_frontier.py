@@ -70,30 +70,39 @@ async def test_a_turn_within_ahead_is_leased_timed_to_it_and_counted_from_it(
     serves the coming turns, never closer together than the delay. A turn further out
     is left, the reply saying when it comes within reach; a host without a delay whose
     turn is a block's end is not leased before the block ends."""
-    q = await polite_queue(redis_client, crawl_name, delay_s=0.5)
+    q = await polite_queue(redis_client, crawl_name, delay_s=2.0)
     await Frontier(q).set_host("blocked.test", delay_s=0)
-    await Frontier(q).block_host("blocked.test", 0.3)
+    # A block that ends before a.test's next turn and 0.9 s past the first call's reach
+    # (under the longest wait a reply gives, 1 s), however late a loaded machine makes
+    # that call: what it waits for is timed from Redis' clock below, never the test's.
+    await Frontier(q).block_host("blocked.test", 1.0)
     await q.enqueue(tasks([f"http://a.test/{i}" for i in range(3)] + ["http://blocked.test/"]))
     [first] = await q.lease("w", 10, 60_000)
     pk = q.partitions[0]
+    until = (await host_record(redis_client, pk, "blocked.test")).blocked
+    assert until < first.granted_ms + 2_000  # the block ends first
     further = await q.lease_turns("w", 10, 60_000, ahead_ms=100)
     assert further.leases == [] and further.wait_s is not None
-    assert 0.1 < further.wait_s <= 0.2  # the block's end, less ahead_ms: when to ask
-    ahead = await q.lease_turns("w", 10, 60_000, ahead_ms=1_000)
+    # When to ask: the block's end less ahead_ms, from the call's Redis TIME.
+    assert further.wait_s == (until - further.now_ms - 100) / 1000 > 0
+    ahead = await q.lease_turns("w", 10, 60_000, ahead_ms=2_500)
     assert [(x.host, x.granted_ms, x.delay_ms) for x in ahead.leases] == [
-        ("a.test", first.granted_ms + 500, 500)]
+        ("a.test", first.granted_ms + 2_000, 2_000)]
     assert ahead.now_ms < ahead.leases[0].granted_ms
-    assert (await host_record(redis_client, pk, "a.test")).last == first.granted_ms + 500
-    assert await redis_client.zscore(pk.due, "a.test") == first.granted_ms + 1_000
+    assert (await host_record(redis_client, pk, "a.test")).last == first.granted_ms + 2_000
+    assert await redis_client.zscore(pk.due, "a.test") == first.granted_ms + 4_000
+    assert until - ahead.now_ms <= 2_500  # the block ends within its reach: not leased
     assert (await host_record(redis_client, pk, "blocked.test")).inflight == 0
     # The consumer starts it at its turn, not when the reply came.
     settings = settings_from_args(build_parser().parse_args([]))
     consumer = Consumer(settings, q, Fetcher(settings.fetch), NullSink(), Metrics())
     [lease] = ahead.leases
     consumer.leaser.dispatch([lease], ahead.now_ms)
-    await asyncio.sleep(max(0.0, (lease.granted_ms - ahead.now_ms) / 1000 - 0.15))
-    assert consumer.slots.stage(lease) is Stage.SCHEDULED
-    await asyncio.sleep(0.4)
+    dispatched, turn_in = time.monotonic(), (lease.granted_ms - ahead.now_ms) / 1000
+    await asyncio.sleep(turn_in / 2)  # ~1 s: long past a dispatch, well before the turn
+    if time.monotonic() - dispatched < turn_in - 0.1:  # a loop this late can't judge it
+        assert consumer.slots.stage(lease) is Stage.SCHEDULED
+    await asyncio.sleep(turn_in / 2 + 0.4)
     assert consumer.slots.stage(lease) is not Stage.SCHEDULED
     await consumer.fetcher.close()
 

@@ -18,6 +18,7 @@ import consumer.flush
 import consumer.leaser
 from common.http.fetcher import Fetcher
 from common.metrics import Metrics
+from common.policy import CrawlPolicy, parse_assignments
 from common.queue import LeasingQueue
 from common.task import Task
 from common.traps import REFUSALS
@@ -81,7 +82,8 @@ def test_repeated_links_skip_canonicalization_once_sent() -> None:
     again, _ = i.children([(parent(), [*links, "http://a.test/y"])])
     assert again == []
     assert fates(i) == {"cached": 5, "sent": 2, "invalid": 0, "out_of_scope": 0,
-                        "too_deep": 0, "capped": 0, **dict.fromkeys(REFUSALS, 0)}
+                        "too_deep": 0, "capped": 0, **dict.fromkeys(REFUSALS, 0),
+                        "near_duplicate": 0, "soft_404": 0}
 
 
 def test_links_not_sent_are_not_cached() -> None:
@@ -117,6 +119,17 @@ def test_depth_limit() -> None:
     assert fates(i)["too_deep"] == 1  # dropped, and counted
     out, _ = i.children([(parent(depth=1), ["http://a.test/deeper"])])
     assert [t.depth for t in out] == [2]
+
+
+def test_no_depth_limit_by_default_and_none_is_no_limit() -> None:
+    assert CrawlPolicy().max_depth == -1 and CrawlPolicy().texts()["max_depth"] == "none"
+    assert parse_assignments(["max_depth=None"]) == {"max_depth": -1}
+    i = intake(max_depth=-1)
+    out, _ = i.children([(parent(depth=500), ["http://a.test/deeper"])])
+    assert [t.depth for t in out] == [501]
+    assert fates(i)["too_deep"] == 0
+    i = intake(max_depth=0)  # 0: the seeds only
+    assert i.children([(parent(depth=0), ["http://a.test/x"])])[0] == []
 
 
 def test_a_new_scope_applies_to_the_next_batch() -> None:

@@ -86,7 +86,7 @@ BACKOFF = ("backoff_on=429,503, backoff_base=1s, backoff_cap=3600s, backoff_forg
            "min_interval=60s, max_interval=7776000s, interval_grow=0.4, interval_shrink=0.2, "
            "conditional=true, " + TRAPS
            + ", politeness_key=host, group_delay=1s, group_concurrency=2, " + PROXIES)
-REST = (f"user_agent={UA}, ignore_robots=false, robots_ttl=86400s, max_depth=3, "
+REST = (f"user_agent={UA}, ignore_robots=false, robots_ttl=86400s, max_depth=none, "
         "allow_domains=@parent, retry_base=2s, retry_cap=600s, max_retry_after=3600s, "
         "max_stalls=2, max_attempts=3, recrawl_after=0s, " + BACKOFF)
 #: The retry keys' defaults, likewise (and those after them).
@@ -154,7 +154,7 @@ def test_the_policy_is_declared_once() -> None:
     assert CrawlPolicy().texts() == {"per_host_delay": "1s", "per_host_concurrency": "2",
                                      "accept_content_type": "*/*", "user_agent": UA,
                                      "ignore_robots": "false", "robots_ttl": "86400s",
-                                     "max_depth": "3", "allow_domains": "@parent",
+                                     "max_depth": "none", "allow_domains": "@parent",
                                      "retry_base": "2s", "retry_cap": "600s",
                                      "max_retry_after": "3600s", "max_stalls": "2",
                                      "max_attempts": "3", "recrawl_after": "0s",
@@ -272,7 +272,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
         "per_host_delay": [None, "0.5s"], "per_host_concurrency": [None, "2"],
         "accept_content_type": [None, "*/*"], "user_agent": [None, UA],
         "ignore_robots": [None, "false"], "robots_ttl": [None, "86400s"],
-        "max_depth": [None, "3"], "allow_domains": [None, "@parent"],
+        "max_depth": [None, "none"], "allow_domains": [None, "@parent"],
         "retry_base": [None, "2s"], "retry_cap": [None, "600s"],
         "max_retry_after": [None, "3600s"], "max_stalls": [None, "2"],
         "max_attempts": [None, "3"], "recrawl_after": [None, "0s"],
@@ -295,7 +295,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
                      "changes": {"per_host_concurrency": ["2", "3"]}} == second
     assert third["changes"] == {
         "user_agent": [UA, "probe/2.0 (+https://example.com/probe)"],
-        "ignore_robots": ["false", "true"], "max_depth": ["3", "0"],
+        "ignore_robots": ["false", "true"], "max_depth": ["none", "0"],
         "allow_domains": ["@parent", "xn--bcher-kva.example,example.com"],
         "retry_base": ["2s", "0.5s"], "retry_cap": ["600s", "60s"],
         "max_retry_after": ["3600s", "0s"], "max_stalls": ["2", "0"],
@@ -356,7 +356,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
                               "group_delay - -> 1s, ignore_robots - -> false, "
                               "interval_grow - -> 0.4, interval_shrink - -> 0.2, "
                               "max_attempts - -> 3, max_crawl_delay - -> 300s, "
-                              "max_delay - -> 30s, max_depth - -> 3, "
+                              "max_delay - -> 30s, max_depth - -> none, "
                               "max_interval - -> 7776000s, "
                               "max_retry_after - -> 3600s, max_stalls - -> 2, "
                               "min_interval - -> 60s, near_duplicate_distance - -> 0, "
@@ -474,7 +474,8 @@ async def test_show_toml_round_trips_into_create_config(
              "robots_ttl=6h", "max_depth=7", "allow_domains=a.example,Bücher.example",
              "retry_base=250ms", "retry_cap=1.5m", "max_retry_after=0s", "max_stalls=0",
              "max_attempts=7", "recrawl_after=7d", "backoff_on=timeout,503,5xx",
-             "backoff_base=2s", "backoff_cap=1m", "backoff_forgive=90s")
+             "backoff_base=2s", "backoff_cap=1m", "backoff_forgive=90s",
+             "near_duplicate_distance=off")
     toml = await ok(redis_url, "crawl", "show", "--crawl", crawl_name, "--toml")
     assert toml.splitlines()[1:] == [
         'per_host_delay = "2.25s"', "per_host_concurrency = 0",
@@ -491,7 +492,7 @@ async def test_show_toml_round_trips_into_create_config(
         "trap_max_url_length = 1024",
         "trap_max_segments = 20", "trap_repeated_segments = 2", "trap_max_params = 12",
         "trap_path_variants = 1000", "trap_page_facets = 2", "trap_session_ids = true",
-        "near_duplicate_distance = 0", "soft_404 = true", "drop_judged_items = false",
+        'near_duplicate_distance = "off"', "soft_404 = true", "drop_judged_items = false",
         'politeness_key = "host"',
         'group_delay = "1s"', "group_concurrency = 2", *PROXY_TOML]
     path = tmp_path / "crawl.toml"
@@ -832,7 +833,7 @@ async def test_a_crawl_made_without_a_policy_is_adopted(
         ("migration", {"per_host_delay": [None, "0.7s"], "per_host_concurrency": [None, "3"],
                        "accept_content_type": [None, "*/*"], "user_agent": [None, UA],
                        "ignore_robots": [None, "false"], "robots_ttl": [None, "86400s"],
-                       "max_depth": [None, "3"], "allow_domains": [None, "@parent"],
+                       "max_depth": [None, "none"], "allow_domains": [None, "@parent"],
                        "retry_base": [None, "2s"], "retry_cap": [None, "600s"],
                        "max_retry_after": [None, "3600s"], "max_stalls": [None, "2"],
                        "max_attempts": [None, "3"], "recrawl_after": [None, "0s"],

@@ -26,7 +26,8 @@ from aiohttp import web
 from procs import JsonLog
 from sites import start_site_process
 from support.consume import consume, enqueue
-from support.postgres import PostgresServer
+from support.ports import closed_port
+from support.postgres import PostgresServer, find_bindir
 from support.routes import serve
 from support.tcpgate import TcpGate
 
@@ -34,7 +35,7 @@ from common.errors import ConfigError
 from common.exitcodes import EXIT_OK
 from common.items import Item
 from common.queue import LeasingQueue
-from consumer.sinks import Record, make_sink, sink_target
+from consumer.sinks import Record, SinkUnavailableError, make_sink, sink_target
 from consumer.sinks.postgres import PostgresSink, PostgresTarget
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -186,6 +187,91 @@ async def test_a_login_that_may_only_write_rows_of_an_existing_table_is_enough(
     async with opened(as_writer) as sink:
         await sink.write([record("http://a.test/1", [{"v": 1}], fence=1)])
     assert list(await rows(db)) == ["http://a.test/1#0"]
+
+
+async def test_items_of_two_types_go_to_two_tables_each_keyed_in_one_transaction(
+        postgres_url: str, db: asyncpg.Connection) -> None:
+    """A product and a review with the same key are two rows, in their own tables; a
+    stale lease's write to either replaces nothing; an untyped item goes to the sink's."""
+    sink = make_sink(postgres_url, output_dir=Path("unused"), worker="w", crawl="c",
+                     item_types=["review", "product"], untyped=False)
+    assert isinstance(sink, PostgresSink) and sink.tables == ["product", "review"]
+    await sink.open()
+    try:
+        assert await db.fetchval("SELECT to_regclass('crawlq_items')") is None  # none untyped
+        await sink.write([
+            record("http://a.test/p", [Item("k1", {"name": "book"}, "product"),
+                                       Item("k1", {"stars": 5}, "review")], fence=5),
+            record("http://a.test/r", [Item("", {"stars": 1}, "review")], fence=5)])
+        await sink.write([record("http://a.test/p", [Item("k1", {"name": "old"}, "product"),
+                                                     Item("k1", {"stars": 0}, "review"),
+                                                     {"loose": 1}], fence=4)])
+        assert {k: (r["item"], r["fence"]) for k, r in (await rows(db, "product")).items()} \
+            == {"k1": ({"name": "book"}, 5)}
+        assert {k: (r["item"], r["fence"]) for k, r in (await rows(db, "review")).items()} \
+            == {"k1": ({"stars": 5}, 5), "http://a.test/r#0": ({"stars": 1}, 5)}
+        assert list(await rows(db)) == ["http://a.test/p#2"]  # made when it first came
+        assert sink.stale_rows == 2
+    finally:
+        await sink.close()
+
+
+async def test_a_types_table_is_in_the_schema_the_table_option_names(
+        postgres_url: str, db: asyncpg.Connection) -> None:
+    await db.execute("CREATE SCHEMA shop")
+    async with opened(f"{postgres_url}?table=shop.items") as sink:
+        await sink.write([record("http://a.test/1", [Item("r1", {"stars": 4}, "review")],
+                                 fence=1)])
+    assert list(await rows(db, "shop.review")) == ["r1"]
+
+
+def test_an_item_type_must_be_able_to_name_a_table_and_a_file() -> None:
+    for bad in ("Review", "../x", "a-b", "9lives", "x" * 64):
+        with pytest.raises(ValueError, match="item_type"):
+            Item("k", {}, bad)
+    assert Item("k", {}, "review_2").type == "review_2"
+
+
+async def test_a_database_that_refuses_says_why_in_one_line_and_what_to_do(
+        postgres_url: str, db: asyncpg.Connection) -> None:
+    """Connection refused, no such database, a login without rights: each its own advice
+    (not the file sinks' "fix the volume"), a setting to fix (ConfigError) or a database
+    not there now (SinkUnavailableError: the consumer exits 6)."""
+    closed = f"postgres://postgres@127.0.0.1:{closed_port()}/x"
+    with pytest.raises(SinkUnavailableError) as down:
+        async with opened(closed):
+            pass
+    assert "refused the connection" in str(down.value) and "host and port" in str(down.value)
+    assert "\n" not in str(down.value) and "volume" not in str(down.value)
+    with pytest.raises(ConfigError, match=r"does not exist.*createdb"):
+        async with opened(postgres_url.rsplit("/", 1)[0] + "/no_such_db"):
+            pass
+    role = f"reader_{os.getpid()}_{time.monotonic_ns()}"
+    await db.execute("CREATE TABLE crawlq_items (key text PRIMARY KEY, item jsonb NOT NULL, "
+                     "fence bigint NOT NULL, url text, crawled_at timestamptz)")
+    await db.execute(f"CREATE ROLE {role} LOGIN")
+    as_reader = postgres_url.replace("postgres://postgres@", f"postgres://{role}@")
+    with pytest.raises(ConfigError) as refused:
+        async with opened(as_reader):
+            pass
+    assert f"GRANT SELECT, INSERT, UPDATE ON crawlq_items TO {role}" in str(refused.value)
+
+
+async def test_a_wrong_password_says_where_a_password_goes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    bindir = find_bindir()
+    if bindir is None:
+        pytest.skip("PostgreSQL's initdb and postgres are not installed (apt: postgresql)")
+    with PostgresServer(bindir, password="right") as server:
+        monkeypatch.setenv("PGPASSWORD", "wrong")
+        with pytest.raises(ConfigError) as refused:
+            async with opened(server.url()):
+                pass
+        assert "refused the login of user postgres" in str(refused.value)
+        assert "PGPASSWORD or a ~/.pgpass line" in str(refused.value)
+        monkeypatch.setenv("PGPASSWORD", "right")
+        async with opened(server.url()) as sink:  # the password from the environment
+            await sink.write([record("http://a.test/1", [{"v": 1}], fence=1)])
 
 
 async def test_a_table_without_a_unique_key_column_is_a_config_error(

@@ -119,7 +119,8 @@ async def test_jsonl_writes_every_record_once(tmp_path: Path) -> None:
     assert row["body_sha1"] == hashlib.sha1(original.body).hexdigest()
     assert set(row) == {
         "task_id", "url", "final_url", "status", "outcome", "headers", "bytes", "elapsed",
-        "attempt", "fetched_at", "worker", "depth", "meta", "items", "item_keys", "body",
+        "attempt", "fetched_at", "worker", "depth", "meta", "items", "item_keys", "item_types",
+        "body",
         "body_sha1", "revisit", "digest", "token",
     }  # fmt: skip
     assert row["token"] == 107

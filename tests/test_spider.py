@@ -137,6 +137,39 @@ async def test_emit_keys_items_by_the_routes_fields_or_leaves_them_to_the_sink()
     assert [r.label for r in ctx.requests] == ["book"]
 
 
+async def test_a_routes_item_type_goes_with_each_item_keyed_or_not() -> None:
+    spider = Spider("typed", item_key="sku")
+
+    @spider.route(item_type="product")
+    def product(response: Response, ctx: Any) -> None:
+        ctx.emit({"sku": "p1"})
+        ctx.emit(Item("own", {"x": 1}))
+        ctx.emit(Item("other", {"x": 2}, "offer"))  # an Item's own type is kept
+
+    @spider.route("review", item_key=(), item_type="review")
+    def review(response: Response, ctx: Any) -> None:
+        ctx.emit({"stars": 5})
+
+    ctx = await run_route(spider, result(), Request("http://shop.test/p"), worker="w",
+                          checkpoint=None, save=saved)
+    assert ctx.items == [Item("p1", {"sku": "p1"}, "product"), Item("own", {"x": 1}, "product"),
+                         Item("other", {"x": 2}, "offer")]
+    ctx = await run_route(spider, result(), Request("http://shop.test/r", label="review"),
+                          worker="w", checkpoint=None, save=saved)
+    assert ctx.items == [Item("", {"stars": 5}, "review")]  # keyed by the sink
+    with pytest.raises(ValueError, match="item_type 'Bad Name' must be"):
+        spider.route("x", item_type="Bad Name")
+
+
+def test_a_spiders_repr_names_its_default_route() -> None:
+    spider = Spider("one")
+    assert repr(spider) == "Spider('one', routes: none)"
+    spider.route()(lambda response, ctx: None)
+    assert repr(spider) == "Spider('one', routes: the default route)"
+    spider.route("list")(lambda response, ctx: None)
+    assert repr(spider) == "Spider('one', routes: the default route, 'list')"
+
+
 async def test_a_missing_key_field_fails_the_route() -> None:
     spider = Spider("s", item_key="sku")
 

@@ -30,6 +30,7 @@ from common.request import Request
 from common.urls import canonicalize
 from console.demo.site import SHOP_CATEGORIES, SiteSpec, product, reviews, sample_site
 from console.run_spider import gather_items
+from console.runs import type_path
 from producer.cli import main_async
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,6 +149,14 @@ async def test_a_task_whose_label_has_no_route_ends_dead_with_its_reason_unfetch
     assert [item["path"] for _, item in items_in(out)] == ["3"]
 
 
+def shop_items(dest: Path) -> list[dict[str, Any]]:
+    """The items gathered to `dest` and its item types' files (the example spider's items
+    are products and reviews: items.product.jsonl, items.review.jsonl)."""
+    return [json.loads(line) for path in (dest, type_path(dest, "product"),
+                                          type_path(dest, "review"))
+            for line in path.read_text().splitlines()]
+
+
 def expected_shop_items(spec: SiteSpec) -> dict[str, dict[str, Any]]:
     found: dict[str, dict[str, Any]] = {}
     for category in SHOP_CATEGORIES:
@@ -175,7 +184,7 @@ async def test_crawlq_run_crawls_the_example_spider_end_to_end(tmp_path: Path) -
         stdout, _ = await asyncio.wait_for(proc.communicate(), 110)
     text = stdout.decode()
     assert proc.returncode == 0, text
-    items = [json.loads(line) for line in items_file.read_text().splitlines()]
+    items = shop_items(items_file)
     want = expected_shop_items(spec)
     got = {str(i.get("review") or i["sku"]): i for i in items}
     assert len(items) == len(got)  # one line a key
@@ -185,7 +194,10 @@ async def test_crawlq_run_crawls_the_example_spider_end_to_end(tmp_path: Path) -
                                       f"{sku.rpartition('-')[2]}"
     assert sorted(got) == sorted(want), text
     assert got == want
-    assert "0 dead" in text and f"items: {len(want)} in {items_file}" in text
+    reviews = sum("review" in item for item in want.values())
+    assert "0 dead" in text and (f"items: product 36 in {type_path(items_file, 'product')}; "
+                                 f"review {reviews} in {type_path(items_file, 'review')}") \
+        in text
 
 
 SEEDS_FILE = '''
@@ -229,13 +241,12 @@ async def test_the_producer_enqueues_a_spiders_start_once_and_refuses_a_label_wi
     assert (await q.stats()).pending == 2  # nothing more
 
 
-@pytest.mark.slow
-async def test_consumers_killed_mid_crawl_leave_every_item_once_by_key(
-        redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """kill -9 of a consumer in the middle of the example spider's crawl: its tasks come
-    back when their leases expire, another consumer runs their routes again, and the
-    items gathered one a key are exactly the shop's."""
+async def crawl_killing_one(redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                            *sink: str) -> LeasingQueue:
+    """The example spider's crawl by consumers with `sink`'s args, one of them SIGKILLed
+    while it holds leases: its tasks come back when their leases expire, another consumer
+    runs their routes again. The crawl, done."""
     # Enough work left after the first 30 tasks that the doomed consumer is still at it
     # when it is caught holding leases, however fast the machine.
     spec = SiteSpec(pages=10, products=80)
@@ -251,7 +262,7 @@ async def test_consumers_killed_mid_crawl_leave_every_item_once_by_key(
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "consumer",
                 *consumer_args(redis_url, crawl_name, out / name), "--worker-id", name,
-                "--spider", example, "--lease", "2", "--concurrency", "4",
+                "--spider", example, "--lease", "2", "--concurrency", "4", *sink,
                 env={**child_env(), "SHOP_URL": base}, cwd=tmp_path,
                 stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT)
         procs.append(proc)
@@ -284,7 +295,8 @@ async def test_consumers_killed_mid_crawl_leave_every_item_once_by_key(
             await doomed.wait()
             await consumer("w-late")
             for proc in procs[1:]:
-                assert await asyncio.wait_for(proc.wait(), 90) == 0
+                assert await asyncio.wait_for(proc.wait(), 90) == 0, \
+                    (tmp_path / "w-late.log").read_text()[-3000:]
     finally:
         for proc in procs:
             if proc.returncode is None:
@@ -293,14 +305,51 @@ async def test_consumers_killed_mid_crawl_leave_every_item_once_by_key(
     stats = await q.stats()
     assert (stats.dead, stats.active) == (0, 0)
     assert stats.counters.get("reclaimed", 0) >= 1  # the killed one held leases
-    gather_items(out, tmp_path / "items.jsonl")
-    items = [json.loads(line) for line in (tmp_path / "items.jsonl").read_text().split("\n")
-             if line]
+    return q
+
+
+@pytest.mark.slow
+async def test_consumers_killed_mid_crawl_leave_every_item_once_by_key(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kill -9 of a consumer in the middle of the example spider's crawl: the items
+    gathered one a key are exactly the shop's."""
+    await crawl_killing_one(redis_client, redis_url, crawl_name, tmp_path, monkeypatch)
+    gather_items(tmp_path / "out", tmp_path / "items.jsonl")
+    items = shop_items(tmp_path / "items.jsonl")
     got = {str(i.get("review") or i["sku"]): i for i in items}
     assert len(got) == len(items)
     for item in got.values():
         item.pop("url", None)
-    assert got == expected_shop_items(spec)
+    assert got == expected_shop_items(SiteSpec(pages=10, products=80))
+
+
+@pytest.mark.slow
+async def test_two_item_types_into_postgres_with_a_consumer_killed_lose_and_double_no_row(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, *,
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, postgres_url: str) -> None:
+    """The example spider's products and reviews into PostgreSQL, kill -9 of a consumer
+    mid-way: two tables, each keyed (a product and a review never share a table), every
+    row there once."""
+    await crawl_killing_one(redis_client, redis_url, crawl_name, tmp_path, monkeypatch,
+                            "--sink", postgres_url)
+    want = expected_shop_items(SiteSpec(pages=10, products=80))
+    db = await asyncpg.connect(postgres_url)
+    try:
+        got = {table: [(r["key"], json.loads(r["item"]), r["fence"])
+                       for r in await db.fetch(f"SELECT key, item, fence FROM {table}")]
+               for table in ("product", "review")}
+        assert await db.fetchval("SELECT count(*) FROM crawlq_items") == 0
+    finally:
+        await db.close()
+    for table, field in (("product", "sku"), ("review", "review")):
+        keys = [key for key, _, _ in got[table]]
+        assert len(keys) == len(set(keys))  # a primary key: never doubled
+        assert sorted(keys) == sorted(k for k, v in want.items() if field in v
+                                      and (field == "review" or "review" not in v))
+        for key, item, fence in got[table]:
+            item.pop("url", None)
+            assert item == want[key] and fence > 0
 
 
 @pytest.mark.slow
@@ -359,7 +408,7 @@ async def test_crawlq_run_stopped_and_run_again_on_its_redis_goes_on_where_it_wa
                 "run", str(ROOT / "examples" / "demo_spider.py"), "--allow-private",
                 "--redis-url", redis_url, "--crawl", crawl_name,
                 "--set", "per_host_delay=0", "--set", "per_host_concurrency=2",
-                "--output", str(tmp_path / "run"), "--out", str(items_file)]
+                "--output", str(tmp_path / "run"), "--out", str(items_file), "--resume"]
         env = {**child_env(), "SHOP_URL": base}
         first = await asyncio.create_subprocess_exec(
             *argv, env=env, cwd=tmp_path, stdout=asyncio.subprocess.PIPE,
@@ -387,7 +436,8 @@ async def test_crawlq_run_stopped_and_run_again_on_its_redis_goes_on_where_it_wa
     text = stdout.decode()
     assert second.returncode == 0, text
     assert "(1 seen before)" in text  # the start request: the crawl went on
-    items = [json.loads(line) for line in items_file.read_text().splitlines()]
+    assert f"going on with crawl {crawl_name} in {redis_url}" in text
+    items = shop_items(items_file)
     got = {str(i.get("review") or i["sku"]): i for i in items}
     for item in got.values():
         item.pop("url", None)
@@ -411,11 +461,16 @@ async def test_crawlq_run_hands_the_example_spiders_items_to_postgres_one_row_a_
     assert proc.returncode == 0, text
     db = await asyncpg.connect(postgres_url)
     try:
-        rows = await db.fetch("SELECT key, item FROM crawlq_items")
+        rows = {table: await db.fetch(f"SELECT key, item FROM {table}")
+                for table in ("product", "review")}
+        assert await db.fetchval("SELECT count(*) FROM crawlq_items") == 0  # none untyped
     finally:
         await db.close()
-    got = {row["key"]: json.loads(row["item"]) for row in rows}
+    got = {row["key"]: json.loads(row["item"]) for row in rows["product"] + rows["review"]}
     for item in got.values():
         item.pop("url", None)
     assert got == expected_shop_items(spec)  # keyed by sku and review: one row a key
-    assert "items: in the consumers' sink" in text and "password" not in text
+    assert len(rows["product"]) == 36
+    assert f"items: 36 rows in table product; {len(rows['review'])} rows in table review" \
+        in text
+    assert "password" not in text

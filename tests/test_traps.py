@@ -523,6 +523,8 @@ async def test_a_crawl_finds_every_real_page_and_follows_no_soft_404(
     queue = await LeasingQueue.open(redis_client, crawl_name)
     [row] = await TrapBook(queue).hosts()
     assert row.reasons["soft_404"] == list(outcomes.values()).count("soft_404")
+    # their links not followed are counted where crawlq stats and crawlq run read
+    assert (await queue.stats()).counters.get("links:soft_404", 0) >= lost.count("soft_404")
 
 
 def titled(title: str, text: str, links: list[str] = ()) -> str:  # type: ignore[assignment]
@@ -591,6 +593,9 @@ async def test_a_near_duplicate_stops_its_calendar_but_never_a_listing_of_other_
     outcomes = [r["outcome"] for r in records(tmp_path) if "/cal?" in r["url"]]
     assert "near_duplicate" in outcomes
     assert {r["outcome"] for r in records(tmp_path) if "/list?" in r["url"]} == {"ok"}
+    # a month's links to its neighbours not followed, counted where crawlq stats reads
+    stats = await (await LeasingQueue.open(redis_client, crawl_name)).stats()
+    assert stats.counters.get("links:near_duplicate", 0) >= 2, stats.counters
 
 
 async def test_a_page_that_says_it_is_missing_waits_for_its_directorys_probe(

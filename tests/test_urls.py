@@ -12,7 +12,7 @@ import pytest
 from ada_url import parse_url
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
-from shared_data import SHARED, require
+from shared_data import DATA, require
 from yarl import URL
 
 from common import urls
@@ -459,8 +459,8 @@ def test_non_str_input_is_rejected_not_raised() -> None:
 # --------------------------------------------------------------------------- WHATWG
 
 _C0_AND_SPACE = "".join(map(chr, range(0x21)))
-# The WPT URL data, in shared/ beside the repository (tests/shared_data.py).
-WPT_URLTESTDATA = SHARED / "data" / "urltestdata.json"
+# The WPT URL data, in the repository (tests/data/README.md).
+WPT_URLTESTDATA = DATA / "urltestdata.json"
 
 
 def _is_http(text: str | None) -> bool:

@@ -45,6 +45,24 @@ async def dead_list(crawl: Crawl, *, reason: str | None = None, limit: int = 50,
     return found
 
 
+async def dead_get(crawl: Crawl, task_id: str) -> DeadTask | None:
+    """One dead task by its id, whichever partition holds it; None when it is not dead."""
+    for p, pk in enumerate(crawl.partitions):
+        async with crawl.client.pipeline(transaction=False) as pipe:
+            pipe.zscore(pk.dead, task_id)
+            pipe.hget(pk.errors, task_id)
+            pipe.hget(pk.tasks, task_id)
+            pipe.hget(pk.attempts, task_id)
+            score, err, value, att = await pipe.execute()
+        if score is None:
+            continue
+        why, _, message = (err or b"unknown ").decode().partition(" ")
+        raw = stored_entry(value) if value else None
+        return DeadTask(task_id, p, why, message, int(score), int(att or 0), entry_url(raw),
+                        raw)
+    return None
+
+
 async def dead_requeue(crawl: Crawl, ids: Sequence[str]) -> int:
     """Put dead tasks back in their hosts' queues with fresh attempts; returns how
     many moved."""

@@ -160,6 +160,10 @@ class CrawlQueue:
         """Dead tasks, oldest first, optionally only those with one reason."""
         return await deadletters.dead_list(self.on, reason=reason, limit=limit, page=page)
 
+    async def dead_get(self, task_id: str) -> DeadTask | None:
+        """One dead task by its id; None when it is not dead."""
+        return await deadletters.dead_get(self.on, task_id)
+
     async def dead_requeue(self, ids: Sequence[str]) -> int:
         """Put dead tasks back in their hosts' queues; returns how many moved."""
         return await deadletters.dead_requeue(self.on, ids)

@@ -13,7 +13,9 @@ from common.revisit import Observed, Revisit
 from common.task import DEFAULT_MAX_ATTEMPTS, Task
 from common.urls import fingerprint
 
-#: Every counter of a partition's ``stats`` hash (plus ``outcome:<code>`` per ack outcome).
+#: Every counter of a partition's ``stats`` hash (plus ``outcome:<code>`` per ack outcome,
+#: and in partition 0 ``links:<fate>`` per fate of the links a consumer did not follow:
+#: ``common.metrics.NOT_FOLLOWED``).
 #: ``repaired_hosts``: hosts whose pending count was found larger than their queues
 #: (a lost ``hq``/``hp`` key), set right by lease.lua or ``crawlq fsck --repair``;
 #: ``lost_pending``: the entries those counts held that no queue did (tasks lost);

@@ -3,7 +3,8 @@
 ``ctx.request`` is the task's Request (``label``, ``data``, ``url``, ``method``, ...).
 ``ctx.follow(...)`` asks for more requests: links chosen by a CSS or XPath selector, URLs,
 or Requests; ``ctx.emit(item)`` hands an item to the sink, keyed by the route's item key
-fields when it declares some (else the sink keys it ``<unique key>#<index>``).
+fields when it declares some (else the sink keys it ``<unique key>#<index>``), of the
+route's item type when it has one (its own table or file).
 ``ctx.checkpoint`` / ``await ctx.save_checkpoint(value)`` keep a long task's progress,
 as for any handler. What a route followed and emitted reaches the crawl and the sink only
 when the route returns: an exception leaves nothing behind (the task is retried).
@@ -91,14 +92,16 @@ class Context:
     def emit(self, item: Mapping[str, Any] | Item) -> Item | dict[str, Any]:
         """Hand `item` (a dict of JSON values, or an Item with its own key) to the sink;
         keyed by the route's item key fields when it has some (a missing field raises)."""
+        kind = self.route.item_type or ""
         if isinstance(item, Item):
-            out: Item | dict[str, Any] = item
+            out: Item | dict[str, Any] = item if item.type or not kind else \
+                Item(item.key, item.data, kind)
         elif isinstance(item, Mapping):
             data = dict(item)
             keys = self.route.item_key
-            if keys:  # else the sink keys it by the request's unique key and its index
+            if keys or kind:  # no key: the sink keys it by the request's and its index
                 out = Item(item_key(data, unique_key="", index=len(self.items),
-                                    key_fields=keys), data)
+                                    key_fields=keys) if keys else "", data, kind)
             else:
                 out = data
         else:

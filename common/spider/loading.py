@@ -10,9 +10,10 @@ from pathlib import Path
 from types import ModuleType
 
 from common.errors import ConfigError
+from common.names import validate_crawl_name
 from common.spider.spider import Spider
 
-__all__ = ["load_spider"]
+__all__ = ["crawl_of", "load_spider"]
 
 
 def load_spider(spec: str, *, flag: str = "--spider") -> Spider:
@@ -70,3 +71,18 @@ def _import_file(path: Path, spec: str, flag: str) -> ModuleType:
         raise ConfigError(f"{flag} {spec!r}: importing {str(path)!r} failed: "
                           f"{type(exc).__name__}: {exc}") from None
     return module
+
+
+def crawl_of(spider: Spider, crawl: str, *, given: bool) -> str:
+    """The crawl a command given `spider` works on: `crawl` when ``--crawl`` was given
+    (flag or ``CRAWLQ_CRAWL``), else the spider's name, so the producer and the consumers
+    started with the same ``--spider`` meet on one crawl. ConfigError for a spider name
+    that is no crawl name."""
+    if given:
+        return crawl
+    try:
+        validate_crawl_name(spider.name)
+    except ConfigError as exc:
+        raise ConfigError(f"the spider's name {spider.name!r} names its crawl but is no "
+                          f"crawl name ({exc}): rename the spider or give --crawl") from None
+    return spider.name

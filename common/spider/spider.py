@@ -8,7 +8,7 @@
     async def listing(response, ctx):
         ctx.follow(css="a.book::attr(href)", label="book", data={"shelf": 3})
 
-    @spider.route("book")
+    @spider.route("book", item_type="book")   # its items: table (or file) "book"
     async def book(response, ctx):
         ctx.emit({"isbn": response.css(".isbn::text").get(), **ctx.request.data})
 
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from common.bans import NO_RULES, Blocked
 from common.errors import UnknownLabelError
+from common.items import check_item_type
 from common.policy import CrawlPolicy, parse_value
 from common.request import Request, check_label
 
@@ -43,12 +44,14 @@ RouteFn = Callable[["Response", "Context"], Awaitable[Any] | Any]
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """One route: its label (None: the default route), its function, its item key and
-    what a blocked answer to its requests looks like (over the crawl's ``ban_*``)."""
+    """One route: its label (None: the default route), its function, its item key, its
+    item type (None: the sink's own table or file) and what a blocked answer to its
+    requests looks like (over the crawl's ``ban_*``)."""
 
     label: str | None
     fn: RouteFn
     item_key: tuple[str, ...]
+    item_type: str | None = None
     blocked: Blocked = NO_RULES
 
 
@@ -68,7 +71,7 @@ class Spider:
         self.name = name
         self.item_key = _key_fields(item_key)
         #: crawl policy values (``crawlq crawl set``'s keys) a crawl of this spider is
-        #: created with, e.g. ``{"max_depth": 20}``: follows of pagination go deep
+        #: created with, e.g. ``{"max_depth": 5}`` (no depth limit unless set)
         self.policy = {key: parse_value(key, value) for key, value in (policy or {}).items()}
         CrawlPolicy().replace(self.policy)  # PolicyError now, not when a crawl is made
         self._start = list(start)
@@ -76,25 +79,30 @@ class Spider:
         self.routes: dict[str | None, Route] = {}
 
     def __repr__(self) -> str:
-        labels = ", ".join(repr(label) for label in self.routes)
+        labels = ", ".join("the default route" if label is None else repr(label)
+                           for label in self.routes)
         return f"Spider({self.name!r}, routes: {labels or 'none'})"
 
     def route(self, label: str | None = None, *, item_key: str | Sequence[str] | None = None,
-              blocked: Blocked | None = None) -> Callable[[RouteFn], RouteFn]:
+              item_type: str | None = None, blocked: Blocked | None = None
+              ) -> Callable[[RouteFn], RouteFn]:
         """Register the decorated function as the route of `label` (no label: the default
         route, for requests without one). `item_key` overrides the spider's for its
-        items; `blocked` says what a blocked answer to its requests looks like, over the
-        crawl's rules (``Blocked(status=..., css=..., text=...)``: such an answer is
-        retried, never parsed). ValueError for a label given twice."""
+        items; `item_type` names the table (or JSONL file) they go to, each type with
+        its own keys (None: the sink's own); `blocked` says what a blocked answer to its
+        requests looks like, over the crawl's rules (``Blocked(status=..., css=...,
+        text=...)``: such an answer is retried, never parsed). ValueError for a label
+        given twice or an item type that can't name a table."""
         check_label(label, f"spider {self.name!r} route")
         keys = self.item_key if item_key is None else _key_fields(item_key)
+        check_item_type(item_type)
 
         def register(fn: RouteFn) -> RouteFn:
             if label in self.routes:
                 what = "the default route" if label is None else f"route {label!r}"
                 raise ValueError(f"spider {self.name!r} has {what} already "
                                  f"({self.routes[label].fn.__name__})")
-            self.routes[label] = Route(label, fn, keys, blocked or NO_RULES)
+            self.routes[label] = Route(label, fn, keys, item_type, blocked or NO_RULES)
             return fn
         return register
 

@@ -7,7 +7,8 @@ whatever the crawl's size: no KEYS, no scan of all tasks.
 ``GET /api/session``                     ``{"actions": bool}``: whether a token is set
 ``GET /api/crawls``                      every crawl's summary (``crawls``, ``total``)
 ``GET /api/crawls/{crawl}``              one crawl: settings, age, states, counters,
-                                         outcomes, rates, dead reasons, workers
+                                         outcomes, links not followed by fate,
+                                         rates, dead reasons, workers
 ``GET /api/crawls/{crawl}/history``      per-second done / failed / enqueued over the
                                          last hour; ``?since=<unix s>``: newer points only
 ``GET /api/crawls/{crawl}/workers``      live workers (id, host, pid, heartbeat age,

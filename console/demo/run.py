@@ -47,6 +47,7 @@ from console.local import (
     stop_started,
     watch,
 )
+from console.runlog import QUIET, LogNotes
 
 __all__ = ["DEMO_OPTIONS", "run_demo"]
 
@@ -180,11 +181,14 @@ async def run_demo(args: argparse.Namespace, *, crawl_keys: CrawlKeysFn) -> int:
                     "--output", str(paths.results / f"consumer-{n}"), "--http-port", "0",
                 ], env, paths.logs / f"consumer-{n}.log")
             say(f"started {args.consumers} consumers (logs in {paths.logs})")
+            notes = LogNotes({n: paths.logs / f"{n}.log" for n in children.procs
+                              if n != "producer"}, skip=lambda e: e.event in QUIET)
             client = connect(redis_url)
             try:
                 queue = await wait.step("crawl", lambda: CrawlQueue.existing(client, args.crawl))
                 ok = await watch(children, queue, total=int(produced["enqueued"]),
-                                 timeout_s=args.timeout, started=started, logs=paths.logs)
+                                 timeout_s=args.timeout, started=started, logs=paths.logs,
+                                 notes=notes.new)
                 stats = await wait.step("stats", queue.stats)
             finally:
                 await client.aclose()

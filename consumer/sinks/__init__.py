@@ -14,6 +14,7 @@ again.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,7 @@ from consumer.sinks.base import (
     Record,
     RotatingFileSink,
     Sink,
+    SinkUnavailableError,
     is_postgres_url,
 )
 from consumer.sinks.jsonl import JsonlSink
@@ -43,6 +45,7 @@ __all__ = [
     "ProbingSink",
     "Record",
     "Sink",
+    "SinkUnavailableError",
     "StreamSink",
     "WarcSink",
     "make_sink",
@@ -78,18 +81,21 @@ def make_sink(
     store_body: bool = False,
     stream_maxlen: int = DEFAULT_STREAM_MAXLEN,
     stream_key: str = "",
+    item_types: Collection[str] = (),
+    untyped: bool = True,
 ) -> Sink:
     """Build the sink named `kind` (one of SINK_KINDS, or a postgres:// URL); ConfigError
     for anything else.
 
     Options that do not apply to a kind are ignored: `gzip` (WARC files are always
     gzip, streams never), `store_body` for WARC (always stored), file options for
-    ``redis-stream``.
+    ``redis-stream``. `item_types` (a spider's) are the tables the PostgreSQL sink
+    prepares at open besides its own (none: `untyped` False).
     """
     if is_postgres_url(kind):
         from consumer.sinks.postgres import PostgresSink  # noqa: PLC0415 - asyncpg only here
 
-        return PostgresSink(kind)
+        return PostgresSink(kind, item_types=item_types, untyped=untyped)
     if kind == "jsonl":
         return JsonlSink(
             output_dir=output_dir,

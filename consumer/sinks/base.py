@@ -41,9 +41,10 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 from common.errors import ConfigError
+from common.pgtarget import is_postgres_url
 
 __all__ = ["DEFAULT_ROTATE_BYTES", "PROBE_BYTES", "NamedSink", "ProbingSink", "Record",
-           "RotatingFileSink", "Sink", "is_postgres_url", "safe_name"]
+           "RotatingFileSink", "Sink", "SinkUnavailableError", "is_postgres_url", "safe_name"]
 
 log = logging.getLogger("consumer.sinks")
 
@@ -88,6 +89,10 @@ class Record:
             self.unique_key = self.url
 
 
+class SinkUnavailableError(ConnectionError):
+    """A sink that can't be used now: its message says why and what to do."""
+
+
 @runtime_checkable
 class Sink(Protocol):
     """Where results go. `write` returns only once the records have reached the sink."""
@@ -115,9 +120,7 @@ class NamedSink(Protocol):
     where: str
 
 
-def is_postgres_url(text: str) -> bool:
-    """Whether a ``--sink`` value names a PostgreSQL database rather than a sink kind."""
-    return text.startswith(("postgres://", "postgresql://"))
+
 
 
 def safe_name(value: str) -> str:

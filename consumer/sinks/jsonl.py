@@ -4,8 +4,8 @@ Files are ``<crawl>-<worker>-<seq>.jsonl`` (or ``.jsonl.gz``) under `output_dir`
 series per consumer. A line holds::
 
     task_id, url, final_url, status, outcome, headers, bytes, elapsed, attempt,
-    fetched_at, worker, depth, meta, items, item_keys, body, body_sha1, revisit, digest,
-    token
+    fetched_at, worker, depth, meta, items, item_keys, item_types, body, body_sha1,
+    revisit, digest, token
 
 ``body`` is the body decoded as UTF-8 (``errors="replace"``) when `store_body`, else
 null; ``body_sha1`` is the hex SHA-1 of the body bytes whenever there is a body (null
@@ -14,8 +14,9 @@ outcome of a revisit's response (``not_modified``, ``unchanged``, ``changed``; n
 anything else) and ``digest`` the body's 16-hex-digit BLAKE2b-64, the one the URL's
 history compares (null when no body was read; a ``not_modified`` one has the previous
 visit's). ``items`` holds each item's data (a spider's `common.items.Item` as its
-``data``) and ``item_keys`` their keys, in the same order: an Item's key, or null for
-a plain dict (keyed ``<unique key>#<index>`` by whoever loads it). ``token`` is the
+``data``), ``item_keys`` their keys, in the same order: an Item's key, or null for
+a plain dict (keyed ``<unique key>#<index>`` by whoever loads it), and ``item_types``
+their types (a route's ``item_type``: the table or file each goes to; null: none). ``token`` is the
 fencing token of the lease the task was fetched under (null: none): two lines of one
 task with different tokens are two leases (at-least-once: a retry, or a lease a Redis
 failover lost), and a token is never granted twice.
@@ -136,7 +137,8 @@ def _doc(record: Record, store_body: bool) -> dict[str, Any]:
         "depth": record.depth,
         "meta": record.meta,
         "items": [dict(i.data) if type(i) is Item else i for i in record.items],
-        "item_keys": [i.key if type(i) is Item else None for i in record.items],
+        "item_keys": [i.key or None if type(i) is Item else None for i in record.items],
+        "item_types": [i.type or None if type(i) is Item else None for i in record.items],
         "body": body.decode("utf-8", errors="replace") if store_body and body is not None else None,
         "body_sha1": hashlib.sha1(body, usedforsecurity=False).hexdigest()
         if body is not None

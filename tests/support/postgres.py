@@ -46,9 +46,11 @@ class PostgresServer:
     trust on 127.0.0.1). Use as a context manager, or start() and stop(). `durable`: fsync
     and synchronous commit on, as a database in use has them (benchmarks)."""
 
-    def __init__(self, bindir: Path, *, durable: bool = False) -> None:
+    def __init__(self, bindir: Path, *, durable: bool = False, password: str = "") -> None:
         self.bindir = bindir
         self.durable = durable
+        #: set: a TCP login needs it (scram-sha-256; the unix socket stays trust)
+        self.password = password
         self.dir = Path(tempfile.mkdtemp(prefix="crawlq-pg-"))
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
@@ -64,8 +66,15 @@ class PostgresServer:
 
     def start(self) -> PostgresServer:
         """initdb, then the server on a free port."""
+        auth = ["--auth=trust"]
+        if self.password:
+            pwfile = self.dir / "pwfile"
+            pwfile.write_text(self.password + "\n")
+            if self._as:
+                shutil.chown(pwfile, "postgres", "postgres")
+            auth = ["--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={pwfile}"]
         subprocess.run([str(self.bindir / "initdb"), "-D", str(self.data), "-U", "postgres",
-                        "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions"],
+                        *auth, "-E", "UTF8", "--no-sync", "--no-instructions"],
                        check=True, capture_output=True, cwd=self.dir, **self._as)
         for _ in range(5):  # another process may take the free port first
             self.port = closed_port()

@@ -82,6 +82,13 @@
           el("td", null, reason), el("td", { class: "num" }, fmt.int(n)),
           el("td", { class: "actions" }, deadActions({ reason }, `reason ${reason}`)))),
         "no dead letters"));
+      const links = Object.entries(s.links || {}).sort((a, b) => b[1] - a[1]);
+      const linksNode = document.getElementById("links");
+      linksNode.hidden = links.length === 0;
+      replace(linksNode.querySelector(".body"), table(
+        ["fate", { label: "links", num: true }],
+        links.map(([k, v]) => el("tr", { "data-fate": k }, el("td", null, k), el("td", { class: "num" }, fmt.int(v)))),
+        ""));
       revisitsPanel(s.revisits);
     },
   };
