@@ -41,10 +41,10 @@ async def test_a_request_is_timed_when_it_arrived_not_when_a_busy_loop_read_it()
     first_sent = threading.Event()
     client = threading.Thread(target=get, args=(port, "/p/1", sent, replies, first_sent))
     client.start()
-    # The loop is busy (blocked on purpose) from before the first request until 300 ms
-    # after it arrived.
+    # The loop is busy (blocked on purpose) from before the first request until 600 ms
+    # after it arrived: far more than a loaded machine's delay (200 ms allowed).
     assert first_sent.wait(5)
-    time.sleep(0.3)  # noqa: ASYNC251
+    time.sleep(0.6)  # noqa: ASYNC251
     read_after = time.time()
     await asyncio.to_thread(client.join, 10)
     server.close()
@@ -52,5 +52,5 @@ async def test_a_request_is_timed_when_it_arrived_not_when_a_busy_loop_read_it()
     assert [(h, p) for h, p, _ in seen] == [(f"127.0.0.1:{port}", "/p/1")] * 2
     assert server.untimed == 0
     first, second = seen[0][2], seen[1][2]
-    assert abs(first - sent[0]) < 0.05 < read_after - first, "timed when read, not arrived"
-    assert abs(second - sent[1]) < 0.05
+    assert abs(first - sent[0]) < 0.2 < read_after - first, "timed when read, not arrived"
+    assert abs(second - sent[1]) < 0.2
