@@ -379,6 +379,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
     assert "crawl" in await ok(redis_url, "crawls")
 
 
+@pytest.mark.timeout(400)  # ~45 CLI processes: each a Python start-up, slow under load
 async def test_a_bad_key_or_value_exits_2_naming_it_and_writes_nothing(
         redis_url: str, redis_client: aioredis.Redis, crawl_name: str) -> None:
     cases: list[tuple[tuple[str, ...], str]] = []
