@@ -22,9 +22,10 @@ more path segments than ``trap_max_segments``, one segment more often than
 to its own path that vary more than ``trap_page_facets`` non-numeric parameters (a faceted
 search), or a new query past ``trap_path_variants`` for its path; whether session ids are
 dropped from links, ``trap_session_ids``; when a page is a near duplicate of another of
-its host's, its links not followed, ``near_duplicate_distance`` (``common.simhash``); and
-what else a politeness limit is kept for, ``politeness_key`` (host, or domain: each
-registrable domain's hosts share ``group_delay`` and ``group_concurrency``,
+its host's, its links not followed, ``near_duplicate_distance`` (``common.simhash``); which
+requests are rendered in a browser, ``render`` (docs/rendering.md); and what else a
+politeness limit is kept for, ``politeness_key`` (host, or domain: each registrable
+domain's hosts share ``group_delay`` and ``group_concurrency``,
 common/lua/lib/groups.lua; or ip: the hosts whose names resolve to one address do,
 common.hostmodel.hostip).
 What stays a process's own setting (credentials, memory and time bounds, sinks) is
@@ -361,6 +362,14 @@ REVISIT_MODES = ("off", "fixed", "adaptive", "learned")
 revisit_mode, _revisit_mode_ok = _one_of(REVISIT_MODES)
 
 
+#: Which requests a crawl renders in a browser (`render`): those a request or its
+#: spider's route asks for (off), or every request enqueued (all).
+RENDER_MODES = ("off", "all")
+
+
+render_mode, _render_mode_ok = _one_of(RENDER_MODES)
+
+
 def _below_one(value: float) -> None:
     if not 0 <= value < 1:
         raise ConfigError(f"must be >= 0 and < 1, got {value:g}")
@@ -547,6 +556,11 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  "near_duplicate, its items not written, its links not followed (0-64; "
                  "off = never)",
                  check=_distance_ok, show=_show_distance, seeded_by=NOBODY),
+    PolicyOption("render", "", render_mode, "off",
+                 "which requests are rendered in a browser, by the consumers started with "
+                 "--browser: off (those a request or its spider's route asks for) or all "
+                 "(every request enqueued from then on)",
+                 check=_render_mode_ok, toml_string=True, seeded_by=NOBODY),
     PolicyOption("politeness_key", "", politeness_key, "host",
                  "what else a politeness limit is kept for: host (each host alone), "
                  "domain (also each registrable domain, its group: a.example.com and "
@@ -616,6 +630,7 @@ class CrawlPolicy:
     trap_page_facets: int = OPTIONS["trap_page_facets"].default
     trap_session_ids: bool = OPTIONS["trap_session_ids"].default
     near_duplicate_distance: int = OPTIONS["near_duplicate_distance"].default
+    render: str = OPTIONS["render"].default
     politeness_key: str = OPTIONS["politeness_key"].default
     group_delay: float = OPTIONS["group_delay"].default
     group_concurrency: int = OPTIONS["group_concurrency"].default

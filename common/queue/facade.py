@@ -40,6 +40,7 @@ class CrawlQueue:
         self._retry = retry or RetryPolicy()
         self._recrawl_after_s = recrawl_after_s
         self._revisits = False
+        self._render_all = False
         self._jitter = jitter
         #: The labels a route parses (the spider's; None: any label is taken): every
         #: enqueue refuses a task labelled otherwise (InvalidRequestError).
@@ -75,8 +76,14 @@ class CrawlQueue:
         URL's history, and its next visit with revisits on)."""
         return self._revisits
 
+    @property
+    def render_all(self) -> bool:
+        """Whether every task enqueued is a render request (the policy's render=all)."""
+        return self._render_all
+
     def configure(self, *, retry: RetryPolicy | None = None,
-                  recrawl_after_s: int | None = None, revisits: bool | None = None) -> None:
+                  recrawl_after_s: int | None = None, revisits: bool | None = None,
+                  render_all: bool | None = None) -> None:
         """Apply the crawl policy's values: the next fail, reclaim, enqueue or ack call
         takes them (None: keep the current one)."""
         if retry is not None:
@@ -85,6 +92,8 @@ class CrawlQueue:
             self._recrawl_after_s = recrawl_after_s
         if revisits is not None:
             self._revisits = revisits
+        if render_all is not None:
+            self._render_all = render_all
 
     # -- calls ------------------------------------------------------------------------
 
@@ -96,7 +105,7 @@ class CrawlQueue:
         """Dedup and enqueue a batch (see `common.queue.enqueue.enqueue`); a bad request,
         or a label not in `known_labels`, refuses the whole batch: InvalidRequestError."""
         return await enqueue(self.on, tasks, self._recrawl_after_s,
-                             known_labels=self.known_labels)
+                             known_labels=self.known_labels, render_all=self._render_all)
 
     async def renew(self, worker: str, leases: Sequence[Lease], lease_ms: int
                     ) -> list[tuple[Lease, Code]]:

@@ -80,6 +80,7 @@ class NewTask:
     label: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
     unique_key: str | None = None  # the user's; None: derived from method, URL and body
+    render: bool = False  # fetched in a browser (docs/rendering.md)
 
     @classmethod
     def from_request(cls, request: Request, canonical_url: str, *,
@@ -99,7 +100,7 @@ class NewTask:
         return cls(canonical_url, fingerprint(key), request.priority, max_attempts,
                    meta if meta is not None else {}, depth, merged, method=request.method,
                    body=request.body, label=request.label, data=dict(request.data),
-                   unique_key=request.unique_key)
+                   unique_key=request.unique_key, render=request.render)
 
 
 @dataclass(slots=True)
