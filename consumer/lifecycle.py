@@ -33,6 +33,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from common.exitcodes import EXIT_OK, EXIT_REDIS, EXIT_SINK
 from common.http.fetcher import Fetcher
@@ -60,6 +61,9 @@ from consumer.slots import IN_SLOT, SHUTDOWN_WAIT_S, Slots, Stage, cancel
 from consumer.stopping import Stopping
 from consumer.window import CpuWindow
 
+if TYPE_CHECKING:
+    from common.browser.fetcher import BrowserFetcher
+
 log = logging.getLogger("consumer")
 
 #: How long a stopping consumer's last flush retries an unreachable Redis before it gives
@@ -83,6 +87,7 @@ class Consumer:
         robots: RobotsCache | None = None,
         handler: Handler | None = None,
         spider: Spider | None = None,
+        browser: BrowserFetcher | None = None,
     ) -> None:
         self.s = settings
         self.worker_id = settings.worker_id
@@ -117,7 +122,7 @@ class Consumer:
         self.runner = Runner(settings, queue, fetcher=fetcher, robots=robots, router=router,
                              metrics=metrics, book=self.book, slots=self.slots,
                              leaser=self.leaser, flusher=self.flusher, policy=self.policy,
-                             window=self.window, stopping=self.stopping)
+                             window=self.window, stopping=self.stopping, browser=browser)
         self.housekeeping = Housekeeping(
             queue, self.book, metrics,
             WorkerRegistry(queue.client, queue.crawl, self.worker_id, ttl_s=settings.lease_s),

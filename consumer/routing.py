@@ -12,6 +12,7 @@ own to read: ``ctx.task.label``); a consumer with neither runs no code: it has n
 
 from __future__ import annotations
 
+from common.browser.render import DEFAULT_RENDER, Render
 from common.http.fetcher import FetchResult
 from common.spider import Spider, run_route
 from common.task import Task
@@ -46,6 +47,13 @@ class Router:
         if self.spider is None or self.spider.knows(task.label):
             return True
         return task.label is None and self.handler is not None
+
+    def render_of(self, task: Task) -> Render:
+        """The page actions of a rendered task: its route's (none but the load for a
+        --handler's task)."""
+        if self.spider is None:
+            return DEFAULT_RENDER
+        return self.spider.render_of(task.label)
 
     def unknown(self, task: Task) -> str:
         """Why `task` can't be parsed here, and what to do."""

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import signal
 import time
+from typing import TYPE_CHECKING
 
 from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 
@@ -39,6 +40,9 @@ from consumer.live import Live, LivePolicy
 from consumer.redis_check import check_redis
 from consumer.robots import RobotsCache
 from consumer.sinks import make_sink, sink_target
+
+if TYPE_CHECKING:
+    from common.browser.fetcher import BrowserFetcher
 
 log = logging.getLogger("consumer")
 
@@ -197,6 +201,22 @@ async def _sync_policy(queue: CrawlQueue) -> None:
         log.warning("crawl_policy_not_written", extra={"error": str(exc)[:200]})
 
 
+async def _start_browser(settings: ConsumerSettings, fetcher: Fetcher, live: Live
+                         ) -> BrowserFetcher | None:
+    """The browser of a consumer started with --browser (None without); ConfigError
+    saying why when it can't start."""
+    browser_settings = settings.browser_settings
+    if browser_settings is None:
+        return None
+    from common.browser.fetcher import BrowserFetcher  # noqa: PLC0415 - psutil only here
+    browser = BrowserFetcher(fetcher, browser_settings,
+                             total_timeout=settings.fetch.total_timeout,
+                             max_body_bytes=settings.fetch.max_body_bytes,
+                             user_agent=live.user_agent)
+    await browser.start()
+    return browser
+
+
 async def run(settings: ConsumerSettings) -> int:
     """Run one consumer until it is stopped; returns the exit code."""
     metrics = Metrics()
@@ -265,11 +285,15 @@ async def run(settings: ConsumerSettings) -> int:
             live = Live(LivePolicy.of_flags(settings))
             fetcher = await stack.enter_async_context(
                 Fetcher(settings.fetch, user_agent=live.user_agent))
+            browser = await _start_browser(settings, fetcher, live)
+            if browser is not None:
+                stack.push_async_callback(browser.close)
             # Always made: whether robots.txt is obeyed is the crawl policy's, live.
             robots = RobotsCache(client, settings.common.crawl, fetcher, policy=live)
             stack.push_async_callback(robots.close)
             consumer = Consumer(settings, queue, fetcher, sink, metrics, live=live,
-                                robots=robots, handler=handler, spider=spider)
+                                robots=robots, handler=handler, spider=spider,
+                                browser=browser)
             if stop.is_set():
                 consumer.request_stop()
             return await consumer.run()

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common import simhash
 from common.errors import FetchError, RedisUnavailableError
@@ -33,6 +33,7 @@ from consumer.handlers import HandlerContext, LeaseLostError, as_result, check_c
 from consumer.leaser import AHEAD_MS, Leaser
 from consumer.leases import LeaseBook
 from consumer.live import PolicyReader
+from consumer.rendering import fetch_of
 from consumer.revisits import NOT_HANDLED, conditional_headers, noted, observe, outcome_of
 from consumer.robots import RobotsCache, RobotsVerdict
 from consumer.routing import Router
@@ -41,6 +42,9 @@ from consumer.slots import Slots, Stage
 from consumer.stopping import Stopping
 from consumer.turns import Turns
 from consumer.window import CpuWindow
+
+if TYPE_CHECKING:
+    from common.browser.fetcher import BrowserFetcher
 
 log = logging.getLogger("consumer")
 
@@ -52,12 +56,14 @@ class Runner:
     def __init__(self, settings: ConsumerSettings, queue: CrawlQueue, *, fetcher: Fetcher,
                  robots: RobotsCache | None, router: Router | None, metrics: Metrics,
                  book: LeaseBook, slots: Slots, leaser: Leaser, flusher: Flusher,
-                 policy: PolicyReader, window: CpuWindow, stopping: Stopping) -> None:
+                 policy: PolicyReader, window: CpuWindow, stopping: Stopping,
+                 browser: BrowserFetcher | None = None) -> None:
         self.s = settings
         self.worker_id = settings.worker_id
         self.queue = queue
         self.frontier = Frontier(queue)
         self.fetcher = fetcher
+        self.browser = browser  # renders the render requests (--browser)
         self.robots = robots
         self.router = router
         self.metrics = metrics
@@ -216,13 +222,13 @@ class Runner:
         live = self.policy.now
         try:
             task = lease.task
-            result = await self.fetcher.fetch(task.url, headers=task.headers or None,
-                                              crawl_credentials=True,
-                                              accept=live.accept or None,
-                                              on_sent=self.turns.on_sent(lease),
-                                              conditional=conditional_headers(
-                                                  task.revisit if live.conditional else None),
-                                              method=task.method, body=task.body)
+            fetch = fetch_of(lease, self.fetcher, self.browser, self.router, self.turns)
+            result = await fetch(task.url, headers=task.headers or None,
+                                 crawl_credentials=True, accept=live.accept or None,
+                                 on_sent=self.turns.on_sent(lease),
+                                 conditional=conditional_headers(
+                                     task.revisit if live.conditional else None),
+                                 method=task.method, body=task.body)
         except LeaseLostError:  # while it took a late turn, before anything was sent
             self._complete(Completion(lease, "drop"))
             return

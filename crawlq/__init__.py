@@ -5,8 +5,9 @@ imports), so a spider file loads the same in the producer, the consumer and
 ``crawlq run``, and nothing in crawlq itself imports this package.
 """
 
+from common.browser.render import Render
 from common.items import Item
 from common.request import Request
 from common.spider import Context, Response, Spider
 
-__all__ = ["Context", "Item", "Request", "Response", "Spider"]
+__all__ = ["Context", "Item", "Render", "Request", "Response", "Spider"]

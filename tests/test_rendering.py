@@ -1,0 +1,104 @@
+"""Rendering on the frontier: a consumer started with --browser crawls a shop whose lists
+and products its scripts build, through a spider whose routes render; a request asks
+with ``render=True``, a route with ``render=``, a crawl with its policy's ``render=all``.
+(The browser fetcher's own guarantees: test_browser_fetcher.py.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from support.chromium import SITE_HOST, needs_chromium
+from support.consume import consume
+
+from common.policy import create_policy
+from common.queue import CrawlSettings, LeasingQueue, NewTask
+from common.request import Request
+from common.spider import load_spider
+from common.task import decode_entry, encode_entry
+from common.urls import canonicalize
+from console.demo.jsshop import ShopSpec, expected_items, js_shop
+
+ROOT = Path(__file__).resolve().parents[1]
+JS_SPIDER = str(ROOT / "examples" / "js_spider.py")
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def task_of(request: Request) -> NewTask:
+    url = canonicalize(request.url)
+    assert isinstance(url, str), url
+    return NewTask.from_request(request, url)
+
+
+def items_in(out: Path) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for path in sorted(out.rglob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            for key, item in zip(record["item_keys"], record["items"], strict=True):
+                found[key] = item
+    return found
+
+
+def test_a_render_request_is_marked_first_in_its_entry_and_read_back() -> None:
+    tid = "0" * 32
+    entry = encode_entry(tid, "https://a.test/x", render=True, label="list", priority=3)
+    assert entry.startswith(f'{tid}https://a.test/x {{"r":1,')
+    task = decode_entry(entry)
+    assert task.render and task.as_request().render
+    assert not decode_entry(encode_entry(tid, "https://a.test/x")).render
+    assert Request.json("https://a.test/api", {"q": 1}, render=True).render
+
+
+def test_a_spiders_rendering_route_marks_its_requests() -> None:
+    spider = load_spider(JS_SPIDER)
+    [start] = spider.start()
+    assert not start.render  # the home page is plain HTML
+    assert spider.rendered(Request("http://x.test/l", label="list")).render
+    assert spider.render_of("product").wait_for == ".sku"
+    assert spider.render_of(None).wait_for is None
+
+
+@needs_chromium
+async def test_a_consumer_with_a_browser_crawls_a_shop_its_scripts_build(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = ShopSpec(categories=2, products=7, page_size=3)
+    out = tmp_path / "out"
+    async with js_shop(spec, host=SITE_HOST) as base:
+        monkeypatch.setenv("SHOP_URL", base)
+        spider = load_spider(JS_SPIDER)
+        q = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings())
+        await q.enqueue([task_of(r) for r in spider.start()])
+        code = await consume(redis_url, crawl_name, out, "--spider", JS_SPIDER,
+                             "--browser", "auto", "--browser-pages", "2", limit_s=100)
+    assert code == 0
+    items = items_in(out)
+    assert set(items) == expected_items(spec)
+    assert items["c1-p5"]["url"] == f"{base}/js/1/item/5"
+    stats = await q.stats()
+    assert (stats.done, stats.dead) == (1 + 2 * 3 + 14, 0)  # home, 3 list pages each
+
+
+@needs_chromium
+async def test_a_crawl_whose_policy_says_render_all_renders_every_request(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+        tmp_path: Path) -> None:
+    spec = ShopSpec(categories=1, products=2, page_size=5)
+    out = tmp_path / "out"
+    await create_policy(redis_client, crawl_name, {"render": "all"}, by="test")
+    async with js_shop(spec, host=SITE_HOST) as base:
+        q = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings())
+        q.configure(render_all=True)
+        await q.enqueue([task_of(Request(f"{base}/js/0/item/{i}")) for i in range(2)])
+        code = await consume(redis_url, crawl_name, out, "--browser", "auto",
+                             "--store-body", limit_s=60)
+    assert code == 0
+    bodies = [json.loads(line)["body"] for f in sorted(out.glob("*.jsonl"))
+              for line in f.read_text().splitlines()]
+    assert len(bodies) == 2
+    assert all('<span class="sku">c0-p' in body for body in bodies)
