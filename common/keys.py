@@ -75,6 +75,16 @@ groups         HASH    group -> its record: 5 little-endian        the host ledg
 g:parked       ZSET    "<group> <host>", score 0: hosts out of     the host ledger's
                        ``due`` while their group's slots are all   flush
                        taken, back when one comes free
+rq:<host>      LIST    the host's render entries (their JSON's     lease (moves them
+                       first field r=1), compact: only a           from hq/hp),
+                       consumer with a browser leases them         lease_render
+                       (``lib/render.lua``)
+r:due          ZSET    host -> when lease_render looks at its      lease, lease_render
+                       render queue again, ms: exactly the hosts
+                       with render entries
+r:pending      STRING  render entries pending (also in             lease, lease_render
+                       ``pending``)
+rop:<worker>   STRING  as ``op:<worker>``, of lease_render         lease_render
 =============  ======  ==========================================  ===================
 
 Crawler traps (``common.trapbook``; the crawl's ``trap_*`` and
@@ -220,7 +230,7 @@ _PARTITION_NAMES = (
     "h:errors", "h:delay", "h:blocked", "h:budget", "pending", "tasks", "attempts", "leases",
     "leased", "seq", "delayed", "dead", "errors", "dead_reasons", "checkpoints", "stalls",
     "stats", "bloom", "lock:reap", "hungry", "rv:due", "g:of", "groups",
-    "g:parked",
+    "g:parked", "r:due", "r:pending",
 )
 
 
@@ -318,6 +328,8 @@ class PartitionKeys:
     group_of: str
     groups: str
     parked: str
+    render_due: str
+    render_pending: str
     prefix: str
 
     @classmethod
@@ -359,6 +371,14 @@ class PartitionKeys:
     def host_prio(self, host: str) -> str:
         """A host's pending entries with a priority, highest first."""
         return f"{self.prefix}hp:{host}"
+
+    def render_queue(self, host: str) -> str:
+        """A host's render entries (lib/render.lua), FIFO."""
+        return f"{self.prefix}rq:{host}"
+
+    def render_op(self, worker: str) -> str:
+        """The reply of `worker`'s last lease_render.lua call that granted leases."""
+        return f"{self.prefix}rop:{worker}"
 
     def lease_op(self, worker: str) -> str:
         """The reply of `worker`'s last lease call that granted leases, kept for a call

@@ -32,7 +32,7 @@ LUA = Path(__file__).parent / "lua"
 NAMES = (
     "enqueue", "enqueue_bloom", "lease", "renew", "ack", "fail", "release", "checkpoint",
     "reclaim", "promote", "requeue", "purge", "host_set", "is_empty", "revisit",
-    "late_turn", "history_get",
+    "late_turn", "history_get", "lease_render",
 )
 
 #: The scripts a client may send again when their outcome is unknown (a timeout or a
@@ -40,6 +40,7 @@ NAMES = (
 #: one twice is safe. Any other script is not sent again: its caller gets the error.
 RESENDABLE: dict[str, str] = {
     "lease": "an operation id: a call sent again gets the reply the first one kept",
+    "lease_render": "an operation id, as lease",
     "ack": "fenced: a second ack finds the lease ended and is answered stale, counting "
            "nothing again",
     "fail": "fenced, as ack", "renew": "fenced, as ack", "release": "fenced, as ack",
@@ -213,3 +214,4 @@ class Scripts:
     revisit: LuaScript
     late_turn: LuaScript
     history_get: LuaScript
+    lease_render: LuaScript

@@ -115,7 +115,8 @@ class Consumer:
         self.leaser = Leaser(settings, queue, self.book, self.slots, window=self.window,
                              metrics=metrics, stopping=self.stopping, health=self.sink_health,
                              policy=self.policy, flusher=self.flusher,
-                             sink_failing=self._sink_failing)
+                             sink_failing=self._sink_failing,
+                             browser_pages=None if browser is None else browser.page_capacity)
         router = Router.of(spider, handler)
         if router is not None:  # a child labelled otherwise fails its parent's task
             queue.known_labels = router.labels

@@ -144,6 +144,10 @@ class BrowserFetcher:
         """Close every page, context and browser, and Playwright."""
         await self.pool.close()
 
+    def page_capacity(self) -> int:
+        """How many renders may start now (the pool's pages, less under memory pressure)."""
+        return self.pool.capacity
+
     def fetch(self, url: str, *, headers: Mapping[str, str] | None = None,
               crawl_credentials: bool = False, accept: tuple[str, ...] | None = None,
               on_sent: Callable[[], Awaitable[None]] | None = None,
@@ -209,7 +213,7 @@ class BrowserFetcher:
         page = slot.page
         slot.job = job
         try:
-            await _open(page, job.doc.final_url, self._ms_left(job))
+            await page.goto(job.doc.final_url, wait_until="load", timeout=self._ms_left(job))
             job.quiet_since = max(job.quiet_since, time.monotonic())
             await self._settled(job)
             spec = job.render
@@ -350,18 +354,6 @@ class BrowserFetcher:
 
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"})
-
-
-async def _open(page: Any, url: str, timeout_ms: float) -> None:
-    """Navigate `page` to `url` and wait for its load event: by the page itself
-    (location.assign) when it shows a document already, which keeps its renderer
-    process (a navigation Playwright starts, as a typed URL, gets a new one: a fork
-    and a process's start-up, ~50 ms of CPU a page, measured)."""
-    if page.url.startswith(("http://", "https://")):
-        async with page.expect_navigation(wait_until="load", timeout=timeout_ms):
-            await page.evaluate("url => location.assign(url)", url)
-    else:
-        await page.goto(url, wait_until="load", timeout=timeout_ms)
 
 
 def _loop_time(monotonic_at: float) -> float:

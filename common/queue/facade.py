@@ -24,6 +24,7 @@ from common.queue.model import (
     RetryPolicy,
     Stats,
 )
+from common.queue.render_leasing import RenderLeaseClient
 
 
 class CrawlQueue:
@@ -189,6 +190,7 @@ class LeasingQueue(CrawlQueue):
                  **kwargs: Any) -> None:
         super().__init__(client, crawl, settings, **kwargs)
         self.leases = LeaseClient(self.on, self.fail)
+        self.renders = RenderLeaseClient(self.on, self.fail)
 
     @classmethod
     async def open(cls, client: RedisClient, crawl: str,
@@ -216,16 +218,24 @@ class LeasingQueue(CrawlQueue):
         return await self.leases.lease_turns(worker, n, lease_ms, responses_in, held,
                                              ahead_ms=ahead_ms)
 
+    async def lease_renders(self, worker: str, n: int, lease_ms: int) -> LeaseBatch:
+        """Lease up to n render tasks, for a consumer with a browser (see
+        `RenderLeaseClient`)."""
+        return await self.renders.lease(worker, n, lease_ms)
+
     def woken(self) -> None:
         """Another process says work may be ready: ask every partition on the next call."""
         self.leases.woken()
+        self.renders.woken()
 
     async def ack(self, worker: str, items: Sequence[tuple[Lease, str]]) -> list[Code]:
         self.leases.ended({lease.partition for lease, _ in items})
+        self.renders.ended([lease for lease, _ in items])
         return await super().ack(worker, items)
 
     async def fail(self, worker: str, failures: Sequence[Failure]) -> list[tuple[Code, int]]:
         self.leases.ended({f.lease.partition for f in failures})
+        self.renders.ended([f.lease for f in failures])
         return await super().fail(worker, failures)
 
     async def release(self, worker: str, leases: Sequence[Lease], *,

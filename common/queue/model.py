@@ -228,9 +228,12 @@ class Stats:
     ``hosts_due``: hosts holding pending work with a free slot (what KEDA scales on).
     ``parked``: the pending tasks of hosts whose page budget is spent (counted in
     ``pending``): no consumer serves them until the budget is raised.
+    ``render_pending``: the pending render tasks in the render lane (counted in
+    ``pending``): only a consumer with a browser leases them.
     """
 
     pending: int = 0
+    render_pending: int = 0
     leased: int = 0
     waiting: int = 0
     dead: int = 0
