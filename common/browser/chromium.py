@@ -82,6 +82,9 @@ def chromium_args(proxy_port: int) -> list[str]:
         "--disable-default-apps", "--disable-extensions", "--disable-dev-shm-usage",
         "--disable-domain-reliability", "--disable-client-side-phishing-detection",
         "--no-pings", "--mute-audio", "--metrics-recording-only",
+        # No crash handler: crashpad's daemon leaves the process tree (it is reparented
+        # to init), so the consumer's death would not take it down.
+        "--disable-crash-reporter", "--disable-breakpad",
         # A spare renderer started (and a new document's one) for every navigation, and
         # pages kept for back/forward: ~half of Chromium's CPU a page (measured: ~140
         # ms of CPU a small page with them, ~73 without).

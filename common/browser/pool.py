@@ -12,8 +12,8 @@ The memory bound: every second the pool adds up the proportional set size (PSS:
 shared pages counted once across the processes that share them) of this process and
 every process under it (the Playwright driver, each browser and its renderers). Over
 ``memory_bytes`` it takes one page slot out (renders then wait for a page) and retires
-the browser; under three quarters of it for ten seconds it gives one back, up to
-``pages``. A render waits for a page while every slot is busy.
+the browser (at most every ten seconds); under three quarters of it for ten seconds it
+gives one back, up to ``pages``. A render waits for a page while every slot is busy.
 
 Processes: Playwright's driver is this process's child; each browser is the driver's
 child, in a process group of its own. The driver closes its browsers when it exits,
@@ -52,6 +52,8 @@ MEMORY_EVERY_S = 1.0
 #: Under this share of the limit for GROW_AFTER_S, a slot taken out comes back.
 GROW_BELOW = 0.75
 GROW_AFTER_S = 10.0
+#: Over the memory limit, the browser is retired (restarted) at most this often.
+RETIRE_EVERY_S = 10.0
 #: A browser that dies this soon after it started, twice running, is not started again
 #: at once: the next render waits this long (a broken install must not spin).
 CRASH_WAIT_S = 2.0
@@ -199,7 +201,8 @@ class PagePool:
         return gen
 
     async def acquire(self) -> PageSlot:
-        """A page for one render, waiting while every slot is out."""
+        """A page for one render, waiting while every slot is out; FetchError
+        ``browser_crashed`` when the browser died as the page was made."""
         async with self._changed:
             await self._changed.wait_for(lambda: self._out < self.capacity)
             self._out += 1
@@ -211,9 +214,18 @@ class PagePool:
                     return slot
                 self._close_slot(slot)
             gen = await self._browser()
-            slot = await self._new_slot(gen)
-            gen.out += 1
-            return slot
+            gen.out += 1  # before the await: a retirement meanwhile waits for this page
+            try:
+                return await self._new_slot(gen)
+            except BaseException as exc:
+                gen.out -= 1
+                if gen.retired and gen.out == 0 and not gen.dead:
+                    self._close_browser(gen)
+                if not isinstance(exc, Exception):
+                    raise
+                # Playwright's: the browser went away meanwhile
+                text = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+                raise FetchError(reasons.BROWSER_CRASHED, text, retryable=True) from None
         except BaseException:
             async with self._changed:
                 self._out -= 1
@@ -330,7 +342,8 @@ class PagePool:
             self._free.remove(slot)
             self._close_slot(slot)
         gen = self._current
-        if gen is not None and not gen.retired:
+        if gen is not None and not gen.retired \
+                and time.monotonic() - gen.started >= RETIRE_EVERY_S:
             self._retire(gen, "memory")
 
     @property
