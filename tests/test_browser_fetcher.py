@@ -273,3 +273,24 @@ def test_browser_auto_finds_chromium_and_a_missing_one_is_one_clear_error(
         find_chromium("auto")
     with pytest.raises(ConfigError, match="no executable there"):
         find_chromium("/opt/no/chrome")
+
+
+async def test_a_page_whose_own_data_call_failed_is_retried_not_taken_empty(
+        browser: Any) -> None:
+    """Its route would find no items in it and end it done: the render fails with the
+    call's reason (retryable) instead. A call to another host failing (an ad, a tracker)
+    does not."""
+    async def down(request: web.Request) -> web.Response:
+        return web.Response(status=503, text="busy")
+
+    async with serve({"/api": down}, host=OTHER_HOST) as other:
+        async def page(request: web.Request) -> web.Response:
+            where = request.query["api"]
+            return html(f'<ul id="l"></ul><script>fetch({where!r}).catch(() => 0)</script>')
+
+        async with serve({"/page": page, "/api": down}, host=SITE_HOST) as site:
+            with pytest.raises(FetchError) as err:
+                await browser.fetch(site.url("/page?api=/api"))
+            result = await browser.fetch(site.url(f"/page?api={other.url('/api')}"))
+    assert err.value.reason == "http_5xx" and err.value.retryable and err.value.status == 503
+    assert b'<ul id="l"></ul>' in result.body

@@ -46,6 +46,7 @@ class Wire:
         self.requests: list[tuple[float, float, str]] = []
         self.inflight = 0
         self.most = 0
+        self.api_waiting = 0  # a page's script call held by api_wait: mid-render
 
 
 @asynccontextmanager
@@ -58,7 +59,11 @@ async def recorded_shop(spec: ShopSpec, *, api_wait: float = 0.0
     @web.middleware
     async def record(request: web.Request, handler: Any) -> web.StreamResponse:
         if api_wait and request.path.startswith("/api/"):
-            await asyncio.sleep(api_wait)
+            wire.api_waiting += 1
+            try:
+                await asyncio.sleep(api_wait)
+            finally:
+                wire.api_waiting -= 1
         wire.inflight += 1
         wire.most = max(wire.most, wire.inflight)
         start = time.monotonic()
@@ -168,8 +173,8 @@ def browser_mains(procs: list[psutil.Process]) -> list[psutil.Process]:
     found = []
     for proc in procs:
         try:
-            if "chrom" in proc.name() and not any(a.startswith("--type=")
-                                                   for a in proc.cmdline()):
+            if "chrom" in proc.name() and proc.status() != psutil.STATUS_ZOMBIE \
+                    and not any(a.startswith("--type=") for a in proc.cmdline()):
                 found.append(proc)
         except psutil.Error:
             continue
@@ -199,7 +204,7 @@ async def test_a_browser_killed_mid_page_and_a_rendering_consumer_killed_lose_no
     out = tmp_path / "out"
     await create_policy(redis_client, crawl_name, {
         "per_host_delay": 0, "per_host_concurrency": 0, "max_depth": 50}, by="test")
-    async with recorded_shop(spec, api_wait=0.3) as (base, _):
+    async with recorded_shop(spec, api_wait=0.5) as (base, wire):
         q = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings())
         url = canonicalize(base + "/")
         assert isinstance(url, str)
@@ -208,9 +213,8 @@ async def test_a_browser_killed_mid_page_and_a_rendering_consumer_killed_lose_no
                 "--retry-base", "0.1")
         doomed = await consumer(redis_url, crawl_name, out, "w-doomed", *args)
         try:
-            async def rendering() -> bool:
-                stats = await q.stats()
-                return stats.done >= 4 and stats.leased > 0
+            async def rendering() -> bool:  # a page mid-render: its script's call held
+                return (await q.stats()).done >= 4 and wire.api_waiting > 0
 
             async def restarted() -> bool:
                 return [p.pid for p in browser_mains(tree(doomed.pid))] not in ([], [first])

@@ -25,7 +25,10 @@ crawlq's own guarded HTTP client.
 3. Requests to the page's own host go one at a time (a render holds one of its host's
    slots: at most one of its requests is in flight there), each after `on_visit`
    (the consumer's turn-keeping: a host with a delay gives a late one a turn of its
-   own).
+   own). A call of the page's scripts to its own host that fails as a fetch is retried
+   (a timeout, a refused connection, a 5xx, 408 or 429) fails the render with that
+   reason: a page whose data did not arrive is not whole, and its route would find no
+   items in it and end it done.
 4. The page settles (no request in flight for `Render.settle_ms`), the route's actions
    run (wait for a selector, scroll, click "load more"), and its DOM is taken:
    serialized, UTF-8, at most the body cap (else ``body_too_large``).
@@ -86,6 +89,7 @@ _WAIT_FOR = """([selector, ms]) => new Promise(done => {
   seen.observe(document, {childList: true, subtree: true, attributes: true});
   setTimeout(() => { seen.disconnect(); done(!!document.querySelector(selector)); }, ms);
 })"""
+_BUSY = "() => window.__crawlqBusy || 0"
 _CONTENT = """() => {
   const d = document.doctype;
   return (d ? new XMLSerializer().serializeToString(d) : "") +
@@ -118,6 +122,8 @@ class _Job:
     dropped_json: int = 0
     last_host_request: float = 0.0
     host_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: a call of the page's scripts to its own host that failed as a fetch is retried
+    call_failed: FetchError | None = None
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
@@ -215,7 +221,7 @@ class BrowserFetcher:
         try:
             await page.goto(job.doc.final_url, wait_until="load", timeout=self._ms_left(job))
             job.quiet_since = max(job.quiet_since, time.monotonic())
-            await self._settled(job)
+            await self._settled(job, page)
             spec = job.render
             if spec.wait_for and not await page.evaluate(
                     _WAIT_FOR, [spec.wait_for, self._ms_left(job)]):
@@ -223,14 +229,19 @@ class BrowserFetcher:
                                  f"{self._total:g}s", retryable=True)
             for _ in range(spec.scroll):
                 await page.evaluate("window.scrollTo(0, document.documentElement.scrollHeight)")
-                await self._settled(job)
+                await self._settled(job, page)
             if spec.click:
                 for _ in range(spec.clicks):
                     button = page.locator(spec.click).first
                     if not await button.is_visible():
                         break
                     await button.click(timeout=self._ms_left(job))
-                    await self._settled(job)
+                    await self._settled(job, page)
+            if job.call_failed is not None:  # its data call failed: the page is not whole
+                failed = job.call_failed
+                raise FetchError(failed.reason, f"a call of the page to its host failed: "
+                                 f"{failed.message}", retryable=True,
+                                 retry_after=failed.retry_after, status=failed.status)
             html = await page.evaluate(_CONTENT)
             return html.encode("utf-8", errors="replace"), page.url
         except FetchError:
@@ -247,14 +258,19 @@ class BrowserFetcher:
     def _ms_left(self, job: _Job) -> float:
         return max(1.0, (job.deadline - time.monotonic()) * 1000)
 
-    async def _settled(self, job: _Job) -> None:
-        """Wait until none of the page's requests has been in flight for settle_ms."""
+    async def _settled(self, job: _Job, page: Any) -> None:
+        """Wait until none of the page's requests has been in flight for settle_ms, and
+        none of its scripts' calls is under way by the page's own count (a call whose
+        route event has not reached this process yet)."""
         quiet = job.render.settle_ms / 1000
         while True:
             if job.inflight == 0:
                 left = job.quiet_since + quiet - time.monotonic()
                 if left <= 0:
-                    return
+                    if not await page.evaluate(_BUSY):
+                        return
+                    job.quiet_since = time.monotonic()
+                    left = quiet
             else:
                 left = quiet
             await asyncio.sleep(min(left, 0.02))
@@ -300,6 +316,8 @@ class BrowserFetcher:
         try:
             result = await self._sub_fetch(job, request, url)
         except FetchError as exc:
+            if exc.retryable and kind in _CALLS and host_key(url) == job.host:
+                job.call_failed = job.call_failed or exc
             if exc.status is not None:  # a 5xx/429/408: the page sees it as it came
                 await _fulfill_status(route, exc.status)
             else:

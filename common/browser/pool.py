@@ -52,6 +52,24 @@ MEMORY_EVERY_S = 1.0
 #: Under this share of the limit for GROW_AFTER_S, a slot taken out comes back.
 GROW_BELOW = 0.75
 GROW_AFTER_S = 10.0
+#: Run in every document before its own scripts: counts the page's fetch() and XHR calls
+#: not ended yet (window.__crawlqBusy), so a render does not take as settled a page whose
+#: call is on its way to the route handler (its event can come after the load event's).
+BUSY_SCRIPT = """(() => {
+  let busy = 0;
+  Object.defineProperty(window, "__crawlqBusy", {get: () => busy});
+  const fetch0 = window.fetch;
+  if (fetch0) window.fetch = function (...args) {
+    busy++;
+    return fetch0.apply(this, args).finally(() => { busy--; });
+  };
+  const send0 = XMLHttpRequest.prototype.send;
+  XMLHttpRequest.prototype.send = function (...args) {
+    busy++;
+    this.addEventListener("loadend", () => { busy--; }, {once: true});
+    return send0.apply(this, args);
+  };
+})();"""
 #: Over the memory limit, the browser is retired (restarted) at most this often.
 RETIRE_EVERY_S = 10.0
 #: A browser that dies this soon after it started, twice running, is not started again
@@ -237,6 +255,7 @@ class PagePool:
         context = await gen.browser.new_context(
             service_workers="block", accept_downloads=False, user_agent=ua,
             java_script_enabled=True)
+        await context.add_init_script(BUSY_SCRIPT)
         slot = PageSlot(context, await context.new_page(), gen)
         await context.route("**/*", lambda route: self._handler(slot, route))
         await context.route_web_socket("**/*", _refuse_websocket)
