@@ -195,7 +195,10 @@ one per 5 s fleet-wide: an hour, for rates and the dashboard's chart; ``common.h
 change, and one field per policy option, its value as text in the flag's syntax, e.g.
 ``per_host_delay`` ``1s``; written only by ``policy_set.lua``) and ``policy:log`` LIST
 (newest first, at most 200 JSON ``{"at": ms of Redis TIME, "version", "changes": {key:
-[old, new]}, "by"}``, one per change of the policy; ``policy_set.lua``).
+[old, new]}, "by"}``, one per change of the policy; ``policy_set.lua``), ``render:modes``
+HASH ("<host> <route label>" -> how a render=auto crawl fetches that pair's pages:
+``p<probes>,<same>`` while probed, ``h`` HTTP, ``r`` rendered, ``H``/``R`` an operator's;
+``render_vote.lua``, ``crawlq render set``; ``common.queue.rendermodes``).
 
 Robots (``crawlq:{<crawl>}:robots:<origin>``, origin ``scheme://host[:port]``): STRING,
 JSON ``{"status", "body", "fetched_at"}`` of that origin's robots.txt (``"error"`` set
@@ -426,6 +429,8 @@ class CrawlKeys:
     policy: str
     policy_log: str
     migrate_lock: str  # the SET NX PX guard of a conversion from layout 2
+    #: HASH "<host> <route label>" -> render mode of a render=auto crawl (render_vote.lua)
+    render_modes: str
 
     @classmethod
     def build(cls, crawl: str) -> CrawlKeys:
@@ -433,7 +438,7 @@ class CrawlKeys:
                    crawl_key(crawl, "results"), crawl_key(crawl, "workers"),
                    crawl_key(crawl, "history"), crawl_key(crawl, "wake"),
                    crawl_key(crawl, "policy"), crawl_key(crawl, "policy:log"),
-                   crawl_key(crawl, "lock:migrate"))
+                   crawl_key(crawl, "lock:migrate"), crawl_key(crawl, "render:modes"))
 
     def robots(self, origin: str) -> str:
         """One origin's cached robots.txt; `origin` is ``scheme://host[:port]``."""

@@ -363,8 +363,9 @@ revisit_mode, _revisit_mode_ok = _one_of(REVISIT_MODES)
 
 
 #: Which requests a crawl renders in a browser (`render`): those a request or its
-#: spider's route asks for (off), or every request enqueued (all).
-RENDER_MODES = ("off", "all")
+#: spider's route asks for (off), every request enqueued (all), or every request, where
+#: its (host, route) needs it (auto: common.queue.rendermodes).
+RENDER_MODES = ("off", "all", "auto")
 
 
 render_mode, _render_mode_ok = _one_of(RENDER_MODES)
@@ -558,8 +559,10 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  check=_distance_ok, show=_show_distance, seeded_by=NOBODY),
     PolicyOption("render", "", render_mode, "off",
                  "which requests are rendered in a browser, by the consumers started with "
-                 "--browser: off (those a request or its spider's route asks for) or all "
-                 "(every request enqueued from then on)",
+                 "--browser: off (those a request or its spider's route asks for), all "
+                 "(every request enqueued from then on) or auto (every request, but a "
+                 "host's route whose pages give the same items and links over HTTP gets "
+                 "them over HTTP, after three probes)",
                  check=_render_mode_ok, toml_string=True, seeded_by=NOBODY),
     PolicyOption("politeness_key", "", politeness_key, "host",
                  "what else a politeness limit is kept for: host (each host alone), "

@@ -66,6 +66,7 @@ from common.runtime import run_loop
 from common.workers import read_workers
 from console.cli_crawl import add_crawl_commands
 from console.cli_hosts import add_host_commands
+from console.cli_render import add_render_commands
 from console.cli_traps import add_trap_commands
 from console.crawls import summaries, summary
 from console.dashboard.command import DASHBOARD_OPTIONS, cmd_dashboard
@@ -450,6 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_host_commands(sub, command, COMMON_OPTIONS)
     add_trap_commands(sub, COMMON_OPTIONS)
+    add_render_commands(sub, COMMON_OPTIONS)
     command("crawls", "the crawls in this Redis with their sizes",
             JSON).set_defaults(handler=cmd_crawls)
     add_crawl_commands(sub, COMMON_OPTIONS)

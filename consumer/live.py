@@ -133,7 +133,8 @@ class PolicyReader:
         # takes them.
         self.queue.configure(retry=policy.retry(), recrawl_after_s=recrawl_after,
                              revisits=policy.keeps_history,
-                             render_all=policy.render == "all")
+                             render_all=policy.render != "off",
+                             adaptive=policy.render == "auto")
         texts = policy.texts()
         log.info("crawl_policy_applied", extra={
             "version": stored.version,

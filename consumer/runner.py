@@ -222,7 +222,8 @@ class Runner:
         live = self.policy.now
         try:
             task = lease.task
-            fetch = fetch_of(lease, self.fetcher, self.browser, self.router, self.turns)
+            fetch = fetch_of(lease, self.fetcher, self.browser, self.router, self.turns,
+                             modes=self.queue.render_modes)
             result = await fetch(task.url, headers=task.headers or None,
                                  crawl_credentials=True, accept=live.accept or None,
                                  on_sent=self.turns.on_sent(lease),

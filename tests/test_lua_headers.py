@@ -45,6 +45,7 @@ from common.queue import (
     RetryPolicy,
     lease_reply,
 )
+from common.queue.rendermodes import RenderModes
 from common.urls import fingerprint
 from common.workers import WorkerRegistry
 from console.fsck import repair_hosts
@@ -61,7 +62,8 @@ CYCLE = re.compile(r"^-- KEYS\[(\d+)\(i-1\)\+(\d+)\]\s+(\S+)")
 OTHERS = ("worker_beat", "history_push", "release_lock", "refresh_lock", "robots_claim",
           "fsck_repair",
           "fsck_revisits",
-          "policy_set", "policy_apply", "group_set", "fsck_groups", "fsck_render")
+          "policy_set", "policy_apply", "group_set", "fsck_groups", "fsck_render",
+          "render_vote")
 SOURCES = {scripts.source(name): name for name in (*scripts.NAMES, *OTHERS)}
 
 
@@ -250,6 +252,7 @@ async def exercise(client: aioredis.Redis, crawl: str, partitions: int = 2) -> N
     await set_group(q, "a.test", concurrency=1)
     await repair_groups(q, q.partitions[0], ["a.test"])
     await repair_render(q, q.partitions[q.partition_of("f.test")], ["f.test"])
+    await RenderModes(client, crawl).vote("f.test", "list", True)
 
 
 # -- ARGV and the reply --------------------------------------------------------------------

@@ -14,6 +14,7 @@ from common.keys import PartitionKeys
 from common.queue.calls import Call, host_args, run
 from common.queue.crawl import Crawl, DedupMode
 from common.queue.model import EnqueueResult, NewTask
+from common.queue.rendermodes import RenderModes
 from common.request import (
     BODYLESS,
     MAX_BODY_BYTES,
@@ -27,13 +28,15 @@ from common.task import compact_tail, encode_entry
 
 async def enqueue(crawl: Crawl, tasks: Sequence[NewTask], recrawl_after_s: int = 0, *,
                   known_labels: Collection[str] | None = None,
-                  render_all: bool = False) -> EnqueueResult:
+                  render_all: bool = False, modes: RenderModes | None = None
+                  ) -> EnqueueResult:
     """Dedup and enqueue a batch into its hosts' queues; one script call per
     partition, pipelined. MalformedTaskError for a URL without an http(s) host.
     `recrawl_after_s`: a done URL enqueued again after this long is crawled again (0:
     never). InvalidRequestError, before anything is sent, for a task whose request is bad
     (`check_new_task`), or whose label is not one of `known_labels` (None: any).
-    `render_all`: every task is a render request (the crawl policy's ``render=all``)."""
+    `render_all`: every task is a render request (the crawl policy's ``render=all``);
+    `modes`: a render=auto crawl's decisions: a pair decided ``http`` is not."""
     by_partition: dict[int, dict[str, list[NewTask]]] = defaultdict(
         lambda: defaultdict(list))
     for t in tasks:
@@ -48,7 +51,10 @@ async def enqueue(crawl: Crawl, tasks: Sequence[NewTask], recrawl_after_s: int =
         by_partition[crawl.partition_of(host)][host].append(t)
     if not by_partition:
         return EnqueueResult()
-    results = await _run(crawl, list(by_partition.items()), recrawl_after_s, render_all)
+    if modes is not None:
+        await modes.refresh()
+    results = await _run(crawl, list(by_partition.items()), recrawl_after_s, render_all,
+                         modes)
     warnings = tuple(int(r[3]) for r in results if len(r) > 3 and int(r[3]) >= 0)
     return EnqueueResult(
         enqueued=sum(int(r[0]) for r in results),
@@ -63,7 +69,8 @@ REGROUPS = 3
 
 
 async def _run(crawl: Crawl, batches: list[tuple[int, dict[str, list[NewTask]]]],
-               recrawl_after_s: int, render_all: bool) -> list[Any]:
+               recrawl_after_s: int, render_all: bool, modes: RenderModes | None
+               ) -> list[Any]:
     """The script's reply for each partition's batch. A batch whose groups were named for
     another politeness_key than its partition holds changes nothing and answers {-1, key}:
     it is named again for that key (a process learns the key at its first batch, and a
@@ -76,7 +83,7 @@ async def _run(crawl: Crawl, batches: list[tuple[int, dict[str, list[NewTask]]]]
             p, by_host = batches[i]
             groups = await crawl.grouper.words(list(by_host))
             calls.append(_call(crawl, crawl.partitions[p], by_host, recrawl_after_s, groups,
-                               render_all=render_all))
+                               render_all=render_all, modes=modes))
         replies = await run(crawl.client, calls)
         again = []
         for i, reply in zip(todo, replies, strict=True):
@@ -93,7 +100,8 @@ async def _run(crawl: Crawl, batches: list[tuple[int, dict[str, list[NewTask]]]]
 
 
 def _call(crawl: Crawl, pk: PartitionKeys, by_host: dict[str, list[NewTask]],
-          recrawl_after_s: int, groups: str, *, render_all: bool = False) -> Call:
+          recrawl_after_s: int, groups: str, *, render_all: bool = False,
+          modes: RenderModes | None = None) -> Call:
     settings = crawl.settings
     host_keys, host_head = host_args(pk, list(by_host))
     head = [*pk.host_state, pk.tasks, pk.stats, pk.pending, pk.prio_hosts]
@@ -110,7 +118,7 @@ def _call(crawl: Crawl, pk: PartitionKeys, by_host: dict[str, list[NewTask]],
             for t in batch:
                 args += [int.from_bytes(t.fp[8:12], "big"),
                          int.from_bytes(t.fp[12:16], "big") | 1, t.priority, h,
-                         _entry(t, host, render_all)]
+                         _entry(t, host, _renders(t, host, render_all, modes))]
         return crawl.scripts.enqueue_bloom, keys, args
     keys = [*head, *pk.group_state, *host_keys]
     args = [recrawl_after_s, *host_head, groups]
@@ -119,7 +127,8 @@ def _call(crawl: Crawl, pk: PartitionKeys, by_host: dict[str, list[NewTask]],
         for t in batch:
             buckets.append(crawl.bucket(t.fp))
             keys.append(pk.seen(buckets[-1]))
-            args += [t.fp[2:], t.priority, h, _entry(t, host, render_all)]
+            args += [t.fp[2:], t.priority, h, _entry(t, host, _renders(t, host, render_all,
+                                                                         modes))]
     if recrawl_after_s:  # a recrawl reads the URL's history record
         keys += [pk.history(b) for b in buckets]
     return crawl.scripts.enqueue, keys, args
@@ -144,11 +153,18 @@ def check_new_task(t: NewTask, known_labels: Collection[str] | None = None) -> N
     check_data(t.data, where)
 
 
-def _entry(t: NewTask, host: str, render_all: bool = False) -> bytes:
+def _renders(t: NewTask, host: str, render_all: bool, modes: RenderModes | None) -> bool:
+    """Whether `t` is enqueued as a render request."""
+    if not (t.render or render_all):
+        return False
+    return modes is None or modes.mode(host, t.label) != "http"
+
+
+def _entry(t: NewTask, host: str, render: bool = False) -> bytes:
     """Its entry compact (common.task), as the queue keeps it: its fingerprint's bytes
     (its id), then its URL and fields less what the queue names."""
     rest = encode_entry("", t.url, max_attempts=t.max_attempts, priority=t.priority,
                         meta=t.meta, depth=t.depth, headers=t.headers, revisit=t.revisit,
                         method=t.method, body=t.body, label=t.label, data=t.data,
-                        unique_key=t.unique_key, render=t.render or render_all)
+                        unique_key=t.unique_key, render=render)
     return t.fp + compact_tail(rest, host).encode()

@@ -25,6 +25,7 @@ from common.queue.model import (
     Stats,
 )
 from common.queue.render_leasing import RenderLeaseClient
+from common.queue.rendermodes import RenderModes
 
 
 class CrawlQueue:
@@ -42,6 +43,8 @@ class CrawlQueue:
         self._recrawl_after_s = recrawl_after_s
         self._revisits = False
         self._render_all = False
+        #: A render=auto crawl's decisions (None: not auto): common.queue.rendermodes.
+        self.render_modes: RenderModes | None = None
         self._jitter = jitter
         #: The labels a route parses (the spider's; None: any label is taken): every
         #: enqueue refuses a task labelled otherwise (InvalidRequestError).
@@ -84,7 +87,7 @@ class CrawlQueue:
 
     def configure(self, *, retry: RetryPolicy | None = None,
                   recrawl_after_s: int | None = None, revisits: bool | None = None,
-                  render_all: bool | None = None) -> None:
+                  render_all: bool | None = None, adaptive: bool | None = None) -> None:
         """Apply the crawl policy's values: the next fail, reclaim, enqueue or ack call
         takes them (None: keep the current one)."""
         if retry is not None:
@@ -95,6 +98,9 @@ class CrawlQueue:
             self._revisits = revisits
         if render_all is not None:
             self._render_all = render_all
+        if adaptive is not None:
+            self.render_modes = (self.render_modes or RenderModes(self.client, self.crawl)) \
+                if adaptive else None
 
     # -- calls ------------------------------------------------------------------------
 
@@ -106,7 +112,8 @@ class CrawlQueue:
         """Dedup and enqueue a batch (see `common.queue.enqueue.enqueue`); a bad request,
         or a label not in `known_labels`, refuses the whole batch: InvalidRequestError."""
         return await enqueue(self.on, tasks, self._recrawl_after_s,
-                             known_labels=self.known_labels, render_all=self._render_all)
+                             known_labels=self.known_labels, render_all=self._render_all,
+                             modes=self.render_modes)
 
     async def renew(self, worker: str, leases: Sequence[Lease], lease_ms: int
                     ) -> list[tuple[Lease, Code]]:

@@ -18,6 +18,7 @@
                                   next ones (a "load more" button)
 ``/js/<cat>/scroll``              the same, the next ones added as the page is scrolled
                                   to its bottom (an infinite scroll)
+``/s.css``                        every page's stylesheet: only a browser asks for it
 ================================  ====================================================
 
 A category is ``js`` or ``plain`` (`ShopSpec.plain`: how many of the categories are
@@ -113,6 +114,7 @@ def _page(title: str, body: str, script: str = "", **consts: object) -> web.Resp
     head = "".join(f"const {k} = {json.dumps(v)};" for k, v in consts.items())
     # Tall rows: a page of them is taller than a window, as an infinite scroll's is.
     text = (f"<!doctype html><html><head><title>{title}</title>"
+            '<link rel="stylesheet" href="/s.css">'
             "<style>li.product { min-height: 200px }</style>"
             f"<script>{head}</script></head><body>{body}{script}</body></html>")
     return web.Response(text=text, content_type="text/html")
@@ -188,6 +190,9 @@ def make_app(spec: ShopSpec) -> web.Application:
                     "window.scrollY >= document.body.offsetHeight - 2) more(); });")
         return _page(f"category {cat}", body, _GROW_JS.replace("HOOK", hook), CAT=cat)
 
+    async def css(request: web.Request) -> web.Response:
+        return web.Response(text="body { margin: 0 }", content_type="text/css")
+
     async def api_list(request: web.Request) -> web.Response:
         return web.json_response(_list(spec, cat_of(request), page_of(request)))
 
@@ -196,6 +201,7 @@ def make_app(spec: ShopSpec) -> web.Application:
 
     app = web.Application()
     app.router.add_get("/", home)
+    app.router.add_get("/s.css", css)
     app.router.add_get(r"/js/{cat:\d+}", js_list)
     app.router.add_get(r"/js/{cat:\d+}/item/{i:\d+}", js_item)
     app.router.add_get(r"/js/{cat:\d+}/{how:more|scroll}", grow)
