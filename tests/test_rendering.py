@@ -5,7 +5,10 @@ with ``render=True``, a route with ``render=``, a crawl with its policy's ``rend
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -102,3 +105,28 @@ async def test_a_crawl_whose_policy_says_render_all_renders_every_request(
               for line in f.read_text().splitlines()]
     assert len(bodies) == 2
     assert all('<span class="sku">c0-p' in body for body in bodies)
+
+
+@needs_chromium
+async def test_crawlq_run_renders_on_this_machine_with_its_chromium(tmp_path: Path) -> None:
+    """A spider whose routes render: ``crawlq run`` gives its first consumer the local
+    Chromium by itself (--browser auto) and gets every item."""
+    spec = ShopSpec(categories=2, products=5, page_size=3)
+    items_file = tmp_path / "items.jsonl"
+    async with js_shop(spec) as base:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLQ_")
+               and k != "REDIS_URL"}
+        env.update(PYTHONPATH=str(ROOT), SHOP_URL=base)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", "import sys; from console.cli import main; sys.exit(main())",
+            "run", JS_SPIDER, "--allow-private", "--set", "per_host_delay=0",
+            "--set", "per_host_concurrency=4", "--consumers", "2",
+            "--output", str(tmp_path / "run"), "--out", str(items_file), "--timeout", "90",
+            env=env, cwd=tmp_path, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT)
+        stdout, _ = await asyncio.wait_for(proc.communicate(), 110)
+    text = stdout.decode()
+    assert proc.returncode == 0, text
+    items = [json.loads(line) for line in items_file.read_text().splitlines()]
+    assert {i["sku"] for i in items} == expected_items(spec), text
+    assert "0 dead" in text

@@ -168,7 +168,14 @@ class PagePool:
             raise ConfigError("--browser needs the playwright package: pip install "
                               "'crawlq[browser]' (Chromium itself is the system's)") from None
         self._proxy_port = await self.sinkhole.start()
-        self._pw = await async_playwright().start()
+        try:
+            self._pw = await async_playwright().start()
+        except Exception as exc:
+            await self.close()
+            raise ConfigError(f"--browser: Playwright's driver did not start "
+                              f"({str(exc).splitlines()[0][:200] if str(exc) else exc!r}); "
+                              "its log above says why (a missing system library: "
+                              "libatomic1 on Debian)") from None
         try:
             self._current = await self._launch()
         except Exception as exc:

@@ -128,8 +128,10 @@ def _list(spec: ShopSpec, cat: int, page: int) -> dict[str, object]:
             "next": nxt}
 
 
-def make_app(spec: ShopSpec) -> web.Application:
-    """The shop's application (see the module's docstring)."""
+def make_app(spec: ShopSpec, *, plain_at: str = "") -> web.Application:
+    """The shop's application (see the module's docstring); with `plain_at` (another
+    base URL serving this app), the home page links the plain categories there: a
+    half-plain shop on two hosts."""
 
     def cat_of(request: web.Request) -> int:
         cat = int(request.match_info["cat"])
@@ -150,8 +152,10 @@ def make_app(spec: ShopSpec) -> web.Application:
             raise web.HTTPBadRequest from None
 
     async def home(request: web.Request) -> web.Response:
-        links = "".join(f'<li><a class="category" href="/{spec.kind(c)}/{c}?page=0">'
-                        f"category {c}</a></li>" for c in range(spec.categories))
+        def base(c: int) -> str:
+            return plain_at if plain_at and spec.kind(c) == "plain" else ""
+        links = "".join(f'<li><a class="category" href="{base(c)}/{spec.kind(c)}/{c}'
+                        f'?page=0">category {c}</a></li>' for c in range(spec.categories))
         return _page("shop", f"<ul>{links}</ul>")
 
     async def js_list(request: web.Request) -> web.Response:
