@@ -131,6 +131,9 @@ def _stats_text(doc: dict[str, Any]) -> str:
     lines.append(f"hosts with work and a free slot: {doc['hosts_due']:,}")
     if doc.get("parked"):
         lines.append(f"parked (pending on hosts past their page budget): {doc['parked']:,}")
+    if doc.get("render_pending"):
+        lines.append(f"render requests pending (for consumers with --browser): "
+                     f"{doc['render_pending']:,}")
     if doc["revisits"] is not None:
         lines.append(_revisits_text(doc["revisits"]))
     lines.append(f"live workers: {doc['workers']}")

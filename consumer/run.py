@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 
+from common.browser.metrics import BrowserCollector
 from common.config import redact_url
 from common.connection import RedisClient, open_redis
 from common.errors import ConfigError
@@ -288,6 +289,7 @@ async def run(settings: ConsumerSettings) -> int:
             browser = await _start_browser(settings, fetcher, live)
             if browser is not None:
                 stack.push_async_callback(browser.close)
+                metrics.registry.register(BrowserCollector(browser))
             # Always made: whether robots.txt is obeyed is the crawl policy's, live.
             robots = RobotsCache(client, settings.common.crawl, fetcher, policy=live)
             stack.push_async_callback(robots.close)

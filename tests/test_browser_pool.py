@@ -15,11 +15,13 @@ from typing import Any
 import psutil
 import pytest
 from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
 from support.chromium import ALLOW, CHROMIUM, SITE_HOST, needs_chromium
 from support.routes import serve
 
 from common.browser.chromium import BrowserSettings
 from common.browser.fetcher import BrowserFetcher
+from common.browser.metrics import BrowserCollector
 from common.browser.pool import tree_memory
 from common.browser.render import Render
 from common.errors import FetchError
@@ -83,6 +85,11 @@ async def test_contexts_are_recycled_and_browsers_restarted_and_closing_leaves_n
         assert all(b'<p id="x">ok</p>' in r.body for r in results)
         figures = fetcher.pool.figures
         assert figures.renders == 20
+        registry = CollectorRegistry()
+        registry.register(BrowserCollector(fetcher))
+        scraped = generate_latest(registry).decode()
+        assert "crawlq_browser_renders_total 20.0" in scraped
+        assert "crawlq_browser_started_total 3.0" in scraped
         assert figures.browsers == 3  # restarted after 8 renders, twice
         assert figures.contexts >= 20 // 3
         assert len(browsers()) <= 2  # a retired one closes once its pages are back
