@@ -31,7 +31,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import psutil
@@ -87,6 +87,8 @@ class _Browser:
     out: int = 0
     retired: bool = False
     dead: bool = False
+    #: set once its process is gone (closed, or died)
+    gone: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 @dataclass(slots=True, eq=False)
@@ -158,6 +160,7 @@ class PagePool:
         self.figures = PoolFigures()
         self._closing = False
         self._background: set[asyncio.Future[None]] = set()
+        self._retiring: set[_Browser] = set()  # retired, not closed yet
 
     async def start(self) -> None:
         """Start Playwright's driver, the sinkhole and a first browser (ConfigError with
@@ -197,6 +200,8 @@ class PagePool:
         return gen
 
     def _died(self, gen: _Browser) -> None:
+        gen.gone.set()
+        self._retiring.discard(gen)
         if gen.dead:
             return
         gen.dead = True
@@ -221,6 +226,10 @@ class PagePool:
     async def _relaunch(self) -> _Browser:
         if self._quick_deaths >= 2:
             await asyncio.sleep(CRASH_WAIT_S)
+        # A retired browser finishes its pages and closes before the next one starts:
+        # two browsers at once would pass the memory one takes.
+        for old in list(self._retiring):
+            await asyncio.wait_for(old.gone.wait(), 30)
         gen = await self._launch()
         self._current = gen
         return gen
@@ -293,8 +302,9 @@ class PagePool:
 
     def _retire(self, gen: _Browser, why: str) -> None:
         """No new page on `gen`: its free pages close now, and itself once its last page
-        is back."""
+        is back (the next browser starts then)."""
         gen.retired = True
+        self._retiring.add(gen)
         if self._current is gen:
             self._current = None
         log.info("browser_retired", extra={"why": why, "renders": gen.renders})
@@ -310,7 +320,12 @@ class PagePool:
 
     def _close_browser(self, gen: _Browser) -> None:
         gen.dead = True
-        self.later(_quietly(gen.browser.close()))
+
+        async def close() -> None:
+            await _quietly(gen.browser.close())
+            gen.gone.set()
+            self._retiring.discard(gen)
+        self.later(close())
 
     def later(self, work: Coroutine[Any, Any, None]) -> None:
         """Run `work` in the background (kept until it ends; `close` waits for it)."""
