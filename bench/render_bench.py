@@ -12,7 +12,7 @@ its script fills from ``/api/...`` (``li.product a``, ``a.next``, ``.sku``). Two
 
 - **js**: every page built by script: every crawler renders every page;
 - **half**: half the categories built by the server, on another host (another port):
-  crawlq with the policy's ``render=auto`` (each host's route probed, the plain host's
+  crawlq with the policy's ``rendering=auto`` (each host's route probed, the plain host's
   later pages over HTTP), Crawlee's adaptive crawler (its own predictor), and the
   renderers that render everything (PlaywrightCrawler, scrapy-playwright).
 
@@ -363,7 +363,7 @@ def run_crawlq(workdir: Path, base: str, expected: set[str], *, pages: int, auto
             client = aioredis.Redis.from_url(server.url)
             await create_policy(client, crawl, {
                 "per_host_delay": 0, "per_host_concurrency": 0, "max_depth": 1000,
-                "ignore_robots": True, "render": "auto" if auto else "off"}, by="bench")
+                "ignore_robots": True, "rendering": "auto" if auto else "off"}, by="bench")
             q = await CrawlQueue.open(client, crawl, CrawlSettings())
             url = canonicalize(base + "/")
             assert isinstance(url, str)
@@ -406,7 +406,7 @@ def run_crawlq(workdir: Path, base: str, expected: set[str], *, pages: int, auto
     for path in out.rglob("*.jsonl"):
         for line in path.read_text().splitlines():
             items.update(i["sku"] for i in json.loads(line)["items"])
-    run = Run("crawlq (render=auto)" if auto else "crawlq", items=len(items & expected),
+    run = Run("crawlq (rendering=auto)" if auto else "crawlq", items=len(items & expected),
               expected=len(expected), pages=n, span=span, peak_rss=watch.peak,
               left=watch.left(), samples=watch.samples)
     if dead:
@@ -554,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{TARGET_CRAWLEE}); crawlq / scrapy-playwright "
                   f"{_ratio(js.get('crawlq'), js.get('scrapy'))}")
         if half:
-            print(f"half: crawlq render=auto / Crawlee PlaywrightCrawler pages/s "
+            print(f"half: crawlq rendering=auto / Crawlee PlaywrightCrawler pages/s "
                   f"{_ratio(half.get('crawlq'), half.get('crawlee'))} (target >= "
                   f"{TARGET_ADAPTIVE}); / Crawlee adaptive "
                   f"{_ratio(half.get('crawlq'), half.get('crawlee-adaptive'))}")

@@ -196,7 +196,7 @@ change, and one field per policy option, its value as text in the flag's syntax,
 ``per_host_delay`` ``1s``; written only by ``policy_set.lua``) and ``policy:log`` LIST
 (newest first, at most 200 JSON ``{"at": ms of Redis TIME, "version", "changes": {key:
 [old, new]}, "by"}``, one per change of the policy; ``policy_set.lua``), ``render:modes``
-HASH ("<host> <route label>" -> how a render=auto crawl fetches that pair's pages:
+HASH ("<host> <route label>" -> how a rendering=auto crawl fetches that pair's pages:
 ``p<probes>,<same>`` while probed, ``h`` HTTP, ``r`` rendered, ``H``/``R`` an operator's;
 ``render_vote.lua``, ``crawlq render set``; ``common.queue.rendermodes``).
 
@@ -429,7 +429,7 @@ class CrawlKeys:
     policy: str
     policy_log: str
     migrate_lock: str  # the SET NX PX guard of a conversion from layout 2
-    #: HASH "<host> <route label>" -> render mode of a render=auto crawl (render_vote.lua)
+    #: HASH "<host> <route label>" -> render mode of a rendering=auto crawl (render_vote.lua)
     render_modes: str
 
     @classmethod

@@ -23,7 +23,7 @@ to its own path that vary more than ``trap_page_facets`` non-numeric parameters 
 search), or a new query past ``trap_path_variants`` for its path; whether session ids are
 dropped from links, ``trap_session_ids``; when a page is a near duplicate of another of
 its host's, its links not followed, ``near_duplicate_distance`` (``common.simhash``); which
-requests are rendered in a browser, ``render`` (docs/rendering.md); and what else a
+requests are rendered in a browser, ``rendering`` (docs/rendering.md); and what else a
 politeness limit is kept for, ``politeness_key`` (host, or domain: each registrable
 domain's hosts share ``group_delay`` and ``group_concurrency``,
 common/lua/lib/groups.lua; or ip: the hosts whose names resolve to one address do,
@@ -362,7 +362,7 @@ REVISIT_MODES = ("off", "fixed", "adaptive", "learned")
 revisit_mode, _revisit_mode_ok = _one_of(REVISIT_MODES)
 
 
-#: Which requests a crawl renders in a browser (`render`): those a request or its
+#: Which requests a crawl renders in a browser (`rendering`): those a request or its
 #: spider's route asks for (off), every request enqueued (all), or every request, where
 #: its (host, route) needs it (auto: common.queue.rendermodes).
 RENDER_MODES = ("off", "all", "auto")
@@ -557,7 +557,7 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  "near_duplicate, its items not written, its links not followed (0-64; "
                  "off = never)",
                  check=_distance_ok, show=_show_distance, seeded_by=NOBODY),
-    PolicyOption("render", "", render_mode, "off",
+    PolicyOption("rendering", "", render_mode, "off",
                  "which requests are rendered in a browser, by the consumers started with "
                  "--browser: off (those a request or its spider's route asks for), all "
                  "(every request enqueued from then on) or auto (every request, but a "
@@ -633,7 +633,7 @@ class CrawlPolicy:
     trap_page_facets: int = OPTIONS["trap_page_facets"].default
     trap_session_ids: bool = OPTIONS["trap_session_ids"].default
     near_duplicate_distance: int = OPTIONS["near_duplicate_distance"].default
-    render: str = OPTIONS["render"].default
+    rendering: str = OPTIONS["rendering"].default
     politeness_key: str = OPTIONS["politeness_key"].default
     group_delay: float = OPTIONS["group_delay"].default
     group_concurrency: int = OPTIONS["group_concurrency"].default

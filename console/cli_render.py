@@ -1,4 +1,4 @@
-"""``crawlq render``: how a render=auto crawl fetches each host's routes (rendered, over
+"""``crawlq render``: how a rendering=auto crawl fetches each host's routes (rendered, over
 HTTP, or still probed), and an operator's decision for one (docs/rendering.md)."""
 
 from __future__ import annotations
@@ -54,9 +54,9 @@ async def cmd_render_set(args: argparse.Namespace, client: RedisClient) -> int:
 def add_render_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                         common: tuple[Option, ...]) -> None:
     """Register ``render`` and ``render set`` on the crawlq parser."""
-    p = sub.add_parser("render", help="how a render=auto crawl fetches each host's routes",
+    p = sub.add_parser("render", help="how a rendering=auto crawl fetches each host's routes",
                        description="List each (host, route) pair of a crawl whose policy "
-                       "says render=auto: rendered, over HTTP, or still probed.")
+                       "says rendering=auto: rendered, over HTTP, or still probed.")
     add_options(p, common)
     add_options(p, (JSON,))
     p.set_defaults(handler=cmd_render)

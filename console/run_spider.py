@@ -73,7 +73,7 @@ RUN_OPTIONS = (
     ALLOW_PRIVATE,
     Option("--browser", "CRAWLQ_RUN_BROWSER", "", "the first consumer renders the render "
            "requests in this Chromium: auto (found on the PATH) or its path; default: auto "
-           "when a route renders or the policy's render is on, else none"),
+           "when a route renders or the policy's rendering is on, else none"),
     *(o for o in COMMON_OPTIONS if o.flag in ("--log-level", "--log-format")),
 )
 
@@ -158,8 +158,8 @@ async def run_spider(args: argparse.Namespace) -> int:
 
 def _browser(given: str, spider: Spider, policy: CrawlPolicy) -> str:
     """The first consumer's --browser: the one given, else auto when the spider renders
-    (a route asks, or the policy's render is on); ConfigError when there is none."""
-    wanted = given or ("auto" if policy.render != "off" or any(
+    (a route asks, or the policy's rendering is on); ConfigError when there is none."""
+    wanted = given or ("auto" if policy.rendering != "off" or any(
         route.render is not None for route in spider.routes.values()) else "")
     if wanted:
         find_chromium(wanted)  # one clear line now, not a consumer that exits

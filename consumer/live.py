@@ -133,8 +133,8 @@ class PolicyReader:
         # takes them.
         self.queue.configure(retry=policy.retry(), recrawl_after_s=recrawl_after,
                              revisits=policy.keeps_history,
-                             render_all=policy.render != "off",
-                             adaptive=policy.render == "auto")
+                             render_all=policy.rendering != "off",
+                             adaptive=policy.rendering == "auto")
         texts = policy.texts()
         log.info("crawl_policy_applied", extra={
             "version": stored.version,

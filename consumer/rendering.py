@@ -2,7 +2,7 @@
 browser's (``common.browser``), with its route's page actions and its host's turns kept
 by every request of its page (``consumer.turns``).
 
-In a crawl whose policy says render=auto (``common.queue.rendermodes``), a render
+In a crawl whose policy says rendering=auto (``common.queue.rendermodes``), a render
 request's (host, route) pair decides: ``http``, the HTTP fetcher; ``render``, the
 browser; while it is probed, the browser, and then the same URL over HTTP (a request of
 the page's visit: ``on_visit`` keeps the host's turns), both handed to its route (the

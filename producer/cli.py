@@ -316,7 +316,7 @@ def _follow(queue: CrawlQueue, policy: CrawlPolicy) -> None:
     if policy.recrawl_after and queue.settings.dedup is DedupMode.BLOOM:
         raise ConfigError(_bloom_under_window(queue.crawl, policy))
     queue.configure(recrawl_after_s=policy.recrawl_after,
-                    render_all=policy.render != "off", adaptive=policy.render == "auto")
+                    render_all=policy.rendering != "off", adaptive=policy.rendering == "auto")
 
 
 def _sources(settings: ProducerSettings, stdin: BinaryIO | None,

@@ -66,7 +66,7 @@ BACKOFF = ("backoff_on=429,503, backoff_base=1s, backoff_cap=3600s, backoff_forg
            "adaptive_delay=0, max_delay=30s, max_crawl_delay=300s, revisit=off, "
            "min_interval=60s, max_interval=7776000s, interval_grow=0.4, interval_shrink=0.2, "
            "conditional=true, " + TRAPS
-           + ", render=off, politeness_key=host, group_delay=1s, group_concurrency=2")
+           + ", rendering=off, politeness_key=host, group_delay=1s, group_concurrency=2")
 REST = (f"user_agent={UA}, ignore_robots=false, robots_ttl=86400s, max_depth=3, "
         "allow_domains=@parent, retry_base=2s, retry_cap=600s, max_retry_after=3600s, "
         "max_stalls=2, max_attempts=3, recrawl_after=0s, " + BACKOFF)
@@ -128,7 +128,7 @@ def test_the_policy_is_declared_once() -> None:
         "trap_max_params": "", "trap_path_variants": "", "trap_page_facets": "",
         "trap_session_ids": "",
         "near_duplicate_distance": "",
-        "render": "", "politeness_key": "", "group_delay": "", "group_concurrency": ""}
+        "rendering": "", "politeness_key": "", "group_delay": "", "group_concurrency": ""}
     assert CrawlPolicy().texts() == {"per_host_delay": "1s", "per_host_concurrency": "2",
                                      "accept_content_type": "*/*", "user_agent": UA,
                                      "ignore_robots": "false", "robots_ttl": "86400s",
@@ -147,7 +147,7 @@ def test_the_policy_is_declared_once() -> None:
                                      "trap_repeated_segments": "2", "trap_max_params": "12",
                                      "trap_path_variants": "1000", "trap_page_facets": "3",
                                      "trap_session_ids": "true",
-                                     "near_duplicate_distance": "3", "render": "off",
+                                     "near_duplicate_distance": "3", "rendering": "off",
                                      "politeness_key": "host", "group_delay": "1s",
                                      "group_concurrency": "2"}
     # Each such flag says it is a crawl policy value.
@@ -217,7 +217,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
             "trap_max_url_length": 1024,
             "trap_max_segments": 20, "trap_repeated_segments": 2, "trap_max_params": 12,
             "trap_path_variants": 1000, "trap_page_facets": 3, "trap_session_ids": True,
-            "near_duplicate_distance": 3, "render": "off",
+            "near_duplicate_distance": 3, "rendering": "off",
             "politeness_key": "host",
             "group_delay": 1.0, "group_concurrency": 2},
         {"per_host_delay": "0.5s", "per_host_concurrency": "3", "accept_content_type": "*/*",
@@ -234,7 +234,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
          "trap_max_segments": "20", "trap_repeated_segments": "2", "trap_max_params": "12",
          "trap_path_variants": "1000", "trap_page_facets": "3",
          "trap_session_ids": "true",
-         "near_duplicate_distance": "3", "render": "off",
+         "near_duplicate_distance": "3", "rendering": "off",
          "politeness_key": "host",
          "group_delay": "1s", "group_concurrency": "2"})
     third, second, first = doc["log"]
@@ -257,7 +257,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
         "trap_repeated_segments": [None, "2"], "trap_max_params": [None, "12"],
         "trap_path_variants": [None, "1000"], "trap_page_facets": [None, "3"],
         "trap_session_ids": [None, "true"],
-        "near_duplicate_distance": [None, "3"], "render": [None, "off"],
+        "near_duplicate_distance": [None, "3"], "rendering": [None, "off"],
         "politeness_key": [None, "host"],
         "group_delay": [None, "1s"], "group_concurrency": [None, "2"]}} == first
     assert second | {"version": 2, "by": "crawlq crawl set",
@@ -306,7 +306,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
         ["trap_path_variants", "1000"], ["trap_page_facets", "3"],
         ["trap_session_ids", "true"], ["near_duplicate_distance", "3"]]
     assert [ln.split()[:2] for ln in lines[36:40]] == [
-        ["render", "off"], ["politeness_key", "host"], ["group_delay", "1s"],
+        ["rendering", "off"], ["politeness_key", "host"], ["group_delay", "1s"],
         ["group_concurrency", "2"]]
     lines = lines[:15] + lines[40:]
     assert lines[15] == "changes, newest first:"
@@ -328,7 +328,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
                               "min_interval - -> 60s, near_duplicate_distance - -> 3, "
                               "per_host_concurrency - -> 2, per_host_delay - -> 0.5s, "
                               "politeness_key - -> host, recrawl_after - -> 0s, "
-                              "render - -> off, "
+                              "rendering - -> off, "
                               "retry_base - -> 2s, "
                               f"retry_cap - -> 600s, revisit - -> off, "
                               "robots_ttl - -> 86400s, trap_max_params - -> 12, "
@@ -453,7 +453,7 @@ async def test_show_toml_round_trips_into_create_config(
         "trap_max_url_length = 1024",
         "trap_max_segments = 20", "trap_repeated_segments = 2", "trap_max_params = 12",
         "trap_path_variants = 1000", "trap_page_facets = 3", "trap_session_ids = true",
-        "near_duplicate_distance = 3", 'render = "off"',
+        "near_duplicate_distance = 3", 'rendering = "off"',
         'politeness_key = "host"',
         'group_delay = "1s"', "group_concurrency = 2"]
     path = tmp_path / "crawl.toml"
@@ -809,7 +809,7 @@ async def test_a_crawl_made_without_a_policy_is_adopted(
                        "trap_repeated_segments": [None, "2"], "trap_max_params": [None, "12"],
                        "trap_path_variants": [None, "1000"], "trap_page_facets": [None, "3"],
                        "trap_session_ids": [None, "true"],
-                       "near_duplicate_distance": [None, "3"], "render": [None, "off"],
+                       "near_duplicate_distance": [None, "3"], "rendering": [None, "off"],
                        "politeness_key": [None, "host"], "group_delay": [None, "1s"],
                        "group_concurrency": [None, "2"]})]
 

@@ -1,4 +1,4 @@
-"""Render only where needed (render=auto): each (host, route) pair is probed, its pages
+"""Render only where needed (rendering=auto): each (host, route) pair is probed, its pages
 rendered and fetched over HTTP too; where HTTP gave its route the same items and links
 three times, its later pages go over HTTP; one difference and they are rendered. The
 decisions are the fleet's (render:modes), shown and set by ``crawlq render``."""
@@ -43,7 +43,7 @@ async def test_three_agreeing_probes_decide_http_one_difference_render(
     await modes.set_mode("a.test", "p", "auto")
     await modes.refresh(0)
     assert modes.mode("a.test", "p") == "probe"
-    # A pair decided http is enqueued plain in a render=auto crawl.
+    # A pair decided http is enqueued plain in a rendering=auto crawl.
     q = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings())
     q.configure(render_all=True, adaptive=True)
     await modes.set_mode("b.test", None, "http")
@@ -80,7 +80,7 @@ async def test_a_render_auto_crawl_renders_the_host_that_needs_it_only(
     of both arrives."""
     spec_js, spec_plain = (ShopSpec(categories=1, products=14, page_size=7),
                            ShopSpec(categories=1, products=14, page_size=7, plain=1))
-    await create_policy(redis_client, crawl_name, {"render": "auto", "max_depth": 50},
+    await create_policy(redis_client, crawl_name, {"rendering": "auto", "max_depth": 50},
                         by="test")
     js_seen: list[str] = []
     plain_seen: list[str] = []

@@ -1,6 +1,6 @@
 """Rendering on the frontier: a consumer started with --browser crawls a shop whose lists
 and products its scripts build, through a spider whose routes render; a request asks
-with ``render=True``, a route with ``render=``, a crawl with its policy's ``render=all``.
+with ``render=True``, a route with ``render=``, a crawl with its policy's ``rendering=all``.
 (The browser fetcher's own guarantees: test_browser_fetcher.py.)"""
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ async def test_a_crawl_whose_policy_says_render_all_renders_every_request(
         tmp_path: Path) -> None:
     spec = ShopSpec(categories=1, products=2, page_size=5)
     out = tmp_path / "out"
-    await create_policy(redis_client, crawl_name, {"render": "all"}, by="test")
+    await create_policy(redis_client, crawl_name, {"rendering": "all"}, by="test")
     async with js_shop(spec, host=SITE_HOST) as base:
         q = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings())
         q.configure(render_all=True)

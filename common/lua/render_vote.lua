@@ -1,5 +1,5 @@
 -- render_vote.lua: one probe's verdict on a (host, route) of a crawl whose policy says
--- render=auto (docs/rendering.md#render-only-where-needed): whether the page fetched over
+-- rendering=auto (docs/rendering.md#render-only-where-needed): whether the page fetched over
 -- HTTP gave its route the same items and links as the page rendered.
 --
 -- A pair's field in the crawl's `render:modes` HASH holds "p<probes>,<same>" while it is

@@ -35,8 +35,8 @@ async def enqueue(crawl: Crawl, tasks: Sequence[NewTask], recrawl_after_s: int =
     `recrawl_after_s`: a done URL enqueued again after this long is crawled again (0:
     never). InvalidRequestError, before anything is sent, for a task whose request is bad
     (`check_new_task`), or whose label is not one of `known_labels` (None: any).
-    `render_all`: every task is a render request (the crawl policy's ``render=all``);
-    `modes`: a render=auto crawl's decisions: a pair decided ``http`` is not."""
+    `render_all`: every task is a render request (the crawl policy's ``rendering=all``);
+    `modes`: a rendering=auto crawl's decisions: a pair decided ``http`` is not."""
     by_partition: dict[int, dict[str, list[NewTask]]] = defaultdict(
         lambda: defaultdict(list))
     for t in tasks:

@@ -43,7 +43,7 @@ class CrawlQueue:
         self._recrawl_after_s = recrawl_after_s
         self._revisits = False
         self._render_all = False
-        #: A render=auto crawl's decisions (None: not auto): common.queue.rendermodes.
+        #: A rendering=auto crawl's decisions (None: not auto): common.queue.rendermodes.
         self.render_modes: RenderModes | None = None
         self._jitter = jitter
         #: The labels a route parses (the spider's; None: any label is taken): every
@@ -82,7 +82,7 @@ class CrawlQueue:
 
     @property
     def render_all(self) -> bool:
-        """Whether every task enqueued is a render request (the policy's render=all)."""
+        """Whether every task enqueued is a render request (the policy's rendering=all)."""
         return self._render_all
 
     def configure(self, *, retry: RetryPolicy | None = None,

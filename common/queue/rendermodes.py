@@ -1,4 +1,4 @@
-"""How a crawl whose policy says render=auto fetches each (host, route) pair's pages
+"""How a crawl whose policy says rendering=auto fetches each (host, route) pair's pages
 (docs/rendering.md#render-only-where-needed): rendered while it is probed, then over HTTP
 where HTTP gave its route the same items and links, else rendered; an operator may set
 either for good. The decisions are the fleet's: the crawl's ``render:modes`` HASH

@@ -1,5 +1,5 @@
 """A spider for the JS shop (console/demo/jsshop.py) that says nothing of rendering: a
-crawl whose policy says render=auto decides, per host and route."""
+crawl whose policy says rendering=auto decides, per host and route."""
 
 from typing import Any
 
