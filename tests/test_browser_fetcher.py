@@ -121,6 +121,9 @@ async def test_a_script_reaches_no_canary_no_private_and_no_metadata_address(
             calls = "".join(f"fetch({t!r}).catch(() => 0);" for t in targets)
             return html(f'<p id="done">ok</p><iframe src="{canary.url("/frame")}"></iframe>'
                         f'<img src="{canary.url("/img.png")}">'
+                        f'<script src="{canary.url("/script.js")}"></script>'
+                        f'<link rel="stylesheet" href="{canary.url("/style.css")}">'
+                        f'<link rel="preconnect" href="{canary.base}">'
                         f"<script>{calls} new Image().src = {canary.url('/beacon')!r};"
                         f"</script>")
 
@@ -134,7 +137,8 @@ async def test_a_script_reaches_no_canary_no_private_and_no_metadata_address(
             assert b'id="done"' in result.body
             assert hits == []
             assert CONNECTS == []
-            assert browser.ssrf_refused - before >= 5  # fetches, iframe, the redirect's hop
+            # fetches, the iframe, the script, the stylesheet, the redirect's hop
+            assert browser.ssrf_refused - before >= 7
             assert result.refused >= 5
             assert not [h for h in browser.pool.sinkhole.heads
                         if canary.base.split("//")[1].encode() in h or b"169.254" in h
