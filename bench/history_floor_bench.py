@@ -20,8 +20,9 @@ layouts to a fresh redis-server each, and prints the ``used_memory`` growth per 
 - "crawlq now": the layout built (binary records in ``rv:hist:<bucket>``, 2^bits buckets
   of the crawl's ``seen_bits``, the schedule in ``rv:due``), written by the real scripts:
   the URLs enqueued, leased and acked with that ETag, Last-Modified and digest, under
-  ``revisit`` fixed (history + schedule) and under a recrawl window alone (history); what
-  its history and schedule keys hold is what deleting them frees.
+  ``revisit`` fixed (history + schedule) and under a recrawl window alone (history: since
+  issue 43 with the URL's host and entry, which the producer brings it back with past its
+  window); what its history and schedule keys hold is what deleting them frees.
 
     python bench/history_floor_bench.py --redis-server /usr/bin/redis-server
 """
@@ -211,9 +212,9 @@ def main(argv: list[str] | None = None) -> int:
          binary(b, True, "minutes"), 160),
         (f"binary, 2^{b} HASHes, host by name + a LIST per due minute, listpack-value 160",
          binary(b, False, "minutes"), 160),
-        (f"crawlq now: 2^{b} rv:hist buckets, recrawl window (no entry), listpack-value 64",
+        (f"crawlq now: 2^{b} rv:hist buckets, recrawl window (with entry), listpack-value 64",
          crawlq_now(b, False), 64),
-        (f"crawlq now: 2^{b} rv:hist buckets, recrawl window (no entry), listpack-value 192",
+        (f"crawlq now: 2^{b} rv:hist buckets, recrawl window (with entry), listpack-value 192",
          crawlq_now(b, False), 192),
         (f"crawlq now: 2^{b} rv:hist buckets (revisit: with entry), listpack-value 64",
          crawlq_now(b, True, schedule=False), 64),

@@ -9,7 +9,8 @@ index, with bench/site_bench.py's flags (per-host concurrency 16, no delay, robo
 on: a 404), on a fresh crawl in the bench's own redis-server, in these variants, each
 round in turn:
 
-- **on**: this checkout, the policy's defaults (``near_duplicate_distance`` 3);
+- **on**: this checkout, ``near_duplicate_distance=3`` (the judgement on; the
+  policy's default is ``off``);
 - **off**: this checkout, ``near_duplicate_distance=off`` (no fingerprint, no call);
 - **before** (with ``--before DIR``): the checkout in DIR with the policy's defaults,
   its consumer run from DIR with ``PYTHONPATH=DIR`` (e.g. ``git worktree add /tmp/before
@@ -166,7 +167,7 @@ def medians(rounds: list[dict[str, Figures]]) -> None:
 
 def bench(args: argparse.Namespace, workdir: Path) -> int:
     root = doc_root(args.root)
-    variants = [Variant("on", ROOT, {}),
+    variants = [Variant("on", ROOT, {"near_duplicate_distance": "3"}),
                 Variant("off", ROOT, {"near_duplicate_distance": "off"})]
     if args.before is not None:
         if not (args.before / "consumer" / "__main__.py").is_file():

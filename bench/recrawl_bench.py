@@ -2,7 +2,7 @@
 a fixed budget, crawlq's adaptive revisit schedule beside a fixed round-robin.
 
     python bench/recrawl_bench.py [--part site|sim|both] [--root DIR] [--interval 20]
-                                  [--recrawl schedule|window]
+                                  [--recrawl schedule|window] [--no-recrawl-known]
                                   [--pages 200] [--budget 4] [--day 60] [--days 8]
                                   [--warmup 3] [--seed 1] [--dist loguniform|static|both]
                                   [--strategies adaptive,fixed,learned] [--model-only]
@@ -36,10 +36,17 @@ headers included), span (start of the first request to the end of the last); the
 outcomes from nginx (304 / 200) and from the consumers' JSONL records (``outcome``
 counted) and ``crawlq stats``. Targets: pass 2 finds pass 1's pages, >= 95% of them
 ``not_modified``, pass 2's bytes <= 10% of pass 1's, pass 2's span <= pass 1's.
-``--recrawl window`` recrawls the old way (issue 34): ``WINDOW_POLICY``, ``recrawl_after``
-alone, no ``revisit`` option; pass 2 is a producer run of every URI pass 1 requested
-(robots.txt aside) once the window has passed, then a consumer until the crawl is empty;
-the same targets (the validators each done URL keeps by default make it conditional).
+``--recrawl window`` recrawls by the window (issues 34 and 43): ``WINDOW_POLICY``,
+``recrawl_after`` alone, no ``revisit`` option, over a copy of the tree; between the
+passes one page changes to link to a page added beside it (``CHANGED_PAGE``) and another
+is deleted (``DELETED_PAGE``; the pages linking to it stay as they were); pass 2 is a
+producer run of the start page alone, as a producer on a schedule would re-seed the
+crawl, once the window has passed (which brings back every known URL past the window
+from the crawl's history), then a link-following consumer until the crawl is empty.
+Targets: every page of pass 1 reached (answered 304, 200 or 404), >= 95% of them 304,
+pass 2's bytes <= 10% of pass 1's, the changed page fetched whole, the added page found,
+the deleted one ending ``gone``. ``--no-recrawl-known`` runs pass 2's producer with that
+flag: the seed alone, as a re-seeded crawl recrawled before issue 43 (its targets miss).
 
 **2. A change simulator.** A local aiohttp server (a child process, as pushback_bench's)
 on 127.0.0.1 serves ``--pages`` N pages ``/p/<i>`` (default 200). Page i changes as a
@@ -162,8 +169,8 @@ SITE_POLICY = {
     "revisit": "fixed",
     "recrawl_after": "{interval}",
 }
-#: Part 1 with ``--recrawl window``: the old way, a recrawl window alone (no revisit
-#: option): pass 2 is the producer enqueueing pass 1's URLs again past the window.
+#: Part 1 with ``--recrawl window``: a recrawl window alone (no revisit option): pass 2
+#: is the producer re-seeding the start page past the window.
 WINDOW_POLICY = {k: v for k, v in SITE_POLICY.items() if k != "revisit"}
 #: Part 2: what both strategies share (the budget: one fetch per 1/B s on the one host).
 SIM_POLICY = {
@@ -268,12 +275,21 @@ def create_crawl(redis_url: str, crawl: str, words: list[str], workdir: Path) ->
             workdir / f"{crawl}-create.log")
 
 
-def produce(redis_url: str, crawl: str, urls: list[str], workdir: Path) -> None:
+def produce(redis_url: str, crawl: str, urls: list[str], workdir: Path,
+            *extra: str) -> dict[str, Any]:
+    """A producer run of `urls`: its --json summary."""
     path = workdir / f"{crawl}-urls.txt"
     path.write_text("".join(u + "\n" for u in urls))
-    run_cmd("producer", crawlq_cmd("producer", "--redis-url", redis_url, "--crawl", crawl,
-                                   "--allow-private", "--progress", "off", str(path)),
-            workdir / f"{crawl}-producer.log")
+    out = run_cmd("producer", crawlq_cmd("producer", "--redis-url", redis_url, "--crawl",
+                                         crawl, "--allow-private", "--progress", "off",
+                                         "--json", *extra, str(path)),
+                  workdir / f"{crawl}-producer.log")
+    for line in reversed(out.splitlines()):
+        with contextlib.suppress(ValueError):
+            doc = json.loads(line)
+            if isinstance(doc, dict):
+                return doc
+    return {}
 
 
 def start_consumer(redis_url: str, crawl: str, workdir: Path, name: str,
@@ -464,18 +480,71 @@ def run_pass(label: str, proc: subprocess.Popen[bytes], log: AccessLog,
 
 
 
+#: ``--recrawl window``: the page changed between the passes to link to a page added
+#: then, and the page deleted then (pass 1's page at the middle and the third of its
+#: sorted pages when the tree has not these).
+CHANGED_PAGE, DELETED_PAGE = "/library/json.html", "/library/zipapp.html"
+ADDED_NAME = "recrawl-bench-added.html"
+
+
+@dataclass(frozen=True, slots=True)
+class Edits:
+    """What changed in the served copy between the passes (URIs)."""
+
+    changed: str
+    added: str
+    deleted: str
+
+
+def edit_site(served: Path, pages: set[str]) -> Edits:
+    """Between the passes: a page of pass 1 changes, linking to a page added beside it,
+    and another is deleted (the pages that link to it stay as they were)."""
+    ordered = sorted(p for p in pages if p.endswith(".html") and p != "/index.html")
+    changed = CHANGED_PAGE if CHANGED_PAGE in pages else ordered[len(ordered) // 2]
+    deleted = DELETED_PAGE if DELETED_PAGE in pages else ordered[len(ordered) // 3]
+    added = changed.rsplit("/", 1)[0] + "/" + ADDED_NAME
+    page = served / changed.lstrip("/")
+    text = page.read_text(errors="replace")
+    link = f'<p><a href="{ADDED_NAME}">a page added between the passes</a></p>'
+    page.write_text(text.replace("</body>", link + "</body>", 1) if "</body>" in text
+                    else text + link)
+    (served / added.lstrip("/")).write_text(
+        "<html><head><title>added</title></head><body><p>A page added between the "
+        "passes of recrawl_bench.</p></body></html>")
+    (served / deleted.lstrip("/")).unlink()
+    return Edits(changed, added, deleted)
+
+
+def jsonl_outcome_of(out: Path, uri: str, since: float) -> str | None:
+    """The outcome of the record of the URL ending in `uri` fetched at or after `since`."""
+    for path in sorted(out.glob("*.jsonl")) if out.exists() else []:
+        for line in path.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                rec = json.loads(line)
+                if (str(rec.get("url", "")).endswith(uri)
+                        and float(rec.get("fetched_at") or 0) >= since):
+                    return str(rec.get("outcome"))
+    return None
+
+
 def part_site(args: argparse.Namespace, workdir: Path) -> bool:
     root = doc_root(args.root)
-    port, log_path = start_nginx(root, workdir, NGINX_HTTP)
+    window = args.recrawl == "window"
+    served = root
+    if window:  # a copy: pages change, appear and go between the passes
+        served = workdir / "site"
+        shutil.copytree(root, served, ignore_dangling_symlinks=True)
+        workdir.chmod(0o755)  # mkdtemp's 0700 keeps nginx's workers out
+    port, log_path = start_nginx(served, workdir, NGINX_HTTP)
     log = AccessLog(log_path, parse_line)
     redis = RedisServer().start()
     try:
         crawl = f"recrawl-site-{int(time.time())}"
         url = f"http://127.0.0.1:{port}/index.html"
-        window = args.recrawl == "window"
         print(f"\n== part 1: two passes over {root} (nginx on 127.0.0.1:{port}, one "
               f"consumer, " + (f"recrawl window {args.interval:g} s, no revisit option: "
-                               f"pass 2 is a producer run of pass 1's URLs" if window else
+                               f"pass 2 is a producer run of the start page alone, as one "
+                               f"on a schedule" if window else
                                f"revisit interval {args.interval:g} s") + ")", flush=True)
         create_crawl(redis.url, crawl, fill(WINDOW_POLICY if window else SITE_POLICY, {
             "interval": args.interval, "per_host": args.per_host_concurrency}), workdir)
@@ -499,15 +568,25 @@ def part_site(args: argparse.Namespace, workdir: Path) -> bool:
         due = p1_end + args.interval + 1.0
         print(f"  pass 1: {len(first.hits)} requests in {first.span:.1f} s; pass 2 starts "
               f"in {max(0.0, due - time.time()):.0f} s, when every page is due", flush=True)
+        edits = edit_site(served, first.pages) if window else None
         time.sleep(max(0.0, due - time.time()))
         p2_wall = time.time()
         until_empty: tuple[str, ...] = ()
-        if window:  # the old way: the URL list fed again, each URL past its window
-            uris = sorted({h.uri for h in first.hits} - {"/robots.txt"})
-            produce(redis.url, crawl, [f"http://127.0.0.1:{port}{u}" for u in uris], workdir)
+        produced = ""
+        if window:  # a scheduled producer run: the start page alone, re-seeded
+            run = produce(redis.url, crawl, [url], workdir, *(
+                ("--no-recrawl-known",) if args.no_recrawl_known else ()))
+            produced = (
+                f"its producer run of the start page: recrawled {run.get('recrawled')}, "
+                f"known URLs recrawled {run.get('recrawled_known')} (of "
+                f"{run.get('known_scanned')} in the history)")
             until_empty = ("--exit-when-empty", "--empty-grace", "0")
         second = run_pass("pass 2", start_consumer(redis.url, crawl, workdir, "pass-2",
                                                    *links, *until_empty), log, state, args)
+        if edits is not None:
+            second.notes.append(produced)
+            second.notes.append(f"between the passes: {edits.changed} changed to link to "
+                                f"{edits.added}, {edits.deleted} deleted")
         if not second.hits and not window:
             second.notes.append("no revisit came back: is the revisit schedule on (stats "
                                 "below), and does the consumer's reaper promote due URLs?\n"
@@ -516,13 +595,15 @@ def part_site(args: argparse.Namespace, workdir: Path) -> bool:
         first.outcomes = jsonl_outcomes(out) - jsonl_outcomes(out, p2_wall)
         second.outcomes = jsonl_outcomes(out, p2_wall)
         doc = stats_json(redis.url, crawl)
+        gone = None if edits is None else jsonl_outcome_of(out, edits.deleted, p2_wall)
     finally:
         redis.stop()
-    return report_site(first, second, doc, args)
+    return report_site(first, second, doc, args, edits=edits, gone=gone)
 
 
 def report_site(first: Pass, second: Pass, doc: dict[str, Any],
-                args: argparse.Namespace) -> bool:
+                args: argparse.Namespace, *, edits: Edits | None = None,
+                gone: str | None = None) -> bool:
     print()
     for p in (first, second):
         statuses = Counter(h.status for h in p.hits)
@@ -548,8 +629,12 @@ def report_site(first: Pass, second: Pass, doc: dict[str, Any],
     ratio_s = second.sent_bytes / first.sent_bytes if first.sent_bytes else 0.0
     missing, extra = first.pages - second.pages, second.pages - first.pages
     timed_out = any("TIMED OUT" in p.ended for p in (first, second))
+    reached = {u for h in second.hits if (u := page_uri(h.uri))}
+    if edits is not None:  # pass 1's pages reached, whatever they answer now
+        missing = first.pages - reached
+        extra = reached - {u for h in first.hits if (u := page_uri(h.uri))} - {edits.added}
     checks: list[tuple[str, str, bool]] = [
-        ("pass 2 finds pass 1's pages", f"{len(second.pages)} of {n1}"
+        ("pass 2 reaches pass 1's pages", f"{len(first.pages & reached)} of {n1}"
          + (f" (missing e.g. {sorted(missing)[:3]})" if missing else "")
          + (f" (beyond: {sorted(extra)[:3]})" if extra else ""), not missing and not extra),
         (f"not_modified >= {100 * TARGET_NOT_MODIFIED:.0f}% of the pages",
@@ -561,6 +646,17 @@ def report_site(first: Pass, second: Pass, doc: dict[str, Any],
         ("span pass 2 <= pass 1", f"{second.span:.2f} s vs {first.span:.2f} s",
          bool(second.hits) and second.span <= first.span),
     ]
+    if edits is not None:
+        changed = [h.status for h in second.hits if page_uri(h.uri) == edits.changed]
+        added = [h.status for h in second.hits if page_uri(h.uri) == edits.added]
+        checks += [
+            ("a page changed between the passes", f"{edits.changed}: {changed}",
+             changed == [200]),
+            ("the page it added a link to is found", f"{edits.added}: {added}",
+             added == [200]),
+            ("a page deleted between the passes ends gone",
+             f"{edits.deleted}: outcome {gone}", gone == "gone"),
+        ]
     return print_checks("targets (part 1)", checks, timed_out)
 
 
@@ -1107,7 +1203,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="part 1's revisit interval, seconds (20)")
     p.add_argument("--recrawl", choices=("schedule", "window"), default="schedule",
                    help="part 1: revisits fixed (SITE_POLICY), or recrawl_after alone "
-                        "(WINDOW_POLICY) with pass 2 a producer run of pass 1's URLs")
+                        "(WINDOW_POLICY) with pass 2 a producer run of the start page")
+    p.add_argument("--no-recrawl-known", action="store_true",
+                   help="--recrawl window: pass 2's producer run with --no-recrawl-known, "
+                        "its seed alone (how a re-seeded crawl recrawled before issue 43)")
     p.add_argument("--per-host-concurrency", type=int, default=8,
                    help="part 1's policy per_host_concurrency")
     p.add_argument("--quiet", type=float, default=2.0,

@@ -330,6 +330,7 @@ class Run:
     hits: list[Hit] = field(default_factory=list)
     clients: list[Client] = field(default_factory=list)
     timed_out: bool = False
+    over_budget: bool = False  # stopped at run_clients' max_requests
     wall_s: float = 0.0
     exit_codes: list[int | None] = field(default_factory=list)
     note: str = ""
@@ -364,13 +365,15 @@ class Run:
 
 
 def run_clients(label: str, clients: list[Client], *, log: AccessLog, workdir: Path,
-                timeout: float, env: dict[str, str] | None = None, cwd: Path = ROOT) -> Run:
+                timeout: float, env: dict[str, str] | None = None, cwd: Path = ROOT,
+                max_requests: int = 0) -> Run:
     """Start every client (in `cwd`), note each one's CPU at its first request, wait for
-    all to exit (or stop them at `timeout`), and return the run with its access-log
-    lines."""
+    all to exit (or stop them at `timeout`, or once they have sent `max_requests`
+    requests when it is not 0), and return the run with its access-log lines."""
     run = Run(label, clients=clients)
     offset = pos = log.size()
     by_agent = {c.agent: c for c in clients}
+    sent = 0
     started = time.monotonic()
     for i, c in enumerate(clients):
         c.out = workdir / f"{label.replace(' ', '_')}-{i}.out"
@@ -379,10 +382,11 @@ def run_clients(label: str, clients: list[Client], *, log: AccessLog, workdir: P
     running = {c.proc.pid: c for c in clients if c.proc is not None}
     try:
         while running:
-            if any(c.cpu_at_first is None for c in clients):
+            if max_requests or any(c.cpu_at_first is None for c in clients):
                 hits, pos = log.read(pos)
                 for h in hits:
                     who = by_agent.get(h.agent)
+                    sent += who is not None
                     if who is not None and who.cpu_at_first is None and who.proc is not None:
                         who.cpu_at_first = cpu_seconds(who.proc.pid)
             for pid, c in list(running.items()):
@@ -391,6 +395,9 @@ def run_clients(label: str, clients: list[Client], *, log: AccessLog, workdir: P
                     c.proc.returncode = os.waitstatus_to_exitcode(status)
                     c.cpu_total = usage.ru_utime + usage.ru_stime
                     del running[pid]
+            if running and max_requests and sent >= max_requests:
+                run.over_budget = True
+                break
             if time.monotonic() - started > timeout:
                 run.timed_out = True
                 break

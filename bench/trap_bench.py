@@ -1,61 +1,70 @@
-"""A site of real pages behind crawler traps: crawlq, wget and Scrapy with one depth limit.
+"""Generated sites of real pages behind crawler traps: crawlq, wget and Scrapy on each.
 
-    python bench/trap_bench.py [--depth 15] [--timeout 120] [--skip-scrapy] [--skip-wget]
+    python bench/trap_bench.py [--seeds 20] [--seed N ...] [--timeout 60] [--budget 10]
+                               [--peer-timeout 30] [--skip-wget] [--skip-scrapy]
+                               [--set KEY=VALUE]
 
-The site (served by this file, ``--serve``, an aiohttp app in its own process on a free
-127.0.0.1 port) has ~400 real pages: an index, 10 section pages of 30 articles each, an
-about page, a shop of 12 products, and a chain of 12 pages under section 9 whose last one
-alone links 60 more (``/hidden/``, at depth 14: found only by a crawl that goes deep).
-Every page shares one template (a navigation bar and a footer, ~150 words) and has text
-of its own (~120 words). Beside them, five traps, each reached from real pages:
+The corpus is bench/trap_sites.py's: one site per seed (``--seeds N``: seeds 1..N, 20 by
+default; ``--seed`` names them instead), each of ~150-500 real pages of one template and
+a shared vocabulary (long pages, short ones, near-identical siblings, paginated listings,
+items at counter paths and by query, pages only their item links, a chain of 8-15 pages
+to the deepest ones) beside 3-6 trap families with parameters of their own (session ids
+in the query or the path, soft 404s at the root or under a directory, faceted search by
+word or number, calendars by path or query, relative links that repeat segments,
+redirect loops and chains, endless pagination). ``python bench/trap_sites.py 1 2 3``
+describes sites without crawling them.
 
-1. **calendar**: every article links ``/calendar?month=2026-05``; each month links the
-   previous and the next one, for ever (no events in any).
-2. **session ids**: the articles of sections 5-7 link their neighbours and their
-   section with ``?sid=<32 hex>``, a new id in every response (a server that tracks
-   sessions in URLs for a client without cookies).
-3. **repeated segments**: the articles of section 4 link ``files/``: any path under
-   ``/doc/files/`` answers the same listing, with relative links ``archive/``, ``2026/``,
-   ``images/`` (``/doc/files/archive/2026/archive/...``).
-4. **soft 404**: five articles of sections 2-3 have a dead link ``/old/<n>.html``;
-   any path under ``/old/`` answers 200, "page not found", with three "you may like"
-   links to more paths under ``/old/``.
-5. **faceted search**: ``/shop/`` lists the products with links that add, change or
-   drop a filter (color, size, brand) or the sort order: every combination is a URL
-   (4 x 5 x 5 x 4 = 400), most of them listing no product or one.
+Sites run one after another, each served by this file (``--serve``: an aiohttp app in its
+own process on a free 127.0.0.1 port; robots.txt answers 404) to each client in turn,
+each starting at ``/``:
 
-Each crawler starts at ``/`` with the same depth limit (``--depth``, 15: the hidden
-pages are at 14): **wget** ``-r -l <depth>`` (one connection), **crawlq** one consumer,
-the links handler, ``--max-depth <depth>``, per-host concurrency 8, no delay, its trap
-rules and near-duplicate check at their defaults (``--set KEY=VALUE`` changes one for
-its run), **Scrapy** a CrawlSpider following
-every link, ``DEPTH_LIMIT`` <depth>, ``CONCURRENT_REQUESTS_PER_DOMAIN`` 8 (the venv of
-bench/site_bench.py). robots.txt answers 404.
+- **crawlq**: a fresh crawl on the bench's redis-server, one consumer, the links handler,
+  per-host concurrency 8, no delay, its trap rules and near-duplicate check at their
+  defaults (``--set KEY=VALUE``, ``crawlq crawl set``'s syntax, changes one for its runs)
+  and no depth limit of its own (``max_depth`` 1,000,000 when the default is lower): the
+  crawl must end by itself (``--exit-when-empty``);
+- **wget** ``-r -l <the site's deepest real page> -nd --delete-after`` (one connection);
+- **Scrapy**: a CrawlSpider following every link on the host, ``DEPTH_LIMIT`` the site's
+  deepest real page, ``CONCURRENT_REQUESTS_PER_DOMAIN`` 8 (the venv of
+  bench/site_bench.py).
 
-The server is the instrument: it logs every request (site_bench's access-log format),
-and each run's lines are read after it. Per client: **real pages** found (distinct real
-paths answered 200) of those the site has, **requests** in all (robots.txt left out),
-**in traps**: every request that was not the first fetch of a real page (a trap's URL,
-or a real page fetched again under another session id), its share of the requests, by
-trap, and the **span** (first request to last). Target: crawlq finds every real page
-with <= 5% of its requests in traps, fewer than wget's and Scrapy's. A client still
-running after ``--timeout`` is stopped: its figures are what it did until then.
+The server is the instrument: it logs every request (site_bench's access-log format) and
+the site knows every request (``Site.real_key``, ``Site.trap_of``). Per client and site:
+**real pages** found (the distinct real pages it fetched, answered 200, under a session
+token or not) of those the site has, and the ones missed by kind (an item's own notes
+page, the chain, the pages behind it, ...); **requests** (robots.txt left out); **in
+traps**: every request that is not the first fetch of a real page, by family (a real page
+fetched again is ``refetch``, or ``session ids`` if it was found under a token; a 404 no
+trap makes is ``not found``), and its share of the requests; how the client **ended**: by
+itself, stopped at the timeout (``--timeout`` seconds for crawlq, ``--peer-timeout`` for
+wget and Scrapy, which end on hardly any site: their figures are what they did by then),
+or stopped once it had sent ``--budget`` times the site's real pages in requests (it
+can't be within 5% of them then); its **span** (first request to last). The budget and
+the timeouts keep 20 sites under 30 minutes on 2 cores shared with other work (Scrapy,
+~40-110 requests a second there, takes most of it). For crawlq,
+also its outcome for real pages that were not ``ok`` (``near_duplicate``: links not
+followed) and its queue's end state. Then, per client, the sums over all sites, and per
+trap family the requests each client spent in it.
+
+**Verdict** for crawlq: on EVERY site every real page found, at most 5% of its requests
+in traps, and the crawl ended by itself; the sites and families that miss are printed.
+Exit 0 whatever the verdict: a bench, not a test.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import json
 import os
-import random
 import shutil
 import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from a checkout
@@ -65,24 +74,16 @@ import redis.asyncio  # noqa: E402
 import site_bench  # noqa: E402
 from benchlib import apt_install, run_in_workdir, wait_port  # noqa: E402
 from site_bench import AccessLog, Client, Run, run_clients, scrapy_python, spawn  # noqa: E402
+from trap_sites import FAMILIES, NOT_FOUND, SESSION_IDS, Site  # noqa: E402
 
-from common.policy import parse_assignments, set_policy  # noqa: E402
+from common.policy import OPTIONS, parse_assignments, set_policy  # noqa: E402
 from common.redis_server import RedisServer  # noqa: E402
 from common.runtime import run_loop  # noqa: E402
 
 TARGET_TRAP_SHARE = 0.05
-SECTIONS, ARTICLES, DEEP, HIDDEN = 10, 30, 12, 60
-COLORS, SIZES, BRANDS, SORTS = ("red", "green", "blue"), ("s", "m", "l", "xl"), \
-    ("acme", "globex", "initech", "umbrella"), ("name", "price", "newest")
-PRODUCTS = [(f"product {p}", COLORS[p % 3], SIZES[p % 4], BRANDS[p * 7 % 4])
-            for p in range(12)]
-MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
-          "September", "October", "November", "December")
-DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
-_SYLLABLES = ("ka", "lo", "mi", "ne", "su", "ta", "ri", "po", "ve", "da", "ge", "zu", "sha",
-              "mor", "len", "tis", "bar", "qui", "fel", "dro")
-WORDS = sorted({a + b + c for a in _SYLLABLES for b in _SYLLABLES for c in _SYLLABLES})
-TEMPLATE = " ".join(random.Random("template").choices(WORDS, k=150))
+#: crawlq's max_depth when the policy's default is lower: no limit of its own.
+NO_DEPTH_LIMIT = 1_000_000
+REFETCH = "refetch"
 
 SPIDER = '''\
 """The Scrapy side of bench/trap_bench.py: follow every link on the host."""
@@ -115,205 +116,139 @@ process.start()
 '''
 
 
-# -- the site ----------------------------------------------------------------------------------
+def crawl_depth() -> int | None:
+    """The max_depth crawlq's runs get: none of their own (None: the default is none)."""
+    default = OPTIONS["max_depth"].default
+    if isinstance(default, int) and not isinstance(default, bool) and default < NO_DEPTH_LIMIT:
+        return NO_DEPTH_LIMIT
+    return None
 
 
-def real_paths() -> set[str]:
-    """Every real page of the site."""
-    return ({"/", "/about.html", "/shop/"} | {f"/sec/{s}.html" for s in range(SECTIONS)}
-            | {f"/doc/{n}.html" for n in range(SECTIONS * ARTICLES)}
-            | {f"/deep/{k}.html" for k in range(1, DEEP + 1)}
-            | {f"/hidden/{h}.html" for h in range(HIDDEN)}
-            | {f"/product/{p}.html" for p in range(len(PRODUCTS))})
+# -- one client on one site: what it did -----------------------------------------------------
 
 
-def trap_of(uri: str) -> str:
-    """The trap a request's URI belongs to (a real page's: "session ids", a refetch)."""
-    path = uri.split("?", 1)[0]
-    for prefix, name in (("/calendar", "calendar"), ("/doc/files/", "repeated segments"),
-                         ("/old/", "soft 404"), ("/shop/", "faceted search")):
-        if path.startswith(prefix):
-            return name
-    return "session ids" if path in real_paths() else "other"
+@dataclass
+class Tally:
+    """What one client did on one site."""
+
+    client: str
+    seed: int
+    real: int
+    found: set[str]
+    requests: int
+    traps: Counter[str]
+    ended: str  # "ended", "timeout", "budget" (stopped), or "exited N"
+    span: float
+    missed: Counter[str]  # real pages not found, by kind
+    examples: list[str]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def wasted(self) -> int:
+        return sum(self.traps.values())
+
+    @property
+    def share(self) -> float:
+        return self.wasted / self.requests if self.requests else 0.0
+
+    @property
+    def by_itself(self) -> bool:
+        return self.ended == "ended"
+
+    @property
+    def ok(self) -> bool:
+        return len(self.found) == self.real and self.share <= TARGET_TRAP_SHARE \
+            and self.by_itself
 
 
-def text(seed: str, n: int = 120) -> str:
-    return " ".join(random.Random(seed).choices(WORDS, k=n))
-
-
-def html(title: str, body: str, links: list[tuple[str, str]]) -> str:
-    nav = " ".join(f'<a href="{h}">{t}</a>' for h, t in
-                   (("/", "home"), ("/shop/", "shop"), ("/about.html", "about")))
-    hrefs = "".join(f'<li><a href="{h}">{t}</a></li>' for h, t in links)
-    return (f"<!doctype html><html><head><title>{title}</title></head><body>"
-            f"<nav>{nav}</nav><header>{TEMPLATE[:600]}</header><h1>{title}</h1>"
-            f"<main><p>{body}</p><ul>{hrefs}</ul></main><footer>{TEMPLATE[600:]}</footer>"
-            "</body></html>")
-
-
-def token() -> str:
-    return os.urandom(16).hex()
-
-
-def article(n: int) -> str:
-    s = n // ARTICLES
-    links = [(f"/sec/{s}.html", "section")]
-    for m in (n - 1, n + 1):
-        if s * ARTICLES <= m < (s + 1) * ARTICLES:
-            links.append((f"/doc/{m}.html", "article"))
-    if 5 <= s <= 7:  # session ids in every internal link
-        links = [(f"{h}?sid={token()}", t) for h, t in links]
-    links.append(("/calendar?month=2026-05", "events"))
-    if s in (2, 3) and n % 12 == 0:  # a few dead links
-        links.append((f"/old/{n}.html", "older notes"))
-    if s == 4:
-        links.append(("files/", "attachments"))
-    return html(f"Article {n}", text(f"doc{n}"), links)
-
-
-def section(s: int) -> str:
-    links = [(f"/doc/{n}.html", "article") for n in range(s * ARTICLES, (s + 1) * ARTICLES)]
-    if s == SECTIONS - 1:
-        links.append(("/deep/1.html", "the archive"))
-    return html(f"Section {s}", text(f"sec{s}", 60), links)
-
-
-def calendar(month: str) -> str:
-    year, _, m = month.partition("-")
-    y, mo = int(year) if year.isdigit() else 2026, min(max(int(m) if m.isdigit() else 5, 1), 12)
-    prev = f"{y - (mo == 1)}-{(mo - 2) % 12 + 1:02d}"
-    nxt = f"{y + (mo == 12)}-{mo % 12 + 1:02d}"
-    grid = " ".join(DAYS) + " " + " ".join(str(d) for d in range(1, 31 if mo % 2 else 32))
-    return html(f"Events: {MONTHS[mo - 1]} {y}", f"{grid} No events this month.",
-                [(f"/calendar?month={prev}", "previous month"),
-                 (f"/calendar?month={nxt}", "next month")])
-
-
-def soft_404(path: str) -> str:
-    rng = random.Random(path)
-    return html("Page not found", "Sorry, we could not find that page. It may have moved "
-                "or never existed. You may like these instead:",
-                [(f"/old/{rng.choice(WORDS)}-{rng.choice(WORDS)}.html", "you may like")
-                 for _ in range(3)])
-
-
-def listing(path: str) -> str:
-    return html(f"Index of {path}", "Name Last modified Size Description Parent directory",
-                [("archive/", "archive/"), ("2026/", "2026/"), ("images/", "images/")])
-
-
-def shop(query: dict[str, str]) -> str:
-    shown = [p for p, (_, color, size, brand) in enumerate(PRODUCTS)
-             if query.get("color", color) == color and query.get("size", size) == size
-             and query.get("brand", brand) == brand]
-    if query.get("sort") == "name":
-        shown.sort(key=lambda p: PRODUCTS[p][0])
-    links = [(f"/product/{p}.html", PRODUCTS[p][0]) for p in shown]
-    for facet, values in (("color", COLORS), ("size", SIZES), ("brand", BRANDS),
-                          ("sort", SORTS)):
-        for value in (*values, ""):
-            q = {k: v for k, v in query.items() if k != facet}
-            if value:
-                q[facet] = value
-            links.append(("/shop/?" + urlencode(sorted(q.items())) if q else "/shop/",
-                          f"{facet} {value or 'any'}"))
-    body = ("Our products. " + " ".join(f"{PRODUCTS[p][0]}: a {PRODUCTS[p][1]} "
-                                        f"{PRODUCTS[p][3]} in size {PRODUCTS[p][2]}."
-                                        for p in shown)) or "No products match."
-    return html("Shop", body, links)
-
-
-def page_for(path: str, query: dict[str, str]) -> tuple[int, str]:
-    """The status and HTML the site answers for a path and query."""
-    parts = path.strip("/").split("/")
-    name = parts[-1].removesuffix(".html")
-    if path == "/":
-        return 200, html("Home", text("home"), [(f"/sec/{s}.html", "section")
-                                                for s in range(SECTIONS)])
-    if path == "/about.html":
-        return 200, html("About", text("about"), [])
-    if path.startswith("/doc/files/"):
-        return 200, listing(path)
-    if path.startswith("/old/"):
-        return 200, soft_404(path)
-    if path == "/calendar":
-        return 200, calendar(query.get("month", "2026-05"))
-    if path == "/shop/":
-        return 200, shop(query)
-    if len(parts) == 2 and name.isdigit():
-        n = int(name)
-        if parts[0] == "doc" and n < SECTIONS * ARTICLES:
-            return 200, article(n)
-        if parts[0] == "sec" and n < SECTIONS:
-            return 200, section(n)
-        if parts[0] == "deep" and 1 <= n <= DEEP:
-            links = [(f"/deep/{n + 1}.html", "older")] if n < DEEP else \
-                [(f"/hidden/{h}.html", "found it") for h in range(HIDDEN)]
-            return 200, html(f"Archive {n}", text(f"deep{n}"), links)
-        if parts[0] == "hidden" and n < HIDDEN:
-            return 200, html(f"Hidden {n}", text(f"hidden{n}"), [])
-        if parts[0] == "product" and n < len(PRODUCTS):
-            return 200, html(PRODUCTS[n][0], text(f"product{n}", 80), [("/shop/", "shop")])
-    return 404, html("Not found", "Not found.", [])
-
-
-def serve(log: Path) -> None:
-    """Run the site on a free port (printed first), logging each request as nginx does
-    for site_bench (msec, request time, status, bytes, agent, client, URI)."""
-    from aiohttp import web  # noqa: PLC0415
-
-    out = open(log, "a", buffering=1)  # noqa: SIM115 - open while the site runs
-
-    async def handle(request: web.Request) -> web.Response:
-        started = time.time()
-        status, body = page_for(request.path, dict(request.query))
-        data = body.encode()
-        end = time.time()
-        agent = request.headers.get("User-Agent", "-").replace("\t", " ")
-        client = request.headers.get("X-Bench-Client", "-")
-        out.write(f"{end:.3f}\t{end - started:.3f}\t{status}\t{len(data)}\t{agent}\t{client}"
-                  f"\t{request.path_qs}\n")
-        return web.Response(body=data, status=status, content_type="text/html")
-
-    async def main() -> None:
-        app = web.Application()
-        app.router.add_route("GET", "/{tail:.*}", handle)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        print(site._server.sockets[0].getsockname()[1], flush=True)  # type: ignore[union-attr]
-        await asyncio.Event().wait()
-
-    asyncio.run(main())
+def tally(site: Site, run: Run) -> Tally:
+    """Judge a run's requests by what the site knows of each."""
+    hits = [h for h in run.hits if h.uri != "/robots.txt"]
+    found: dict[str, bool] = {}  # real page -> found under a session token
+    traps: Counter[str] = Counter()
+    for h in sorted(hits, key=lambda h: h.start):
+        key = site.real_key(h.uri)
+        family = site.trap_of(h.uri)
+        if h.status == 200 and key is not None and key not in found:
+            found[key] = family is not None
+        elif family is None and key is not None and found.get(key):
+            traps[SESSION_IDS] += 1  # its plain URL, after it was found under a token
+        else:
+            traps[family or REFETCH] += 1
+    if run.over_budget:
+        ended = "budget"
+    elif run.timed_out:
+        ended = "timeout"
+    elif any(run.exit_codes):
+        ended = f"exited {','.join(str(c) for c in run.exit_codes)}"
+    else:
+        ended = "ended"
+    missing = sorted(site.real_paths - set(found), key=lambda k: (site.depth[k], k))
+    return Tally(run.label, site.seed, len(site.real_paths), set(found), len(hits), traps,
+                 ended, run.span, Counter(site.kind_of(k) for k in missing), missing[:4])
 
 
 # -- the runs ----------------------------------------------------------------------------------
 
 
-def run_crawlq(args: argparse.Namespace, start: str, log: AccessLog, workdir: Path,
-               redis: RedisServer) -> Run:
-    crawl = f"traps-{int(time.time() * 1000)}"
-    run_loop(site_bench.fresh_crawl(redis.url, crawl, start))
-    if args.set:  # the policy the consumer's flags would make, and these values over it
-        run_loop(create_policy(redis.url, crawl, {
-            "max_depth": args.depth, "per_host_delay": 0.0, "per_host_concurrency": 8,
-            **parse_assignments(args.set)}))
+@dataclass
+class Served:
+    """A site being served, and where a run's files go."""
+
+    site: Site
+    start: str  # its start URL
+    log: AccessLog
+    workdir: Path
+
+
+def run_crawlq(args: argparse.Namespace, on: Served, redis_server: RedisServer) -> Tally:
+    site, start, log, workdir = on.site, on.start, on.log, on.workdir
+    crawl = f"traps-{site.seed}-{int(time.time() * 1000)}"
+    run_loop(site_bench.fresh_crawl(redis_server.url, crawl, start))
+    depth = crawl_depth()
+    run_loop(create_policy(redis_server.url, crawl, {
+        "per_host_delay": 0.0, "per_host_concurrency": 8,
+        **({"max_depth": depth} if depth is not None else {}),
+        **parse_assignments(args.set)}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLQ_")}
     agent = "crawlq-bench-0"
-    client = Client([sys.executable, "-m", "consumer", "--redis-url", redis.url,
+    out = workdir / crawl
+    client = Client([sys.executable, "-m", "consumer", "--redis-url", redis_server.url,
                      "--crawl", crawl, "--worker-id", agent, "--header",
                      f"X-Bench-Client: {agent}", "--handler", "consumer.handlers:links",
-                     "--max-depth", str(args.depth), "--per-host-delay", "0",
-                     "--per-host-concurrency", "8", "--allow-private", "--exit-when-empty",
-                     "--empty-grace", "0", "--concurrency", "32", "--http-port", "-1",
-                     "--sink", "jsonl", "--output", str(workdir / crawl), "--grace", "2",
-                     "--log-level", "WARNING"], agent)
+                     "--allow-private", "--exit-when-empty", "--empty-grace", "0",
+                     "--concurrency", "32", "--http-port", "-1", "--sink", "jsonl",
+                     "--output", str(out), "--grace", "2", "--log-level", "WARNING"], agent)
     run = run_clients("crawlq", [client], log=log, workdir=workdir, timeout=args.timeout,
-                      env=env)
-    run.note = "queue: " + run_loop(site_bench.crawl_outcome(redis.url, crawl))
-    shutil.rmtree(workdir / crawl, ignore_errors=True)
-    return run
+                      env=env, max_requests=args.budget * len(site.real_paths))
+    t = tally(site, run)
+    for outcome, kinds in real_outcomes(site, out).items():
+        t.notes.append(f"real pages never handled ok (links not followed): {outcome} "
+                       f"{kinds.total()} (" + ", ".join(f"{k} {n}" for k, n in
+                                                        kinds.most_common()) + ")")
+    t.notes.append("queue: " + run_loop(site_bench.crawl_outcome(redis_server.url, crawl)))
+    if t.ended.startswith("exited"):
+        t.notes.append(site_bench.tail(client.out))
+    shutil.rmtree(out, ignore_errors=True)
+    return t
+
+
+def real_outcomes(site: Site, out: Path) -> dict[str, Counter[str]]:
+    """The real pages crawlq fetched but never handled ok (so never followed their links):
+    by outcome, their kinds (its JSON lines: under any URL, a session token's included)."""
+    outcomes: dict[str, set[str]] = {}
+    for path in out.glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            parts = urlsplit(record["url"])
+            key = site.real_key(parts.path + (f"?{parts.query}" if parts.query else ""))
+            if key is not None:
+                outcomes.setdefault(key, set()).add(record["outcome"])
+    kinds: dict[str, Counter[str]] = {}
+    for key, seen in outcomes.items():
+        if "ok" not in seen:
+            kinds.setdefault(",".join(sorted(seen)), Counter())[site.kind_of(key)] += 1
+    return kinds
 
 
 async def create_policy(url: str, crawl: str, values: dict[str, Any]) -> None:
@@ -324,98 +259,186 @@ async def create_policy(url: str, crawl: str, values: dict[str, Any]) -> None:
         await client.aclose()
 
 
-def run_wget(args: argparse.Namespace, start: str, log: AccessLog, workdir: Path) -> Run:
+def run_wget(args: argparse.Namespace, on: Served) -> Tally:
+    site, start, log, workdir = on.site, on.start, on.log, on.workdir
     out = workdir / "wget"
-    argv = ["wget", "-r", "-l", str(args.depth), "-nv", "--no-host-directories", "-P",
+    argv = ["wget", "-r", "-l", str(site.deepest), "-nd", "--delete-after", "-nv", "-P",
             str(out), "-U", "wget-bench", "--no-proxy", start]
     run = run_clients("wget", [Client(argv, "wget-bench")], log=log, workdir=workdir,
-                      timeout=args.timeout)
+                      timeout=args.peer_timeout,
+                      max_requests=args.budget * len(site.real_paths))
     shutil.rmtree(out, ignore_errors=True)
-    return run
+    t = tally(site, run)
+    if t.ended.startswith("exited"):  # 8: a 404 somewhere; it ended by itself all the same
+        t.ended = "ended"
+        t.notes.append(f"wget exited {run.exit_codes[0]}")
+    return t
 
 
-def run_scrapy(args: argparse.Namespace, start: str, log: AccessLog, workdir: Path) -> Run:
-    python = scrapy_python(False)
+def run_scrapy(args: argparse.Namespace, on: Served, python: Path) -> Tally:
+    site, start, log, workdir = on.site, on.start, on.log, on.workdir
     spider = workdir / "trap_spider.py"
     spider.write_text(SPIDER)
     agent = "scrapy-bench"
-    argv = [str(python), str(spider), start, "8", agent, str(args.depth)]
-    return run_clients("scrapy", [Client(argv, agent)], log=log, workdir=workdir,
-                       timeout=args.timeout)
+    argv = [str(python), str(spider), start, "8", agent, str(site.deepest)]
+    run = run_clients("scrapy", [Client(argv, agent)], log=log, workdir=workdir,
+                      timeout=args.peer_timeout,
+                      max_requests=args.budget * len(site.real_paths))
+    return tally(site, run)
 
 
-def report(run: Run, real: set[str]) -> float:
-    """Print a run's line; returns its share of requests in traps."""
-    hits = [h for h in run.hits if not h.uri.startswith("/robots.txt")]
-    found: set[str] = set()
-    traps: Counter[str] = Counter()
-    for h in sorted(hits, key=lambda h: h.start):
-        path = h.uri.split("?", 1)[0]
-        if h.status == 200 and path in real and path not in found:
-            found.add(path)
-        else:
-            traps[trap_of(h.uri)] += 1
-    wasted = sum(traps.values())
-    share = wasted / len(hits) if hits else 0.0
-    late = " (TIMED OUT: stopped)" if run.timed_out else ""
-    print(f"{run.label:8} real pages {len(found):4d}/{len(real)}  requests {len(hits):6d}  "
-          f"in traps {wasted:6d} ({100 * share:5.1f}%)  span {run.span:7.2f} s{late}")
-    print("         by trap: " + ", ".join(f"{t} {n}" for t, n in traps.most_common()))
-    missing = real - found
-    if missing:
-        print(f"         not found: {', '.join(sorted(missing)[:6])}"
-              f"{' ...' if len(missing) > 6 else ''}")
-    if run.note:
-        print("         " + run.note)
-    return share
+def start_site(site: Site, workdir: Path) -> tuple[subprocess.Popen[bytes], Served]:
+    """The site served by a process of its own (``--serve``)."""
+    log_path = workdir / f"access-{site.seed}.log"
+    log_path.touch()
+    server = spawn([sys.executable, __file__, "--serve", str(log_path), "--seed",
+                    str(site.seed)], stdout=subprocess.PIPE)
+    assert server.stdout is not None
+    port = int(server.stdout.readline())
+    wait_port(port, server, f"site {site.seed}")
+    return server, Served(site, f"http://127.0.0.1:{port}/", AccessLog(log_path), workdir)
+
+
+# -- reporting ---------------------------------------------------------------------------------
+
+
+def print_tally(t: Tally) -> None:
+    ended = {"ended": "ended by itself", "timeout": "STOPPED at the timeout",
+             "budget": "STOPPED at the request budget"}.get(t.ended, t.ended.upper())
+    print(f"  {t.client:7} real {len(t.found):4d}/{t.real:<4d} requests {t.requests:6d}  "
+          f"in traps {t.wasted:6d} ({100 * t.share:5.1f}%)  {ended}, span {t.span:.2f} s")
+    if t.traps:
+        print("          in traps: " + ", ".join(f"{f} {n}" for f, n in t.traps.most_common()))
+    if t.missed:
+        print("          missed: " + ", ".join(f"{k} {n}" for k, n in t.missed.most_common())
+              + f" (e.g. {', '.join(t.examples)})")
+    for note in t.notes:
+        print("          " + note)
+
+
+def print_totals(tallies: list[Tally], sites: dict[int, Site]) -> None:
+    clients = list(dict.fromkeys(t.client for t in tallies))
+    print(f"\n-- all {len(sites)} sites --")
+    print(f"{'client':8} {'real found':>17} {'sites all found':>15} {'requests':>9} "
+          f"{'in traps':>16} {'sites <= 5%':>11} {'ended':>6} {'stopped':>8} {'span s':>8}")
+    for c in clients:
+        ts = [t for t in tallies if t.client == c]
+        real, found = sum(t.real for t in ts), sum(len(t.found) for t in ts)
+        requests, wasted = sum(t.requests for t in ts), sum(t.wasted for t in ts)
+        print(f"{c:8} {found:7d}/{real:<5d} {100 * found / real:5.1f}% "
+              f"{sum(len(t.found) == t.real for t in ts):>9d}/{len(ts):<5d} {requests:9d} "
+              f"{wasted:8d} ({100 * wasted / max(requests, 1):4.1f}%) "
+              f"{sum(t.share <= TARGET_TRAP_SHARE for t in ts):>8d}/{len(ts):<2d} "
+              f"{sum(t.by_itself for t in ts):>6d} {len(ts) - sum(t.by_itself for t in ts):>8d} "
+              f"{sum(t.span for t in ts):8.1f}")
+    print("\nrequests in traps by family (sites with it; per client: requests, and the sites "
+          "where the family alone took > 5% of the client's requests)")
+    families = [*FAMILIES, REFETCH, NOT_FOUND]
+    print(f"{'family':20} {'sites':>5}  " + "  ".join(f"{c:>20}" for c in clients))
+    for f in families:
+        having = sorted(s for s, site in sites.items() if f in site.traps)
+        row = []
+        for c in clients:
+            ts = [t for t in tallies if t.client == c]
+            heavy = [t.seed for t in ts if t.requests and t.traps[f] > TARGET_TRAP_SHARE
+                     * t.requests]
+            row.append(f"{sum(t.traps[f] for t in ts):9d} ({len(heavy):2d} sites)")
+        if any(t.traps[f] for t in tallies) or having:
+            print(f"{f:20} {len(having):5d}  " + "  ".join(f"{r:>20}" for r in row))
+    print("\neach family's sites: its parameters there, and the requests each client "
+          "spent in it")
+    for f in FAMILIES:
+        print(f)
+        for seed, site in sites.items():
+            if f in site.traps:
+                spent = "  ".join(f"{t.client} {t.traps[f]:5d}" for t in tallies
+                                  if t.seed == seed)
+                print(f"  seed {seed:<4d} {spent}   {site.traps[f].describe()}")
+    print("\nreal pages missed by kind")
+    for c in clients:
+        missed: Counter[str] = Counter()
+        for t in tallies:
+            if t.client == c:
+                missed.update(t.missed)
+        print(f"{c:8} " + (", ".join(f"{k} {n}" for k, n in missed.most_common()) or "none"))
+
+
+def print_verdict(tallies: list[Tally], sites: dict[int, Site]) -> None:
+    ts = [t for t in tallies if t.client == "crawlq"]
+    bad = [t for t in ts if not t.ok]
+    print(f"\ncrawlq on every site: every real page found, <= {100 * TARGET_TRAP_SHARE:.0f}% "
+          f"of requests in traps, ended by itself: {'OK' if not bad else 'MISSED'} "
+          f"({len(ts) - len(bad)} of {len(ts)} sites)")
+    for t in bad:
+        why = []
+        if len(t.found) < t.real:
+            why.append(f"{t.real - len(t.found)} real pages missed ("
+                       + ", ".join(f"{k} {n}" for k, n in t.missed.most_common()) + ")")
+        if t.share > TARGET_TRAP_SHARE:
+            why.append(f"{100 * t.share:.1f}% in traps (" + ", ".join(
+                f"{f} {n}" for f, n in t.traps.most_common(3)) + ")")
+        if not t.by_itself:
+            why.append(f"did not end by itself ({t.ended})")
+        print(f"  seed {t.seed} [{', '.join(sites[t.seed].traps)}]: {'; '.join(why)}")
+
+
+# -- main --------------------------------------------------------------------------------------
 
 
 def bench(args: argparse.Namespace, workdir: Path) -> int:
     if not args.skip_wget and shutil.which("wget") is None:
         apt_install("wget")
-    log_path = workdir / "access.log"
-    log_path.touch()
-    server = spawn([sys.executable, __file__, "--serve", str(log_path)],
-                   stdout=subprocess.PIPE)
-    assert server.stdout is not None
-    port = int(server.stdout.readline())
-    wait_port(port, server, "the trap site")
-    start = f"http://127.0.0.1:{port}/"
-    log = AccessLog(log_path)
-    real = real_paths()
-    redis = RedisServer().start()
+    python = None if args.skip_scrapy else scrapy_python(False)
+    seeds = args.seed or list(range(1, args.seeds + 1))
+    redis_server = RedisServer().start()
+    sites: dict[int, Site] = {}
+    tallies: list[Tally] = []
+    began = time.monotonic()
     try:
-        print(f"trap site on {urlsplit(start).netloc}: {len(real)} real pages, five traps; "
-              f"depth limit {args.depth}; {os.cpu_count()} CPUs")
-        runs = [run_crawlq(args, start, log, workdir, redis)]
-        if not args.skip_wget:
-            runs.append(run_wget(args, start, log, workdir))
-        if not args.skip_scrapy:
-            runs.append(run_scrapy(args, start, log, workdir))
-        shares = {r.label: report(r, real) for r in runs}
-        crawlq = runs[0]
-        found_all = real <= {h.uri.split("?", 1)[0] for h in crawlq.hits if h.status == 200}
-        others = [s for label, s in shares.items() if label != "crawlq"]
-        good = (found_all and shares["crawlq"] <= TARGET_TRAP_SHARE
-                and all(shares["crawlq"] < s for s in others))
-        print(f"crawlq: every real page {'yes' if found_all else 'NO'}, "
-              f"{100 * shares['crawlq']:.1f}% of requests in traps (target <= "
-              f"{100 * TARGET_TRAP_SHARE:.0f}%, fewer than "
-              f"{' and '.join(r.label for r in runs[1:]) or 'nobody'}): "
-              f"{'OK' if good else 'MISSED'}")
+        print(f"{len(seeds)} sites, seeds {seeds[0]}..{seeds[-1]}; crawlq max_depth "
+              f"{crawl_depth() or 'default'}{', ' + ', '.join(args.set) if args.set else ''};"
+              f" budget {args.budget} requests a real page, timeout {args.timeout:.0f} s "
+              f"(wget, Scrapy {args.peer_timeout:.0f} s); "
+              f"{os.cpu_count()} CPUs", flush=True)
+        for seed in seeds:
+            site = sites[seed] = Site(seed)
+            print(f"\n{site.describe()}", flush=True)
+            server, served = start_site(site, workdir)
+            try:
+                tallies.append(run_crawlq(args, served, redis_server))
+                if not args.skip_wget:
+                    tallies.append(run_wget(args, served))
+                if python is not None:
+                    tallies.append(run_scrapy(args, served, python))
+            finally:
+                site_bench.stop(server)
+            for t in tallies:
+                if t.seed == seed:
+                    print_tally(t)
+            sys.stdout.flush()
+        print_totals(tallies, sites)
+        print_verdict(tallies, sites)
+        print(f"\n({time.monotonic() - began:.0f} s in all)")
     finally:
-        redis.stop()
+        redis_server.stop()
     return 0
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--depth", type=int, default=15, help="every crawler's depth limit")
-    p.add_argument("--timeout", type=float, default=120.0,
-                   help="stop a crawler (and report it) after this many seconds")
+    p.add_argument("--seeds", type=int, default=20, help="sites of seeds 1..N")
+    p.add_argument("--seed", type=int, action="append", default=[],
+                   help="a site's seed (repeatable; instead of --seeds)")
+    p.add_argument("--timeout", type=float, default=60.0,
+                   help="stop crawlq (and report it) after this many seconds on a site")
+    p.add_argument("--peer-timeout", type=float, default=30.0,
+                   help="stop wget or Scrapy (and report it) after this many seconds on a site")
+    p.add_argument("--budget", type=int, default=10,
+                   help="stop a client once it has sent this many requests per real page of "
+                   "the site (0: no limit)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="a crawl policy value for crawlq's run (crawlq crawl set's syntax; "
-                   "e.g. trap_path_variants=16), over the defaults")
+                   help="a crawl policy value for crawlq's runs (crawlq crawl set's syntax; "
+                   "e.g. near_duplicate_distance=off), over the defaults")
     p.add_argument("--skip-wget", action="store_true")
     p.add_argument("--skip-scrapy", action="store_true")
     p.add_argument("--serve", type=Path, default=None, help=argparse.SUPPRESS)
@@ -425,8 +448,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.serve is not None:
-        serve(args.serve)
+        Site(args.seed[0]).serve(args.serve)
         return 0
+    parse_assignments(args.set)  # a mistake said before anything starts
     return run_in_workdir("crawlq-trap-bench-", lambda workdir: bench(args, workdir),
                           site_bench.stop_all)
 

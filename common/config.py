@@ -245,6 +245,17 @@ SPIDER = Option("--spider", "CRAWLQ_SPIDER", "", "the crawl's spider (common.spi
                 "the producer enqueues its start requests, a consumer parses each response "
                 "with the route of its task's label; a label with no route is refused")
 
+#: Each command's wait when --redis-wait is 0 (the consumer's: consumer/config.py).
+PRODUCER_REDIS_WAIT_S = 30.0
+CLI_REDIS_WAIT_S = 10.0
+REDIS_WAIT = Option(
+    "--redis-wait", "CRAWLQ_REDIS_WAIT", 0.0, "at start-up, how long Redis may go "
+    "unanswered (each step: connect, the crawl, its policy, the scripts, ...) before the "
+    "command gives up and exits 3 (0 = the command's default: a consumer 15m as a "
+    "service, 30s with --exit-when-empty, so a batch job on a wrong URL fails instead of "
+    f"hanging; the producer {PRODUCER_REDIS_WAIT_S:g}s; crawlq {CLI_REDIS_WAIT_S:g}s)",
+    type=duration, check=lambda s: _at_least(s, 0, "seconds"), field="redis_wait_s")
+
 COMMON_OPTIONS = (
     REDIS_URL,
     Option("--cluster", "CRAWLQ_CLUSTER", "auto", "Redis Cluster mode: auto asks the "
@@ -264,6 +275,7 @@ COMMON_OPTIONS = (
            "how long such a WAIT may take; fewer replicas by then is logged, and the call "
            "stands", type=duration, check=lambda s: _at_least(s, 0.001, "seconds"),
            field="wait_timeout_s"),
+    REDIS_WAIT,
 )
 
 
@@ -286,9 +298,14 @@ class CommonSettings:
     cluster: str = _COMMON["cluster"]
     wait_replicas: int = _COMMON["wait_replicas"]
     wait_timeout_s: float = _COMMON["wait_timeout_s"]
+    redis_wait_s: float = _COMMON["redis_wait_s"]  # 0: the command's own default
     # The flags of the command's options the user gave (flag or env variable): a value
     # asked for, not a default (`given_flags`). Empty when not built from a command line.
     given: frozenset[str] = frozenset()
+
+    def redis_wait_limit(self, default_s: float) -> float:
+        """How long Redis may go unanswered at start-up: --redis-wait, or `default_s`."""
+        return self.redis_wait_s or default_s
 
     @property
     def cluster_mode(self) -> bool | None:
@@ -306,4 +323,5 @@ class CommonSettings:
                    getattr(args, "cluster", _COMMON["cluster"]),
                    getattr(args, "redis_wait_replicas", _COMMON["wait_replicas"]),
                    getattr(args, "redis_wait_timeout", _COMMON["wait_timeout_s"]),
+                   getattr(args, "redis_wait", _COMMON["redis_wait_s"]),
                    given_flags(args))

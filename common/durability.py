@@ -34,9 +34,9 @@ EVICTION_ADVICE = ("set maxmemory-policy noeviction (redis.conf, or CONFIG SET "
 #: turns its whole bucket into a hashtable.
 LISTPACK_VALUE = 192
 LISTPACK_VALUE_MIN = 128
-#: What a revisited done URL's history record costs (B, queue_bench's 71-B URLs and 15-B
-#: ETag; bench/history_floor_bench.py's "crawlq now" rows) with Redis's default 64 and
-#: with 192.
+#: What a done URL's history record costs (B, queue_bench's 71-B URLs and 15-B ETag;
+#: bench/history_floor_bench.py's "crawlq now" rows: revisited, 188 and 132; a recrawl
+#: window's, which keeps its entry too, 188 and 130) with Redis's default 64 and with 192.
 HISTORY_COST_DEFAULT_B, HISTORY_COST_RAISED_B = 188, 132
 
 

@@ -58,6 +58,7 @@ class FetchError(CrawlqError):
         retryable: bool,
         retry_after: float | None = None,
         status: int | None = None,
+        proxy_failed: bool = False,
     ) -> None:
         super().__init__(f"{reason}: {message}")
         self.reason = reason
@@ -65,6 +66,9 @@ class FetchError(CrawlqError):
         self.retryable = retryable
         self.retry_after = retry_after
         self.status = status
+        #: the proxy it went through failed (no connection through it, refused, dropped):
+        #: the host never answered, so another proxy may be tried at once
+        self.proxy_failed = proxy_failed
 
 
 class RedisServerError(CrawlqError, RuntimeError):

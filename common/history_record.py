@@ -6,7 +6,9 @@ flags (1 byte: 1 estimator sums, 2 and e, 4 digest as 8 bytes, 8 Last-Modified a
 seconds), priority and interval (varints), fetched (u32), [n, x, t[, e]] (varints of
 thousandths), digest, Last-Modified, ETag and host (each as its flag says, else a varint
 length and the bytes; no host in a record without entry), then the compact entry's tail
-(no id, no ``v``). Varints are unsigned LEB128, u32s little-endian.
+(no id, no ``v``): what brings the URL back (its revisit, or the producer's recrawl of the
+known URLs past their window, ``common.queue.known``); none in a record an older crawlq
+wrote for a recrawl window. Varints are unsigned LEB128, u32s little-endian.
 """
 
 from __future__ import annotations
@@ -21,14 +23,14 @@ _SUMS, _E, _DIGEST, _LM, _ALL = 1, 2, 4, 8, 15
 class HistoryRecord:
     """One done URL's last visit, as its history keeps it."""
 
-    host: str  # '' in a record without entry (a recrawl window's)
+    host: str  # '' in a record without entry (an older crawlq's recrawl window's)
     priority: int
     interval_s: int
     fetched_s: int
     digest: str
     etag: str
     last_modified: str
-    tail: bytes  # the URL's compact entry without its id ('' for a recrawl window's)
+    tail: bytes  # the URL's compact entry without its id ('' in a record without entry)
     n: float = 0.0
     x: float = 0.0
     t: float = 0.0
@@ -93,6 +95,42 @@ def decode_record(value: bytes | None) -> HistoryRecord | None:
         return None
     return HistoryRecord(host, prio, interval, fetched, digest, etag, lm, value[rd.at:],
                          n, x, t, e)
+
+
+def record_fetched(value: bytes) -> int | None:
+    """When the record `value` holds was fetched (s); None when it is malformed. The
+    producer's scan of the known URLs reads this of every record (a few hundred ns)."""
+    if not value or value[0] > _ALL:
+        return None
+    at = 1
+    for _ in range(2):  # priority and interval: varints, mostly one byte
+        while at < len(value) and value[at] & 0x80:
+            at += 1
+        at += 1
+    if at + 4 > len(value):
+        return None
+    return int.from_bytes(value[at:at + 4], "little")
+
+
+def record_entry(value: bytes) -> tuple[str, int, bytes] | None:
+    """The host, priority and compact entry tail of the record `value` holds: what its
+    URL is queued again with (the entry: the id's 16 bytes, then the tail); None when
+    it is malformed. The tail is empty in a record without entry."""
+    if not value or value[0] > _ALL:
+        return None
+    flags, rd = value[0], _Reader(value)
+    try:
+        prio = rd.varint()
+        rd.varint(), rd.take(4)
+        for _ in range((4 if flags & _E else 3) if flags & _SUMS else 0):
+            rd.varint()
+        rd.skip(flags, _DIGEST, 8)
+        rd.skip(flags, _LM, 4)
+        rd.take(rd.varint())  # the ETag
+        host = rd.text()
+    except ValueError:
+        return None
+    return host, prio, value[rd.at:]
 
 
 def record_host(value: bytes | None) -> str | None:

@@ -50,6 +50,11 @@ op:<worker>    STRING  "<op id> <reply>" of the worker's last      lease
                        lease call that granted leases, PX 60 s:
                        a call sent again after its reply was lost
                        gets the same leases (docs/failover.md)
+ops:<worker>   STRING  the worker's last 16 calls of ack, fail,    ack, fail, traps,
+                       traps and fingerprints by operation id,     fingerprints
+                       with what each kept, PX 60 s: a call sent   (lib/once.lua)
+                       again changes nothing more
+                       (docs/failover.md)
 hungry         ZSET    worker -> when its lease call last came     lease
                        back empty, ms of Redis TIME: while one
                        is recent, the other workers take only
@@ -61,7 +66,11 @@ conf           HASH    the crawl's politeness, copied from its     policy_apply,
                        policy's conditional), and ``paused``;
                        learned revisits' rv_price and rv_demand
                        (ack); rv_urls: the partition's history     (ack, purge, the
-                       records (``rv:hist:<b>``)                   conversion)
+                       records (``rv:hist:<b>``); rc_oldest: the   conversion); the
+                       oldest fetch time (s) a record the          producer
+                       producer's last scan of the known URLs      (rc_oldest)
+                       did not bring back could have
+                       (``common.queue.known``)
 pending        STRING  pending tasks in this partition             enqueue, lease, ...
 g:of           HASH    host -> its politeness group (its           enqueue (politeness_key
                        registrable domain, or its name's address   domain or ip), policy
@@ -99,10 +108,35 @@ h:traps        ZSET    host -> the sum of its ``tr:<host>``: the   traps
 tv:<host>      HASH    8-byte hash of a path -> the 4-byte hashes  traps
                        of the query strings its links had, at
                        most ``trap_path_variants``
-fp:<host>      STRING  the host's newest page fingerprints, at     fingerprints
-                       most 256, each 12 bytes: its 64-bit
-                       SimHash and 4 bytes of its URL's
-                       fingerprint
+nd:<host>      STRING  the host's newest page fingerprints, at     fingerprints
+                       most 256, each 24 bytes: the 64-bit
+                       SimHashes of its text and of its links, 4
+                       bytes of its URL's fingerprint and 4 of its
+                       URL's shape (``common.urlshape``)
+jd:<host>      HASH    s:<dir> -> the soft-404 signature of a      judgement
+                       directory (``common.soft404``, JSON);
+                       p:<dir> -> who claimed its probe; n ->
+                       probes claimed; t:<rule> -> 1, a session
+                       token learned (``q:<name>`` a query
+                       parameter, ``p:<i>`` path segment i)
+=============  ======  ==========================================  ===================
+
+The proxy pool (``common.proxies``, docs/proxies.md): what the hosts of the partition did
+to the crawl's proxies.
+
+=============  ======  ==========================================  ===================
+px:ban         ZSET    "<proxy id> <host>" -> the proxy is banned  proxy_bans
+                       by the host until then, ms of Redis TIME
+                       (other hosts keep it)
+px:tier        HASH    host -> "<tier> <since ms> <bans>": the     proxy_bans
+                       proxy tier a host escalated to, when it
+                       was last banned there (a quiet period
+                       after it takes it a tier down), its bans
+                       at that tier; a host at the cheapest tier
+                       without bans has none
+px:op:<w>      STRING "<op id> <reply>" of worker w's last         proxy_bans
+                       proxy_bans call, PX 60 s (a call sent
+                       again gets the same reply)
 =============  ======  ==========================================  ===================
 
 Everything else a task needs, once it has left its host queue:
@@ -149,11 +183,13 @@ lock:reap      STRING  SET NX PX guard: one reaper per interval    reaper (Pytho
 
 The revisit schedule (the crawl's ``revisit`` policy on; ``common/lua/lib/revisits.lua``),
 and the URLs' history of a crawl that recrawls by its window alone (``recrawl_after`` > 0,
-``revisit`` off, ``conditional`` on: records of interval 0, no ``rv:due``):
+``revisit`` off, ``conditional`` on: records of interval 0 with their entry, which the
+producer brings them back with past the window, no ``rv:due``):
 
 =============  ======  ==========================================  ===================
 rv:hist:<b>    HASH    id's 16 bytes -> a done URL's last visit,   ack (reads: revisit,
-                       binary (``lib/revisits.lua``                enqueue); purge
+                       binary (``lib/revisits.lua``                enqueue, the
+                                                                   producer); purge
                        record_encode): flags, priority, interval,
                        fetched s, estimator sums, digest's 8
                        bytes, Last-Modified as s, ETag, host, its
@@ -200,6 +236,22 @@ HASH ("<host> <route label>" -> how a rendering=auto crawl fetches that pair's p
 ``p<probes>,<same>`` while probed, ``h`` HTTP, ``r`` rendered, ``H``/``R`` an operator's;
 ``render_vote.lua``, ``crawlq render set``; ``common.queue.rendermodes``).
 
+The proxy pool's crawl keys: ``px`` HASH (proxy id -> its health record, "<tier> <ok>
+<fail> <ban> <streak> <level> <until ms> <lat ms> <seen ms> <shown>": successes,
+failures, bans, failures in a row, quarantine level and end, response time, last report,
+its URL with credentials redacted; ``common.proxies.health``, ``proxy_report.lua``) and
+``px:op:<worker>`` STRING (the worker's last report's op id and reply, PX 60 s).
+
+Sessions (``common.sessions``, docs/proxies.md): ``se`` ZSET (session name -> its last
+change, ms of Redis TIME), ``se:<name>`` HASH (one session: ``~v`` its version, bumped
+by every change of its cookies, state, proxy or headers; ``~uses``, ``~bans``, ``~state``
+live or retired, ``~proxy`` its proxy's id, ``~host`` its pool's host ('' for a named
+session), ``~h`` its headers as JSON, ``~made`` when it was made, ``~op`` its last
+update's op id; and one field a cookie, ``c:<domain>\t<path>\t<name>`` ->
+``<value>\t<expires ms>\t<flags>``: credentials, readable by whoever reads the crawl's
+keys) and ``sp:<host>`` ZSET (the live sessions of a host's pool -> when made), all
+written by ``session_update.lua``.
+
 Robots (``crawlq:{<crawl>}:robots:<origin>``, origin ``scheme://host[:port]``): STRING,
 JSON ``{"status", "body", "fetched_at"}`` of that origin's robots.txt (``"error"`` set
 after a failed fetch), EX the robots TTL (60 s after a failure); ``<key>:lock`` STRING is
@@ -233,7 +285,7 @@ _PARTITION_NAMES = (
     "h:errors", "h:delay", "h:blocked", "h:budget", "pending", "tasks", "attempts", "leases",
     "leased", "seq", "delayed", "dead", "errors", "dead_reasons", "checkpoints", "stalls",
     "stats", "bloom", "lock:reap", "hungry", "rv:due", "g:of", "groups",
-    "g:parked", "r:due", "r:pending",
+    "g:parked", "px:ban", "px:tier", "r:due", "r:pending",
 )
 
 
@@ -331,6 +383,8 @@ class PartitionKeys:
     group_of: str
     groups: str
     parked: str
+    proxy_bans: str
+    proxy_tiers: str
     render_due: str
     render_pending: str
     prefix: str
@@ -388,6 +442,13 @@ class PartitionKeys:
         sent again (lease.lua)."""
         return f"{self.prefix}op:{worker}"
 
+    def ops(self, worker: str) -> str:
+        """`worker`'s last calls by operation id, for a call sent again (lib/once.lua)."""
+        return f"{self.prefix}ops:{worker}"
+    def proxy_op(self, worker: str) -> str:
+        """The reply of `worker`'s last proxy_bans.lua call, kept for a call sent again."""
+        return f"{self.prefix}px:op:{worker}"
+
     def bloom_layer(self, layer: int) -> str:
         """The bit string of one bloom filter layer."""
         return f"{self.prefix}bloom:{layer}"
@@ -406,8 +467,13 @@ class PartitionKeys:
         return f"{self.prefix}tv:{host}"
 
     def fingerprints(self, host: str) -> str:
-        """A host's newest page fingerprints, 12 bytes each (``common.trapbook``)."""
-        return f"{self.prefix}fp:{host}"
+        """A host's newest page fingerprints, 24 bytes each (``common.trapbook``)."""
+        return f"{self.prefix}nd:{host}"
+
+    def judgement(self, host: str) -> str:
+        """What the fleet learned of a host's pages: soft-404 signatures per directory,
+        probes claimed, session tokens (``common.trapbook``)."""
+        return f"{self.prefix}jd:{host}"
 
     def pattern(self) -> str:
         """A SCAN pattern matching every key of this partition."""
@@ -429,6 +495,8 @@ class CrawlKeys:
     policy: str
     policy_log: str
     migrate_lock: str  # the SET NX PX guard of a conversion from layout 2
+    proxies: str  # the proxy pool's health records (common.proxies)
+    sessions: str  # the sessions' index (common.sessions)
     #: HASH "<host> <route label>" -> render mode of a rendering=auto crawl (render_vote.lua)
     render_modes: str
 
@@ -438,7 +506,20 @@ class CrawlKeys:
                    crawl_key(crawl, "results"), crawl_key(crawl, "workers"),
                    crawl_key(crawl, "history"), crawl_key(crawl, "wake"),
                    crawl_key(crawl, "policy"), crawl_key(crawl, "policy:log"),
-                   crawl_key(crawl, "lock:migrate"), crawl_key(crawl, "render:modes"))
+                   crawl_key(crawl, "lock:migrate"), crawl_key(crawl, "px"),
+                   crawl_key(crawl, "se"), crawl_key(crawl, "render:modes"))
+
+    def proxy_op(self, worker: str) -> str:
+        """The reply of `worker`'s last proxy_report.lua call, kept for a call sent again."""
+        return crawl_key(self.crawl, f"px:op:{worker}")
+
+    def session(self, name: str) -> str:
+        """One session's record: its cookies, version, uses, state (common.sessions)."""
+        return crawl_key(self.crawl, f"se:{name}")
+
+    def session_pool(self, host: str) -> str:
+        """The live sessions of `host`'s pool."""
+        return crawl_key(self.crawl, f"sp:{host}")
 
     def robots(self, origin: str) -> str:
         """One origin's cached robots.txt; `origin` is ``scheme://host[:port]``."""

@@ -29,6 +29,9 @@ custom collector (`FetchHistogram`) rather than prometheus-client's locked Histo
     crawlq_reclaimed_total                  expired leases put back in the ready queue
     crawlq_robots_turns_total               robots.txt fetches that took a task's turn
     crawlq_late_turns_total                 late requests that took a turn of their own
+    crawlq_proxy_requests_total{outcome}    requests through the proxy pool (--proxy): ok,
+                                            failed (the proxy itself), banned (a block
+                                            answer), gone (no proxy could reach the host)
     crawlq_response_bytes_total             response body bytes received
     crawlq_redis_errors_total               Redis commands that failed
     crawlq_sink_errors_total                result sink writes (and probes) that failed:
@@ -96,7 +99,10 @@ OUTCOMES: Final = (
     "not_modified",
     "unchanged",
     "changed",
+    "gone",
     "near_duplicate",
+    "soft_404",
+    "probe",
     "retried",
     "dead",
     "stale",
@@ -244,6 +250,14 @@ class Metrics:
             namespace=NAMESPACE,
             registry=reg,
         )
+        self.proxy_requests_total = Counter(
+            "proxy_requests_total",
+            "Requests through the proxy pool, by outcome: ok, failed (the proxy itself), "
+            "banned (a block answer), gone (no proxy could reach the host).",
+            ["outcome"],
+            namespace=NAMESPACE,
+            registry=reg,
+        )
         self.pushbacks_total = Counter(
             "pushbacks_total",
             "Responses that count as their host pushing back (the crawl policy's "
@@ -256,6 +270,13 @@ class Metrics:
             "robots_crawl_delay_capped_total",
             "robots.txt Crawl-delays longer than the crawl policy's max_crawl_delay, "
             "obeyed only up to it.",
+            namespace=NAMESPACE,
+            registry=reg,
+        )
+        self.soft404_probes_total = Counter(
+            "soft404_probes_total",
+            "Probes this consumer claimed and enqueued: requests for a path that cannot "
+            "exist, which give a host's (or a directory's) soft-404 signature.",
             namespace=NAMESPACE,
             registry=reg,
         )

@@ -21,13 +21,24 @@ more path segments than ``trap_max_segments``, one segment more often than
 ``trap_repeated_segments``, more query parameters than ``trap_max_params``, a page's links
 to its own path that vary more than ``trap_page_facets`` non-numeric parameters (a faceted
 search), or a new query past ``trap_path_variants`` for its path; whether session ids are
-dropped from links, ``trap_session_ids``; when a page is a near duplicate of another of
-its host's, its links not followed, ``near_duplicate_distance`` (``common.simhash``); which
-requests are rendered in a browser, ``rendering`` (docs/rendering.md); and what else a
-politeness limit is kept for, ``politeness_key`` (host, or domain: each registrable
+dropped from links (and tokens fresh per visit learned), ``trap_session_ids``; when a page
+is a near duplicate of another variant of its URL, its links to that shape not followed,
+``near_duplicate_distance`` (``consumer.judgement``); whether hosts are probed for soft
+404s, ``soft_404``; whether a judged page's items are dropped, ``drop_judged_items``;
+which requests are rendered in a browser, ``rendering`` (docs/rendering.md); and what else
+a politeness limit is kept for, ``politeness_key`` (host, or domain: each registrable
 domain's hosts share ``group_delay`` and ``group_concurrency``,
 common/lua/lib/groups.lua; or ip: the hosts whose names resolve to one address do,
-common.hostmodel.hostip).
+common.hostmodel.hostip); what a blocked answer looks like (``common.bans``): its
+statuses through a proxy or a session, ``ban_status``, a selector it matches,
+``ban_selector``, a text it holds, ``ban_text``; how many sessions a host's pool holds,
+``session_pool``, and how many requests one serves, ``session_max_uses``; and how the
+proxy pool treats the crawl's proxies
+(``common.proxies``): its tiers, cheapest first, ``proxy_tiers``, how long a proxy a host
+banned keeps away from it, ``proxy_ban_for``, how many bans move a host a tier up,
+``proxy_tier_bans``, and how long a quiet spell takes it down, ``proxy_tier_quiet``; how
+many failures in a row quarantine a proxy, ``proxy_max_failures``, and for how long at
+first, ``proxy_quarantine``.
 What stays a process's own setting (credentials, memory and time bounds, sinks) is
 listed in docs/policy.md.
 
@@ -85,6 +96,7 @@ from math import ceil
 from typing import Any
 
 from common import codec
+from common.bans import Blocked, check_selector, statuses
 from common.codec import text as _text
 from common.config import boolean, duration
 from common.connection import RedisClient
@@ -93,8 +105,11 @@ from common.headers import DEFAULT_USER_AGENT
 from common.hostmodel.hostgroup import NO_GROUP, host_group
 from common.hostmodel.hostip import AddressBook
 from common.keys import CrawlKeys, PartitionKeys
+from common.proxies.rules import ProxyRules
+from common.proxies.spec import tier_names
 from common.queue import CrawlSettings, DedupMode, RetryPolicy, partition_keys
 from common.scripts import register
+from common.sessions import SessionRules
 from common.task import DEFAULT_MAX_ATTEMPTS
 from common.traps import TrapRules
 from common.urls import canonical_domain
@@ -397,6 +412,73 @@ def _show_distance(value: int) -> str:
     return OFF if value < 0 else str(value)
 
 
+#: What `ban_selector` and `ban_text` show (and take) for none.
+OFF_TEXT = "none"
+
+
+def ban_statuses(text: str) -> tuple[int, ...]:
+    """Comma-separated HTTP statuses, sorted; `OFF_TEXT`: none."""
+    items = [i.strip() for i in str(text).split(",") if i.strip()]
+    if items == [OFF_TEXT]:
+        return ()
+    try:
+        found = statuses(int(i) for i in items)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not HTTP statuses: {text!r} (e.g. 403,429; "
+                                         f"{OFF_TEXT} = none)") from None
+    return tuple(sorted(found))
+
+
+def _ban_statuses_ok(value: tuple[int, ...]) -> None:
+    try:
+        ok = isinstance(value, tuple) and ban_statuses(_show_ban_statuses(value)) == value
+    except (argparse.ArgumentTypeError, TypeError):
+        ok = False
+    if not ok:
+        raise ConfigError(f"must be HTTP statuses 100-599, sorted, got {value!r}")
+
+
+def _show_ban_statuses(value: tuple[int, ...]) -> str:
+    return ",".join(map(str, value)) or OFF_TEXT
+
+
+def _ban_selector(text: str) -> str:
+    text = str(text).strip()
+    return "" if text == OFF_TEXT else check_selector(text) if text else ""
+
+
+def _ban_selector_ok(value: str) -> None:
+    try:
+        ok = isinstance(value, str) and _ban_selector(value or OFF_TEXT) == value
+    except argparse.ArgumentTypeError:
+        ok = False
+    if not ok:
+        raise ConfigError(f"must be a CSS selector or {OFF_TEXT}, got {value!r}")
+
+
+def _ban_text(text: str) -> str:
+    text = str(text).strip()
+    return "" if text == OFF_TEXT else text
+
+
+def _ban_text_ok(value: str) -> None:
+    if not isinstance(value, str) or value != value.strip() or len(value) > 512:
+        raise ConfigError(f"must be a text of at most 512 characters, got {value!r}")
+
+
+def _show_off_text(value: str) -> str:
+    return value or OFF_TEXT
+
+
+def _tiers_ok(value: tuple[str, ...]) -> None:
+    try:
+        ok = isinstance(value, tuple) and tier_names(",".join(value)) == value
+    except (argparse.ArgumentTypeError, TypeError):
+        ok = False
+    if not ok:
+        raise ConfigError(f"must be tier names, cheapest first, got {value!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyOption:
     """One policy option: ``name`` as the flag spells it, in snake_case; ``flag`` is
@@ -517,8 +599,9 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  seeded_by=NOBODY),
     PolicyOption("conditional", "", _true_false, True,
                  "recrawls ask for a page only if it changed: with recrawl_after > 0 or "
-                 "revisit on, each done URL keeps its ETag, Last-Modified and body digest "
-                 "(~62 B in Redis) and its recrawl sends them (If-None-Match / "
+                 "revisit on, each done URL keeps its ETag, Last-Modified and body digest, "
+                 "with its host and entry for the producer to bring it back past the "
+                 "window (~130 B in Redis), and its recrawl sends them (If-None-Match / "
                  "If-Modified-Since); a 304 or the same body ends done, not_modified or "
                  "unchanged, with no handler, so its links are not followed again. false: "
                  "no validators are sent, and a recrawl_after recrawl keeps none and "
@@ -541,22 +624,35 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  "distinct query strings the links to one path of a host may have, "
                  "fleet-wide; a new one past this is a trap, refused (trap_variants; 0 = "
                  "no limit)", check=_whole_ok, seeded_by=NOBODY),
-    PolicyOption("trap_page_facets", "", _whole, 3,
+    PolicyOption("trap_page_facets", "", _whole, 2,
                  "a page whose links to its own path vary more than this many query "
-                 "parameters by a value that is not a number is a faceted search: those "
-                 "links are traps, refused (trap_facets); links that change only numbers "
-                 "(pagination) are followed (0 = no limit)", check=_whole_ok,
+                 "parameters (words or numbers; not page, start, offset and the like) is a "
+                 "faceted search: those links are traps, refused (trap_facets); links that "
+                 "change only its pagination are followed (0 = no limit)", check=_whole_ok,
                  seeded_by=NOBODY),
     PolicyOption("trap_session_ids", "", _true_false, True,
                  "drop session ids (sid, jsessionid, phpsessid, ... with a token value) "
                  "from links, so a page under another session is the same URL",
                  check=_is_bool, show=_show_bool, seeded_by=NOBODY),
-    PolicyOption("near_duplicate_distance", "", near_duplicate_distance, 3,
-                 "a page whose text fingerprint (64-bit SimHash) is at most this many bits "
-                 "from one of its host's is a near duplicate: done, outcome "
-                 "near_duplicate, its items not written, its links not followed (0-64; "
-                 "off = never)",
+    PolicyOption("near_duplicate_distance", "", near_duplicate_distance, 0,
+                 "a page whose URL is a variant (a query, or a date, counter or token in its "
+                 "path) is a near duplicate of one of its host's of the same URL shape "
+                 "whose words (numbers, month and day names masked) and links are at most "
+                 "this many bits apart: 0 (the default) asks them to be the same; done, "
+                 "outcome near_duplicate, its links to its shape not followed once reached "
+                 "from a near duplicate (0-64; off = never)",
                  check=_distance_ok, show=_show_distance, seeded_by=NOBODY),
+    PolicyOption("soft_404", "", _true_false, True,
+                 "find each host's soft 404s by probing: once a link leads into a host (and "
+                 "into a directory whose pages share a title), a request for a path that "
+                 "cannot exist gives what the host answers a missing page with; a page that "
+                 "matches it is done, outcome soft_404, its links not followed",
+                 check=_is_bool, show=_show_bool, seeded_by=NOBODY),
+    PolicyOption("drop_judged_items", "", _true_false, False,
+                 "true: a page judged a near duplicate or a soft 404 has its items dropped "
+                 "too; false: its items are written (a heuristic never drops an item unless "
+                 "asked to), only its links are not followed",
+                 check=_is_bool, show=_show_bool, seeded_by=NOBODY),
     PolicyOption("rendering", "", render_mode, "off",
                  "which requests are rendered in a browser, by the consumers started with "
                  "--browser: off (those a request or its spider's route asks for), all "
@@ -580,6 +676,58 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  "politeness_key domain or ip: most requests in flight to the hosts of one "
                  "group across the whole fleet, unless the group has its own (0 = no "
                  "limit)",
+                 check=_whole_ok, seeded_by=NOBODY),
+    # The proxy pool (common.proxies, docs/proxies.md).
+    PolicyOption("proxy_tiers", "", tier_names, ProxyRules().tiers,
+                 "the proxy pool's tiers, cheapest first, comma-separated: a host starts on "
+                 "the first and moves up one when it bans proxy_tier_bans proxies of its "
+                 "tier (direct = no proxy: the consumers' own address; a tier no "
+                 "consumer's --proxy has is skipped, one not named here comes last)",
+                 check=_tiers_ok, show=",".join, toml_string=True, seeded_by=NOBODY),
+    PolicyOption("proxy_ban_for", "", _whole_ms_seconds, ProxyRules().ban_ms / 1000,
+                 "how long a proxy a host banned (a blocked answer through it) is not "
+                 "used for that host; its other hosts keep it",
+                 show=_show_seconds, toml_string=True, seeded_by=NOBODY),
+    PolicyOption("proxy_tier_bans", "", _whole, ProxyRules().tier_bans,
+                 "bans by one host at its tier that move it one tier up (>= 1; at once "
+                 "when no proxy of its tier is left for it)",
+                 check=_at_least_one, seeded_by=NOBODY),
+    PolicyOption("proxy_tier_quiet", "", _whole_ms_seconds, ProxyRules().quiet_ms / 1000,
+                 "a host moves one tier down after this long without a ban at its tier "
+                 "(0s = never)", show=_show_seconds, toml_string=True, seeded_by=NOBODY),
+    PolicyOption("proxy_max_failures", "", _whole, ProxyRules().max_failures,
+                 "failures in a row (no connection through it, the proxy refusing or "
+                 "dropping it) that quarantine a proxy for the whole fleet (>= 1)",
+                 check=_at_least_one, seeded_by=NOBODY),
+    PolicyOption("proxy_quarantine", "", _whole_ms_seconds, ProxyRules().quarantine_ms / 1000,
+                 "a failing proxy's first quarantine; each one in a row lasts twice the "
+                 "last, up to 32 times this; it is tried again when it ends (> 0)",
+                 check=_positive, show=_show_seconds, toml_string=True, seeded_by=NOBODY),
+    # What a blocked answer looks like (common.bans, docs/proxies.md).
+    PolicyOption("ban_status", "", ban_statuses, (403,),
+                 "statuses that are a block, not the page, of a request sent through the "
+                 "proxy pool or with a session, comma-separated (none = never): retried on "
+                 "another proxy or session, its proxy banned for the host; a request sent "
+                 "direct without a session takes them as the page's answer",
+                 check=_ban_statuses_ok, show=_show_ban_statuses, toml_string=True,
+                 seeded_by=NOBODY),
+    PolicyOption("ban_selector", "", _ban_selector, "",
+                 "a CSS selector that a blocked 2xx HTML page matches (a captcha's form, "
+                 "an access-denied shell), however it was sent: never taken as data "
+                 f"({OFF_TEXT} = none)", check=_ban_selector_ok, show=_show_off_text,
+                 toml_string=True, seeded_by=NOBODY),
+    PolicyOption("ban_text", "", _ban_text, "",
+                 "a text (case-insensitive) that a blocked 2xx page holds, however it was "
+                 f"sent: never taken as data ({OFF_TEXT} = none)", check=_ban_text_ok,
+                 show=_show_off_text, toml_string=True, seeded_by=NOBODY),
+    # Sessions (common.sessions, docs/proxies.md).
+    PolicyOption("session_pool", "", _whole, SessionRules().pool,
+                 "sessions a host's pool holds: a request naming no session takes one of "
+                 "its host's (its cookies, its proxy), retired on a block and after "
+                 "session_max_uses requests (0 = no pool: such requests send no cookie)",
+                 check=_whole_ok, seeded_by=NOBODY),
+    PolicyOption("session_max_uses", "", _whole, SessionRules().max_uses,
+                 "requests a pool session serves before it is retired (0 = no limit)",
                  check=_whole_ok, seeded_by=NOBODY),
 )
 OPTIONS: dict[str, PolicyOption] = {o.name: o for o in POLICY_OPTIONS}
@@ -633,10 +781,23 @@ class CrawlPolicy:
     trap_page_facets: int = OPTIONS["trap_page_facets"].default
     trap_session_ids: bool = OPTIONS["trap_session_ids"].default
     near_duplicate_distance: int = OPTIONS["near_duplicate_distance"].default
+    soft_404: bool = OPTIONS["soft_404"].default
+    drop_judged_items: bool = OPTIONS["drop_judged_items"].default
     rendering: str = OPTIONS["rendering"].default
     politeness_key: str = OPTIONS["politeness_key"].default
     group_delay: float = OPTIONS["group_delay"].default
     group_concurrency: int = OPTIONS["group_concurrency"].default
+    proxy_tiers: tuple[str, ...] = OPTIONS["proxy_tiers"].default
+    proxy_ban_for: float = OPTIONS["proxy_ban_for"].default
+    proxy_tier_bans: int = OPTIONS["proxy_tier_bans"].default
+    proxy_tier_quiet: float = OPTIONS["proxy_tier_quiet"].default
+    proxy_max_failures: int = OPTIONS["proxy_max_failures"].default
+    proxy_quarantine: float = OPTIONS["proxy_quarantine"].default
+    ban_status: tuple[int, ...] = OPTIONS["ban_status"].default
+    ban_selector: str = OPTIONS["ban_selector"].default
+    ban_text: str = OPTIONS["ban_text"].default
+    session_pool: int = OPTIONS["session_pool"].default
+    session_max_uses: int = OPTIONS["session_max_uses"].default
 
     def __post_init__(self) -> None:
         for opt in POLICY_OPTIONS:
@@ -679,6 +840,21 @@ class CrawlPolicy:
         the crawl recrawls (recrawl_after or revisit) and `conditional` is on; revisits
         keep a history whatever `conditional` says (their schedule is in it)."""
         return self.revisit != "off" or (self.recrawl_after > 0 and self.conditional)
+
+    def ban_rules(self) -> Blocked:
+        """What a blocked answer looks like, by the crawl (common.bans)."""
+        return Blocked(self.ban_status, (self.ban_selector,) if self.ban_selector else (),
+                       (self.ban_text,) if self.ban_text else ())
+
+    def session_rules(self) -> SessionRules:
+        """The sessions' pool and usage count (common.sessions)."""
+        return SessionRules(self.session_pool, self.session_max_uses)
+
+    def proxy_rules(self) -> ProxyRules:
+        """The proxy pool's rules (times in whole ms)."""
+        return ProxyRules(self.proxy_tiers, round(self.proxy_ban_for * 1000),
+                          self.proxy_tier_bans, round(self.proxy_tier_quiet * 1000),
+                          self.proxy_max_failures, round(self.proxy_quarantine * 1000))
 
     def trap_rules(self) -> TrapRules:
         """The URL trap rules the link intake applies."""
@@ -747,6 +923,10 @@ def parse_toml(text: str, where: str = "TOML") -> dict[str, Any]:
     return {name: parse_value(name, value) for name, value in doc.items()}
 
 
+#: A value TOML reads as a number or a boolean, written bare.
+_TOML_BARE = re.compile(r"-?[0-9]+(\.[0-9]+)?|true|false")
+
+
 def to_toml(policy: CrawlPolicy, crawl: str, version: int) -> str:
     """The policy as flat TOML that `parse_toml` (``crawl create --config``) reads back."""
     lines = [f"# crawl {crawl}, policy version {version} (crawlq crawl show --toml)"]
@@ -754,7 +934,9 @@ def to_toml(policy: CrawlPolicy, crawl: str, version: int) -> str:
         value = getattr(policy, opt.name)
         # A JSON string of printable ASCII is a TOML basic string (a user agent may
         # hold quotes or backslashes).
-        shown = json.dumps(opt.show(value)) if opt.toml_string else opt.show(value)
+        shown = opt.show(value)
+        if opt.toml_string or not _TOML_BARE.fullmatch(shown):  # e.g. a distance "off"
+            shown = json.dumps(shown)
         lines.append(f"{opt.name} = {shown}")
     return "\n".join(lines) + "\n"
 

@@ -52,9 +52,21 @@ CHANGED: Final = _reason(
     "changed", "done", "a revisit's 2xx whose body differs from the previous visit's: "
     "handled as a new page, its links followed")
 NEAR_DUPLICATE: Final = _reason(
-    "near_duplicate", "done", "a 2xx HTML page whose text fingerprint is within the crawl's "
-    "near_duplicate_distance of another page of its host: no handler, its links not "
-    "followed; result written")
+    "near_duplicate", "done", "a 2xx HTML page whose text and links' fingerprint is within "
+    "the crawl's near_duplicate_distance of another page of its URL's shape (a variant: "
+    "another query, date, counter or token): its links to pages of its shape not followed; "
+    "result written, its items unless drop_judged_items")
+SOFT_404: Final = _reason(
+    "soft_404", "done", "a 2xx page that matches what its host answered a probe for a "
+    "missing path (its soft-404 signature): its links not followed; result written, its "
+    "items unless drop_judged_items")
+PROBE: Final = _reason(
+    "probe", "done", "the crawl's own request for a path that cannot exist, which gives a "
+    "host's soft-404 signature: no handler, no result written")
+GONE: Final = _reason(
+    "gone", "done", "a recrawl (a URL with a history record) answered 404 or 410: under a "
+    "recrawl window its record is deleted, so the producer brings it back no more (a seed "
+    "or a link past the window still does); a revisit schedule keeps it; result written")
 #: The outcomes of a revisit's response (a record's ``revisit`` field).
 REVISIT_OUTCOMES: Final = frozenset({NOT_MODIFIED, UNCHANGED, CHANGED})
 
@@ -66,6 +78,11 @@ HTTP_408: Final = _reason("http_408", "retry", "408 Request Timeout")
 HTTP_429: Final = _reason("http_429", "retry", "429 Too Many Requests")
 HTTP_ERROR: Final = _reason(
     "http_error", "retry", "a malformed response or another unexpected HTTP client error")
+BLOCKED: Final = _reason(
+    "blocked", "retry", "the answer is a block, not the page (the crawl's ban_status "
+    "through a proxy or a session, its ban_selector or ban_text, its route's Blocked "
+    "rules): never taken as data; its proxy is banned for the host and the request "
+    "retried on another")
 ROBOTS_UNAVAILABLE: Final = _reason(
     "robots_unavailable", "retry", "robots.txt answered 5xx/408/429, timed out or failed")
 HANDLER_ERROR: Final = _reason("handler_error", "retry", "the --handler raised")

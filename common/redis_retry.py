@@ -14,23 +14,22 @@ call again.
 server may have run it, its reply lost. A plain command is sent again (crawlq's plain
 writes set values; a result XADD sent twice is a duplicate at-least-once allows). A
 script is sent again only if it is safe to run twice: `resending` says so around a
-call (common/scripts.py's `RESENDABLE` names the scripts and why each is safe).
-Anything else is raised to the caller, which decides (the consumer's loops back off
-and try the step again later, the reply is never assumed).
+call (common/resend.py's `SCRIPTS` classifies every script: why running it twice is
+safe, or what happens instead). Anything else is raised to the caller, which decides
+(the consumer's loops back off and run the step again only when that table says the
+step's scripts may run twice, the reply is never assumed).
+
+The client's retry that applies this rule, and the connections that tell "not sent"
+apart, reach into redis-py: common/redis_adapter.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from contextvars import ContextVar
-from typing import Any, TypeVar
 
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import MasterNotFoundError
-from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import (
     AuthenticationError,
     BusyLoadingError,
@@ -44,8 +43,6 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from common.redis_errors import error_code
 
-T = TypeVar("T")
-
 
 class NotSentError(RedisConnectionError):
     """The connection failed before the command was sent: the command did not run."""
@@ -57,8 +54,6 @@ DID_NOT_RUN = frozenset({"READONLY", "LOADING", "MASTERDOWN", "NOREPLICAS", "TRY
 
 #: Whether the command being sent may be sent again after an unknown outcome.
 _RESEND: ContextVar[bool] = ContextVar("crawlq_resend", default=True)
-
-
 
 
 @contextlib.contextmanager
@@ -108,64 +103,3 @@ def may_send_again(exc: BaseException) -> bool:
     if isinstance(exc, RedisConnectionError | RedisTimeoutError):
         return _RESEND.get()
     return True  # another error the client asked to retry (a cluster's)
-
-
-class ClassifiedRetry(Retry):
-    """redis-py's Retry, sending again only what `may_send_again` allows."""
-
-    async def call_with_retry(self, do: Callable[[], Awaitable[T]], fail: Callable[..., Any],
-                              is_retryable: Callable[[Exception], bool] | None = None,
-                              with_failure_count: bool = False) -> T:
-        self._backoff.reset()  # type: ignore[no-untyped-call]
-        failures = 0
-        while True:
-            try:
-                return await do()
-            except self._supported_errors as error:
-                if not may_send_again(error) or (is_retryable and not is_retryable(error)):
-                    raise
-                failures += 1
-                await (fail(error, failures) if with_failure_count else fail(error))
-                if failures > self._retries:
-                    raise error
-                await asyncio.sleep(self._backoff.compute(failures))
-
-
-def classified_retry(retries: int) -> ClassifiedRetry:
-    """The retry of every crawlq client: `retries` more tries, 50 ms doubling to 2 s,
-    jittered."""
-    return ClassifiedRetry(ExponentialWithJitterBackoff(base=0.05, cap=2.0), retries,
-                           (RedisConnectionError, RedisTimeoutError, ResponseError))
-
-
-class _NotSentMixin:
-    """A connection whose failures to connect (or to pass the health check before a
-    command) raise `NotSentError`: the command was not sent."""
-
-    async def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
-        with _not_sent():
-            await super().connect_check_health(*args, **kwargs)  # type: ignore[misc]
-
-    async def check_health(self) -> None:
-        with _not_sent():
-            await super().check_health()  # type: ignore[misc]
-
-
-@contextlib.contextmanager
-def _not_sent() -> Iterator[None]:
-    try:
-        yield
-    except (AuthenticationError, BusyLoadingError):  # refusals: classified as they are
-        raise
-    except (RedisConnectionError, RedisTimeoutError) as exc:
-        if isinstance(exc, NotSentError):
-            raise
-        raise NotSentError(str(exc) or type(exc).__name__) from exc
-
-
-def mark_not_sent(client: aioredis.Redis) -> None:
-    """Make the client's future connections raise `NotSentError` before a command is sent."""
-    pool = client.connection_pool
-    base = pool.connection_class
-    if not issubclass(base, _NotSentMixin):
-        pool.connection_class = type(f"NotSent{base.__name__}", (_NotSentMixin, base), {})

@@ -2,7 +2,8 @@
 
 A :class:`Request` is a URL, a method (`METHODS`), headers, an optional body, a **label**
 (the route that parses its response), **data** (a JSON object handed to that route), a
-priority and a **unique key**: what the crawl deduplicates it by (:meth:`Request.key`).
+priority, a **unique key**: what the crawl deduplicates it by (:meth:`Request.key`), and
+a **session** (the name of a cookie jar kept in Redis; not part of its identity).
 Everything in it is JSON, so any consumer of the fleet reads it the same way, in any
 language (the producer takes JSON lines of requests: :func:`request_from_dict`).
 
@@ -31,8 +32,8 @@ from common.headers import checked_headers
 from common.urls import Rejection, canonicalize
 
 __all__ = ["MAX_BODY_BYTES", "MAX_DATA_BYTES", "METHODS", "Request", "body_digest",
-           "check_data", "check_label", "check_method", "request_from_dict", "request_key",
-           "shown"]
+           "check_data", "check_label", "check_method", "check_session", "request_from_dict",
+           "request_key", "shown"]
 
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 #: Methods without a body, deduplicated by their canonical URL alone.
@@ -47,6 +48,7 @@ MAX_DATA_BYTES = 64 * 1024
 MAX_UNIQUE_KEY_CHARS = 2048
 _MAX_DEPTH = 32
 _LABEL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}")
+_SESSION = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@-]{0,63}")
 _DIGEST_HEX = 32
 
 
@@ -62,6 +64,9 @@ class Request:
     data: Mapping[str, Any] = field(default_factory=dict)
     priority: int = 0
     unique_key: str | None = None
+    #: The session it goes with (its cookies, kept in Redis: common.sessions): the
+    #: requests a route follows carry its request's; None: none (cookies off).
+    session: str | None = None
     #: Fetched in a browser (a consumer started with --browser): the route gets the DOM
     #: its scripts built, and the JSON it fetched. Not part of the unique key.
     render: bool = False
@@ -144,6 +149,7 @@ def check_request(request: Request) -> None:
             raise InvalidRequestError(f"{where}: a {request.method} carries no body; "
                                       "use POST (or PUT, PATCH) to send one")
     check_label(request.label, where)
+    check_session(request.session, where)
     check_data(request.data, where)
     if not isinstance(request.render, bool):
         raise InvalidRequestError(f"{where}: render must be true or false, "
@@ -175,6 +181,14 @@ def check_label(label: object, where: str) -> None:
     if label is not None and (not isinstance(label, str) or not _LABEL.fullmatch(label)):
         raise InvalidRequestError(f"{where}: label {str(label)[:70]!r} is not a route name "
                                   "(1-64 letters, digits, '_', '.', ':', '-')")
+
+
+def check_session(name: object, where: str) -> None:
+    """InvalidRequestError unless `name` is None or a session name (1-64 letters,
+    digits, ``_.:@-``)."""
+    if name is not None and (not isinstance(name, str) or not _SESSION.fullmatch(name)):
+        raise InvalidRequestError(f"{where}: session {str(name)[:70]!r} is not a session "
+                                  "name (1-64 letters, digits, '_', '.', ':', '@', '-')")
 
 
 def check_data(data: object, where: str) -> None:
@@ -229,7 +243,7 @@ def _with_content_type(headers: Mapping[str, str] | None, ctype: str) -> dict[st
 
 
 _FIELDS = frozenset(("url", "method", "headers", "body", "json", "form", "label", "data",
-                     "priority", "unique_key", "render"))
+                     "priority", "unique_key", "session", "render"))
 
 
 def request_from_dict(obj: Any) -> Request:
@@ -251,7 +265,8 @@ def request_from_dict(obj: Any) -> Request:
     url = obj.get("url")
     if not isinstance(url, str):
         raise InvalidRequestError("a request needs a \"url\" string")
-    kw = {name: obj[name] for name in ("label", "priority", "unique_key", "render")
+    kw = {name: obj[name] for name in ("label", "priority", "unique_key", "session",
+                                       "render")
           if name in obj}
     kw["data"] = obj.get("data") if obj.get("data") is not None else {}
     kw["headers"] = obj.get("headers") or {}

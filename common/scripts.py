@@ -20,12 +20,15 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
+from weakref import WeakKeyDictionary
 
+from redis.asyncio import RedisCluster
 from redis.exceptions import ResponseError
 
 from common.errors import LuaIncludeError
 from common.redis_retry import resending
 from common.redis_wait import ReplicaWait, acknowledged, replica_wait
+from common.resend import resendable
 
 LUA = Path(__file__).parent / "lua"
 
@@ -34,32 +37,6 @@ NAMES = (
     "reclaim", "promote", "requeue", "purge", "host_set", "is_empty", "revisit",
     "late_turn", "history_get", "lease_render",
 )
-
-#: The scripts a client may send again when their outcome is unknown (a timeout or a
-#: dropped connection after the call went out: common/redis_retry.py), and why running
-#: one twice is safe. Any other script is not sent again: its caller gets the error.
-RESENDABLE: dict[str, str] = {
-    "lease": "an operation id: a call sent again gets the reply the first one kept",
-    "lease_render": "an operation id, as lease",
-    "ack": "fenced: a second ack finds the lease ended and is answered stale, counting "
-           "nothing again",
-    "fail": "fenced, as ack", "renew": "fenced, as ack", "release": "fenced, as ack",
-    "checkpoint": "fenced, as ack",
-    "late_turn": "fenced, as ack; a second run only moves the turn a delay later",
-    "enqueue": "dedup: a second run finds the URLs seen (counted duplicates)",
-    "enqueue_bloom": "dedup, as enqueue",
-    "reclaim": "each candidate is checked again: a second run finds it taken back",
-    "promote": "as reclaim", "revisit": "as reclaim",
-    "requeue": "by id of a dead task: a second run finds it no longer dead",
-    "purge": "as requeue",
-    "host_set": "sets a host's settings to the values given",
-    "is_empty": "reads only", "history_get": "reads only",
-    "worker_beat": "sets the heartbeat", "refresh_lock": "compares the lock's token",
-    "release_lock": "compares the lock's token",
-    "robots_claim": "compares the lock's token: a call sent again finds the lock its "
-                    "first run took ours",
-    "history_push": "a second snapshot within the minimum gap is skipped",
-}
 
 #: The scripts that change nothing: never followed by a WAIT (common/redis_wait.py).
 READS = frozenset({"is_empty"})
@@ -151,7 +128,8 @@ def locate_in(exc: ResponseError, scripts: Iterable[LuaScript]) -> None:
 class LuaScript:
     """A script registered on a client, called like redis-py's: a Lua error raised by a
     direct call says which file and line it came from; a call whose outcome is unknown
-    is sent again only if the script is `resendable`."""
+    is sent again only if the script is `resendable` (common/resend.py's table, which
+    must name it: KeyError otherwise)."""
 
     __slots__ = ("client", "name", "resendable", "script")
 
@@ -159,7 +137,7 @@ class LuaScript:
         self.name = name
         self.script = script
         self.client = client  # the one it was registered on
-        self.resendable = name in RESENDABLE
+        self.resendable = resendable(name)
 
     async def __call__(self, keys: Sequence[Any] | None = None,
                        args: Sequence[Any] | None = None, client: Any = None) -> Any:
@@ -185,9 +163,31 @@ class LuaScript:
         return reply
 
 
+#: The sources registered on each client, by name, for `load_registered`.
+_REGISTERED: WeakKeyDictionary[Any, dict[str, str]] = WeakKeyDictionary()
+
+
 def register(client: Any, name: str) -> LuaScript:
     """Script `name`, registered on `client`."""
-    return LuaScript(name, client.register_script(source(name)), client)
+    text = source(name)
+    _REGISTERED.setdefault(client, {})[name] = text
+    return LuaScript(name, client.register_script(text), client)
+
+
+async def load_registered(client: Any) -> list[str]:
+    """Load every script registered on `client` so far (SCRIPT LOAD, one round trip; on
+    a Cluster, each to every primary): a consumer's start-up step, so its first calls
+    meet no NOSCRIPT. The names loaded."""
+    texts = dict(_REGISTERED.get(client, {}))
+    if isinstance(client, RedisCluster):
+        for text in texts.values():
+            await client.script_load(text)
+    elif texts:
+        async with client.pipeline(transaction=False) as pipe:
+            for text in texts.values():
+                pipe.script_load(text)
+            await pipe.execute()
+    return sorted(texts)
 
 
 class Scripts:

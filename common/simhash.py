@@ -22,11 +22,14 @@ one byte column at a time in one integer, masked per bit and counted with
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Iterable
 from hashlib import blake2b
 
 from selectolax.lexbor import LexborHTMLParser
 
-__all__ = ["MAX_TEXT", "MIN_WORDS", "distance", "fingerprint", "page_text"]
+__all__ = ["MAX_TEXT", "MIN_WORDS", "distance", "exact_set", "exact_text", "fingerprint",
+           "page_text",
+           "set_fingerprint", "word_hashes"]
 
 #: Characters of a page's text fingerprinted (the rest is left out): bounds the work of a
 #: huge page; two pages that share their first 32 K characters are near-duplicates.
@@ -35,6 +38,9 @@ MAX_TEXT = 32768
 #: redirect's stub, a test page) can't tell one page from another, so no page is judged
 #: a near duplicate by them.
 MIN_WORDS = 16
+#: Distinct words a text needs for an exact hash (`exact`): a page of a word or two
+#: (a redirect's stub) is like any other.
+EXACT_WORDS = 4
 _WORD = re.compile(r"\w+")
 _BITS = [bytes([1 << bit]) for bit in range(8)]
 _IGNORED = ["script", "style", "noscript", "template"]
@@ -61,9 +67,39 @@ def fingerprint(text: str) -> int | None:
     """The 64-bit SimHash of the distinct words of `text`'s first `MAX_TEXT`
     characters; None for fewer than `MIN_WORDS` of them."""
     words = _words(text[:MAX_TEXT].lower())
-    n = len(words)
-    if n < MIN_WORDS:
+    if len(words) < MIN_WORDS:
         return None
+    return _simhash(words)
+
+
+def exact_text(text: str) -> int | None:
+    """A 64-bit hash of the words of `text`'s first `MAX_TEXT` characters, lowercased, in
+    order: the same for the same text only (whatever its spaces and punctuation); None
+    for fewer than `EXACT_WORDS` distinct words."""
+    words = text[:MAX_TEXT].lower().encode().translate(_ASCII_CUT).split()
+    if len(set(words)) < EXACT_WORDS:
+        return None
+    return int.from_bytes(blake2b(b" ".join(words), digest_size=8).digest(), "little")
+
+
+def exact_set(features: Iterable[str]) -> int:
+    """A 64-bit hash of a set of features: the same for the same set only."""
+    digest = blake2b(digest_size=8)
+    for f in sorted(set(features)):
+        digest.update(f.encode() + b"\x00")
+    return int.from_bytes(digest.digest(), "little")
+
+
+def set_fingerprint(features: Iterable[str]) -> int:
+    """The 64-bit SimHash of a set of features (a page's links), however few: 0 for
+    none."""
+    return _simhash({f.encode() for f in features})
+
+
+def _simhash(words: set[bytes]) -> int:
+    n = len(words)
+    if not n:
+        return 0
     hashes = _hashes(words)
     masks = [_ones(bit, n) for bit in range(8)]
     out = 0
@@ -73,6 +109,15 @@ def fingerprint(text: str) -> int | None:
             if (column & masks[bit]).bit_count() * 2 > n:
                 out |= 1 << (8 * byte + bit)
     return out
+
+
+def word_hashes(text: str, leave_out: Collection[str] = ()) -> list[int]:
+    """The 64-bit hashes of the distinct words of `text`'s first `MAX_TEXT` characters,
+    lowercased, but those in `leave_out` (lowercase)."""
+    words = _words(text[:MAX_TEXT].lower())
+    words.difference_update(w.encode() for w in leave_out)
+    hashes = _hashes(words)
+    return [int.from_bytes(hashes[i:i + 8], "little") for i in range(0, len(hashes), 8)]
 
 
 def _words(text: str) -> set[bytes]:

@@ -9,7 +9,8 @@ fields that differ from their defaults (``a`` max_attempts, ``p`` priority, ``m`
 tells a render entry by its bytes (``lib/render.lua``);
 and a request's (``common/request.py``): ``M`` its method when not GET, ``b`` its body
 when it is UTF-8 text, else ``B`` its body in base64, ``l`` its label, ``u`` its data,
-``k`` its unique key when the user set one).
+``k`` its unique key when the user set one, ``s`` its session and ``S`` the least
+version of the session it needs).
 Canonical URLs hold no space, so the first space ends the URL. Most entries are just id
 and URL: a frontier's size is mostly its URLs, and a GET with no label and no data is
 stored as it always was. The id is the fingerprint of the request's unique key
@@ -38,7 +39,7 @@ from typing import Any
 from common import codec
 from common.errors import InvalidRequestError, MalformedTaskError
 from common.headers import checked_headers
-from common.request import Request, check_label, check_method, request_key
+from common.request import Request, check_label, check_method, check_session, request_key
 from common.revisit import Revisit
 
 MAX_TASK_BYTES = 256 * 1024
@@ -80,6 +81,10 @@ class Task:
     data: dict[str, Any] = field(default_factory=dict)
     #: The unique key its enqueuer set (None: derived, see `key`).
     unique_key: str | None = None
+    #: Its session (common.sessions), and the least version of it its request needs:
+    #: the one its parent's flush wrote (a consumer holding an older one reads it again).
+    session: str | None = None
+    session_version: int = 0
     #: Fetched in a browser (docs/rendering.md).
     render: bool = False
 
@@ -91,7 +96,7 @@ class Task:
         """The request this task fetches (its URL canonical, its headers the ones stored
         with it): what a route is handed as ``ctx.request``."""
         return Request(self.url, self.method, self.headers, self.body, self.label, self.data,
-                       self.priority, self.unique_key, self.render)
+                       self.priority, self.unique_key, self.session, self.render)
 
 
 def encode_entry(tid: str, url: str, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
@@ -100,6 +105,7 @@ def encode_entry(tid: str, url: str, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS
                  revisit: Revisit | None = None, method: str = "GET",
                  body: bytes | None = None, label: str | None = None,
                  data: dict[str, Any] | None = None, unique_key: str | None = None,
+                 session: str | None = None, session_version: int = 0,
                  render: bool = False) -> str:
     """The stored entry of a pending task (the enqueue hot path: no Task built)."""
     extra: dict[str, Any] = {}
@@ -118,6 +124,10 @@ def encode_entry(tid: str, url: str, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS
         extra["u"] = data
     if unique_key is not None:
         extra["k"] = unique_key
+    if session is not None:
+        extra["s"] = session
+        if session_version:
+            extra["S"] = session_version
     if max_attempts != DEFAULT_MAX_ATTEMPTS:
         extra["a"] = max_attempts
     if priority:
@@ -180,7 +190,9 @@ def decode_entry(
                 revisit=Revisit.from_field(extra["v"]) if "v" in extra else None,
                 method=_method_field(extra), body=_body_field(extra),
                 label=_label_field(extra), data=_object_field(extra, "u", "data"),
-                unique_key=_unique_key_field(extra), render=extra.get("r") == 1)
+                unique_key=_unique_key_field(extra), session=_session_field(extra),
+                session_version=_int_field(extra, "S", "session version", 0, 0),
+                render=extra.get("r") == 1)
 
 
 def _method_field(extra: dict[str, Any]) -> str:
@@ -213,6 +225,15 @@ def _label_field(extra: dict[str, Any]) -> str | None:
     except InvalidRequestError as exc:
         raise MalformedTaskError(str(exc)) from None
     return label
+
+
+def _session_field(extra: dict[str, Any]) -> str | None:
+    name = extra.get("s")
+    try:
+        check_session(name, "task")
+    except InvalidRequestError as exc:
+        raise MalformedTaskError(str(exc)) from None
+    return name
 
 
 def _object_field(extra: dict[str, Any], name: str, what: str) -> dict[str, Any]:

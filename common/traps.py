@@ -38,13 +38,26 @@ A rule at 0 is off.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from hashlib import blake2b
 from urllib.parse import parse_qsl
 
-__all__ = ["FACETS", "REFUSALS", "TrapRules", "strip_session_ids", "variant_of"]
+from common.urlshape import is_token
 
+__all__ = ["FACETS", "PAGINATION", "REFUSALS", "TrapRules", "fresh_tokens",
+           "is_session_value", "strip_session_ids", "variant_of", "without_tokens"]
+
+#: Query parameters that page through a listing: a link that changes only these is
+#: never a facet (the unfiltered listing and its pages hold every item a filter shows).
+PAGINATION = frozenset({"page", "pg", "paged", "pagenum", "page_num", "pageno", "page_no",
+                        "pn", "start", "offset", "from", "skip", "cursor", "after",
+                        "before"})
+_WORDLIKE = re.compile(r"[A-Za-z0-9_-]+")
+#: A fresh session token is shared by links to at least this many paths ...
+TOKEN_PATHS = 3
+#: ... that make at least this share of the page's links to its host.
+TOKEN_SHARE = 0.6
 LENGTH = "trap_length"
 SEGMENTS = "trap_segments"
 REPEATS = "trap_repeats"
@@ -139,12 +152,83 @@ class TrapRules:
                 continue
             query = link[len(prefix):].partition("#")[0]
             for name in {name for name, value in parse_qsl(query, keep_blank_values=True)
-                         if value and not (value.isascii() and value.isdigit())
+                         if value and name.lower() not in PAGINATION
                          and (name, value) not in own}:
                 varied.setdefault(name, []).append(link)
         if len(varied) <= self.page_facets:
             return frozenset()
         return frozenset(link for links in varied.values() for link in links)
+
+
+def is_session_value(text: str) -> bool:
+    """Whether a query value or path segment may be a session id: a token
+    (``common.urlshape.is_token``), or 10 or more digits."""
+    return is_token(text) or (len(text) >= 10 and text.isascii() and text.isdigit())
+
+
+def fresh_tokens(page: str, links: Iterable[object]) -> dict[str, str]:
+    """The session tokens fresh per visit that canonical `page`'s links show, each rule
+    (``q:<name>``, a query parameter, or ``p:<index>``, a path segment) with the value its
+    links carry: a session value (`is_session_value`) that `page`'s own URL does not hold
+    (a visitor's new session, not the page's own id), the same in links to at least
+    `TOKEN_PATHS` paths that make at least `TOKEN_SHARE` of the page's links to its host:
+    a server that puts a session id in every link of a response. An id shared by a few
+    links (a friend's pages), or the page's own (a category's listing pages), is not
+    one."""
+    origin = page[:page.find("/", page.find("://") + 3)]
+    seen: dict[tuple[str, str], set[str]] = {}  # (rule, value) -> rest of the paths
+    total = 0
+    for link in links:
+        if not isinstance(link, str) or not link.startswith(origin + "/"):
+            continue
+        total += 1
+        lpath, lquery = _path_query(link)
+        if lquery:
+            for name, value in parse_qsl(lquery):
+                if is_session_value(value):
+                    seen.setdefault((f"q:{name}", value), set()).add(lpath)
+        segments = lpath.split("/")
+        for i, segment in enumerate(segments):
+            if len(segment) >= 10 and is_session_value(segment):
+                seen.setdefault((f"p:{i}", segment), set()).add("/".join(segments[i + 1:]))
+    return {rule: value for (rule, value), paths in seen.items()
+            if len(paths) >= TOKEN_PATHS and len(paths) >= TOKEN_SHARE * total
+            and value not in page}
+
+
+def without_tokens(url: str, rules: Mapping[str, str]) -> str | None:
+    """The key canonical `url` is deduplicated by under its host's learned token rules
+    (`fresh_tokens`): a rule's query parameter left out, and a path before and with a
+    rule's segment (a ``/s/<token>/`` prefix) left out, when they hold a session value,
+    so the page under a session is the page its plain links reached; None when no rule
+    changes it."""
+    if not rules:
+        return None
+    path, query = _path_query(url)
+    head = url[:len(url) - len(path) - (len(query) + 1 if query else 0)]
+    changed = False
+    if query:
+        kept = [p for p in query.split("&") if not (
+            f"q:{p.partition('=')[0]}" in rules and _learned_value(p.partition("=")[2]))]
+        changed = len(kept) != query.count("&") + 1
+        query = "&".join(kept)
+    segments = path.split("/")
+    for i in range(len(segments) - 1, 0, -1):
+        if f"p:{i}" in rules and is_session_value(segments[i]):
+            segments = ["", *segments[i + 1:]]
+            changed = True
+            break
+    if not changed:
+        return None
+    return head + "/".join(segments) + (f"?{query}" if query else "")
+
+
+def _learned_value(text: str) -> bool:
+    """Whether a value of a learned token parameter is a session's: a session value, or
+    as long as one, of letters and digits both (a search's ``?s=python`` stays)."""
+    return is_session_value(text) or (
+        len(text) >= 12 and _WORDLIKE.fullmatch(text) is not None
+        and any(c.isdigit() for c in text) and any(c.isalpha() for c in text))
 
 
 def _most_repeated(segments: list[str]) -> int:

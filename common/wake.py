@@ -98,4 +98,4 @@ class WakeChannel:
                 delay = min(5.0, delay * 2)
             finally:
                 with contextlib.suppress(*REDIS_ERRORS):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                    await pubsub.aclose()

@@ -53,7 +53,15 @@ from redis.exceptions import (
 
 from common import codec
 from common.codec import text as _text
-from common.config import COMMON_OPTIONS, JSON, Option, add_options, duration, redact_url
+from common.config import (
+    CLI_REDIS_WAIT_S,
+    COMMON_OPTIONS,
+    JSON,
+    Option,
+    add_options,
+    duration,
+    redact_url,
+)
 from common.connection import RedisClient, connect, open_redis
 from common.durability import EVICTION_ADVICE, ServerSettings, server_settings
 from common.errors import BadRequestError, ConfigError, CrawlqError
@@ -63,9 +71,11 @@ from common.logs import setup_logging
 from common.queue import CrawlFormatError, CrawlQueue, CrawlSettings, migrate_crawl
 from common.redis_errors import redis_error_message
 from common.runtime import run_loop
+from common.startup import RedisGaveUpError, StartupWait
 from common.workers import read_workers
 from console.cli_crawl import add_crawl_commands
 from console.cli_hosts import add_host_commands
+from console.cli_proxies import add_proxy_commands
 from console.cli_render import add_render_commands
 from console.cli_traps import add_trap_commands
 from console.crawls import summaries, summary
@@ -455,6 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_host_commands(sub, command, COMMON_OPTIONS)
     add_trap_commands(sub, COMMON_OPTIONS)
     add_render_commands(sub, COMMON_OPTIONS)
+    add_proxy_commands(sub, COMMON_OPTIONS)
     command("crawls", "the crawls in this Redis with their sizes",
             JSON).set_defaults(handler=cmd_crawls)
     add_crawl_commands(sub, COMMON_OPTIONS)
@@ -496,6 +507,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def startup_wait(args: argparse.Namespace) -> StartupWait:
+    """How long a command waits for Redis before its first call: --redis-wait, or
+    CLI_REDIS_WAIT_S (a Redis restarting, a failover); silent until it gives up."""
+    return StartupWait(args.redis_url, args.redis_wait or CLI_REDIS_WAIT_S)
+
+
+async def _answering(args: argparse.Namespace) -> RedisClient:
+    """A client of --redis-url that Redis has answered (a PING when the client did not
+    ask the server anything yet)."""
+    cluster = {"yes": True, "no": False}.get(args.cluster)
+    client = await open_redis(args.redis_url, cluster=cluster,
+                              wait_replicas=args.redis_wait_replicas,
+                              wait_timeout_s=args.redis_wait_timeout)
+    try:
+        await client.ping()
+    except BaseException:
+        await client.aclose()
+        raise
+    return client
+
+
 async def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "demo":
         return await run_demo(args, crawl_keys=crawl_keys)
@@ -504,17 +536,17 @@ async def _dispatch(args: argparse.Namespace) -> int:
     handler: Callable[[argparse.Namespace, RedisClient], Awaitable[int]] = args.handler
     client: RedisClient | None = None
     try:
-        if args.command == "check":
+        if args.command == "check":  # a probe: its --timeout is its wait
             client = connect(args.redis_url, retries=0, socket_timeout=args.timeout)
         else:
-            cluster = {"yes": True, "no": False}.get(args.cluster)
-            client = await open_redis(args.redis_url, cluster=cluster,
-                                      wait_replicas=args.redis_wait_replicas,
-                                      wait_timeout_s=args.redis_wait_timeout)
+            client = await startup_wait(args).step("connect", lambda: _answering(args))
         return await handler(args, client)
     except (UsageError, ConfigError) as exc:
         print(f"crawlq: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except RedisGaveUpError as exc:
+        print(f"crawlq: {exc}", file=sys.stderr)
+        return EXIT_REDIS
     except RedisError as exc:
         message = redis_error_message(exc, args.redis_url)
         if message is None:

@@ -16,12 +16,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from common import codec
-from common.queue import CrawlQueue, Stats
-from common.redis_server import RedisServer
+from redis.exceptions import RedisError
 
-__all__ = ["Children", "SigtermCancels", "dir_summary", "progress_line", "say",
-           "stop_started", "tail", "watch"]
+from common import codec
+from common.config import CLI_REDIS_WAIT_S, redact_url
+from common.exitcodes import EXIT_REDIS
+from common.queue import CrawlQueue, Stats
+from common.redis_errors import REDIS_ERRORS, redis_error_message
+from common.redis_server import RedisServer
+from common.startup import RedisGaveUpError, StartupWait
+
+__all__ = ["Children", "SigtermCancels", "dir_summary", "progress_line", "redis_failed",
+           "redis_wait", "say", "stop_started", "tail", "watch"]
 
 PROGRESS_EVERY_S = 0.5
 PLAIN_PROGRESS_EVERY_S = 5.0
@@ -102,6 +108,34 @@ async def stop_started(sigterm: SigtermCancels, children: Children,
         await asyncio.to_thread(server.stop)
 
 
+def redis_wait(redis_url: str, wait_s: float) -> StartupWait:
+    """The wait of `crawlq run` / `crawlq demo` for their Redis at each start-up step
+    (connect, the crawl's policy, the crawl): --redis-wait, or CLI_REDIS_WAIT_S; one line
+    when it starts waiting."""
+    said = False
+
+    def waiting(step: str, exc: BaseException) -> None:
+        nonlocal said
+        if not said:
+            said = True
+            say(f"waiting for Redis at {redact_url(wait.url)} ({type(exc).__name__}); "
+                f"giving up after {wait.limit_s:g}s (--redis-wait)")
+
+    wait = StartupWait(redis_url, wait_s or CLI_REDIS_WAIT_S, on_wait=waiting)
+    return wait
+
+
+def redis_failed(command: str, exc: RedisGaveUpError | RedisError, redis_url: str) -> int:
+    """Redis gone for a command's whole wait, or refusing it: one line on stderr, exit 3
+    (a Redis error nobody explains is a bug: raised)."""
+    said = str(exc) if isinstance(exc, RedisGaveUpError) else redis_error_message(
+        exc, redis_url)
+    if said is None:
+        raise exc
+    print(f"{command}: {said}", file=sys.stderr, flush=True)
+    return EXIT_REDIS
+
+
 def say(text: str = "") -> None:
     """A line for the operator, now."""
     print(text, flush=True)
@@ -145,7 +179,11 @@ async def watch(children: Children, queue: CrawlQueue, *, total: int | None, tim
             if now > deadline:
                 say(f"\nthe crawl did not finish within {timeout_s:g}s; stopping the consumers")
                 return False
-            line = progress_line(now - started, await queue.stats(), total)
+            try:  # the consumers wait out a Redis outage: so does the progress line
+                line = progress_line(now - started, await queue.stats(), total)
+            except REDIS_ERRORS:
+                await asyncio.sleep(PROGRESS_EVERY_S)
+                continue
             if tty:
                 print(f"\r{line}\x1b[K", end="", flush=True)
             elif now >= next_plain:

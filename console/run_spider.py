@@ -34,12 +34,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from redis.exceptions import RedisError
+
 from common import codec
 from common.browser.chromium import find_chromium
 from common.config import (
     ALLOW_PRIVATE,
     COMMON_OPTIONS,
     REDIS_URL,
+    REDIS_WAIT,
     Option,
     duration,
     redact_url,
@@ -51,7 +54,17 @@ from common.policy import CrawlPolicy, ensure_policy, parse_assignments
 from common.queue import CrawlQueue, Stats
 from common.redis_server import RedisServer
 from common.spider import Spider, load_spider
-from console.local import Children, SigtermCancels, run_producer, say, stop_started, watch
+from common.startup import RedisGaveUpError
+from console.local import (
+    Children,
+    SigtermCancels,
+    redis_failed,
+    redis_wait,
+    run_producer,
+    say,
+    stop_started,
+    watch,
+)
 
 __all__ = ["RUN_OPTIONS", "gather_items", "run_spider"]
 
@@ -71,6 +84,7 @@ RUN_OPTIONS = (
            "`crawlq crawl set` takes it, repeatable (e.g. per_host_delay=0 for a local "
            "site); a crawl with a policy keeps its own", append=True, field="policy"),
     ALLOW_PRIVATE,
+    REDIS_WAIT,
     Option("--browser", "CRAWLQ_RUN_BROWSER", "", "the first consumer renders the render "
            "requests in this Chromium: auto (found on the PATH) or its path; default: auto "
            "when a route renders or the policy's rendering is on, else none"),
@@ -106,8 +120,8 @@ async def run_spider(args: argparse.Namespace) -> int:
     children = Children()
     server: RedisServer | None = None
     sigterm = SigtermCancels()  # kill, docker stop: the run ends through its finally
+    redis_url = args.redis_url
     try:
-        redis_url = args.redis_url
         if not redis_url:
             shutil.rmtree(out / "redis", ignore_errors=True)
             (out / "redis").mkdir()
@@ -115,10 +129,12 @@ async def run_spider(args: argparse.Namespace) -> int:
             await asyncio.to_thread(server.start)
             redis_url = server.url
             say(f"started an embedded redis-server at {redis_url} (stopped when the run ends)")
-        await _policy(redis_url, crawl, policy)
+        wait = redis_wait(redis_url, args.redis_wait)
+        await wait.step("policy", lambda: _policy(redis_url, crawl, policy))
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         common = ["--redis-url", redis_url, "--crawl", crawl, "--log-level", args.log_level,
-                  "--log-format", args.log_format]
+                  "--log-format", args.log_format,
+                  *(["--redis-wait", f"{args.redis_wait:g}s"] if args.redis_wait else [])]
         spec = _spider_arg(args.spider)
         private = ["--allow-private"] if args.allow_private else []
         produced = await run_producer(children, [*common, "--spider", spec], env,
@@ -138,10 +154,10 @@ async def run_spider(args: argparse.Namespace) -> int:
         say(f"started {args.consumers} consumers (logs in {logs})")
         client = connect(redis_url)
         try:
-            queue = await CrawlQueue.existing(client, crawl)
+            queue = await wait.step("crawl", lambda: CrawlQueue.existing(client, crawl))
             ok = await watch(children, queue, total=None, timeout_s=args.timeout,
                              started=started, logs=logs)
-            stats = await queue.stats()
+            stats = await wait.step("stats", queue.stats)
         finally:
             await client.aclose()
         items = await asyncio.to_thread(gather_items, results, items_to) \
@@ -149,6 +165,8 @@ async def run_spider(args: argparse.Namespace) -> int:
         _summary(spider, stats, time.monotonic() - started, items=items, items_to=items_to,
                  sink=args.sink, logs=logs)
         return 0 if ok else 1
+    except (RedisGaveUpError, RedisError) as exc:
+        return redis_failed("crawlq run", exc, redis_url)
     except asyncio.CancelledError:
         sigterm.interrupted("the consumers and Redis")
         raise

@@ -29,6 +29,7 @@ from common.http.fetcher import FetchSettings
 from common.names import WORKER_ID_RULE, validate_worker_id, worker_id_part
 from common.policy import CONSUMER
 from common.policy_flags import policy_flag
+from common.proxies.spec import DEFAULT_TIER, ProxySpec, proxy_spec
 from consumer.sinks import SINK_KINDS, sink_kind
 
 
@@ -42,6 +43,20 @@ def _network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
 
 def _headers(lines: list[str]) -> tuple[tuple[str, str], ...]:
     return tuple(parse_header_lines(lines, ConfigError, "--header / CRAWLQ_HEADERS").items())
+
+
+def _proxy_specs(texts: list[str]) -> tuple[ProxySpec, ...]:
+    """``--proxy`` values as the pool's proxies (ConfigError never echoes a URL: it may
+    hold a password)."""
+    specs = []
+    for i, text in enumerate(texts):
+        try:
+            specs.append(proxy_spec(text))
+        except argparse.ArgumentTypeError as exc:
+            raise ConfigError(f"--proxy #{i + 1}: {exc}") from None
+    if len({spec.id for spec in specs}) < len(specs):
+        raise ConfigError("--proxy: a proxy is given twice (same scheme, user, host and port)")
+    return tuple(specs)
 
 
 def _worker_id(text: str) -> str:
@@ -93,9 +108,11 @@ CONSUMER_OPTIONS = (
            "crawl, repeatable (env: one per line); credential headers are never shown, "
            "never sent to robots.txt, dropped on a redirect to another origin",
            append=True, env_separator="\n", secret=True, field="fetch.headers", convert=_headers),
-    Option("--proxy", "CRAWLQ_PROXIES", [], "HTTP(S) proxy URL, repeatable (env: comma "
-           "separated); rotated per request", append=True, secret=True,
-           field="fetch.proxies", convert=tuple),
+    Option("--proxy", "CRAWLQ_PROXIES", [], "HTTP(S) proxy URL of the crawl's proxy pool, "
+           "[TIER=]URL (e.g. residential=http://user:pass@gate:8000; no tier: "
+           f"{DEFAULT_TIER}), repeatable (env: comma separated); each request goes through "
+           "the pool's pick for its host (docs/proxies.md)", append=True, secret=True,
+           field="proxies", convert=_proxy_specs),
     replace(ALLOW_PRIVATE, field="fetch.allow_private"),
     Option("--allow-network", "CRAWLQ_ALLOW_NETWORKS", [],
            "a network the SSRF guard lets through, repeatable (e.g. 10.1.0.0/16)",
@@ -141,11 +158,6 @@ CONSUMER_OPTIONS = (
            flag_only_bool=True),
     Option("--empty-grace", "CRAWLQ_EMPTY_GRACE", 5.0, "with --exit-when-empty: keep "
            "waiting this long after start for a producer", type=duration, field="empty_grace_s"),
-    Option("--redis-wait", "CRAWLQ_REDIS_WAIT", 0.0, "at start-up, how long Redis may go "
-           "unanswered before the consumer gives up and exits 3 (0 = the mode's default: "
-           f"{SERVICE_REDIS_WAIT_S / 60:g}m for a service, {BATCH_REDIS_WAIT_S:g}s with "
-           "--exit-when-empty, so a batch job on a wrong URL fails instead of hanging)",
-           type=duration, field="redis_wait_s"),
     policy_flag("retry_base", CONSUMER, field="retry_base_s"),
     policy_flag("retry_cap", CONSUMER, field="retry_cap_s"),
     policy_flag("max_retry_after", CONSUMER, field="max_retry_after_s"),
@@ -213,12 +225,12 @@ class ConsumerSettings:
     max_links: int = _DEFAULT["max_links"]
     link_cache: int = _DEFAULT["link_cache"]
     allow_domains: tuple[str, ...] = _DEFAULT["allow_domains"]
+    proxies: tuple[ProxySpec, ...] = _DEFAULT["proxies"]  # the pool's (FetchSettings' URLs)
     http_host: str = _DEFAULT["http_host"]
     http_port: int = _DEFAULT["http_port"]
     grace_s: float = _DEFAULT["grace_s"]
     exit_when_empty: bool = _DEFAULT["exit_when_empty"]
     empty_grace_s: float = _DEFAULT["empty_grace_s"]
-    redis_wait_s: float = _DEFAULT["redis_wait_s"]  # 0: the mode's (`redis_wait_limit_s`)
     retry_base_s: float = _DEFAULT["retry_base_s"]
     retry_cap_s: float = _DEFAULT["retry_cap_s"]
     max_retry_after_s: float = _DEFAULT["max_retry_after_s"]
@@ -265,10 +277,10 @@ class ConsumerSettings:
 
     @property
     def redis_wait_limit_s(self) -> float:
-        """How long Redis may go unanswered at start-up: --redis-wait, or its mode's."""
-        if self.redis_wait_s:
-            return self.redis_wait_s
-        return BATCH_REDIS_WAIT_S if self.exit_when_empty else SERVICE_REDIS_WAIT_S
+        """How long Redis may go unanswered at start-up: --redis-wait (a common option),
+        or its mode's."""
+        return self.common.redis_wait_limit(
+            BATCH_REDIS_WAIT_S if self.exit_when_empty else SERVICE_REDIS_WAIT_S)
 
     @property
     def lease_batch(self) -> int:
@@ -290,6 +302,8 @@ def settings_from_args(args: argparse.Namespace) -> ConsumerSettings:
     bad combination)."""
     values = option_values(CONSUMER_OPTIONS, args)
     # No pool limits (FetchSettings' defaults): the crawl's policy, through the lease, is
-    # the only per-host limit, and --concurrency bounds this process's fetches.
-    fetch = FetchSettings(**values.pop("fetch"))
+    # the only per-host limit, and --concurrency bounds this process's fetches. The
+    # fetcher holds the proxies' URLs too (checked there, scrubbed from its messages).
+    fetch = FetchSettings(**values.pop("fetch"),
+                          proxies=tuple(p.url for p in values["proxies"] if p.url))
     return ConsumerSettings(common=CommonSettings.from_args(args), fetch=fetch, **values)

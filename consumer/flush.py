@@ -1,8 +1,10 @@
 """The consumer's flush path: results to the sink, discovered links to the queue, then
 ack / fail / release in batches — acks only after the sink has the result.
 
-Queue calls are retried through a Redis outage. A sink write that fails is not an
-outage: its tasks are released instead of acked, and `SinkHealth` takes over (see
+Queue calls are retried through a Redis outage, each with its operation id kept across
+its retries: an ack or fail that ran, its reply lost, answers the codes it gave then
+(common/resend.py, lib/once.lua). A sink write that fails is not an outage: its tasks
+are released instead of acked, and `SinkHealth` takes over (see
 ``consumer.sinkhealth``): while the sink fails, batches wait for its next try.
 """
 
@@ -13,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -21,22 +23,35 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from common.errors import RedisUnavailableError
 from common.metrics import Metrics
-from common.queue import Code, CrawlQueue, Failure, Lease
-from common.reasons import NEAR_DUPLICATE
+from common.queue import Code, CrawlQueue, Failure, Lease, NewTask
+from common.queue.calls import new_op_id
 from common.redis_errors import REDIS_ERRORS
 from common.request import Request
-from common.trapbook import Page
+from common.resend import may_run_again
+from common.soft404 import Signature
 from consumer.backoff import Backoff
 from consumer.intake import LinkIntake
+from consumer.judgement import Judge, PageFacts
 from consumer.leases import LeaseBook
+from consumer.sessions import FlushHooks
 from consumer.sinkhealth import SinkHealth
 from consumer.sinks import ProbingSink, Record, Sink
 
 log = logging.getLogger("consumer")
 
 FLUSH_INTERVAL_S = 0.02
+#: How often pages held for a probe's answer are judged again.
+HELD_POLL_S = 0.05
 _LOST = frozenset({Code.STALE, Code.EXPIRED, Code.UNKNOWN})  # the lease was not ours anymore
 DEFAULT_SINK_RETRY_FOR_S = 60.0
+#: The scripts each flush step calls: a step that failed is run again only when they may
+#: all run twice (common/resend.py), or when it did not run.
+STEPS: dict[str, tuple[str, ...]] = {
+    "judgement": ("judgement", "fingerprints"), "traps": ("traps",),
+    "enqueue": ("enqueue", "enqueue_bloom"), "ack": ("ack",), "fail": ("fail",),
+    "release": ("release",),
+    "proxies_sessions": ("proxy_report", "proxy_bans", "session_update"),
+}
 
 
 def sink_outage(exc: BaseException) -> bool:
@@ -55,6 +70,23 @@ def describe_error(exc: BaseException | None) -> str:
     return f"{type(exc).__name__}: {exc}"[:300]
 
 
+async def probe_sink(sink: Sink, health: SinkHealth, metrics: Metrics) -> None:
+    """Try a failing sink without results to write: its probe() (file sinks), else (no
+    probe) let the consumer lease again and try with the next batch."""
+    if not isinstance(sink, ProbingSink):
+        health.trial()
+        return
+    try:
+        await sink.probe()
+    except Exception as exc:
+        metrics.sink_errors_total.inc()
+        log.warning("sink_probe_failed", extra={"error": describe_error(exc)})
+        health.failed(exc)
+        return
+    log.info("sink_probe_passed", extra={"failures": health.failures})
+    health.trial()
+
+
 @dataclass(slots=True)
 class Completion:
     """What became of one leased task, waiting for the flusher.
@@ -69,7 +101,9 @@ class Completion:
     record: Record | None = None
     failure: Failure | None = None
     urls: Sequence[str | Request] = ()
-    page: Page | None = None  # a handled HTML page's fingerprint: a near duplicate?
+    page: PageFacts | None = None  # a handled HTML page's facts, to be judged
+    probe: Signature | None = None  # a probe's answer: its directory's soft-404 signature
+    child_meta: dict[str, Any] | None = None  # its links' meta, when not its own
 
 
 class FlushAbandoned(Exception):
@@ -86,13 +120,15 @@ class Flusher:
                  turn_soon: Callable[[Sequence[Lease]], bool] = lambda leases: True,
                  urgent: Callable[[], bool] = lambda: False,
                  notify: Callable[[], Awaitable[None]] | None = None,
-                 health: SinkHealth | None = None) -> None:
+                 health: SinkHealth | None = None, judge: Judge | None = None,
+                 hooks: FlushHooks | None = None) -> None:
         self.queue = queue
         self.sink = sink
         self.metrics = metrics
         self.book = book
         self.worker = worker
         self.intake = intake
+        self.judge = judge  # None: no page is judged (no fleet-wide trap state)
         self._on_freed = on_freed
         self._turn_soon = turn_soon
         self._urgent = urgent
@@ -101,7 +137,10 @@ class Flusher:
         self._notify = notify
         self._flush_at = batch
         self.health = health if health is not None else SinkHealth(DEFAULT_SINK_RETRY_FOR_S)
+        #: The proxy pool's and the sessions': written before a batch's links and acks.
+        self._hooks = hooks or FlushHooks()
         self.completions: list[Completion] = []
+        self._held: list[Completion] = []  # pages whose judgement waits for a probe
         self._in_flush: set[str] = set()  # ids of the batches being flushed
         self._quiet = asyncio.Event()  # no batch is being flushed
         self._quiet.set()
@@ -142,7 +181,8 @@ class Flusher:
     def finishing(self) -> set[str]:
         """Ids whose results wait to be flushed or are being flushed (they are not to be
         released)."""
-        return {c.lease.id for c in self.completions if c.kind != "drop"} | self._in_flush
+        return {c.lease.id for c in [*self.completions, *self._held]
+                if c.kind != "drop"} | self._in_flush
 
     async def run(self, closing: Callable[[], bool]) -> None:
         """Flush as soon as a good batch is ready, else at most FLUSH_INTERVAL_S late; at
@@ -161,12 +201,14 @@ class Flusher:
                 if not self.health.failing:
                     continue
                 if not self.completions:
-                    await self._probe()
+                    await probe_sink(self.sink, self.health, self.metrics)
                     continue
                 self._completed.clear()
                 await self.flush()
                 continue
-            await self._completed.wait()
+            with contextlib.suppress(TimeoutError):  # held pages are judged again soon
+                await asyncio.wait_for(self._completed.wait(), HELD_POLL_S if self._held
+                                       else None)
             deadline = time.monotonic() + FLUSH_INTERVAL_S
             while len(self.completions) < self._flush_at and not self._flush_now():
                 left = deadline - time.monotonic()
@@ -180,6 +222,7 @@ class Flusher:
 
     async def flush(self) -> None:
         """Write completed results, then ack/fail/release them (retrying through outages)."""
+        self.completions[:0], self._held = self._held, []
         while self.completions:
             batch = self.completions[:1000]
             del self.completions[:1000]
@@ -217,7 +260,10 @@ class Flusher:
                 self._on_freed(False)
                 continue
             live.append(c)
-        await self._near_duplicates(live)
+        probes, held = await self._judge(live)
+        if held:
+            self._held += held
+            live = [c for c in live if all(c is not h for h in held)]
         for c in live:
             lease = c.lease
             if c.kind == "ack":
@@ -238,17 +284,25 @@ class Flusher:
             codes = await self._retry("release", lambda: self.queue.release(
                 self.worker, recorded, restart_turn=True))
             self._account(recorded, codes, ["released"] * len(recorded))
-        children, seen = self.intake.children(
-            (c.lease.task, c.urls) for c in live if c.urls and c.lease.id not in unwritten)
+        await self._retry("proxies_sessions", self._hooks.write)
+        found = ((c.lease.task if c.child_meta is None else replace(c.lease.task,
+                                                                    meta=c.child_meta),
+                  c.urls) for c in live if c.urls and c.lease.id not in unwritten)
+        children, seen = self.intake.children(self._hooks.carry(found))
+        children = self._hooks.stamp(children)
         children = await self._retry("traps", lambda: self.intake.admit(children))
+        children += probes
         if children:
             await self._retry("enqueue", lambda: self.queue.enqueue(children))
         self.intake.sent(seen)
+        ack_op, fail_op = new_op_id(), new_op_id()  # the same through a step's retries
         if acks:
-            codes = await self._retry("ack", lambda: self.queue.ack(self.worker, acks))
+            codes = await self._retry("ack", lambda: self.queue.ack(self.worker, acks,
+                                                                    op=ack_op))
             self._account([a[0] for a in acks], codes, [a[1] for a in acks])
         if fails:
-            results = await self._retry("fail", lambda: self.queue.fail(self.worker, fails))
+            results = await self._retry("fail", lambda: self.queue.fail(self.worker, fails,
+                                                                        op=fail_op))
             self._account([f.lease for f in fails], [c for c, _ in results],
                           [""] * len(fails))
         if releases:
@@ -268,26 +322,15 @@ class Flusher:
         if self._notify is not None and (children or soon):
             await self._notify()  # slots freed, links queued: idle peers may lease now
 
-    async def _near_duplicates(self, live: list[Completion]) -> None:
-        """Judge the batch's pages by their hosts' fingerprints, in one call per
-        partition: a near duplicate ends done with outcome near_duplicate, its links not
-        followed and its items not written (the handler ran on it before the verdict
-        came: its items are those of a page already crawled, or of a soft 404)."""
-        trapbook = self.intake.book
-        judged = [(c, c.page) for c in live if c.kind == "ack" and c.page is not None]
-        if trapbook is None or not judged:
-            return
-        pages = [page for _, page in judged]
-        verdicts = await self._retry("near_duplicates",
-                                     lambda: trapbook.near_duplicates(pages))
-        for (c, _), near in zip(judged, verdicts, strict=True):
-            if near:
-                c.outcome = NEAR_DUPLICATE
-                c.urls = ()
-                if c.record is not None:
-                    c.record.outcome = NEAR_DUPLICATE
-                    c.record.items = []
-                self.intake.tally(c.lease.host, NEAR_DUPLICATE)
+    async def _judge(self, live: list[Completion]) -> tuple[list[NewTask], list[Completion]]:
+        """The batch's pages judged (``consumer.judgement``): the probes to enqueue, the
+        pages held for a probe (none while stopping). A retry keeps its operation id."""
+        if self.judge is None:
+            return [], []
+        judge, holding, op = self.judge, self.give_up_at is None, new_op_id()
+        verdict = await self._retry("judgement", lambda: judge.judge(
+            live, self.intake.tally, holding=holding, op=op))
+        return verdict.probes, verdict.held
 
     def _account(self, leases: Sequence[Lease], codes: Sequence[Code],
                  outcomes: Sequence[str]) -> None:
@@ -337,36 +380,23 @@ class Flusher:
             self.health.written()
             return True
 
-    async def _probe(self) -> None:
-        """Try a failing sink without results to write: its probe() (file sinks), else
-        (no probe) let the consumer lease again and try with the next batch."""
-        if not isinstance(self.sink, ProbingSink):
-            self.health.trial()
-            return
-        try:
-            await self.sink.probe()
-        except Exception as exc:
-            self.metrics.sink_errors_total.inc()
-            log.warning("sink_probe_failed", extra={"error": describe_error(exc)})
-            self.health.failed(exc)
-            return
-        log.info("sink_probe_passed", extra={"failures": self.health.failures})
-        self.health.trial()
-
     def _give_up_if_due(self, what: str, exc: Exception) -> None:
         if self.give_up_at is not None and time.monotonic() >= self.give_up_at:
             self.abandoned = FlushAbandoned(f"{what}: {str(exc)[:200]}")
             raise self.abandoned from exc
 
     async def _retry(self, what: str, call: Callable[[], Awaitable[Any]]) -> Any:
-        """Run a flush step until it succeeds: results are never dropped for an outage
-        while the consumer runs; one stopping gives up at `give_up_at`."""
+        """Run flush step `what` until it succeeds: results are never dropped for an
+        outage while the consumer runs; one stopping gives up at `give_up_at`. A step
+        whose call may have run is run again only if its `STEPS` may run twice."""
         backoff = Backoff()
         while True:
             try:
                 return await call()
             except REDIS_ERRORS as exc:
                 self.metrics.redis_errors_total.inc()
+                if not may_run_again(exc, STEPS[what]):
+                    raise
                 self._give_up_if_due(what, exc)
                 log.warning("flush_retry", extra={"step": what, "error": str(exc)[:200]})
                 await backoff.sleep()

@@ -15,12 +15,17 @@ from common import history
 from common.metrics import Metrics
 from common.queue import CrawlQueue, Lease
 from common.redis_errors import REDIS_ERRORS
+from common.resend import may_run_again
 from common.workers import WorkerRegistry
 from consumer.leases import LeaseBook
 
 log = logging.getLogger("consumer")
 
 PROGRESS_EVERY_S = 30.0
+#: What each loop runs again, at its next round, after a Redis error (common/resend.py:
+#: each may run twice).
+HEARTBEAT_SCRIPTS = ("renew", "worker_beat")
+REAPER_SCRIPTS = ("reclaim", "promote", "revisit", "history_get", "history_push")
 
 
 class Housekeeping:
@@ -56,9 +61,7 @@ class Housekeeping:
         while not closing():
             status = self._status()
             with contextlib.suppress(*REDIS_ERRORS):
-                await self.registry.beat(
-                    in_flight=int(status["in_flight"]), done=int(status["done"]),
-                    failed=int(status["failed"]), state=str(status["state"]))
+                await self.beat(status)
             if self._stopped(closing):
                 return
             await asyncio.sleep(interval)
@@ -76,6 +79,13 @@ class Housekeeping:
                     "per_s": round((done - last_done) / (now - last_log), 1)})
                 last_log, last_done = now, done
 
+    async def beat(self, status: dict[str, int | str] | None = None) -> None:
+        """This worker's entry in the registry, written (raises a Redis error)."""
+        status = status or self._status()
+        await self.registry.beat(
+            in_flight=int(status["in_flight"]), done=int(status["done"]),
+            failed=int(status["failed"]), state=str(status["state"]))
+
     @staticmethod
     def _stopped(closing: Callable[[], bool]) -> bool:
         """The consumer is closing, or a cancel reached this task and redis-py turned it
@@ -92,6 +102,8 @@ class Housekeeping:
             lost = await self.queue.renew(self.worker, leases, int(self.book.lease_s * 1000))
         except REDIS_ERRORS as exc:
             self.metrics.redis_errors_total.inc()
+            if not may_run_again(exc, HEARTBEAT_SCRIPTS):
+                raise
             log.warning("redis_error", extra={"during": "renew", "error": str(exc)[:200]})
             return
         lost_ids = {lease.id for lease, _ in lost}
@@ -130,6 +142,8 @@ class Housekeeping:
                 await self._snapshot(reaped is not None)
             except REDIS_ERRORS as exc:
                 self.metrics.redis_errors_total.inc()
+                if not may_run_again(exc, REAPER_SCRIPTS):
+                    raise
                 log.warning("redis_error", extra={"during": "reap", "error": str(exc)[:200]})
             await asyncio.sleep(interval * random.uniform(0.8, 1.2))
 

@@ -9,7 +9,9 @@ A handler's :class:`~common.request.Request` goes the same way, keeping its meth
 label, data and headers; the cache remembers it by its unique key (for a GET, its URL),
 which is what the queue deduplicates it by.
 
-A link that is not cached loses its session ids and is judged by the crawl's trap rules
+A link that is not cached loses its session ids (and, where its host showed session
+tokens fresh per visit, ``common.traps.fresh_tokens``, is deduplicated without them: its
+task's unique key) and is judged by the crawl's trap rules
 (``common.traps``: its length, path segments, a repeated segment, query parameters), and
 by its page: a page's links to its own path that make a faceted search (``trap_facets``)
 are refused. A refused one is counted by its rule's fate and tallied for its host, and
@@ -36,22 +38,45 @@ empties the cache, whose generations follow it.
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from common.errors import InvalidRequestError
 from common.hostmodel.hostkey import host_key
 from common.metrics import LINK_FATES, Metrics
 from common.queue import NewTask
+from common.queue.calls import new_op_id
 from common.request import Request, request_key
 from common.task import Task
 from common.trapbook import TrapBook, Variant
-from common.traps import FACETS, VARIANTS, TrapRules, strip_session_ids, variant_of
+from common.traps import (
+    FACETS,
+    VARIANTS,
+    TrapRules,
+    fresh_tokens,
+    strip_session_ids,
+    variant_of,
+    without_tokens,
+)
 from common.urls import canonicalize, fingerprint
 
 if TYPE_CHECKING:
     from consumer.live import LivePolicy
+
+
+#: Pages that must show a fresh session token before it is learned for their host.
+TOKEN_PAGES = 1
+
+
+class Tokens(Protocol):
+    """Where the session tokens learned per host are kept (``consumer.judgement``)."""
+
+    def tokens(self, host: str) -> Mapping[str, str]: ...
+
+    def learn(self, host: str, rule: str, value: str) -> None: ...
 
 
 class SeenCache:
@@ -97,6 +122,19 @@ class SeenCache:
         self._born = self._clock()
 
 
+@dataclass(frozen=True, slots=True)
+class _TrapCall:
+    """One call of `LinkIntake.admit` to the trap book, kept as it was sent until it is
+    answered."""
+
+    tasks: Sequence[NewTask]
+    checks: list[Variant]
+    at: list[int]  # the index in `tasks` of each check
+    tallies: dict[tuple[str, str], int]
+    limit: int
+    op: str
+
+
 class _Marks(list[str]):
     """URLs to remember once enqueued, and the scope they were judged in."""
 
@@ -112,11 +150,15 @@ class LinkIntake:
     as the policy snapshot `policy` returns says at each batch."""
 
     def __init__(self, metrics: Metrics, policy: Callable[[], LivePolicy], *,
-                 cache_size: int, book: TrapBook | None = None) -> None:
+                 cache_size: int, book: TrapBook | None = None,
+                 tokens: Tokens | None = None) -> None:
         self.metrics = metrics
         self._policy = policy
         self.book = book  # None: no fleet-wide trap state (path variants, tallies)
+        self.tokens = tokens  # None: no session token is learned
+        self._candidates: dict[tuple[str, str], int] = {}  # (host, rule) -> pages
         self._tallies: dict[tuple[str, str], int] = {}  # (host, reason) -> n, not sent
+        self._unanswered: _TrapCall | None = None  # the last call that got no answer
         now = self._now = policy()
         self.allow_domains = frozenset(now.allow_domains)
         self._traps = now.traps
@@ -165,10 +207,12 @@ class LinkIntake:
             domains = self.allow_domains or frozenset((_host(task.url),))
             facets = traps.facet_links(task.url, [u if isinstance(u, str) else u.url
                                                   for u in urls])
+            rules = self._learn(task.url, urls) if traps.session_ids else {}
             for raw in urls:
                 if not isinstance(raw, str):
                     child = self._request(raw, task, domains, attempts, traps,
-                                          batch=batch, mark=mark, facets=facets)
+                                          batch=batch, mark=mark, facets=facets,
+                                          rules=rules)
                     if child is not None:
                         out.append(child)
                     continue
@@ -182,7 +226,8 @@ class LinkIntake:
                     continue
                 if traps.session_ids:
                     url = strip_session_ids(url)
-                if url in cache or url in batch:
+                key = without_tokens(url, rules) or url
+                if key in cache or key in batch:
                     fates["cached"] += 1
                     if url != raw:
                         mark.append(raw)
@@ -201,18 +246,20 @@ class LinkIntake:
                         if url != raw:
                             mark.append(raw)
                     continue
-                batch.add(url)
-                mark.append(url)
+                batch.add(key)
+                mark.append(key)
                 if url != raw:
                     mark.append(raw)
                 fates["sent"] += 1
-                out.append(NewTask(url, fingerprint(url), max_attempts=attempts,
-                                   meta=task.meta, depth=task.depth + 1))
+                out.append(NewTask(url, fingerprint(key), max_attempts=attempts,
+                                   meta=task.meta, depth=task.depth + 1,
+                                   unique_key=key if key != url else None))
         return out, mark
 
     def _request(self, request: Request, parent: Task, domains: frozenset[str],
                  attempts: int, traps: TrapRules, *, batch: set[str],
-                 mark: list[str], facets: frozenset[str]) -> NewTask | None:
+                 mark: list[str], facets: frozenset[str],
+                 rules: Mapping[str, str] | None = None) -> NewTask | None:
         """The task of a Request a handler returned, or None (counted) if it is not one.
         A GET or HEAD is judged by the trap rules like a link (a route's follow of a
         selector's links is one); a request with a body is the handler's own word."""
@@ -230,7 +277,12 @@ class LinkIntake:
                 fates[refused] += 1
                 self.tally(host_key(url), refused)
                 return None
-        key = request_key(request.method, url, request.body, request.unique_key)
+        unique = request.unique_key
+        if unique is None and request.body is None:  # a session token is not its identity
+            unique = without_tokens(url, rules or {})
+            if unique is not None:
+                request = dataclasses.replace(request, unique_key=unique)
+        key = request_key(request.method, url, request.body, unique)
         if key in self.cache or key in batch:
             fates["cached"] += 1
             return None
@@ -244,6 +296,21 @@ class LinkIntake:
         mark.append(key)
         fates["sent"] += 1
         return task
+    def _learn(self, page: str, urls: Sequence[str | Request]) -> Mapping[str, str]:
+        """The session-token rules of `page`'s host (``common.traps.fresh_tokens``),
+        with those its links show (learned once `TOKEN_PAGES` pages showed them)."""
+        if self.tokens is None:
+            return {}
+        host = host_key(page)
+        shown = fresh_tokens(page, [u if isinstance(u, str) else u.url for u in urls])
+        for rule, value in shown.items():
+            seen = self._candidates[(host, rule)] = self._candidates.get((host, rule), 0) + 1
+            if seen >= TOKEN_PAGES:
+                self.tokens.learn(host, rule, value)
+            if len(self._candidates) > 10_000:
+                self._candidates.clear()
+        return self.tokens.tokens(host)
+
     def tally(self, host: str, reason: str, n: int = 1) -> None:
         """Count `n` of `host`'s links refused (or pages not followed) for `reason`, for
         the host's trap tallies (sent with the next `admit`)."""
@@ -253,10 +320,34 @@ class LinkIntake:
     async def admit(self, tasks: Sequence[NewTask]) -> list[NewTask]:
         """`tasks` (from `children`) but those whose path has had too many query
         variants across the fleet (``trap_path_variants``, counted ``trap_variants``);
-        sends the hosts' trap tallies with the same call. Without a `book`: `tasks`."""
+        sends the hosts' trap tallies with the same call. Without a `book`: `tasks`.
+        After a call that raised, the next sends its tallies again under its operation
+        id (the flusher's retry of the batch: the same `tasks`)."""
         if self.book is None:
             self._tallies.clear()
             return list(tasks)
+        call = self._unanswered
+        if call is None or call.tasks is not tasks:
+            if call is not None:  # another batch (the lost one's was given up): its
+                for (host, reason), n in call.tallies.items():  # tallies go with it
+                    self.tally(host, reason, n)
+            call = self._call(tasks)
+            if call is None:
+                return list(tasks)
+        # A call that got no answer is sent again as it was, with its operation id (the
+        # flusher's retry of this batch): counted once, if it ran.
+        self._unanswered = call
+        verdicts = await self.book.judge(call.checks, call.tallies, call.limit, op=call.op)
+        self._unanswered = None
+        at = call.at
+        refused = {at[j] for j, ok in enumerate(verdicts) if not ok}
+        if refused:
+            self._fates["sent"] -= len(refused)
+            self._fates[VARIANTS] += len(refused)
+        return [t for i, t in enumerate(tasks) if i not in refused]
+
+    def _call(self, tasks: Sequence[NewTask]) -> _TrapCall | None:
+        """The trap call for `tasks` and the tallies so far (taken), or None for none."""
         limit = self._now.traps.path_variants
         checks: list[Variant] = []
         at: list[int] = []
@@ -267,19 +358,9 @@ class LinkIntake:
                     checks.append(Variant(host_key(task.url), *variant))
                     at.append(i)
         if not checks and not self._tallies:
-            return list(tasks)
+            return None
         tallies, self._tallies = self._tallies, {}
-        try:
-            verdicts = await self.book.judge(checks, tallies, limit)
-        except BaseException:
-            for (host, reason), n in tallies.items():  # sent with the next call
-                self.tally(host, reason, n)
-            raise
-        refused = {at[j] for j, ok in enumerate(verdicts) if not ok}
-        if refused:
-            self._fates["sent"] -= len(refused)
-            self._fates[VARIANTS] += len(refused)
-        return [t for i, t in enumerate(tasks) if i not in refused]
+        return _TrapCall(tasks, checks, at, tallies, limit, new_op_id())
 
     def sent(self, mark: Sequence[str]) -> None:
         """The queue has deduplicated these URLs: later copies may skip it (unless the

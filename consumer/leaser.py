@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from common.metrics import Metrics
 from common.queue import Lease, LeaseBatch, LeasingQueue
 from common.redis_errors import REDIS_ERRORS
+from common.resend import may_run_again
 from consumer.backoff import Backoff
 from consumer.clock import RedisClock
 from consumer.config import ConsumerSettings
@@ -29,6 +30,10 @@ from consumer.stopping import Stopping
 from consumer.window import CpuWindow
 
 log = logging.getLogger("consumer")
+
+#: What the lease loop runs again after a Redis error (common/resend.py: it may, as each
+#: may run twice; lease.lua's operation id answers a call sent again).
+LEASE_SCRIPTS = ("lease",)
 
 #: In a polite crawl, a lease's request starts this long after the lease call returned
 #: (see Leaser.dispatch): event-loop delays up to this long don't bring two requests to
@@ -138,6 +143,8 @@ class Leaser:
                     self.book.slots, ahead_ms=AHEAD_MS if self._timed else 0)
             except REDIS_ERRORS as exc:
                 self.metrics.redis_errors_total.inc()
+                if not may_run_again(exc, LEASE_SCRIPTS):
+                    raise
                 log.warning("redis_error", extra={"during": "lease", "error": str(exc)[:200]})
                 await errors.sleep(self.stopping.stop)
                 continue

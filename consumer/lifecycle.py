@@ -40,7 +40,9 @@ from common.http.fetcher import Fetcher
 from common.metrics import Metrics
 from common.queue import Code, Lease, LeasingQueue
 from common.redis_errors import REDIS_ERRORS
+from common.scripts import load_registered
 from common.spider import Spider
+from common.startup import StartupWait, outage
 from common.trapbook import TrapBook
 from common.wake import WakeChannel
 from common.workers import WorkerRegistry
@@ -49,12 +51,15 @@ from consumer.flush import FlushAbandoned, Flusher, describe_error
 from consumer.handlers import Handler
 from consumer.housekeeping import Housekeeping
 from consumer.intake import LinkIntake
+from consumer.judgement import Judge
 from consumer.leaser import Leaser
 from consumer.leases import LeaseBook
 from consumer.live import Live, LivePolicy, PolicyReader
+from consumer.proxied import PageFetch
 from consumer.robots import RobotsCache
 from consumer.routing import Router
 from consumer.runner import Runner
+from consumer.sessions import FlushHooks
 from consumer.sinkhealth import SinkHealth
 from consumer.sinks import Sink, sink_target
 from consumer.slots import IN_SLOT, SHUTDOWN_WAIT_S, Slots, Stage, cancel
@@ -75,20 +80,11 @@ class Consumer:
     """One consumer process over one crawl: runs its parts, sheds, drains. `live` is the
     policy snapshot `fetcher` and `robots` read (a new one when they read none)."""
 
-    def __init__(
-        self,
-        settings: ConsumerSettings,
-        queue: LeasingQueue,
-        fetcher: Fetcher,
-        sink: Sink,
-        metrics: Metrics,
-        *,
-        live: Live | None = None,
-        robots: RobotsCache | None = None,
-        handler: Handler | None = None,
-        spider: Spider | None = None,
-        browser: BrowserFetcher | None = None,
-    ) -> None:
+    def __init__(self, settings: ConsumerSettings, queue: LeasingQueue, fetcher: Fetcher,
+                 sink: Sink, metrics: Metrics, *, live: Live | None = None,
+                 robots: RobotsCache | None = None, handler: Handler | None = None,
+                 spider: Spider | None = None, browser: BrowserFetcher | None = None
+                 ) -> None:
         self.s = settings
         self.worker_id = settings.worker_id
         self.queue = queue
@@ -103,15 +99,19 @@ class Consumer:
             live = Live(LivePolicy.of_flags(settings))
         self.policy = PolicyReader(queue, live, stopping=self.stopping,
                                    on_change=self._woken)
-        intake = LinkIntake(metrics, live, cache_size=settings.link_cache,
-                            book=TrapBook(queue))
+        book = TrapBook(queue, self.worker_id)
+        judge = Judge(book, live, metrics, self.worker_id)
+        intake = LinkIntake(metrics, live, cache_size=settings.link_cache, book=book,
+                            tokens=judge)
         self.wake = WakeChannel(queue.client, queue.crawl_keys.wake, listening=True)
         self.sink_health = SinkHealth(settings.sink_retry_for_s)
+        self.hooks = FlushHooks.of(settings, queue, live, metrics)  # proxies, sessions
         self.flusher = Flusher(queue, sink, metrics, self.book, worker=self.worker_id,
                                batch=max(8, settings.lease_batch // 4), intake=intake,
                                on_freed=self._slot_freed, turn_soon=self._turn_soon,
                                urgent=self._starved,
-                               notify=self.wake.notify, health=self.sink_health)
+                               notify=self.wake.notify, health=self.sink_health,
+                               judge=judge, hooks=self.hooks)
         self.leaser = Leaser(settings, queue, self.book, self.slots, window=self.window,
                              metrics=metrics, stopping=self.stopping, health=self.sink_health,
                              policy=self.policy, flusher=self.flusher,
@@ -123,7 +123,9 @@ class Consumer:
         self.runner = Runner(settings, queue, fetcher=fetcher, robots=robots, router=router,
                              metrics=metrics, book=self.book, slots=self.slots,
                              leaser=self.leaser, flusher=self.flusher, policy=self.policy,
-                             window=self.window, stopping=self.stopping, browser=browser)
+                             window=self.window, stopping=self.stopping,
+                             pages=PageFetch(fetcher, self.hooks.proxies,
+                                             self.hooks.sessions), browser=browser)
         self.housekeeping = Housekeeping(
             queue, self.book, metrics,
             WorkerRegistry(queue.client, queue.crawl, self.worker_id, ttl_s=settings.lease_s),
@@ -131,6 +133,7 @@ class Consumer:
             on_lost=self.lost, settling=self.flusher.finishing, on_beat=self.policy.read)
         self.stop_reason = ""
         self.exit_code = EXIT_OK
+        self.prepared = False  # `prepare`d: the policy read, the scripts loaded
         metrics.in_flight.set_function(lambda: self.slots.count(Stage.FETCHING))
 
     # The callbacks the flusher is built with go through the leaser made after it.
@@ -200,10 +203,12 @@ class Consumer:
         log.info("consumer_started", extra={"worker": self.worker_id, "crawl": self.queue.crawl,
                                              "concurrency": self.s.concurrency})
         closing = self.stopping.is_closing
-        await self.policy.read()
+        if not self.prepared:
+            await self.policy.read()
+        await self.hooks.start()  # the fleet's word on its proxies before any pick
         helpers = [asyncio.create_task(c) for c in (
             self.housekeeping.heartbeat(closing), self.housekeeping.reaper(closing),
-            self.flusher.run(closing))]
+            self.flusher.run(closing), *self.hooks.loops(closing))]
         listener = asyncio.create_task(
             self.wake.listen(self._woken, closing, on_policy=self.policy.changed))
         self.slots.start(self.runner.work, self.s.concurrency)
@@ -368,3 +373,25 @@ class Consumer:
             if code == Code.OK:
                 self.metrics.task("released")
         self.leaser.wake()
+
+
+async def prepare(consumer: Consumer, wait: StartupWait) -> None:
+    """A consumer's last start-up steps, each waiting through a Redis outage
+    (common.startup): the crawl's policy read, its scripts loaded, itself in the worker
+    registry. `Consumer.run` reads the policy itself when these were not run (tests)."""
+    await wait.step("live policy", consumer.policy.load)
+    await wait.step("scripts", lambda: load_registered(consumer.queue.client))
+    await wait.step("registry", lambda: _join(consumer))
+    consumer.prepared = True
+
+
+async def _join(consumer: Consumer) -> None:
+    """The registry's first beat; a refusal that is no outage (a full Redis, an ACL) is
+    a WARNING, as at every heartbeat: the registry is for the operator, the crawl goes
+    on without it."""
+    try:
+        await consumer.housekeeping.beat()
+    except REDIS_ERRORS as exc:
+        if outage(exc):
+            raise
+        log.warning("worker_registry_not_written", extra={"error": str(exc)[:200]})

@@ -19,10 +19,13 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from common.bans import Blocked
 from common.errors import ConfigError
 from common.policy import OPTIONS, CrawlPolicy, read_values
+from common.proxies import ProxyRules
 from common.queue import CrawlQueue, DedupMode
 from common.redis_errors import REDIS_ERRORS
+from common.sessions import SessionRules
 from common.traps import TrapRules
 from consumer.config import ConsumerSettings
 from consumer.stopping import Stopping
@@ -50,6 +53,11 @@ class LivePolicy:
     conditional: bool  # a recrawl sends its URL's validators
     traps: TrapRules  # the links refused as crawler traps
     near_duplicate_distance: int  # bits a near duplicate's fingerprint may differ (-1: off)
+    soft_404: bool  # hosts are probed for soft 404s
+    drop_judged_items: bool  # a near duplicate's or soft 404's items are dropped
+    proxies: ProxyRules  # the proxy pool's tiers, bans and quarantines
+    bans: Blocked  # what a blocked answer looks like (the crawl's rules)
+    sessions: SessionRules  # a host's pool of sessions, and their usage count
 
     @classmethod
     def of_flags(cls, settings: ConsumerSettings) -> LivePolicy:
@@ -59,7 +67,10 @@ class LivePolicy:
                    settings.fetch.user_agent, settings.robots_ttl_s, settings.max_depth,
                    settings.allow_domains, OPTIONS["max_attempts"].default,
                    OPTIONS["recrawl_after"].default, False, OPTIONS["conditional"].default,
-                   CrawlPolicy().trap_rules(), OPTIONS["near_duplicate_distance"].default)
+                   CrawlPolicy().trap_rules(), OPTIONS["near_duplicate_distance"].default,
+                   OPTIONS["soft_404"].default, OPTIONS["drop_judged_items"].default,
+                   CrawlPolicy().proxy_rules(), CrawlPolicy().ban_rules(),
+                   CrawlPolicy().session_rules())
 
     @classmethod
     def of(cls, version: int, policy: CrawlPolicy, recrawl_after: int) -> LivePolicy:
@@ -70,7 +81,8 @@ class LivePolicy:
                    policy.user_agent, policy.robots_ttl, policy.max_depth,
                    policy.allow_domains, policy.max_attempts, recrawl_after,
                    policy.keeps_history, policy.conditional, policy.trap_rules(),
-                   policy.near_duplicate_distance)
+                   policy.near_duplicate_distance, policy.soft_404, policy.drop_judged_items,
+                   policy.proxy_rules(), policy.ban_rules(), policy.session_rules())
 
 
 class Live:
@@ -117,10 +129,14 @@ class PolicyReader:
         its retry policy and recrawl window; on a Redis error keep what it had (the next
         heartbeat reads it again)."""
         try:
-            stored = await read_values(self.queue.client, self.queue.crawl)
+            await self.load()
         except REDIS_ERRORS as exc:
             log.warning("redis_error", extra={"during": "policy", "error": str(exc)[:200]})
-            return
+
+    async def load(self) -> None:
+        """`read`, raising a Redis error (a consumer's start-up waits it out)."""
+        try:
+            stored = await read_values(self.queue.client, self.queue.crawl)
         except ConfigError as exc:  # a stored value this crawlq can't read
             log.warning("crawl_policy_unreadable", extra={"error": str(exc)[:200]})
             return

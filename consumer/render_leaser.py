@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from common.metrics import Metrics
 from common.queue import Lease, LeasingQueue
 from common.redis_errors import REDIS_ERRORS
+from common.resend import may_run_again
 from consumer.backoff import Backoff
 from consumer.clock import RedisClock
 from consumer.leases import LeaseBook
@@ -36,6 +37,9 @@ log = logging.getLogger("consumer")
 #: partition: two reads).
 MIN_WAIT_S = 0.02
 MAX_WAIT_S = 0.25
+#: What the render lease loop runs again after a Redis error (common/resend.py: its
+#: operation id answers a call sent again, as lease.lua's).
+RENDER_LEASE_SCRIPTS = ("lease_render",)
 
 
 class RenderLeaser:
@@ -93,6 +97,8 @@ class RenderLeaser:
                 batch = await self.queue.lease_renders(self.worker, room, self.lease_ms)
             except REDIS_ERRORS as exc:
                 self.metrics.redis_errors_total.inc()
+                if not may_run_again(exc, RENDER_LEASE_SCRIPTS):
+                    raise
                 log.warning("redis_error", extra={"during": "lease_render",
                                                   "error": str(exc)[:200]})
                 await errors.sleep(self.stopping.stop)

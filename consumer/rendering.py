@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ from common.items import Item
 from common.queue import Lease
 from common.queue.rendermodes import RenderModes
 from common.reasons import NO_BROWSER
+from common.redis_errors import REDIS_ERRORS
 from common.request import Request
 from consumer.handlers import HandlerContext, as_result
 from consumer.routing import Router
@@ -33,6 +35,8 @@ if TYPE_CHECKING:
     from common.browser.fetcher import BrowserFetcher
 
 __all__ = ["fetch_of", "same_output"]
+
+log = logging.getLogger("consumer")
 
 
 def fetch_of(lease: Lease, fetcher: Fetcher, browser: BrowserFetcher | None,
@@ -76,8 +80,12 @@ async def _probe(url: str, *, browser: BrowserFetcher, fetcher: Fetcher, router:
     except FetchError:
         return rendered  # no vote: the HTTP fetch said nothing about the page
     if plain.status == rendered.status:
-        await modes.vote(lease.host, lease.task.label,
-                         await same_output(router, lease, rendered, plain))
+        same = await same_output(router, lease, rendered, plain)
+        try:
+            await modes.vote(lease.host, lease.task.label, same)
+        except REDIS_ERRORS as exc:  # render_vote.lua is never sent again (resend.py)
+            log.warning("render_vote_dropped", extra={"host": lease.host,
+                                                      "error": str(exc)[:200]})
     return rendered
 
 

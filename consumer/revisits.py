@@ -5,8 +5,10 @@ A task the frontier brought back carries its URL's previous visit (`Task.revisit
 - its validators go out as ``If-None-Match`` / ``If-Modified-Since``
   (`conditional_headers`; the fetcher sends them to the task's URL only);
 - the response's outcome (`outcome_of`): a 304 is ``not_modified``; a 2xx whose digest is
-  the previous one is ``unchanged``, one whose digest differs ``changed``; anything else
-  (a first visit, a 4xx, a final 3xx) is ``ok`` / ``http_4xx`` as ever;
+  the previous one is ``unchanged``, one whose digest differs ``changed``; a 404 or 410
+  ``gone`` (the page was deleted since: under a recrawl window its ack deletes the URL's
+  history record, so the producer brings it back no more); anything else (a first visit,
+  another 4xx, a final 3xx) is ``ok`` / ``http_4xx`` as ever;
 - `observe` says what goes into the URL's history with the ack (`Lease.observed`): the
   response's validators (only when it came from the task's URL itself, not through a
   redirect: a validator is its URL's own), its digest and its freshness lifetime. A 304
@@ -27,11 +29,13 @@ from common.http.fetcher import FetchResult, http_date
 from common.revisit import MAX_VALIDATOR_BYTES, Observed, Revisit
 from consumer.sinks import Record
 
-__all__ = ["NOT_HANDLED", "conditional_headers", "digest", "max_age_s",
+__all__ = ["GONE_STATUSES", "NOT_HANDLED", "conditional_headers", "digest", "max_age_s",
            "noted", "observe", "outcome_of"]
 
 #: The outcomes whose page was handled at an earlier visit: no handler this time.
 NOT_HANDLED = frozenset({"not_modified", "unchanged"})
+#: The statuses that say a recrawled page was deleted (RFC 9110 15.5.5, 15.5.11).
+GONE_STATUSES = frozenset({404, 410})
 #: RFC 9111 1.2.2: a delta-seconds past 2^31 is taken as 2^31.
 _MAX_DELTA_S = 2**31
 
@@ -77,6 +81,8 @@ def outcome_of(revisit: Revisit | None, result: FetchResult,
     if revisit is not None:
         if status == 304:
             outcome = "not_modified"
+        elif status in GONE_STATUSES:
+            outcome = "gone"
         elif 200 <= status < 300:
             same = revisit.digest and observed is not None \
                 and observed.digest == revisit.digest

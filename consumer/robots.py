@@ -86,6 +86,10 @@ __all__ = ["MAX_ROBOTS_BYTES", "RobotsCache", "RobotsVerdict", "product_token"]
 
 log = logging.getLogger(__name__)
 
+#: What a lookup runs: after a Redis error the task is handed back, and its next lease
+#: runs them again (common/resend.py: each may run twice).
+ROBOTS_SCRIPTS = ("robots_claim", "release_lock")
+
 MAX_ROBOTS_BYTES = 512 * 1024  # Google parses the first 500 KiB; RFC 9309 asks for >= 500 KiB
 POLL_INTERVAL_S = 0.1
 #: What a lookup's robots.txt request awaits as its headers go out (`Fetcher.fetch`).

@@ -12,6 +12,7 @@ own to read: ``ctx.task.label``); a consumer with neither runs no code: it has n
 
 from __future__ import annotations
 
+from common.bans import NO_RULES, Blocked
 from common.browser.render import DEFAULT_RENDER, Render
 from common.http.fetcher import FetchResult
 from common.spider import Spider, run_route
@@ -54,6 +55,13 @@ class Router:
         if self.spider is None:
             return DEFAULT_RENDER
         return self.spider.render_of(task.label)
+
+    def blocked(self, task: Task) -> Blocked:
+        """What a blocked answer to `task` looks like by its route (the crawl's apart)."""
+        if self.spider is None:
+            return NO_RULES
+        route = self.spider.routes.get(task.label)
+        return NO_RULES if route is None else route.blocked
 
     def unknown(self, task: Task) -> str:
         """Why `task` can't be parsed here, and what to do."""

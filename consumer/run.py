@@ -31,12 +31,13 @@ from common.policy import (
 from common.queue import CrawlQueue, LeasingQueue, migrate_crawl
 from common.redis_errors import REDIS_ERRORS, redis_error_message
 from common.spider import Spider, load_spider
+from common.startup import RedisGaveUpError, StartupStopped, StartupWait
 from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
 from consumer.flush import describe_error
 from consumer.handlers import load_handler
 from consumer.http_server import SideServer
-from consumer.lifecycle import Consumer
+from consumer.lifecycle import Consumer, prepare
 from consumer.live import Live, LivePolicy
 from consumer.redis_check import check_redis
 from consumer.robots import RobotsCache
@@ -48,46 +49,41 @@ if TYPE_CHECKING:
 log = logging.getLogger("consumer")
 
 
-class _RedisGaveUp(Exception):
-    """Redis went unanswered for the consumer's --redis-wait at start-up (logged)."""
+def _startup_wait(settings: ConsumerSettings, stop: asyncio.Event) -> StartupWait:
+    """The wait of this consumer's start-up for Redis: each failed try a WARNING
+    (``redis_unreachable``), up to --redis-wait (`redis_wait_limit_s`)."""
+    def tried(step: str, exc: BaseException) -> None:
+        log.warning("redis_unreachable", extra={"step": step, "error": str(exc)[:200]})
+
+    return StartupWait(settings.common.redis_url, settings.redis_wait_limit_s,
+                       on_wait=tried, stop=stop)
 
 
-class _RedisWait:
-    """How long Redis has gone unanswered at start-up; past `redis_wait_limit_s`, one
-    ERROR line (``redis_unreachable_giving_up``) and `_RedisGaveUp`. Checked after each
-    failed attempt (an attempt is bounded by the client's 5 s connect timeout)."""
+def _gave_up(exc: RedisGaveUpError) -> int:
+    """One ERROR line (``redis_unreachable_giving_up``): the URL (password hidden), the
+    step, the time waited and what to check; EXIT_REDIS."""
+    log.error("redis_unreachable_giving_up", extra={
+        "redis_url": redact_url(exc.url), "step": exc.step, "waited_s": round(exc.waited_s, 1),
+        "error": str(exc.error)[:200], "exit_code": EXIT_REDIS, "advice": str(exc)})
+    return EXIT_REDIS
 
-    def __init__(self, settings: ConsumerSettings) -> None:
-        self.url = settings.common.redis_url
-        self.limit = settings.redis_wait_limit_s
-        self.answered()
 
-    def answered(self) -> None:
-        self.since = time.monotonic()
-
-    def left(self) -> float:
-        return self.since + self.limit - time.monotonic()
-
-    def failed(self, exc: Exception) -> None:
-        log.warning("redis_unreachable", extra={"error": str(exc)[:200]})
-        waited = time.monotonic() - self.since
-        if waited < self.limit:
-            return
-        url = redact_url(self.url)
-        said = redis_error_message(exc, self.url) if isinstance(exc, RedisError) else None
-        log.error("redis_unreachable_giving_up", extra={
-            "redis_url": url, "waited_s": round(waited, 1), "error": str(exc)[:200],
-            "exit_code": EXIT_REDIS,
-            "advice": f"{said or f'cannot reach Redis at {url}: {exc}'}; gave up after "
-                      f"{waited:.1f}s without an answer (--redis-wait / CRAWLQ_REDIS_WAIT "
-                      "sets how long)"})
-        raise _RedisGaveUp
+def _refused(exc: RedisError, url: str) -> int:
+    """Redis refused a start-up step for good (the login, an ACL, out of memory): one
+    ERROR line (``redis_refused``), EXIT_REDIS; anything else is a bug, raised."""
+    said = redis_error_message(exc, url)
+    if said is None:
+        raise exc
+    log.error("redis_refused", extra={"redis_url": redact_url(url), "error": str(exc)[:200],
+                                      "exit_code": EXIT_REDIS, "advice": said})
+    return EXIT_REDIS
 
 
 async def _wait_for_crawl(settings: ConsumerSettings, client: RedisClient,
-                          stop: asyncio.Event, wait: _RedisWait, spider: Spider | None
+                          stop: asyncio.Event, wait: StartupWait, spider: Spider | None
                           ) -> LeasingQueue | None:
-    """Open the crawl, waiting for a producer to create it (None: stopped or gave up)."""
+    """Open the crawl, waiting for a producer to create it (None: stopped, or no crawl
+    with --exit-when-empty) and through a Redis outage (`wait`)."""
     # The flags' values until the consumer reads the crawl's policy, before its first lease.
     policy = _flag_policy(settings, spider).retry()
     backoff = Backoff(base=0.1, cap=2.0)
@@ -105,8 +101,8 @@ async def _wait_for_crawl(settings: ConsumerSettings, client: RedisClient,
                 return await LeasingQueue.existing(client, settings.common.crawl,
                                                    retry=policy)
         except REDIS_ERRORS as exc:
-            wait.failed(exc)
-            await backoff.sleep(stop, at_most=wait.left())
+            wait.failed("crawl", exc)
+            await wait.pause()
             continue  # no answer: whether the crawl exists is not known
         wait.answered()
         if not announced:
@@ -119,21 +115,12 @@ async def _wait_for_crawl(settings: ConsumerSettings, client: RedisClient,
     return None
 
 
-async def _connect(settings: ConsumerSettings, stop: asyncio.Event,
-                   wait: _RedisWait) -> RedisClient | None:
-    """A Redis client, retried with backoff while Redis is down at start-up (one made
-    without asking the server, ``--cluster no``, has not heard from Redis yet)."""
-    backoff = Backoff(base=0.2, cap=5.0)
-    while not stop.is_set():
-        try:
-            return await open_redis(settings.common.redis_url,
-                                    cluster=settings.common.cluster_mode,
-                                    wait_replicas=settings.common.wait_replicas,
-                                    wait_timeout_s=settings.common.wait_timeout_s)
-        except REDIS_ERRORS as exc:
-            wait.failed(exc)
-        await backoff.sleep(stop, at_most=wait.left())
-    return None
+async def _connect(settings: ConsumerSettings) -> RedisClient:
+    """A Redis client (one made without asking the server, ``--cluster no``, has not
+    heard from Redis yet: the next step finds out)."""
+    return await open_redis(settings.common.redis_url, cluster=settings.common.cluster_mode,
+                            wait_replicas=settings.common.wait_replicas,
+                            wait_timeout_s=settings.common.wait_timeout_s)
 
 
 def _out_of_memory(exc: ResponseError) -> bool:
@@ -252,16 +239,15 @@ async def run(settings: ConsumerSettings) -> int:
                 port = await server.start()
                 stack.push_async_callback(server.stop)
                 log.info("http_listening", extra={"host": settings.http_host, "port": port})
-            wait = _RedisWait(settings)
-            client = await _connect(settings, stop, wait)
-            if client is None:
-                return 0
+            # Each start-up step waits through a Redis outage, up to --redis-wait.
+            wait = _startup_wait(settings, stop)
+            client = await wait.step("connect", lambda: _connect(settings))
             stack.push_async_callback(client.aclose)
             queue = await _wait_for_crawl(settings, client, stop, wait, spider)
             if queue is None:
                 return 0
-            refused = await check_redis(client, metrics,
-                                        allow_evicting=settings.allow_evicting_redis)
+            refused = await wait.step("server settings", lambda: check_redis(
+                client, metrics, allow_evicting=settings.allow_evicting_redis))
             if refused is not None:
                 return refused
             sink = make_sink(settings.sink, output_dir=settings.output,
@@ -270,7 +256,7 @@ async def run(settings: ConsumerSettings) -> int:
                              gzip=settings.gzip, store_body=settings.store_body,
                              stream_maxlen=settings.stream_maxlen,
                              stream_key=CrawlKeys.build(settings.common.crawl).results)
-            await _sync_policy(queue)
+            await wait.step("policy", lambda: _sync_policy(queue))
             try:
                 await sink.open()
             except OSError as exc:  # e.g. --output on a read-only volume
@@ -296,11 +282,16 @@ async def run(settings: ConsumerSettings) -> int:
             consumer = Consumer(settings, queue, fetcher, sink, metrics, live=live,
                                 robots=robots, handler=handler, spider=spider,
                                 browser=browser)
+            await prepare(consumer, wait)
             if stop.is_set():
                 consumer.request_stop()
             return await consumer.run()
     except ConfigError as exc:
         log.error("config_error", extra={"error": str(exc)})
         return 2
-    except _RedisGaveUp:
-        return EXIT_REDIS
+    except StartupStopped:
+        return 0
+    except RedisGaveUpError as exc:
+        return _gave_up(exc)
+    except RedisError as exc:  # refused for good at start-up: waiting won't change it
+        return _refused(exc, settings.common.redis_url)

@@ -14,7 +14,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from common import simhash
+from common import soft404
+from common.bans import NO_RULES, Blocked
 from common.errors import FetchError, RedisUnavailableError
 from common.frontier.hosts import Frontier
 from common.http.fetcher import Fetcher, FetchResult
@@ -22,20 +23,24 @@ from common.items import unique_key_of
 from common.metrics import Metrics
 from common.policy import is_pushback
 from common.queue import Code, CrawlQueue, Failure, Lease
-from common.reasons import CONNECT_ERROR
+from common.reasons import CONNECT_ERROR, PROBE
 from common.redis_errors import REDIS_ERRORS
 from common.request import Request
-from common.trapbook import Page
+from common.resend import may_run_again
+from common.soft404 import Signature
+from common.task import Task
 from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
 from consumer.flush import Completion, Flusher
 from consumer.handlers import HandlerContext, LeaseLostError, as_result, check_children
+from consumer.judgement import PROBE_META, page_facts, probe_signature
 from consumer.leaser import AHEAD_MS, Leaser
 from consumer.leases import LeaseBook
 from consumer.live import PolicyReader
+from consumer.proxied import NoProxy, PageFetch
 from consumer.rendering import fetch_of
 from consumer.revisits import NOT_HANDLED, conditional_headers, noted, observe, outcome_of
-from consumer.robots import RobotsCache, RobotsVerdict
+from consumer.robots import ROBOTS_SCRIPTS, RobotsCache, RobotsVerdict
 from consumer.routing import Router
 from consumer.sinks import Record
 from consumer.slots import Slots, Stage
@@ -48,6 +53,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("consumer")
 
+#: What a late request's turn runs: after a Redis error the task is handed back, and its
+#: next lease takes its turn again (common/resend.py: each may run twice). A robots.txt
+#: lookup's (ROBOTS_SCRIPTS) the same, when they may.
+LATE_TURN_SCRIPTS = ("late_turn", "release")
+
 
 
 class Runner:
@@ -57,6 +67,7 @@ class Runner:
                  robots: RobotsCache | None, router: Router | None, metrics: Metrics,
                  book: LeaseBook, slots: Slots, leaser: Leaser, flusher: Flusher,
                  policy: PolicyReader, window: CpuWindow, stopping: Stopping,
+                 pages: PageFetch | None = None,
                  browser: BrowserFetcher | None = None) -> None:
         self.s = settings
         self.worker_id = settings.worker_id
@@ -75,6 +86,8 @@ class Runner:
         self.window = window
         self.turns = Turns(queue, self.worker_id, leaser.clock, book, metrics)
         self.stopping = stopping
+        # A page's fetch: through the proxy pool if the consumer has one, judged for blocks.
+        self.pages = pages or PageFetch(fetcher, None)
         leaser.on_timed = self._read_robots_ahead
 
     def _read_robots_ahead(self, leases: Sequence[Lease]) -> None:
@@ -90,7 +103,8 @@ class Runner:
         or hand it to a robots.txt lookup outside the fetch slots."""
         try:
             url = lease.task.url
-            if self.router is not None and not self.router.knows(lease.task):
+            probe = lease.task.meta.get(PROBE_META)
+            if self.router is not None and probe is None and not self.router.knows(lease.task):
                 # Nothing here could parse it: fetched, it would be done unparsed.
                 self.metrics.error("unknown_label")
                 self._complete(Completion(lease, "fail", failure=Failure(
@@ -105,6 +119,10 @@ class Runner:
                     return
                 if verdict is None:
                     self.slots.wait_for_robots(lease, self._robots_lookup(lease))
+                    return
+                if not verdict.allowed and probe is not None:
+                    self._complete(Completion(lease, "ack", PROBE, probe=Signature(
+                        str(probe), soft404.NONE)))
                     return
                 if not verdict.allowed:
                     self._complete(Completion(lease, "ack", "robots_disallowed",
@@ -156,7 +174,7 @@ class Runner:
             if self.book.holds(lease):
                 if isinstance(exc, FetchError):
                     self._complete_error(lease, exc)
-                elif isinstance(exc, REDIS_ERRORS):
+                elif isinstance(exc, REDIS_ERRORS) and may_run_again(exc, ROBOTS_SCRIPTS):
                     self._complete(Completion(lease, "release"))
                 else:
                     log.exception("task_crashed", extra={"id": lease.id})
@@ -222,19 +240,31 @@ class Runner:
         live = self.policy.now
         try:
             task = lease.task
+            # A render request's fetch is the browser's (consumer.rendering): through
+            # the same proxy pick, session and block rules as an HTTP fetch.
             fetch = fetch_of(lease, self.fetcher, self.browser, self.router, self.turns,
                              modes=self.queue.render_modes)
-            result = await fetch(task.url, headers=task.headers or None,
-                                 crawl_credentials=True, accept=live.accept or None,
-                                 on_sent=self.turns.on_sent(lease),
-                                 conditional=conditional_headers(
-                                     task.revisit if live.conditional else None),
-                                 method=task.method, body=task.body)
+            result = await self.pages.fetch(task.url, lease.host, crawl=live.bans,
+                                            route=self._route_bans(task), task=task,
+                                            via=fetch, headers=task.headers or None,
+                                            crawl_credentials=True,
+                                            accept=live.accept or None,
+                                            on_sent=self.turns.on_sent(lease),
+                                            conditional=conditional_headers(
+                                                task.revisit if live.conditional else None),
+                                            method=task.method, body=task.body)
         except LeaseLostError:  # while it took a late turn, before anything was sent
             self._complete(Completion(lease, "drop"))
             return
+        except NoProxy:  # handed back unfetched; the pool's report blocks the host
+            self._complete(Completion(lease, "release"))
+            return
         except FetchError as exc:
             self.metrics.response(exc.status)
+            if PROBE_META in task.meta:  # no signature to learn: none is looked for
+                self._complete(Completion(lease, "ack", PROBE, probe=Signature(
+                    str(task.meta[PROBE_META]), soft404.NONE)))
+                return
             # A status is the host's response, a page of its budget (a proxy's refusal
             # of CONNECT is not); a timeout or a refused connection is not.
             lease.responded = exc.status is not None and exc.reason != CONNECT_ERROR
@@ -257,6 +287,10 @@ class Runner:
         observed = None
         if live.revisits or task.revisit is not None:
             lease.observed = observed = observe(task.revisit, result)
+        if PROBE_META in task.meta:
+            self._complete(Completion(lease, "ack", PROBE, probe=probe_signature(
+                str(task.meta[PROBE_META]), task.url, result)))
+            return
         if result.filtered:  # its Content-Type is not accepted: no body, no handler
             outcome = "filtered"
             self._complete(Completion(lease, "ack", outcome,
@@ -289,33 +323,16 @@ class Runner:
                 self.window.leave()
             record.items = handled.items
             urls = handled.urls
-            page = self._page(lease, result)
+            page = None if self.flusher.judge is None else page_facts(
+                lease.task, lease.host, result, urls, self.policy.now)
             if len(urls) > self.s.max_links:
                 self.flusher.intake.capped(len(urls) - self.s.max_links)
                 urls = urls[:self.s.max_links]
         self._complete(Completion(lease, "ack", outcome, record=record, urls=urls,
                                   page=page))
 
-    def _page(self, lease: Lease, result: FetchResult) -> Page | None:
-        """The fingerprint of a 2xx HTML page, for the flusher to judge whether it is a
-        near duplicate of another of its host's (the policy's near_duplicate_distance):
-        from the tree the handler parsed, after it (the text is taken by stripping the
-        tree's scripts). None when the policy says off, the page has too few words, or
-        its request has a label: a labelled request is the spider's own word that the
-        page is one it wants (a product page of one template differs from the next by a
-        few words), so its items are never dropped as a near duplicate's.
-
-        The handler has run by then: the flush's one call per partition gives the
-        verdict, where waiting for it here would cost a round trip a page."""
-        within = self.policy.now.near_duplicate_distance
-        if within < 0 or self.flusher.intake.book is None or lease.task.label is not None \
-                or not 200 <= result.status <= 299 or not result.body \
-                or "html" not in result.headers.get("content-type", ""):
-            return None
-        fp = simhash.fingerprint(simhash.page_text(result.take_tree()))
-        if fp is None:
-            return None
-        return Page.of(lease.host, bytes.fromhex(lease.task.id[:8]), fp, within)
+    def _route_bans(self, task: Task) -> Blocked:
+        return NO_RULES if self.router is None else self.router.blocked(task)
 
     def _context(self, lease: Lease) -> HandlerContext:
         async def save(value: Any) -> bool:

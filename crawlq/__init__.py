@@ -1,13 +1,15 @@
-"""crawlq's public import for spider authors: ``from crawlq import Spider, Request, Item``.
+"""crawlq's public import for spider authors: ``from crawlq import Spider, Request, Item``
+(and ``Blocked``: what a blocked answer to a route's requests looks like).
 
 A thin re-export of what lives in ``common`` (the base layer every crawlq process
 imports), so a spider file loads the same in the producer, the consumer and
 ``crawlq run``, and nothing in crawlq itself imports this package.
 """
 
+from common.bans import Blocked
 from common.browser.render import Render
 from common.items import Item
 from common.request import Request
 from common.spider import Context, Response, Spider
 
-__all__ = ["Context", "Item", "Render", "Request", "Response", "Spider"]
+__all__ = ["Blocked", "Context", "Item", "Render", "Request", "Response", "Spider"]

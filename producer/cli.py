@@ -36,6 +36,7 @@ from common.config import (
     ALLOW_PRIVATE,
     COMMON_OPTIONS,
     JSON,
+    PRODUCER_REDIS_WAIT_S,
     SPIDER,
     CommonSettings,
     Option,
@@ -63,7 +64,10 @@ from common.policy_flags import policy_flag
 from common.queue import CrawlQueue, CrawlSettings, DedupMode
 from common.redis_errors import redis_error_message
 from common.runtime import run_loop
+from common.scripts import load_registered
 from common.spider import Spider, load_spider
+from common.startup import RedisGaveUpError, StartupStopped, StartupWait
+from producer.known import recrawl_known
 from producer.lock import LockHeldError, ProducerLock
 from producer.progress import Progress
 from producer.run import RejectWriter, TaskTemplate, produce
@@ -147,6 +151,11 @@ PRODUCER_OPTIONS = (
     Option("--partitions", "CRAWLQ_PARTITIONS", None, "partitions, fixed when the crawl is "
            "created (1 if unset)", type=_int_at_least(1)),
     policy_flag("recrawl_after", PRODUCER, field="recrawl_after_s"),
+    Option("--recrawl-known", "CRAWLQ_RECRAWL_KNOWN", True, "after the inputs, queue "
+           "again every known URL past the crawl's recrawl window, from its history, when "
+           "it recrawls by recrawl_after (revisit off, conditional on): a re-seeded crawl "
+           "reaches every page it knew; --no-recrawl-known enqueues the inputs alone",
+           flag_only_bool=True),
     Option("--sort-query", "CRAWLQ_SORT_QUERY", False, "sort query parameters by key when "
            "canonicalizing", flag_only_bool=True),
     Option("--reject-file", "CRAWLQ_REJECT_FILE", None, "write every rejected line there, "
@@ -185,6 +194,7 @@ class ProducerSettings:
     dedup: DedupMode | None = _DEFAULT["dedup"]
     partitions: int | None = _DEFAULT["partitions"]
     recrawl_after_s: int = _DEFAULT["recrawl_after_s"]
+    recrawl_known: bool = _DEFAULT["recrawl_known"]
     sort_query: bool = _DEFAULT["sort_query"]
     reject_file: str | None = _DEFAULT["reject_file"]
     batch_size: int = _DEFAULT["batch_size"]
@@ -339,12 +349,30 @@ def _sources(settings: ProducerSettings, stdin: BinaryIO | None,
     return sources
 
 
+def startup_wait(settings: ProducerSettings, stop: asyncio.Event | None = None
+                 ) -> StartupWait:
+    """The wait of a run's start-up steps for Redis, up to --redis-wait
+    (PRODUCER_REDIS_WAIT_S when 0): each failed try at DEBUG (``redis_unreachable``), so a
+    run that gives up says so in one line."""
+    def tried(step: str, exc: BaseException) -> None:
+        log.debug("redis_unreachable", extra={"step": step, "error": str(exc)[:200]})
+
+    return StartupWait(settings.common.redis_url,
+                       settings.common.redis_wait_limit(PRODUCER_REDIS_WAIT_S),
+                       on_wait=tried, stop=stop)
+
+
 async def run_once(settings: ProducerSettings, client: RedisClient | None, *,
                    stop: asyncio.Event | None = None, stdin: BinaryIO | None = None,
-                   progress_stream: TextIO | None = None) -> Summary:
-    """One producer run; never raises for expected failures: they set exit_code and error."""
+                   progress_stream: TextIO | None = None,
+                   wait: StartupWait | None = None) -> Summary:
+    """One producer run; never raises for expected failures: they set exit_code and error.
+    Its start-up steps (the lock, the crawl, its policy, the scripts) wait through a Redis
+    outage (`wait`, else --redis-wait's); the enqueues that follow do not (exit 3: a
+    producer run is idempotent, run it again)."""
     summary = Summary(settings.common.crawl, dry_run=settings.dry_run,
                       reject_file=settings.reject_file)
+    wait = wait or startup_wait(settings, stop)
     try:
         check_files((*settings.inputs, *settings.requests))
         spider = load_spider(settings.spider) if settings.spider else None
@@ -365,13 +393,16 @@ async def run_once(settings: ProducerSettings, client: RedisClient | None, *,
             if settings.sitemaps:
                 fetcher = await stack.enter_async_context(
                     Fetcher(fetch_settings(settings.allow_private)))
-            queue, template = None, settings.template
+            queue, template, policy = None, settings.template, None
             if not settings.dry_run:
                 assert client is not None
-                await stack.enter_async_context(
-                    ProducerLock(client, settings.common.crawl, settings.lock_wait_s))
-                queue = await open_queue(client, settings)
-                policy = await ensure_crawl_policy(client, settings, spider)
+                lock = ProducerLock(client, settings.common.crawl, settings.lock_wait_s)
+                await wait.step("lock", lock.acquire)
+                stack.push_async_callback(lock.close)
+                queue = await wait.step("crawl", lambda: open_queue(client, settings))
+                policy = await wait.step("policy", lambda: ensure_crawl_policy(
+                    client, settings, spider))
+                await wait.step("scripts", lambda: load_registered(client))
                 _follow(queue, policy)
                 template = replace(template, max_attempts=policy.max_attempts)
             progress = Progress(summary, settings.progress, stream=progress_stream)
@@ -383,12 +414,19 @@ async def run_once(settings: ProducerSettings, client: RedisClient | None, *,
                           template=template, batch_size=settings.batch_size,
                           sort_query=settings.sort_query, stop=stop, progress=progress,
                           rejects=rejects)
+            if queue is not None and policy is not None and settings.recrawl_known \
+                    and not (stop is not None and stop.is_set()):
+                await recrawl_known(queue, policy, summary, stop)
     except ConfigError as exc:
         summary.exit_code, summary.error = EXIT_USAGE, str(exc)
     except LockHeldError as exc:
         summary.exit_code, summary.error = EXIT_LOCKED, str(exc)
     except SourceError as exc:
         summary.exit_code, summary.error = EXIT_SOURCE, str(exc)
+    except RedisGaveUpError as exc:
+        summary.exit_code, summary.error = EXIT_REDIS, str(exc)
+    except StartupStopped:  # a signal while it waited for Redis: nothing was enqueued
+        pass
     except RedisError as exc:
         message = redis_error_message(exc, settings.common.redis_url)
         if message is None:
@@ -432,26 +470,29 @@ async def run(settings: ProducerSettings, *, out: TextIO | None = None,
     stop = asyncio.Event()
     installed = _install_stop(stop)
     client: RedisClient | None = None
+    wait = startup_wait(settings, stop)
     try:
         if not settings.dry_run:
             try:
-                client = await open_redis(settings.common.redis_url,
-                                          cluster=settings.common.cluster_mode,
-                                          wait_replicas=settings.common.wait_replicas,
-                                          wait_timeout_s=settings.common.wait_timeout_s)
+                client = await wait.step("connect", lambda: open_redis(
+                    settings.common.redis_url, cluster=settings.common.cluster_mode,
+                    wait_replicas=settings.common.wait_replicas,
+                    wait_timeout_s=settings.common.wait_timeout_s))
             except ConfigError as exc:  # a setting the server's kind refuses
                 _report(Summary(settings.common.crawl, dry_run=settings.dry_run,
                                 exit_code=EXIT_USAGE, error=str(exc)), settings, out)
                 return EXIT_USAGE
-            except RedisError as exc:
+            except StartupStopped:
+                return EXIT_OK
+            except (RedisError, RedisGaveUpError) as exc:
                 failed = Summary(settings.common.crawl, dry_run=settings.dry_run,
-                                 exit_code=EXIT_REDIS,
-                                 error=redis_error_message(exc, settings.common.redis_url)
-                                 or f"Redis error: {exc}")
+                                 exit_code=EXIT_REDIS, error=str(exc) if isinstance(
+                                     exc, RedisGaveUpError) else redis_error_message(
+                                     exc, settings.common.redis_url) or f"Redis error: {exc}")
                 _report(failed, settings, out)
                 return EXIT_REDIS
         while True:
-            summary = await run_once(settings, client, stop=stop, stdin=stdin)
+            summary = await run_once(settings, client, stop=stop, stdin=stdin, wait=wait)
             _report(summary, settings, out)
             if not settings.every_s or stop.is_set():
                 return summary.exit_code

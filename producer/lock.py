@@ -54,8 +54,9 @@ class ProducerLock:
         deadline = time.monotonic() + self._wait_s
         waited = False
         while True:
-            if await self._client.set(self._key, self._token, nx=True, px=self._ttl_ms):
-                break
+            if await self._client.set(self._key, self._token, nx=True, px=self._ttl_ms) \
+                    or await self._client.get(self._key) == self._token.encode():
+                break  # ours; also when a SET sent again finds what its first run set
             left = deadline - time.monotonic()
             if left <= 0:
                 ttl_ms = await self._client.pttl(self._key)
@@ -93,10 +94,14 @@ class ProducerLock:
             self._task = None
         await self._locks.release(self._key, self._token)
 
+    async def close(self) -> None:
+        """`release`, whatever Redis answers (the lock expires by itself)."""
+        with contextlib.suppress(Exception):
+            await self.release()
+
     async def __aenter__(self) -> ProducerLock:
         await self.acquire()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        with contextlib.suppress(Exception):
-            await self.release()
+        await self.close()

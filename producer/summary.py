@@ -9,8 +9,12 @@ JSON schema (``--json``; one object on stdout, every key always present)::
     invalid_by_reason  {str: int}  rejects per reason code (empty, bad_scheme, ...; a
                               request's bad_json, bad_request)
     duplicates         int    valid URLs already seen in the crawl (or earlier in the input)
-    enqueued           int    tasks created (recrawled ones included)
+    enqueued           int    tasks created from the inputs (recrawled ones included)
     recrawled          int    of those, URLs seen before and enqueued again (recrawl_after)
+    recrawled_known    int    known URLs past the recrawl window queued again from the
+                              crawl's history (not in enqueued; producer/known.py)
+    known_scanned      int    history records read for them (0: none was due, not read)
+    known_due_in_s     int | null   when none was due: seconds until the first comes due
     elapsed_s          float  wall time of the run
     urls_per_s         float  read / elapsed_s
     dry_run            bool   nothing was written
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common import codec
+from common.queue import KnownRecrawl
 
 __all__ = ["MAX_SHOWN_REJECTS", "Reject", "Summary"]
 
@@ -58,6 +63,8 @@ class Summary:
     error: str | None = None
     first_rejects: list[Reject] = field(default_factory=list)
     reject_file: str | None = None
+    #: The known URLs brought back past the recrawl window (None: the crawl has none so).
+    known: KnownRecrawl | None = None
 
     @property
     def invalid(self) -> int:
@@ -74,12 +81,18 @@ class Summary:
     @property
     def notice(self) -> str | None:
         """Why nothing was enqueued, said plainly; None when something was (or on error)."""
-        if self.enqueued or self.dry_run or self.exit_code:
+        if self.enqueued or self.dry_run or self.exit_code or (
+                self.known is not None and self.known.recrawled):
             return None
         if self.read == 0:
             return "nothing enqueued: the input held no URLs"
         if self.valid == 0:
             return f"nothing enqueued: all {self.read} lines were rejected as invalid"
+        if self.duplicates == self.valid and self.known is not None:
+            due = self.known.next_due_s
+            return (f"nothing enqueued: all {self.duplicates} URLs were already seen in crawl "
+                    f"{self.crawl} and no known URL is past its recrawl window"
+                    + (f" (the first comes due in {_duration(due)})" if due else ""))
         if self.duplicates == self.valid:
             return (f"nothing enqueued: all {self.duplicates} URLs were already seen in crawl "
                     f"{self.crawl}; use `crawlq crawl set --crawl {self.crawl} "
@@ -96,6 +109,9 @@ class Summary:
             "duplicates": self.duplicates,
             "enqueued": self.enqueued,
             "recrawled": self.recrawled,
+            "recrawled_known": self.known.recrawled if self.known else 0,
+            "known_scanned": self.known.scanned if self.known else 0,
+            "known_due_in_s": self.known.next_due_s if self.known else None,
             "elapsed_s": round(self.elapsed_s, 3),
             "urls_per_s": round(self.urls_per_s, 1),
             "dry_run": self.dry_run,
@@ -103,6 +119,23 @@ class Summary:
             "error": self.error,
             "notice": self.notice,
         }
+
+    @staticmethod
+    def _known_line(k: KnownRecrawl) -> str:
+        if not k.partitions:
+            return ("  known URLs: none past the recrawl window yet"
+                    + (f" (the first comes due in {_duration(k.next_due_s)})"
+                       if k.next_due_s else ""))
+        line = (f"  known URLs: recrawled {k.recrawled} past the recrawl window, of "
+                f"{k.scanned} in the crawl's history, in {k.elapsed_s:.1f}s")
+        if k.duplicates:
+            line += f"; already queued: {k.duplicates}"
+        if k.no_entry:
+            line += (f"; {k.no_entry} past it kept no entry (done by a crawlq before 43: "
+                     "only their seeds or links bring them back)")
+        if k.stopped:
+            line += " (stopped early: the next run goes on)"
+        return line
 
     def to_json(self) -> str:
         return codec.dumps(self.to_dict())
@@ -129,8 +162,20 @@ class Summary:
                 lines.append(f"    every reject is in {self.reject_file}")
             elif more:
                 lines.append(f"    ... and {more} more (--reject-file PATH writes them all)")
+        if self.known is not None:
+            lines.append(self._known_line(self.known))
         if self.notice:
             lines.append(self.notice)
         if self.error:
             lines.append(f"error: {self.error}")
         return "\n".join(lines)
+
+
+def _duration(seconds: int) -> str:
+    """`seconds` as the flags write a duration, largest units first (1d2h, 5m30s)."""
+    out, left = "", max(0, seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if left >= size:
+            out += f"{left // size}{unit}"
+            left %= size
+    return out + (f"{left}s" if left or not out else "")

@@ -50,6 +50,8 @@ _PG = "tests/test_postgres_sink.py::"
 _T = "tests/test_traps.py::"
 _FO = "tests/test_failover.py::"
 _GR = "tests/test_groups.py::"
+_RK = "tests/test_recrawl_known.py::"
+_PX = "tests/test_proxies.py::"
 _RL = "tests/test_render_lane.py::"
 _BF = "tests/test_browser_fetcher.py::"
 _BP = "tests/test_browser_pool.py::"
@@ -222,9 +224,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "often than trap_repeated_segments is refused, however far apart the copies",
            (_T + "test_each_rule_refuses_its_trap_and_lets_a_plain_url_through",
             _T + "test_refused_links_are_counted_by_reason_and_per_host")),
-    Mutant("53-near-duplicate-links-followed", "a near-duplicate page is not handled: its "
-           "links are not followed",
-           (_T + "test_a_crawl_finds_every_real_page_and_follows_no_near_duplicate",)),
+    Mutant("53-near-duplicate-links-followed", "a near duplicate's links to pages of its "
+           "shape are not followed (an empty calendar's next month)",
+           (_T + "test_a_near_duplicate_stops_its_calendar_but_never_a_listing_of_other_"
+                 "items",)),
     Mutant("54-page-its-own-near-duplicate", "a page is never a near duplicate of its own "
            "URL's earlier fetch (a retry, a revisit)",
            (_T + "test_a_page_is_never_its_own_near_duplicate_and_fingerprints_are_bounded",)),
@@ -297,9 +300,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("64-ip-group-renamed-by-a-later-answer", "under politeness_key ip a host keeps "
            "the group it was first named, so its leases give their slots back to it",
            (_GR + "test_by_ip_a_host_keeps_the_first_group_it_was_named",)),
-    Mutant("61-facet-pagination-refused", "a faceted page's links that change only numbers "
-           "(its next pages) are followed: trap_page_facets refuses filters, not pagination",
-           (_T + "test_a_faceted_pages_filter_links_are_refused_and_its_pages_followed",)),
+    Mutant("61-facet-pagination-refused", "a faceted page's links that change only its "
+           "pagination (its next pages) are followed: trap_page_facets refuses filters, "
+           "not pagination",
+           (_T + "test_a_faceted_pages_filter_links_are_refused_and_its_pages_followed",
+            _T + "test_a_faceted_page_is_judged_by_numbers_too_but_never_by_its_pagination")),
     Mutant("73-history-etag-dropped-in-encode", "a done URL's history record keeps the "
            "validators its fetch observed (the binary record, lib/revisits.lua)",
            (_RS + "test_a_history_record_is_compact_and_gives_back_what_it_was_told",
@@ -315,9 +320,85 @@ MUTANTS: tuple[Mutant, ...] = (
            "with each URL's entry: its revisits still come back",
            ("tests/test_migrate_compact.py::test_a_layout_3_crawls_history_converts_and_its_"
             "visits_ask_with_it",)),
+    Mutant("85-known-urls-not-brought-back", "a link-following crawl re-seeded past its "
+           "recrawl window reaches every page it knew: the producer brings back every known "
+           "URL past the window, not only what the seeds' changed pages link to",
+           (_RK + "test_a_recrawl_past_its_window_reaches_every_page_it_knew",)),
+    Mutant("86-recrawl-window-record-keeps-no-entry", "a recrawl window's history record "
+           "keeps its URL's host and request, which the producer brings it back with",
+           (_RK + "test_a_recrawl_past_its_window_reaches_every_page_it_knew",
+            _RK + "test_known_urls_come_back_with_their_request_from_big_buckets")),
+    Mutant("87-gone-page-keeps-its-history", "a recrawl answered 404 or 410 ends gone and "
+           "its history record is deleted, so it is not brought back again",
+           ("tests/test_revisits.py::test_a_recrawl_answered_404_or_410_ends_gone_and_its_"
+            "history_is_deleted",
+            _RK + "test_a_recrawl_past_its_window_reaches_every_page_it_knew")),
     Mutant("62-facet-remembered-as-a-trap", "a link refused as a facet is one on its page "
            "only: the same URL linked from another page is followed",
            (_T + "test_a_faceted_pages_filter_links_are_refused_and_its_pages_followed",)),
+    Mutant("79-soft-404-signature-ignored", "a page that matches its directory's probed "
+           "soft-404 signature is a soft 404: its links are not followed",
+           (_T + "test_a_crawl_finds_every_real_page_and_follows_no_soft_404",
+            _T + "test_a_page_that_says_it_is_missing_waits_for_its_directorys_probe")),
+    Mutant("80-near-duplicate-across-shapes", "a page is compared only with pages of its "
+           "URL's shape, never with a sibling of another path",
+           (_T + "test_a_page_is_never_its_own_near_duplicate_and_fingerprints_are_bounded",)),
+    Mutant("81-judged-items-dropped-by-default", "a heuristic never drops an item with "
+           "the defaults: a soft 404's or near duplicate's items are written",
+           (_T + "test_a_crawl_finds_every_real_page_and_follows_no_soft_404",
+            _T + "test_a_labelled_request_is_never_a_near_duplicate")),
+    Mutant("82-page-not-held-for-its-probe", "a page under a directory whose probe is out "
+           "waits for its answer: a catch-all's next level is never fetched",
+           (_T + "test_a_page_that_says_it_is_missing_waits_for_its_directorys_probe",)),
+    Mutant("84-first-near-duplicate-of-a-chain-cut", "the first near duplicate of a chain "
+           "has its links followed: a generator's sibling page may be the only one "
+           "linking its own",
+           (_T + "test_a_near_duplicate_stops_its_calendar_but_never_a_listing_of_other_"
+                 "items",)),
+    Mutant("83-session-token-learned-from-a-few-links", "a session token is learned only "
+           "from most of a page's links: an id a few links share is no token",
+           (_T + "test_tokens_fresh_per_visit_are_learned_from_a_page_and_left_out_of_"
+                 "the_key",)),
+    # Issue 45: the guarantees no test guarded, each killed every run (not by timing).
+    Mutant("93-label-without-route-parsed-by-the-handler", "with --handler beside "
+           "--spider, a task whose label has no route ends dead unknown_label, unparsed",
+           (_SP + "test_a_label_with_no_route_ends_dead_also_beside_a_handler",)),
+    Mutant("94-every-script-sent-again", "a script that may not run twice (common/resend.py) "
+           "is not sent again after its reply was lost",
+           (_FO + "test_a_script_not_safe_to_run_twice_is_not_sent_again",)),
+    Mutant("95-sixteen-character-session-id-kept", "a session id of 16 characters in a "
+           "query is dropped from the link",
+           (_T + "test_session_ids_are_dropped_but_a_short_sid_stays",)),
+    Mutant("96-labelled-page-judged-on-a-retry", "a labelled request's page is never a "
+           "near duplicate, on a retry either",
+           (_T + "test_a_labelled_request_is_no_near_duplicate_on_its_retry_either",)),
+    Mutant("97-compact-http-entry-loses-its-query", "an http URL put back in its host's "
+           "queue compact (release, reclaim, promote, requeue) keeps its query",
+           (_Q + "test_every_entry_form_round_trips_through_the_queues",)),
+    Mutant("98-token-counter-from-redis-time-in-ms", "a fencing token starts past Redis "
+           "TIME in microseconds, so a promoted replica's pass the old primary's",
+           (_FO + "test_a_token_starts_past_redis_time_in_microseconds",
+            _FO + "test_tokens_after_a_promotion_pass_the_ones_the_replica_never_saw")),
+    Mutant("91-banned-proxy-used-again-for-its-host", "a proxy a host banned is not used "
+           "for that host again (by this consumer at once, by the fleet from its record), "
+           "while other hosts keep it",
+           (_PX + "test_picks_skip_what_a_host_banned_and_what_is_quarantined_tier_by_tier",
+            _PX + "test_a_proxy_a_host_bans_is_not_used_for_it_by_the_fleet_but_for_the_"
+                  "others")),
+    Mutant("92-captcha-page-delivered-as-data", "a page the crawl's or its route's ban "
+           "rules match (a 200 captcha) is never taken as data: retried, its proxy banned "
+           "for the host, dead blocked after its attempts",
+           ("tests/test_bans.py::test_a_captcha_through_one_proxy_bans_it_for_the_host_and_"
+            "every_page_is_data",
+            "tests/test_bans.py::test_a_captcha_page_sent_direct_is_retried_then_dead_blocked_"
+            "never_data",
+            "tests/test_bans.py::test_a_routes_own_rule_keeps_a_captcha_out_of_its_items")),
+    Mutant("99-session-cookies-lost-between-consumers", "a session's cookies reach Redis "
+           "with the flush, before its requests' links: any consumer continues a login",
+           ("tests/test_sessions.py::test_a_session_a_consumer_logged_in_with_is_continued_"
+            "by_another",
+            "tests/test_sessions.py::test_three_consumers_one_killed_mid_crawl_get_every_"
+            "members_page_logged_in_once")),
 )
 
 

@@ -44,6 +44,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import sys
 import time
@@ -128,6 +129,7 @@ class SiteStats:
         return stats
 
 
+_PROBE = re.compile(r".*/(?=[a-z0-9]{0,15}[0-9])[a-z][a-z0-9]{15}(\.[A-Za-z0-9]{1,5}|/)?")
 _OPTIONS: web.AppKey[SiteOptions] = web.AppKey("options", SiteOptions)
 _STATS: web.AppKey[SiteStats] = web.AppKey("stats", SiteStats)
 
@@ -138,7 +140,8 @@ async def _count(request: web.Request, handler: Any) -> web.StreamResponse:
     if request.path in _NOT_COUNTED:
         response: web.StreamResponse = await handler(request)
         return response
-    stats.record(request.path)
+    if not _PROBE.fullmatch(request.path):  # a crawl's soft-404 probe (support.routes)
+        stats.record(request.path)
     stats.active += 1
     stats.peak = max(stats.peak, stats.active)
     try:

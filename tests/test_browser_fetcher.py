@@ -26,11 +26,13 @@ from support.chromium import (
     needs_chromium,
 )
 from support.routes import serve
+from yarl import URL
 
 from common.browser.chromium import BrowserSettings, find_chromium
 from common.browser.fetcher import BrowserFetcher
 from common.browser.render import Render, RenderResult
 from common.errors import ConfigError, FetchError
+from common.http.cookies import CookieJar
 from common.http.fetcher import Fetcher, FetchSettings
 from common.spider import Response
 from console.demo.jsshop import ShopSpec, js_shop, product_of
@@ -252,6 +254,32 @@ async def test_the_crawls_credentials_go_to_the_pages_origin_only(browser: Any) 
     auth = {f.url.split("/")[2].split(":")[0]: f.json()["auth"] for f in result.fetched}
     assert auth == {SITE_HOST: SECRET, OTHER_HOST: None}
     assert site.seen[0].headers.get("Authorization") == SECRET  # the page itself
+
+
+async def test_a_sessions_jar_goes_with_every_request_of_its_page(browser: Any) -> None:
+    """A request with a session: each request of its page sends the jar's cookies for its
+    URL (the page's own host's, none to another), and what an answer sets joins the jar;
+    Chromium's own Cookie header is never passed on."""
+    async def api(request: web.Request) -> web.Response:
+        return web.json_response({"cookie": request.headers.get("Cookie")},
+                                 headers={"Access-Control-Allow-Origin": "*",
+                                          "Set-Cookie": "seen=1; Path=/"})
+
+    async with serve({"/api": api}, host=OTHER_HOST) as other:
+        async def page(request: web.Request) -> web.Response:
+            return html('<script>document.cookie = "script=1";'
+                        f'fetch("/api").then(() => fetch({other.url("/api")!r}))</script>')
+
+        async with serve({"/page": page, "/api": api}, host=SITE_HOST) as site:
+            jar = CookieJar()
+            jar.take(["sid=abc; Path=/"], URL(site.url("/")))
+            result = await browser.fetch(site.url("/page"), cookies=jar,
+                                         render=Render(settle_ms=200))
+    sent = {f.url.split("/")[2].split(":")[0]: f.json()["cookie"] for f in result.fetched}
+    assert sent == {SITE_HOST: "sid=abc", OTHER_HOST: None}
+    assert site.seen[0].headers.get("Cookie") == "sid=abc"  # the page itself
+    assert sorted((c.name, c.domain) for c in jar.all()) == sorted([
+        ("seen", OTHER_HOST), ("seen", SITE_HOST), ("sid", SITE_HOST)])
 
 
 @pytest.mark.parametrize("how", ["more", "scroll"])

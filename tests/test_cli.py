@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 from support.frontier import host_record
+from support.outage import outage_relay
 
 from common.errors import ConfigError
 from common.history import rates
@@ -134,9 +135,11 @@ async def test_stats_show_the_revisit_schedule(redis_url: str, redis_client: aio
 
     assert await crawlq(redis_url, "stats", "--crawl", crawl_name, "--json") == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["revisits"] == {"scheduled": 6, "due": 1, "revisits": 2, "late_p50_s": 1.0,
-                               "late_p99_s": 600.0, "not_modified": 1, "unchanged": 0,
-                               "changed": 1}
+    revisits = doc["revisits"]
+    # The one due 5 ms ago is leased within a second, or within ten on a loaded machine.
+    assert revisits.pop("late_p50_s") in (1.0, 10.0)
+    assert revisits == {"scheduled": 6, "due": 1, "revisits": 2, "late_p99_s": 600.0,
+                        "not_modified": 1, "unchanged": 0, "changed": 1}
     assert await crawlq(redis_url, "stats", "--crawl", crawl_name) == 0
     assert ("revisits: 6 scheduled, 1 due now, 2 brought back (late p50 <= 1s, p99 <= 600s);"
             " found not_modified 1, unchanged 0, changed 1") in capsys.readouterr().out
@@ -374,9 +377,25 @@ async def test_check_says_unknown_for_settings_config_get_is_refused(
 
 
 async def test_unreachable_redis_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each command waits --redis-wait for Redis (10 s by default), then says so in one
+    line: no traceback."""
     closed = f"redis://127.0.0.1:{free_port()}/0"
-    assert await crawlq(closed, "stats", "--crawl", "x") == 3
-    assert "cannot reach Redis at" in capsys.readouterr().err
+    for command in (["stats"], ["workers"], ["dead", "ls"], ["crawls"], ["hosts"],
+                    ["traps"], ["crawl", "show"], ["reset", "--yes"], ["fsck"]):
+        assert await crawlq(closed, *command, "--crawl", "x", "--redis-wait", "0.3s") == 3
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "cannot reach Redis at" in err, (command, err)
+        assert "gave up after" in err and "--redis-wait" in err
+
+
+async def test_a_command_waits_for_a_redis_away_at_its_start(
+        redis_server: RedisServer, crawl_name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Redis gone for 2 s when the command connects: it waits, then answers."""
+    async with outage_relay(redis_server.port) as relay:
+        relay.arm(b"$4\r\nPING\r\n", for_s=2.0)
+        assert await crawlq(relay.url, "crawls", "--json") == 0
+        assert relay.fired.is_set() and relay.ended.is_set()
+    assert json.loads(capsys.readouterr().out) is not None
 
 
 def _ignore_sigint() -> None:

@@ -27,9 +27,10 @@ class Table:
 
 CONSUMER = Table(CONSUMER_OPTIONS, ConsumerSettings, {"fetch": FetchSettings},
                  # the fetcher's pool has no limits (the lease is the limit); the
-                 # README's "more than 5 redirects" is fixed
+                 # README's "more than 5 redirects" is fixed; its proxies are the URLs of
+                 # the pool's (--proxy)
                  frozenset({"common", "fetch", "fetch.concurrency", "fetch.limit_per_host",
-                            "fetch.max_redirects"}))
+                            "fetch.max_redirects", "fetch.proxies"}))
 PRODUCER = Table(PRODUCER_OPTIONS, ProducerSettings, {"template": TaskTemplate},
                  frozenset({"common", "template"}))
 TABLES = pytest.mark.parametrize("table", [CONSUMER, PRODUCER], ids=["consumer", "producer"])

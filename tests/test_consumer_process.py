@@ -35,6 +35,7 @@ from support.ports import closed_port
 from common.exitcodes import EXIT_REDIS
 from common.keys import CrawlKeys
 from common.names import WORKER_ID_RULE
+from common.policy import create_policy
 from common.queue import CrawlQueue, CrawlSettings, NewTask
 from common.urls import canonicalize, fingerprint, task_id
 
@@ -404,6 +405,12 @@ async def test_proxy_password_never_logged(spawn: Spawner, redis_client: aioredi
                                            crawl_name: str, robots: bool) -> None:
     secret = "s3cr3tP4ss"
     proxy = f"http://user:{secret}@127.0.0.1:{closed_port()}"
+    # The pool quarantines the dead proxy after its first failure, and each task's next
+    # attempt waits for the quarantine's end: a short one, so all three die in time.
+    await create_policy(redis_client, crawl_name, {
+        "per_host_delay": 0.0, "per_host_concurrency": 0, "retry_cap": 0.2,
+        "retry_base": 0.1, "max_retry_after": 0.2, "ignore_robots": not robots,
+        "proxy_max_failures": 1, "proxy_quarantine": 0.05}, by="test")
     async with test_site() as site:
         queue, ids = await enqueue(redis_client, crawl_name,
                                    [site.url(f"/p/{i}") for i in range(3)])

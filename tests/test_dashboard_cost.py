@@ -54,6 +54,7 @@ VIEWS = {
     "workers": (f"/api/crawls/{CRAWL}/workers", 10),
     "dead": (f"/api/crawls/{CRAWL}/dead?size=50", 4 * 50 + 10),
     "dead-by-reason": (f"/api/crawls/{CRAWL}/dead?size=50&reason=http_5xx", 4 * 50 + 20),
+    "proxies": (f"/api/crawls/{CRAWL}/proxies", 10),
 }
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

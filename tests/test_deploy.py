@@ -517,8 +517,9 @@ def _key_names() -> tuple[set[str], set[str]]:
         if f != "crawl"}
     samples = (part.host_queue("H"), part.host_prio("H"), part.seen(1), part.bloom_layer(1),
                part.history(1),
-               part.lease_op("H"),
-               crawl.worker("H"), crawl.robots("H"))
+               part.lease_op("H"), part.proxy_op("H"),
+               crawl.worker("H"), crawl.robots("H"), crawl.proxy_op("H"),
+               crawl.session("H"), crawl.session_pool("H"))
     prefixes = {s.split("}:", 1)[1].split(":", 1)[0] + ":" for s in samples}
     return names, prefixes
 

@@ -13,7 +13,6 @@ replicas promoted, a Sentinel that fails over, replies lost after Redis ran the 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import subprocess
 import sys
 import time
@@ -25,25 +24,35 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis_binaries import pause, resume
+from support.consume import NullSink
 from support.failover import (
     MASTER,
     ReplicalessPrimary,
     ReplyCutter,
+    cutting,
     force_failover,
     primary_port,
     replica_of,
+    script_sha,
     sentinel,
     sentinel_binary,
 )
 from support.leases import lease_records
+from support.live import snapshot
 
 from common.connection import connect
-from common.queue import Code, CrawlSettings, LeasingQueue, NewTask
+from common.metrics import Metrics
+from common.policy import read_policy, set_policy
+from common.queue import Code, CrawlSettings, Failure, LeasingQueue, NewTask
 from common.redis_errors import error_code
 from common.redis_retry import did_not_run, resending
 from common.redis_server import RedisServer, free_port
 from common.scripts import source
 from common.urls import canonicalize, fingerprint
+from consumer.flush import Completion, Flusher
+from consumer.intake import LinkIntake
+from consumer.leases import LeaseBook
+from consumer.live import Live
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -57,11 +66,6 @@ def tasks(n: int, host: str = "failover.test") -> list[NewTask]:
     return out
 
 
-def sha_of(name: str) -> bytes:
-    """The SHA1 a script is called by (EVALSHA): what the relay looks for."""
-    return hashlib.sha1(source(name).encode()).hexdigest().encode()
-
-
 async def until(pred: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
     deadline = time.monotonic() + within
     while not await pred():
@@ -71,11 +75,8 @@ async def until(pred: Callable[[], Awaitable[bool]], within: float, what: str) -
 
 @pytest.fixture
 async def cutter(redis_server: RedisServer) -> AsyncIterator[ReplyCutter]:
-    relay = await ReplyCutter(redis_server.port).start()
-    try:
+    async with cutting(redis_server.port) as relay:
         yield relay
-    finally:
-        await relay.close()
 
 
 # -- calls whose reply was lost ------------------------------------------------------------
@@ -88,7 +89,7 @@ async def test_a_lease_sent_again_after_its_reply_was_lost_gets_the_same_leases(
         q = await LeasingQueue.open(client, crawl_name, CrawlSettings())
         await q.enqueue(tasks(10))
         leases = await q.lease("w", 1, 30_000)  # the next call knows its hosts: one call
-        cutter.cut_after(sha_of("lease"))
+        cutter.cut_after(script_sha("lease"))
         leases += await q.lease("w", 3, 30_000)
         assert cutter.cuts == 1  # the call ran, its reply was lost, it was sent again
         assert await redis_client.exists(q.partitions[0].lease_op("w"))  # the kept reply
@@ -109,7 +110,7 @@ async def test_a_lease_that_got_no_answer_gives_its_leases_to_the_next_call(
         q = await LeasingQueue.open(client, crawl_name, CrawlSettings())
         await q.enqueue(tasks(10))
         first = await q.lease("w", 1, 30_000)  # the next call knows its hosts: one call
-        cutter.cut_after(sha_of("lease"))
+        cutter.cut_after(script_sha("lease"))
         with pytest.raises(RedisConnectionError):
             await q.lease("w", 3, 30_000)
         granted = set(await lease_records(redis_client, q.partitions[0])) - {first[0].id}
@@ -122,20 +123,68 @@ async def test_a_lease_that_got_no_answer_gives_its_leases_to_the_next_call(
         await client.aclose()
 
 
-async def test_an_ack_sent_again_counts_once(cutter: ReplyCutter, crawl_name: str) -> None:
+async def loaded(name: str, redis_client: aioredis.Redis) -> None:
+    """Script `name` loaded, so the relay cuts the reply of a call that ran (a call of an
+    unloaded script is answered NOSCRIPT, never ran, and is sent again: any test)."""
+    await redis_client.script_load(source(name))
+
+
+async def test_an_ack_sent_again_counts_once(cutter: ReplyCutter, redis_client: aioredis.Redis,
+                                             crawl_name: str) -> None:
     client = connect(cutter.url)
     try:
         q = await LeasingQueue.open(client, crawl_name, CrawlSettings())
         await q.enqueue(tasks(2))
         a, b = await q.lease("w", 2, 30_000)
-        cutter.cut_after(sha_of("ack"))
-        # The first run acked it; the one sent again finds the lease ended.
-        assert await q.ack("w", [(a, "ok")]) == [Code.UNKNOWN]
+        await loaded("ack", redis_client)
+        cutter.cut_after(script_sha("ack"))
+        # The first run acked it; the one sent again gets the codes that run kept.
+        assert await q.ack("w", [(a, "ok")]) == [Code.OK]
         assert cutter.cuts == 1
         assert await q.ack("w", [(b, "ok"), (b, "ok")]) == [Code.OK, Code.UNKNOWN]
         stats = await q.stats()
         assert stats.counters["done"] == 2
+        assert stats.counters["replayed"] == 1  # the second send ran the first's reply
         assert stats.leased == 0
+    finally:
+        await client.aclose()
+
+
+def flusher_of(queue: LeasingQueue, metrics: Metrics) -> tuple[Flusher, LeaseBook]:
+    book = LeaseBook(30.0, metrics)
+    intake = LinkIntake(metrics, Live(snapshot(max_depth=0)), cache_size=0)
+    return Flusher(queue, NullSink(), metrics, book, worker="w", batch=8, intake=intake,
+                   on_freed=lambda turn: None), book
+
+
+@pytest.mark.parametrize("kind", ["ack", "fail"])
+async def test_a_replayed_ack_or_fail_counts_once_and_no_lease_as_lost(
+        cutter: ReplyCutter, redis_client: aioredis.Redis, crawl_name: str,
+        kind: str) -> None:
+    """A flush whose ack (or fail) ran and lost its reply: sent again, by the client or
+    by the flusher's own retry (the client gives up here), it is answered as the first
+    run was, so the consumer counts the tasks done (failed) and no lease lost."""
+    client = connect(cutter.url, retries=0)
+    try:
+        q = await LeasingQueue.open(client, crawl_name, CrawlSettings())
+        await q.enqueue(tasks(3))
+        leases = await q.lease("w", 3, 30_000)
+        metrics = Metrics()
+        flush, book = flusher_of(q, metrics)
+        for lease in leases:
+            book.hold(lease, time.monotonic())
+            flush.add(Completion(lease, "ack") if kind == "ack" else Completion(
+                lease, "fail", failure=Failure(lease, "gone", "no page", permanent=True)))
+        await loaded(kind, redis_client)
+        cutter.cut_after(script_sha(kind))
+        await asyncio.wait_for(flush.flush(), 30)
+        assert cutter.cuts == 1
+        assert metrics.leases_lost_total._value.get() == 0
+        assert (flush.done, flush.failed) == ((3, 0) if kind == "ack" else (0, 3))
+        stats = await q.stats()
+        assert stats.counters["replayed"] == 1
+        assert (stats.done, stats.dead) == ((3, 0) if kind == "ack" else (0, 3))
+        assert stats.counters.get("stale", 0) == 0
     finally:
         await client.aclose()
 
@@ -152,6 +201,24 @@ async def test_a_call_not_safe_to_run_twice_is_not_sent_again(
         assert await redis_client.get(key) == b"1"  # it ran once, and only once
     finally:
         await redis_client.delete(key)
+        await client.aclose()
+
+
+async def test_a_script_not_safe_to_run_twice_is_not_sent_again(
+        cutter: ReplyCutter, redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """policy_set is classified `once` (common/resend.py): its reply lost, the client
+    raises instead of sending it again, and it ran once (one version, one log entry)."""
+    client = connect(cutter.url)
+    try:
+        await loaded("policy_set", redis_client)
+        cutter.cut_after(script_sha("policy_set"))
+        with pytest.raises(RedisConnectionError):
+            await set_policy(client, crawl_name, {"per_host_delay": 0.5}, by="test",
+                             create=True)
+        assert cutter.cuts == 1
+        stored = await read_policy(redis_client, crawl_name, log_limit=10)
+        assert stored is not None and stored.version == 1 and len(stored.log) == 1
+    finally:
         await client.aclose()
 
 
@@ -266,7 +333,7 @@ def test_a_producer_refused_for_want_of_replicas_says_so_in_one_line(
         seeds.write_text("".join(f"http://h{n}.test/p\n" for n in range(20)))
         proc = subprocess.run(
             [sys.executable, "-m", "producer", "--redis-url", primary.url, "--crawl",
-             crawl_name, "--progress", "off", str(seeds)],
+             crawl_name, "--progress", "off", "--redis-wait", "1s", str(seeds)],
             check=False, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 3, proc.stderr
         lines = proc.stderr.strip().splitlines()
@@ -303,6 +370,24 @@ async def test_tokens_after_a_promotion_pass_the_ones_the_replica_never_saw(
     finally:
         await old.aclose()
         await new.aclose()
+
+
+async def test_a_token_starts_past_redis_time_in_microseconds(
+        redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """token = max(seq, Redis TIME ms x 1000) + 1 (docs/failover.md): a primary promoted
+    a few milliseconds after the old one's last grant starts past every token it gave,
+    however many that one gave in its last millisecond (up to 1,000)."""
+    def micros(t: tuple[int, int]) -> int:
+        return t[0] * 1_000_000 + t[1]
+
+    q = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings())
+    await q.enqueue(tasks(3))
+    before = micros(await redis_client.time())
+    leases = await q.lease("w", 3, 30_000)
+    after = micros(await redis_client.time())
+    assert len(leases) == 3
+    for lease in leases:
+        assert before - 1000 < lease.fence <= after + len(leases), (before, lease.fence)
 
 
 async def test_writes_wait_for_replicas_when_asked(

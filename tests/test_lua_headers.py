@@ -36,6 +36,7 @@ from common.history import record
 from common.keys import CrawlKeys
 from common.locks import TokenLocks
 from common.policy import set_policy
+from common.proxies import ProxyRules, ProxySpec, Report, ReportCalls, send_report
 from common.queue import (
     CrawlSettings,
     DedupMode,
@@ -46,6 +47,7 @@ from common.queue import (
     lease_reply,
 )
 from common.queue.rendermodes import RenderModes
+from common.sessions import SessionRules, SessionUpdate, send_updates
 from common.urls import fingerprint
 from common.workers import WorkerRegistry
 from console.fsck import repair_hosts
@@ -62,8 +64,8 @@ CYCLE = re.compile(r"^-- KEYS\[(\d+)\(i-1\)\+(\d+)\]\s+(\S+)")
 OTHERS = ("worker_beat", "history_push", "release_lock", "refresh_lock", "robots_claim",
           "fsck_repair",
           "fsck_revisits",
-          "policy_set", "policy_apply", "group_set", "fsck_groups", "fsck_render",
-          "render_vote")
+          "policy_set", "policy_apply", "group_set", "fsck_groups",
+          "proxy_report", "proxy_bans", "session_update", "fsck_render", "render_vote")
 SOURCES = {scripts.source(name): name for name in (*scripts.NAMES, *OTHERS)}
 
 
@@ -95,9 +97,10 @@ def key_name(key: str) -> str:
         return "lock"
     for prefix, shown in (("hq:", "hq:<h>"), ("hp:", "hp:<h>"), ("seen:", "seen"),
                           ("bloom:", "bloom:<L>"), ("worker:", "worker:<id>"),
-                          ("op:", "op:<worker>"), ("robots:", "robots"),
-                          ("rq:", "rq:<h>"), ("rop:", "rop:<worker>"),
-                          ("rv:hist:", "rv:hist:<b>")):
+                          ("op:", "op:<worker>"), ("ops:", "ops:<worker>"),
+                          ("robots:", "robots"), ("rq:", "rq:<h>"), ("rop:", "rop:<worker>"),
+                          ("rv:hist:", "rv:hist:<b>"), ("px:op:", "px:op:<worker>"),
+                          ("se:", "se:<name>"), ("sp:", "sp:<host>")):
         if name.startswith(prefix):
             return shown
     return name
@@ -251,6 +254,18 @@ async def exercise(client: aioredis.Redis, crawl: str, partitions: int = 2) -> N
     await repair_schedule(q, q.partitions[0], {"a" * 32: "a.test", "b" * 32: None})
     await set_group(q, "a.test", concurrency=1)
     await repair_groups(q, q.partitions[0], ["a.test"])
+    report = Report()
+    proxy = ProxySpec.of("http://u:p@proxy.test:8000")
+    report.succeeded(proxy, 0.1)
+    report.failed(proxy)
+    report.banned(proxy, "a.test", exhausted=True)
+    report.gone("b.test", 1000)
+    await send_report(ReportCalls(client, crawl, q.partitions, q.partition_of, "w"), report,
+                      ProxyRules())
+    await send_updates(client, crawl, [
+        SessionUpdate("member", "", 1, 0, cookies={"c:a.test\t/\tsid": "1\t-1\t"}),
+        SessionUpdate("a.test@1", "a.test", 2, 1, proxy="abc", headers={"X-A": "1"})],
+        SessionRules())
     await repair_render(q, q.partitions[q.partition_of("f.test")], ["f.test"])
     await RenderModes(client, crawl).vote("f.test", "list", True)
 
@@ -377,6 +392,8 @@ def value_problem(label: str, value: str, worker: str = "w") -> str | None:
         ok = " " not in value and not INT.match(value) and bool(value)
     elif label in ("worker id",):
         ok = value == worker
+    elif label == "worker id and operation id":  # ack, fail: lib/once.lua
+        ok = re.fullmatch(rf"{re.escape(worker)} [0-9a-f]{{16}}", value) is not None
     elif label in ("host", "candidate hosts", "the host keys", "the hosts",
                    "the hosts of the tasks"):
         ok = bool(HOST.match(value))
@@ -511,7 +528,7 @@ def test_argv_header_checks_can_fail() -> None:
     """The checks see a swapped, a missing and a miscounted entry (on a header changed
     here, in memory: the scripts stay as they are)."""
     fail = argv_header("fail")
-    good = ["w", "10", "20", "30", "40", "50", "60", "ab" * 16, "7", "3", "gone",
+    good = ["w 0123456789abcdef", "10", "20", "30", "40", "50", "60", "ab" * 16, "7", "3", "gone",
             "no such page", "-1", "0", "0.5", "0", "0", "1"]
     assert args_problems("fail", fail, good) == []
     items = fail.items

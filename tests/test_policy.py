@@ -59,14 +59,34 @@ UA = "crawlq/0.1 (+https://github.com/crawlq/crawlq)"
 #: The new keys' defaults, as `crawl create` and `crawl set` print them.
 #: The trap keys' defaults, the last of every listing.
 TRAPS = ("trap_max_url_length=1024, trap_max_segments=20, trap_repeated_segments=2, "
-         "trap_max_params=12, trap_path_variants=1000, trap_page_facets=3, "
-         "trap_session_ids=true, near_duplicate_distance=3")
-#: The push-back keys' defaults, then the trap keys', the last of every listing.
+         "trap_max_params=12, trap_path_variants=1000, trap_page_facets=2, "
+         "trap_session_ids=true, near_duplicate_distance=0, soft_404=true, "
+         "drop_judged_items=false")
+#: The proxy pool's keys' defaults, the last of every listing.
+PROXIES = ("proxy_tiers=datacenter,residential, proxy_ban_for=1800s, proxy_tier_bans=3, "
+           "proxy_tier_quiet=600s, proxy_max_failures=3, proxy_quarantine=30s, "
+           "ban_status=403, ban_selector=none, ban_text=none, session_pool=0, "
+           "session_max_uses=50")
+#: The same as values and texts (crawl show --json).
+PROXY_VALUES = {"proxy_tiers": ["datacenter", "residential"], "proxy_ban_for": 1800.0,
+                "proxy_tier_bans": 3, "proxy_tier_quiet": 600.0, "proxy_max_failures": 3,
+                "proxy_quarantine": 30.0, "ban_status": [403], "ban_selector": "",
+                "ban_text": "", "session_pool": 0, "session_max_uses": 50}
+PROXY_TEXTS = {"proxy_tiers": "datacenter,residential", "proxy_ban_for": "1800s",
+               "proxy_tier_bans": "3", "proxy_tier_quiet": "600s", "proxy_max_failures": "3",
+               "proxy_quarantine": "30s", "ban_status": "403", "ban_selector": "none",
+               "ban_text": "none", "session_pool": "0", "session_max_uses": "50"}
+PROXY_TOML = ['proxy_tiers = "datacenter,residential"', 'proxy_ban_for = "1800s"',
+              "proxy_tier_bans = 3", 'proxy_tier_quiet = "600s"', "proxy_max_failures = 3",
+              'proxy_quarantine = "30s"', 'ban_status = "403"', 'ban_selector = "none"',
+              'ban_text = "none"', "session_pool = 0", "session_max_uses = 50"]
+#: The push-back keys' defaults, then the trap keys', then the proxies'.
 BACKOFF = ("backoff_on=429,503, backoff_base=1s, backoff_cap=3600s, backoff_forgive=300s, "
            "adaptive_delay=0, max_delay=30s, max_crawl_delay=300s, revisit=off, "
            "min_interval=60s, max_interval=7776000s, interval_grow=0.4, interval_shrink=0.2, "
            "conditional=true, " + TRAPS
-           + ", rendering=off, politeness_key=host, group_delay=1s, group_concurrency=2")
+           + ", rendering=off, politeness_key=host, group_delay=1s, group_concurrency=2, "
+           + PROXIES)
 REST = (f"user_agent={UA}, ignore_robots=false, robots_ttl=86400s, max_depth=3, "
         "allow_domains=@parent, retry_base=2s, retry_cap=600s, max_retry_after=3600s, "
         "max_stalls=2, max_attempts=3, recrawl_after=0s, " + BACKOFF)
@@ -127,8 +147,11 @@ def test_the_policy_is_declared_once() -> None:
         "trap_repeated_segments": "",
         "trap_max_params": "", "trap_path_variants": "", "trap_page_facets": "",
         "trap_session_ids": "",
-        "near_duplicate_distance": "",
-        "rendering": "", "politeness_key": "", "group_delay": "", "group_concurrency": ""}
+        "near_duplicate_distance": "", "soft_404": "", "drop_judged_items": "",
+        "rendering": "", "politeness_key": "", "group_delay": "", "group_concurrency": "",
+        "proxy_tiers": "", "proxy_ban_for": "", "proxy_tier_bans": "", "proxy_tier_quiet": "",
+        "proxy_max_failures": "", "proxy_quarantine": "", "ban_status": "",
+        "ban_selector": "", "ban_text": "", "session_pool": "", "session_max_uses": ""}
     assert CrawlPolicy().texts() == {"per_host_delay": "1s", "per_host_concurrency": "2",
                                      "accept_content_type": "*/*", "user_agent": UA,
                                      "ignore_robots": "false", "robots_ttl": "86400s",
@@ -145,11 +168,18 @@ def test_the_policy_is_declared_once() -> None:
                                      "conditional": "true", "trap_max_url_length": "1024",
                                      "trap_max_segments": "20",
                                      "trap_repeated_segments": "2", "trap_max_params": "12",
-                                     "trap_path_variants": "1000", "trap_page_facets": "3",
+                                     "trap_path_variants": "1000", "trap_page_facets": "2",
                                      "trap_session_ids": "true",
-                                     "near_duplicate_distance": "3", "rendering": "off",
+                                     "near_duplicate_distance": "0", "soft_404": "true",
+                                     "drop_judged_items": "false", "rendering": "off",
                                      "politeness_key": "host", "group_delay": "1s",
-                                     "group_concurrency": "2"}
+                                     "group_concurrency": "2",
+                                     "proxy_tiers": "datacenter,residential",
+                                     "proxy_ban_for": "1800s", "proxy_tier_bans": "3",
+                                     "proxy_tier_quiet": "600s", "proxy_max_failures": "3",
+                                     "proxy_quarantine": "30s", "ban_status": "403",
+                                     "ban_selector": "none", "ban_text": "none",
+                                     "session_pool": "0", "session_max_uses": "50"}
     # Each such flag says it is a crawl policy value.
     assert all("a crawl policy value" in flags[o.seeded_by, o.flag].help for o in seeded)
 
@@ -216,10 +246,11 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
             "interval_grow": 0.4, "interval_shrink": 0.2, "conditional": True,
             "trap_max_url_length": 1024,
             "trap_max_segments": 20, "trap_repeated_segments": 2, "trap_max_params": 12,
-            "trap_path_variants": 1000, "trap_page_facets": 3, "trap_session_ids": True,
-            "near_duplicate_distance": 3, "rendering": "off",
+            "trap_path_variants": 1000, "trap_page_facets": 2, "trap_session_ids": True,
+            "near_duplicate_distance": 0, "soft_404": True, "drop_judged_items": False,
+            "rendering": "off",
             "politeness_key": "host",
-            "group_delay": 1.0, "group_concurrency": 2},
+            "group_delay": 1.0, "group_concurrency": 2, **PROXY_VALUES},
         {"per_host_delay": "0.5s", "per_host_concurrency": "3", "accept_content_type": "*/*",
          "user_agent": "probe/2.0 (+https://example.com/probe)", "ignore_robots": "true",
          "robots_ttl": "5400s",
@@ -232,11 +263,12 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
          "interval_grow": "0.4", "interval_shrink": "0.2", "conditional": "true",
          "trap_max_url_length": "1024",
          "trap_max_segments": "20", "trap_repeated_segments": "2", "trap_max_params": "12",
-         "trap_path_variants": "1000", "trap_page_facets": "3",
+         "trap_path_variants": "1000", "trap_page_facets": "2",
          "trap_session_ids": "true",
-         "near_duplicate_distance": "3", "rendering": "off",
+         "near_duplicate_distance": "0", "soft_404": "true",
+                                     "drop_judged_items": "false", "rendering": "off",
          "politeness_key": "host",
-         "group_delay": "1s", "group_concurrency": "2"})
+         "group_delay": "1s", "group_concurrency": "2", **PROXY_TEXTS})
     third, second, first = doc["log"]
     assert first | {"version": 1, "by": "crawlq crawl create", "changes": {
         "per_host_delay": [None, "0.5s"], "per_host_concurrency": [None, "2"],
@@ -255,11 +287,13 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
         "trap_max_url_length": [None, "1024"],
         "trap_max_segments": [None, "20"],
         "trap_repeated_segments": [None, "2"], "trap_max_params": [None, "12"],
-        "trap_path_variants": [None, "1000"], "trap_page_facets": [None, "3"],
+        "trap_path_variants": [None, "1000"], "trap_page_facets": [None, "2"],
         "trap_session_ids": [None, "true"],
-        "near_duplicate_distance": [None, "3"], "rendering": [None, "off"],
+        "near_duplicate_distance": [None, "0"], "soft_404": [None, "true"],
+        "drop_judged_items": [None, "false"], "rendering": [None, "off"],
         "politeness_key": [None, "host"],
-        "group_delay": [None, "1s"], "group_concurrency": [None, "2"]}} == first
+        "group_delay": [None, "1s"], "group_concurrency": [None, "2"],
+        **{k: [None, v] for k, v in PROXY_TEXTS.items()}}} == first
     assert second | {"version": 2, "by": "crawlq crawl set",
                      "changes": {"per_host_concurrency": ["2", "3"]}} == second
     assert third["changes"] == {
@@ -300,40 +334,48 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
         ["revisit", "off"], ["min_interval", "60s"], ["max_interval", "7776000s"],
         ["interval_grow", "0.4"], ["interval_shrink", "0.2"]]
     assert lines[27].split()[:2] == ["conditional", "true"]
-    assert [ln.split()[:2] for ln in lines[28:36]] == [
+    assert [ln.split()[:2] for ln in lines[28:38]] == [
         ["trap_max_url_length", "1024"], ["trap_max_segments", "20"],
         ["trap_repeated_segments", "2"], ["trap_max_params", "12"],
-        ["trap_path_variants", "1000"], ["trap_page_facets", "3"],
-        ["trap_session_ids", "true"], ["near_duplicate_distance", "3"]]
-    assert [ln.split()[:2] for ln in lines[36:40]] == [
+        ["trap_path_variants", "1000"], ["trap_page_facets", "2"],
+        ["trap_session_ids", "true"], ["near_duplicate_distance", "0"], ["soft_404", "true"],
+        ["drop_judged_items", "false"]]
+    assert [ln.split()[:2] for ln in lines[38:42]] == [
         ["rendering", "off"], ["politeness_key", "host"], ["group_delay", "1s"],
         ["group_concurrency", "2"]]
-    lines = lines[:15] + lines[40:]
+    end = 42 + len(PROXY_TEXTS)
+    assert [ln.split()[:2] for ln in lines[42:end]] == [list(kv) for kv in PROXY_TEXTS.items()]
+    lines = lines[:15] + lines[end:]
     assert lines[15] == "changes, newest first:"
     assert lines[16].endswith("v4  crawlq crawl set: allow_domains xn--bcher-kva.example,"
                               "example.com -> @parent, ignore_robots true -> false")
     assert lines[18].endswith("v2  crawlq crawl set: per_host_concurrency 2 -> 3")
-    assert lines[19].endswith(f"v1  crawlq crawl create: accept_content_type - -> */*, "
+    assert lines[19].endswith("v1  crawlq crawl create: accept_content_type - -> */*, "
                               "adaptive_delay - -> 0, "
                               "allow_domains - -> @parent, backoff_base - -> 1s, "
                               "backoff_cap - -> 3600s, backoff_forgive - -> 300s, "
-                              "backoff_on - -> 429,503, conditional - -> true, "
-                              "group_concurrency - -> 2, "
+                              "backoff_on - -> 429,503, ban_selector - -> none, "
+                              "ban_status - -> 403, ban_text - -> none, conditional - -> true, "
+                              "drop_judged_items - -> false, group_concurrency - -> 2, "
                               "group_delay - -> 1s, ignore_robots - -> false, "
                               "interval_grow - -> 0.4, interval_shrink - -> 0.2, "
                               "max_attempts - -> 3, max_crawl_delay - -> 300s, "
                               "max_delay - -> 30s, max_depth - -> 3, "
                               "max_interval - -> 7776000s, "
                               "max_retry_after - -> 3600s, max_stalls - -> 2, "
-                              "min_interval - -> 60s, near_duplicate_distance - -> 3, "
+                              "min_interval - -> 60s, near_duplicate_distance - -> 0, "
                               "per_host_concurrency - -> 2, per_host_delay - -> 0.5s, "
-                              "politeness_key - -> host, recrawl_after - -> 0s, "
-                              "rendering - -> off, "
+                              "politeness_key - -> host, "
+                              + "".join(f"{k} - -> {v}, " for k, v in sorted(PROXY_TEXTS.items())
+                                        if k.startswith("proxy_"))
+                              + "recrawl_after - -> 0s, rendering - -> off, "
                               "retry_base - -> 2s, "
                               f"retry_cap - -> 600s, revisit - -> off, "
-                              "robots_ttl - -> 86400s, trap_max_params - -> 12, "
+                              "robots_ttl - -> 86400s, session_max_uses - -> 50, "
+                              "session_pool - -> 0, soft_404 - -> true, "
+                              "trap_max_params - -> 12, "
                               "trap_max_segments - -> 20, trap_max_url_length - -> 1024, "
-                              "trap_page_facets - -> 3, "
+                              "trap_page_facets - -> 2, "
                               "trap_path_variants - -> 1000, "
                               "trap_repeated_segments - -> 2, trap_session_ids - -> true, "
                               f"user_agent - -> {UA}")
@@ -452,10 +494,11 @@ async def test_show_toml_round_trips_into_create_config(
         "interval_grow = 0.4", "interval_shrink = 0.2", "conditional = true",
         "trap_max_url_length = 1024",
         "trap_max_segments = 20", "trap_repeated_segments = 2", "trap_max_params = 12",
-        "trap_path_variants = 1000", "trap_page_facets = 3", "trap_session_ids = true",
-        "near_duplicate_distance = 3", 'rendering = "off"',
+        "trap_path_variants = 1000", "trap_page_facets = 2", "trap_session_ids = true",
+        "near_duplicate_distance = 0", "soft_404 = true", "drop_judged_items = false",
+        'rendering = "off"',
         'politeness_key = "host"',
-        'group_delay = "1s"', "group_concurrency = 2"]
+        'group_delay = "1s"', "group_concurrency = 2", *PROXY_TOML]
     path = tmp_path / "crawl.toml"
     path.write_text(toml)
     await ok(redis_url, "crawl", "create", "--crawl", crawl_name + "-copy", "--config",
@@ -807,11 +850,13 @@ async def test_a_crawl_made_without_a_policy_is_adopted(
                        "conditional": [None, "true"], "trap_max_url_length": [None, "1024"],
                        "trap_max_segments": [None, "20"],
                        "trap_repeated_segments": [None, "2"], "trap_max_params": [None, "12"],
-                       "trap_path_variants": [None, "1000"], "trap_page_facets": [None, "3"],
+                       "trap_path_variants": [None, "1000"], "trap_page_facets": [None, "2"],
                        "trap_session_ids": [None, "true"],
-                       "near_duplicate_distance": [None, "3"], "rendering": [None, "off"],
+                       "near_duplicate_distance": [None, "0"], "soft_404": [None, "true"],
+                       "drop_judged_items": [None, "false"], "rendering": [None, "off"],
                        "politeness_key": [None, "host"], "group_delay": [None, "1s"],
-                       "group_concurrency": [None, "2"]})]
+                       "group_concurrency": [None, "2"],
+                       **{k: [None, v] for k, v in PROXY_TEXTS.items()}})]
 
 
 async def test_a_policy_without_the_newer_keys_takes_them_from_the_first_consumer(
@@ -1225,7 +1270,8 @@ async def test_a_consumer_of_a_bloom_crawl_enqueues_links_without_the_window(
                                      "consumer.handlers:links")
         assert await asyncio.wait_for(run(settings), 60) == 0
     stats = await queue.stats()
-    assert (stats.done, stats.dead) == (2, 0) and site.hits["/child/1"]
+    probes = stats.counters.get("outcome:probe", 0)  # the crawl's soft-404 probe of the host
+    assert (stats.done - probes, stats.dead) == (2, 0) and site.hits["/child/1"]
     [warned] = [r for r in caplog.records if r.getMessage() == "crawl_policy_not_applied"]
     assert (warned.levelno, warned.key, warned.value) == (  # type: ignore[attr-defined]
         logging.WARNING, "recrawl_after", "3600s")

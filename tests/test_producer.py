@@ -28,8 +28,8 @@ from common.frontier.hosts import Frontier
 from common.keys import CRAWLS, CrawlKeys, PartitionKeys
 from common.policy import PolicyError, create_policy, read_policy, set_policy
 from common.queue import CrawlSettings, DedupMode, LeasingQueue, existing_settings, partition_keys
+from common.redis_adapter import use_hiredis_packer
 from common.redis_server import free_port
-from common.resp_pack import use_hiredis_packer
 from common.task import decode_entry, expand_entry
 from common.urls import fingerprint, task_id
 from console.demo.site import sample_site
@@ -531,8 +531,9 @@ async def test_json_summary_schema(redis_url: str, crawl_name: str) -> None:
                                  "--url", "ftp://j.example/")
     assert code == 0
     types = {"crawl": str, "read": int, "invalid": int, "invalid_by_reason": dict,
-             "duplicates": int, "enqueued": int, "recrawled": int, "elapsed_s": float,
-             "urls_per_s": float, "dry_run": bool, "exit_code": int,
+             "duplicates": int, "enqueued": int, "recrawled": int,
+             "recrawled_known": int, "known_scanned": int, "known_due_in_s": type(None),
+             "elapsed_s": float, "urls_per_s": float, "dry_run": bool, "exit_code": int,
              "error": type(None), "notice": type(None)}
     assert set(s) == set(types)
     for key, kind in types.items():
@@ -544,13 +545,15 @@ async def test_json_summary_schema(redis_url: str, crawl_name: str) -> None:
 async def test_exit_3_when_redis_is_unreachable(tmp_path: Path, crawl_name: str,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     url = f"redis://127.0.0.1:{free_port()}/0"
-    code, s = await produce_json(url, crawl_name, "--url", "https://x.example/")
+    code, s = await produce_json(url, crawl_name, "--url", "https://x.example/",
+                                 "--redis-wait", "0.5s")
     assert code == 3
     assert s["exit_code"] == 3
     assert "cannot reach Redis at" in s["error"]
     assert "cannot reach Redis at" in capsys.readouterr().err
     code, s = await produce_json(f"redis://user:hunter2@127.0.0.1:{free_port()}/0",
-                                 crawl_name, "--url", "https://x.example/")
+                                 crawl_name, "--url", "https://x.example/",
+                                 "--redis-wait", "0.5s")
     assert code == 3
     assert "hunter2" not in s["error"]
 

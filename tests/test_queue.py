@@ -1146,6 +1146,8 @@ ROUND_TRIP = [
             method="POST", body=b'{"x": "\xc3\xa9"}', label="api", data={"k": [1]},
             meta={"m": 1}, depth=3),
     NewTask("https://rt.test:8443/e", bytes(range(0x40, 0x50)), priority=1),
+    # an http URL with a query: put back compact (":/<path>?<query>"), it keeps it
+    NewTask("http://rt.test/list?page=2&sort=new", bytes(range(0x60, 0x70))),
 ]
 
 

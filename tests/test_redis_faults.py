@@ -26,6 +26,7 @@ import contextlib
 import itertools
 import json
 import os
+import random
 import sys
 import time
 from collections import Counter
@@ -36,11 +37,13 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from aiohttp import web
 from procs import JsonLog
 from redis.exceptions import OutOfMemoryError, RedisError
 from redis_binaries import pause, resume
 from sites import start_site_process, test_site
 from support.clock import expire
+from support.routes import serve
 
 from common.http.fetcher import Fetcher
 from common.keys import CrawlKeys
@@ -48,6 +51,7 @@ from common.metrics import Metrics
 from common.policy import CrawlPolicy, ensure_policy
 from common.queue import Code, Lease, LeasingQueue, NewTask, Stats
 from common.redis_server import RedisServer
+from common.trapbook import TrapBook
 from common.urls import canonicalize, fingerprint, task_id
 from consumer.config import build_parser, settings_from_args
 from consumer.lifecycle import Consumer
@@ -123,8 +127,8 @@ class Fleet:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("CRAWLQ_") and k != "REDIS_URL"}
         env["CRAWLQ_LOG_FORMAT"] = "json"
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+        env["PYTHONPATH"] = os.pathsep.join(  # tests/: --handler consumer_handlers:...
+            p for p in (str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH")) if p)
         return env
 
     async def _spawn(self, name: str, argv: list[str], *, capture_stdout: bool,
@@ -486,6 +490,99 @@ async def test_client_kill_loop_no_double_ack_and_nothing_lost(
             for r in map(json.loads, f.read_text().splitlines())}
     assert done_urls <= sunk, "a task was acked without its result in any sink"
     # Killed connections mostly heal inside redis-py's retry; what surfaces is backed off.
+    assert_no_crash(a, b, max_warnings=100)
+
+
+# -- 3b. CLIENT KILL in a loop during a crawl of a trap site -------------------------------
+
+WORDS = [f"w{i}" for i in range(3000)]
+#: A site's template: the same 50 words on every page (the text of its own outweighs it:
+#: no page but a soft 404 is another's near duplicate).
+NAV = " ".join(random.Random(0).choices(WORDS, k=50))
+REAL, VARIANTS_A_PAGE, VARIANT_LIMIT = 60, 3, 5
+
+
+def trap_html(text: str, links: list[str]) -> web.Response:
+    hrefs = "".join(f'<a href="{h}">more</a> ' for h in links)
+    return web.Response(text=f"<html><body><nav>{NAV}</nav><main>{text}</main>{hrefs}"
+                             "</body></html>", content_type="text/html")
+
+
+def article(seed: int) -> str:
+    return " ".join(random.Random(seed).choices(WORDS, k=300))
+
+
+def trap_routes() -> dict[str, Any]:
+    """An index of REAL pages; each links, once in the whole site, to a path repeating a
+    segment (trap_repeats), VARIANTS_A_PAGE queries of one path (past VARIANT_LIMIT in
+    all: trap_variants) and a soft 404 (the same text at any path: near duplicates)."""
+    async def index(request: web.Request) -> web.Response:
+        return trap_html(article(1_000_000), [f"/real/{n}" for n in range(REAL)])
+
+    async def real(request: web.Request) -> web.Response:
+        n = int(request.match_info["n"])
+        await asyncio.sleep(0.1)  # long enough for the killing to meet the crawl
+        return trap_html(article(n), [f"/t/{n}/x/x/x/", f"/lost/{n}",
+                                      *(f"/v?q={n}-{k}" for k in range(VARIANTS_A_PAGE))])
+
+    async def variant(request: web.Request) -> web.Response:
+        return trap_html(article(10_000 + hash(request.query_string) % 10_000), [])
+
+    async def lost(request: web.Request) -> web.Response:
+        return trap_html("Sorry, this page was not found. " + article(2_000_000),
+                         [request.path + "/more"])
+
+    return {"/": index, "/real/{n}": real, "/v": variant, "/lost/{tail:.*}": lost}
+
+
+async def test_client_kill_loop_keeps_trap_tallies_exact(
+        fleet: Fleet, servers: list[RedisServer], tmp_path: Path) -> None:
+    """Trap calls whose reply a killed connection lost are sent again (by the client, or
+    by the flusher's step) under their operation id: each refused link and each page
+    judged a near duplicate is tallied once. Every link here is on one page only, so the
+    tallies are known: one trap_repeats a page, every query past the limit trap_variants,
+    and near_duplicate as many as the pages done with that outcome."""
+    server = start_redis(servers)
+    fleet.policy = CrawlPolicy(per_host_delay=0, per_host_concurrency=0, ignore_robots=True,
+                               retry_base=0.1, max_depth=5, trap_path_variants=VARIANT_LIMIT)
+    async with serve(trap_routes()) as site:
+        path, _ = url_file(tmp_path / "urls.txt", [site.url("/")])
+        producer = await fleet.producer("producer", server.url, path)
+        assert await producer.wait(30) == 0, producer.log_text()[-2000:]
+        common = ("--concurrency", "3", "--lease", "10s", "--exit-when-empty",
+                  "--handler", "consumer_handlers:links_and_items")
+        a = await fleet.consumer("a", server.url, *common)
+        b = await fleet.consumer("b", server.url, *common)
+        killer = aioredis.Redis.from_url(server.url, single_connection_client=True)
+        killed = rounds = 0
+        try:
+            async with queue_of(server, fleet.crawl) as queue:
+                async def started() -> bool:
+                    return (await queue.stats()).done >= 3
+
+                await until(started, 30, "the crawl to get going")
+            end = time.monotonic() + 6
+            while time.monotonic() < end and a.running and b.running:
+                killed += int(await killer.execute_command(
+                    "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"))
+                rounds += 1
+                await asyncio.sleep(0.1)
+        finally:
+            await killer.aclose()
+        assert rounds >= 20 and killed >= rounds, (rounds, killed)
+        async with queue_of(server, fleet.crawl) as queue:
+            await finish(queue, [a, b], within=90)
+            stats = await queue.stats()
+            [row] = await TrapBook(queue).hosts()
+    assert stats.dead == 0, stats.dead_reasons
+    near = stats.counters.get("outcome:near_duplicate", 0)
+    assert near >= REAL - 4, stats.counters  # all soft 404s but the first few
+    assert stats.counters.get("outcome:ok", 0) == stats.done - near
+    assert row.reasons == {"trap_repeats": REAL,
+                           "trap_variants": REAL * VARIANTS_A_PAGE - VARIANT_LIMIT,
+                           "near_duplicate": near}, (row, stats.counters)
+    assert row.total == sum(row.reasons.values())
+    assert {f"/real/{n}" for n in range(REAL)} <= set(site.hits)
     assert_no_crash(a, b, max_warnings=100)
 
 

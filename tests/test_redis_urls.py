@@ -120,7 +120,8 @@ def test_a_wrong_wait_setting_exits_2_with_one_line(flag: str, value: str, said:
 def test_sentinels_that_dont_answer_are_one_line_and_exit_3() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CRAWLQ_", "REDIS_"))}
     url = f"redis+sentinel://crawler:s3cr3t@127.0.0.1:{free_port()}/main"
-    done = subprocess.run([sys.executable, "-m", "producer", "--redis-url", url, "-"],
+    done = subprocess.run([sys.executable, "-m", "producer", "--redis-url", url, "-",
+                           "--redis-wait", "1s"],
                           env=env | {"PYTHONPATH": str(ROOT)}, input="", capture_output=True,
                           text=True, timeout=60, check=False)
     assert done.returncode == EXIT_REDIS, done.stderr

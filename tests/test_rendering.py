@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from aiohttp import web
 from support.chromium import SITE_HOST, needs_chromium
 from support.consume import consume
+from support.forward_proxy import proxies
 
 from common.policy import create_policy
 from common.queue import CrawlSettings, LeasingQueue, NewTask
@@ -23,7 +25,7 @@ from common.request import Request
 from common.spider import load_spider
 from common.task import decode_entry, encode_entry
 from common.urls import canonicalize
-from console.demo.jsshop import ShopSpec, expected_items, js_shop
+from console.demo.jsshop import ShopSpec, expected_items, js_shop, make_app
 
 ROOT = Path(__file__).resolve().parents[1]
 JS_SPIDER = str(ROOT / "examples" / "js_spider.py")
@@ -84,7 +86,57 @@ async def test_a_consumer_with_a_browser_crawls_a_shop_its_scripts_build(
     assert set(items) == expected_items(spec)
     assert items["c1-p5"]["url"] == f"{base}/js/1/item/5"
     stats = await q.stats()
-    assert (stats.done, stats.dead) == (1 + 2 * 3 + 14, 0)  # home, 3 list pages each
+    probes = stats.counters.get("outcome:probe", 0)  # the crawl's soft-404 probes
+    assert (stats.done - probes, stats.dead) == (1 + 2 * 3 + 14, 0)  # home, 3 lists each
+
+
+@needs_chromium
+async def test_a_render_request_goes_through_the_pools_proxy_with_every_request_of_its_page(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A consumer with a proxy pool and a browser: a rendered page's document and every
+    request its scripts make go through the pool's pick for its host, one proxy (one of
+    the pool's died: a document's fetch through it goes on at once through another)."""
+    spec = ShopSpec(categories=1, products=4, page_size=2)
+    out = tmp_path / "out"
+    seen: list[tuple[str, str]] = []  # (path and query, the proxy it came through)
+
+    @web.middleware
+    async def record(request: web.Request, handler: Any) -> web.StreamResponse:
+        seen.append((request.path_qs, request.headers.get("X-Via-Proxy", "direct")))
+        return await handler(request)  # type: ignore[no-any-return]
+
+    app = make_app(spec)
+    app.middlewares.append(record)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        async with proxies(f"127.0.0.1:{port}", ["p1", "p2", "p3"]) as px:
+            await px["p3"].kill()
+            monkeypatch.setenv("SHOP_URL", "http://shop.test")
+            spider = load_spider(JS_SPIDER)
+            q = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings())
+            await q.enqueue([task_of(r) for r in spider.start()])
+            code = await consume(redis_url, crawl_name, out, "--spider", JS_SPIDER,
+                                 "--browser", "auto", "--browser-pages", "2",
+                                 *(a for p in px.values() for a in ("--proxy", p.url)),
+                                 limit_s=100)
+    finally:
+        await runner.cleanup()
+    assert code == 0
+    assert set(items_in(out)) == expected_items(spec)
+    assert (await q.stats()).dead == 0
+    assert "direct" not in {via for _, via in seen}
+    # Each page's script calls /api/<the page's path>: through its document's proxy.
+    docs = {path.removeprefix("/js"): via for path, via in seen if path.startswith("/js/")}
+    calls = [(path.removeprefix("/api"), via) for path, via in seen
+             if path.startswith("/api/")]
+    assert len(calls) >= 4 + 2  # each product's call, each list page's
+    assert [(path, via, docs.get(path)) for path, via in calls
+            if docs.get(path) != via] == []
 
 
 @needs_chromium

@@ -271,8 +271,9 @@ async def test_a_seen_url_enqueued_again_with_revisits_on_is_a_duplicate(
 
 async def test_a_recrawl_windows_history_is_kept_unscheduled_and_joins_the_schedule_later(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
-    """With revisits off and a window, an ack keeps the URL's validators (a record of
-    interval 0, entry-less) and schedules nothing; the window brings it back with them;
+    """With revisits off and a window, an ack keeps the URL's validators, host and entry
+    (a record of interval 0: what the producer brings it back with, common.queue.known)
+    and schedules nothing; the window brings it back with them;
     once revisits are on, such a record is no duplicate (the schedule does not hold it):
     the window brings it back once more and that visit's ack schedules it."""
     q = await revisit_queue(redis_client, crawl_name, revisit="off", recrawl_after=1)
@@ -282,7 +283,7 @@ async def test_a_recrawl_windows_history_is_kept_unscheduled_and_joins_the_sched
     await visit(q, "ok", Observed('"v1"', "lm1", "ef" * 8, -1))
     record = await record_of(q, tid(url))
     assert record is not None and record.interval_s == 0
-    assert record.tail == record.host.encode() == b""  # no entry: its recrawl brings its own
+    assert (record.host, record.tail) == ("a.test", b":/p")
     assert (record.etag, record.last_modified, record.digest) == ('"v1"', "lm1", "ef" * 8)
     assert await redis_client.zcard(pk.rv_due) == 0
     await window_passed(redis_client, 2)
@@ -300,6 +301,30 @@ async def test_a_recrawl_windows_history_is_kept_unscheduled_and_joins_the_sched
     assert await redis_client.zscore(pk.rv_due, tid(url)) is not None
     record = await record_of(q, tid(url))
     assert record is not None and record.tail.startswith(b":/p")  # its entry, kept now
+
+
+@pytest.mark.parametrize("data", [{}, {"k": "v"}], ids=["bare", "with-data"])
+async def test_a_record_without_entry_gets_the_entry_of_its_recrawl_without_its_visit(
+        redis_client: aioredis.Redis, crawl_name: str, data: dict[str, str]) -> None:
+    """A recrawl window's record an older crawlq wrote keeps no host nor entry: the ack
+    of its recrawl (brought back by a seed with `v`, its previous visit, last in the
+    entry's JSON) gives it the entry without that `v`."""
+    q = await revisit_queue(redis_client, crawl_name, revisit="off", recrawl_after=1)
+    q.configure(recrawl_after_s=1)
+    url = "http://a.test/p"
+    await q.enqueue([nt(url, data=data)])
+    await visit(q, "ok", Observed('"v1"', "", "ef" * 8, -1))
+    record = await record_of(q, tid(url))
+    assert record is not None
+    await write_record(q, tid(url), encode_record(replace(record, host="", tail=b"")))
+    await window_passed(redis_client, 2)
+    assert (await q.enqueue([nt(url, data=data)])).recrawled == 1
+    lease = await lease_revisit(q, '"v1"', "", "ef" * 8, 0)
+    lease.observed = Observed("", "", "", -1)
+    await q.ack("w", [(lease, "not_modified")])
+    record = await record_of(q, tid(url))
+    assert record is not None and record.host == "a.test"
+    assert record.tail == (b':/p {"u":{"k":"v"}}' if data else b":/p")
 
 
 async def test_revisits_keep_their_hosts_politeness(redis_client: aioredis.Redis,

@@ -262,6 +262,41 @@ async def test_conditional_off_a_recrawl_window_keeps_no_history_and_fetches_who
     assert await history_count(queue) == 0
 
 
+@pytest.mark.parametrize("status", [404, 410])
+async def test_a_recrawl_answered_404_or_410_ends_gone_and_its_history_is_deleted(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str, status: int) -> None:
+    """A page deleted since its last visit: its recrawl (it has a history record) ends
+    done, outcome gone, counted, and under a recrawl window its record is deleted (the
+    producer's recrawl of known URLs brings it back no more); a dead link's first 404
+    keeps no record either."""
+    gone: set[str] = set()
+
+    async def p(request: web.Request) -> web.Response:
+        if request.path in gone:
+            return web.Response(status=status, text="gone")
+        return web.Response(body=b"<html></html>", content_type="text/html",
+                            headers={"ETag": ETAG})
+
+    async with serve({"/p": p, "/dead": p}) as site:
+        url, dead = site.url("/p"), site.url("/dead")
+        gone.add("/dead")
+        tasks = [NewTask(u, fingerprint(u)) for u in (url, dead)]
+        first = await crawl(redis_client, redis_url, crawl_name, tasks, "off",
+                            recrawl_after=1)
+        queue = await LeasingQueue.open(redis_client, crawl_name)
+        assert (first.record(url).outcome, first.record(dead).outcome) == ("ok", "http_4xx")
+        assert await history_count(queue) == 1  # /p's: a dead link is no page
+        gone.add("/p")
+        await asyncio.sleep(1.1)  # past the window: the seen mark counts whole seconds
+        again = await crawl(redis_client, redis_url, crawl_name, tasks[:1], "off",
+                            recrawl_after=1)
+    record = again.record(url)
+    assert (record.outcome, record.status) == ("gone", status)
+    assert counted(again.metrics, "gone")
+    assert (await queue.stats()).counters["outcome:gone"] == 1
+    assert await history_count(queue) == 0
+
+
 async def test_a_validator_is_never_sent_to_the_redirect_target_nor_kept_for_the_url(
         redis_client: aioredis.Redis, redis_url: str, crawl_name: str) -> None:
     requests: dict[str, list[dict[str, str]]] = {"/p": [], "/moved": [], "/known": []}

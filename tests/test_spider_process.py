@@ -96,6 +96,27 @@ async def test_a_childs_label_and_data_reach_its_route_on_another_consumer_proce
     assert sorted(s.path for s in children.seen) == ["/c/1", "/c/2"]
 
 
+async def test_a_label_with_no_route_ends_dead_also_beside_a_handler(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+        tmp_path: Path) -> None:
+    """With --handler beside --spider, the handler is the default route: it parses the
+    tasks without a label, never one whose label the spider has no route for (that one
+    ends dead unknown_label, unfetched, as without a handler)."""
+    async with serve({"/c/{i}": leaf}) as site:
+        q = await LeasingQueue.open(redis_client, crawl_name, CrawlSettings())
+        await q.enqueue([task_of(Request(site.url("/c/1"), label="ghost")),
+                         task_of(Request(site.url("/c/2")))])
+        assert await consume(redis_url, crawl_name, tmp_path / "out", "--spider",
+                             str(ROOT / "tests" / "support" / "relay_spider.py"),
+                             "--handler", "consumer_handlers:links") == 0
+    [dead] = await q.dead_list(limit=10)
+    assert (dead.url, dead.reason) == (site.url("/c/1"), "unknown_label")
+    assert "no route for label 'ghost'" in dead.message
+    assert [s.path for s in site.seen] == ["/c/2"]  # the handler's; the dead one unfetched
+    stats = await q.stats()
+    assert (stats.done, stats.dead) == (1, 1)
+
+
 async def test_a_task_whose_label_has_no_route_ends_dead_with_its_reason_unfetched(
         redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
         tmp_path: Path) -> None:

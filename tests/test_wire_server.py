@@ -4,24 +4,12 @@ request's time is when its bytes arrived, not when a busy server got round to it
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import socket
 import threading
 import time
-from pathlib import Path
-from types import ModuleType
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_wire_server() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("wire_server", ROOT / "bench" / "wire_server.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from support.benches import load_bench
 
 
 def get(port: int, path: str, sent: list[float], replies: list[bytes],
@@ -43,7 +31,7 @@ def get(port: int, path: str, sent: list[float], replies: list[bytes],
 
 @pytest.mark.skipif(not hasattr(socket, "CMSG_SPACE"), reason="needs recvmsg ancillary data")
 async def test_a_request_is_timed_when_it_arrived_not_when_a_busy_loop_read_it() -> None:
-    wire = load_wire_server()
+    wire = load_bench("wire_server")
     seen: list[tuple[str, str, float]] = []
     server = wire.WireServer(lambda host, path: (200, "text/plain", b"hello"), 0.0,
                              lambda host, path, at: seen.append((host, path, at)))

@@ -25,7 +25,11 @@ crawlq's own guarded HTTP client.
 3. Requests to the page's own host go one at a time (a render holds one of its host's
    slots: at most one of its requests is in flight there), each after `on_visit`
    (the consumer's turn-keeping: a host with a delay gives a late one a turn of its
-   own). A call of the page's scripts to its own host that fails as a fetch is retried
+   own). Every request goes through the proxy the document went through (`proxy`: the
+   consumer's proxy pool's pick for the task's host) and with its session's cookie jar
+   (`cookies`: each request sends the cookies the jar holds for its URL, as a browser
+   would, and keeps what it sets; a cookie a script sets in ``document.cookie`` is the
+   page's alone). A call of the page's scripts to its own host that fails as a fetch is retried
    (a timeout, a refused connection, a 5xx, 408 or 429) fails the render with that
    reason: a page whose data did not arrive is not whole, and its route would find no
    items in it and end it done.
@@ -53,6 +57,7 @@ from common.browser.pool import PagePool, PageSlot
 from common.browser.render import DEFAULT_RENDER, Fetched, Render, RenderResult
 from common.errors import FetchError
 from common.hostmodel.hostkey import host_key
+from common.http.cookies import CookieJar
 from common.http.fetcher import Fetcher, FetchResult
 
 if TYPE_CHECKING:
@@ -112,6 +117,8 @@ class _Job:
     host: str
     origin: str
     on_visit: Callable[[], Awaitable[None]] | None
+    proxy: str | None = None
+    cookies: CookieJar | None = None
     served: bool = False
     inflight: int = 0
     quiet_since: float = field(default_factory=time.monotonic)
@@ -158,30 +165,33 @@ class BrowserFetcher:
               crawl_credentials: bool = False, accept: tuple[str, ...] | None = None,
               on_sent: Callable[[], Awaitable[None]] | None = None,
               conditional: Mapping[str, str] | None = None, method: str = "GET",
-              body: bytes | None = None, render: Render | None = None,
+              body: bytes | None = None, proxy: str | None = None,
+              cookies: CookieJar | None = None, render: Render | None = None,
               on_visit: Callable[[], Awaitable[None]] | None = None,
               ) -> Coroutine[Any, Any, FetchResult]:
         """Fetch `url` as `Fetcher.fetch` does, then render it as `render` says (see the
         module's docstring); `on_visit` is awaited before each later request to the
-        page's own host."""
+        page's own host; `proxy` and `cookies` hold for every request of the page."""
         return self._fetch(url, headers=headers, crawl_credentials=crawl_credentials,
                            accept=accept, on_sent=on_sent, conditional=conditional,
                            method=method, body=body, render=render or DEFAULT_RENDER,
-                           on_visit=on_visit)
+                           on_visit=on_visit, proxy=proxy, cookies=cookies)
 
     async def _fetch(self, url: str, *, headers: Mapping[str, str] | None,
                      crawl_credentials: bool, accept: tuple[str, ...] | None,
                      on_sent: Callable[[], Awaitable[None]] | None,
                      conditional: Mapping[str, str] | None, method: str,
                      body: bytes | None, render: Render,
-                     on_visit: Callable[[], Awaitable[None]] | None) -> FetchResult:
+                     on_visit: Callable[[], Awaitable[None]] | None,
+                     proxy: str | None, cookies: CookieJar | None) -> FetchResult:
         started = time.monotonic()
         deadline = started + self._total
         try:
             doc = await self.http.fetch(url, headers=headers,
                                         crawl_credentials=crawl_credentials, accept=accept,
                                         on_sent=on_sent, conditional=conditional,
-                                        method=method, body=body)
+                                        method=method, body=body, proxy=proxy,
+                                        cookies=cookies)
         except FetchError as exc:
             if exc.reason == reasons.SSRF_BLOCKED:
                 self.ssrf_refused += 1
@@ -190,7 +200,7 @@ class BrowserFetcher:
                 "html" not in doc.headers.get("content-type", "text/html").lower():
             return doc
         job = _Job(doc, render, deadline, host_key(doc.final_url), _origin(doc.final_url),
-                   on_visit, last_host_request=started)
+                   on_visit, proxy=proxy, cookies=cookies, last_host_request=started)
         try:
             async with asyncio.timeout_at(_loop_time(deadline)):
                 slot = await self.pool.acquire()
@@ -346,7 +356,8 @@ class BrowserFetcher:
         fetch = self.http.fetch(url, headers=headers,
                                 crawl_credentials=_origin(url) == job.origin,
                                 method=request.method if request.method in _METHODS else "GET",
-                                body=request.post_data_buffer)
+                                body=request.post_data_buffer, proxy=job.proxy,
+                                cookies=job.cookies)
         left = job.deadline - time.monotonic()
         if host_key(url) != job.host:
             async with asyncio.timeout(max(0.001, left)):

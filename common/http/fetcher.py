@@ -43,7 +43,9 @@ sent to another URL), and a name the crawl's or the fetch's own `headers` set is
 replaced. A 304 is a result with an empty body, never
 read (it has none; a server that sends one anyway is not believed).
 
-Proxies: with `FetchSettings.proxies`, each fetch goes through the next proxy round-robin.
+Proxies: with `FetchSettings.proxies`, each fetch goes through the next proxy round-robin,
+unless it names one (``proxy=``: the consumer's proxy pool picks it, docs/proxies.md).
+Cookies stay off (a dummy jar) unless a fetch brings a session's jar (``cookies=``).
 An HTTP proxy resolves host names itself, so for names the SSRF guard can only check the
 proxy's own address (keep proxies inside `allow_networks` if they live on a private
 network); IP-literal targets are still checked here before the request is sent. Proxy
@@ -72,6 +74,7 @@ from common import reasons
 from common.config import redact_url
 from common.errors import ConfigError, FetchError
 from common.headers import DEFAULT_USER_AGENT, checked_headers, is_credential, redacted_headers
+from common.http.cookies import CookieJar
 from common.http.ssrf import GuardedResolver, SsrfGuard, literal_host_ip, ssrf_error_from
 
 __all__ = [
@@ -417,9 +420,18 @@ class Fetcher:
         conditional: Mapping[str, str] | None = None,
         method: str = "GET",
         body: bytes | None = None,
+        proxy: str | None = None,
+        cookies: CookieJar | None = None,
     ) -> Coroutine[Any, Any, FetchResult]:
         """Request `url` with `method` (and `body`), following up to `max_redirects`
         redirects as the module's docstring says; raise FetchError.
+
+        `proxy`: None sends it as the settings say (the next of their proxies
+        round-robin, or direct); a proxy URL sends it through that one proxy, once (a
+        failure of the proxy itself raises a FetchError with `proxy_failed` set); ""
+        sends it direct. The proxy pool of the consumer picks them (docs/proxies.md).
+        `cookies`: a session's jar (common.http.cookies), asked for each hop's ``Cookie``
+        and given each hop's ``Set-Cookie``; None: no cookie is sent or kept.
 
         `headers` go over the crawl's; `crawl_credentials` adds the crawl's credential
         headers (a task's fetch, not robots.txt). Credentials are dropped at the first hop
@@ -446,14 +458,16 @@ class Fetcher:
         if conditional:
             conditional = (self._not_set(conditional, headers)
                            if method in _CONDITIONAL_METHODS else None)
-        if not self._proxies:
+        if proxy is not None or not self._proxies:
             return self._fetch_via(
-                session, url, headers, None, started=started, limits=self._timeout,
+                session, url, headers, URL(proxy) if proxy else None, started=started,
+                limits=self._timeout,
                 accept=accept, on_sent=on_sent, conditional=conditional, method=method,
-                body=body,
+                body=body, cookies=cookies,
             )
         return self._fetch_proxied(session, url, headers, started, accept, on_sent=on_sent,
-                                   conditional=conditional, method=method, body=body)
+                                   conditional=conditional, method=method, body=body,
+                                   cookies=cookies)
 
     async def _fetch_proxied(
         self,
@@ -467,6 +481,7 @@ class Fetcher:
         conditional: Mapping[str, str] | None = None,
         method: str = "GET",
         body: bytes | None = None,
+        cookies: CookieJar | None = None,
     ) -> FetchResult:
         proxies = self._proxies
         n = len(proxies)
@@ -480,7 +495,7 @@ class Fetcher:
                 result = await self._fetch_via(
                     session, url, headers, proxy, started=started, limits=limits,
                     accept=accept, on_sent=on_sent, conditional=conditional, method=method,
-                    body=body,
+                    body=body, cookies=cookies,
                 )
             except FetchError as exc:
                 if last or exc.reason not in _PROXY_RETRY_REASONS:
@@ -508,6 +523,7 @@ class Fetcher:
         conditional: Mapping[str, str] | None = None,
         method: str = "GET",
         body: bytes | None = None,
+        cookies: CookieJar | None = None,
     ) -> FetchResult:
         """Fetch `url` through `proxy`: the first hop under `limits` (aiohttp's timeouts,
         `total` included), each redirect hop under what is left of the deadline; the
@@ -527,9 +543,13 @@ class Fetcher:
                 if check_literals:
                     self._check_literal(current.raw_host)
                 async with session.request(
-                    method, current, headers=headers, data=body, allow_redirects=False,
+                    method, current, allow_redirects=False, data=body,
+                    headers=headers if cookies is None else _with_cookies(headers, cookies,
+                                                                          current),
                     proxy=proxy, timeout=limits, trace_request_ctx=on_sent,
                 ) as resp:
+                    if cookies is not None:
+                        cookies.take(resp.headers.getall("Set-Cookie", ()), current)
                     status = resp.status
                     if status in _REDIRECT_STATUSES:
                         location = resp.headers.get("Location")
@@ -582,7 +602,10 @@ class Fetcher:
         except FetchError:
             raise
         except aiohttp.ServerTimeoutError as exc:  # connect / sock_connect / sock_read
-            raise FetchError(reasons.TIMEOUT, self._describe(exc), retryable=True) from None
+            raise FetchError(
+                reasons.TIMEOUT, self._describe(exc), retryable=True,
+                proxy_failed=proxy is not None
+                and isinstance(exc, aiohttp.ConnectionTimeoutError)) from None
         except TimeoutError:  # the `total` timer: this fetch's deadline
             raise self._deadline_error() from None
         except aiohttp.ClientConnectorError as exc:
@@ -591,16 +614,20 @@ class Fetcher:
                 raise FetchError(
                     reasons.SSRF_BLOCKED, self._scrub(blocked.message), retryable=False
                 ) from None
-            raise FetchError(reasons.CONNECT_ERROR, self._describe(exc), retryable=True) from None
+            raise FetchError(reasons.CONNECT_ERROR, self._describe(exc), retryable=True,
+                             proxy_failed=proxy is not None) from None
         except aiohttp.InvalidURL as exc:  # e.g. a non-canonical IPv4 host such as 127.1
             reason = reasons.BAD_REDIRECT if redirects else reasons.BAD_URL
             raise FetchError(reason, self._describe(exc), retryable=False) from None
         except aiohttp.ClientHttpProxyError as exc:  # CONNECT refused by the proxy
+            # 407: the proxy refused us; another status is its word on the target.
             raise FetchError(
-                reasons.CONNECT_ERROR, self._describe(exc), retryable=True, status=exc.status
-            ) from None
+                reasons.CONNECT_ERROR, self._describe(exc), retryable=True, status=exc.status,
+                proxy_failed=exc.status == 407) from None
         except (aiohttp.ClientConnectionError, ConnectionError) as exc:
-            raise FetchError(reasons.CONNECT_ERROR, self._describe(exc), retryable=True) from None
+            # Through a proxy, the connection that broke is the proxy's.
+            raise FetchError(reasons.CONNECT_ERROR, self._describe(exc), retryable=True,
+                             proxy_failed=proxy is not None) from None
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             raise FetchError(reasons.HTTP_ERROR, self._describe(exc), retryable=True) from None
 
@@ -794,6 +821,16 @@ def _becomes_get(status: int, method: str) -> bool:
 
 def _without_body_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in _BODY_HEADERS}
+
+
+def _with_cookies(headers: Mapping[str, str] | None, jar: CookieJar,
+                  url: URL) -> Mapping[str, str] | None:
+    """`headers` with the jar's ``Cookie`` for `url` (over any a task set), if it has one."""
+    cookie = jar.header(url)
+    if cookie is None:
+        return headers
+    kept = {k: v for k, v in (headers or {}).items() if k.lower() != "cookie"}
+    return {**kept, "Cookie": cookie}
 
 
 def _without_credentials(headers: Mapping[str, str]) -> dict[str, str]:

@@ -12,9 +12,11 @@
 -- request).
 -- With marks 2 (the crawl's revisits on, or a recrawl window with `conditional` on) each
 -- done URL also gets its history record and its next visit (schedule_visits,
--- lib/revisits.lua), from what its fetch observed; a partition whose `conf` says
+-- lib/revisits.lua), from what its fetch observed (a soft-404 probe, outcome probe, gets
+-- none: it is no page of the crawl's); a partition whose `conf` says
 -- revisits are off but keeps validators (keeps_validators) writes the record alone
--- (keep_visits), one that does neither ignores them.
+-- (keep_visits: with the URL's host and entry; an outcome `gone` deletes it instead),
+-- one that does neither ignores them.
 --
 -- KEYS[1..4] host state: hosts, due, h:queued, conf (lib/hosts.lua)
 -- KEYS[5..6] lease state: leased, leases (lib/leases.lua)
@@ -25,8 +27,9 @@
 -- KEYS[11..13] group state: g:of, groups, g:parked (lib/groups.lua)
 -- KEYS[14..] with marks: per item i, its seen bucket HASH; then with marks 2: per item
 --          i, its rv:hist:<bucket> HASH (id's 16 bytes -> history record), and rv:due
---          ZSET (the last key)
--- ARGV[1]  worker id
+--          ZSET; then, the last key, ops:<worker> STRING (lib/once.lua)
+-- ARGV[1]  worker id and operation id, "<worker> <16 hex digits>": a call sent again
+--          (the same id) answers the codes its first run kept, counted `replayed`
 -- ARGV[2]  marks: 1 = each item also names its seen field (exact dedup), 2 = and what
 --          its fetch observed (revisits on or validators kept), 0 = neither
 -- ARGV[3..] per item: id, token, outcome (a short code such as ok, http_4xx), sent_ms
@@ -42,21 +45,27 @@
 --- @include "lib/lease_end"
 --- @include "lib/groups"
 --- @include "lib/revisits"
+--- @include "lib/once"
 
 local LK = lease_keys(5)
 local checkpoints, errors, stalls, stats = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local worker = ARGV[1]
+local worker, op = once_split(ARGV[1])
 local marks = ARGV[2] ~= '0'
 local observing = ARGV[2] == '2'
 local width = marks and 7 or 6
 if observing then width = 8 end
 local n = (#ARGV - 2) / width
-if n ~= math.floor(n) or (marks and #KEYS ~= 13 + n * (observing and 2 or 1)
-                                       + (observing and 1 or 0)) then
+if n ~= math.floor(n) or #KEYS ~= 14 + (marks and n * (observing and 2 or 1)
+                                       + (observing and 1 or 0) or 0) then
   error('crawlq: ack needs (id, token, outcome, sent_ms, responded, elapsed_ms[, seen '
-    .. 'field[, observed]]) per item, and seen keys (and rv:hist keys, rv:due)')
+    .. 'field[, observed]]) per item, and seen keys (and rv:hist keys, rv:due), then ops')
 end
 allow_at_maxmemory(stats)
+local replay, calls = once_kept(KEYS[#KEYS], op)
+if replay then
+  bump(stats, {replayed = 1})
+  return replay
+end
 local now = now_ms()
 local L = ledger(host_keys(1), now)
 ledger_groups(L, group_keys(11))
@@ -87,7 +96,7 @@ for i, id in ipairs(ids) do
       responded = ARGV[base + 4] == '1', sent = int_arg(ARGV[base + 3], 'sent_ms'),
       elapsed = int_arg(ARGV[base + 5], 'elapsed_ms'), done = true}}
     hosts[#hosts + 1] = rec.host
-    if rv or keeps then
+    if (rv or keeps) and ARGV[base + 2] ~= 'probe' then  -- a soft-404 probe is no page
       visits[#visits + 1] = {id, rec.host, rec.prio, rec.entry, ARGV[base + 2], ARGV[base + 7],
                              KEYS[13 + n + i]}
     end
@@ -98,8 +107,8 @@ for i, id in ipairs(ids) do
   end
 end
 if #gone > 0 then
-  if #visits > 0 and rv then schedule_visits(KEYS[#KEYS], visits, rv, now)
-  elseif #visits > 0 then keep_visits(L.K.conf, visits, now) end
+  if #visits > 0 and rv then schedule_visits(KEYS[#KEYS - 1], visits, rv, now)
+  elseif #visits > 0 then keep_visits(L.K.conf, KEYS[#KEYS - 1], visits, now) end
   drop_leases(LK, gone)
   -- Usually absent (no checkpoints, failures or stalls): an EXISTS is cheaper than
   -- handing every id to HDEL.
@@ -114,4 +123,5 @@ end
 outcomes.done = #gone
 outcomes.stale = stale
 bump(stats, outcomes)
+once_keep(KEYS[#KEYS], op, codes, calls)
 return codes

@@ -28,7 +28,9 @@
 -- KEYS[14] h:errors      ZSET  host -> failed attempts
 -- KEYS[15] h:blocked     ZSET  host -> blocked until (ms)
 -- KEYS[16..18] group state: g:of, groups, g:parked (lib/groups.lua)
--- ARGV[1]  worker id
+-- KEYS[19] ops:<worker>  STRING  the worker's last calls (lib/once.lua)
+-- ARGV[1]  worker id and operation id, "<worker> <16 hex digits>": a call sent again
+--          (the same id) answers the reply its first run kept, counted `replayed`
 -- ARGV[2]  base_ms, backoff of the first retry, milliseconds
 -- ARGV[3]  cap_ms, the longest backoff, milliseconds
 -- ARGV[4]  max_retry_after_ms, the longest Retry-After honoured, milliseconds
@@ -50,12 +52,13 @@
 --- @include "lib/lease_end"
 --- @include "lib/backoff"
 --- @include "lib/groups"
+--- @include "lib/once"
 
 local LK = lease_keys(5)
 local attempts, delayed, dead, errors = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local dead_reasons, stats, tasks = KEYS[11], KEYS[12], KEYS[13]
 local errors_by_host, blocked = KEYS[14], KEYS[15]
-local worker = ARGV[1]
+local worker, op = once_split(ARGV[1])
 local base_ms = int_arg(ARGV[2], 'base_ms')
 local cap_ms = int_arg(ARGV[3], 'cap_ms')
 local max_retry_after_ms = int_arg(ARGV[4], 'max_retry_after_ms')
@@ -81,6 +84,11 @@ for i = 8, #ARGV, 11 do
 end
 
 allow_at_maxmemory(stats)
+local replay, calls = once_kept(KEYS[19], op)
+if replay then
+  bump(stats, {replayed = 1})
+  return replay
+end
 local now = now_ms()
 local L = ledger(host_keys(1), now)
 ledger_groups(L, group_keys(16))
@@ -149,4 +157,5 @@ for host, n in pairs(failed_by_host) do redis.call('ZINCRBY', errors_by_host, n,
 ledger_flush(L)
 bump(stats, {failed = retried + died, retried = retried, dead = died, stale = stale,
              backoffs = incidents})
+once_keep(KEYS[19], op, result, calls)
 return result

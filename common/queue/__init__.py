@@ -10,7 +10,8 @@ One module per job: ``crawl`` (settings, opening, partitions), ``calls`` (sendin
 calls), ``enqueue``, ``leasing`` (one consumer's `LeaseClient`) with ``lease_reply``
 (lease.lua's reply layout, declared once), ``transitions`` (ack, fail, release, renew,
 checkpoint), ``housekeeping`` (reclaim, promote, reap), ``deadletters``, ``inspection``
-(stats, is_empty, state_of), ``migrate`` (converting a crawl of layout 2); ``facade``'s
+(stats, is_empty, state_of), ``migrate`` (converting a crawl of layout 2), ``known``
+(the known URLs past the recrawl window queued again); ``facade``'s
 `CrawlQueue` and `LeasingQueue` put them in one object.
 """
 
@@ -26,6 +27,7 @@ from common.queue.crawl import (
 )
 from common.queue.enqueue import check_new_task
 from common.queue.facade import CrawlQueue, LeasingQueue
+from common.queue.known import KnownRecrawl
 from common.queue.lease_reply import LeaseReply
 from common.queue.leasing import (
     CANDIDATE_HOSTS,
@@ -54,7 +56,7 @@ __all__ = [
     "CANDIDATE_HOSTS", "COUNTERS", "FORMAT", "MALFORMED", "MAX_IDLE_WAIT_S",
     "RESPONSE_REASONS", "UNKNOWN_WAIT_S", "Code", "Crawl", "CrawlFormatError",
     "CrawlNeedsMigration", "CrawlQueue", "CrawlSettings", "DeadTask", "DedupMode",
-    "EnqueueResult", "Failure", "Lease", "LeaseBatch", "LeaseClient", "LeaseReply",
+    "EnqueueResult", "Failure", "KnownRecrawl", "Lease", "LeaseBatch", "LeaseClient", "LeaseReply",
     "LeasingQueue", "NewTask", "RetryPolicy", "RevisitStats", "Stats", "check_new_task",
     "existing_settings", "migrate_crawl", "partition_keys",
 ]

@@ -4,6 +4,7 @@ in the callers' order."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
@@ -21,6 +22,12 @@ from common.scripts import locate_in
 T = TypeVar("T")
 #: A script call: the script, its KEYS, its ARGV.
 Call = tuple[Any, list[Any], list[Any]]
+
+
+def new_op_id() -> str:
+    """A call's operation id: 16 hex digits, the same for each send of one call, so a
+    script's second run finds its first (lib/once.lua)."""
+    return os.urandom(8).hex()
 
 
 async def run(client: RedisClient, calls: list[Call]) -> list[Any]:

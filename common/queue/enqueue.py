@@ -3,9 +3,11 @@ enqueue_bloom.lua for a crawl that dedups with a Bloom filter)."""
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
-from collections.abc import Collection, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar, cast
 
 from common.codec import text
 from common.errors import ConfigError, InvalidRequestError, MalformedTaskError
@@ -21,9 +23,36 @@ from common.request import (
     check_data,
     check_label,
     check_method,
+    check_session,
     shown,
 )
 from common.task import compact_tail, encode_entry
+
+
+class _Queued(Protocol):
+    """What a batch's item gives its script call: its fingerprint (its id's bytes) and
+    priority; its entry comes from the batch's own function."""
+
+    @property
+    def fp(self) -> bytes: ...
+
+    @property
+    def priority(self) -> int: ...
+
+
+Q = TypeVar("Q", bound=_Queued)
+#: One partition's batch: the partition, and its items by host.
+Batch = tuple[int, Mapping[str, Sequence[Q]]]
+
+
+@dataclass(frozen=True, slots=True)
+class KnownEntry:
+    """A known URL to queue again as its history record keeps it (common.queue.known):
+    its id's 16 bytes (`fp`), priority and compact entry (those bytes, then the tail)."""
+
+    fp: bytes
+    priority: int
+    entry: bytes
 
 
 async def enqueue(crawl: Crawl, tasks: Sequence[NewTask], recrawl_after_s: int = 0, *,
@@ -53,8 +82,8 @@ async def enqueue(crawl: Crawl, tasks: Sequence[NewTask], recrawl_after_s: int =
         return EnqueueResult()
     if modes is not None:
         await modes.refresh()
-    results = await _run(crawl, list(by_partition.items()), recrawl_after_s, render_all,
-                         modes)
+    results = await _run(crawl, list(by_partition.items()), recrawl_after_s,
+                         functools.partial(_entry, render_all=render_all, modes=modes))
     warnings = tuple(int(r[3]) for r in results if len(r) > 3 and int(r[3]) >= 0)
     return EnqueueResult(
         enqueued=sum(int(r[0]) for r in results),
@@ -64,13 +93,29 @@ async def enqueue(crawl: Crawl, tasks: Sequence[NewTask], recrawl_after_s: int =
     )
 
 
+async def enqueue_known(crawl: Crawl, partition: int,
+                        by_host: Mapping[str, Sequence[KnownEntry]],
+                        recrawl_after_s: int) -> EnqueueResult:
+    """Queue known URLs of one partition again, each as its history record keeps it,
+    through enqueue.lua with the recrawl window: a URL is queued only when its seen mark
+    says it ended longer ago than the window (one queued, leased, waiting or dead
+    meanwhile is a duplicate), with its validators (`v`) from its record."""
+    if not by_host:
+        return EnqueueResult()
+    [r] = await _run(crawl, [(partition, by_host)], recrawl_after_s, _known_entry)
+    return EnqueueResult(enqueued=int(r[0]), duplicates=int(r[1]), recrawled=int(r[2]))
+
+
+def _known_entry(k: KnownEntry, host: str) -> bytes:
+    return k.entry
+
+
 #: How many times a batch is named again for a politeness_key that changed meanwhile.
 REGROUPS = 3
 
 
-async def _run(crawl: Crawl, batches: list[tuple[int, dict[str, list[NewTask]]]],
-               recrawl_after_s: int, render_all: bool, modes: RenderModes | None
-               ) -> list[Any]:
+async def _run(crawl: Crawl, batches: Sequence[Batch[Q]], recrawl_after_s: int,
+               entry: Callable[[Q, str], bytes]) -> list[Any]:
     """The script's reply for each partition's batch. A batch whose groups were named for
     another politeness_key than its partition holds changes nothing and answers {-1, key}:
     it is named again for that key (a process learns the key at its first batch, and a
@@ -83,7 +128,7 @@ async def _run(crawl: Crawl, batches: list[tuple[int, dict[str, list[NewTask]]]]
             p, by_host = batches[i]
             groups = await crawl.grouper.words(list(by_host))
             calls.append(_call(crawl, crawl.partitions[p], by_host, recrawl_after_s, groups,
-                               render_all=render_all, modes=modes))
+                               entry=entry))
         replies = await run(crawl.client, calls)
         again = []
         for i, reply in zip(todo, replies, strict=True):
@@ -99,9 +144,13 @@ async def _run(crawl: Crawl, batches: list[tuple[int, dict[str, list[NewTask]]]]
                       "while one batch was enqueued; enqueue it again")
 
 
-def _call(crawl: Crawl, pk: PartitionKeys, by_host: dict[str, list[NewTask]],
-          recrawl_after_s: int, groups: str, *, render_all: bool = False,
-          modes: RenderModes | None = None) -> Call:
+def _call(crawl: Crawl, pk: PartitionKeys, by_host: Mapping[str, Sequence[Q]],
+          recrawl_after_s: int, groups: str, *,
+          entry: Callable[[Q, str], bytes] | None = None) -> Call:
+    """One partition's enqueue call; each item's entry from `entry` (default: a NewTask's,
+    `_entry`)."""
+    if entry is None:
+        entry = cast(Callable[[Q, str], bytes], _entry)
     settings = crawl.settings
     host_keys, host_head = host_args(pk, list(by_host))
     head = [*pk.host_state, pk.tasks, pk.stats, pk.pending, pk.prio_hosts]
@@ -118,7 +167,7 @@ def _call(crawl: Crawl, pk: PartitionKeys, by_host: dict[str, list[NewTask]],
             for t in batch:
                 args += [int.from_bytes(t.fp[8:12], "big"),
                          int.from_bytes(t.fp[12:16], "big") | 1, t.priority, h,
-                         _entry(t, host, _renders(t, host, render_all, modes))]
+                         entry(t, host)]
         return crawl.scripts.enqueue_bloom, keys, args
     keys = [*head, *pk.group_state, *host_keys]
     args = [recrawl_after_s, *host_head, groups]
@@ -127,8 +176,7 @@ def _call(crawl: Crawl, pk: PartitionKeys, by_host: dict[str, list[NewTask]],
         for t in batch:
             buckets.append(crawl.bucket(t.fp))
             keys.append(pk.seen(buckets[-1]))
-            args += [t.fp[2:], t.priority, h, _entry(t, host, _renders(t, host, render_all,
-                                                                         modes))]
+            args += [t.fp[2:], t.priority, h, entry(t, host)]
     if recrawl_after_s:  # a recrawl reads the URL's history record
         keys += [pk.history(b) for b in buckets]
     return crawl.scripts.enqueue, keys, args
@@ -150,6 +198,7 @@ def check_new_task(t: NewTask, known_labels: Collection[str] | None = None) -> N
         raise InvalidRequestError(f"{where}: no route is labelled {t.label!r} (routes: "
                                   f"{', '.join(sorted(known_labels)) or 'none'}); add "
                                   "the route or fix the label")
+    check_session(t.session, where)
     check_data(t.data, where)
 
 
@@ -160,11 +209,15 @@ def _renders(t: NewTask, host: str, render_all: bool, modes: RenderModes | None)
     return modes is None or modes.mode(host, t.label) != "http"
 
 
-def _entry(t: NewTask, host: str, render: bool = False) -> bytes:
+def _entry(t: NewTask, host: str, *, render_all: bool = False,
+           modes: RenderModes | None = None) -> bytes:
     """Its entry compact (common.task), as the queue keeps it: its fingerprint's bytes
-    (its id), then its URL and fields less what the queue names."""
+    (its id), then its URL and fields less what the queue names; a render request's
+    (`_renders`) marked as one."""
     rest = encode_entry("", t.url, max_attempts=t.max_attempts, priority=t.priority,
                         meta=t.meta, depth=t.depth, headers=t.headers, revisit=t.revisit,
                         method=t.method, body=t.body, label=t.label, data=t.data,
-                        unique_key=t.unique_key, render=render)
+                        unique_key=t.unique_key, session=t.session,
+                        session_version=t.session_version,
+                        render=_renders(t, host, render_all, modes))
     return t.fp + compact_tail(rest, host).encode()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Callable, Sequence
 from typing import Any, Self
@@ -11,6 +12,7 @@ from common.connection import RedisClient
 from common.queue import deadletters, housekeeping, inspection, transitions
 from common.queue.crawl import Crawl, CrawlSettings, existing_settings, open_settings
 from common.queue.enqueue import enqueue
+from common.queue.known import KnownRecrawl, recrawl_known
 from common.queue.leasing import LeaseClient
 from common.queue.migrate import migrate_crawl
 from common.queue.model import (
@@ -115,18 +117,31 @@ class CrawlQueue:
                              known_labels=self.known_labels, render_all=self._render_all,
                              modes=self.render_modes)
 
+    async def recrawl_known(self, *, stop: asyncio.Event | None = None) -> KnownRecrawl:
+        """Queue again every done URL whose history record is older than the recrawl
+        window (Nutch's generate: `common.queue.known`); nothing without a window."""
+        if not self._recrawl_after_s:
+            return KnownRecrawl()
+        return await recrawl_known(self.on, self._recrawl_after_s, stop=stop)
+
     async def renew(self, worker: str, leases: Sequence[Lease], lease_ms: int
                     ) -> list[tuple[Lease, Code]]:
         """Extend held leases; returns the ones lost, with why. Updates deadlines."""
         return await transitions.renew(self.on, worker, leases, lease_ms)
 
-    async def ack(self, worker: str, items: Sequence[tuple[Lease, str]]) -> list[Code]:
-        """Mark tasks done with an outcome code; returns a code per item, in order."""
-        return await transitions.ack(self.on, worker, items, revisits=self._revisits)
+    async def ack(self, worker: str, items: Sequence[tuple[Lease, str]], *,
+                  op: str = "") -> list[Code]:
+        """Mark tasks done with an outcome code; returns a code per item, in order.
+        `op`: the call's operation id (new when ''): a call sent again with it gets the
+        codes of its first run."""
+        return await transitions.ack(self.on, worker, items, revisits=self._revisits, op=op)
 
-    async def fail(self, worker: str, failures: Sequence[Failure]) -> list[tuple[Code, int]]:
-        """Record failed attempts; returns (RETRY with delay ms | DEAD | refusal, -1)."""
-        return await transitions.fail(self.on, worker, failures, self._retry, self._jitter)
+    async def fail(self, worker: str, failures: Sequence[Failure], *,
+                   op: str = "") -> list[tuple[Code, int]]:
+        """Record failed attempts; returns (RETRY with delay ms | DEAD | refusal, -1).
+        `op` as `ack`'s."""
+        return await transitions.fail(self.on, worker, failures, self._retry, self._jitter,
+                                      op=op)
 
     async def release(self, worker: str, leases: Sequence[Lease], *,
                       restart_turn: bool = False) -> list[Code]:
@@ -235,15 +250,17 @@ class LeasingQueue(CrawlQueue):
         self.leases.woken()
         self.renders.woken()
 
-    async def ack(self, worker: str, items: Sequence[tuple[Lease, str]]) -> list[Code]:
+    async def ack(self, worker: str, items: Sequence[tuple[Lease, str]], *,
+                  op: str = "") -> list[Code]:
         self.leases.ended({lease.partition for lease, _ in items})
         self.renders.ended([lease for lease, _ in items])
-        return await super().ack(worker, items)
+        return await super().ack(worker, items, op=op)
 
-    async def fail(self, worker: str, failures: Sequence[Failure]) -> list[tuple[Code, int]]:
+    async def fail(self, worker: str, failures: Sequence[Failure], *,
+                   op: str = "") -> list[tuple[Code, int]]:
         self.leases.ended({f.lease.partition for f in failures})
         self.renders.ended([f.lease for f in failures])
-        return await super().fail(worker, failures)
+        return await super().fail(worker, failures, op=op)
 
     async def release(self, worker: str, leases: Sequence[Lease], *,
                       restart_turn: bool = False) -> list[Code]:

@@ -24,7 +24,7 @@ COUNTERS = (
     "enqueued", "duplicates", "recrawled", "leased", "renewed", "lost", "done", "failed",
     "retried", "dead", "stalled", "stale", "released", "promoted", "reclaimed", "requeued",
     "purged", "checkpoints", "repaired_hosts", "lost_pending", "backoffs",
-    "group_unresolved",
+    "group_unresolved", "replayed",
 )
 
 MALFORMED = "malformed"
@@ -80,6 +80,8 @@ class NewTask:
     label: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
     unique_key: str | None = None  # the user's; None: derived from method, URL and body
+    session: str | None = None  # its session's name (common.sessions)
+    session_version: int = 0  # the least version of it the request needs
     render: bool = False  # fetched in a browser (docs/rendering.md)
 
     @classmethod
@@ -100,7 +102,8 @@ class NewTask:
         return cls(canonical_url, fingerprint(key), request.priority, max_attempts,
                    meta if meta is not None else {}, depth, merged, method=request.method,
                    body=request.body, label=request.label, data=dict(request.data),
-                   unique_key=request.unique_key, render=request.render)
+                   unique_key=request.unique_key, session=request.session,
+                   render=request.render)
 
 
 @dataclass(slots=True)

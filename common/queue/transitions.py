@@ -9,7 +9,7 @@ from typing import Any
 from common import codec
 from common.codec import text as _text
 from common.keys import PartitionKeys
-from common.queue.calls import Call, by_partition, host_args, in_order, run
+from common.queue.calls import Call, by_partition, host_args, in_order, new_op_id, run
 from common.queue.crawl import Crawl, DedupMode
 from common.queue.model import CODES, RESPONSE_REASONS, Code, Failure, Lease, RetryPolicy
 from common.queue.revisits import MARKS_OBSERVED, observed_arg
@@ -50,19 +50,21 @@ def _ack_item(lease: Lease, outcome: str) -> tuple[Any, ...]:
 
 
 async def ack(crawl: Crawl, worker: str, items: Sequence[tuple[Lease, str]], *,
-              revisits: bool = False) -> list[Code]:
+              revisits: bool = False, op: str = "") -> list[Code]:
     """Mark tasks done with an outcome code; returns a code per item, in order. With the
     crawl's `revisits` on, each item also carries what its fetch observed (the URL's
-    history and next visit: common/queue/revisits.py)."""
+    history and next visit: common/queue/revisits.py). `op`: the call's operation id
+    (new when ''; lib/once.lua)."""
     groups = by_partition(items, lambda x: x[0])
     calls = []
+    who = f"{worker} {op or new_op_id()}"
     marks = crawl.settings.dedup is DedupMode.EXACT
     mode = (MARKS_OBSERVED if revisits else 1) if marks else 0
     for p, group in groups.items():
         pk = crawl.partitions[p]
         keys = [*pk.host_state, *pk.lease_state, pk.checkpoints, pk.errors, pk.stalls,
                 pk.stats, *pk.group_state]
-        args: list[Any] = [worker, mode]
+        args: list[Any] = [who, mode]
         histories = []
         for lease, outcome in group:
             args.extend(_ack_item(lease, outcome))
@@ -75,19 +77,22 @@ async def ack(crawl: Crawl, worker: str, items: Sequence[tuple[Lease, str]], *,
                 histories.append(crawl.history_key(pk, lease.id))
         if mode == MARKS_OBSERVED:
             keys += [*histories, pk.rv_due]
+        keys.append(pk.ops(worker))
         calls.append((crawl.scripts.ack, keys, args))
     return in_order(items, groups, await run(crawl.client, calls) if calls else [],
                     lambda reply, i: CODES[int(reply[i])])
 
 
 async def fail(crawl: Crawl, worker: str, failures: Sequence[Failure], retry: RetryPolicy,
-               jitter: Callable[[], float]) -> list[tuple[Code, int]]:
-    """Record failed attempts; returns (RETRY with delay ms | DEAD | refusal, -1)."""
+               jitter: Callable[[], float], *, op: str = "") -> list[tuple[Code, int]]:
+    """Record failed attempts; returns (RETRY with delay ms | DEAD | refusal, -1). `op`
+    as `ack`'s."""
     groups = by_partition(failures, lambda f: f.lease)
     calls = []
+    who = f"{worker} {op or new_op_id()}"
     for p, group in groups.items():
         pk = crawl.partitions[p]
-        args: list[Any] = [worker, retry.base_ms, retry.cap_ms, retry.max_retry_after_ms,
+        args: list[Any] = [who, retry.base_ms, retry.cap_ms, retry.max_retry_after_ms,
                            retry.backoff_base_ms, retry.backoff_cap_ms,
                            retry.backoff_forgive_ms]
         for f in group:
@@ -102,7 +107,7 @@ async def fail(crawl: Crawl, worker: str, failures: Sequence[Failure], retry: Re
         calls.append((crawl.scripts.fail, [*pk.host_state, *pk.lease_state, pk.attempts,
                                            pk.delayed, pk.dead, pk.errors, pk.dead_reasons,
                                            pk.stats, pk.tasks, pk.errors_by_host,
-                                           pk.blocked, *pk.group_state],
+                                           pk.blocked, *pk.group_state, pk.ops(worker)],
                       args))
     return in_order(failures, groups, await run(crawl.client, calls) if calls else [],
                     lambda reply, i: (Code(int(reply[2 * i])), int(reply[2 * i + 1])))

@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from common.bans import NO_RULES, Blocked
 from common.browser.render import DEFAULT_RENDER, Render
 from common.errors import UnknownLabelError
 from common.policy import CrawlPolicy, parse_value
@@ -48,12 +49,14 @@ RouteFn = Callable[["Response", "Context"], Awaitable[Any] | Any]
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """One route: its label (None: the default route), its function, its item key, and
-    how its pages are rendered (None: fetched over HTTP unless a request asks)."""
+    """One route: its label (None: the default route), its function, its item key, what
+    a blocked answer to its requests looks like (over the crawl's ``ban_*``), and how its
+    pages are rendered (None: fetched over HTTP unless a request asks)."""
 
     label: str | None
     fn: RouteFn
     item_key: tuple[str, ...]
+    blocked: Blocked = NO_RULES
     render: Render | None = None
 
 
@@ -85,11 +88,14 @@ class Spider:
         return f"Spider({self.name!r}, routes: {labels or 'none'})"
 
     def route(self, label: str | None = None, *, item_key: str | Sequence[str] | None = None,
+              blocked: Blocked | None = None,
               render: bool | Render = False) -> Callable[[RouteFn], RouteFn]:
         """Register the decorated function as the route of `label` (no label: the default
         route, for requests without one). `item_key` overrides the spider's for its
-        items. `render`: its pages are rendered in a browser (a `Render` says which page
-        actions run first). ValueError for a label given twice."""
+        items; `blocked` says what a blocked answer to its requests looks like, over the
+        crawl's rules (``Blocked(status=..., css=..., text=...)``: such an answer is
+        retried, never parsed); `render`: its pages are rendered in a browser (a `Render`
+        says which page actions run first). ValueError for a label given twice."""
         check_label(label, f"spider {self.name!r} route")
         keys = self.item_key if item_key is None else _key_fields(item_key)
         if not isinstance(render, bool | Render):
@@ -101,7 +107,7 @@ class Spider:
                 what = "the default route" if label is None else f"route {label!r}"
                 raise ValueError(f"spider {self.name!r} has {what} already "
                                  f"({self.routes[label].fn.__name__})")
-            self.routes[label] = Route(label, fn, keys, spec)
+            self.routes[label] = Route(label, fn, keys, blocked or NO_RULES, spec)
             return fn
         return register
 

@@ -23,6 +23,11 @@ whatever the crawl's size: no KEYS, no scan of all tasks.
                                          most in flight first: ``?size=50``
 ``GET /api/crawls/{crawl}/dead``         a page of dead letters, newest first:
                                          ``?page=0&size=50&reason=R``
+``GET /api/crawls/{crawl}/proxies``      the proxy pool: each proxy's health (URLs
+                                         redacted), the hosts that ban some or moved
+                                         up a tier: ``?size=50``
+``GET /api/crawls/{crawl}/sessions``     the sessions, newest first (no cookie value):
+                                         ``?size=50``
 =======================================  ===============================================
 """
 
@@ -39,7 +44,10 @@ from common.connection import RedisClient
 from common.errors import BadRequestError, ConfigError
 from common.frontier.groups import groups
 from common.frontier.hosts import SORT_COLUMNS, Frontier
+from common.proxies.summary import MAX_HOSTS as MAX_PROXY_HOSTS
+from common.proxies.summary import read_summary
 from common.queue import CrawlQueue
+from common.sessions import list_sessions
 from common.workers import read_workers
 from console.cli_hosts import sort_refusal
 from console.crawls import MAX_CRAWLS, summaries, summary
@@ -169,6 +177,20 @@ async def get_groups(request: web.Request) -> web.Response:
                               "groups": [asdict(r) for r in found.rows]})
 
 
+async def get_proxies(request: web.Request) -> web.Response:
+    queue = await open_crawl(request)
+    size = int_param(request, "size", 50, 1, MAX_PROXY_HOSTS)
+    found = await read_summary(queue.client, queue.crawl, size)
+    return web.json_response(found.to_json())
+
+
+async def get_sessions(request: web.Request) -> web.Response:
+    queue = await open_crawl(request)
+    size = int_param(request, "size", 50, 1, MAX_PROXY_HOSTS)
+    rows, total = await list_sessions(queue.client, queue.crawl, size)
+    return web.json_response({"sessions": [asdict(r) for r in rows], "total": total})
+
+
 def add_routes(app: web.Application) -> None:
     """Register the read API on `app`."""
     app.router.add_get("/api/session", get_session)
@@ -179,3 +201,5 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/api/crawls/{crawl}/hosts", get_hosts)
     app.router.add_get("/api/crawls/{crawl}/groups", get_groups)
     app.router.add_get("/api/crawls/{crawl}/dead", get_dead)
+    app.router.add_get("/api/crawls/{crawl}/proxies", get_proxies)
+    app.router.add_get("/api/crawls/{crawl}/sessions", get_sessions)

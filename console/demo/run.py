@@ -25,19 +25,23 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import aiohttp
+from redis.exceptions import RedisError
 
-from common.config import COMMON_OPTIONS, REDIS_URL, Option, duration, redact_url
+from common.config import COMMON_OPTIONS, REDIS_URL, REDIS_WAIT, Option, duration, redact_url
 from common.connection import RedisClient, connect
 from common.keys import CRAWLS
 from common.names import validate_crawl_name
 from common.policy import CrawlPolicy, ensure_policy
 from common.queue import CrawlQueue, Stats
 from common.redis_server import RedisServer
+from common.startup import RedisGaveUpError, StartupWait
 from console.demo.site import SiteSpec, sample_site
 from console.local import (
     Children,
     SigtermCancels,
     dir_summary,
+    redis_failed,
+    redis_wait,
     run_producer,
     say,
     stop_started,
@@ -63,23 +67,31 @@ DEMO_OPTIONS = (
            flag_only_bool=True),
     Option("--port", "CRAWLQ_DEMO_PORT", 8000, "with --serve: the site's port (0: any free "
            "one)", type=int),
+    REDIS_WAIT,
     *(o for o in COMMON_OPTIONS if o.flag in ("--log-level", "--log-format")),
 )
 
 CrawlKeysFn = Callable[[RedisClient, str], Awaitable[list[str]]]
 
 
-async def _prepare_redis(args: argparse.Namespace, out: Path, crawl_keys: CrawlKeysFn
-                         ) -> tuple[str, RedisServer | None]:
+async def _reset(redis_url: str, crawl: str, crawl_keys: CrawlKeysFn) -> list[str]:
+    """Delete an earlier demo crawl's keys (a step that may run twice); the keys."""
+    client = connect(redis_url)
+    try:
+        keys = await crawl_keys(client, crawl)
+        for i in range(0, len(keys), 500):
+            await client.unlink(*keys[i:i + 500])
+        await client.srem(CRAWLS, crawl)
+    finally:
+        await client.aclose()
+    return keys
+
+
+async def _prepare_redis(args: argparse.Namespace, out: Path, crawl_keys: CrawlKeysFn,
+                         wait: StartupWait) -> tuple[str, RedisServer | None]:
     if args.redis_url:
-        client = connect(args.redis_url)
-        try:
-            keys = await crawl_keys(client, args.crawl)
-            for i in range(0, len(keys), 500):
-                await client.unlink(*keys[i:i + 500])
-            await client.srem(CRAWLS, args.crawl)
-        finally:
-            await client.aclose()
+        keys = await wait.step("connect", lambda: _reset(args.redis_url, args.crawl,
+                                                         crawl_keys))
         if keys:
             say(f"reset crawl {args.crawl} in {redact_url(args.redis_url)} "
                 f"({len(keys)} keys from an earlier run)")
@@ -138,8 +150,11 @@ async def run_demo(args: argparse.Namespace, *, crawl_keys: CrawlKeysFn) -> int:
     children = Children()
     server: RedisServer | None = None
     sigterm = SigtermCancels()  # kill, docker stop: the demo ends through its finally
+    redis_url = args.redis_url
     try:
-        redis_url, server = await _prepare_redis(args, paths.out, crawl_keys)
+        wait = redis_wait(redis_url, args.redis_wait)
+        redis_url, server = await _prepare_redis(args, paths.out, crawl_keys, wait)
+        wait.url = redis_url
         spec = SiteSpec(pages=args.pages)
         async with sample_site(spec=spec) as base_url:
             say(f"sample site: {base_url}/ ({spec.pages} pages, some slow, failing, "
@@ -149,15 +164,7 @@ async def run_demo(args: argparse.Namespace, *, crawl_keys: CrawlKeysFn) -> int:
                    "CRAWLQ_CRAWL": args.crawl}
             common = ["--redis-url", redis_url, "--crawl", args.crawl,
                       "--log-level", args.log_level, "--log-format", args.log_format]
-            # The demo crawls its own local site fast: its policy says so before the
-            # producer would give the crawl the defaults (1 s a host).
-            client = connect(redis_url)
-            try:
-                await ensure_policy(client, args.crawl, CrawlPolicy(
-                    per_host_delay=0, per_host_concurrency=32, retry_base=0.5),
-                    by="crawlq demo")
-            finally:
-                await client.aclose()
+            await wait.step("policy", lambda: _policy(redis_url, args.crawl))
             produced = await run_producer(
                 children, [*common, "--max-attempts", "3", str(paths.seeds)], env,
                 paths.logs / "producer.log")
@@ -175,20 +182,33 @@ async def run_demo(args: argparse.Namespace, *, crawl_keys: CrawlKeysFn) -> int:
             say(f"started {args.consumers} consumers (logs in {paths.logs})")
             client = connect(redis_url)
             try:
-                queue = await CrawlQueue.existing(client, args.crawl)
+                queue = await wait.step("crawl", lambda: CrawlQueue.existing(client, args.crawl))
                 ok = await watch(children, queue, total=int(produced["enqueued"]),
                                  timeout_s=args.timeout, started=started, logs=paths.logs)
-                stats = await queue.stats()
+                stats = await wait.step("stats", queue.stats)
             finally:
                 await client.aclose()
         _summary(stats, time.monotonic() - started, paths, crawl=args.crawl,
                  embedded=server is not None)
         return 0 if ok else 1
+    except (RedisGaveUpError, RedisError) as exc:
+        return redis_failed("crawlq demo", exc, redis_url)
     except asyncio.CancelledError:
         sigterm.interrupted("the consumers, the site and Redis")
         raise
     finally:
         await stop_started(sigterm, children, server)
+
+
+async def _policy(redis_url: str, crawl: str) -> None:
+    """The demo crawls its own local site fast: its policy says so before the producer
+    would give the crawl the defaults (1 s a host)."""
+    client = connect(redis_url)
+    try:
+        await ensure_policy(client, crawl, CrawlPolicy(
+            per_host_delay=0, per_host_concurrency=32, retry_base=0.5), by="crawlq demo")
+    finally:
+        await client.aclose()
 
 
 def _summary(s: Stats, elapsed: float, paths: _Paths, *, crawl: str, embedded: bool) -> None:

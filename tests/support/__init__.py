@@ -15,7 +15,8 @@ tests/test_test_layout.py holds them to it), as ``from support.<module> import <
   sentinels) and the failover drill's steps on it;
 - ``dashboard``: the in-process dashboard's token, auth header and JSON errors;
 - ``browser``: headless Chromium and the dashboard as a child process;
-- ``docs``: the README and docs/ pages the tests hold to the code.
+- ``docs``: the README and docs/ pages the tests hold to the code;
+- ``benches``: a module of bench/ loaded from its file (``load_bench``).
 
 Helpers with a life of their own stay beside the tests: ``sites.py`` (also run as
 ``python -m tests.sites``), ``consumer_handlers.py`` (loaded by name with ``--handler``),

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import redis
@@ -18,6 +19,7 @@ import redis.asyncio as aioredis
 
 from common.connection import connect
 from common.redis_server import RedisServer, free_port
+from common.scripts import source
 
 MASTER = "crawlq-test"
 
@@ -87,6 +89,21 @@ class ReplyCutter:
                 w.close()
                 with contextlib.suppress(OSError, ConnectionError):
                     await w.wait_closed()
+
+
+@contextlib.asynccontextmanager
+async def cutting(port: int) -> AsyncIterator[ReplyCutter]:
+    """A `ReplyCutter` to the Redis on `port`, closed at the end."""
+    relay = await ReplyCutter(port).start()
+    try:
+        yield relay
+    finally:
+        await relay.close()
+
+
+def script_sha(name: str) -> bytes:
+    """The SHA1 script `name` is called by (EVALSHA): what a relay looks for."""
+    return hashlib.sha1(source(name).encode()).hexdigest().encode()
 
 
 def replica_of(primary: RedisServer) -> RedisServer:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -28,15 +29,28 @@ class Seen:
     headers: dict[str, str]
 
 
+#: The path of a crawl's soft-404 probe (common.soft404.probe_url): a made-up name of 16
+#: lowercase letters and digits, a letter first and a digit among them, as a file with
+#: the extension of the page it is shaped after, or a directory.
+PROBE = re.compile(r".*/(?=[a-z0-9]{0,15}[0-9])[a-z][a-z0-9]{15}(\.[A-Za-z0-9]{1,5}|/)?")
+
+
+def is_probe(path: str) -> bool:
+    """Whether a request's path is a soft-404 probe's (``PROBE``)."""
+    return PROBE.fullmatch(path) is not None
+
+
 @dataclass
 class Site:
     """A local test site; records every request's path and time, and what it was
-    (``seen``: method, body, headers)."""
+    (``seen``: method, body, headers), but a soft-404 probe's (``probes``: their paths),
+    which the crawl makes of its own accord."""
 
     base: str = ""
     hits: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     paths: list[str] = field(default_factory=list)
     seen: list[Seen] = field(default_factory=list)
+    probes: list[str] = field(default_factory=list)
 
     def url(self, path: str) -> str:
         return self.base + path
@@ -49,6 +63,9 @@ async def serve(routes: dict[str, Handler], robots: str | None = None, *,
 
     @web.middleware
     async def record(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if is_probe(request.path):
+            site.probes.append(request.path)
+            return await handler(request)
         site.hits[request.path].append(time.monotonic())
         site.paths.append(request.raw_path)
         site.seen.append(Seen(request.method, request.raw_path, await request.read(),

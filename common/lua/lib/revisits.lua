@@ -1,7 +1,8 @@
 -- lib/revisits.lua: the revisit schedule (issue 26): each done URL's history record in
 -- `rv:hist` and its next visit in `rv:due` (common/keys.py), the interval each visit
 -- learns, and the entry a due URL goes back to its host's queue with; with revisits off,
--- a recrawl window's records alone (keep_visits: validators for its conditional recrawls).
+-- a recrawl window's records alone (keep_visits: validators for its conditional recrawls,
+-- and the entry a recrawl of the known URLs brings it back with past its window).
 -- Includes lib/codes (call_sliced, bin_id) and lib/queues (entry_compact, entry_expand).
 --- @include "lib/codes"
 --- @include "lib/queues"
@@ -52,8 +53,9 @@ end
 --   digest (8 bytes | varint length + text), Last-Modified (u32 | varint length + text)
 --   ETag, host (each varint length + bytes; the host '' in a record without entry)
 --   the rest: the URL's compact entry without its 16-byte id and `v` (lib/queues.lua
---   entry_compact; '' for a recrawl window's record: nothing brings it back by its
---   host), `tail` here.
+--   entry_compact), `tail` here: what brings the URL back (a revisit, or a recrawl of
+--   the known URLs past their window); '' in a record an older crawlq wrote for a
+--   recrawl window (it kept neither entry nor host).
 -- Unsigned LEB128 varints and little-endian u32s. It lives in the partition's
 -- rv:hist:<bucket> HASH under the id's 16 bytes (bucket as the seen mark's).
 -- The `~` sums (learned revisits; n = x = t = 0 when absent) are the change-rate
@@ -218,10 +220,27 @@ end
 -- A history record's field: the id's 16 bytes (in its rv:hist:<bucket>).
 local function record_field(id) return bin_id(id) end
 
+-- A record's tail without the `v` a recrawl's entry carries (revisit_entry put it last:
+-- its JSON's only top-level array, so a tail ending in "]}" holds it; "v":[ is never
+-- inside a JSON string, whose quotes are escaped): the record keeps the request alone.
+local function without_visit(tail)
+  if string.sub(tail, -2) ~= ']}' then return tail end
+  local at, from = nil, 1
+  while true do
+    local i = string.find(tail, '"v":[', from, true)
+    if not i then break end
+    at, from = i, i + 1
+  end
+  if not at then return tail end
+  if string.sub(tail, at - 1, at - 1) == ',' then return string.sub(tail, 1, at - 2) .. '}' end
+  if string.sub(tail, at - 2, at - 1) == ' {' then return string.sub(tail, 1, at - 3) end
+  return tail
+end
+
 -- The record's tail of a task's entry (full, "<32 hex id><url>[ <json>]", as leases hold
--- it; or compact): its compact form without the id.
+-- it; or compact): its compact form without the id and without `v`.
 local function entry_tail(host, entry)
-  return full_tail(host, entry) or string.sub(entry, 17)
+  return without_visit(full_tail(host, entry) or string.sub(entry, 17))
 end
 
 -- What one fetch observed (ack's per-item ARGV, common/schedule.py):
@@ -401,7 +420,7 @@ local function schedule_visits(due, visits, c, now)
     end
     local iv = next_interval(c, p, v[5], o.max_age, est)
     demand_change = demand_change + 1 / iv - (p and p.interval > 0 and 1 / p.interval or 0)
-    -- a recrawl window's record keeps no entry (its recrawls come with their own)
+    -- a record of an older crawlq's recrawl window has no entry: this visit's
     local tail = p and p.tail ~= '' and p.tail or entry_tail(v[2], v[4])
     records[i] = visit_record(p, v, o, now_s, iv, tail, est)
     scores[#scores + 1] = now + iv * 1000
@@ -414,19 +433,37 @@ end
 
 -- Writes the history record of each done URL of a crawl that keeps validators with its
 -- revisits off (keeps_validators): what its fetch observed, for its recrawl to ask with
--- (enqueue.lua), and no next visit. A new record has interval 0 (never scheduled) and no
--- entry; one the schedule wrote before revisits were turned off keeps its interval,
--- entry and estimator (the schedule waits, as it was). Same `visits` as schedule_visits.
-local function keep_visits(conf, visits, now)
+-- (enqueue.lua), its host and entry, for the URL to be brought back past its window
+-- without a link to it (the producer's recrawl of the known URLs, common/queue/known.py),
+-- and no next visit. A new record has interval 0 (never scheduled); one the schedule wrote before revisits were turned off keeps its
+-- interval, entry and estimator (the schedule waits, as it was). A recrawl that found its
+-- page gone (outcome `gone`: a 404 or 410 to a URL with a record) deletes the record (and
+-- any next visit in `due`, rv:due), and a first visit answered 4xx (`http_4xx`: a dead
+-- link) writes none: nothing brings such a URL back but a seed or a link past its window.
+-- Same `visits` as schedule_visits.
+local function keep_visits(conf, due, visits, now)
   local prev = previous_records(visits)
-  local records = {}
+  local kept, records, gone = {}, {}, {}
   local now_s = math.floor(now / 1000)
   for i, v in ipairs(visits) do
     local p = prev[i]
-    records[i] = visit_record(p, v, observed_decode(v[6]), now_s, p and p.interval or 0,
-                              p and p.tail or '', p or {n = 0, x = 0, t = 0})
+    if v[5] == 'gone' then
+      gone[#gone + 1] = v
+    elseif p or v[5] ~= 'http_4xx' then  -- a first visit's 4xx: no page to know
+      kept[#kept + 1] = v
+      records[#kept] = visit_record(p, v, observed_decode(v[6]), now_s,
+                                    p and p.interval or 0,
+                                    p and p.tail ~= '' and p.tail or entry_tail(v[2], v[4]),
+                                    p or {n = 0, x = 0, t = 0})
+    end
   end
-  write_records(conf, visits, records)
+  write_records(conf, kept, records)
+  local dropped = 0
+  for _, v in ipairs(gone) do
+    dropped = dropped + redis.call('HDEL', v[7], v[8])
+    redis.call('ZREM', due, v[1])
+  end
+  if dropped > 0 then redis.call('HINCRBY', conf, 'rv_urls', -dropped) end
 end
 
 -- A JSON string (validators are header values: printable, but may hold '"' or '\').

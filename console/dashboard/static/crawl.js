@@ -257,6 +257,54 @@
     },
   };
 
+  // The proxy pool (crawlq proxies): hidden until a consumer reported a proxy. URLs come
+  // redacted from the API; nothing here could show a credential.
+  const proxiesPanel = {
+    node: document.getElementById("proxies"),
+    async refresh() {
+      const data = await dash.getJSON(`${api}/proxies`);
+      this.node.hidden = !data.proxies.length;
+      if (!data.proxies.length) return;
+      const rows = data.proxies.map((p) => el("tr", { "data-proxy": p.id, class: p.state === "ok" ? null : "stale" },
+        el("td", { class: "url", title: p.id }, p.shown), el("td", null, p.tier),
+        el("td", { class: "num" }, fmt.int(p.ok)), el("td", { class: "num" }, fmt.int(p.fail)),
+        el("td", { class: "num" }, fmt.int(p.ban)), el("td", { class: "num" }, fmt.int(p.banned_by)),
+        el("td", { class: "num" }, p.lat_ms >= 0 ? `${p.lat_ms} ms` : "-"),
+        el("td", null, p.state === "ok" ? "ok" : `quarantined ${fmt.age(p.quarantined_s * 1000)} more`)));
+      replace(this.node.querySelector(".body"), el("p", { class: "hint" }, `tiers: ${data.tiers.join(" \u2192 ")}`),
+        table(["proxy", "tier", { label: "ok", num: true }, { label: "failed", num: true },
+          { label: "bans", num: true }, { label: "banned by", num: true, title: "hosts that ban it now" },
+          { label: "latency", num: true }, "state"], rows, "no proxy reported"));
+      replace(this.node.querySelector(".hosts"), table(["host", "tier", { label: "bans at tier", num: true }, "bans (proxy ids)"],
+        data.hosts.map((h) => el("tr", { "data-host": h.host }, el("td", { class: "host" }, h.host),
+          el("td", null, h.tier), el("td", { class: "num" }, fmt.int(h.bans_at_tier)),
+          el("td", null, h.banned.join(", ") || "-"))),
+        "no host bans a proxy"),
+        data.hosts_total > data.hosts.length ? el("p", { class: "hint" }, `showing ${data.hosts.length} of ${data.hosts_total}`) : null);
+    },
+  };
+
+  // The crawl's sessions (crawlq sessions): how many cookies each holds, never a value.
+  const sessionsPanel = {
+    node: document.getElementById("sessions"),
+    async refresh() {
+      const data = await dash.getJSON(`${api}/sessions`);
+      this.node.hidden = !data.total;
+      if (!data.total) return;
+      const rows = data.sessions.map((s) => el("tr", { "data-session": s.name, class: s.state === "live" ? null : "stale" },
+        el("td", null, s.name), el("td", null, s.host || "-"), el("td", null, s.state),
+        el("td", { class: "num" }, fmt.int(s.version)), el("td", { class: "num" }, fmt.int(s.uses)),
+        el("td", { class: "num" }, fmt.int(s.bans)), el("td", { class: "num" }, fmt.int(s.cookies)),
+        el("td", null, s.proxy || "-")));
+      replace(this.node.querySelector(".body"), table(["session", "pool host", "state",
+        { label: "version", num: true }, { label: "uses", num: true },
+        { label: "blocks", num: true, title: "requests of it answered with a block" },
+        { label: "cookies", num: true, title: "how many it holds (their values are credentials: never shown)" },
+        "proxy"], rows, "no session"),
+        data.total > data.sessions.length ? el("p", { class: "hint" }, `the newest ${data.sessions.length} of ${data.total}`) : null);
+    },
+  };
+
   const deadPanel = {
     node: document.getElementById("dead"),
     page: 0, size: 25, reason: "", stale: true, seen: null,
@@ -393,7 +441,7 @@
     },
   };
 
-  const panels = [summaryPanel, chartPanel, hostsPanel, workersPanel, deadPanel, policyPanel];
+  const panels = [summaryPanel, chartPanel, hostsPanel, proxiesPanel, sessionsPanel, workersPanel, deadPanel, policyPanel];
 
   async function refresh() {
     await summaryPanel.refresh();
