@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import heapq
+import html
 import json
 import os
 import re
@@ -54,7 +55,7 @@ def title_of(body: bytes) -> str:
     found = _TITLE.search(body, 0, _HEAD)
     if found is None:
         return ""
-    return found.group(1).decode("utf-8", "replace")
+    return html.unescape(found.group(1).decode("utf-8", "replace"))
 
 
 def norm_title(title: str, url: str) -> str:

@@ -175,25 +175,28 @@ def fresh_tokens(page: str, links: Iterable[object]) -> dict[str, str]:
     a server that puts a session id in every link of a response. An id shared by a few
     links (a friend's pages), or the page's own (a category's listing pages), is not
     one."""
-    origin = page[:page.find("/", page.find("://") + 3)]
+    home = page[:page.find("/", page.find("://") + 3)] + "/"
     seen: dict[tuple[str, str], set[str]] = {}  # (rule, value) -> rest of the paths
     total = 0
     for link in links:
-        if not isinstance(link, str) or not link.startswith(origin + "/"):
+        if not isinstance(link, str) or not link.startswith(home):
             continue
         total += 1
         lpath, lquery = _path_query(link)
         if lquery:
             for name, value in parse_qsl(lquery):
-                if is_session_value(value):
+                if len(value) >= 10 and "." not in value:  # as a session value may be
                     seen.setdefault((f"q:{name}", value), set()).add(lpath)
+        if len(lpath) < 11:
+            continue
         segments = lpath.split("/")
         for i, segment in enumerate(segments):
-            if len(segment) >= 10 and is_session_value(segment):
+            if len(segment) >= 10 and "." not in segment:  # not a file's name
                 seen.setdefault((f"p:{i}", segment), set()).add("/".join(segments[i + 1:]))
+    # shared widely first (few values are), a session value then: a page's links are many
     return {rule: value for (rule, value), paths in seen.items()
             if len(paths) >= TOKEN_PATHS and len(paths) >= TOKEN_SHARE * total
-            and value not in page}
+            and value not in page and is_session_value(value)}
 
 
 def without_tokens(url: str, rules: Mapping[str, str]) -> str | None:
@@ -209,12 +212,13 @@ def without_tokens(url: str, rules: Mapping[str, str]) -> str | None:
     changed = False
     if query:
         kept = [p for p in query.split("&") if not (
-            f"q:{p.partition('=')[0]}" in rules and _learned_value(p.partition("=")[2]))]
+            f"q:{p.partition('=')[0]}" in rules
+            and _learned_value(p.partition("=")[2], rules[f"q:{p.partition('=')[0]}"]))]
         changed = len(kept) != query.count("&") + 1
         query = "&".join(kept)
     segments = path.split("/")
     for i in range(len(segments) - 1, 0, -1):
-        if f"p:{i}" in rules and is_session_value(segments[i]):
+        if f"p:{i}" in rules and _learned_value(segments[i], rules[f"p:{i}"], segment=True):
             segments = ["", *segments[i + 1:]]
             changed = True
             break
@@ -223,12 +227,24 @@ def without_tokens(url: str, rules: Mapping[str, str]) -> str | None:
     return head + "/".join(segments) + (f"?{query}" if query else "")
 
 
-def _learned_value(text: str) -> bool:
-    """Whether a value of a learned token parameter is a session's: a session value, or
-    as long as one, of letters and digits both (a search's ``?s=python`` stays)."""
-    return is_session_value(text) or (
-        len(text) >= 12 and _WORDLIKE.fullmatch(text) is not None
-        and any(c.isdigit() for c in text) and any(c.isalpha() for c in text))
+def _learned_value(text: str, like: str, *, segment: bool = False) -> bool:
+    """Whether a value of a learned token parameter or segment is a session's: a session
+    value; as long as one, of letters and digits both (a search's ``?s=python`` stays);
+    or as long as the value it was learned with (`like`: a server's ids have one
+    length), of its characters, with a digit or both cases (a random id may have too
+    few changes between letters and digits to pass `is_token`: 1 in ~15 of 24
+    characters; a slug of that length stays). A path `segment` names a page more often
+    than a query value: only one as long as `like` passes but a session value."""
+    if is_session_value(text):
+        return True
+    if len(text) < 12 or _WORDLIKE.fullmatch(text) is None \
+            or (segment and len(text) != len(like)):
+        return False
+    digit, alpha = any(c.isdigit() for c in text), any(c.isalpha() for c in text)
+    if digit and alpha:
+        return True
+    return len(text) == len(like) and (digit or (
+        any(c.isupper() for c in text) and any(c.islower() for c in text)))
 
 
 def _most_repeated(segments: list[str]) -> int:

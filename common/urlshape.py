@@ -25,6 +25,7 @@ __all__ = ["common_directory", "directory", "is_token", "is_variant", "masked", 
            "shape_tag", "url_words"]
 
 _DIGITS = re.compile(r"[0-9]+")
+_DIGIT = re.compile(r"[0-9]")
 _TOKEN_CHARS = re.compile(r"[A-Za-z0-9_-]{16,}")
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
                    r"[0-9a-fA-F]{12}")
@@ -80,7 +81,7 @@ def is_variant(url: str) -> bool:
     """Whether `url` may be a variant of another page: it has a query, a digit or a
     token in its path."""
     path, query = _path_query(url)
-    return bool(query) or any(c.isdigit() for c in path) or any(
+    return bool(query) or _DIGIT.search(path) is not None or any(
         is_token(s) for s in path.split("/") if len(s) >= 16)
 
 

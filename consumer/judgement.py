@@ -110,6 +110,7 @@ class PageFacts:
     shape: str  # its URL's shape: its links of that shape are a near duplicate's
     near: Page | None  # its fingerprint, when judged for near duplicates
     soft: bool  # judged for soft 404s
+    echo: int | None  # its echo-free words' hash (`echo_free`), when its title was seen
     held_since: float | None = None  # monotonic time it was first held for a probe
 
 
@@ -132,13 +133,11 @@ def link_features(urls: Iterable[str | Request], own: str) -> list[str]:
     return out
 
 
-def _echo_free(c: Completion, url: str) -> int | None:
-    """A hash of a page's words, its path where it names it left out (a catch-all echoes
-    the path it was asked for), from its result's body."""
-    body = c.record.body if c.record is not None else None
-    if not body:
-        return None
-    return simhash.exact_set(soft404.unechoed(simhash.page_text(body), url).lower().split())
+def echo_free(text: str, url: str) -> int:
+    """A hash of a page's words (`text`), its path where it names it left out (a
+    catch-all echoes the path it was asked for). Compared within this process only: the
+    interpreter's own hash of the set, no digest."""
+    return hash(frozenset(soft404.unechoed(text, url).lower().split()))
 
 
 def _links_home(c: Completion) -> bool:
@@ -173,6 +172,11 @@ class Judge:
             OrderedDict()
         self._pages: dict[str, int] = {}  # host -> pages judged for soft 404s
         self._pending: list[Learned] = []  # sent with the next call
+
+    def seen(self, host: str, title: str) -> bool:
+        """Whether a page of `host` had `title` (normalized) here before: a page of it
+        then takes its echo-free hash for the twin trigger."""
+        return (host, title) in self._titles
 
     def tokens(self, host: str) -> Mapping[str, str]:
         """The session-token rules learned for `host` (``q:<name>``, ``p:<index>``), each
@@ -322,10 +326,10 @@ class Judge:
         others = [(common_directory(other, path), echo)
                   for other, form, echo in recent if form != f.shape]
         where = max((d for d, _ in others), key=len, default="/")
-        echo = _echo_free(c, f.url) if recent else None
+        echo = f.echo if recent else None
         twins = [d for d, e in others if e is not None and e == echo]
-        if twins:
-            self._claim(f, max(twins, key=len), state, claims)
+        if twins:  # their own catch-all, maybe under another one: probed whatever is above
+            self._claim(f, max(twins, key=len), state, claims, under=True)
         if all(other != path for other, _, _ in recent):
             recent.append((path, f.shape, echo))
             del recent[:-TITLE_PATHS]
@@ -340,14 +344,16 @@ class Judge:
 
     @staticmethod
     def _claim(f: PageFacts, where: str, state: HostState | None,
-               claims: dict[tuple[str, str], str]) -> None:
+               claims: dict[tuple[str, str], str], *, under: bool = False) -> None:
         """Claim the probe of `f`'s host's directory `where`, unless it is the root (the
-        root's is claimed apart), claimed, probed, or under a directory whose probe found
-        a catch-all (its signature judges it already)."""
+        root's is claimed apart), claimed, probed, or (but `under`: twins no signature
+        judged, a listing's catch-all below the root's "not found" page) under a
+        directory whose probe found a catch-all (its signature judges it already)."""
         if where == "/" or (state is not None and (
                 where in state.claimed or where in state.signatures
-                or any(sig.kind != soft404.NONE and where.startswith(sig.directory)
-                       for sig in state.signatures.values()))):
+                or (not under and any(sig.kind != soft404.NONE
+                                      and where.startswith(sig.directory)
+                                      for sig in state.signatures.values())))):
             return
         claims.setdefault((f.host, where), f.url)
 
@@ -357,6 +363,7 @@ class Judge:
         if state is None or f.depth < 1:
             return False
         words: tuple[int, ...] | None = None
+        url: frozenset[int] = frozenset()
         for sig in state.signatures.values():
             if not soft404.applies(sig, f.url):
                 continue
@@ -364,8 +371,9 @@ class Judge:
                 body = c.record.body if c.record is not None else None
                 words = soft404.sketch(soft404.unechoed(simhash.page_text(body or b""),
                                                         f.url))
+                url = soft404.url_hashes(f.url)  # only a page of a signature's title
             if soft404.matches(sig, final_url=f.final_url, redirected=f.redirected,
-                               title=f.title, words=words, url=soft404.url_hashes(f.url)):
+                               title=f.title, words=words, url=url):
                 return True
         return False
 
@@ -398,7 +406,7 @@ class Judge:
 
 
 def page_facts(task: Task, host: str, result: FetchResult, urls: Sequence[str | Request],
-               live: LivePolicy) -> PageFacts | None:
+               live: LivePolicy, *, seen: Callable[[str, str], bool]) -> PageFacts | None:
     """What a handled 2xx HTML page is judged by, after its handler ran (the flush's
     one call per partition gives the verdict, where waiting for it here would cost a
     round trip a page): for soft 404s, its title, when it was reached by a link (a seed
@@ -406,8 +414,12 @@ def page_facts(task: Task, host: str, result: FetchResult, urls: Sequence[str | 
     (``common.urlshape``) and its request has no label (a labelled request is the
     spider's own word that the page is one it wants: a product page of one template
     differs from the next by a few words), the fingerprint of its text (from the tree
-    the handler parsed, its scripts stripped) and of its links. None when neither
-    applies."""
+    the handler parsed, its scripts stripped) and of its links; for a title `seen`
+    before on its host (``Judge.seen``), its echo-free words' hash. None when neither
+    applies.
+
+    Its text is taken once, from the parsed tree, and only the first ``MAX_TEXT``
+    characters are masked and hashed: a 1.6 MB index page costs no more than a short one."""
     if not 200 <= result.status <= 299 or not result.body \
             or "html" not in result.headers.get("content-type", ""):
         return None
@@ -415,8 +427,10 @@ def page_facts(task: Task, host: str, result: FetchResult, urls: Sequence[str | 
     near = None
     form = shape(task.url)
     within = live.near_duplicate_distance
+    words: str | None = None
     if within >= 0 and task.label is None and is_variant(task.url):
-        text = VARIANT_WORDS.sub("#", simhash.page_text(result.take_tree()))
+        words = simhash.page_text(result.take_tree())
+        text = VARIANT_WORDS.sub("#", words[:simhash.MAX_TEXT])
         links = link_features(urls, form)
         fp = simhash.exact_text(text) if within == 0 else simhash.fingerprint(text)
         if fp is not None:
@@ -427,8 +441,13 @@ def page_facts(task: Task, host: str, result: FetchResult, urls: Sequence[str | 
     if near is None and not soft:
         return None
     title = soft404.norm_title(soft404.title_of(result.body), task.url) if soft else ""
+    echo = None
+    if soft and seen(host, title):
+        if words is None:
+            words = simhash.page_text(result.take_tree())
+        echo = echo_free(words, task.url)
     return PageFacts(host, task.url, result.final_url, bool(result.redirects), task.depth,
-                     title, form, near, soft)
+                     title, form, near, soft, echo)
 
 
 def probe_signature(directory: str, url: str, result: FetchResult) -> Signature:

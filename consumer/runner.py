@@ -323,8 +323,9 @@ class Runner:
                 self.window.leave()
             record.items = handled.items
             urls = handled.urls
-            page = None if self.flusher.judge is None else page_facts(
-                lease.task, lease.host, result, urls, self.policy.now)
+            judge = self.flusher.judge
+            page = None if judge is None else page_facts(
+                lease.task, lease.host, result, urls, self.policy.now, seen=judge.seen)
             if len(urls) > self.s.max_links:
                 self.flusher.intake.capped(len(urls) - self.s.max_links)
                 urls = urls[:self.s.max_links]

@@ -13,6 +13,7 @@ import asyncpg
 import pytest
 import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient, TestServer
+from hypothesis import HealthCheck, settings
 from support.dashboard import DASHBOARD_TOKEN
 from support.postgres import PostgresServer, find_bindir
 
@@ -20,6 +21,12 @@ from common.redis_server import RedisServer
 from console.dashboard.app import make_app
 
 _counter = itertools.count()
+
+# Hypothesis' 200 ms deadline and its too-slow health check time the machine, not the
+# code: under two cores' load an example of test_urls took longer and failed the suite.
+settings.register_profile("crawlq", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("crawlq")
 
 
 @pytest.fixture(scope="session")

@@ -333,6 +333,9 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_revisits.py::test_a_recrawl_answered_404_or_410_ends_gone_and_its_"
             "history_is_deleted",
             _RK + "test_a_recrawl_past_its_window_reaches_every_page_it_knew")),
+    Mutant("88-twins-unprobed-under-a-catch-all", "echo-free twins get their directory "
+           "probed under a directory whose catch-all signature does not judge them",
+           (_T + "test_a_listings_catch_all_under_the_roots_is_probed_and_judged",)),
     Mutant("62-facet-remembered-as-a-trap", "a link refused as a facet is one on its page "
            "only: the same URL linked from another page is followed",
            (_T + "test_a_faceted_pages_filter_links_are_refused_and_its_pages_followed",)),

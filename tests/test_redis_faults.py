@@ -515,7 +515,7 @@ def article(seed: int) -> str:
 def trap_routes() -> dict[str, Any]:
     """An index of REAL pages; each links, once in the whole site, to a path repeating a
     segment (trap_repeats), VARIANTS_A_PAGE queries of one path (past VARIANT_LIMIT in
-    all: trap_variants) and a soft 404 (the same text at any path: near duplicates)."""
+    all: trap_variants) and a soft 404 (the same text at any path)."""
     async def index(request: web.Request) -> web.Response:
         return trap_html(article(1_000_000), [f"/real/{n}" for n in range(REAL)])
 
@@ -541,7 +541,8 @@ async def test_client_kill_loop_keeps_trap_tallies_exact(
     by the flusher's step) under their operation id: each refused link and each page
     judged a near duplicate is tallied once. Every link here is on one page only, so the
     tallies are known: one trap_repeats a page, every query past the limit trap_variants,
-    and near_duplicate as many as the pages done with that outcome."""
+    and soft_404 as many as the pages done with that outcome (each says it was not
+    found: its directory is probed, and the probe's answer is theirs)."""
     server = start_redis(servers)
     fleet.policy = CrawlPolicy(per_host_delay=0, per_host_concurrency=0, ignore_robots=True,
                                retry_base=0.1, max_depth=5, trap_path_variants=VARIANT_LIMIT)
@@ -575,12 +576,13 @@ async def test_client_kill_loop_keeps_trap_tallies_exact(
             stats = await queue.stats()
             [row] = await TrapBook(queue).hosts()
     assert stats.dead == 0, stats.dead_reasons
-    near = stats.counters.get("outcome:near_duplicate", 0)
-    assert near >= REAL - 4, stats.counters  # all soft 404s but the first few
-    assert stats.counters.get("outcome:ok", 0) == stats.done - near
+    judged = stats.counters.get("outcome:soft_404", 0)
+    assert judged >= REAL - 4, stats.counters  # all soft 404s but the first few
+    probes = stats.counters.get("outcome:probe", 0)
+    assert stats.counters.get("outcome:ok", 0) == stats.done - judged - probes
     assert row.reasons == {"trap_repeats": REAL,
                            "trap_variants": REAL * VARIANTS_A_PAGE - VARIANT_LIMIT,
-                           "near_duplicate": near}, (row, stats.counters)
+                           "soft_404": judged}, (row, stats.counters)
     assert row.total == sum(row.reasons.values())
     assert {f"/real/{n}" for n in range(REAL)} <= set(site.hits)
     assert_no_crash(a, b, max_warnings=100)

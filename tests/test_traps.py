@@ -31,7 +31,7 @@ from common.scripts import source
 from common.simhash import MAX_TEXT, MIN_WORDS, distance, fingerprint, page_text
 from common.task import Task
 from common.trapbook import KEEP, MAX_PROBES, Page, TrapBook
-from common.traps import TrapRules, strip_session_ids
+from common.traps import TrapRules, strip_session_ids, without_tokens
 from common.urls import fingerprint as url_fingerprint
 from common.urlshape import shape_tag
 from console.cli import main_async
@@ -276,6 +276,22 @@ def test_tokens_fresh_per_visit_are_learned_from_a_page_and_left_out_of_the_key(
         links += [f"http://c.test/topic/{k}" for k in range(9)]
         i.children([(parent(own), links)])
     assert "c.test" not in learned.rules
+
+
+def test_a_learned_token_rule_takes_a_random_id_with_few_digits_but_keeps_a_slug() -> None:
+    """Once a host's /u/<token>/ prefix is learned, a later link's id of the learned
+    length is the session's though it has too few letter-digit changes for a token (one
+    random base-62 id in ~15 of 24 characters; each one let through cost its page's dozen
+    links on the trap corpus' seed 16); a slug there, or a word of another length, stays."""
+    rules = {"p:2": "KAR1OnOCsoFMbYsJlkfKqx5u", "q:s": "8f3a9c1d2e4b5a6f"}
+    assert without_tokens("http://a.test/u/yIyRhZfsYLlnMSduKyy1CMeC/list?c=1", rules) \
+        == "http://a.test/list?c=1"
+    assert without_tokens("http://a.test/u/yIyRhZfsYLlnMSduKyyICMeC/x", rules) \
+        == "http://a.test/x"  # no digit at all: both cases, the learned length
+    assert without_tokens("http://a.test/u/getting-started-with-it/x", rules) is None
+    assert without_tokens("http://a.test/u/GettingStarted/x", rules) is None
+    assert without_tokens("http://a.test/doc?s=python", rules) is None
+    assert without_tokens("http://a.test/doc?s=yIyRhZfsYLlnMSduK1", rules) == "http://a.test/doc"
 
 
 def test_a_faceted_page_is_judged_by_numbers_too_but_never_by_its_pagination() -> None:
@@ -609,6 +625,49 @@ async def test_a_page_that_says_it_is_missing_waits_for_its_directorys_probe(
     assert catch_all == ["/old/0.html", "/old/1.html", "/old/2.html"]
     assert [p for p in site.probes if p.startswith("/old/")]
     assert {r["outcome"] for r in records(tmp_path) if "/old/" in r["url"]} == {"soft_404"}
+
+
+async def test_a_listings_catch_all_under_the_roots_is_probed_and_judged(
+        redis_client: aioredis.Redis, redis_url: str, crawl_name: str,
+        tmp_path: Path) -> None:
+    """The root answers any unknown path with a short "not found" page (its probe finds
+    that catch-all); /files/ answers any directory under it with a bare listing of
+    three relative directories, each one a directory deeper, for ever. The listing's
+    copies are twins (the same words once their own path is left out) that the root's
+    signature does not judge: their directory is probed all the same, and the listing
+    stops within its second level (it took 271 requests a site on the trap corpus)."""
+    await set_policy(redis_client, crawl_name, {"max_depth": 100, "per_host_delay": 0.0,
+                                                "per_host_concurrency": 4,
+                                                "ignore_robots": True},
+                     by="test", create=True)
+
+    async def home(request: web.Request) -> web.Response:
+        return html(titled("Home", article(1), [*(f"/doc/{n}" for n in range(3)),
+                                                "/files/", "/gone.html"]))
+
+    async def doc(request: web.Request) -> web.Response:
+        n = request.match_info["n"]
+        return html(titled(f"Doc {n}", article(int(n) + 10), ["/"]))
+
+    async def listing(request: web.Request) -> web.Response:
+        rows = "".join(f'<tr><td><a href="{d}/">{d}/</a></td></tr>'
+                       for d in ("archive", "2026", "old"))
+        return html(f"<html><head><title>Index of {request.path}</title></head><body>"
+                    f"<h1>Index of {request.path}</h1><table>{rows}</table></body></html>")
+
+    async def missing(request: web.Request) -> web.Response:
+        return html("<html><head><title>Not found</title></head><body>Nothing here."
+                    "</body></html>")
+
+    async with serve({"/": home, "/doc/{n}": doc, r"/files/{tail:.*}": listing,
+                      r"/{tail:.*}": missing}) as site:
+        await enqueue(redis_client, crawl_name, [site.url("/")])
+        await consume(redis_url, crawl_name, tmp_path, "--handler",
+                      "consumer_handlers:links_and_items", limit_s=60)
+    deep = [p for p in site.hits if p.startswith("/files/") and p.count("/") > 4]
+    assert not deep, deep  # no third level below /files/
+    assert {"/doc/0", "/doc/1", "/doc/2"} <= set(site.hits)
+    assert [p for p in site.probes if p.startswith("/files/")]
 
 
 async def test_a_labelled_request_is_never_a_near_duplicate(

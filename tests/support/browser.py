@@ -74,8 +74,9 @@ def dashboard_argv(redis_url: str, port: int) -> list[str]:
             "--http-port", str(port), "--token", TOKEN]
 
 
-def wait_for(pred: Callable[[], Any], what: str, within: float = 20) -> Any:
-    """Poll `pred` until it returns something truthy; fail after `within` seconds."""
+def wait_for(pred: Callable[[], Any], what: str, within: float = 45) -> Any:
+    """Poll `pred` until it returns something truthy; fail after `within` seconds (a
+    loaded machine draws the page in seconds, not in the tenths it takes alone)."""
     deadline = time.monotonic() + within
     while True:
         with contextlib.suppress(Exception):
