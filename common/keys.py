@@ -84,6 +84,16 @@ groups         HASH    group -> its record: 5 little-endian        the host ledg
 g:parked       ZSET    "<group> <host>", score 0: hosts out of     the host ledger's
                        ``due`` while their group's slots are all   flush
                        taken, back when one comes free
+rq:<host>      LIST    the host's render entries (their JSON's     lease (moves them
+                       first field r=1), compact: only a           from hq/hp),
+                       consumer with a browser leases them         lease_render
+                       (``lib/render.lua``)
+r:due          ZSET    host -> when lease_render looks at its      lease, lease_render
+                       render queue again, ms: exactly the hosts
+                       with render entries
+r:pending      STRING  render entries pending (also in             lease, lease_render
+                       ``pending``)
+rop:<worker>   STRING  as ``op:<worker>``, of lease_render         lease_render
 =============  ======  ==========================================  ===================
 
 Crawler traps (``common.trapbook``; the crawl's ``trap_*`` and
@@ -221,7 +231,10 @@ one per 5 s fleet-wide: an hour, for rates and the dashboard's chart; ``common.h
 change, and one field per policy option, its value as text in the flag's syntax, e.g.
 ``per_host_delay`` ``1s``; written only by ``policy_set.lua``) and ``policy:log`` LIST
 (newest first, at most 200 JSON ``{"at": ms of Redis TIME, "version", "changes": {key:
-[old, new]}, "by"}``, one per change of the policy; ``policy_set.lua``).
+[old, new]}, "by"}``, one per change of the policy; ``policy_set.lua``), ``render:modes``
+HASH ("<host> <route label>" -> how a rendering=auto crawl fetches that pair's pages:
+``p<probes>,<same>`` while probed, ``h`` HTTP, ``r`` rendered, ``H``/``R`` an operator's;
+``render_vote.lua``, ``crawlq render set``; ``common.queue.rendermodes``).
 
 The proxy pool's crawl keys: ``px`` HASH (proxy id -> its health record, "<tier> <ok>
 <fail> <ban> <streak> <level> <until ms> <lat ms> <seen ms> <shown>": successes,
@@ -272,7 +285,7 @@ _PARTITION_NAMES = (
     "h:errors", "h:delay", "h:blocked", "h:budget", "pending", "tasks", "attempts", "leases",
     "leased", "seq", "delayed", "dead", "errors", "dead_reasons", "checkpoints", "stalls",
     "stats", "bloom", "lock:reap", "hungry", "rv:due", "g:of", "groups",
-    "g:parked", "px:ban", "px:tier",
+    "g:parked", "px:ban", "px:tier", "r:due", "r:pending",
 )
 
 
@@ -372,6 +385,8 @@ class PartitionKeys:
     parked: str
     proxy_bans: str
     proxy_tiers: str
+    render_due: str
+    render_pending: str
     prefix: str
 
     @classmethod
@@ -413,6 +428,14 @@ class PartitionKeys:
     def host_prio(self, host: str) -> str:
         """A host's pending entries with a priority, highest first."""
         return f"{self.prefix}hp:{host}"
+
+    def render_queue(self, host: str) -> str:
+        """A host's render entries (lib/render.lua), FIFO."""
+        return f"{self.prefix}rq:{host}"
+
+    def render_op(self, worker: str) -> str:
+        """The reply of `worker`'s last lease_render.lua call that granted leases."""
+        return f"{self.prefix}rop:{worker}"
 
     def lease_op(self, worker: str) -> str:
         """The reply of `worker`'s last lease call that granted leases, kept for a call
@@ -474,6 +497,8 @@ class CrawlKeys:
     migrate_lock: str  # the SET NX PX guard of a conversion from layout 2
     proxies: str  # the proxy pool's health records (common.proxies)
     sessions: str  # the sessions' index (common.sessions)
+    #: HASH "<host> <route label>" -> render mode of a rendering=auto crawl (render_vote.lua)
+    render_modes: str
 
     @classmethod
     def build(cls, crawl: str) -> CrawlKeys:
@@ -482,7 +507,7 @@ class CrawlKeys:
                    crawl_key(crawl, "history"), crawl_key(crawl, "wake"),
                    crawl_key(crawl, "policy"), crawl_key(crawl, "policy:log"),
                    crawl_key(crawl, "lock:migrate"), crawl_key(crawl, "px"),
-                   crawl_key(crawl, "se"))
+                   crawl_key(crawl, "se"), crawl_key(crawl, "render:modes"))
 
     def proxy_op(self, worker: str) -> str:
         """The reply of `worker`'s last proxy_report.lua call, kept for a call sent again."""

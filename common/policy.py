@@ -24,9 +24,10 @@ search), or a new query past ``trap_path_variants`` for its path; whether sessio
 dropped from links (and tokens fresh per visit learned), ``trap_session_ids``; when a page
 is a near duplicate of another variant of its URL, its links to that shape not followed,
 ``near_duplicate_distance`` (``consumer.judgement``); whether hosts are probed for soft
-404s, ``soft_404``; whether a judged page's items are dropped, ``drop_judged_items``; and
-what else a politeness limit is kept for, ``politeness_key`` (host, or domain: each
-registrable domain's hosts share ``group_delay`` and ``group_concurrency``,
+404s, ``soft_404``; whether a judged page's items are dropped, ``drop_judged_items``;
+which requests are rendered in a browser, ``rendering`` (docs/rendering.md); and what else
+a politeness limit is kept for, ``politeness_key`` (host, or domain: each registrable
+domain's hosts share ``group_delay`` and ``group_concurrency``,
 common/lua/lib/groups.lua; or ip: the hosts whose names resolve to one address do,
 common.hostmodel.hostip); what a blocked answer looks like (``common.bans``): its
 statuses through a proxy or a session, ``ban_status``, a selector it matches,
@@ -376,6 +377,15 @@ REVISIT_MODES = ("off", "fixed", "adaptive", "learned")
 revisit_mode, _revisit_mode_ok = _one_of(REVISIT_MODES)
 
 
+#: Which requests a crawl renders in a browser (`rendering`): those a request or its
+#: spider's route asks for (off), every request enqueued (all), or every request, where
+#: its (host, route) needs it (auto: common.queue.rendermodes).
+RENDER_MODES = ("off", "all", "auto")
+
+
+render_mode, _render_mode_ok = _one_of(RENDER_MODES)
+
+
 def _below_one(value: float) -> None:
     if not 0 <= value < 1:
         raise ConfigError(f"must be >= 0 and < 1, got {value:g}")
@@ -673,6 +683,13 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  "too; false: its items are written (a heuristic never drops an item unless "
                  "asked to), only its links are not followed",
                  check=_is_bool, show=_show_bool, seeded_by=NOBODY),
+    PolicyOption("rendering", "", render_mode, "off",
+                 "which requests are rendered in a browser, by the consumers started with "
+                 "--browser: off (those a request or its spider's route asks for), all "
+                 "(every request enqueued from then on) or auto (every request, but a "
+                 "host's route whose pages give the same items and links over HTTP gets "
+                 "them over HTTP, after three probes)",
+                 check=_render_mode_ok, toml_string=True, seeded_by=NOBODY),
     PolicyOption("politeness_key", "", politeness_key, "host",
                  "what else a politeness limit is kept for: host (each host alone), "
                  "domain (also each registrable domain, its group: a.example.com and "
@@ -796,6 +813,7 @@ class CrawlPolicy:
     near_duplicate_distance: int = OPTIONS["near_duplicate_distance"].default
     soft_404: bool = OPTIONS["soft_404"].default
     drop_judged_items: bool = OPTIONS["drop_judged_items"].default
+    rendering: str = OPTIONS["rendering"].default
     politeness_key: str = OPTIONS["politeness_key"].default
     group_delay: float = OPTIONS["group_delay"].default
     group_concurrency: int = OPTIONS["group_concurrency"].default

@@ -86,6 +86,12 @@ BLOCKED: Final = _reason(
 ROBOTS_UNAVAILABLE: Final = _reason(
     "robots_unavailable", "retry", "robots.txt answered 5xx/408/429, timed out or failed")
 HANDLER_ERROR: Final = _reason("handler_error", "retry", "the --handler raised")
+BROWSER_CRASHED: Final = _reason(
+    "browser_crashed", "retry", "the browser rendering the page died (or was closed) "
+    "mid-page; a fresh one renders the retry")
+RENDER_ERROR: Final = _reason(
+    "render_error", "retry", "the browser could not render the page or run the route's "
+    "actions (a navigation it refused, an element it could not click)")
 INTERNAL_ERROR: Final = _reason(
     "internal_error", "retry", "the consumer itself failed on this task (a bug: see its log)")
 
@@ -113,6 +119,9 @@ MALFORMED: Final = _reason(
 UNKNOWN_LABEL: Final = _reason(
     "unknown_label", "dead", "a task whose label has no route in the consumer's --spider: "
     "never fetched, never done unparsed")
+NO_BROWSER: Final = _reason(
+    "no_browser", "dead", "a render request leased by a consumer without --browser (the "
+    "frontier leases render requests only to consumers with one: never expected)")
 STALLED: Final = _reason(
     "stalled", "dead", "its lease expired more than --max-stalls times (consumer died or hung)")
 

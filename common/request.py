@@ -67,6 +67,9 @@ class Request:
     #: The session it goes with (its cookies, kept in Redis: common.sessions): the
     #: requests a route follows carry its request's; None: none (cookies off).
     session: str | None = None
+    #: Fetched in a browser (a consumer started with --browser): the route gets the DOM
+    #: its scripts built, and the JSON it fetched. Not part of the unique key.
+    render: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.method, str) and self.method != self.method.upper():
@@ -148,6 +151,9 @@ def check_request(request: Request) -> None:
     check_label(request.label, where)
     check_session(request.session, where)
     check_data(request.data, where)
+    if not isinstance(request.render, bool):
+        raise InvalidRequestError(f"{where}: render must be true or false, "
+                                  f"got {request.render!r}")
     if type(request.priority) is not int or request.priority < 0:
         raise InvalidRequestError(f"{where}: priority must be an integer >= 0, "
                                   f"got {request.priority!r}")
@@ -237,7 +243,7 @@ def _with_content_type(headers: Mapping[str, str] | None, ctype: str) -> dict[st
 
 
 _FIELDS = frozenset(("url", "method", "headers", "body", "json", "form", "label", "data",
-                     "priority", "unique_key", "session"))
+                     "priority", "unique_key", "session", "render"))
 
 
 def request_from_dict(obj: Any) -> Request:
@@ -259,7 +265,8 @@ def request_from_dict(obj: Any) -> Request:
     url = obj.get("url")
     if not isinstance(url, str):
         raise InvalidRequestError("a request needs a \"url\" string")
-    kw = {name: obj[name] for name in ("label", "priority", "unique_key", "session")
+    kw = {name: obj[name] for name in ("label", "priority", "unique_key", "session",
+                                       "render")
           if name in obj}
     kw["data"] = obj.get("data") if obj.get("data") is not None else {}
     kw["headers"] = obj.get("headers") or {}

@@ -56,6 +56,8 @@ SCRIPTS: dict[str, Resend] = {
                    "in op:<worker> (60 s) and leases nothing new"),
     "ack": again(f"{_OP_ID}; it answers the codes the first run kept, so a replayed ack "
                  "counts done once and never as a lost lease (stats: replayed)"),
+    "lease_render": again("an operation id, as lease (its reply kept in rop:<worker>): a "
+                          "call sent again gets the render leases its first run granted"),
     "fail": again(f"{_OP_ID}, as ack"),
     "renew": again(f"{_FENCED}: a lease still ours is extended to the same length again"),
     "release": again(f"{_FENCED}: the second run gives nothing back twice (answered "
@@ -120,6 +122,11 @@ SCRIPTS: dict[str, Resend] = {
     "fsck_orphans": once("as fsck_repair"),
     "fsck_groups": once("as fsck_repair"),
     "fsck_revisits": once("as fsck_repair"),
+    "fsck_render": once("as fsck_repair"),
+    "render_vote": once("a second run would count one probe twice, and two agreeing "
+                        "votes for one page could decide http a probe early; the vote is "
+                        "dropped instead (logged): the pair stays probed and a later page "
+                        "of it votes (consumer.rendering)"),
 }
 
 

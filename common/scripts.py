@@ -35,7 +35,7 @@ LUA = Path(__file__).parent / "lua"
 NAMES = (
     "enqueue", "enqueue_bloom", "lease", "renew", "ack", "fail", "release", "checkpoint",
     "reclaim", "promote", "requeue", "purge", "host_set", "is_empty", "revisit",
-    "late_turn", "history_get",
+    "late_turn", "history_get", "lease_render",
 )
 
 #: The scripts that change nothing: never followed by a WAIT (common/redis_wait.py).
@@ -214,3 +214,4 @@ class Scripts:
     revisit: LuaScript
     late_turn: LuaScript
     history_get: LuaScript
+    lease_render: LuaScript

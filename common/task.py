@@ -5,6 +5,8 @@ fingerprint, then the canonical URL), followed by a space and a JSON object of o
 fields that differ from their defaults (``a`` max_attempts, ``p`` priority, ``m`` meta,
 ``d`` depth, ``h`` request headers: name -> value, checked by ``common/headers.py``,
 ``v`` the previous visit of a URL its revisit schedule brought back: ``common/revisit.py``;
+``r`` 1 when it is rendered in a browser, always the object's first field, so the frontier
+tells a render entry by its bytes (``lib/render.lua``);
 and a request's (``common/request.py``): ``M`` its method when not GET, ``b`` its body
 when it is UTF-8 text, else ``B`` its body in base64, ``l`` its label, ``u`` its data,
 ``k`` its unique key when the user set one, ``s`` its session and ``S`` the least
@@ -83,6 +85,8 @@ class Task:
     #: the one its parent's flush wrote (a consumer holding an older one reads it again).
     session: str | None = None
     session_version: int = 0
+    #: Fetched in a browser (docs/rendering.md).
+    render: bool = False
 
     def key(self) -> str:
         """Its unique key: what the crawl deduplicated it by (``id`` is its fingerprint)."""
@@ -92,7 +96,7 @@ class Task:
         """The request this task fetches (its URL canonical, its headers the ones stored
         with it): what a route is handed as ``ctx.request``."""
         return Request(self.url, self.method, self.headers, self.body, self.label, self.data,
-                       self.priority, self.unique_key, self.session)
+                       self.priority, self.unique_key, self.session, self.render)
 
 
 def encode_entry(tid: str, url: str, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
@@ -101,9 +105,12 @@ def encode_entry(tid: str, url: str, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS
                  revisit: Revisit | None = None, method: str = "GET",
                  body: bytes | None = None, label: str | None = None,
                  data: dict[str, Any] | None = None, unique_key: str | None = None,
-                 session: str | None = None, session_version: int = 0) -> str:
+                 session: str | None = None, session_version: int = 0,
+                 render: bool = False) -> str:
     """The stored entry of a pending task (the enqueue hot path: no Task built)."""
     extra: dict[str, Any] = {}
+    if render:  # first: lib/render.lua tells a render entry by ` {"r":1`
+        extra["r"] = 1
     if method != "GET":
         extra["M"] = method
     if body is not None:
@@ -184,7 +191,8 @@ def decode_entry(
                 method=_method_field(extra), body=_body_field(extra),
                 label=_label_field(extra), data=_object_field(extra, "u", "data"),
                 unique_key=_unique_key_field(extra), session=_session_field(extra),
-                session_version=_int_field(extra, "S", "session version", 0, 0))
+                session_version=_int_field(extra, "S", "session version", 0, 0),
+                render=extra.get("r") == 1)
 
 
 def _method_field(extra: dict[str, Any]) -> str:

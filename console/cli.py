@@ -78,6 +78,7 @@ from common.workers import read_workers
 from console.cli_crawl import add_crawl_commands
 from console.cli_hosts import add_host_commands
 from console.cli_proxies import add_proxy_commands
+from console.cli_render import add_render_commands
 from console.cli_traps import add_trap_commands
 from console.crawls import crawl_keys, delete_crawl, summaries, summary
 from console.dashboard.command import DASHBOARD_OPTIONS, cmd_dashboard
@@ -147,6 +148,9 @@ def _stats_text(doc: dict[str, Any]) -> str:
     lines.append(f"hosts with work and a free slot: {doc['hosts_due']:,}")
     if doc.get("parked"):
         lines.append(f"parked (pending on hosts past their page budget): {doc['parked']:,}")
+    if doc.get("render_pending"):
+        lines.append(f"render requests pending (for consumers with --browser): "
+                     f"{doc['render_pending']:,}")
     if doc["revisits"] is not None:
         lines.append(_revisits_text(doc["revisits"]))
     lines.append(f"live workers: {doc['workers']}")
@@ -479,6 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_host_commands(sub, command, COMMON_OPTIONS)
     add_trap_commands(sub, COMMON_OPTIONS)
+    add_render_commands(sub, COMMON_OPTIONS)
     add_proxy_commands(sub, COMMON_OPTIONS)
     command("crawls", "the crawls in this Redis with their sizes",
             JSON).set_defaults(handler=cmd_crawls)

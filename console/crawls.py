@@ -58,6 +58,7 @@ class CrawlSummary:
                                strict=True)),
             "hosts_due": s.hosts_due,
             "parked": s.parked,
+            "render_pending": s.render_pending,
             "paused": self.paused,
             "counters": dict(sorted(s.counters.items())),
             "outcomes": {k[len(_OUTCOME):]: v for k, v in sorted(s.counters.items())

@@ -23,7 +23,9 @@ What is checked, per partition (``common/keys.py`` has the schema):
   history is scheduled or being revisited (``console.fsck_revisits``);
 - the politeness groups: each group's record counts in flight the lease records holding
   a slot of it (``console.fsck_groups``); a grouped host's place in ``due`` (which also
-  follows its group's turn, or leaves it while the group is full) is not judged.
+  follows its group's turn, or leaves it while the group is full) is not judged;
+- the render lane: ``r:due`` holds exactly the hosts with render entries, ``r:pending``
+  counts them, and ``pending`` counts them too (``console.fsck_render``).
 
 Reads are bounded per call (SCAN, ZSCAN, HSCAN with COUNT; LRANGE and ZRANGE pages), so
 a check never blocks Redis; it is not a snapshot, so on a running crawl a task that moved
@@ -61,6 +63,8 @@ from common.scripts import register
 from common.task import queued_id
 from console.fsck_groups import KINDS as GROUP_KINDS
 from console.fsck_groups import group_findings, held_slots, read_groups, repair_groups
+from console.fsck_render import KINDS as RENDER_KINDS
+from console.fsck_render import RenderLane, read_render, render_findings, repair_render
 from console.fsck_revisits import KINDS as SCHEDULE_KINDS
 from console.fsck_revisits import describe, repair_schedule, schedule_findings
 
@@ -80,7 +84,7 @@ HOST_KINDS = frozenset({"host_record", "host_queued", "queued_index", "inflight"
 #: Problems fsck_orphans.lua fixes, id by id.
 ORPHAN_KINDS = frozenset({"lease_no_deadline", "deadline_no_lease", "orphan_body"})
 #: Problems the repair fixes (the others are reported only).
-REPAIRABLE = HOST_KINDS | ORPHAN_KINDS | SCHEDULE_KINDS | GROUP_KINDS
+REPAIRABLE = HOST_KINDS | ORPHAN_KINDS | SCHEDULE_KINDS | GROUP_KINDS | RENDER_KINDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +136,7 @@ class Repair:
     unscheduled: int = 0  # ids taken out of rv:due
     scheduled: int = 0  # histories put in rv:due
     groups_fixed: int = 0  # politeness groups whose slot count was recounted
+    render_fixed: int = 0  # hosts put in or taken out of r:due
 
     def changed(self) -> bool:
         return any(v for k, v in asdict(self).items()
@@ -170,6 +175,8 @@ class Repair:
         if self.groups_fixed:
             parts.append(f"slots of {_n(self.groups_fixed, 'group')} recounted from the "
                          "lease records")
+        if self.render_fixed:
+            parts.append(f"r:due of {_hosts(self.render_fixed)} set to their render queues'")
         return f"partition {self.partition}: repaired " + ("; ".join(parts) or "nothing")
 
 
@@ -281,6 +288,7 @@ class _Partition:
     group_of: dict[str, str] = field(default_factory=dict)  # host -> its group
     group_held: Counter[str] = field(default_factory=Counter)  # host -> group slots held
     grouping: bool = False  # the crawl's politeness_key is not host (conf gkey)
+    render: RenderLane = field(default_factory=RenderLane)
 
     def leased_ids(self) -> set[str]:
         return {*self.leased, *self.bad_leases}
@@ -342,6 +350,8 @@ async def _read(queue: CrawlQueue, pk: PartitionKeys) -> _Partition:
         if n or m:
             async for tid in _entries(client, pk.host_queue(host), pk.host_prio(host)):
                 part.pending_ids[tid] += 1
+    part.render = await read_render(client, pk)
+    part.pending_ids.update(part.render.ids)
     part.pending = int(await client.get(pk.pending) or 0)
     part.stats = {_text(k): int(v) for k, v in (await client.hgetall(pk.stats)).items()}
     part.dead_reasons = sum(int(v) for v in (await client.hgetall(pk.dead_reasons)).values())
@@ -415,9 +425,10 @@ def _frontier_problems(p: int, part: _Partition) -> Iterable[Problem]:
         if not (part.grouping and host in part.group_of):
             yield from _due_problems(p, part, host, replace(
                 record, queued=held, inflight=inflight[host], reserved=reserved[host]))
-    if part.pending != total:
+    if part.pending != total + part.render.total:
         yield Problem("pending", p, f"partition {p}: pending is {part.pending}, the host "
-                      f"queues hold {total} (the records count "
+                      f"queues hold {total} and the render queues {part.render.total} "
+                      "(the records count "
                       f"{sum(r.queued for r in part.records.values())})")
 
 
@@ -516,6 +527,11 @@ def _group_problems(p: int, part: _Partition) -> Iterable[Problem]:
                           host=group)
 
 
+def _render_problems(p: int, part: _Partition) -> Iterable[Problem]:
+    for kind, host, what in render_findings(part.render):
+        yield Problem(kind, p, f"partition {p} {what}", host=host)
+
+
 def _counter_problems(p: int, part: _Partition) -> Iterable[Problem]:
     s = part.stats
     states = (part.pending + len(part.leased_ids()) + len(part.delayed) + len(part.dead)
@@ -542,7 +558,7 @@ async def check(queue: CrawlQueue) -> Report:
             report.checked["scheduled"] += len(part.rv_due)
         for found in (_frontier_problems(p, part), _state_problems(p, part),
                       _schedule_problems(p, part), _group_problems(p, part),
-                      _counter_problems(p, part)):
+                      _render_problems(p, part), _counter_problems(p, part)):
             report.problems += found
     return report
 
@@ -566,7 +582,7 @@ async def repair_hosts(queue: CrawlQueue, partition: int, hosts: Iterable[str], 
             keys += [pk.host_queue(host), pk.host_prio(host)]
         reply = await script(
             keys=[*pk.host_state, pk.pending, pk.prio_hosts, pk.leased, pk.delay,
-                  pk.blocked, pk.budget, pk.stats, *keys],
+                  pk.blocked, pk.budget, pk.stats, pk.render_pending, *keys],
             args=[int(inflight), int(pending and i == len(batches) - 1), len(batch), *batch])
         (recounted, lost, fixed, indexed, rebuilt, before, after, added,
          removed) = (int(v) for v in reply)
@@ -617,6 +633,10 @@ async def repair(queue: CrawlQueue, problems: Iterable[Problem]) -> list[Repair]
         pk = queue.partitions[p]
         kinds = {f.kind for f in found if f.kind in HOST_KINDS}
         out = Repair(p)
+        if {f.kind for f in found} & RENDER_KINDS:  # first: pending's recount reads it
+            added, removed = await repair_render(
+                queue, pk, {f.host for f in found if f.kind in RENDER_KINDS and f.host})
+            out.render_fixed = added + removed
         if kinds:
             out = await repair_hosts(
                 queue, p, {f.host for f in found if f.kind in HOST_KINDS and f.host},

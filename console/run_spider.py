@@ -40,6 +40,7 @@ from pathlib import Path
 
 from redis.exceptions import RedisError
 
+from common.browser.chromium import find_chromium
 from common.config import (
     ALLOW_PRIVATE,
     COMMON_OPTIONS,
@@ -105,6 +106,9 @@ RUN_OPTIONS = (
     replace(POLICY_SET, env="CRAWLQ_RUN_SET"),
     ALLOW_PRIVATE,
     REDIS_WAIT,
+    Option("--browser", "CRAWLQ_RUN_BROWSER", "", "the first consumer renders the render "
+           "requests in this Chromium: auto (found on the PATH) or its path; default: auto "
+           "when a route renders or the policy's rendering is on, else none"),
     *(o for o in COMMON_OPTIONS if o.flag in ("--log-level", "--log-format")),
 )
 
@@ -134,6 +138,7 @@ async def run_spider(args: argparse.Namespace) -> int:
         postgres = is_postgres_url(args.sink)
         policy = CrawlPolicy().replace(spider.policy).replace(parse_assignments(args.set))
         problem = await pg_check(args.sink) if postgres else None
+        browser = _browser(args.browser, spider, policy)
     except ConfigError as exc:
         print(f"crawlq run: error: {exc}", file=sys.stderr)
         return 2
@@ -177,8 +182,10 @@ async def run_spider(args: argparse.Namespace) -> int:
             f"({produced['duplicates']} seen before)")
         sink = ["--sink", args.sink] if args.sink else []
         for n in range(1, args.consumers + 1):
+            rendering = ["--browser", browser] if browser and n == 1 else []
             await children.start(f"consumer-{n}", [
                 sys.executable, "-m", "consumer", *common, "--spider", spec, *private, *sink,
+                *rendering,
                 "--exit-when-empty", "--empty-grace", "0", "--http-port", "-1",
                 "--output", str(results / f"consumer-{n}")], env, logs / f"consumer-{n}.log")
         say(f"started {args.consumers} consumers (logs in {logs})")
@@ -224,6 +231,16 @@ async def run_spider(args: argparse.Namespace) -> int:
         raise
     finally:
         await stop_started(sigterm, children, server)
+
+
+def _browser(given: str, spider: Spider, policy: CrawlPolicy) -> str:
+    """The first consumer's --browser: the one given, else auto when the spider renders
+    (a route asks, or the policy's rendering is on); ConfigError when there is none."""
+    wanted = given or ("auto" if policy.rendering != "off" or any(
+        route.render is not None for route in spider.routes.values()) else "")
+    if wanted:
+        find_chromium(wanted)  # one clear line now, not a consumer that exits
+    return wanted
 
 
 def _prepare(args: argparse.Namespace, crawl: str) -> tuple[Path, Path, Path, Path | None]:

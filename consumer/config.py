@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from common.browser.chromium import BrowserSettings, find_chromium
 from common.config import (
     ALLOW_PRIVATE,
     COMMON_OPTIONS,
@@ -65,6 +66,11 @@ def _worker_id(text: str) -> str:
 def _worker_id_ok(text: str) -> None:
     if text:  # empty: the default, host-pid-random
         validate_worker_id(text)
+
+
+def _browser_ok(text: str) -> None:
+    if text:  # empty: no browser
+        find_chromium(text)
 
 
 #: --redis-wait 0: how long Redis may stay unreachable at start-up, per mode. A service
@@ -161,6 +167,20 @@ CONSUMER_OPTIONS = (
     Option("--allow-evicting-redis", "CRAWLQ_ALLOW_EVICTING_REDIS", False, "run on a Redis "
            "whose maxmemory-policy is not noeviction (it deletes tasks when full), with a "
            "warning; without it the consumer exits 2", flag_only_bool=True),
+    Option("--browser", "CRAWLQ_BROWSER", "", "render the crawl's render requests in this "
+           "Chromium: auto (the first of chromium, chromium-browser, google-chrome on the "
+           "PATH) or its path; none (the default): this consumer leases no render request. "
+           "Nothing is downloaded: without a Chromium the consumer exits at start saying "
+           "so", check=_browser_ok),
+    Option("--browser-pages", "CRAWLQ_BROWSER_PAGES", 4, "with --browser: pages rendered "
+           "at once", type=int),
+    Option("--browser-recycle", "CRAWLQ_BROWSER_RECYCLE", 50, "with --browser: a page's "
+           "browser context is closed and made anew after this many renders", type=int),
+    Option("--browser-restart", "CRAWLQ_BROWSER_RESTART", 1000, "with --browser: the "
+           "browser is restarted after this many renders", type=int),
+    Option("--browser-memory", "CRAWLQ_BROWSER_MEMORY", 0, "with --browser: memory (PSS) "
+           "of this consumer and its browsers past which it renders fewer pages at once "
+           "and restarts its browser (e.g. 2GiB; 0 = no bound)", type=size),
     Option("--gc-threshold", "CRAWLQ_GC_THRESHOLD", 10_000,
            "Python GC generation-0 threshold (0 = Python's default, 700)", type=int),
 )
@@ -217,6 +237,11 @@ class ConsumerSettings:
     max_stalls: int = _DEFAULT["max_stalls"]
     worker_id: str = field(default_factory=default_worker_id)
     allow_evicting_redis: bool = _DEFAULT["allow_evicting_redis"]
+    browser: str = _DEFAULT["browser"]
+    browser_pages: int = _DEFAULT["browser_pages"]
+    browser_recycle: int = _DEFAULT["browser_recycle"]
+    browser_restart: int = _DEFAULT["browser_restart"]
+    browser_memory: int = _DEFAULT["browser_memory"]
     gc_threshold: int = _DEFAULT["gc_threshold"]
 
     def __post_init__(self) -> None:
@@ -235,6 +260,16 @@ class ConsumerSettings:
         if self.retry_cap_s < self.retry_base_s:
             raise ConfigError(f"--retry-cap ({self.retry_cap_s:g}s) must be >= --retry-base "
                               f"({self.retry_base_s:g}s)")
+
+    @property
+    def browser_settings(self) -> BrowserSettings | None:
+        """The browser this consumer renders with (None: no --browser); ConfigError when
+        --browser names no Chromium."""
+        if not self.browser:
+            return None
+        return BrowserSettings(find_chromium(self.browser), self.browser_pages,
+                               self.browser_recycle, self.browser_restart,
+                               self.browser_memory)
 
     @property
     def lease_ms(self) -> int:

@@ -23,6 +23,7 @@ from consumer.config import ConsumerSettings
 from consumer.flush import Flusher
 from consumer.leases import LeaseBook
 from consumer.live import PolicyReader
+from consumer.render_leaser import RenderLeaser
 from consumer.sinkhealth import SinkHealth
 from consumer.slots import Slots, Stage
 from consumer.stopping import Stopping
@@ -60,7 +61,8 @@ class Leaser:
     def __init__(self, settings: ConsumerSettings, queue: LeasingQueue, book: LeaseBook,
                  slots: Slots, *, window: CpuWindow, metrics: Metrics, stopping: Stopping,
                  health: SinkHealth, policy: PolicyReader, flusher: Flusher,
-                 sink_failing: Callable[[], Awaitable[None]]) -> None:
+                 sink_failing: Callable[[], Awaitable[None]],
+                 browser_pages: Callable[[], int] | None = None) -> None:
         self.s = settings
         self.queue = queue
         self.book = book
@@ -86,6 +88,11 @@ class Leaser:
         #: Told the leases timed for their hosts' turns as they are dispatched (the
         #: runner reads their robots.txt copies ahead of the turns).
         self.on_timed: Callable[[Sequence[Lease]], None] | None = None
+        #: The render lane's leaser, with a browser (its pages free: `browser_pages`).
+        self.renders = None if browser_pages is None else RenderLeaser(
+            queue, book, slots, worker=settings.worker_id, lease_ms=settings.lease_ms,
+            pages=browser_pages, metrics=metrics, stopping=stopping, health=health,
+            policy=policy, clock=self.clock, dispatch=self.dispatch)
         # Whether the crawl's leases come with a delay (the lease reply says, host by
         # host): then each is its host's turn, to be fetched when granted, so nothing is
         # prefetched. Assumed until a lease call shows otherwise.
@@ -100,7 +107,17 @@ class Leaser:
         self._lease_min = 1 if timed else max(1, min(self.s.lease_batch, 2 * c) // 4)
 
     async def run(self) -> str:
-        """Lease until draining; returns why it stopped ("crawl empty" or "signal")."""
+        """Lease until draining (render tasks too, with a browser); returns why it stopped
+        ("crawl empty" or "signal")."""
+        renders = None if self.renders is None else asyncio.create_task(self.renders.run())
+        try:
+            return await self._run()
+        finally:
+            if renders is not None:
+                renders.cancel()
+                await asyncio.wait({renders}, timeout=5)
+
+    async def _run(self) -> str:
         idle = Backoff(base=0.02, cap=1.0)
         errors = Backoff()
         me = asyncio.current_task()
@@ -279,6 +296,8 @@ class Leaser:
         another request now (end the leaser's idle wait)."""
         if turn:
             self.freed.set()
+        if self.renders is not None:
+            self.renders.kick()
         self.wake()
 
     def turn_soon(self, ended: Sequence[Lease]) -> bool:

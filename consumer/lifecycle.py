@@ -33,6 +33,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from common.exitcodes import EXIT_OK, EXIT_REDIS, EXIT_SINK
 from common.http.fetcher import Fetcher
@@ -65,6 +66,9 @@ from consumer.slots import IN_SLOT, SHUTDOWN_WAIT_S, Slots, Stage, cancel
 from consumer.stopping import Stopping
 from consumer.window import CpuWindow
 
+if TYPE_CHECKING:
+    from common.browser.fetcher import BrowserFetcher
+
 log = logging.getLogger("consumer")
 
 #: How long a stopping consumer's last flush retries an unreachable Redis before it gives
@@ -79,7 +83,8 @@ class Consumer:
     def __init__(self, settings: ConsumerSettings, queue: LeasingQueue, fetcher: Fetcher,
                  sink: Sink, metrics: Metrics, *, live: Live | None = None,
                  robots: RobotsCache | None = None, handler: Handler | None = None,
-                 spider: Spider | None = None) -> None:
+                 spider: Spider | None = None, browser: BrowserFetcher | None = None
+                 ) -> None:
         self.s = settings
         self.worker_id = settings.worker_id
         self.queue = queue
@@ -110,7 +115,8 @@ class Consumer:
         self.leaser = Leaser(settings, queue, self.book, self.slots, window=self.window,
                              metrics=metrics, stopping=self.stopping, health=self.sink_health,
                              policy=self.policy, flusher=self.flusher,
-                             sink_failing=self._sink_failing)
+                             sink_failing=self._sink_failing,
+                             browser_pages=None if browser is None else browser.page_capacity)
         router = Router.of(spider, handler)
         if router is not None:  # a child labelled otherwise fails its parent's task
             queue.known_labels = router.labels
@@ -119,7 +125,7 @@ class Consumer:
                              leaser=self.leaser, flusher=self.flusher, policy=self.policy,
                              window=self.window, stopping=self.stopping,
                              pages=PageFetch(fetcher, self.hooks.proxies,
-                                             self.hooks.sessions))
+                                             self.hooks.sessions), browser=browser)
         self.housekeeping = Housekeeping(
             queue, self.book, metrics,
             WorkerRegistry(queue.client, queue.crawl, self.worker_id, ttl_s=settings.lease_s),

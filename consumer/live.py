@@ -148,7 +148,9 @@ class PolicyReader:
         # The queue reads these at each fail, reclaim and enqueue call: the next one
         # takes them.
         self.queue.configure(retry=policy.retry(), recrawl_after_s=recrawl_after,
-                             revisits=policy.keeps_history)
+                             revisits=policy.keeps_history,
+                             render_all=policy.rendering != "off",
+                             adaptive=policy.rendering == "auto")
         texts = policy.texts()
         log.info("crawl_policy_applied", extra={
             "version": stored.version,

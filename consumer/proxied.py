@@ -15,11 +15,17 @@ none was tried (the lease is handed back unfetched and the host blocked for the 
 until one may: the pool's ``gone``). So a pool whose proxies all died spends a task's
 attempts only at the pace of their quarantines' probes, and one that hosts banned spends
 none.
+
+A render request's fetch is the browser's (`via`, ``consumer.rendering``): the same
+proxy pick, session jar and block rules hold for it, and the browser fetcher sends the
+page and every request of its scripts through that proxy, with that jar
+(``common.browser.fetcher``).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from common import reasons
@@ -63,9 +69,13 @@ class PageFetch:
         self.sessions = sessions
 
     async def fetch(self, url: str, host: str, *, crawl: Blocked, route: Blocked,
-                    task: Task | None = None, **kw: Any) -> FetchResult:
+                    task: Task | None = None,
+                    via: Callable[..., Awaitable[FetchResult]] | None = None,
+                    **kw: Any) -> FetchResult:
         """Fetch `url` (of `host`; of `task`, whose session it goes with) as
-        `Fetcher.fetch` does; `crawl` and `route`: what a blocked answer looks like."""
+        `Fetcher.fetch` does, or through `via` (called as `Fetcher.fetch`: the browser's
+        for a render request); `crawl` and `route`: what a blocked answer looks like."""
+        fetch = via or self.fetcher.fetch
         session = None
         if self.sessions is not None and task is not None:
             session = await self.sessions.for_task(task, host)
@@ -75,10 +85,11 @@ class PageFetch:
                 kw["headers"] = {**own, **(kw.get("headers") or {})} if own else \
                     kw.get("headers")
         if self.pool is not None:
-            result = await self._pooled(self.pool, url, host, (crawl, route, session), kw)
+            result = await self._pooled(self.pool, url, host, (crawl, route, session), kw,
+                                        fetch=fetch)
         else:
             try:
-                result = await self.fetcher.fetch(url, **kw)
+                result = await fetch(url, **kw)
             except FetchError as exc:
                 if session is not None and exc.status is not None:
                     self._used(session, False, None)
@@ -100,7 +111,8 @@ class PageFetch:
 
     async def _pooled(self, pool: ProxyPool, url: str, host: str,
                       rules: tuple[Blocked, Blocked, Session | None],
-                      kw: dict[str, Any]) -> FetchResult:
+                      kw: dict[str, Any], *,
+                      fetch: Callable[..., Awaitable[FetchResult]]) -> FetchResult:
         crawl, route, session = rules
         failed: FetchError | None = None
         prefer = session.record.proxy if session is not None else ""
@@ -112,7 +124,7 @@ class PageFetch:
                 raise NoProxy(host, pool.gone(host))
             started = time.monotonic()
             try:
-                result = await self.fetcher.fetch(url, proxy=spec.url or "", **kw)
+                result = await fetch(url, proxy=spec.url or "", **kw)
             except FetchError as exc:
                 if not exc.proxy_failed:
                     if session is not None and exc.status is not None:

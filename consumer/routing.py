@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from common.bans import NO_RULES, Blocked
+from common.browser.render import DEFAULT_RENDER, Render
 from common.http.fetcher import FetchResult
 from common.spider import Spider, run_route
 from common.task import Task
@@ -61,6 +62,13 @@ class Router:
         if self.spider is None or self.spider.knows(task.label):
             return True
         return task.label is None and self.handler is not None
+
+    def render_of(self, task: Task) -> Render:
+        """The page actions of a rendered task: its route's (none but the load for a
+        --handler's task)."""
+        if self.spider is None:
+            return DEFAULT_RENDER
+        return self.spider.render_of(task.label)
 
     def blocked(self, task: Task) -> Blocked:
         """What a blocked answer to `task` looks like by its route (the crawl's apart)."""

@@ -8,10 +8,11 @@ import logging
 import signal
 import time
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 
+from common.browser.metrics import BrowserCollector
 from common.config import redact_url
 from common.connection import RedisClient, open_redis
 from common.errors import ConfigError
@@ -42,6 +43,9 @@ from consumer.live import Live, LivePolicy
 from consumer.redis_check import check_redis
 from consumer.robots import RobotsCache
 from consumer.sinks import SinkUnavailableError, make_sink, sink_target
+
+if TYPE_CHECKING:
+    from common.browser.fetcher import BrowserFetcher
 
 log = logging.getLogger("consumer")
 
@@ -195,6 +199,22 @@ def _item_tables(spider: Spider | None) -> dict[str, Any]:
     return {"item_types": [t for t in types if t], "untyped": None in types}
 
 
+async def _start_browser(settings: ConsumerSettings, fetcher: Fetcher, live: Live
+                         ) -> BrowserFetcher | None:
+    """The browser of a consumer started with --browser (None without); ConfigError
+    saying why when it can't start."""
+    browser_settings = settings.browser_settings
+    if browser_settings is None:
+        return None
+    from common.browser.fetcher import BrowserFetcher  # noqa: PLC0415 - psutil only here
+    browser = BrowserFetcher(fetcher, browser_settings,
+                             total_timeout=settings.fetch.total_timeout,
+                             max_body_bytes=settings.fetch.max_body_bytes,
+                             user_agent=live.user_agent)
+    await browser.start()
+    return browser
+
+
 async def run(settings: ConsumerSettings) -> int:
     """Run one consumer until it is stopped; returns the exit code."""
     metrics = Metrics()
@@ -268,11 +288,16 @@ async def run(settings: ConsumerSettings) -> int:
             live = Live(LivePolicy.of_flags(settings))
             fetcher = await stack.enter_async_context(
                 Fetcher(settings.fetch, user_agent=live.user_agent))
+            browser = await _start_browser(settings, fetcher, live)
+            if browser is not None:
+                stack.push_async_callback(browser.close)
+                metrics.registry.register(BrowserCollector(browser))
             # Always made: whether robots.txt is obeyed is the crawl policy's, live.
             robots = RobotsCache(client, settings.common.crawl, fetcher, policy=live)
             stack.push_async_callback(robots.close)
             consumer = Consumer(settings, queue, fetcher, sink, metrics, live=live,
-                                robots=robots, handler=handler, spider=spider)
+                                robots=robots, handler=handler, spider=spider,
+                                browser=browser)
             await prepare(consumer, wait)
             if stop.is_set():
                 consumer.request_stop()

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common import soft404
 from common.bans import NO_RULES, Blocked
@@ -39,6 +39,7 @@ from consumer.leases import LeaseBook
 from consumer.live import PolicyReader
 from consumer.notices import HostNotices, RouteErrors
 from consumer.proxied import NoProxy, PageFetch
+from consumer.rendering import fetch_of
 from consumer.revisits import NOT_HANDLED, conditional_headers, noted, observe, outcome_of
 from consumer.robots import ROBOTS_SCRIPTS, RobotsCache, RobotsVerdict
 from consumer.routing import Router
@@ -47,6 +48,9 @@ from consumer.slots import Slots, Stage
 from consumer.stopping import Stopping
 from consumer.turns import Turns
 from consumer.window import CpuWindow
+
+if TYPE_CHECKING:
+    from common.browser.fetcher import BrowserFetcher
 
 log = logging.getLogger("consumer")
 
@@ -64,12 +68,14 @@ class Runner:
                  robots: RobotsCache | None, router: Router | None, metrics: Metrics,
                  book: LeaseBook, slots: Slots, leaser: Leaser, flusher: Flusher,
                  policy: PolicyReader, window: CpuWindow, stopping: Stopping,
-                 pages: PageFetch | None = None) -> None:
+                 pages: PageFetch | None = None,
+                 browser: BrowserFetcher | None = None) -> None:
         self.s = settings
         self.worker_id = settings.worker_id
         self.queue = queue
         self.frontier = Frontier(queue)
         self.fetcher = fetcher
+        self.browser = browser  # renders the render requests (--browser)
         self.robots = robots
         self.router = router
         self.metrics = metrics
@@ -238,15 +244,19 @@ class Runner:
         live = self.policy.now
         try:
             task = lease.task
+            # A render request's fetch is the browser's (consumer.rendering): through
+            # the same proxy pick, session and block rules as an HTTP fetch.
+            fetch = fetch_of(lease, self.fetcher, self.browser, self.router, self.turns,
+                             modes=self.queue.render_modes)
             result = await self.pages.fetch(task.url, lease.host, crawl=live.bans,
                                             route=self._route_bans(task), task=task,
-                                            headers=task.headers or None,
-                                              crawl_credentials=True,
-                                              accept=live.accept or None,
-                                              on_sent=self.turns.on_sent(lease),
-                                              conditional=conditional_headers(
-                                                  task.revisit if live.conditional else None),
-                                              method=task.method, body=task.body)
+                                            via=fetch, headers=task.headers or None,
+                                            crawl_credentials=True,
+                                            accept=live.accept or None,
+                                            on_sent=self.turns.on_sent(lease),
+                                            conditional=conditional_headers(
+                                                task.revisit if live.conditional else None),
+                                            method=task.method, body=task.body)
         except LeaseLostError:  # while it took a late turn, before anything was sent
             self._complete(Completion(lease, "drop"))
             return

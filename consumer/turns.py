@@ -106,6 +106,24 @@ class Turns:
             self._note_sent(lease, now)
         return sent
 
+    def on_visit(self, lease: Lease) -> Callable[[], Awaitable[None]] | None:
+        """For a rendered page of a host with a delay: awaited before each later request
+        its page makes to its own host (common.browser.fetcher), as `on_sent` is before
+        its first. A page is one visit, made under its lease's turn: a request of it
+        more than LATE_MS after the turn takes a turn of its own first (the host's next
+        turn then counts from it), one within it is noted for the ack."""
+        if lease.delay_ms <= 0:
+            return None
+
+        async def sent() -> None:
+            now = time.monotonic()
+            if self._late_at(lease, now):
+                if not await self._take_late_turn(lease):
+                    raise LeaseLostError(f"lease on task {lease.id} was lost")
+                now = time.monotonic()
+            self._note_sent(lease, now)
+        return sent
+
     def _note_sent(self, lease: Lease, started: float) -> None:
         """A request to a host with a delay that goes out later than DISPATCH_S after its
         turn (a busy event loop, a slow connect) has its time sent with its ack, and its

@@ -7,8 +7,9 @@ imports), so a spider file loads the same in the producer, the consumer and
 """
 
 from common.bans import Blocked
+from common.browser.render import Render
 from common.items import Item
 from common.request import Request
 from common.spider import Context, Response, Spider
 
-__all__ = ["Blocked", "Context", "Item", "Request", "Response", "Spider"]
+__all__ = ["Blocked", "Context", "Item", "Render", "Request", "Response", "Spider"]

@@ -327,10 +327,12 @@ async def ensure_crawl_policy(client: RedisClient, settings: ProducerSettings,
 
 
 def _follow(queue: CrawlQueue, policy: CrawlPolicy) -> None:
-    """Enqueue with the policy's recrawl window (a bloom crawl can't have one)."""
+    """Enqueue with the policy's recrawl window (a bloom crawl can't have one) and its
+    render mode."""
     if policy.recrawl_after and queue.settings.dedup is DedupMode.BLOOM:
         raise ConfigError(_bloom_under_window(queue.crawl, policy))
-    queue.configure(recrawl_after_s=policy.recrawl_after)
+    queue.configure(recrawl_after_s=policy.recrawl_after,
+                    render_all=policy.rendering != "off", adaptive=policy.rendering == "auto")
 
 
 def _sources(settings: ProducerSettings, stdin: BinaryIO | None,

@@ -53,6 +53,10 @@ _GR = "tests/test_groups.py::"
 _FH = "tests/test_first_hour.py::"
 _RK = "tests/test_recrawl_known.py::"
 _PX = "tests/test_proxies.py::"
+_RL = "tests/test_render_lane.py::"
+_BF = "tests/test_browser_fetcher.py::"
+_BP = "tests/test_browser_pool.py::"
+_RF = "tests/test_rendering_fleet.py::"
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,18 @@ class Mutant:
 
 
 MUTANTS: tuple[Mutant, ...] = (
+    Mutant("146-render-task-leased-without-a-browser", "a consumer without a browser never "
+           "leases a render request (lease.lua moves it to the render lane)",
+           (_RL + "test_a_consumer_without_a_browser_never_leases_a_render_task",)),
+    Mutant("147-subrequest-fetched-by-the-browser-itself", "every request a rendered page "
+           "makes goes through the SSRF guard: a script's fetch of a loopback canary, a "
+           "private or the metadata address connects to none of them",
+           (_BF + "test_a_script_reaches_no_canary_no_private_and_no_metadata_address",)),
+    Mutant("148-browser-killed-pages-task-lost", "a page whose browser died is retried, "
+           "not lost: the crawl ends with every item",
+           (_BP + "test_a_browser_killed_mid_page_fails_that_render_and_the_next_gets_a_new_one",
+            _RF + "test_a_browser_killed_mid_page_and_a_rendering_consumer_killed_lose_"
+            "nothing")),
     Mutant("01-ack-before-sink-write", "a task is acked only after its result reached the sink",
            (_G + "test_a_task_is_not_done_while_its_result_is_not_in_the_sink",)),
     Mutant("02-heartbeat-slower-than-lease", "the heartbeat renews leases before they expire",

@@ -51,6 +51,8 @@ KEDA_KINDS = {
     "TriggerAuthentication": "keda.sh_triggerauthentications.yaml",
 }
 NOT_API_OBJECTS = {"Kustomization"}  # kustomize's own input, never sent to the API server
+#: The images the manifests name, each rewritten by kustomization.yaml's `images`.
+IMAGES = ("crawlq", "crawlq-browser")
 
 
 class _ComposeLoader(yaml.SafeLoader):
@@ -364,7 +366,7 @@ def test_every_image_is_the_crawlq_image(k8s: list[dict[str, Any]]) -> None:
         pod = (spec.get("template") or spec.get("jobTemplate", {}).get("spec", {})
                .get("template") or {}).get("spec", {})
         for c in pod.get("containers", []):
-            assert c["image"] == "crawlq", f"{doc['__file__']}: kustomize rewrites 'crawlq'"
+            assert c["image"] in IMAGES, f"{doc['__file__']}: kustomize rewrites {IMAGES}"
 
 
 # -- schemas ---------------------------------------------------------------------------------
@@ -544,3 +546,55 @@ def test_the_docs_name_only_keys_variables_and_policy_keys_that_exist() -> None:
                 problems += [f"{where}: no policy key {k!r}"
                              for k in _ASSIGNMENT.findall(m.group(1)) if k not in OPTIONS]
     assert len(DOCS) > 5 and problems == []
+
+
+# -- consumers that render (docs/rendering.md) ---------------------------------------------
+
+
+def test_the_browser_image_adds_chromium_and_an_init_and_downloads_no_browser() -> None:
+    text = (REPO / "deploy" / "browser.Dockerfile").read_text()
+    joined = re.sub(r"\\\n\s*", " ", re.sub(r"(?m)^\s*#.*\n", "", text))
+    lines = [ln.strip() for ln in joined.splitlines() if ln.strip()]
+    assert lines[0] == "ARG BASE_IMAGE=python:3.12-slim"
+    assert [ln for ln in lines if ln.startswith("FROM ")] == [
+        "FROM ${BASE_IMAGE} AS build", "FROM ${BASE_IMAGE}"]
+    final = joined[joined.rindex("\nFROM "):]
+    assert re.search(r"apt-get install .*\bchromium\b.*\btini\b", final)
+    assert '"browser"' in joined, "the build installs pyproject's browser extra"
+    assert "playwright install" not in text, "no browser is downloaded: Debian's is used"
+    assert re.search(r"^USER 10001(:10001)?$", final, re.M)
+    assert re.search(r"CRAWLQ_BROWSER=auto", final)
+    assert [ln for ln in lines if ln.startswith(("CMD ", "ENTRYPOINT "))] == [
+        'ENTRYPOINT ["/usr/bin/tini", "--"]', 'CMD ["crawlq-consumer"]']
+    for package in ("common", "consumer", "crawlq"):
+        assert re.search(rf"^COPY {package} \./{package}$", text, re.M)
+
+
+def test_browser_consumers_run_beside_plain_ones_in_compose(compose: dict[str, Any]) -> None:
+    svc = compose["services"]["browser-consumer"]
+    assert svc["profiles"] == ["browser"], "started on demand, beside the consumers"
+    assert "container_name" not in svc and "ports" not in svc, "scalable"
+    assert (REPO / svc["build"]["dockerfile"]).is_file()
+    env = svc["environment"]
+    assert env["CRAWLQ_BROWSER"] == "auto" and env["CRAWLQ_BROWSER_MEMORY"]
+    assert svc["init"] is True and svc["shm_size"]
+    assert duration(svc["stop_grace_period"]) > duration(env["CRAWLQ_GRACE"])
+    assert svc["read_only"] is True and "/tmp" in svc["tmpfs"]
+
+
+def test_browser_consumer_deployment(k8s: list[dict[str, Any]]) -> None:
+    dep = _one(k8s, "Deployment", "crawlq-browser-consumer")
+    pod = dep["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    env = _k8s_env(c)
+    assert c["image"] == "crawlq-browser" and env["CRAWLQ_BROWSER"] == "auto"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert pod["terminationGracePeriodSeconds"] > duration(env["CRAWLQ_GRACE"])
+    limit = c["resources"]["limits"]["memory"]
+    assert limit.endswith("Gi") and int(limit[:-2]) * 2**30 > \
+        int(env["CRAWLQ_BROWSER_MEMORY"].removesuffix("GiB")) * 2**30
+    shm = next(v for v in pod["volumes"] if v["name"] == "shm")
+    assert shm["emptyDir"]["medium"] == "Memory"
+    assert {"name": "shm", "mountPath": "/dev/shm"} in c["volumeMounts"]
+    kust = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    assert {i["name"] for i in kust["images"]} == set(IMAGES)

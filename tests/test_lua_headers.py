@@ -46,11 +46,13 @@ from common.queue import (
     RetryPolicy,
     lease_reply,
 )
+from common.queue.rendermodes import RenderModes
 from common.sessions import SessionRules, SessionUpdate, send_updates
 from common.urls import fingerprint
 from common.workers import WorkerRegistry
 from console.fsck import repair_hosts
 from console.fsck_groups import repair_groups
+from console.fsck_render import repair_render
 from console.fsck_revisits import repair_schedule
 
 LUA = Path(scripts.__file__).parent / "lua"
@@ -63,7 +65,7 @@ OTHERS = ("worker_beat", "history_push", "release_lock", "refresh_lock", "robots
           "fsck_repair",
           "fsck_revisits",
           "policy_set", "policy_apply", "group_set", "fsck_groups",
-          "proxy_report", "proxy_bans", "session_update")
+          "proxy_report", "proxy_bans", "session_update", "fsck_render", "render_vote")
 SOURCES = {scripts.source(name): name for name in (*scripts.NAMES, *OTHERS)}
 
 
@@ -96,7 +98,7 @@ def key_name(key: str) -> str:
     for prefix, shown in (("hq:", "hq:<h>"), ("hp:", "hp:<h>"), ("seen:", "seen"),
                           ("bloom:", "bloom:<L>"), ("worker:", "worker:<id>"),
                           ("op:", "op:<worker>"), ("ops:", "ops:<worker>"),
-                          ("robots:", "robots"),
+                          ("robots:", "robots"), ("rq:", "rq:<h>"), ("rop:", "rop:<worker>"),
                           ("rv:hist:", "rv:hist:<b>"), ("px:op:", "px:op:<worker>"),
                           ("se:", "se:<name>"), ("sp:", "sp:<host>")):
         if name.startswith(prefix):
@@ -213,6 +215,12 @@ async def exercise(client: aioredis.Redis, crawl: str, partitions: int = 2) -> N
     await q.dead_requeue(dead)
     await q.lease("w", 10, 60_000)
     del short
+    # render tasks: the plain lease moves them to the render lane, lease_render leases them
+    await q.enqueue(tasks("http://f.test/1", "http://f.test/2", render=True))
+    q.woken()  # as the enqueue's wake-up would
+    assert await q.lease("w", 10, 60_000) == []
+    await q.lease_renders("w", 1, 60_000)  # a call on no hosts names them
+    assert len((await q.lease_renders("w", 1, 60_000)).leases) == 1
     await q.is_empty()
     # a done URL of a crawl with revisits on, due: promote reads its history (history_get)
     rv = await LeasingQueue.open(client, crawl + "r", CrawlSettings())
@@ -258,6 +266,8 @@ async def exercise(client: aioredis.Redis, crawl: str, partitions: int = 2) -> N
         SessionUpdate("member", "", 1, 0, cookies={"c:a.test\t/\tsid": "1\t-1\t"}),
         SessionUpdate("a.test@1", "a.test", 2, 1, proxy="abc", headers={"X-A": "1"})],
         SessionRules())
+    await repair_render(q, q.partitions[q.partition_of("f.test")], ["f.test"])
+    await RenderModes(client, crawl).vote("f.test", "list", True)
 
 
 # -- ARGV and the reply --------------------------------------------------------------------
@@ -539,7 +549,7 @@ def test_argv_header_checks_can_fail() -> None:
     assert "code reads 'sent_ms' at item offset 3" in " ".join(code_problems("ack", swapped))
     lease = argv_header("lease")
     assert args_problems("lease", lease,
-                         ["w", "10", "x", "4", "", "0", "ab12", "1", "a.test", "0"]) == [
+                         ["w", "10", "x", "4", "", "0", "ab12", "0", "1", "a.test", "0"]) == [
         "lease.lua ARGV[3]: 'lease_ms' is 'x'"]
 
 

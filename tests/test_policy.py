@@ -85,7 +85,8 @@ BACKOFF = ("backoff_on=429,503, backoff_base=1s, backoff_cap=3600s, backoff_forg
            "adaptive_delay=0, max_delay=30s, max_crawl_delay=300s, revisit=off, "
            "min_interval=60s, max_interval=7776000s, interval_grow=0.4, interval_shrink=0.2, "
            "conditional=true, " + TRAPS
-           + ", politeness_key=host, group_delay=1s, group_concurrency=2, " + PROXIES)
+           + ", rendering=off, politeness_key=host, group_delay=1s, group_concurrency=2, "
+           + PROXIES)
 REST = (f"user_agent={UA}, ignore_robots=false, robots_ttl=86400s, max_depth=none, "
         "allow_domains=@parent, retry_base=2s, retry_cap=600s, max_retry_after=3600s, "
         "max_stalls=2, max_attempts=3, recrawl_after=0s, " + BACKOFF)
@@ -147,7 +148,7 @@ def test_the_policy_is_declared_once() -> None:
         "trap_max_params": "", "trap_path_variants": "", "trap_page_facets": "",
         "trap_session_ids": "",
         "near_duplicate_distance": "", "soft_404": "", "drop_judged_items": "",
-        "politeness_key": "", "group_delay": "", "group_concurrency": "",
+        "rendering": "", "politeness_key": "", "group_delay": "", "group_concurrency": "",
         "proxy_tiers": "", "proxy_ban_for": "", "proxy_tier_bans": "", "proxy_tier_quiet": "",
         "proxy_max_failures": "", "proxy_quarantine": "", "ban_status": "",
         "ban_selector": "", "ban_text": "", "session_pool": "", "session_max_uses": ""}
@@ -170,7 +171,7 @@ def test_the_policy_is_declared_once() -> None:
                                      "trap_path_variants": "1000", "trap_page_facets": "2",
                                      "trap_session_ids": "true",
                                      "near_duplicate_distance": "0", "soft_404": "true",
-                                     "drop_judged_items": "false",
+                                     "drop_judged_items": "false", "rendering": "off",
                                      "politeness_key": "host", "group_delay": "1s",
                                      "group_concurrency": "2",
                                      "proxy_tiers": "datacenter,residential",
@@ -247,6 +248,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
             "trap_max_segments": 20, "trap_repeated_segments": 2, "trap_max_params": 12,
             "trap_path_variants": 1000, "trap_page_facets": 2, "trap_session_ids": True,
             "near_duplicate_distance": 0, "soft_404": True, "drop_judged_items": False,
+            "rendering": "off",
             "politeness_key": "host",
             "group_delay": 1.0, "group_concurrency": 2, **PROXY_VALUES},
         {"per_host_delay": "0.5s", "per_host_concurrency": "3", "accept_content_type": "*/*",
@@ -264,7 +266,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
          "trap_path_variants": "1000", "trap_page_facets": "2",
          "trap_session_ids": "true",
          "near_duplicate_distance": "0", "soft_404": "true",
-                                     "drop_judged_items": "false",
+                                     "drop_judged_items": "false", "rendering": "off",
          "politeness_key": "host",
          "group_delay": "1s", "group_concurrency": "2", **PROXY_TEXTS})
     third, second, first = doc["log"]
@@ -288,7 +290,8 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
         "trap_path_variants": [None, "1000"], "trap_page_facets": [None, "2"],
         "trap_session_ids": [None, "true"],
         "near_duplicate_distance": [None, "0"], "soft_404": [None, "true"],
-        "drop_judged_items": [None, "false"], "politeness_key": [None, "host"],
+        "drop_judged_items": [None, "false"], "rendering": [None, "off"],
+        "politeness_key": [None, "host"],
         "group_delay": [None, "1s"], "group_concurrency": [None, "2"],
         **{k: [None, v] for k, v in PROXY_TEXTS.items()}}} == first
     assert second | {"version": 2, "by": "crawlq crawl set",
@@ -337,10 +340,11 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
         ["trap_path_variants", "1000"], ["trap_page_facets", "2"],
         ["trap_session_ids", "true"], ["near_duplicate_distance", "0"], ["soft_404", "true"],
         ["drop_judged_items", "false"]]
-    assert [ln.split()[:2] for ln in lines[38:41]] == [
-        ["politeness_key", "host"], ["group_delay", "1s"], ["group_concurrency", "2"]]
-    end = 41 + len(PROXY_TEXTS)
-    assert [ln.split()[:2] for ln in lines[41:end]] == [list(kv) for kv in PROXY_TEXTS.items()]
+    assert [ln.split()[:2] for ln in lines[38:42]] == [
+        ["rendering", "off"], ["politeness_key", "host"], ["group_delay", "1s"],
+        ["group_concurrency", "2"]]
+    end = 42 + len(PROXY_TEXTS)
+    assert [ln.split()[:2] for ln in lines[42:end]] == [list(kv) for kv in PROXY_TEXTS.items()]
     lines = lines[:15] + lines[end:]
     assert lines[15] == "changes, newest first:"
     assert lines[16].endswith("v4  crawlq crawl set: allow_domains xn--bcher-kva.example,"
@@ -364,7 +368,7 @@ async def test_create_show_set_round_trip_with_versions_and_a_log(
                               "politeness_key - -> host, "
                               + "".join(f"{k} - -> {v}, " for k, v in sorted(PROXY_TEXTS.items())
                                         if k.startswith("proxy_"))
-                              + "recrawl_after - -> 0s, "
+                              + "recrawl_after - -> 0s, rendering - -> off, "
                               "retry_base - -> 2s, "
                               f"retry_cap - -> 600s, revisit - -> off, "
                               "robots_ttl - -> 86400s, session_max_uses - -> 50, "
@@ -494,6 +498,7 @@ async def test_show_toml_round_trips_into_create_config(
         "trap_max_segments = 20", "trap_repeated_segments = 2", "trap_max_params = 12",
         "trap_path_variants = 1000", "trap_page_facets = 2", "trap_session_ids = true",
         'near_duplicate_distance = "off"', "soft_404 = true", "drop_judged_items = false",
+        'rendering = "off"',
         'politeness_key = "host"',
         'group_delay = "1s"', "group_concurrency = 2", *PROXY_TOML]
     path = tmp_path / "crawl.toml"
@@ -850,7 +855,7 @@ async def test_a_crawl_made_without_a_policy_is_adopted(
                        "trap_path_variants": [None, "1000"], "trap_page_facets": [None, "2"],
                        "trap_session_ids": [None, "true"],
                        "near_duplicate_distance": [None, "0"], "soft_404": [None, "true"],
-        "drop_judged_items": [None, "false"],
+                       "drop_judged_items": [None, "false"], "rendering": [None, "off"],
                        "politeness_key": [None, "host"], "group_delay": [None, "1s"],
                        "group_concurrency": [None, "2"],
                        **{k: [None, v] for k, v in PROXY_TEXTS.items()}})]

@@ -254,7 +254,8 @@ async def test_a_registered_script_loads_itself_after_a_flush() -> None:
             script = register(client, "is_empty")
             assert re.fullmatch(r"[0-9a-f]{40}", script.script.sha)
             keys = [f"crawlq:{{adapter}}:{k}"
-                    for k in ("pending", "leases", "delayed", "due", "conf", "rv:due")]
+                    for k in ("pending", "leases", "delayed", "due", "conf", "rv:due",
+                              "r:pending")]
             assert await script(keys=keys, args=[]) == 1
             await client.script_flush()
             assert await script(keys=keys, args=[]) == 1  # NOSCRIPT: loaded, called again

@@ -12,7 +12,7 @@
 -- change through the host ledger, whose flush puts every host given in `due` or takes it
 -- out by the due rule (lib/hosts.lua); then its h:queued entry is set to its record's
 -- count where it differs. With pending = 1, `pending` becomes the sum of h:queued (O(hosts
--- with work)). A host counted with more entries than its queues hold adds to
+-- with work)) and `r:pending` (the render lane's entries: lib/render.lua). A host counted with more entries than its queues hold adds to
 -- `repaired_hosts`, the missing entries to `lost_pending` (what lease.lua counts when it
 -- finds a host's queue short). Atomic: one call reads and fixes one consistent state of
 -- its partition, so it is safe on a running crawl.
@@ -25,7 +25,8 @@
 -- KEYS[9]  h:blocked    ZSET  host -> blocked until (ms): only read
 -- KEYS[10] h:budget     ZSET  host -> its page budget: only read
 -- KEYS[11] stats        HASH  counters (repaired_hosts, lost_pending)
--- KEYS[12..] per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
+-- KEYS[12] r:pending    STRING render entries pending: only read
+-- KEYS[13..] per host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
 -- ARGV[1]  inflight, 1 to recount the hosts' inflight and reserved from the leases,
 --          else 0
 -- ARGV[2]  pending, 1 to set pending to the sum of h:queued, else 0
@@ -48,7 +49,7 @@ local delays, blocks, budgets, stats = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local recount_leases = int_arg(ARGV[1], 'inflight') == 1
 local recount_pending = int_arg(ARGV[2], 'pending') == 1
 local hosts, nhosts = argv_hosts(3)
-if #KEYS ~= 11 + 2 * nhosts then error('crawlq: fsck_repair needs 2 keys per host') end
+if #KEYS ~= 12 + 2 * nhosts then error('crawlq: fsck_repair needs 2 keys per host') end
 allow_at_maxmemory(stats)
 local L = ledger(host_keys(1), now_ms())
 
@@ -73,8 +74,8 @@ ledger_load(L, hosts)
 local pending_before = tonumber(redis.call('GET', pending)) or 0
 local recounted, lost, delta = 0, 0, 0
 for i, host in ipairs(hosts) do
-  local hp = KEYS[11 + 2 * i]
-  local held = redis.call('LLEN', KEYS[10 + 2 * i]) + redis.call('ZCARD', hp)
+  local hp = KEYS[12 + 2 * i]
+  local held = redis.call('LLEN', KEYS[11 + 2 * i]) + redis.call('ZCARD', hp)
   local r = L.rec[host]
   if fresh[host] then
     r.queued = held
@@ -148,7 +149,7 @@ end
 
 local pending_after = pending_before + delta
 if recount_pending then
-  pending_after = 0
+  pending_after = tonumber(redis.call('GET', KEYS[12]) or '0')
   local listed = redis.call('ZRANGEBYSCORE', L.K.queued, '(0', '+inf', 'WITHSCORES')
   for k = 2, #listed, 2 do pending_after = pending_after + tonumber(listed[k]) end
 end

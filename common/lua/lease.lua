@@ -26,6 +26,13 @@
 -- host with a concurrency limit than ceil(concurrency / (hungry workers + 1)), counting
 -- the slots it holds (ARGV held), and publishes a wake-up so the hungry take the rest.
 -- With nobody hungry a worker may take every free slot: no slot idles for fairness.
+-- A render entry popped (lib/render.lua) is not leased: in a call given the render lane's
+-- keys (ARGV render 1) it moves to its host's render queue, for lease_render.lua (a
+-- consumer with a browser), and more are popped in its place; in a call without them
+-- (render 0: a crawl's calls until they meet one, so a crawl without render requests
+-- sends no key more) it goes back where it was and the reply says so (render_met), and
+-- the caller's next calls give the keys. Either way the host's turn and slot are not
+-- taken for it.
 -- Politeness groups (the crawl's politeness_key not host: lib/groups.lua): a grouped host
 -- is served only when its group's turn has come too and its group has a free slot; a
 -- host with a delay or in a group with one gives one task per call, and its group's next
@@ -49,7 +56,10 @@
 -- KEYS[19] op:<worker>  STRING "<op id> <reply, cmsgpack>" of this worker's last call that
 --                       granted leases, PX OP_KEEP_MS
 -- KEYS[20..22] group state: g:of, groups, g:parked (lib/groups.lua)
--- KEYS[23..] per candidate host h (ARGV order): hq:<h> LIST, hp:<h> ZSET
+-- KEYS[23..] with ARGV render 1: KEYS[23] r:due ZSET host -> when its render queue is
+--            looked at (lib/render.lua), KEYS[24] r:pending STRING render entries
+--            pending, then per candidate host h (ARGV order): hq:<h> LIST, hp:<h> ZSET,
+--            rq:<h> LIST; with render 0: per candidate host hq:<h> LIST, hp:<h> ZSET
 -- ARGV[1]  worker id
 -- ARGV[2]  n, the most tasks to lease (0: only give back the slots of `fetched` ones)
 -- ARGV[3]  lease_ms, lease length in milliseconds
@@ -65,17 +75,18 @@
 --          `op` keeps answers with the kept reply and leases nothing (after giving back
 --          its pairs' slots): a call sent again after its reply was lost (a timeout, a
 --          dropped connection) gets the leases the first one granted, never a second set
--- ARGV[8]  H, the number of candidate hosts; ARGV[9..8+H] the candidate hosts
--- ARGV[9+H] held: how many of each candidate host's slots this worker's leases take now
+-- ARGV[8]  render: 1 when KEYS holds the render lane's keys (above), else 0
+-- ARGV[9]  H, the number of candidate hosts; ARGV[10..9+H] the candidate hosts
+-- ARGV[10+H] held: how many of each candidate host's slots this worker's leases take now
 --          (not counting the pairs below), comma-separated in host order ('': none)
--- ARGV[10+H..] pairs: id, token
+-- ARGV[11+H..] pairs: id, token
 --          (this worker's leases whose response is in. Their hosts get their slots
 --          back now, before this call's leases; the lease record is marked, so the
 --          lease's end does not give the slot back again. A lease that is not this
 --          worker's anymore is left alone.)
 -- Returns {now_ms, deadline_ms, wait_ms, retry_ms, paused, next, policy_version,
---          id, token, attempt, entry, checkpoint|false, last_error|false, host,
---          delay_ms, concurrency, turn_ms, ...}:
+--          render_met, id, token, attempt, entry, checkpoint|false, last_error|false,
+--          host, delay_ms, concurrency, turn_ms, ...}:
 --   wait_ms  -1: no host holds work; 0: hosts are ready (after this call's leases);
 --            else ms until the earliest turn not served comes within ahead_ms
 --   retry_ms ms until the next retry is due (0: one is due now), -1 if none waits
@@ -83,6 +94,8 @@
 --   policy_version the crawl policy's version this partition's conf holds (-1 in a call
 --            on no hosts, which does not read it): a consumer that knows an older one
 --            reads the policy again, with no round trip of its own
+--   render_met 1 when a call with render 0 met a render entry (put back): give the
+--            render lane's keys from now on; else 0
 --   concurrency the lease's host's concurrency, 0 if unlimited: with a limit and no
 --            delay, the consumer names the lease in its next call once the response
 --            is in
@@ -108,10 +121,13 @@ local ahead = int_arg(ARGV[6], 'ahead_ms')
 if n < 0 or lease_ms < 1 or ahead < 0 then
   error('crawlq: lease needs n >= 0, lease_ms >= 1 and ahead_ms >= 0')
 end
-local hosts, nhosts = argv_hosts(8)
-local first = 10 + nhosts
-if #KEYS ~= 22 + 2 * nhosts or #ARGV < first - 1 or (#ARGV - first + 1) % 2 ~= 0 then
-  error('crawlq: lease needs 2 keys per candidate host, held counts and (id, token) pairs')
+local render = int_arg(ARGV[8], 'render') == 1
+local hosts, nhosts = argv_hosts(9)
+local first = 11 + nhosts
+if #KEYS ~= (render and 24 + 3 * nhosts or 22 + 2 * nhosts) or #ARGV < first - 1
+    or (#ARGV - first + 1) % 2 ~= 0 then
+  error('crawlq: lease needs 2 keys per candidate host (3 and 2 more with render), held '
+    .. 'counts and (id, token) pairs')
 end
 local now = now_ms()
 local C = {L = ledger(host_keys(1), now), LK = lease_keys(5), worker = ARGV[1], now = now,
@@ -120,12 +136,17 @@ local C = {L = ledger(host_keys(1), now), LK = lease_keys(5), worker = ARGV[1], 
            K = {tasks = KEYS[7], attempts = KEYS[8], seq = KEYS[9], checkpoints = KEYS[11],
                 errors = KEYS[12], dead = KEYS[16], dead_reasons = KEYS[17]},
            stats = KEYS[10], pending = KEYS[13], prio_hosts = KEYS[14]}
+if render then
+  C.qkey = function(i) return KEYS[22 + 3 * i], KEYS[23 + 3 * i] end
+  C.rkey = function(i) return KEYS[24 + 3 * i] end
+  C.R = {due = KEYS[23], pending = KEYS[24]}
+end
 local delayed, hungry, op, op_key = KEYS[15], KEYS[18], ARGV[7], KEYS[19]
 -- How long a call's reply is kept for a call sent again: longer than a client's retries
 -- of it take (socket timeout 10 s, a few tries).
 local OP_KEEP_MS = 60000
 ledger_groups(C.L, group_keys(20))
-for v in string.gmatch(ARGV[9 + nhosts], '[^,]+') do C.held[#C.held + 1] = tonumber(v) end
+for v in string.gmatch(ARGV[10 + nhosts], '[^,]+') do C.held[#C.held + 1] = tonumber(v) end
 local ids, tokens = {}, {}
 for i = first, #ARGV, 2 do
   ids[#ids + 1] = ARGV[i]
@@ -140,7 +161,7 @@ local function reply_head(wait, paused, version)
   local retry_ms = -1
   local next_retry = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
   if next_retry[2] then retry_ms = math.max(0, tonumber(next_retry[2]) - now) end
-  if paused == 1 then return {now, now + lease_ms, -1, retry_ms, 1, {}, version} end
+  if paused == 1 then return {now, now + lease_ms, -1, retry_ms, 1, {}, version, 0} end
   local out = redis.call('ZRANGE', C.prio_hosts, 0, next_k - 1)
   local head = redis.call('ZRANGE', C.L.K.due, 0, 0, 'WITHSCORES')
   if head[2] then
@@ -153,7 +174,7 @@ local function reply_head(wait, paused, version)
       out[#out + 1] = h
     end
   end
-  return {now, now + lease_ms, wait, retry_ms, 0, out, version}
+  return {now, now + lease_ms, wait, retry_ms, 0, out, version, C.met and 1 or 0}
 end
 
 -- Slots given back by a worker whose CPU is behind (n = 0), or left for hungry workers
@@ -199,7 +220,7 @@ local keep, dropped, malformed = screen(C, popped)
 local grants = grant(C, keep, now + lease_ms)
 ledger_flush(C.L)
 
-local result, r = reply_head(wait, 0, C.cc.version), 7
+local result, r = reply_head(wait, 0, C.cc.version), 8
 for _, g in ipairs(grants) do
   local i = g[7]
   result[r + 1], result[r + 2], result[r + 3] = g[1], g[2], g[3]

@@ -68,6 +68,14 @@ def host_args(pk: PartitionKeys, hosts: Sequence[str]) -> tuple[list[str], list[
     return keys, [len(hosts), *hosts]
 
 
+def lease_host_args(pk: PartitionKeys, hosts: Sequence[str]) -> tuple[list[str], list[Any]]:
+    """`host_args` for lease.lua: each host's hq, hp and its render queue (rq)."""
+    keys: list[str] = []
+    for host in hosts:
+        keys += [pk.host_queue(host), pk.host_prio(host), pk.render_queue(host)]
+    return keys, [len(hosts), *hosts]
+
+
 def by_partition(items: Iterable[T], lease_of: Callable[[T], Lease]) -> dict[int, list[T]]:
     """Items grouped by the partition of their lease, each group in the items' order."""
     groups: dict[int, list[T]] = defaultdict(list)

@@ -3,6 +3,7 @@ enqueue_bloom.lua for a crawl that dedups with a Bloom filter)."""
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from common.keys import PartitionKeys
 from common.queue.calls import Call, host_args, run
 from common.queue.crawl import Crawl, DedupMode
 from common.queue.model import EnqueueResult, NewTask
+from common.queue.rendermodes import RenderModes
 from common.request import (
     BODYLESS,
     MAX_BODY_BYTES,
@@ -54,12 +56,16 @@ class KnownEntry:
 
 
 async def enqueue(crawl: Crawl, tasks: Sequence[NewTask], recrawl_after_s: int = 0, *,
-                  known_labels: Collection[str] | None = None) -> EnqueueResult:
+                  known_labels: Collection[str] | None = None,
+                  render_all: bool = False, modes: RenderModes | None = None
+                  ) -> EnqueueResult:
     """Dedup and enqueue a batch into its hosts' queues; one script call per
     partition, pipelined. MalformedTaskError for a URL without an http(s) host.
     `recrawl_after_s`: a done URL enqueued again after this long is crawled again (0:
     never). InvalidRequestError, before anything is sent, for a task whose request is bad
-    (`check_new_task`), or whose label is not one of `known_labels` (None: any)."""
+    (`check_new_task`), or whose label is not one of `known_labels` (None: any).
+    `render_all`: every task is a render request (the crawl policy's ``rendering=all``);
+    `modes`: a rendering=auto crawl's decisions: a pair decided ``http`` is not."""
     by_partition: dict[int, dict[str, list[NewTask]]] = defaultdict(
         lambda: defaultdict(list))
     for t in tasks:
@@ -74,7 +80,10 @@ async def enqueue(crawl: Crawl, tasks: Sequence[NewTask], recrawl_after_s: int =
         by_partition[crawl.partition_of(host)][host].append(t)
     if not by_partition:
         return EnqueueResult()
-    results = await _run(crawl, list(by_partition.items()), recrawl_after_s, _entry)
+    if modes is not None:
+        await modes.refresh()
+    results = await _run(crawl, list(by_partition.items()), recrawl_after_s,
+                         functools.partial(_entry, render_all=render_all, modes=modes))
     warnings = tuple(int(r[3]) for r in results if len(r) > 3 and int(r[3]) >= 0)
     return EnqueueResult(
         enqueued=sum(int(r[0]) for r in results),
@@ -193,12 +202,22 @@ def check_new_task(t: NewTask, known_labels: Collection[str] | None = None) -> N
     check_data(t.data, where)
 
 
-def _entry(t: NewTask, host: str) -> bytes:
+def _renders(t: NewTask, host: str, render_all: bool, modes: RenderModes | None) -> bool:
+    """Whether `t` is enqueued as a render request."""
+    if not (t.render or render_all):
+        return False
+    return modes is None or modes.mode(host, t.label) != "http"
+
+
+def _entry(t: NewTask, host: str, *, render_all: bool = False,
+           modes: RenderModes | None = None) -> bytes:
     """Its entry compact (common.task), as the queue keeps it: its fingerprint's bytes
-    (its id), then its URL and fields less what the queue names."""
+    (its id), then its URL and fields less what the queue names; a render request's
+    (`_renders`) marked as one."""
     rest = encode_entry("", t.url, max_attempts=t.max_attempts, priority=t.priority,
                         meta=t.meta, depth=t.depth, headers=t.headers, revisit=t.revisit,
                         method=t.method, body=t.body, label=t.label, data=t.data,
                         unique_key=t.unique_key, session=t.session,
-                        session_version=t.session_version)
+                        session_version=t.session_version,
+                        render=_renders(t, host, render_all, modes))
     return t.fp + compact_tail(rest, host).encode()

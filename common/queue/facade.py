@@ -26,6 +26,8 @@ from common.queue.model import (
     RetryPolicy,
     Stats,
 )
+from common.queue.render_leasing import RenderLeaseClient
+from common.queue.rendermodes import RenderModes
 
 
 class CrawlQueue:
@@ -42,6 +44,9 @@ class CrawlQueue:
         self._retry = retry or RetryPolicy()
         self._recrawl_after_s = recrawl_after_s
         self._revisits = False
+        self._render_all = False
+        #: A rendering=auto crawl's decisions (None: not auto): common.queue.rendermodes.
+        self.render_modes: RenderModes | None = None
         self._jitter = jitter
         #: The labels a route parses (the spider's; None: any label is taken): every
         #: enqueue refuses a task labelled otherwise (InvalidRequestError).
@@ -77,8 +82,14 @@ class CrawlQueue:
         URL's history, and its next visit with revisits on)."""
         return self._revisits
 
+    @property
+    def render_all(self) -> bool:
+        """Whether every task enqueued is a render request (the policy's rendering=all)."""
+        return self._render_all
+
     def configure(self, *, retry: RetryPolicy | None = None,
-                  recrawl_after_s: int | None = None, revisits: bool | None = None) -> None:
+                  recrawl_after_s: int | None = None, revisits: bool | None = None,
+                  render_all: bool | None = None, adaptive: bool | None = None) -> None:
         """Apply the crawl policy's values: the next fail, reclaim, enqueue or ack call
         takes them (None: keep the current one)."""
         if retry is not None:
@@ -87,6 +98,11 @@ class CrawlQueue:
             self._recrawl_after_s = recrawl_after_s
         if revisits is not None:
             self._revisits = revisits
+        if render_all is not None:
+            self._render_all = render_all
+        if adaptive is not None:
+            self.render_modes = (self.render_modes or RenderModes(self.client, self.crawl)) \
+                if adaptive else None
 
     # -- calls ------------------------------------------------------------------------
 
@@ -98,7 +114,8 @@ class CrawlQueue:
         """Dedup and enqueue a batch (see `common.queue.enqueue.enqueue`); a bad request,
         or a label not in `known_labels`, refuses the whole batch: InvalidRequestError."""
         return await enqueue(self.on, tasks, self._recrawl_after_s,
-                             known_labels=self.known_labels)
+                             known_labels=self.known_labels, render_all=self._render_all,
+                             modes=self.render_modes)
 
     async def recrawl_known(self, *, stop: asyncio.Event | None = None) -> KnownRecrawl:
         """Queue again every done URL whose history record is older than the recrawl
@@ -199,6 +216,7 @@ class LeasingQueue(CrawlQueue):
                  **kwargs: Any) -> None:
         super().__init__(client, crawl, settings, **kwargs)
         self.leases = LeaseClient(self.on, self.fail)
+        self.renders = RenderLeaseClient(self.on, self.fail)
 
     @classmethod
     async def open(cls, client: RedisClient, crawl: str,
@@ -226,18 +244,26 @@ class LeasingQueue(CrawlQueue):
         return await self.leases.lease_turns(worker, n, lease_ms, responses_in, held,
                                              ahead_ms=ahead_ms)
 
+    async def lease_renders(self, worker: str, n: int, lease_ms: int) -> LeaseBatch:
+        """Lease up to n render tasks, for a consumer with a browser (see
+        `RenderLeaseClient`)."""
+        return await self.renders.lease(worker, n, lease_ms)
+
     def woken(self) -> None:
         """Another process says work may be ready: ask every partition on the next call."""
         self.leases.woken()
+        self.renders.woken()
 
     async def ack(self, worker: str, items: Sequence[tuple[Lease, str]], *,
                   op: str = "") -> list[Code]:
         self.leases.ended({lease.partition for lease, _ in items})
+        self.renders.ended([lease for lease, _ in items])
         return await super().ack(worker, items, op=op)
 
     async def fail(self, worker: str, failures: Sequence[Failure], *,
                    op: str = "") -> list[tuple[Code, int]]:
         self.leases.ended({f.lease.partition for f in failures})
+        self.renders.ended([f.lease for f in failures])
         return await super().fail(worker, failures, op=op)
 
     async def release(self, worker: str, leases: Sequence[Lease], *,

@@ -14,7 +14,7 @@ from common.queue.revisits import revisit_stats
 from common.task import queued_id
 
 #: Replies per partition of the stats pipeline.
-_READS = 12
+_READS = 13
 
 
 async def stats(crawl: Crawl) -> Stats:
@@ -36,16 +36,18 @@ async def stats(crawl: Crawl) -> Stats:
             pipe.hget(pk.conf, "rv_urls")  # history records: kept by ack and purge
             pipe.zcard(pk.rv_due)
             pipe.zcount(pk.rv_due, "-inf", now_ms)
+            pipe.get(pk.render_pending)
         replies = await pipe.execute()
     s = Stats()
     budgeted: list[tuple[PartitionKeys, list[str]]] = []
     revisits_on, histories, scheduled, due_now = False, 0, 0, 0
     for i in range(0, len(replies), _READS):
         (pending, leased, waiting, dead, due, counters, reasons, hosts, rv, hist, sched,
-         rv_due) = replies[i:i + _READS]
+         rv_due, render) = replies[i:i + _READS]
         if hosts:
             budgeted.append((crawl.partitions[i // _READS], [_text(h) for h in hosts]))
         s.pending += int(pending or 0)
+        s.render_pending += int(render or 0)
         s.leased += leased
         s.waiting += waiting
         s.dead += dead
@@ -89,7 +91,8 @@ async def is_empty(crawl: Crawl) -> bool:
     parent's ack, so a crawl read empty partition by partition twice in a row is
     empty)."""
     def keys(pk: PartitionKeys) -> list[str]:
-        return [pk.pending, pk.leases, pk.delayed, pk.due, pk.conf, pk.rv_due]
+        return [pk.pending, pk.leases, pk.delayed, pk.due, pk.conf, pk.rv_due,
+                pk.render_pending]
 
     if not isinstance(crawl.client, aioredis.RedisCluster):
         every = [k for pk in crawl.partitions for k in keys(pk)]

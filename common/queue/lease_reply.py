@@ -53,6 +53,7 @@ class LeaseReply:
     paused: int  # 1: the crawl is paused (nothing leased)
     next: list[bytes]  # the candidate hosts for the next call
     policy_version: int  # of this partition's conf (-1: a call on no hosts didn't read it)
+    render_met: int  # 1: a call without the render lane's keys met a render entry
     granted: tuple[Granted, ...] = ()
 
     @classmethod

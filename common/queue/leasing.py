@@ -19,7 +19,7 @@ from typing import Any
 from common.codec import text as _text
 from common.keys import PartitionKeys
 from common.names import validate_worker_id
-from common.queue.calls import host_args
+from common.queue.calls import host_args, lease_host_args
 from common.queue.crawl import Crawl
 from common.queue.housekeeping import promote_partition
 from common.queue.lease_reply import LeaseReply
@@ -59,6 +59,9 @@ class LeaseClient:
         # The next call sends it again, so it gets what that one granted if it ran
         # (lease.lua keeps the reply a minute), not a second set of leases.
         self._unanswered: list[str | None] = [None] * count
+        # Per partition: whether its calls give the render lane's keys (lease.lua's render
+        # 1): from the first reply that met a render entry on.
+        self._render = [False] * count
 
     def woken(self) -> None:
         """Another process says work may be ready: ask every partition on the next call."""
@@ -157,7 +160,9 @@ class LeaseClient:
             malformed += bad
             got_now = bool(reply.granted)
             got = got or got_now
-            if not (got_now and full and len(batch.leases) < n):
+            # Again while a full page of candidates gave tasks, or once a call met a
+            # render entry (the next ones give the render lane's keys: it moves).
+            if not ((got_now and full) or reply.render_met) or len(batch.leases) >= n:
                 break
         for_ms = [w for w in (wait_ms, retry_ms) if w >= 0]
         if paused or for_ms:
@@ -201,25 +206,28 @@ class LeaseClient:
                             ) -> LeaseReply:
         """lease.lua on these candidate hosts (and the leases whose response is in);
         keeps the hosts it names for the next call."""
-        host_keys, host_head = host_args(pk, hosts)
+        p = pk.partition
+        render = self._render[p]
+        host_keys, host_head = (lease_host_args if render else host_args)(pk, hosts)
+        op, self._unanswered[p] = self._unanswered[p] or os.urandom(8).hex(), None
         args: list[Any] = [worker, n, lease_ms, candidates_for(n), self.crawl.keys.wake,
-                           ahead_ms, *host_head,
+                           ahead_ms, op, int(render), *host_head,
                            ",".join(str(held(h)) for h in hosts) if held else ""]
         for lease in responses_in:
             args += [lease.id, lease.token]
-        p = pk.partition
-        op, self._unanswered[p] = self._unanswered[p] or os.urandom(8).hex(), None
-        args.insert(6, op)
+        lane = [pk.render_due, pk.render_pending] if render else []
         try:
             raw = await self.crawl.scripts.lease(
                 keys=[*pk.host_state, *pk.lease_state, pk.tasks, pk.attempts, pk.seq,
                       pk.stats, pk.checkpoints, pk.errors, pk.pending, pk.prio_hosts,
                       pk.delayed, pk.dead, pk.dead_reasons, pk.hungry, pk.lease_op(worker),
-                      *pk.group_state, *host_keys],
+                      *pk.group_state, *lane, *host_keys],
                 args=args)
         except BaseException:  # it may have run (a lost reply, a cancelled wait)
             self._unanswered[p] = op
             raise
         reply = LeaseReply.parse(raw)
         self._candidates[pk.partition] = list(dict.fromkeys(_text(h) for h in reply.next))
+        if reply.render_met:
+            self._render[p] = True
         return reply

@@ -84,6 +84,7 @@ class NewTask:
     unique_key: str | None = None  # the user's; None: derived from method, URL and body
     session: str | None = None  # its session's name (common.sessions)
     session_version: int = 0  # the least version of it the request needs
+    render: bool = False  # fetched in a browser (docs/rendering.md)
 
     @classmethod
     def from_request(cls, request: Request, canonical_url: str, *,
@@ -103,7 +104,8 @@ class NewTask:
         return cls(canonical_url, fingerprint(key), request.priority, max_attempts,
                    meta if meta is not None else {}, depth, merged, method=request.method,
                    body=request.body, label=request.label, data=dict(request.data),
-                   unique_key=request.unique_key, session=request.session)
+                   unique_key=request.unique_key, session=request.session,
+                   render=request.render)
 
 
 @dataclass(slots=True)
@@ -231,9 +233,12 @@ class Stats:
     ``hosts_due``: hosts holding pending work with a free slot (what KEDA scales on).
     ``parked``: the pending tasks of hosts whose page budget is spent (counted in
     ``pending``): no consumer serves them until the budget is raised.
+    ``render_pending``: the pending render tasks in the render lane (counted in
+    ``pending``): only a consumer with a browser leases them.
     """
 
     pending: int = 0
+    render_pending: int = 0
     leased: int = 0
     waiting: int = 0
     dead: int = 0

@@ -69,14 +69,16 @@ class Context:
             found += _selected(self.response, css, xpath)
         if not self._spider.knows(label) and any(isinstance(f, str) for f in found):
             raise UnknownLabelError(self._spider.unknown(label))
-        # A plain link (no label, data or priority) goes as its URL, as a --handler's
-        # links do: the same task as a GET Request, without one built and checked twice.
-        plain = label is None and not data and not priority
+        # A plain link (no label, data or priority, to a route that does not render) goes
+        # as its URL, as a --handler's links do: the same task as a GET Request, without
+        # one built and checked twice.
+        render = self._spider.renders(label)
+        plain = label is None and not data and not priority and not render
         added = 0
         for item in found:
             if isinstance(item, Request):
                 self._spider.check(item)
-                self.requests.append(item)
+                self.requests.append(self._spider.rendered(item))
             else:
                 href = item.strip()
                 if not href or href[:11].lower().startswith(_SKIPPED):
@@ -85,7 +87,8 @@ class Context:
                 url = href if href[:8].lower().startswith(_ABSOLUTE) else \
                     self.response.urljoin(href)
                 self.requests.append(url if plain else Request(
-                    url, label=label, data=dict(data or {}), priority=priority))
+                    url, label=label, data=dict(data or {}), priority=priority,
+                    render=render))
             added += 1
         return added
 

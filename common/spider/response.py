@@ -2,7 +2,9 @@
 
 ``response.css("h1::text").get()``, ``response.xpath("//a/@href").getall()`` and
 ``response.json()`` follow Scrapy's conventions through parsel, Scrapy's own selector
-library: users bring their selectors over unchanged. The parsel tree (lxml) is built
+library: users bring their selectors over unchanged. A rendered page (docs/rendering.md)
+is its DOM as the page's scripts left it, read the same way, and ``response.fetched``
+holds the JSON responses its scripts fetched. The parsel tree (lxml) is built
 once per response, on the first ``css``/``xpath`` call, so a route that reads only JSON
 or only the status pays nothing for it (bench/selector_bench.py measures what it costs
 a page next to selectolax).
@@ -18,6 +20,7 @@ from ada_url import join_url
 from parsel import Selector, SelectorList
 
 from common import codec
+from common.browser.render import Fetched, RenderResult
 from common.http.fetcher import FetchResult
 
 __all__ = ["Response"]
@@ -96,6 +99,17 @@ class Response:
     def json(self) -> Any:
         """The body parsed as JSON; ValueError saying so when it is not JSON."""
         return codec.loads(self.result.body)
+
+    @property
+    def rendered(self) -> bool:
+        """Whether this page was rendered in a browser (its body is the DOM)."""
+        return isinstance(self.result, RenderResult)
+
+    @property
+    def fetched(self) -> tuple[Fetched, ...]:
+        """The JSON responses a rendered page's scripts fetched, in order (``.url``,
+        ``.status``, ``.json()``); empty for a page fetched over HTTP."""
+        return self.result.fetched if isinstance(self.result, RenderResult) else ()
 
     def urljoin(self, href: str) -> str:
         """`href` resolved against the page's ``<base href>``, else its URL, by the WHATWG

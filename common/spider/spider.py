@@ -12,6 +12,11 @@
     async def book(response, ctx):
         ctx.emit({"isbn": response.css(".isbn::text").get(), **ctx.request.data})
 
+A route may ask for its pages rendered in a browser (``@spider.route("list", render=True)``,
+or ``render=Render(wait_for=".product", click="button.more")`` for page actions): every
+request of its label is then fetched by a consumer started with ``--browser``
+(docs/rendering.md).
+
 A request's label names its route; the label travels through Redis as a string, so any
 consumer running the same spider parses it the same way. A label the spider has no route
 for is refused when a request is made with it (`Spider.check`), and a leased task whose
@@ -22,10 +27,11 @@ definition only: the consumer runs its routes, the producer its `start`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from common.bans import NO_RULES, Blocked
+from common.browser.render import DEFAULT_RENDER, Render
 from common.errors import UnknownLabelError
 from common.items import check_item_type
 from common.policy import CrawlPolicy, parse_value
@@ -45,14 +51,16 @@ RouteFn = Callable[["Response", "Context"], Awaitable[Any] | Any]
 @dataclass(frozen=True, slots=True)
 class Route:
     """One route: its label (None: the default route), its function, its item key, its
-    item type (None: the sink's own table or file) and what a blocked answer to its
-    requests looks like (over the crawl's ``ban_*``)."""
+    item type (None: the sink's own table or file), what a blocked answer to its
+    requests looks like (over the crawl's ``ban_*``), and how its pages are rendered
+    (None: fetched over HTTP unless a request asks)."""
 
     label: str | None
     fn: RouteFn
     item_key: tuple[str, ...]
     item_type: str | None = None
     blocked: Blocked = NO_RULES
+    render: Render | None = None
 
 
 def _key_fields(value: str | Sequence[str]) -> tuple[str, ...]:
@@ -84,25 +92,29 @@ class Spider:
         return f"Spider({self.name!r}, routes: {labels or 'none'})"
 
     def route(self, label: str | None = None, *, item_key: str | Sequence[str] | None = None,
-              item_type: str | None = None, blocked: Blocked | None = None
-              ) -> Callable[[RouteFn], RouteFn]:
+              item_type: str | None = None, blocked: Blocked | None = None,
+              render: bool | Render = False) -> Callable[[RouteFn], RouteFn]:
         """Register the decorated function as the route of `label` (no label: the default
         route, for requests without one). `item_key` overrides the spider's for its
         items; `item_type` names the table (or JSONL file) they go to, each type with
         its own keys (None: the sink's own); `blocked` says what a blocked answer to its
         requests looks like, over the crawl's rules (``Blocked(status=..., css=...,
-        text=...)``: such an answer is retried, never parsed). ValueError for a label
-        given twice or an item type that can't name a table."""
+        text=...)``: such an answer is retried, never parsed); `render`: its pages are
+        rendered in a browser (a `Render` says which page actions run first). ValueError
+        for a label given twice or an item type that can't name a table."""
         check_label(label, f"spider {self.name!r} route")
         keys = self.item_key if item_key is None else _key_fields(item_key)
         check_item_type(item_type)
+        if not isinstance(render, bool | Render):
+            raise TypeError(f"render must be True, False or a Render, got {render!r}")
+        spec = DEFAULT_RENDER if render is True else (render or None)
 
         def register(fn: RouteFn) -> RouteFn:
             if label in self.routes:
                 what = "the default route" if label is None else f"route {label!r}"
                 raise ValueError(f"spider {self.name!r} has {what} already "
                                  f"({self.routes[label].fn.__name__})")
-            self.routes[label] = Route(label, fn, keys, item_type, blocked or NO_RULES)
+            self.routes[label] = Route(label, fn, keys, item_type, blocked or NO_RULES, spec)
             return fn
         return register
 
@@ -125,7 +137,25 @@ class Spider:
             for item in source:
                 request = item if isinstance(item, Request) else Request(str(item))
                 self.check(request)
-                yield request
+                yield self.rendered(request)
+
+    def renders(self, label: str | None) -> bool:
+        """Whether the route of `label` renders its pages."""
+        route = self.routes.get(label)
+        return route is not None and route.render is not None
+
+    def rendered(self, request: Request) -> Request:
+        """`request`, rendered when its route renders."""
+        if request.render or not self.renders(request.label):
+            return request
+        return replace(request, render=True)
+
+    def render_of(self, label: str | None) -> Render:
+        """How a rendered request of `label` is rendered: its route's page actions, or
+        none but the load."""
+        route = self.routes.get(label)
+        return route.render if route is not None and route.render is not None \
+            else DEFAULT_RENDER
 
     def knows(self, label: str | None) -> bool:
         """Whether a request with `label` has a route."""

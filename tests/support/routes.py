@@ -57,7 +57,8 @@ class Site:
 
 
 @contextlib.asynccontextmanager
-async def serve(routes: dict[str, Handler], robots: str | None = None) -> AsyncIterator[Site]:
+async def serve(routes: dict[str, Handler], robots: str | None = None, *,
+                host: str = "127.0.0.1") -> AsyncIterator[Site]:
     site = Site()
 
     @web.middleware
@@ -81,10 +82,10 @@ async def serve(routes: dict[str, Handler], robots: str | None = None) -> AsyncI
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True,
                            shutdown_timeout=1.0)
     await runner.setup()
-    tcp = web.TCPSite(runner, "127.0.0.1", 0)
+    tcp = web.TCPSite(runner, host, 0)
     await tcp.start()
     port = tcp._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    site.base = f"http://127.0.0.1:{port}"
+    site.base = f"http://{host}:{port}"
     try:
         yield site
     finally:

@@ -6,12 +6,21 @@
 -- prio_hosts, pending, stats. A host of a politeness group (lib/groups.lua, the ledger's
 -- groups on) is served only when its group's turn has come too, and its group's slots
 -- count with its own; C.grouped[i] says candidate i's leases took a slot of its group.
--- Includes lib/leases, lib/hosts, lib/queues (refresh_prio), lib/fairshare, lib/groups.
+-- C.rkey(i) is candidate i's render queue and C.R the render lane's keys (lib/render.lua):
+-- a render entry popped is moved there, not leased; a call without them (C.rkey nil)
+-- puts it back where it was, with the entries popped after it, and says so (C.met).
+-- Includes lib/leases, lib/hosts, lib/queues (refresh_prio), lib/fairshare, lib/groups,
+-- lib/render.
 --- @include "lib/leases"
 --- @include "lib/hosts"
 --- @include "lib/queues"
 --- @include "lib/fairshare"
 --- @include "lib/groups"
+--- @include "lib/render"
+
+-- The most render entries one call moves from a host's queue to its render queue (on its
+-- way to `take` entries it may lease): a queue of render entries moves over a few calls.
+local MOVE_MAX = 64
 
 -- A host's turn `at` with its group's: the later of the two, or nil while its group's
 -- slots are all taken; and its group's delay (0: ungrouped).
@@ -145,31 +154,56 @@ local function take_entries(C, ready)
       take, cut = fair_take(take, conc, C.others, C.held[i])
       capped = capped or cut
     end
-    local got = 0
+    local got, moved, short, stop = 0, {}, false, false
     if take > 0 and C.prio[i] then
       local z = redis.call('ZPOPMIN', hp, take)
       for k = 1, #z, 2 do
-        local id, entry = entry_expand(host, z[k])
-        popped[#popped + 1] = {id, entry, i, -tonumber(z[k + 1])}
-        got = got + 1
+        if is_render(z[k]) and not C.rkey then
+          local back = {}
+          for j = k, #z, 2 do back[#back + 1], back[#back + 2] = z[j + 1], z[j] end
+          redis.call('ZADD', hp, unpack(back))
+          C.met, stop = true, true
+          break
+        elseif is_render(z[k]) then
+          moved[#moved + 1] = z[k]
+        else
+          local id, entry = entry_expand(host, z[k])
+          popped[#popped + 1] = {id, entry, i, -tonumber(z[k + 1])}
+          got = got + 1
+        end
       end
       refresh_prio(C.prio_hosts, hp, host)
     end
-    if got < take then
-      for _, e in ipairs(redis.call('LPOP', hq, take - got) or {}) do
-        local id, entry = entry_expand(host, e)
-        popped[#popped + 1] = {id, entry, i, 0}
-        got = got + 1
+    -- Render entries met on the way are moved, and more popped in their place.
+    while got < take and not short and not stop and #moved < MOVE_MAX do
+      local want = take - got
+      local list = redis.call('LPOP', hq, want) or {}
+      short = #list < want
+      for k, e in ipairs(list) do
+        if is_render(e) and not C.rkey then
+          local back = {}
+          for j = #list, k, -1 do back[#back + 1] = list[j] end
+          redis.call('LPUSH', hq, unpack(back))
+          C.met, stop, short = true, true, false
+          break
+        elseif is_render(e) then
+          moved[#moved + 1] = e
+        else
+          local id, entry = entry_expand(host, e)
+          popped[#popped + 1] = {id, entry, i, 0}
+          got = got + 1
+        end
       end
     end
-    if got < take then
+    if short then
       local left = redis.call('ZCARD', hp)
       if left > 0 and not C.prio[i] then  -- priority work prio_hosts did not name
         redis.call('ZADD', C.prio_hosts, redis.call('ZRANGE', hp, 0, 0, 'WITHSCORES')[2], host)
       end
-      recount(C, r, got, left)
+      recount(C, r, got + #moved, left)
     end
-    r.queued = r.queued - got
+    if #moved > 0 then render_push(C.R, host, C.rkey(i), moved, C.now) end
+    r.queued = r.queued - got - #moved
     r.inflight = r.inflight + got
     if got > 0 then r.last = C.turn[host] end
     if g and got > 0 then
