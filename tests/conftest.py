@@ -1,4 +1,5 @@
-"""Shared fixtures: a real redis-server per session, a unique crawl name per test."""
+"""Shared fixtures: a real redis-server per session, a unique crawl name per test; the
+suite's two tiers (tests/support/tiers.py: ``-m unit`` runs the tests that start no process)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, settings
+from support import tiers
 from support.dashboard import DASHBOARD_TOKEN
 from support.postgres import PostgresServer, find_bindir
 
@@ -27,6 +29,10 @@ _counter = itertools.count()
 settings.register_profile("crawlq", deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("crawlq")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(tiers, "crawlq-tiers")  # -m unit: tests/support/tiers.py
 
 
 @pytest.fixture(scope="session")

@@ -329,6 +329,7 @@ async def test_check_shows_the_servers_durability_settings(
                         "hash-max-listpack-value 192")
 
 
+@pytest.mark.integration
 async def test_check_warns_of_a_listpack_value_too_low_for_the_history(
         capsys: pytest.CaptureFixture[str]) -> None:
     """Redis's default hash-max-listpack-value (64) makes the history buckets hashtables:
