@@ -30,11 +30,11 @@ UNIT, INTEGRATION = "unit", "integration"
 #: Fixtures that start a process, as ``name`` (tests/conftest.py) or ``file::name``.
 SERVER_FIXTURES = frozenset({
     "redis_server", "evicting_redis_url", "postgres_server", "own_postgres",
+    "browser",  # chromedriver and Chromium
     "test_acl.py::acl_server",  # a redis-server per installed binary
     "test_cluster.py::cluster",  # a Redis Cluster of three primaries
     "test_consumer_process.py::spawn",  # consumer processes
     "test_dashboard_api.py::module_redis",
-    "test_dashboard_browser.py::browser", "test_dashboard_policy.py::browser",  # chromedriver
     "test_dashboard_cost.py::big_server",
     "test_failover.py::pair",  # a primary and its replica
     "test_failover_drill.py::group",  # a Sentinel group
