@@ -22,5 +22,6 @@ tests/test_test_layout.py holds them to it), as ``from support.<module> import <
 
 Helpers with a life of their own stay beside the tests: ``sites.py`` (also run as
 ``python -m tests.sites``), ``consumer_handlers.py`` (loaded by name with ``--handler``),
-``procs.py``, ``redis_binaries.py``, ``shared_data.py``.
+``procs.py``, ``redis_binaries.py``, ``shared_data.py``, ``import_graph.py`` (also run as
+``python tests/import_graph.py``).
 """
