@@ -1,4 +1,5 @@
-"""Shared fixtures: a real redis-server per session, a unique crawl name per test."""
+"""Shared fixtures: a real redis-server per session, a unique crawl name per test; the
+suite's two tiers (tests/support/tiers.py: ``-m unit`` runs the tests that start no process)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, settings
+from support import tiers
+from support.browser import chromium
+from support.crawls import Crawl, build_crawl
 from support.dashboard import DASHBOARD_TOKEN
 from support.postgres import PostgresServer, find_bindir
 
@@ -27,6 +31,12 @@ _counter = itertools.count()
 settings.register_profile("crawlq", deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("crawlq")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(tiers, "crawlq-tiers")  # -m unit: tests/support/tiers.py
+    config.addinivalue_line("markers", "crawl_states(**shape): the crawl fixture's tasks "
+                            "(tests/support/crawls.py build_crawl's keywords)")
 
 
 @pytest.fixture(scope="session")
@@ -64,6 +74,22 @@ def crawl_name(request: pytest.FixtureRequest) -> str:
     # Test ids of parametrized tests hold "[", spaces, ...: not in a crawl name.
     test = re.sub(r"[^A-Za-z0-9._-]", "-", request.node.name)[:40]
     return f"t{os.getpid()}-{next(_counter)}-{test}"
+
+
+@pytest.fixture
+async def crawl(request: pytest.FixtureRequest, redis_client: aioredis.Redis,
+                crawl_name: str) -> Crawl:
+    """This test's crawl with tasks done, dead and pending, shaped by a ``crawl_states``
+    mark (tests/support/crawls.py)."""
+    mark = request.node.get_closest_marker("crawl_states")
+    return await build_crawl(redis_client, crawl_name, **(mark.kwargs if mark else {}))
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Chromium driven by Selenium, one per module (skipped where it is missing)."""
+    with chromium() as driver:
+        yield driver
 
 
 @pytest.fixture

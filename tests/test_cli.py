@@ -11,11 +11,11 @@ import signal
 import socket
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+from support.crawls import Crawl, build_crawl
 from support.frontier import host_record
 from support.outage import outage_relay
 
@@ -24,7 +24,7 @@ from common.history import rates
 from common.keys import CRAWLS, CrawlKeys
 from common.names import CRAWL_NAME_RULE, validate_crawl_name
 from common.policy import set_policy
-from common.queue import CrawlSettings, Failure, LeasingQueue, NewTask
+from common.queue import CrawlSettings, LeasingQueue, NewTask
 from common.redis_server import RedisServer, free_port
 from common.urls import fingerprint
 from common.workers import WorkerRegistry
@@ -33,32 +33,6 @@ from console.demo.site import sample_site
 from consumer.__main__ import main as consumer_main
 from consumer.config import build_parser as consumer_parser
 from consumer.config import settings_from_args
-
-
-@dataclass
-class Crawl:
-    name: str
-    queue: LeasingQueue
-    done: list[str]
-    dead_5xx: list[str]
-    dead_loop: list[str]
-
-
-async def build_crawl(client: aioredis.Redis, name: str, partitions: int = 2) -> Crawl:
-    """12 tasks: 4 done, 2 dead (http_5xx), 1 dead (redirect_loop), 5 pending."""
-    queue = await LeasingQueue.open(client, name, CrawlSettings(partitions=partitions))
-    urls = [f"https://cli.example/{i}" for i in range(12)]
-    result = await queue.enqueue([NewTask(u, fingerprint(u)) for u in urls])
-    assert result.enqueued == 12
-    leases = []
-    while len(leases) < 7:
-        leases += await queue.lease("w1", 7 - len(leases), 60_000)
-    await queue.ack("w1", [(lease, "ok") for lease in leases[:4]])
-    await queue.fail("w1", [Failure(lease, "http_5xx", "HTTP 503", permanent=True)
-                            for lease in leases[4:6]])
-    await queue.fail("w1", [Failure(leases[6], "redirect_loop", "loop", permanent=True)])
-    return Crawl(name, queue, [x.id for x in leases[:4]], [x.id for x in leases[4:6]],
-                 [leases[6].id])
 
 
 async def crawlq(redis_url: str, *args: str) -> int:
@@ -70,11 +44,6 @@ async def keys_of(client: aioredis.Redis, name: str) -> set[bytes]:
     own = re.compile(rb"^crawlq:\{" + re.escape(name.encode()) + rb"(:\d+(\.\d+)?)?\}:")
     return {k async for k in client.scan_iter(match="crawlq:*", count=10_000)
             if own.match(k)}
-
-
-@pytest.fixture
-async def crawl(redis_client: aioredis.Redis, crawl_name: str) -> Crawl:
-    return await build_crawl(redis_client, crawl_name)
 
 
 async def test_stats_text_and_json(redis_url: str, redis_client: aioredis.Redis, crawl: Crawl,
@@ -189,14 +158,14 @@ async def test_dead_ls_filters_and_limits(redis_url: str, crawl: Crawl,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     assert await crawlq(redis_url, "dead", "ls", "--crawl", crawl.name, "--json") == 0
     dead = json.loads(capsys.readouterr().out)
-    assert sorted(d["id"] for d in dead) == sorted(crawl.dead_5xx + crawl.dead_loop)
+    assert sorted(d["id"] for d in dead) == sorted(i for ids in crawl.dead.values() for i in ids)
     assert all(d["url"].startswith("https://cli.example/") for d in dead)
     assert {d["reason"] for d in dead} == {"http_5xx", "redirect_loop"}
 
     assert await crawlq(redis_url, "dead", "ls", "--crawl", crawl.name, "--reason",
                         "http_5xx", "--json") == 0
     assert sorted(d["id"] for d in json.loads(capsys.readouterr().out)) == sorted(
-        crawl.dead_5xx)
+        crawl.dead["http_5xx"])
     assert await crawlq(redis_url, "dead", "ls", "--crawl", crawl.name, "--limit", "1",
                         "--json") == 0
     assert len(json.loads(capsys.readouterr().out)) == 1
@@ -210,14 +179,14 @@ async def test_dead_requeue_by_id_and_by_reason(redis_url: str, crawl: Crawl,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     q = crawl.queue
     assert await crawlq(redis_url, "dead", "requeue", "--crawl", crawl.name,
-                        crawl.dead_loop[0]) == 0
+                        crawl.dead["redirect_loop"][0]) == 0
     assert "requeued 1 of 1" in capsys.readouterr().out
-    assert await q.state_of(crawl.dead_loop[0]) == "pending"
+    assert await q.state_of(crawl.dead["redirect_loop"][0]) == "pending"
 
     assert await crawlq(redis_url, "dead", "requeue", "--crawl", crawl.name,
                         "--reason", "http_5xx") == 0
     assert "requeued 2 of 2" in capsys.readouterr().out
-    assert [await q.state_of(i) for i in crawl.dead_5xx] == ["pending", "pending"]
+    assert [await q.state_of(i) for i in crawl.dead["http_5xx"]] == ["pending", "pending"]
     assert (await q.stats()).dead == 0
 
     # Nothing chosen, two choices, or a bad id: usage errors.
@@ -237,7 +206,7 @@ async def test_dead_purge_needs_yes(redis_url: str, crawl: Crawl,
     assert await crawlq(redis_url, "dead", "purge", "--crawl", crawl.name, "--reason",
                         "redirect_loop", "--yes") == 0
     assert "purged 1 of 1" in capsys.readouterr().out
-    assert await q.state_of(crawl.dead_loop[0]) == "done"  # body gone, seen mark kept
+    assert await q.state_of(crawl.dead["redirect_loop"][0]) == "done"  # body gone, seen mark kept
     assert await crawlq(redis_url, "dead", "purge", "--crawl", crawl.name, "--all",
                         "--yes") == 0
     assert "purged 2 of 2" in capsys.readouterr().out
@@ -329,6 +298,7 @@ async def test_check_shows_the_servers_durability_settings(
                         "hash-max-listpack-value 192")
 
 
+@pytest.mark.integration
 async def test_check_warns_of_a_listpack_value_too_low_for_the_history(
         capsys: pytest.CaptureFixture[str]) -> None:
     """Redis's default hash-max-listpack-value (64) makes the history buckets hashtables:

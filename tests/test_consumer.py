@@ -278,6 +278,7 @@ async def test_sigterm_releases_leases_parked_for_robots_txt(
     assert stats.counters.get("released", 0) >= 1
 
 
+@pytest.mark.integration
 async def test_a_consumer_stopping_while_redis_is_gone_gives_up_its_last_flush(
         crawl_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A consumer told to stop while its Redis is unreachable retries its last flush for

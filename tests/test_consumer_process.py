@@ -615,6 +615,7 @@ async def test_a_consumer_refuses_a_redis_that_evicts_keys_unless_allowed(
 # -- 7. Redis that never answers ------------------------------------------------------------------
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("cluster", ["auto", "no"])
 async def test_a_batch_consumer_gives_up_on_a_redis_that_never_answers(
         crawl_name: str, tmp_path: Path, cluster: str) -> None:

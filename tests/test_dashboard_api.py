@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient
+from support.crawls import Crawl
 from support.dashboard import AUTH, ClientFactory, error_of
 from support.dashboard import DASHBOARD_TOKEN as TOKEN
 
@@ -16,27 +17,16 @@ from common.errors import ConfigError
 from common.frontier.hosts import Frontier
 from common.history import record
 from common.policy import set_policy
-from common.queue import CrawlSettings, Failure, LeasingQueue, NewTask
+from common.queue import CrawlSettings, LeasingQueue, NewTask
 from common.redis_server import RedisServer
 from common.urls import fingerprint
 from common.workers import WorkerRegistry
 from console.cli import main_async
 from console.dashboard.security import check_bind
 
-
-async def build(client: aioredis.Redis, name: str, partitions: int = 2) -> LeasingQueue:
-    """10 tasks: 3 done, 4 dead http_5xx, 1 dead timeout, 2 pending."""
-    queue = await LeasingQueue.open(client, name, CrawlSettings(partitions=partitions))
-    urls = [f"https://api.example/{i}" for i in range(10)]
-    await queue.enqueue([NewTask(u, fingerprint(u)) for u in urls])
-    leases = []
-    while len(leases) < 8:
-        leases += await queue.lease("w1", 8 - len(leases), 60_000)
-    await queue.ack("w1", [(lease, "ok") for lease in leases[:3]])
-    await queue.fail("w1", [Failure(lease, "http_5xx", "HTTP 503", permanent=True)
-                            for lease in leases[3:7]])
-    await queue.fail("w1", [Failure(leases[7], "timeout", "read timeout", permanent=True)])
-    return queue
+#: 10 tasks: 3 done, 4 dead http_5xx, 1 dead timeout, 2 pending (the ``crawl`` fixture).
+pytestmark = pytest.mark.crawl_states(host="api.example", done=3, pending=2, dead=(
+    ("http_5xx", "HTTP 503", 4), ("timeout", "read timeout", 1)))
 
 
 @pytest.fixture(scope="module")
@@ -52,18 +42,13 @@ def redis_url(module_redis: RedisServer) -> str:
     return module_redis.url
 
 
-@pytest.fixture
-async def crawl(redis_client: aioredis.Redis, crawl_name: str) -> LeasingQueue:
-    return await build(redis_client, crawl_name)
-
-
-async def test_views(make_client: ClientFactory, crawl: LeasingQueue,
+async def test_views(make_client: ClientFactory, crawl: Crawl,
                      redis_client: aioredis.Redis) -> None:
     client = await make_client()
-    await WorkerRegistry(redis_client, crawl.crawl, "w-a", ttl_s=30).beat(
+    await WorkerRegistry(redis_client, crawl.name, "w-a", ttl_s=30).beat(
         in_flight=2, done=5, failed=1, state="running")
 
-    doc = await (await client.get(f"/api/crawls/{crawl.crawl}")).json()
+    doc = await (await client.get(f"/api/crawls/{crawl.name}")).json()
     assert doc["states"] == {"pending": 2, "leased": 0, "waiting": 0, "dead": 5, "done": 3}
     assert doc["settings"] == {"partitions": 2, "dedup": "exact"}
     assert doc["dead_reasons"] == {"http_5xx": 4, "timeout": 1}
@@ -72,22 +57,22 @@ async def test_views(make_client: ClientFactory, crawl: LeasingQueue,
     assert doc["revisits"] is None  # revisits off, no history: nothing shown
 
     listed = await (await client.get("/api/crawls")).json()
-    [row] = [c for c in listed["crawls"] if c["crawl"] == crawl.crawl]
+    [row] = [c for c in listed["crawls"] if c["crawl"] == crawl.name]
     assert row["states"] == doc["states"] and listed["total"] >= 1
 
-    workers = await (await client.get(f"/api/crawls/{crawl.crawl}/workers")).json()
+    workers = await (await client.get(f"/api/crawls/{crawl.name}/workers")).json()
     [w] = workers["workers"]
     assert (w["id"], w["in_flight"], w["done"], w["stale"]) == ("w-a", 2, 5, False)
 
-    page = await (await client.get(f"/api/crawls/{crawl.crawl}/dead?size=3")).json()
+    page = await (await client.get(f"/api/crawls/{crawl.name}/dead?size=3")).json()
     assert (page["total"], page["page"], len(page["items"])) == (5, 0, 3)
-    rest = await (await client.get(f"/api/crawls/{crawl.crawl}/dead?size=3&page=1")).json()
+    rest = await (await client.get(f"/api/crawls/{crawl.name}/dead?size=3&page=1")).json()
     ids = [d["id"] for d in page["items"] + rest["items"]]
     assert len(set(ids)) == 5
     died = [d["died_at_ms"] for d in page["items"] + rest["items"]]
     assert died == sorted(died, reverse=True)  # newest first, across both partitions
     timeouts = await (await client.get(
-        f"/api/crawls/{crawl.crawl}/dead?reason=timeout")).json()
+        f"/api/crawls/{crawl.name}/dead?reason=timeout")).json()
     assert [(d["reason"], d["error"]) for d in timeouts["items"]] == [("timeout",
                                                                       "read timeout")]
     assert timeouts["total"] == 1 and timeouts["complete"] is True
@@ -125,30 +110,30 @@ async def test_the_crawl_view_carries_the_revisit_schedule(
     assert row["revisits"] == doc["revisits"]
 
 
-async def test_history_chart_points(make_client: ClientFactory, crawl: LeasingQueue,
+async def test_history_chart_points(make_client: ClientFactory, crawl: Crawl,
                                     redis_client: aioredis.Redis) -> None:
     client = await make_client()
-    empty = await (await client.get(f"/api/crawls/{crawl.crawl}/history")).json()
+    empty = await (await client.get(f"/api/crawls/{crawl.name}/history")).json()
     assert empty["points"] == [] and empty["series"] == ["done", "failed", "enqueued"]
-    key = crawl.crawl_keys.history
+    key = crawl.queue.crawl_keys.history
     secs, _ = await redis_client.time()
     for t, done in ((secs - 20, 0), (secs - 10, 50)):
         await redis_client.lpush(key, json.dumps({"t": t, "done": done, "enqueued": 10}))
-    assert await record(redis_client, crawl.crawl, {"done": 150, "enqueued": 10})
+    assert await record(redis_client, crawl.name, {"done": 150, "enqueued": 10})
     # A second snapshot right after the first is skipped, whoever writes it.
-    assert not await record(redis_client, crawl.crawl, {"done": 160})
-    doc = await (await client.get(f"/api/crawls/{crawl.crawl}/history")).json()
+    assert not await record(redis_client, crawl.name, {"done": 160})
+    doc = await (await client.get(f"/api/crawls/{crawl.name}/history")).json()
     rates = [(round(p["done"]), p["enqueued"]) for p in doc["points"]]
     assert rates[0] == (5, 0) and len(rates) == 2 and 9 <= rates[1][0] <= 11
     newer = await (await client.get(
-        f"/api/crawls/{crawl.crawl}/history?since={doc['points'][0]['t']}")).json()
+        f"/api/crawls/{crawl.name}/history?since={doc['points'][0]['t']}")).json()
     assert newer["points"] == doc["points"][1:]
 
 
 async def test_bad_input_answers_4xx_json(make_client: ClientFactory,
-                                          crawl: LeasingQueue) -> None:
+                                          crawl: Crawl) -> None:
     client = await make_client()
-    base = f"/api/crawls/{crawl.crawl}"
+    base = f"/api/crawls/{crawl.name}"
     assert "no crawl named" in await error_of(await client.get("/api/crawls/nope"), 404)
     assert "no crawl named" in await error_of(await client.get("/api/crawls/a%3Ab/dead"), 404)
     await error_of(await client.get("/api/crawls/a%7Bb/dead"), 404)
@@ -177,9 +162,9 @@ async def test_bad_input_answers_4xx_json(make_client: ClientFactory,
 
 
 async def test_actions_need_the_token_and_the_same_origin(
-        make_client: ClientFactory, crawl: LeasingQueue) -> None:
+        make_client: ClientFactory, crawl: Crawl) -> None:
     client = await make_client()
-    url = f"/api/crawls/{crawl.crawl}/dead/requeue"
+    url = f"/api/crawls/{crawl.name}/dead/requeue"
     body = {"reason": "http_5xx"}
     assert "needs the dashboard's token" in await error_of(
         await client.post(url, json=body), 401)
@@ -195,35 +180,35 @@ async def test_actions_need_the_token_and_the_same_origin(
         url, data="reason=http_5xx", headers={**AUTH, "Origin": own,
                                               "Content-Type": "application/x-www-form-urlencoded"}),
         415)
-    assert (await crawl.stats()).dead == 5  # nothing refused above changed anything
+    assert (await crawl.queue.stats()).dead == 5  # nothing refused above changed anything
 
     resp = await client.post(url, json=body, headers={**AUTH, "Origin": own,
                                                       "Sec-Fetch-Site": "same-origin"})
-    assert await resp.json() == {"action": "requeue", "crawl": crawl.crawl,
+    assert await resp.json() == {"action": "requeue", "crawl": crawl.name,
                                  "selected": 4, "changed": 4}
-    stats = await crawl.stats()
+    stats = await crawl.queue.stats()
     assert (stats.dead, stats.pending) == (1, 6)
-    [dead] = (await (await client.get(f"/api/crawls/{crawl.crawl}/dead")).json())["items"]
-    resp = await client.post(f"/api/crawls/{crawl.crawl}/dead/purge",
+    [dead] = (await (await client.get(f"/api/crawls/{crawl.name}/dead")).json())["items"]
+    resp = await client.post(f"/api/crawls/{crawl.name}/dead/purge",
                              json={"ids": [dead["id"]]}, headers=AUTH)
     assert (await resp.json())["changed"] == 1
-    assert (await crawl.stats()).dead == 0
+    assert (await crawl.queue.stats()).dead == 0
 
 
 async def test_read_only_without_a_token(make_client: ClientFactory,
-                                         crawl: LeasingQueue) -> None:
+                                         crawl: Crawl) -> None:
     client = await make_client(token=None)
     assert await (await client.get("/api/session")).json() == {"actions": False}
-    resp = await client.post(f"/api/crawls/{crawl.crawl}/dead/requeue", json={"all": True},
+    resp = await client.post(f"/api/crawls/{crawl.name}/dead/requeue", json={"all": True},
                              headers=AUTH)
     assert "read-only" in await error_of(resp, 403)
-    assert (await crawl.stats()).dead == 5
+    assert (await crawl.queue.stats()).dead == 5
 
 
 async def test_security_headers_and_host_check(make_client: ClientFactory,
-                                               crawl: LeasingQueue) -> None:
+                                               crawl: Crawl) -> None:
     client = await make_client()
-    for path in ("/", f"/crawls/{crawl.crawl}", "/static/app.js", "/api/crawls",
+    for path in ("/", f"/crawls/{crawl.name}", "/static/app.js", "/api/crawls",
                  "/api/crawls/nope"):
         resp = await client.get(path)
         csp = resp.headers["Content-Security-Policy"]
@@ -326,22 +311,22 @@ async def test_hosts_view_refuses_bad_input(hosts_api: HostsApi,
     await error_of(await client.get("/api/crawls/nope/hosts"), 404)
 
 
-async def test_pause_and_resume(make_client: ClientFactory, crawl: LeasingQueue) -> None:
+async def test_pause_and_resume(make_client: ClientFactory, crawl: Crawl) -> None:
     client = await make_client()
-    url = f"/api/crawls/{crawl.crawl}"
+    url = f"/api/crawls/{crawl.name}"
     assert "token" in await error_of(await client.post(f"{url}/pause", json={}), 401)
     assert (await (await client.get(url)).json())["paused"] is False
     resp = await client.post(f"{url}/pause", json={}, headers=AUTH)
-    assert await resp.json() == {"action": "pause", "crawl": crawl.crawl, "paused": True}
-    assert await Frontier(crawl).is_paused()
-    assert await crawl.lease("w1", 10, 60_000) == []  # 2 pending, none leased
+    assert await resp.json() == {"action": "pause", "crawl": crawl.name, "paused": True}
+    assert await Frontier(crawl.queue).is_paused()
+    assert await crawl.queue.lease("w1", 10, 60_000) == []  # 2 pending, none leased
     assert (await (await client.get(url)).json())["paused"] is True
     listed = await (await client.get("/api/crawls")).json()
-    assert [c["paused"] for c in listed["crawls"] if c["crawl"] == crawl.crawl] == [True]
+    assert [c["paused"] for c in listed["crawls"] if c["crawl"] == crawl.name] == [True]
     resp = await client.post(f"{url}/resume", json={}, headers=AUTH)
-    assert (await resp.json())["paused"] is False and not await Frontier(crawl).is_paused()
-    # A fresh queue object: `crawl` remembers for up to a second that nothing was ready.
-    again = await LeasingQueue.existing(crawl.client, crawl.crawl)
+    assert (await resp.json())["paused"] is False and not await Frontier(crawl.queue).is_paused()
+    # A fresh queue object: `crawl.queue` remembers for up to a second that nothing was ready.
+    again = await LeasingQueue.existing(crawl.queue.client, crawl.name)
     assert len(await again.lease("w1", 10, 60_000)) == 2
 
 

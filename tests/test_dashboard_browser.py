@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,6 @@ from support.browser import (
     TOKEN,
     base,
     child,
-    chromium,
     click,
     dashboard_argv,
     wait_for,
@@ -54,12 +53,6 @@ pytestmark = [
                        reason="needs Debian's chromium and chromium-driver (.ci/run "
                               "installs them)"),
 ]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with chromium() as driver:
-        yield driver
 
 
 def consumer_argv(redis_url: str, crawl: str, tmp_path: Path) -> list[str]:

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from support.browser import ARTIFACTS, TOKEN, base, child, chromium, click, dashboard_argv, wait_for
+from support.browser import ARTIFACTS, TOKEN, base, child, click, dashboard_argv, wait_for
 from support.dashboard import AUTH, ClientFactory, error_of
 
 from common.keys import CrawlKeys, PartitionKeys
@@ -231,13 +230,6 @@ async def test_no_policy_is_a_404_that_says_create(
 
 
 # -- the Policy panel in headless Chromium ------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    """Chromium as tests/test_dashboard_browser.py drives it (skipped where it is)."""
-    with chromium() as driver:
-        yield driver
 
 
 @pytest.mark.timeout(60)

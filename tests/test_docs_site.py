@@ -1,7 +1,8 @@
 """The README and the docs site: the README opens with the two commands CI and a fresh
 machine run, every page of docs/ is in mkdocs.yml's nav (a page left out is built but
-reached by no menu), and the README's relative links reach files that exist (mkdocs
-checks the links between pages, not the README's)."""
+reached by no menu), the README's relative links reach files that exist (mkdocs
+checks the links between pages, not the README's), and the development page's map of
+the code names every package."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from support.docs import DOCS, README, ROOT
+from support.docs import DOCS, README, ROOT, page
 
 #: The README's first two commands: the demo, then the test command (.ci/run runs it).
 FIRST_COMMANDS = ["pip install -e '.[embedded]' && crawlq demo",
@@ -64,3 +65,19 @@ def test_the_readme_links_reach_files_and_every_page() -> None:
     linked = {Path(link.split("#", 1)[0]).as_posix() for link in local}
     assert sorted(f"docs/{p.name}" for p in DOCS.glob("*.md")
                   if f"docs/{p.name}" not in linked) == []
+
+
+def test_the_layout_map_names_every_package_and_each_module_atop_common() -> None:
+    """docs/development.md's Layout: a line for each package, and `common/`'s top-level
+    modules each in the table of what they are about."""
+    text = page("development.md")
+    layout = text[text.index("## Layout"):text.index("## Commits")]
+    named = set(re.findall(r"`([\w./-]+)`", layout))
+    packages = {f"{init.parent.relative_to(ROOT).as_posix()}/"
+                for top in ("common", "producer", "consumer", "console", "crawlq")
+                for init in (ROOT / top).rglob("__init__.py")}
+    assert {"common/", "common/queue/", "consumer/sinks/"} <= packages
+    assert sorted(packages - named) == []
+    modules = {p.name for p in (ROOT / "common").glob("*.py") if p.name != "__init__.py"}
+    assert len(modules) > 30
+    assert sorted(modules - named) == []

@@ -34,6 +34,7 @@ def toy(tmp_path: Path, patches: dict[str, str]) -> tuple[Path, Path]:
     return root, mutants
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_a_guarded_mutant_is_killed_an_unguarded_one_survives_and_fails_the_drill(
         tmp_path: Path, jobs: int) -> None:
@@ -58,6 +59,7 @@ def test_a_guarded_mutant_is_killed_an_unguarded_one_survives_and_fails_the_dril
     assert (root / "calc.py").read_text() == CALC  # mutants touch copies only
 
 
+@pytest.mark.integration
 def test_a_stale_patch_a_missing_patch_and_a_stray_patch_fail_the_drill(tmp_path: Path) -> None:
     root, mutants = toy(tmp_path, {
         "stale": patch(CALC.replace("a + b", "b + a"), CALC.replace("a + b", "a * b")),
@@ -74,6 +76,7 @@ def test_a_stale_patch_a_missing_patch_and_a_stray_patch_fail_the_drill(tmp_path
     assert exit_code(outcomes) == 1
 
 
+@pytest.mark.integration
 def test_a_baseline_that_fails_unpatched_fails_the_drill(tmp_path: Path) -> None:
     root, mutants = toy(tmp_path, {"guarded": patch(CALC, CALC.replace("a + b", "a - b"))})
     (root / "test_calc.py").write_text(TEST.replace("== 3", "== 4"))

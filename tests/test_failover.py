@@ -269,6 +269,7 @@ async def test_a_write_a_replica_refused_is_tried_again_until_it_is_promoted(
             await c.aclose()
 
 
+@pytest.mark.integration
 async def test_a_primary_without_its_replicas_refuses_and_is_tried_again(
         crawl_name: str) -> None:
     """min-replicas-to-write (the docs' guard against split brain): NOREPLICAS means the
@@ -290,6 +291,7 @@ async def test_a_primary_without_its_replicas_refuses_and_is_tried_again(
         assert len(await asyncio.wait_for(leasing, 30)) == 2
 
 
+@pytest.mark.integration
 async def test_a_pipelined_enqueue_a_primary_refused_is_tried_again(crawl_name: str) -> None:
     """redis-py's pipeline rewrites a command's error ("Command # 1 (EVALSHA ...) of
     pipeline caused error: NOREPLICAS ..."): the refusal is still seen as one that did not
@@ -323,6 +325,7 @@ def test_a_refusal_is_read_through_a_pipelines_and_a_scripts_wrapping(text: str)
     assert did_not_run(ResponseError(text))
 
 
+@pytest.mark.integration
 def test_a_producer_refused_for_want_of_replicas_says_so_in_one_line(
         tmp_path: Path, crawl_name: str) -> None:
     """A primary that refuses every write (NOREPLICAS: no replica in sight) ends a

@@ -253,6 +253,7 @@ OTHER_VERSIONS = [
     if RedisServer(binary=path).version()[:2] != RedisServer().version()[:2]]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("binary", [p for _, p in OTHER_VERSIONS],
                          ids=[label for label, _ in OTHER_VERSIONS])
 async def test_lua_errors_name_their_file_and_line_on_other_redis_versions(

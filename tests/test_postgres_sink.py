@@ -257,6 +257,7 @@ async def test_a_database_that_refuses_says_why_in_one_line_and_what_to_do(
     assert f"GRANT SELECT, INSERT, UPDATE ON crawlq_items TO {role}" in str(refused.value)
 
 
+@pytest.mark.integration
 async def test_a_wrong_password_says_where_a_password_goes(
         monkeypatch: pytest.MonkeyPatch) -> None:
     bindir = find_bindir()

@@ -43,6 +43,7 @@ async def client_of(server: RedisServer) -> AsyncIterator[aioredis.Redis]:
 # ------------------------------------------------------------------------- AOF restart
 
 
+@pytest.mark.integration
 async def test_acknowledged_enqueues_survive_kill_and_restart(crawl_name: str) -> None:
     with RedisServer(aof=True) as server:
         async with client_of(server) as client:
@@ -71,6 +72,7 @@ async def test_acknowledged_enqueues_survive_kill_and_restart(crawl_name: str) -
             assert (await q.enqueue(batch("aof", 500))).duplicates == 500
 
 
+@pytest.mark.integration
 async def test_enqueue_in_flight_when_redis_dies_is_all_or_nothing(crawl_name: str) -> None:
     """Every enqueue Redis acknowledged is there after a crash; the one in flight when
     the server was killed is there entirely or not at all."""
@@ -189,12 +191,14 @@ async def lifecycle_smoke(binary: str, crawl_name: str) -> tuple[int, ...]:
     return version
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("binary", [p for _, p in NEWER], ids=[f"{label}:{p}"
                                                                  for label, p in NEWER])
 async def test_lifecycle_smoke_on_every_newer_redis_binary(binary: str, crawl_name: str) -> None:
     assert await lifecycle_smoke(binary, crawl_name) == binary_version(binary)
 
 
+@pytest.mark.integration
 async def test_lifecycle_smoke_on_redis_6_2(crawl_name: str) -> None:
     """The oldest Redis we support, on its own: this test alone shows 6.2 ran."""
     oldest = next((p for _, p in BINARIES if binary_version(p)[:2] == OLDEST), None)
@@ -208,6 +212,7 @@ async def test_lifecycle_smoke_on_redis_6_2(crawl_name: str) -> None:
 # ------------------------------------------------------------------------- out of memory
 
 
+@pytest.mark.integration
 async def test_enqueue_out_of_memory_is_all_or_nothing(crawl_name: str) -> None:
     args = ("--maxmemory", "2mb", "--maxmemory-policy", "noeviction")
     with RedisServer(extra_args=args) as server:

@@ -247,6 +247,7 @@ async def test_a_pipelines_error_message_is_the_one_redis_errors_unwraps(
         await client.aclose()
 
 
+@pytest.mark.integration
 async def test_a_registered_script_loads_itself_after_a_flush() -> None:
     with RedisServer() as server:  # its own: the flush must not touch other tests' scripts
         client = connect(server.url)

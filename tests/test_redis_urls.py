@@ -77,6 +77,7 @@ COMMANDS = {
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 @pytest.mark.parametrize(("how", "url"), [
     ("flag", "redis+sentinel://127.0.0.1:26379"),
@@ -104,6 +105,7 @@ async def test_waiting_for_replicas_is_refused_with_a_cluster_before_connecting(
         await open_redis("redis://127.0.0.1:1/0", cluster=True, wait_replicas=1)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(("flag", "value", "said"), [
     ("--redis-wait-replicas", "-1", "must be at least 0"),
     ("--redis-wait-timeout", "0", "must be at least 0.001"),
@@ -117,6 +119,7 @@ def test_a_wrong_wait_setting_exits_2_with_one_line(flag: str, value: str, said:
     assert done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
 
 
+@pytest.mark.integration
 def test_sentinels_that_dont_answer_are_one_line_and_exit_3() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CRAWLQ_", "REDIS_"))}
     url = f"redis+sentinel://crawler:s3cr3t@127.0.0.1:{free_port()}/main"

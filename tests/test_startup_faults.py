@@ -266,6 +266,7 @@ async def test_crawlq_run_waits_through_redis_gone_at_its_and_its_childrens_star
         0, 1, 2, 3]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("argv", [
     ["run", str(ROOT / "examples" / "demo_spider.py"), "--redis-wait", "1s"],
     ["demo"],  # its default wait: 10 s (the command its own summary suggests)

@@ -17,8 +17,11 @@ tests/test_test_layout.py holds them to it), as ``from support.<module> import <
 - ``browser``: headless Chromium and the dashboard as a child process;
 - ``docs``: the README and docs/ pages the tests hold to the code;
 - ``benches``: a module of bench/ loaded from its file (``load_bench``).
+- ``tiers``: the pytest plugin that sorts the tests into ``unit`` (no process started)
+  and ``integration``, and fails a unit test that starts one.
 
 Helpers with a life of their own stay beside the tests: ``sites.py`` (also run as
 ``python -m tests.sites``), ``consumer_handlers.py`` (loaded by name with ``--handler``),
-``procs.py``, ``redis_binaries.py``, ``shared_data.py``.
+``procs.py``, ``redis_binaries.py``, ``shared_data.py``, ``import_graph.py`` (also run as
+``python tests/import_graph.py``).
 """
