@@ -27,7 +27,7 @@ from common.browser.render import Render
 from common.errors import FetchError
 from common.http.fetcher import Fetcher, FetchResult, FetchSettings
 
-pytestmark = [needs_chromium, pytest.mark.timeout(120)]
+pytestmark = [needs_chromium, pytest.mark.timeout(120), pytest.mark.integration]  # Chromium
 
 
 def browsers() -> list[psutil.Process]:

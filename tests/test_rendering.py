@@ -160,6 +160,7 @@ async def test_a_crawl_whose_policy_says_render_all_renders_every_request(
 
 
 @needs_chromium
+@pytest.mark.integration  # crawlq run, its consumers and their Chromium
 async def test_crawlq_run_renders_on_this_machine_with_its_chromium(tmp_path: Path) -> None:
     """A spider whose routes render: ``crawlq run`` gives its first consumer the local
     Chromium by itself (--browser auto) and gets every item."""
