@@ -31,6 +31,7 @@ UNIT, INTEGRATION = "unit", "integration"
 SERVER_FIXTURES = frozenset({
     "redis_server", "evicting_redis_url", "postgres_server", "own_postgres",
     "browser",  # chromedriver and Chromium
+    "test_browser_fetcher.py::browser",  # a Playwright Chromium
     "test_acl.py::acl_server",  # a redis-server per installed binary
     "test_cluster.py::cluster",  # a Redis Cluster of three primaries
     "test_consumer_process.py::spawn",  # consumer processes
