@@ -57,7 +57,9 @@ def fixture_key(name: str, fixturedef: Any) -> str:
 
 
 def server_fixtures_of(item: pytest.Item) -> list[str]:
-    """The fixtures of SERVER_FIXTURES `item` uses, itself or through other fixtures."""
+    """The fixtures of SERVER_FIXTURES `item` uses, itself or through other fixtures, or
+    that a fixture it uses overrides (a test file's own ``browser``): a test counted
+    integration for one it does not reach only runs in the slower tier."""
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return []
