@@ -26,6 +26,7 @@ from support.browser import (
     child,
     click,
     dashboard_argv,
+    read,
     wait_for,
 )
 from support.frontier import host_record, put_record
@@ -112,7 +113,8 @@ async def test_dashboard_pages_live(browser: Any, redis_url: str, redis_client: 
             wait_for(lambda: browser.get(base + "/") or True, "the dashboard to answer", 20)
             wait_for(lambda: browser.find_elements("css selector", "a.crawl-link"),
                      "the crawls table")
-            names = [a.text for a in browser.find_elements("css selector", "a.crawl-link")]
+            names = read(lambda: [a.text for a in browser.find_elements(
+                "css selector", "a.crawl-link")])
             assert crawl_name in names and XSS_CRAWL in names
             browser.save_screenshot(str(ARTIFACTS / "dashboard-crawls.png"))
 
@@ -122,7 +124,8 @@ async def test_dashboard_pages_live(browser: Any, redis_url: str, redis_client: 
             wait_for(lambda: browser.find_element(  # the worker's row, with its host
                 "css selector", 'tr[data-worker="w-browser"]').find_elements(
                 "css selector", "td")[1].text, "the worker row")
-            assert "in flight" in browser.find_element("css selector", "#workers").text
+            assert "in flight" in read(
+                lambda: browser.find_element("css selector", "#workers").text)
             wait_for(lambda: browser.find_element("css selector", "#links").is_displayed()
                      and browser.find_element("css selector", 'tr[data-fate="too_deep"]')
                      .text.split() == ["too_deep", "4"], "the links not followed")
@@ -141,7 +144,8 @@ async def test_dashboard_pages_live(browser: Any, redis_url: str, redis_client: 
                 return True
 
             wait_for(xss_shown_as_text, "the hostile dead letters, as text")
-            assert browser.find_elements("css selector", "#dead img, #dead script") == []
+            assert read(lambda: browser.find_elements(
+                "css selector", "#dead img, #dead script")) == []
             assert browser.execute_script("return window.__xss") is None
 
             # Without the token the action is refused, and the page says why.
@@ -188,7 +192,8 @@ async def test_dashboard_pages_live(browser: Any, redis_url: str, redis_client: 
             assert browser.execute_script("return window.__xss") is None
 
             # Revisits off and no history: no revisit panel; turned on, it shows.
-            assert not browser.find_element("css selector", "#revisits").is_displayed()
+            assert not read(
+                lambda: browser.find_element("css selector", "#revisits").is_displayed())
             await set_policy(redis_client, crawl_name, {"revisit": "fixed"}, by="test")
 
             def revisit_figures() -> dict[str, str]:
@@ -198,8 +203,9 @@ async def test_dashboard_pages_live(browser: Any, redis_url: str, redis_client: 
 
             wait_for(lambda: revisit_figures().get("scheduled") == "0",
                      "the revisit panel, scheduled 0")
-            assert browser.find_element("css selector", "#revisits").is_displayed()
-            assert revisit_figures()["late p50"] == "-"
+            assert read(
+                lambda: browser.find_element("css selector", "#revisits").is_displayed())
+            assert read(revisit_figures)["late p50"] == "-"
 
 
 async def until(pred: Callable[[], Any], what: str, within: float = 20) -> Any:
@@ -252,7 +258,8 @@ async def test_hosts_panel_pause_and_host_settings(
             # Read again until no refresh redraws the table under the read (stale rows).
             rows = wait_for(lambda: host_rows(browser), "the hosts table")
             assert rows[XSS_HOST][0] == XSS_HOST  # the hostile name, as text
-            assert browser.find_elements("css selector", "#hosts img, #hosts script") == []
+            assert read(lambda: browser.find_elements(
+                "css selector", "#hosts img, #hosts script")) == []
             assert (await queue.stats()).pending > 0, "the crawl ended before the checks"
 
             # The sortable headers are the API's sort columns; in flight and done are
@@ -297,8 +304,8 @@ async def test_hosts_panel_pause_and_host_settings(
             # A host's delay, set from its row's form while paused.
             target = hosts[1]
             click(browser, f'#hosts tr[data-host="{target}"] button.pick')
-            assert browser.find_element(
-                "css selector", '#hosts input[name="host"]').get_attribute("value") == target
+            assert read(lambda: browser.find_element(
+                "css selector", '#hosts input[name="host"]').get_attribute("value")) == target
             browser.find_element("css selector", '#hosts input[name="delay_s"]').send_keys(
                 "0.05")
             click(browser, "#hosts button.set-host")

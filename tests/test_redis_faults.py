@@ -521,7 +521,7 @@ def trap_routes() -> dict[str, Any]:
 
     async def real(request: web.Request) -> web.Response:
         n = int(request.match_info["n"])
-        await asyncio.sleep(0.1)  # long enough for the killing to meet the crawl
+        await asyncio.sleep(0.4)  # >= 4 s of crawl: 20 kill rounds meet it even under load
         return trap_html(article(n), [f"/t/{n}/x/x/x/", f"/lost/{n}",
                                       *(f"/v?q={n}-{k}" for k in range(VARIANTS_A_PAGE))])
 
@@ -562,7 +562,7 @@ async def test_client_kill_loop_keeps_trap_tallies_exact(
                     return (await queue.stats()).done >= 3
 
                 await until(started, 30, "the crawl to get going")
-            end = time.monotonic() + 6
+            end = time.monotonic() + 8
             while time.monotonic() < end and a.running and b.running:
                 killed += int(await killer.execute_command(
                     "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"))

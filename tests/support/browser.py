@@ -88,6 +88,17 @@ def wait_for(pred: Callable[[], Any], what: str, within: float = 45) -> Any:
         time.sleep(0.1)
 
 
+def read(get: Callable[[], Any], tries: int = 50) -> Any:
+    """`get()`, read again when the panel it reads was redrawn under it (a stale element);
+    unlike `wait_for`, any value counts, a falsy one too."""
+    from selenium.common.exceptions import StaleElementReferenceException  # noqa: PLC0415
+    for _ in range(tries - 1):
+        with contextlib.suppress(StaleElementReferenceException):
+            return get()
+        time.sleep(0.05)
+    return get()
+
+
 def click(driver: Any, selector: str) -> None:
     """Click an element of a panel that every refresh redraws."""
     wait_for(lambda: driver.find_element("css selector", selector).click() or True,
