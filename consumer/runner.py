@@ -14,6 +14,9 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 from common import soft404
 from common.bans import NO_RULES, Blocked
 from common.errors import FetchError, RedisUnavailableError
@@ -58,6 +61,11 @@ log = logging.getLogger("consumer")
 #: next lease takes its turn again (common/resend.py: each may run twice). A robots.txt
 #: lookup's (ROBOTS_SCRIPTS) the same, when they may.
 LATE_TURN_SCRIPTS = ("late_turn", "release")
+#: What hands a lease back from its fetch: no proxy may reach its host now (the pool's
+#: report blocks the host), or Redis failed under the fetch's own calls, such as a late
+#: request's turn before its headers went out (LATE_TURN_SCRIPTS): an outage, not the
+#: task's fault. (A script's error is its internal_error: it would come back.)
+HANDED_BACK = (NoProxy, RedisConnectionError, RedisTimeoutError)
 
 
 
@@ -147,12 +155,10 @@ class Runner:
 
     async def _robots_lookup(self, lease: Lease) -> None:
         """Fetch (or read the fleet's copy of) a lease's robots.txt while no slot waits.
-
         If this consumer fetched it, that request was the host's turn: record the host's
         Crawl-delay, and a page robots.txt allows takes its own turn a delay later and
         waits for it (handed back to the head of its host's queue if Redis fails
-        meanwhile). Then queue the lease again: its slot finds the verdict cached.
-        """
+        meanwhile). Then queue the lease again: its slot finds the verdict cached."""
         assert self.robots is not None
         outage: Backoff | None = None
         try:
@@ -260,7 +266,8 @@ class Runner:
         except LeaseLostError:  # while it took a late turn, before anything was sent
             self._complete(Completion(lease, "drop"))
             return
-        except NoProxy:  # handed back unfetched; the pool's report blocks the host
+        except HANDED_BACK as exc:  # unfetched, no attempt counted
+            log.info("handed_back", extra={"id": lease.id, "why": str(exc)[:200]})
             self._complete(Completion(lease, "release"))
             return
         except FetchError as exc:

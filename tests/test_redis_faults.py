@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import json
+import logging
 import os
 import random
 import sys
@@ -441,6 +443,63 @@ async def test_redis_down_past_the_lease_reclaims_without_stampeding_a_host(
             assert stats.done == n, stats.dead_reasons
             assert stats.counters.get("reclaimed", 0) >= 1, "no lease expired in the outage"
     assert_no_crash(a, b, max_warnings=60)
+
+
+async def test_a_late_turn_in_an_outage_hands_its_task_back(
+        servers: list[RedisServer], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A polite request that goes out late takes a turn of its own first (late_turn.lua;
+    test_frontier's test_a_request_late_on_the_wire_takes_a_turn_of_its_own): here the
+    first page answers in 1.5 s on the host's one connection, so the second goes out
+    late, and Redis dies just before the first page's answer. Nothing is sent: the task
+    is handed back (no attempt counted, no internal_error, no traceback), and once Redis
+    is back every page is done, a delay apart."""
+    server = start_redis(servers, aof=True)
+    delay, outage_s = 1.0, 3.0
+    restarts: list[asyncio.Task[None]] = []
+
+    async def page(request: web.Request) -> web.Response:
+        n = int(request.match_info["n"])
+        if n == 0:
+            await asyncio.sleep(1.5)
+            server.kill()  # the second page, waiting for this connection, goes out late
+
+            async def back() -> None:
+                await asyncio.sleep(outage_s)
+                await asyncio.to_thread(server.start)
+            restarts.append(asyncio.create_task(back()))
+        return web.Response(text=f"<html><body>page {n}</body></html>",
+                            content_type="text/html")
+
+    async with serve({"/p/{n}": page}) as site:
+        client = aioredis.Redis.from_url(server.url)
+        queue = await LeasingQueue.open(client, "late")
+        await queue.enqueue([NewTask(u, fingerprint(u)) for u in
+                             (site.url(f"/p/{n}") for n in range(3))])
+        await client.aclose()
+        settings = settings_from_args(build_parser().parse_args([
+            "--redis-url", server.url, "--crawl", "late", "--allow-private",
+            "--ignore-robots", "--http-port", "-1", "--exit-when-empty", "--empty-grace",
+            "0", "--lease", "30s", "--output", str(tmp_path / "out"), "--per-host-delay",
+            f"{delay}", "--per-host-concurrency", "2", "--concurrency", "8"]))
+        settings = dataclasses.replace(
+            settings, fetch=dataclasses.replace(settings.fetch, limit_per_host=1))
+        caplog.set_level(logging.INFO)
+        assert await asyncio.wait_for(run_consumer(settings), 60) == 0
+        await asyncio.gather(*restarts)
+        times = sorted(t for ts in site.hits.values() for t in ts)
+    assert restarts, "the first page never answered"
+    events = [r.message for r in caplog.records]
+    assert "handed_back" in events, events  # the late turn met the outage
+    assert "task_crashed" not in events, caplog.text[-3000:]
+    assert not [r for r in caplog.records if r.exc_info], caplog.text[-3000:]
+    async with queue_of(server, "late") as queue:
+        stats = await queue.stats()
+    assert stats.done == 3 and stats.dead == 0, (stats, stats.dead_reasons)
+    records = [json.loads(line) for f in (tmp_path / "out").glob("*.jsonl")
+               for line in f.read_text().splitlines()]
+    assert sorted(r["attempt"] for r in records) == [1, 1, 1], records
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert len(times) == 3 and min(gaps) >= delay - 0.05, gaps
 
 
 # -- 3. CLIENT KILL in a loop ------------------------------------------------------------------
