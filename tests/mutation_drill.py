@@ -81,6 +81,9 @@ MUTANTS: tuple[Mutant, ...] = (
            (_BP + "test_a_browser_killed_mid_page_fails_that_render_and_the_next_gets_a_new_one",
             _RF + "test_a_browser_killed_mid_page_and_a_rendering_consumer_killed_lose_"
             "nothing")),
+    Mutant("149-late-turn-outage-crashes-the-task", "a Redis outage as a late request "
+           "takes its turn hands the task back: no attempt counted, no internal_error",
+           ("tests/test_redis_faults.py::test_a_late_turn_in_an_outage_hands_its_task_back",)),
     Mutant("01-ack-before-sink-write", "a task is acked only after its result reached the sink",
            (_G + "test_a_task_is_not_done_while_its_result_is_not_in_the_sink",)),
     Mutant("02-heartbeat-slower-than-lease", "the heartbeat renews leases before they expire",
