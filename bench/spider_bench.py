@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import statistics
 import sys
@@ -256,6 +257,62 @@ def less_cpu(a: Result, scrapy: Result) -> float:
     return (scrapy.cpu_s / scrapy.pages) / (a.cpu_s / a.pages)
 
 
+def bare_loop(root: Path, start: str) -> tuple[int, float]:
+    """The spider's route alone over the pages it reaches, read from disk first: crawlq's
+    Response (parsel, as the route gets it), the same selectors, urljoin and a set for
+    follow; no fetch, no queue, no sink. Returns (pages, CPU seconds of the route's work):
+    the most pages a second one process can parse, whatever the crawler around it."""
+    from common.http.fetcher import FetchResult  # noqa: PLC0415
+    from common.spider.response import Response  # noqa: PLC0415
+
+    base = start.rsplit("/library/", 1)[0]
+    seen, todo, bodies = {start}, [start], {}
+    while todo:  # read every page the route reaches first: the disk is not its work
+        url = todo.pop()
+        path = root / url[len(base) + 1:]
+        if not path.is_file():
+            continue
+        bodies[url] = path.read_bytes()
+        for href in _HREF.findall(bodies[url]):
+            target = _join(url, href.decode())
+            if target not in seen and "/library/" in target and target.endswith(".html"):
+                seen.add(target)
+                todo.append(target)
+    begun = time.process_time()
+    follows: set[str] = set()
+    for url, body in bodies.items():
+        response = Response(FetchResult(url, url, 200, {"content-type": "text/html"}, (),
+                                        body, 0.0, (), "HTTP/1.1"))
+        for sig in response.css("dt.sig[id]::attr(id)").getall():
+            _ = {"id": sig, "page": url}
+        for href in response.css("a.reference.internal::attr(href)").getall():
+            joined = response.urljoin(href).partition("#")[0]
+            if "/library/" in joined and joined.endswith(".html"):
+                follows.add(joined)
+    return len(bodies), time.process_time() - begun
+
+
+_HREF = re.compile(rb'<a class="reference internal" href="([^"#]*)')
+
+
+def _join(url: str, href: str) -> str:
+    from urllib.parse import urljoin  # noqa: PLC0415
+    return urljoin(url, href) if href else url
+
+
+def print_bare(root: Path, start: str, rounds: list[list[Result]]) -> None:
+    """The bare loop's pages a second of CPU beside Scrapy's pages/s over its span: the
+    ceiling of crawlq's ratio with one consumer, were the crawler itself free."""
+    pages, cpu = bare_loop(root, start)
+    scrapy = [r for results in rounds for r in results if r.name == "scrapy"]
+    line = f"bare loop (the route alone, {pages} pages): {pages / cpu:.0f} pages a CPU second"
+    if scrapy:
+        best = statistics.median(r.pages / r.span_s for r in scrapy)
+        line += (f" = {pages / cpu / best:.2f}x Scrapy's pages/s (median {best:.0f}): the "
+                 f"ceiling of one consumer's ratio")
+    print(line, flush=True)
+
+
 def medians(rounds: list[list[Result]]) -> None:
     """Per crawlq run, the median (and range) over the rounds of its ratios to the
     Scrapy run of its round."""
@@ -312,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
             rounds.append(results)
         if len(rounds) > 1 and python is not None:
             medians(rounds)
+        print_bare(root, start, rounds)
         return 0
 
     return run_in_workdir("spider-bench-", body, stop_all)

@@ -316,6 +316,14 @@ def print_tally(t: Tally) -> None:
         print("          " + note)
 
 
+def floor_line(site: Site) -> str:
+    """The site's floor (``Site.floor``): requests in traps no crawler can avoid."""
+    floor = site.floor()
+    n = sum(floor.values())
+    return (f"in traps {n:6d} ({100 * n / (n + len(site.real_paths)):5.1f}%) at the least: "
+            + (", ".join(f"{f} {k}" for f, k in floor.items()) or "none"))
+
+
 def print_totals(tallies: list[Tally], sites: dict[int, Site]) -> None:
     clients = list(dict.fromkeys(t.client for t in tallies))
     print(f"\n-- all {len(sites)} sites --")
@@ -331,13 +339,16 @@ def print_totals(tallies: list[Tally], sites: dict[int, Site]) -> None:
               f"{sum(t.share <= TARGET_TRAP_SHARE for t in ts):>8d}/{len(ts):<2d} "
               f"{sum(t.by_itself for t in ts):>6d} {len(ts) - sum(t.by_itself for t in ts):>8d} "
               f"{sum(t.span for t in ts):8.1f}")
-    print("\nrequests in traps by family (sites with it; per client: requests, and the sites "
-          "where the family alone took > 5% of the client's requests)")
+    print("\nrequests in traps by family (sites with it; the floor: what no crawler can "
+          "avoid, Site.floor; per client: requests, and the sites where the family alone "
+          "took > 5% of the client's requests)")
     families = [*FAMILIES, REFETCH, NOT_FOUND]
-    print(f"{'family':20} {'sites':>5}  " + "  ".join(f"{c:>20}" for c in clients))
+    print(f"{'family':20} {'sites':>5}  {'floor':>20}  "
+          + "  ".join(f"{c:>20}" for c in clients))
+    floors = {seed: site.floor() for seed, site in sites.items()}
     for f in families:
         having = sorted(s for s, site in sites.items() if f in site.traps)
-        row = []
+        row = [f"{sum(fl.get(f, 0) for fl in floors.values()):9d}"]
         for c in clients:
             ts = [t for t in tallies if t.client == c]
             heavy = [t.seed for t in ts if t.requests and t.traps[f] > TARGET_TRAP_SHARE
@@ -375,8 +386,10 @@ def print_verdict(tallies: list[Tally], sites: dict[int, Site]) -> None:
             why.append(f"{t.real - len(t.found)} real pages missed ("
                        + ", ".join(f"{k} {n}" for k, n in t.missed.most_common()) + ")")
         if t.share > TARGET_TRAP_SHARE:
+            floor = sum(sites[t.seed].floor().values())
             why.append(f"{100 * t.share:.1f}% in traps (" + ", ".join(
-                f"{f} {n}" for f, n in t.traps.most_common(3)) + ")")
+                f"{f} {n}" for f, n in t.traps.most_common(3)) + f"; the floor {floor}, "
+                f"{100 * floor / (floor + t.real):.1f}%)")
         if not t.by_itself:
             why.append(f"did not end by itself ({t.ended})")
         print(f"  seed {t.seed} [{', '.join(sites[t.seed].traps)}]: {'; '.join(why)}")
@@ -415,6 +428,7 @@ def bench(args: argparse.Namespace, workdir: Path) -> int:
             for t in tallies:
                 if t.seed == seed:
                     print_tally(t)
+            print("  floor   " + floor_line(site))
             sys.stdout.flush()
         print_totals(tallies, sites)
         print_verdict(tallies, sites)

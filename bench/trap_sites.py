@@ -249,6 +249,26 @@ class Site:
         ``session ids``)."""
         return self._route(*_split(path_qs))[0]
 
+    def floor(self) -> dict[str, int]:
+        """Requests in traps, by family, that no crawler can avoid without knowing the
+        site and still find every real page: what a link leads to is known only once
+        fetched (the first empty page past a listing's last, a loop's second hop, a dead
+        link, a probe of the root and of a catch-all's directory, a calendar's entry
+        month, a nesting listing and its children). A trap a URL gives away (a session
+        token, a facet) costs 0."""
+        floor = {name: n for name, t in self.traps.items() if (n := t.floor())}
+        # One probe of the root, the issue's way of finding soft 404s: a 404 but where the
+        # root is a catch-all.
+        root = SOFT_404 if isinstance(self.catch_all, SoftNotFound) and self.catch_all.root \
+            else NOT_FOUND
+        floor[root] = floor.get(root, 0) + 1
+        segments = self.traps.get(SEGMENTS)
+        if isinstance(segments, Segments) and segments.parent:
+            parent = self.trap_of(segments.dir)
+            if parent is not None:
+                floor[parent] = floor.get(parent, 0) + 1
+        return floor
+
     def describe(self) -> str:
         kinds: dict[str, int] = {}
         for p in self.pages.values():
@@ -564,6 +584,11 @@ class Trap:
     def describe(self) -> str:
         raise NotImplementedError
 
+    def floor(self) -> int:
+        """The requests in this trap that no crawler can avoid without knowing the site
+        and still find every real page (``Site.floor``): 0 for a trap a URL gives away."""
+        return 0
+
     def claim(self, path: str, query: Query) -> Callable[[], Answer] | None:
         """What answers a request of this trap (the path and query with tokens dropped),
         or None when it is not one."""
@@ -663,6 +688,13 @@ class SoftNotFound(Trap):
     def _path(self, rng: random.Random) -> str:
         a, b = self.site.vocab.rare(rng, 2)
         return f"{self.dir}{a}/{b}.html" if rng.random() < 0.5 else f"{self.dir}{a}-{b}.html"
+
+    def floor(self) -> int:
+        # Each dead link of a real page (it could have been a page), and its directory's
+        # probe when it is not the root's (Site.floor counts the root's).
+        dead = {h for p in self.site.pages.values() for h, _ in p.extra
+                if self.site.trap_of(h) == SOFT_404}
+        return len(dead) + (not self.root)
 
     def describe(self) -> str:
         return (f"under {self.dir}, {'short' if self.short else 'in the template'}, title "
@@ -796,6 +828,9 @@ class Calendar(Trap):
             for page in self.carriers(rng):
                 page.extra.append(link)
 
+    def floor(self) -> int:
+        return 1  # the entry month, linked from real pages
+
     def describe(self) -> str:
         return (f"{self.url(*self.entry)}, {'in the nav' if self.in_nav else 'some pages'}, "
                 f"{100 * self.busy:.0f}% of months with events")
@@ -865,6 +900,11 @@ class Segments(Trap):
         for page in rng.sample(by_dir[self.dir], min(len(by_dir[self.dir]), rng.randint(3, 6))):
             page.extra.append((f"{self.name}/", "attachments"))
 
+    def floor(self) -> int:
+        # The listing and its children: the nesting shows one level down. (Its parent
+        # link, when no page, is a 404: counted in Site.floor.)
+        return 1 + len(self.children)
+
     def describe(self) -> str:
         return (f"{self.dir}{self.name}/ -> {', '.join(c + '/' for c in self.children)}"
                 f"{', ../' if self.parent else ''}, {'bare' if self.bare else 'templated'}")
@@ -905,6 +945,10 @@ class Redirects(Trap):
         for page in self.carriers(rng):
             page.extra.append(rng.choice(entries))
 
+    def floor(self) -> int:
+        # A loop shows at its second hop; so does a chain (its first hop could be a page).
+        return {"loop": 2, "chain": 2, "both": 4}[self.kind]
+
     def describe(self) -> str:
         return {"loop": f"loop {self.a} <-> {self.b}",
                 "chain": f"chain {self.chain}<fresh>",
@@ -932,6 +976,9 @@ class Pagination(Trap):
         for s in self.sections:
             s.endless = True
             site.pages[s.page_key(s.pages)].extra.append((s.page_key(s.pages + 1), "next"))
+
+    def floor(self) -> int:
+        return len(self.sections)  # each last page's "next": an empty page once
 
     def describe(self) -> str:
         return ", ".join(f"{s.page_key(s.pages + 1)}..." for s in self.sections)
