@@ -24,8 +24,9 @@ from support.routes import Handler, hanging, page, serve
 from common.errors import ConfigError
 from common.exitcodes import EXIT_REDIS
 from common.frontier.hosts import Frontier
+from common.keys import CrawlKeys
 from common.metrics import Metrics
-from common.queue import Lease, LeaseBatch, LeasingQueue
+from common.queue import Lease, LeaseBatch, LeasingQueue, NewTask
 from common.redis_server import RedisServer
 from common.runtime import tune_gc
 from common.task import Task
@@ -343,22 +344,29 @@ async def test_a_crash_in_the_robots_lookup_fails_the_task_not_the_consumer(
     assert dead.reason == "internal_error" and "robots parser bug" in dead.message
 
 
-#: Pages fetched 0.2 s apart by two consumers: ~4 s of crawl.
-SPACED_PAGES = 20
+#: Pages fetched 0.2 s apart by two consumers.
+SPACED_PAGES = 12
 
 
 async def test_per_host_delay_holds_across_two_consumers(
         redis_client: aioredis.Redis, redis_url: str, crawl_name: str, tmp_path: Path) -> None:
     async with serve({"/p/{i}": page}) as site:
-        urls = [site.url(f"/p/{i}") for i in range(SPACED_PAGES)]
-        queue = await enqueue(redis_client, crawl_name, urls)
-        # Each consumer holds at most two tasks, so both take part in the crawl (over
-        # ~4 s: a consumer that starts late under load still joins in).
+        queue = await LeasingQueue.open(redis_client, crawl_name)
+        # Each consumer holds at most two tasks, the host's limit: one that started first
+        # could hold both slots for the whole crawl, so the pages come once both consumers
+        # are up (registered, waiting for work; a grace long enough for that).
         polite = ("--per-host-delay", "0.2s", "--per-host-concurrency", "2",
-                  "--concurrency", "1", "--lease-batch", "1")
-        results = await asyncio.gather(
-            consume(redis_url, crawl_name, tmp_path / "a", *polite, "--worker-id", "a"),
-            consume(redis_url, crawl_name, tmp_path / "b", *polite, "--worker-id", "b"))
+                  "--concurrency", "1", "--lease-batch", "1", "--empty-grace", "5")
+        runs = [asyncio.create_task(consume(redis_url, crawl_name, tmp_path / w, *polite,
+                                            "--worker-id", w)) for w in ("a", "b")]
+        workers = CrawlKeys.build(crawl_name).workers
+        deadline = time.monotonic() + 30
+        while await redis_client.zcard(workers) < 2:
+            assert time.monotonic() < deadline, "the consumers did not start"
+            await asyncio.sleep(0.05)
+        await queue.enqueue([NewTask(u, fingerprint(u)) for u in
+                             (site.url(f"/p/{i}") for i in range(SPACED_PAGES))])
+        results = await asyncio.gather(*runs)
         assert results == [0, 0]
         starts = sorted(t for path, ts in site.hits.items() if path.startswith("/p/")
                         for t in ts)
