@@ -60,7 +60,7 @@ from common.scripts import register
 from common.task import compact_entry, decode_entry, encode_entry
 from common.urls import fingerprint, task_id
 from consumer.config import build_parser, settings_from_args
-from consumer.run import run as consumer_run
+from consumer.wiring import run as consumer_run
 from producer.cli import main_async as producer_main
 
 LEASE_MS = 60_000
