@@ -48,7 +48,7 @@ def test_a_wrong_import_breaks_the_contract_it_names(tmp_path: Path) -> None:
     add_import(tmp_path / "common" / "codec.py", "consumer.lifecycle")
     add_import(tmp_path / "producer" / "sitemaps.py", "consumer.flush")
     add_import(tmp_path / "console" / "fsck.py", "consumer.lifecycle")
-    add_import(tmp_path / "consumer" / "housekeeping.py", "console.crawls")
+    add_import(tmp_path / "consumer" / "housekeeping.py", "console.views.crawls")
     add_import(tmp_path / "crawlq" / "__init__.py", "consumer.wiring")
     add_import(tmp_path / "producer" / "summary.py", "crawlq")
     result = lint_imports(tmp_path)

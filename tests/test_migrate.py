@@ -86,7 +86,8 @@ def console_cli() -> Iterator[types.ModuleType]:
 
     stub.fsck = fsck  # type: ignore[attr-defined]
     stub.report_text = str  # type: ignore[attr-defined]
-    saved = {name: sys.modules.pop(name, None) for name in ("console.fsck", "console.cli")}
+    saved = {name: sys.modules.pop(name, None)
+             for name in ("console.fsck", "console.cli", "console.cli.checks")}
     sys.modules["console.fsck"] = stub
     try:
         yield importlib.import_module("console.cli")
@@ -560,7 +561,7 @@ async def test_fsck_repair_converts_the_crawl_first(
         seen.append(f"{queue.crawl} {queue.settings.partitions} {fix}")
         raise Checked
 
-    monkeypatch.setattr(console_cli, "fsck", fsck)
+    monkeypatch.setattr(importlib.import_module("console.cli.checks"), "fsck", fsck)
     with pytest.raises(Checked):
         await console_cli.main_async(["fsck", "--repair", "--crawl", crawl_name, "--redis-url",
                            redis_url, "--cluster", "no"])
