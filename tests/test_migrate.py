@@ -68,7 +68,7 @@ LEASE_MS = 60_000
 
 @pytest.fixture
 def console_cli() -> Iterator[types.ModuleType]:
-    """console.cli. While console/fsck.py is being ported to layout 3 (it imports the
+    """console.cli. While console/fsck/ is being ported to layout 3 (it imports the
     layout-2 host model, gone), it is stood in for, for this test only, by a module whose
     fsck refuses to run: the tests here need the commands that open the crawl, and fsck's
     own checks are stubbed where the repair path is tested."""
@@ -557,7 +557,7 @@ async def test_fsck_repair_converts_the_crawl_first(
         pass
 
     async def fsck(queue: CrawlQueue, *, fix: bool = False) -> Any:
-        """fsck's own checks (console/fsck.py's job): what they were given."""
+        """fsck's own checks (console/fsck/'s job): what they were given."""
         seen.append(f"{queue.crawl} {queue.settings.partitions} {fix}")
         raise Checked
 
