@@ -174,7 +174,7 @@ def variant(text: str) -> tuple[str, dict[str, str]]:
 def run_crawlq(workdir: Path, start: str, per_host: int,
                values: tuple[str, dict[str, str]]) -> Result:
     from common.redis_server import RedisServer  # noqa: PLC0415 - ROOT is on the path now
-    from console.run_spider import gather_items  # noqa: PLC0415
+    from console.run.command import gather_items  # noqa: PLC0415
 
     name, policy = values
     workdir = workdir / f"crawlq-{len(list(workdir.glob('crawlq-*')))}"

@@ -9,7 +9,7 @@ from common.errors import ConfigError
 from common.logs import setup_logging
 from common.runtime import run_loop, tune_gc
 from consumer.config import build_parser, settings_from_args
-from consumer.run import run
+from consumer.wiring import run
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,7 +5,7 @@ Queue calls are retried through a Redis outage, each with its operation id kept 
 its retries: an ack or fail that ran, its reply lost, answers the codes it gave then
 (common/resend.py, lib/once.lua). A sink write that fails is not an outage: its tasks
 are released instead of acked, and `SinkHealth` takes over (see
-``consumer.sinkhealth``): while the sink fails, batches wait for its next try.
+``consumer.write_health``): while the sink fails, batches wait for its next try.
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ from common.request import Request
 from common.resend import may_run_again
 from common.soft404 import Signature
 from consumer.backoff import Backoff
+from consumer.held import LeaseBook
 from consumer.intake import LinkIntake
 from consumer.judgement import Judge, PageFacts
-from consumer.leases import LeaseBook
 from consumer.sessions import FlushHooks
-from consumer.sinkhealth import SinkHealth
 from consumer.sinks import ProbingSink, Record, Sink
+from consumer.write_health import SinkHealth
 
 log = logging.getLogger("consumer")
 

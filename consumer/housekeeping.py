@@ -17,7 +17,7 @@ from common.queue import CrawlQueue, Lease
 from common.redis_errors import REDIS_ERRORS
 from common.resend import may_run_again
 from common.workers import WorkerRegistry
-from consumer.leases import LeaseBook
+from consumer.held import LeaseBook
 
 log = logging.getLogger("consumer")
 

@@ -21,13 +21,13 @@ from consumer.backoff import Backoff
 from consumer.clock import RedisClock
 from consumer.config import ConsumerSettings
 from consumer.flush import Flusher
-from consumer.leases import LeaseBook
+from consumer.held import LeaseBook
 from consumer.live import PolicyReader
 from consumer.render_leaser import RenderLeaser
-from consumer.sinkhealth import SinkHealth
 from consumer.slots import Slots, Stage
 from consumer.stopping import Stopping
 from consumer.window import CpuWindow
+from consumer.write_health import SinkHealth
 
 log = logging.getLogger("consumer")
 

@@ -21,7 +21,7 @@ Coroutines of one process, each part in its own module:
 - the heartbeat and the reaper (``consumer.housekeeping``).
 
 This module is the lifecycle: start those, shed what is held while the sink fails, and
-drain. When the sink refuses a write (``consumer.sinkhealth``) the leaser stops, what is
+drain. When the sink refuses a write (``consumer.write_health``) the leaser stops, what is
 held and not started is released, and the consumer waits for the sink to take writes
 again; after ``--sink-retry-for`` it gives up: drains at once and exits ``EXIT_SINK``.
 """
@@ -49,22 +49,22 @@ from common.workers import WorkerRegistry
 from consumer.config import ConsumerSettings
 from consumer.flush import FlushAbandoned, Flusher, describe_error
 from consumer.handlers import Handler
+from consumer.held import LeaseBook
 from consumer.housekeeping import Housekeeping
 from consumer.intake import LinkIntake
 from consumer.judgement import Judge
 from consumer.leaser import Leaser
-from consumer.leases import LeaseBook
 from consumer.live import Live, LivePolicy, PolicyReader
 from consumer.proxied import PageFetch
 from consumer.robots import RobotsCache
 from consumer.routing import Router
 from consumer.runner import Runner
 from consumer.sessions import FlushHooks
-from consumer.sinkhealth import SinkHealth
 from consumer.sinks import Sink, sink_target
 from consumer.slots import IN_SLOT, SHUTDOWN_WAIT_S, Slots, Stage, cancel
 from consumer.stopping import Stopping
 from consumer.window import CpuWindow
+from consumer.write_health import SinkHealth
 
 if TYPE_CHECKING:
     from common.browser.fetcher import BrowserFetcher

@@ -16,7 +16,7 @@ until one may: the pool's ``gone``). So a pool whose proxies all died spends a t
 attempts only at the pace of their quarantines' probes, and one that hosts banned spends
 none.
 
-A render request's fetch is the browser's (`via`, ``consumer.rendering``): the same
+A render request's fetch is the browser's (`via`, ``consumer.fetch_choice``): the same
 proxy pick, session jar and block rules hold for it, and the browser fetcher sends the
 page and every request of its scripts through that proxy, with that jar
 (``common.browser.fetcher``).

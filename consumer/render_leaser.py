@@ -1,7 +1,7 @@
 """The render leaser of a consumer started with --browser: leases render tasks
 (``common/lua/lease_render.lua``) for its browser's free pages, and hands them to the
 fetch slots as the leaser hands its own (``consumer.leaser``): the runner renders them
-(``consumer.rendering``), the flusher ends them. A consumer without a browser has none,
+(``consumer.fetch_choice``), the flusher ends them. A consumer without a browser has none,
 and lease.lua never leases it a render task: so render tasks go to browsers only.
 
 It asks for as many tasks as the page pool has pages not already taken by its render
@@ -23,11 +23,11 @@ from common.redis_errors import REDIS_ERRORS
 from common.resend import may_run_again
 from consumer.backoff import Backoff
 from consumer.clock import RedisClock
-from consumer.leases import LeaseBook
+from consumer.held import LeaseBook
 from consumer.live import PolicyReader
-from consumer.sinkhealth import SinkHealth
 from consumer.slots import Slots, Stage
 from consumer.stopping import Stopping
+from consumer.write_health import SinkHealth
 
 log = logging.getLogger("consumer")
 

@@ -34,15 +34,15 @@ from common.soft404 import Signature
 from common.task import Task
 from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
+from consumer.fetch_choice import fetch_of
 from consumer.flush import Completion, Flusher
 from consumer.handlers import HandlerContext, LeaseLostError, as_result, check_children
+from consumer.held import LeaseBook
 from consumer.judgement import PROBE_META, page_facts, probe_signature
 from consumer.leaser import AHEAD_MS, Leaser
-from consumer.leases import LeaseBook
 from consumer.live import PolicyReader
 from consumer.notices import HostNotices, RouteErrors
 from consumer.proxied import NoProxy, PageFetch
-from consumer.rendering import fetch_of
 from consumer.revisits import NOT_HANDLED, conditional_headers, noted, observe, outcome_of
 from consumer.robots import ROBOTS_SCRIPTS, RobotsCache, RobotsVerdict
 from consumer.routing import Router
@@ -250,7 +250,7 @@ class Runner:
         live = self.policy.now
         try:
             task = lease.task
-            # A render request's fetch is the browser's (consumer.rendering): through
+            # A render request's fetch is the browser's (consumer.fetch_choice): through
             # the same proxy pick, session and block rules as an HTTP fetch.
             fetch = fetch_of(lease, self.fetcher, self.browser, self.router, self.turns,
                              modes=self.queue.render_modes)

@@ -1,6 +1,6 @@
 """The consumer's fetch slots and the local stage of every lease they work on.
 
-A held lease (``consumer.leases``) is, locally, in one `Stage` until it leaves the slots
+A held lease (``consumer.held``) is, locally, in one `Stage` until it leaves the slots
 (its completion is the flusher's, ``consumer.flush``, or it was dropped or released):
 `Slots.move` is the one place a lease changes stage. ``--concurrency`` fetch slots (one
 task each, no task per lease) take QUEUED leases in order and hand each to the runner
@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from enum import IntEnum
 
 from common.queue import Lease
-from consumer.leases import LeaseBook
+from consumer.held import LeaseBook
 from consumer.stopping import Stopping
 
 SHUTDOWN_WAIT_S = 5.0

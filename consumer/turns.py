@@ -19,8 +19,8 @@ from common.metrics import Metrics
 from common.queue import Code, CrawlQueue, Lease
 from consumer.clock import RedisClock
 from consumer.handlers import LeaseLostError
+from consumer.held import LeaseBook
 from consumer.leaser import DISPATCH_MS, DISPATCH_S
-from consumer.leases import LeaseBook
 
 #: A polite request this much later than DISPATCH_S after its turn is on time: its host's
 #: next turn is not moved (each move is a write, and a late turn a slower crawl).

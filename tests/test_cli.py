@@ -377,9 +377,9 @@ async def _watch(redis_url: str, crawl: str, *, every_s: float | None = None,
     """``crawlq stats --watch`` as its own process; `every_s` replaces its 2 s pause (0:
     it is always in a Redis call); `sigint` "ignored": started as a script's background
     job is, SIGINT ignored."""
-    code = "import sys; import console.cli as c; "
+    code = "import sys; import console.cli as c; import console.cli.stats as s; "
     if every_s is not None:
-        code += f"c.WATCH_EVERY_S = {every_s}; "
+        code += f"s.WATCH_EVERY_S = {every_s}; "
     return await asyncio.create_subprocess_exec(
         sys.executable, "-c", code + "sys.exit(c.main())",
         "stats", "--watch", "--crawl", crawl, "--redis-url", redis_url, "--cluster", "no",

@@ -33,9 +33,9 @@ from common.task import Task
 from common.urls import fingerprint
 from consumer import lifecycle
 from consumer.config import build_parser, settings_from_args
-from consumer.leases import LeaseBook
+from consumer.held import LeaseBook
 from consumer.robots import RobotsCache
-from consumer.run import run
+from consumer.wiring import run
 
 
 async def test_crawl_2000_pages_each_success_in_the_sink_once(

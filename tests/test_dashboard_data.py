@@ -13,10 +13,10 @@ from common.errors import BadRequestError
 from common.queue import CrawlSettings, Failure, LeasingQueue, NewTask
 from common.urls import fingerprint
 from common.workers import WorkerRegistry, read_workers
-from console import deadletters as dl
 from console.cli import main_async
-from console.crawls import summaries
-from console.deadletters import dead_page
+from console.views import deadletters as dl
+from console.views.crawls import summaries
+from console.views.deadletters import dead_page
 
 
 @pytest.mark.parametrize("skew_s", [-3600, 3600])

@@ -50,8 +50,8 @@ from common.redis_server import RedisServer, free_port
 from common.scripts import source
 from common.urls import canonicalize, fingerprint
 from consumer.flush import Completion, Flusher
+from consumer.held import LeaseBook
 from consumer.intake import LinkIntake
-from consumer.leases import LeaseBook
 from consumer.live import Live
 
 pytestmark = pytest.mark.timeout(120)

@@ -31,7 +31,7 @@ from common.exitcodes import EXIT_NOTHING_FETCHED, EXIT_ROUTES_FAILED, EXIT_SINK
 from common.queue import LeasingQueue
 from common.workers import WorkerRegistry
 from console.demo.site import SiteSpec, sample_site
-from console.runs import gather_items
+from console.run.ownership import gather_items
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "demo_spider.py"

@@ -37,9 +37,9 @@ from consumer.config import build_parser, settings_from_args
 from consumer.flush import Completion
 from consumer.leaser import DISPATCH_MS
 from consumer.lifecycle import Consumer
-from consumer.run import run
 from consumer.slots import Stage
 from consumer.turns import LATE_MS, LATE_SLACK_MS
+from consumer.wiring import run
 
 
 async def reclaimed_when_expired(q: LeasingQueue, within: float = 10.0) -> tuple[int, int]:

@@ -25,8 +25,8 @@ from common.queue import Code, Crawl, Lease, LeasingQueue, NewTask, housekeeping
 from common.urls import fingerprint
 from consumer.config import build_parser, settings_from_args
 from consumer.flush import Completion, Flusher
+from consumer.held import LeaseBook
 from consumer.intake import LinkIntake
-from consumer.leases import LeaseBook
 from consumer.lifecycle import Consumer
 from consumer.live import Live
 from consumer.sinks import Record

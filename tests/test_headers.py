@@ -36,7 +36,7 @@ from console.cli import main_async as crawlq_main
 from console.dashboard.app import make_app
 from consumer.__main__ import main as consumer_main
 from consumer.config import CONSUMER_OPTIONS, build_parser, settings_from_args
-from consumer.run import run
+from consumer.wiring import run
 from producer.cli import PRODUCER_OPTIONS
 from producer.cli import main_async as producer_main
 

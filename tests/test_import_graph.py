@@ -10,7 +10,6 @@ from import_graph import Graph, cycles, imports_up, suffix_twins
 #: gone: drop it here.
 KNOWN_CYCLES = [
     ["common.policy", "common.proxies"],  # the policy's proxy options; the pool's summary
-    ["console", "console.dashboard", "console.demo"],  # cli.py starts both; they use its parts
 ]
 
 

@@ -47,9 +47,9 @@ def test_a_wrong_import_breaks_the_contract_it_names(tmp_path: Path) -> None:
     copy_tree(tmp_path)
     add_import(tmp_path / "common" / "codec.py", "consumer.lifecycle")
     add_import(tmp_path / "producer" / "sitemaps.py", "consumer.flush")
-    add_import(tmp_path / "console" / "fsck.py", "consumer.lifecycle")
-    add_import(tmp_path / "consumer" / "housekeeping.py", "console.crawls")
-    add_import(tmp_path / "crawlq" / "__init__.py", "consumer.run")
+    add_import(tmp_path / "console" / "fsck" / "checks.py", "consumer.lifecycle")
+    add_import(tmp_path / "consumer" / "housekeeping.py", "console.views.crawls")
+    add_import(tmp_path / "crawlq" / "__init__.py", "consumer.wiring")
     add_import(tmp_path / "producer" / "summary.py", "crawlq")
     result = lint_imports(tmp_path)
     assert result.returncode != 0
@@ -88,3 +88,22 @@ def test_a_wrong_import_inside_common_breaks_its_layers(tmp_path: Path) -> None:
     # The other contracts still hold: the wrong imports stay inside common.
     assert "common is the base layer: it imports neither the services nor the console " \
            "KEPT" in out
+
+
+def test_a_wrong_import_inside_the_console_breaks_its_layers(tmp_path: Path) -> None:
+    """The commands over the dashboard, the demo, fsck and a spider's run (which don't
+    import each other), over the local processes, over the views."""
+    copy_tree(tmp_path)
+    console = tmp_path / "console"
+    add_import(console / "views" / "crawls.py", "console.cli")
+    add_import(console / "local" / "processes.py", "console.run.ownership")
+    add_import(console / "dashboard" / "api.py", "console.demo.site")
+    result = lint_imports(tmp_path)
+    assert result.returncode != 0
+    out = result.stdout
+    assert "inside the console: the commands over their parts over local over the views " \
+           "BROKEN" in out
+    for arrow in ("console.views.crawls -> console.cli", "console.dashboard.api -> "
+                  "console.demo.site", "console.local.processes -> console.run.ownership"):
+        assert arrow in out, arrow
+    assert "inside common: policy and fleet over the queue over its parts KEPT" in out

@@ -51,9 +51,9 @@ from common.sessions import SessionRules, SessionUpdate, send_updates
 from common.urls import fingerprint
 from common.workers import WorkerRegistry
 from console.fsck import repair_hosts
-from console.fsck_groups import repair_groups
-from console.fsck_render import repair_render
-from console.fsck_revisits import repair_schedule
+from console.fsck.groups import repair_groups
+from console.fsck.render import repair_render
+from console.fsck.revisits import repair_schedule
 
 LUA = Path(scripts.__file__).parent / "lua"
 FIXED = re.compile(r"^-- KEYS\[(\d+)\]\s+(\S+)")

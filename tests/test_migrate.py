@@ -60,7 +60,7 @@ from common.scripts import register
 from common.task import compact_entry, decode_entry, encode_entry
 from common.urls import fingerprint, task_id
 from consumer.config import build_parser, settings_from_args
-from consumer.run import run as consumer_run
+from consumer.wiring import run as consumer_run
 from producer.cli import main_async as producer_main
 
 LEASE_MS = 60_000
@@ -68,7 +68,7 @@ LEASE_MS = 60_000
 
 @pytest.fixture
 def console_cli() -> Iterator[types.ModuleType]:
-    """console.cli. While console/fsck.py is being ported to layout 3 (it imports the
+    """console.cli. While console/fsck/ is being ported to layout 3 (it imports the
     layout-2 host model, gone), it is stood in for, for this test only, by a module whose
     fsck refuses to run: the tests here need the commands that open the crawl, and fsck's
     own checks are stubbed where the repair path is tested."""
@@ -86,7 +86,8 @@ def console_cli() -> Iterator[types.ModuleType]:
 
     stub.fsck = fsck  # type: ignore[attr-defined]
     stub.report_text = str  # type: ignore[attr-defined]
-    saved = {name: sys.modules.pop(name, None) for name in ("console.fsck", "console.cli")}
+    saved = {name: sys.modules.pop(name, None)
+             for name in ("console.fsck", "console.cli", "console.cli.checks")}
     sys.modules["console.fsck"] = stub
     try:
         yield importlib.import_module("console.cli")
@@ -556,11 +557,11 @@ async def test_fsck_repair_converts_the_crawl_first(
         pass
 
     async def fsck(queue: CrawlQueue, *, fix: bool = False) -> Any:
-        """fsck's own checks (console/fsck.py's job): what they were given."""
+        """fsck's own checks (console/fsck/'s job): what they were given."""
         seen.append(f"{queue.crawl} {queue.settings.partitions} {fix}")
         raise Checked
 
-    monkeypatch.setattr(console_cli, "fsck", fsck)
+    monkeypatch.setattr(importlib.import_module("console.cli.checks"), "fsck", fsck)
     with pytest.raises(Checked):
         await console_cli.main_async(["fsck", "--repair", "--crawl", crawl_name, "--redis-url",
                            redis_url, "--cluster", "no"])

@@ -47,7 +47,7 @@ from common.task import decode_entry
 from common.urls import fingerprint
 from common.wake import WakeChannel
 from consumer.config import CONSUMER_OPTIONS, ConsumerSettings, build_parser, settings_from_args
-from consumer.run import run
+from consumer.wiring import run
 from producer.cli import PRODUCER_OPTIONS
 from producer.cli import main_async as producer_main
 

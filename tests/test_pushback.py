@@ -33,7 +33,7 @@ from common.policy import (
 )
 from common.queue import Code, Failure, Lease, LeasingQueue, RetryPolicy
 from consumer.config import build_parser, settings_from_args
-from consumer.run import run
+from consumer.wiring import run
 
 
 def default_consumer_args(redis_url: str, crawl: str, out: Path, *extra: str) -> list[str]:

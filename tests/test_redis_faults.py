@@ -57,8 +57,8 @@ from common.trapbook import TrapBook
 from common.urls import canonicalize, fingerprint, task_id
 from consumer.config import build_parser, settings_from_args
 from consumer.lifecycle import Consumer
-from consumer.run import run as run_consumer
 from consumer.sinks import make_sink
+from consumer.wiring import run as run_consumer
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Every consumer of these drills: local sites only, no robots.txt, no side server, no

@@ -30,8 +30,8 @@ from common.queue.revisits import late_quantile, observed_arg
 from common.revisit import Observed, Revisit
 from common.urls import canonicalize, fingerprint, task_id
 from common.workers import WorkerRegistry
+from consumer.held import LeaseBook
 from consumer.housekeeping import Housekeeping
-from consumer.leases import LeaseBook
 
 
 def nt(url: str, **kw: Any) -> NewTask:

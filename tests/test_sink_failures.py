@@ -26,7 +26,7 @@ from support.consume import consume, consumer_args, enqueue
 from support.live import snapshot
 from support.routes import serve
 
-import consumer.run
+import consumer.wiring
 from common.errors import RedisUnavailableError
 from common.exitcodes import EXIT_OK, EXIT_SINK
 from common.http.fetcher import Fetcher
@@ -36,8 +36,8 @@ from common.queue import LeasingQueue
 from common.urls import fingerprint, task_id
 from consumer.config import build_parser, settings_from_args
 from consumer.flush import Completion, Flusher, sink_outage
+from consumer.held import LeaseBook
 from consumer.intake import LinkIntake
-from consumer.leases import LeaseBook
 from consumer.lifecycle import Consumer
 from consumer.live import Live
 from consumer.sinks import JsonlSink, Record, Sink
@@ -117,7 +117,7 @@ def break_sink(monkeypatch: pytest.MonkeyPatch,
                fault: Callable[[int], BaseException | None]) -> list[int]:
     """Make the consumer's sink raise fault(n) on its n-th write (None: write). Returns a
     list holding the number of writes so far."""
-    real = consumer.run.make_sink
+    real = consumer.wiring.make_sink
     calls = [0]
 
     def make(kind: str, **kwargs: Any) -> Sink:
@@ -134,7 +134,7 @@ def break_sink(monkeypatch: pytest.MonkeyPatch,
         sink.write = failing  # type: ignore[method-assign]
         return sink
 
-    monkeypatch.setattr(consumer.run, "make_sink", make)
+    monkeypatch.setattr(consumer.wiring, "make_sink", make)
     return calls
 
 

@@ -29,8 +29,8 @@ from common.queue import CrawlSettings, LeasingQueue, NewTask
 from common.request import Request
 from common.urls import canonicalize
 from console.demo.site import SHOP_CATEGORIES, SiteSpec, product, reviews, sample_site
-from console.run_spider import gather_items
-from console.runs import type_path
+from console.run.command import gather_items
+from console.run.ownership import type_path
 from producer.cli import main_async
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,8 +22,8 @@ from common.queue import Lease, Stats
 from common.request import Request, check_request
 from common.task import Task
 from console.cli import main_async
-from console.local import progress_line
-from console.losses import Loss, advice, losses
+from console.local.processes import progress_line
+from console.views.losses import Loss, advice, losses
 from consumer.notices import RouteErrors
 
 

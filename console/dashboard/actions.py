@@ -38,7 +38,7 @@ from common.hostmodel.hostkey import host_key
 from common.queue import CrawlQueue
 from common.urls import canonicalize
 from console.dashboard.api import open_crawl
-from console.deadletters import select_dead
+from console.views.deadletters import select_dead
 
 log = logging.getLogger("dashboard")
 

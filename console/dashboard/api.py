@@ -50,9 +50,9 @@ from common.proxies.summary import read_summary
 from common.queue import CrawlQueue
 from common.sessions import list_sessions
 from common.workers import read_workers
-from console.cli_hosts import sort_refusal
-from console.crawls import MAX_CRAWLS, summaries, summary
-from console.deadletters import MAX_PAGE_SIZE, DeadPage, dead_page
+from console.views.crawls import MAX_CRAWLS, summaries, summary
+from console.views.deadletters import MAX_PAGE_SIZE, DeadPage, dead_page
+from console.views.hosts import sort_refusal
 
 CLIENT: web.AppKey[RedisClient] = web.AppKey("client", object)  # type: ignore[arg-type]
 TOKEN_SET: web.AppKey[bool] = web.AppKey("token_set", bool)

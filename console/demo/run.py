@@ -36,7 +36,8 @@ from common.queue import CrawlQueue, Stats
 from common.redis_server import RedisServer
 from common.startup import RedisGaveUpError, StartupWait
 from console.demo.site import SiteSpec, sample_site
-from console.local import (
+from console.local.logs import QUIET, LogNotes
+from console.local.processes import (
     Children,
     SigtermCancels,
     dir_summary,
@@ -47,7 +48,6 @@ from console.local import (
     stop_started,
     watch,
 )
-from console.runlog import QUIET, LogNotes
 
 __all__ = ["DEMO_OPTIONS", "run_demo"]
 

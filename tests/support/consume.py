@@ -13,8 +13,8 @@ import redis.asyncio as aioredis
 from common.queue import LeasingQueue, NewTask
 from common.urls import fingerprint
 from consumer.config import build_parser, settings_from_args
-from consumer.run import run
 from consumer.sinks import Record
+from consumer.wiring import run
 
 
 async def enqueue(client: aioredis.Redis, crawl: str, urls: list[str],

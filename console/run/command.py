@@ -4,7 +4,7 @@
    crash in every child. A ``--sink postgres://`` is tried too: a database refused is
    one line (exit 2: login, database; 6: not reachable).
 2. Redis: ``--redis-url`` / ``REDIS_URL`` if given, else an embedded redis-server stopped
-   at the end. The run owns its crawl (``console.runs``): a crawl of the spider's name
+   at the end. The run owns its crawl (``console.run.ownership``): a crawl of the spider's name
    left by an earlier run is reset first (said), unless ``--resume``; one that consumers
    are working on is refused (exit 2).
 3. The crawl's policy: the defaults, the spider's own values (``Spider(policy=...)``)
@@ -60,7 +60,8 @@ from common.queue import CrawlQueue, Stats
 from common.redis_server import RedisServer
 from common.spider import Spider, load_spider
 from common.startup import RedisGaveUpError
-from console.local import (
+from console.local.logs import QUIET, LogNotes
+from console.local.processes import (
     Children,
     SigtermCancels,
     redis_failed,
@@ -70,9 +71,7 @@ from console.local import (
     stop_started,
     watch,
 )
-from console.losses import OWN, outcomes
-from console.runlog import QUIET, LogNotes
-from console.runs import (
+from console.run.ownership import (
     ItemFile,
     elapsed_since,
     gather_items,
@@ -84,6 +83,7 @@ from console.runs import (
     run_exit,
     spider_tables,
 )
+from console.views.losses import OWN, outcomes
 
 __all__ = ["RUN_OPTIONS", "gather_items", "run_spider"]
 

@@ -1,4 +1,4 @@
-"""``crawlq crawl create|show|set``: a crawl's policy, the one place its fleet-wide values
+"""``crawlq crawl create|show|keys|set``: a crawl's policy, the one place its fleet-wide values
 live (``common.policy``).
 
 Values are ``KEY=VALUE`` words in the flags' syntax (``per_host_delay=1s``,
@@ -6,21 +6,24 @@ Values are ``KEY=VALUE`` words in the flags' syntax (``per_host_delay=1s``,
 or a flat TOML file (``create --config``, what ``show --toml`` prints). Every value is
 checked before anything is written: a bad one exits 2 naming the key, the value and the
 valid keys, and changes nothing.
+
+``crawlq reset --crawl C --yes``: every key of one crawl deleted, and nothing else.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from common.config import Option, add_options
 from common.connection import RedisClient
 from common.errors import ConfigError
-from common.exitcodes import EXIT_OK
+from common.exitcodes import EXIT_OK, EXIT_USAGE
+from common.keys import CRAWLS
 from common.policy import (
     POLICY_OPTIONS,
     VALID_KEYS,
@@ -35,20 +38,18 @@ from common.policy import (
     to_toml,
 )
 from common.queue import existing_settings, partition_keys
+from console.cli.output import when
+from console.views.crawls import crawl_keys, delete_crawl
 
 Command = Callable[..., argparse.ArgumentParser]
 #: Log entries ``crawl show`` lists in its text form.
 SHOWN_LOG = 5
 
 
-def _when(ms: float) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _change_text(entry: dict[str, Any]) -> str:
     changes = ", ".join(f"{k} {'-' if old is None else old} -> {new}"
                         for k, (old, new) in sorted(entry.get("changes", {}).items()))
-    return (f"  {_when(entry.get('at', 0))}  v{entry.get('version')}  "
+    return (f"  {when(entry.get('at', 0))}  v{entry.get('version')}  "
             f"{entry.get('by', '?')}: {changes}")
 
 
@@ -127,6 +128,21 @@ async def cmd_crawl_set(args: argparse.Namespace, client: RedisClient) -> int:
     stored = await set_policy(client, args.crawl, values, by="crawlq crawl set")
     what = "unchanged" if before is not None and before.version == stored.version else "set"
     print(_summary(args.crawl, stored, what))
+    return EXIT_OK
+
+
+async def cmd_reset(args: argparse.Namespace, client: RedisClient) -> int:
+    keys = await crawl_keys(client, args.crawl)
+    known = await client.sismember(CRAWLS, args.crawl)
+    if not keys and not known:
+        print(f"no keys of crawl {args.crawl} in this Redis; nothing to do")
+        return EXIT_OK
+    if not args.yes:
+        print(f"would delete {len(keys)} keys of crawl {args.crawl} (and nothing else); "
+              "nothing deleted. Add --yes to do it", file=sys.stderr)
+        return EXIT_USAGE
+    deleted = await delete_crawl(client, args.crawl)
+    print(f"deleted {deleted} keys of crawl {args.crawl}")
     return EXIT_OK
 
 

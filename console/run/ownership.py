@@ -35,8 +35,8 @@ from common.reasons import HANDLER_ERROR, ROBOTS_DISALLOWED
 from common.spider import Spider
 from common.trapbook import TrapBook
 from common.workers import read_workers
-from console.crawls import delete_crawl
-from console.losses import OWN, losses, outcomes
+from console.views.crawls import delete_crawl
+from console.views.losses import OWN, losses, outcomes
 
 __all__ = ["ItemFile", "gather_items", "own_crawl", "pg_check", "pg_rows", "report",
            "run_exit", "type_path"]

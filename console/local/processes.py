@@ -25,8 +25,8 @@ from common.queue import CrawlQueue, Stats
 from common.redis_errors import REDIS_ERRORS, redis_error_message
 from common.redis_server import RedisServer
 from common.startup import RedisGaveUpError, StartupWait
-from console.losses import OWN
-from console.runlog import failure_line
+from console.local.logs import failure_line
+from console.views.losses import OWN
 
 __all__ = ["Children", "SigtermCancels", "dir_summary", "progress_line", "redis_failed",
            "redis_wait", "say", "stop_started", "tail", "watch"]

@@ -23,7 +23,7 @@ from common.frontier.hosts import Frontier
 from common.keys import CRAWLS, PREFIX, CrawlKeys
 from common.queue import CrawlQueue, Stats
 from common.workers import read_workers
-from console.losses import link_fates
+from console.views.losses import link_fates
 
 #: At most this many crawls are summarized per call (by name).
 MAX_CRAWLS = 200
