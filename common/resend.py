@@ -126,7 +126,7 @@ SCRIPTS: dict[str, Resend] = {
     "render_vote": once("a second run would count one probe twice, and two agreeing "
                         "votes for one page could decide http a probe early; the vote is "
                         "dropped instead (logged): the pair stays probed and a later page "
-                        "of it votes (consumer.rendering)"),
+                        "of it votes (consumer.fetch_choice)"),
 }
 
 
