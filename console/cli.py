@@ -61,20 +61,20 @@ from common.config import (
     Option,
     add_options,
     duration,
-    redact_url,
 )
-from common.connection import RedisClient, connect, open_redis
-from common.durability import EVICTION_ADVICE, ServerSettings, server_settings
 from common.errors import BadRequestError, ConfigError, CrawlqError, MalformedTaskError
 from common.exitcodes import EXIT_FAIL, EXIT_INCONSISTENT, EXIT_OK, EXIT_REDIS, EXIT_USAGE
+from common.fleet.workers import read_workers
 from common.keys import CRAWLS, CrawlKeys
-from common.logs import setup_logging
+from common.observability.logs import setup_logging
 from common.queue import CrawlFormatError, CrawlQueue, CrawlSettings, migrate_crawl
-from common.redis_errors import redis_error_message
+from common.redis.connection import RedisClient, connect, open_redis
+from common.redis.durability import EVICTION_ADVICE, ServerSettings, server_settings
+from common.redis.errors import redis_error_message
+from common.redis.startup import RedisGaveUpError, StartupWait
 from common.runtime import run_loop
-from common.startup import RedisGaveUpError, StartupWait
-from common.task import decode_entry
-from common.workers import read_workers
+from common.tasks.task import decode_entry
+from common.urls.redact import redact_url
 from console.cli_crawl import add_crawl_commands
 from console.cli_hosts import add_host_commands
 from console.cli_proxies import add_proxy_commands

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from common.config import Option, add_options
-from common.connection import RedisClient
 from common.errors import ConfigError
 from common.exitcodes import EXIT_OK
 from common.policy import (
@@ -35,6 +34,7 @@ from common.policy import (
     to_toml,
 )
 from common.queue import existing_settings, partition_keys
+from common.redis.connection import RedisClient
 
 Command = Callable[..., argparse.ArgumentParser]
 #: Log entries ``crawl show`` lists in its text form.

@@ -54,13 +54,13 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from common.codec import text as _text
-from common.history_record import HistoryRecord, decode_record
 from common.hostmodel.hostrec import FORMAT as RECORD
 from common.hostmodel.hostrec import HostRecord, HostRecordError
 from common.keys import HASHTABLE_FIELD, LEGACY_HASHTABLE_FIELD, PartitionKeys
 from common.queue import CrawlQueue
-from common.scripts import register
-from common.task import queued_id
+from common.redis.scripts import register
+from common.revisits.record import HistoryRecord, decode_record
+from common.tasks.task import queued_id
 from console.fsck_groups import KINDS as GROUP_KINDS
 from console.fsck_groups import group_findings, held_slots, read_groups, repair_groups
 from console.fsck_render import KINDS as RENDER_KINDS

@@ -14,21 +14,21 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from common import soft404
-from common.bans import NO_RULES, Blocked
 from common.errors import FetchError, RedisUnavailableError
 from common.frontier.hosts import Frontier
 from common.http.fetcher import Fetcher, FetchResult
-from common.items import unique_key_of
-from common.metrics import Metrics
+from common.observability.metrics import Metrics
 from common.policy import is_pushback
+from common.proxies.bans import NO_RULES, Blocked
 from common.queue import Code, CrawlQueue, Failure, Lease
 from common.reasons import CONNECT_ERROR, PROBE
-from common.redis_errors import REDIS_ERRORS
-from common.request import Request
-from common.resend import may_run_again
-from common.soft404 import Signature
-from common.task import Task
+from common.redis.errors import REDIS_ERRORS
+from common.redis.resend import may_run_again
+from common.tasks.items import unique_key_of
+from common.tasks.request import Request
+from common.tasks.task import Task
+from common.traps import soft404
+from common.traps.soft404 import Signature
 from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
 from consumer.flush import Completion, Flusher
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("consumer")
 
 #: What a late request's turn runs: after a Redis error the task is handed back, and its
-#: next lease takes its turn again (common/resend.py: each may run twice). A robots.txt
+#: next lease takes its turn again (common/redis/resend.py: each may run twice). A robots.txt
 #: lookup's (ROBOTS_SCRIPTS) the same, when they may.
 LATE_TURN_SCRIPTS = ("late_turn", "release")
 

@@ -21,7 +21,7 @@ from common.errors import ConfigError
 from common.frontier.hosts import Frontier
 from common.http.fetcher import Fetcher
 from common.keys import CrawlKeys
-from common.metrics import Metrics
+from common.observability.metrics import Metrics
 from common.policy import create_policy, set_policy
 from common.queue import (
     Code,

@@ -1,6 +1,9 @@
 """The frontier's operator API: steering hosts while a crawl runs.
 
-- `hosts`: `Frontier` (list hosts, set one, pause, resume), a layer above the queue.
+- `hosts`: `Frontier` (list hosts, set one, pause, resume), a layer above the queue;
+- `groups`: the politeness groups as the operator reads and sets them;
+- `proxy_pool`: the proxy pool as an operator reads it (``crawlq proxies``, the
+  dashboard), with the crawl's policy's proxy rules.
 
 What a host is (its key, its settings as Redis keeps them) is the host model below the
 queue, `common.hostmodel`; the crawl's policy is `common.policy`. The lease itself is

@@ -6,7 +6,7 @@ the SSRF guard (`common.http.ssrf`), counted, loop-checked and stripped of crede
 changes origin. Bodies are streamed and capped on decompressed bytes.
 
 Request headers: `FetchSettings.headers` are the crawl's (``--header``). Those that are not
-credentials (`common.headers.is_credential`) are the session's defaults, sent on every
+credentials (`common.tasks.headers.is_credential`) are the session's defaults, sent on every
 request, robots.txt included; the credential ones are added only when a fetch asks for
 them (`fetch(..., crawl_credentials=True)`: the worker does, robots.txt does not).
 A fetch's own `headers` (a task's) override the crawl's, name by name. Every credential
@@ -30,7 +30,7 @@ redirect hop; `accept=None` (robots.txt) reads everything. Other statuses (4xx, 
 3xx) are read as ever: their outcome says more than their type.
 
 Methods and bodies: `fetch(url, method="POST", body=b"...")` sends any of
-``common.request.METHODS`` (GET by default) with its body. Redirects follow HTTP as
+``common.tasks.request.METHODS`` (GET by default) with its body. Redirects follow HTTP as
 browsers do (RFC 9110 15.4, the Fetch standard): a 303 turns any method but HEAD into a
 GET, a 301 or 302 turns a POST into a GET, and those drop the body with the headers that
 describe it (``Content-Type``, ...); a 307 or 308 repeats the method and the body. Every
@@ -71,11 +71,16 @@ from selectolax.lexbor import LexborHTMLParser
 from yarl import URL
 
 from common import reasons
-from common.config import redact_url
 from common.errors import ConfigError, FetchError
-from common.headers import DEFAULT_USER_AGENT, checked_headers, is_credential, redacted_headers
 from common.http.cookies import CookieJar
 from common.http.ssrf import GuardedResolver, SsrfGuard, literal_host_ip, ssrf_error_from
+from common.tasks.headers import (
+    DEFAULT_USER_AGENT,
+    checked_headers,
+    is_credential,
+    redacted_headers,
+)
+from common.urls.redact import redact_url
 
 __all__ = [
     "MAX_RETRY_AFTER_S",
