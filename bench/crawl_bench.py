@@ -190,7 +190,8 @@ def bare_share(spec: str, concurrency: int) -> None:
 
 async def fetcher_loop(urls: list[str], concurrency: int) -> tuple[float, float]:
     """The same loop through the consumer's Fetcher (SSRF guard off, caps and timeouts on)."""
-    from common.http.fetcher import Fetcher, FetchSettings  # noqa: PLC0415
+    from common.http.fetcher import Fetcher  # noqa: PLC0415
+    from common.http.results import FetchSettings  # noqa: PLC0415
 
     it: Iterator[str] = iter(urls)
     done = 0

@@ -24,7 +24,7 @@ from common.config import (
     size,
 )
 from common.errors import ConfigError
-from common.http.fetcher import FetchSettings
+from common.http.results import FetchSettings
 from common.names import WORKER_ID_RULE, validate_worker_id, worker_id_part
 from common.policy import CONSUMER
 from common.policy.command_flags import policy_flag

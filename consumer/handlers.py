@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.errors import ConfigError, InvalidRequestError
-from common.http.fetcher import FetchResult
+from common.http.results import FetchResult
 from common.tasks.request import Request, check_request, shown
 from common.tasks.task import Task
 from consumer.links import extract_links

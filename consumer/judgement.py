@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from common.http.fetcher import FetchResult
+from common.http.results import FetchResult
 from common.observability.metrics import Metrics
 from common.policy import follows_from
 from common.queue import NewTask

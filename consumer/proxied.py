@@ -31,7 +31,8 @@ from typing import Any
 from common import reasons
 from common.errors import FetchError
 from common.http.cookies import redact_set_cookie
-from common.http.fetcher import Fetcher, FetchResult
+from common.http.fetcher import Fetcher
+from common.http.results import FetchResult
 from common.proxies import ProxySpec
 from common.proxies.bans import Blocked, judge
 from common.tasks.task import Task

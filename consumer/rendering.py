@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from common.browser.render import DEFAULT_RENDER, Render, RenderResult
 from common.errors import FetchError
-from common.http.fetcher import Fetcher, FetchResult
+from common.http.fetcher import Fetcher
+from common.http.results import FetchResult
 from common.queue import Lease
 from common.queue.rendermodes import RenderModes
 from common.reasons import NO_BROWSER

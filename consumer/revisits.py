@@ -25,7 +25,7 @@ import hashlib
 import time
 from collections.abc import Sequence
 
-from common.http.fetcher import FetchResult, http_date
+from common.http.results import FetchResult, http_date
 from common.revisits.previous import MAX_VALIDATOR_BYTES, Observed, Revisit
 from consumer.sinks import Record
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from common.browser.render import DEFAULT_RENDER, Render
-from common.http.fetcher import FetchResult
+from common.http.results import FetchResult
 from common.proxies.bans import NO_RULES, Blocked
 from common.spider import Spider, run_route
 from common.tasks.task import Task

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from common.errors import FetchError, RedisUnavailableError
 from common.frontier.hosts import Frontier
-from common.http.fetcher import Fetcher, FetchResult
+from common.http.fetcher import Fetcher
+from common.http.results import FetchResult
 from common.observability.metrics import Metrics
 from common.policy import is_pushback
 from common.proxies.bans import NO_RULES, Blocked

@@ -32,11 +32,11 @@ from typing import IO, Any, cast
 from common import codec
 from common.errors import InvalidRequestError, SourceError
 from common.fleet.wake import WakeChannel
-from common.http.fetcher import redact_url
 from common.queue import CrawlQueue, EnqueueResult, NewTask
 from common.tasks.request import Request, request_from_dict
 from common.tasks.task import DEFAULT_MAX_ATTEMPTS
 from common.urls.canonical import Rejection, canonicalize
+from common.urls.redact import redact_url
 from producer.progress import Progress
 from producer.sources import MAX_REQUEST_LINE_BYTES, Chunk
 from producer.summary import MAX_SHOWN_REJECTS, Reject, Summary

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from common.http.fetcher import FetchResult
+from common.http.results import FetchResult
 from common.tasks.request import Request
 from consumer.handlers import HandlerContext, HandlerResult, links
 

@@ -36,7 +36,8 @@ from support.routes import page, serve
 
 import common.policy.store as policy_store
 from common.frontier.hosts import Frontier
-from common.http.fetcher import Fetcher, FetchResult
+from common.http.fetcher import Fetcher
+from common.http.results import FetchResult
 from common.observability.metrics import Metrics
 from common.policy import create_policy, set_policy
 from common.queue import Lease, LeasingQueue

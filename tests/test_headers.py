@@ -21,7 +21,8 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from common.config import add_options
 from common.errors import ConfigError, MalformedTaskError
-from common.http.fetcher import Fetcher, FetchSettings
+from common.http.fetcher import Fetcher
+from common.http.results import FetchSettings
 from common.queue import CrawlQueue, NewTask
 from common.tasks.headers import (
     MAX_HEADERS,

@@ -55,7 +55,7 @@ from console.fsck_groups import repair_groups
 from console.fsck_render import repair_render
 from console.fsck_revisits import repair_schedule
 
-LUA = Path(scripts.__file__).parent / "lua"
+LUA = Path(scripts.__file__).parents[1] / "lua"
 FIXED = re.compile(r"^-- KEYS\[(\d+)\]\s+(\S+)")
 RANGE = re.compile(r"^-- KEYS\[(\d+)\.\.(\d+)\]\s+(?:host|lease|group) state: ([^(]+)"
                    r"\(lib/(?:hosts|leases|groups)\.lua\)")

@@ -1,4 +1,4 @@
-"""A crawl's policy (common/policy.py): one versioned, logged object in Redis that every
+"""A crawl's policy (common/policy/): one versioned, logged object in Redis that every
 consumer reads and none overwrites. Real redis-server; the commands run as processes."""
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ from support.live import snapshot
 from support.routes import serve
 
 from common.errors import FetchError, InvalidRequestError, MalformedTaskError
-from common.http.fetcher import Fetcher, FetchSettings
+from common.http.fetcher import Fetcher
+from common.http.results import FetchSettings
 from common.observability.metrics import Metrics
 from common.queue import CrawlSettings, LeasingQueue, NewTask
 from common.tasks.request import MAX_BODY_BYTES, Request, request_from_dict

@@ -19,7 +19,8 @@ from support.consume import consumer_args
 from support.history import history_count
 from support.routes import serve
 
-from common.http.fetcher import Fetcher, FetchResult
+from common.http.fetcher import Fetcher
+from common.http.results import FetchResult
 from common.observability.metrics import Metrics
 from common.policy import set_policy
 from common.queue import Lease, LeasingQueue, NewTask

@@ -26,7 +26,8 @@ from support.routes import serve
 from yarl import URL
 
 from common.http.cookies import CookieJar, redact_set_cookie
-from common.http.fetcher import Fetcher, FetchSettings
+from common.http.fetcher import Fetcher
+from common.http.results import FetchSettings
 from common.keys import CrawlKeys
 from common.policy import create_policy
 from common.proxies.bans import NO_RULES, Blocked

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import crawlq
 from common.errors import ConfigError, InvalidRequestError, UnknownLabelError
-from common.http.fetcher import FetchResult
+from common.http.results import FetchResult
 from common.spider import Response, Spider, load_spider, run_route
 from common.tasks.items import KEY_SEP, Item
 from common.tasks.request import Request

@@ -20,7 +20,7 @@ from support.failover import cutting, script_sha
 from support.live import snapshot
 from support.routes import serve
 
-from common.http.fetcher import FetchResult
+from common.http.results import FetchResult
 from common.observability.metrics import Metrics
 from common.policy import CrawlPolicy, set_policy
 from common.queue import LeasingQueue, NewTask

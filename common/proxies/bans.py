@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from selectolax.lexbor import LexborHTMLParser, SelectolaxError
 
-from common.http.fetcher import FetchResult
+from common.http.results import FetchResult
 
 __all__ = ["NO_RULES", "Blocked", "check_selector", "judge", "statuses"]
 

@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from common.http.fetcher import FetchResult
+from common.http.results import FetchResult
 from common.spider.context import Context
 from common.spider.response import Response
 from common.spider.spider import Spider
