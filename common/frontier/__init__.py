@@ -10,3 +10,10 @@ queue, `common.hostmodel`; the crawl's policy is `common.policy`. The lease itse
 ``common/lua/lease.lua`` (its reply's layout is read in `common.queue`), the host state
 its scripts share ``common/lua/lib/hosts.lua``.
 """
+
+from common.frontier.groups import GroupPage, set_group
+from common.frontier.hosts import SORT_COLUMNS, Frontier, HostPage
+from common.frontier.proxy_pool import PoolSummary, read_summary
+
+__all__ = ["SORT_COLUMNS", "Frontier", "GroupPage", "HostPage", "PoolSummary", "read_summary",
+           "set_group"]

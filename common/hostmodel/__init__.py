@@ -10,3 +10,13 @@
 The queue and its scripts are built on these; steering hosts while a crawl runs is the
 operator's API above the queue, `common.frontier.hosts`.
 """
+
+from common.hostmodel.enqueue_groups import Grouper
+from common.hostmodel.group_record import GroupRecord, GroupRecordError
+from common.hostmodel.hostgroup import NO_GROUP, host_group
+from common.hostmodel.hostip import AddressBook
+from common.hostmodel.hostkey import host_key, partition_of_host
+from common.hostmodel.hostrec import HostRecord, HostRecordError
+
+__all__ = ["NO_GROUP", "AddressBook", "GroupRecord", "GroupRecordError", "Grouper",
+           "HostRecord", "HostRecordError", "host_group", "host_key", "partition_of_host"]
