@@ -176,7 +176,7 @@ def start_nginx(root: Path, workdir: Path, http: str) -> tuple[int, Path]:
     """nginx serving `root` on a free 127.0.0.1 port (apt-get installed if missing), with
     `http` (its access log at ``{log}``) in its http block; returns (port, log path).
     Stopped by `stop_all`."""
-    from common.redis_server import free_port  # noqa: PLC0415 - benches put ROOT on the path
+    from common.redis.server import free_port  # noqa: PLC0415 - benches put ROOT on the path
 
     d = workdir / "nginx"
     d.mkdir()

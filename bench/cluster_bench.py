@@ -27,10 +27,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from common.connection import open_redis  # noqa: E402
 from common.queue import CrawlSettings, LeasingQueue, NewTask  # noqa: E402
-from common.redis_server import RedisClusterServers, RedisServer  # noqa: E402
-from common.urls import fingerprint  # noqa: E402
+from common.redis.connection import open_redis  # noqa: E402
+from common.redis.server import RedisClusterServers, RedisServer  # noqa: E402
+from common.urls.canonical import fingerprint  # noqa: E402
 
 BATCH = 500
 

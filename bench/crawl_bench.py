@@ -67,9 +67,9 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout
 from benchlib import cpu_seconds, nginx_conf, wait_port, which_nginx  # noqa: E402
 
 from common.queue import CrawlQueue, CrawlSettings, NewTask  # noqa: E402
-from common.redis_server import RedisServer, free_port  # noqa: E402
+from common.redis.server import RedisServer, free_port  # noqa: E402
 from common.runtime import run_loop  # noqa: E402
-from common.urls import fingerprint  # noqa: E402
+from common.urls.canonical import fingerprint  # noqa: E402
 
 PAGE = ("<!doctype html>\n<html><head><title>bench</title></head><body>"
         + "<p>crawlq benchmark page</p>" * 20 + "</body></html>\n")
@@ -190,7 +190,8 @@ def bare_share(spec: str, concurrency: int) -> None:
 
 async def fetcher_loop(urls: list[str], concurrency: int) -> tuple[float, float]:
     """The same loop through the consumer's Fetcher (SSRF guard off, caps and timeouts on)."""
-    from common.http.fetcher import Fetcher, FetchSettings  # noqa: PLC0415
+    from common.http.fetcher import Fetcher  # noqa: PLC0415
+    from common.http.results import FetchSettings  # noqa: PLC0415
 
     it: Iterator[str] = iter(urls)
     done = 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from selectolax.lexbor import LexborHTMLParser
 
-from common.http.fetcher import FetchResult
+from common.http.results import FetchResult
 from consumer.handlers import HandlerContext, HandlerResult, links
 
 

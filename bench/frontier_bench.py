@@ -96,10 +96,10 @@ import redis.asyncio as aioredis
 import uvloop
 from wire_server import WireServer
 
-from common import scripts
 from common.queue import CrawlQueue, NewTask
-from common.redis_server import RedisServer
-from common.urls import fingerprint
+from common.redis import scripts
+from common.redis.server import RedisServer
+from common.urls.canonical import fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
 JITTER_S = 0.05

@@ -44,9 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 from common.policy import set_policy
 from common.queue import CrawlSettings, LeasingQueue, NewTask
-from common.redis_server import RedisServer
-from common.revisit import Observed
-from common.urls import fingerprint
+from common.redis.server import RedisServer
+from common.revisits.previous import Observed
+from common.urls.canonical import fingerprint
 
 ETAG = b'"5f2b-1a3c9e7d"'
 LAST_MODIFIED = b"Wed, 21 Oct 2015 07:28:00 GMT"

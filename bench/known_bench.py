@@ -42,9 +42,9 @@ sys.path.insert(0, str(ROOT))
 
 from common.policy import set_policy  # noqa: E402
 from common.queue import CrawlQueue, CrawlSettings, LeasingQueue, NewTask  # noqa: E402
-from common.redis_server import RedisServer  # noqa: E402
-from common.revisit import Observed  # noqa: E402
-from common.urls import fingerprint  # noqa: E402
+from common.redis.server import RedisServer  # noqa: E402
+from common.revisits.previous import Observed  # noqa: E402
+from common.urls.canonical import fingerprint  # noqa: E402
 
 CRAWL = "known"
 HOSTS = 997

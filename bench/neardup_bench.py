@@ -49,7 +49,7 @@ from benchlib import cpu_seconds, doc_root, run_in_workdir, start_nginx  # noqa:
 from site_bench import AccessLog, Client, consumer_argv, run_clients  # noqa: E402
 
 from common.policy import parse_assignments, set_policy  # noqa: E402
-from common.redis_server import RedisServer  # noqa: E402
+from common.redis.server import RedisServer  # noqa: E402
 from common.runtime import run_loop  # noqa: E402
 
 

@@ -44,8 +44,8 @@ from benchlib import cpu_seconds, doc_root, run_in_workdir, start_nginx, stop_al
 from support.postgres import PostgresServer, find_bindir  # noqa: E402
 
 from common.queue import CrawlQueue, CrawlSettings, NewTask  # noqa: E402
-from common.redis_server import RedisServer  # noqa: E402
-from common.urls import canonicalize, fingerprint  # noqa: E402
+from common.redis.server import RedisServer  # noqa: E402
+from common.urls.canonical import canonicalize, fingerprint  # noqa: E402
 
 TARGET = 0.85
 

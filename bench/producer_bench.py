@@ -33,8 +33,8 @@ from typing import Any, cast
 import redis
 
 from common import codec
-from common.redis_server import RedisServer
-from common.urls import canonicalize
+from common.redis.server import RedisServer
+from common.urls.canonical import canonicalize
 
 TARGET_URLS_PER_S = 100_000
 TARGET_RSS_MB = 100

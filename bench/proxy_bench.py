@@ -64,8 +64,8 @@ from support.forward_proxy import CAPTCHA, ForwardProxy  # noqa: E402
 
 from common.policy import create_policy  # noqa: E402
 from common.queue import CrawlQueue, CrawlSettings, NewTask  # noqa: E402
-from common.redis_server import RedisServer  # noqa: E402
-from common.urls import fingerprint  # noqa: E402
+from common.redis.server import RedisServer  # noqa: E402
+from common.urls.canonical import fingerprint  # noqa: E402
 
 VENV = Path.home() / ".cache" / "crawlq-bench" / "proxy-scrapy-venv"
 HEALTHY, DYING = [f"p{i}" for i in range(6)], ["p6", "p7"]

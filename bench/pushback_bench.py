@@ -110,7 +110,7 @@ from benchlib import (  # noqa: E402
     wait_port,
 )
 
-from common.redis_server import RedisServer, free_port  # noqa: E402
+from common.redis.server import RedisServer, free_port  # noqa: E402
 
 KIND_LABELS = {
     "a": "429 + Retry-After, strict",

@@ -51,7 +51,6 @@ import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code
 
-from common.connection import connect
 from common.keys import partition_prefix
 from common.policy import set_policy
 from common.queue import (
@@ -62,9 +61,10 @@ from common.queue import (
     NewTask,
 )
 from common.queue.revisits import late_quantile
-from common.redis_server import RedisServer
-from common.revisit import Observed
-from common.urls import canonicalize, fingerprint, task_id
+from common.redis.connection import connect
+from common.redis.server import RedisServer
+from common.revisits.previous import Observed
+from common.urls.canonical import canonicalize, fingerprint, task_id
 
 try:
     import uvloop

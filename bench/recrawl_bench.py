@@ -153,7 +153,7 @@ from pushback_bench import crawlq_cmd  # noqa: E402
 from site_bench import AccessLog, page_uri  # noqa: E402
 
 from common.queue import CrawlQueue  # noqa: E402
-from common.redis_server import RedisServer, free_port  # noqa: E402
+from common.redis.server import RedisServer, free_port  # noqa: E402
 from common.runtime import run_loop  # noqa: E402
 
 # -- what the bench sets: every option name and value, in one place ---------------------

@@ -351,9 +351,9 @@ def run_crawlq(workdir: Path, base: str, expected: set[str], *, pages: int, auto
 
     from common.policy import create_policy  # noqa: PLC0415
     from common.queue import CrawlQueue, CrawlSettings, NewTask  # noqa: PLC0415
-    from common.redis_server import RedisServer  # noqa: PLC0415
-    from common.request import Request  # noqa: PLC0415
-    from common.urls import canonicalize  # noqa: PLC0415
+    from common.redis.server import RedisServer  # noqa: PLC0415
+    from common.tasks.request import Request  # noqa: PLC0415
+    from common.urls.canonical import canonicalize  # noqa: PLC0415
 
     spider = workdir / "crawlq_spider.py"
     spider.write_text(CRAWLQ_SPIDER.format(start=base + "/"))

@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 from queue_bench import bench_lease_ack, line
 
-from common.connection import connect
-from common.redis_server import RedisServer
+from common.redis.connection import connect
+from common.redis.server import RedisServer
 
 
 def in_sync(replica: RedisServer) -> None:

@@ -44,8 +44,8 @@ import redis.asyncio as aioredis
 from common.frontier.hosts import Frontier
 from common.policy import set_policy
 from common.queue import CrawlSettings, LeasingQueue, NewTask
-from common.redis_server import RedisServer
-from common.urls import fingerprint
+from common.redis.server import RedisServer
+from common.urls.canonical import fingerprint
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -101,9 +101,9 @@ from benchlib import (  # noqa: E402
 )
 
 from common.queue import CrawlQueue, CrawlSettings, NewTask  # noqa: E402
-from common.redis_server import RedisServer  # noqa: E402
+from common.redis.server import RedisServer  # noqa: E402
 from common.runtime import run_loop  # noqa: E402
-from common.urls import canonicalize, fingerprint  # noqa: E402
+from common.urls.canonical import canonicalize, fingerprint  # noqa: E402
 
 SCRAPY_VENV = Path.home() / ".cache" / "crawlq-bench" / "scrapy-venv"
 # What pages embed and a link-follower never fetches: wget -r fetches these, so skip them.

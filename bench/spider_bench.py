@@ -173,7 +173,7 @@ def variant(text: str) -> tuple[str, dict[str, str]]:
 
 def run_crawlq(workdir: Path, start: str, per_host: int,
                values: tuple[str, dict[str, str]]) -> Result:
-    from common.redis_server import RedisServer  # noqa: PLC0415 - ROOT is on the path now
+    from common.redis.server import RedisServer  # noqa: PLC0415 - ROOT is on the path now
     from console.run.command import gather_items  # noqa: PLC0415
 
     name, policy = values

@@ -77,7 +77,7 @@ from site_bench import AccessLog, Client, Run, run_clients, scrapy_python, spawn
 from trap_sites import FAMILIES, NOT_FOUND, SESSION_IDS, Site  # noqa: E402
 
 from common.policy import OPTIONS, parse_assignments, set_policy  # noqa: E402
-from common.redis_server import RedisServer  # noqa: E402
+from common.redis.server import RedisServer  # noqa: E402
 from common.runtime import run_loop  # noqa: E402
 
 TARGET_TRAP_SHARE = 0.05

@@ -35,7 +35,7 @@ trees has one, so a 404), and every crawl starts at the tree's ``index.html``:
    links refused by a trap rule, pages judged); every page judged ``soft_404`` or
    ``near_duplicate`` by URL, and for a near duplicate the page of its URL shape
    nearest to it among those the run fetched, with the distance in bits (recomputed
-   here as the consumer computes it: the links handler's links, ``common.simhash``);
+   here as the consumer computes it: the links handler's links, ``common.traps.simhash``);
    and the consumer's **CPU per page** (user + system from its first request at the
    server to its exit: site_bench's measure, start-up left out).
 3. **a spider** emitting one item per HTML page (``{"url", "title"}`` keyed by URL) and
@@ -93,14 +93,14 @@ from benchlib import (  # noqa: E402
 from neardup_bench import create_policy  # noqa: E402
 from site_bench import AccessLog, Client, Env, Run, consumer_argv, run_clients  # noqa: E402
 
-from common import simhash  # noqa: E402
 from common.queue import CrawlQueue, CrawlSettings, NewTask  # noqa: E402
-from common.redis_server import RedisServer  # noqa: E402
+from common.redis.server import RedisServer  # noqa: E402
 from common.runtime import run_loop  # noqa: E402
-from common.trapbook import TrapBook  # noqa: E402
-from common.urls import canonicalize  # noqa: E402
-from common.urls import fingerprint as url_fingerprint  # noqa: E402
-from common.urlshape import shape  # noqa: E402
+from common.traps import simhash  # noqa: E402
+from common.traps.book import TrapBook  # noqa: E402
+from common.urls.canonical import canonicalize  # noqa: E402
+from common.urls.canonical import fingerprint as url_fingerprint  # noqa: E402
+from common.urls.shape import shape  # noqa: E402
 from consumer.judgement import link_features  # noqa: E402
 from consumer.links import extract_links  # noqa: E402
 
@@ -128,7 +128,7 @@ VARIANTS = (
     ("all off", {"near_duplicate_distance": "off", "soft_404": "false"}),
 )
 JUDGED = ("soft_404", "near_duplicate")
-#: A probe's made-up name (common.soft404.probe_url): a letter, 14 of [a-z0-9], a digit.
+#: A probe's made-up name (common.traps.soft404.probe_url): a letter, 14 of [a-z0-9], a digit.
 PROBE = re.compile(r"/[a-z][a-z0-9]{14}[0-9](\.[A-Za-z0-9]{1,5}|/)?$")
 #: The CPU target: the defaults' consumer CPU per page over all-off's, at most.
 TARGET_CPU = 1.10
@@ -336,7 +336,7 @@ def run_spider(env: Env, n: int) -> Crawl:
 def start_catch_all(root: Path, d: Path) -> tuple[int, Path]:
     """nginx serving `root` as `start_nginx` does, but a missing path is answered 200
     with the tree's index.html (``error_page 404 =200 /index.html``): a soft 404."""
-    from common.redis_server import free_port  # noqa: PLC0415
+    from common.redis.server import free_port  # noqa: PLC0415
 
     d.mkdir()
     port, log = free_port(), d / "access.log"

@@ -21,7 +21,8 @@ from typing import Any
 
 from common.errors import ConfigError
 from common.names import CRAWL_NAME_RULE, validate_crawl_name
-from common.redis_url import check_redis_url
+from common.redis.url import check_redis_url
+from common.urls.redact import redact_url
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$", re.IGNORECASE)
 _DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -207,24 +208,6 @@ class _Switch(argparse.BooleanOptionalAction):
                  values: Any, option_string: str | None = None) -> None:
         super().__call__(parser, namespace, values, option_string)
         _mark_given(namespace, self.option_strings[0])
-
-
-def redact_url(url: str) -> str:
-    """`url` with any userinfo (`user:pass@`) replaced by `***@`; never raises.
-
-    For logs, errors and reprs of Redis and proxy URLs.
-    """
-    sep = url.find("://")
-    start = sep + 3 if sep >= 0 else 0
-    end = len(url)
-    for ch in "/?#":
-        i = url.find(ch, start)
-        if i != -1 and i < end:
-            end = i
-    at = url.rfind("@", start, end)
-    if at == -1:
-        return url
-    return f"{url[:start]}***{url[at:]}"
 
 
 REDIS_URL = Option("--redis-url", "REDIS_URL", "redis://localhost:6379/0",

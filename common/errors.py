@@ -33,7 +33,7 @@ class BadRequestError(CrawlqError, ValueError):
 
 
 class InvalidRequestError(CrawlqError, ValueError):
-    """A Request (common/request.py) is malformed: a bad method, data that isn't a JSON
+    """A Request (common/tasks/request.py) is malformed: a bad method, data that isn't a JSON
     object, a body over the cap, a label that isn't a route name, a bad header; the
     message names the field and what to do. Raised when it is made or enqueued."""
 

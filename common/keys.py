@@ -30,7 +30,7 @@ hq:<host>      LIST    the host's pending entries, priority 0,     enqueue, rele
                        bytes, then ``/<path>`` (https of the       requeue, revisit,
                        host), ``:/<path>`` (http) or the whole     lease
                        URL, then `` <json>`` if any
-                       (``common.task.compact_entry``)
+                       (``common.tasks.task.compact_entry``)
 hp:<host>      ZSET    the host's pending entries with priority    same as hq
                        > 0, score = -priority (highest first)
 due            ZSET    host -> when its next request may start,    the host ledger's
@@ -77,7 +77,7 @@ g:of           HASH    host -> its politeness group (its           enqueue (poli
                        under ip), while the crawl's                apply's backfill
                        politeness_key is not host
 groups         HASH    group -> its record: 5 little-endian        the host ledger's
-                       doubles (``common.hostmodel.grouprec``,     flush (lib/groups.lua)
+                       doubles (``common.hostmodel.group_record``,     flush (lib/groups.lua)
                        ``lib/groups.lua``): last request start
                        (ms), inflight, its delay and concurrency
                        (-1 = the crawl's), blocked until (ms)
@@ -96,7 +96,7 @@ r:pending      STRING  render entries pending (also in             lease, lease_
 rop:<worker>   STRING  as ``op:<worker>``, of lease_render         lease_render
 =============  ======  ==========================================  ===================
 
-Crawler traps (``common.trapbook``; the crawl's ``trap_*`` and
+Crawler traps (``common.traps.book``; the crawl's ``trap_*`` and
 ``near_duplicate_distance`` policy):
 
 =============  ======  ==========================================  ===================
@@ -112,9 +112,9 @@ nd:<host>      STRING  the host's newest page fingerprints, at     fingerprints
                        most 256, each 24 bytes: the 64-bit
                        SimHashes of its text and of its links, 4
                        bytes of its URL's fingerprint and 4 of its
-                       URL's shape (``common.urlshape``)
+                       URL's shape (``common.urls.shape``)
 jd:<host>      HASH    s:<dir> -> the soft-404 signature of a      judgement
-                       directory (``common.soft404``, JSON);
+                       directory (``common.traps.soft404``, JSON);
                        p:<dir> -> who claimed its probe; n ->
                        probes claimed; t:<rule> -> 1, a session
                        token learned (``q:<name>`` a query
@@ -224,9 +224,9 @@ when, ms of Redis TIME), ``lock:producer`` STRING (one producer run at a time),
 STREAM (the redis-stream sink), ``workers`` ZSET (worker id -> last heartbeat, ms of Redis
 TIME) and ``worker:<id>`` HASH (id, host, pid, state, started_ms, heartbeat_ms,
 interval_ms, in_flight, done, failed, pages_per_s; times in ms of Redis TIME; expires
-unless refreshed; ``common.workers``), ``history`` LIST (newest first, at most 720 JSON
+unless refreshed; ``common.fleet.workers``), ``history`` LIST (newest first, at most 720 JSON
 snapshots ``{"t": unix s of Redis TIME, "done": n, ...}`` of the summed counters, about
-one per 5 s fleet-wide: an hour, for rates and the dashboard's chart; ``common.history``),
+one per 5 s fleet-wide: an hour, for rates and the dashboard's chart; ``common.fleet.history``),
 ``policy`` HASH (the crawl's policy, ``common.policy``: ``version``, bumped by every
 change, and one field per policy option, its value as text in the flag's syntax, e.g.
 ``per_host_delay`` ``1s``; written only by ``policy_set.lua``) and ``policy:log`` LIST
@@ -242,7 +242,7 @@ failures, bans, failures in a row, quarantine level and end, response time, last
 its URL with credentials redacted; ``common.proxies.health``, ``proxy_report.lua``) and
 ``px:op:<worker>`` STRING (the worker's last report's op id and reply, PX 60 s).
 
-Sessions (``common.sessions``, docs/proxies.md): ``se`` ZSET (session name -> its last
+Sessions (``common.proxies.sessions``, docs/proxies.md): ``se`` ZSET (session name -> its last
 change, ms of Redis TIME), ``se:<name>`` HASH (one session: ``~v`` its version, bumped
 by every change of its cookies, state, proxy or headers; ``~uses``, ``~bans``, ``~state``
 live or retired, ``~proxy`` its proxy's id, ``~host`` its pool's host ('' for a named
@@ -467,12 +467,12 @@ class PartitionKeys:
         return f"{self.prefix}tv:{host}"
 
     def fingerprints(self, host: str) -> str:
-        """A host's newest page fingerprints, 24 bytes each (``common.trapbook``)."""
+        """A host's newest page fingerprints, 24 bytes each (``common.traps.book``)."""
         return f"{self.prefix}nd:{host}"
 
     def judgement(self, host: str) -> str:
         """What the fleet learned of a host's pages: soft-404 signatures per directory,
-        probes claimed, session tokens (``common.trapbook``)."""
+        probes claimed, session tokens (``common.traps.book``)."""
         return f"{self.prefix}jd:{host}"
 
     def pattern(self) -> str:
@@ -491,12 +491,12 @@ class CrawlKeys:
     results: str
     workers: str
     history: str
-    wake: str  # a pub/sub channel, not a key (common.wake)
+    wake: str  # a pub/sub channel, not a key (common.fleet.wake)
     policy: str
     policy_log: str
     migrate_lock: str  # the SET NX PX guard of a conversion from layout 2
     proxies: str  # the proxy pool's health records (common.proxies)
-    sessions: str  # the sessions' index (common.sessions)
+    sessions: str  # the sessions' index (common.proxies.sessions)
     #: HASH "<host> <route label>" -> render mode of a rendering=auto crawl (render_vote.lua)
     render_modes: str
 
@@ -514,7 +514,7 @@ class CrawlKeys:
         return crawl_key(self.crawl, f"px:op:{worker}")
 
     def session(self, name: str) -> str:
-        """One session's record: its cookies, version, uses, state (common.sessions)."""
+        """One session's record: its cookies, version, uses, state (common.proxies.sessions)."""
         return crawl_key(self.crawl, f"se:{name}")
 
     def session_pool(self, host: str) -> str:

@@ -6,7 +6,7 @@ import sys
 from collections.abc import Sequence
 
 from common.errors import ConfigError
-from common.logs import setup_logging
+from common.observability.logs import setup_logging
 from common.runtime import run_loop, tune_gc
 from consumer.config import build_parser, settings_from_args
 from consumer.wiring import run

@@ -24,12 +24,12 @@ from common.config import (
     size,
 )
 from common.errors import ConfigError
-from common.headers import parse_header_lines
-from common.http.fetcher import FetchSettings
+from common.http.results import FetchSettings
 from common.names import WORKER_ID_RULE, validate_worker_id, worker_id_part
 from common.policy import CONSUMER
-from common.policy_flags import policy_flag
+from common.policy.command_flags import policy_flag
 from common.proxies.spec import DEFAULT_TIER, ProxySpec, proxy_spec
+from common.tasks.headers import parse_header_lines
 from consumer.sinks import SINK_KINDS, sink_kind
 
 

@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from common.browser.render import DEFAULT_RENDER, Render, RenderResult
 from common.errors import FetchError
-from common.http.fetcher import Fetcher, FetchResult
-from common.items import Item
+from common.http.fetcher import Fetcher
+from common.http.results import FetchResult
 from common.queue import Lease
 from common.queue.rendermodes import RenderModes
 from common.reasons import NO_BROWSER
-from common.redis_errors import REDIS_ERRORS
-from common.request import Request
+from common.redis.errors import REDIS_ERRORS
+from common.tasks.items import Item
+from common.tasks.request import Request
 from consumer.handlers import HandlerContext, as_result
 from consumer.routing import Router
 from consumer.turns import Turns

@@ -3,7 +3,7 @@ ack / fail / release in batches — acks only after the sink has the result.
 
 Queue calls are retried through a Redis outage, each with its operation id kept across
 its retries: an ack or fail that ran, its reply lost, answers the codes it gave then
-(common/resend.py, lib/once.lua). A sink write that fails is not an outage: its tasks
+(common/redis/resend.py, lib/once.lua). A sink write that fails is not an outage: its tasks
 are released instead of acked, and `SinkHealth` takes over (see
 ``consumer.write_health``): while the sink fails, batches wait for its next try.
 """
@@ -22,13 +22,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from common.errors import RedisUnavailableError
-from common.metrics import Metrics
+from common.observability.metrics import Metrics
 from common.queue import Code, CrawlQueue, Failure, Lease, NewTask
 from common.queue.calls import new_op_id
-from common.redis_errors import REDIS_ERRORS
-from common.request import Request
-from common.resend import may_run_again
-from common.soft404 import Signature
+from common.redis.errors import REDIS_ERRORS
+from common.redis.resend import may_run_again
+from common.tasks.request import Request
+from common.traps.soft404 import Signature
 from consumer.backoff import Backoff
 from consumer.held import LeaseBook
 from consumer.intake import LinkIntake
@@ -47,7 +47,7 @@ HELD_POLL_S = 0.05
 _LOST = frozenset({Code.STALE, Code.EXPIRED, Code.UNKNOWN})  # the lease was not ours anymore
 DEFAULT_SINK_RETRY_FOR_S = 60.0
 #: The scripts each flush step calls: a step that failed is run again only when they may
-#: all run twice (common/resend.py), or when it did not run.
+#: all run twice (common/redis/resend.py), or when it did not run.
 STEPS: dict[str, tuple[str, ...]] = {
     "judgement": ("judgement", "fingerprints"), "traps": ("traps",),
     "enqueue": ("enqueue", "enqueue_bloom"), "ack": ("ack",), "fail": ("fail",),

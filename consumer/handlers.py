@@ -3,7 +3,7 @@
 A handler is ``async def handler(response: FetchResult, ctx: HandlerContext)`` named on
 the command line as ``module:function``. It may return ``None``, a
 :class:`HandlerResult`, or a dict with ``items`` and/or ``urls``. URLs it returns, as
-strings or as :class:`~common.request.Request` objects (a method, a body, a label for
+strings or as :class:`~common.tasks.request.Request` objects (a method, a body, a label for
 the route that parses it, data for that route), are enqueued through the crawl's dedup
 with depth + 1 (bounded by ``--max-depth`` and ``--allow-domains``); a Request keeps its
 label, data, method, body and headers on the way, to whichever consumer leases it. A
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.errors import ConfigError, InvalidRequestError
-from common.http.fetcher import FetchResult
-from common.request import Request, check_request, shown
-from common.task import Task
+from common.http.results import FetchResult
+from common.tasks.request import Request, check_request, shown
+from common.tasks.task import Task
 from consumer.links import extract_links
 
 

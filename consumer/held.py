@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from common.metrics import Metrics
+from common.observability.metrics import Metrics
 from common.queue import Lease
 
 

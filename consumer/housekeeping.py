@@ -11,18 +11,18 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 
-from common import history
-from common.metrics import Metrics
+from common.fleet import history
+from common.fleet.workers import WorkerRegistry
+from common.observability.metrics import Metrics
 from common.queue import CrawlQueue, Lease
-from common.redis_errors import REDIS_ERRORS
-from common.resend import may_run_again
-from common.workers import WorkerRegistry
+from common.redis.errors import REDIS_ERRORS
+from common.redis.resend import may_run_again
 from consumer.held import LeaseBook
 
 log = logging.getLogger("consumer")
 
 PROGRESS_EVERY_S = 30.0
-#: What each loop runs again, at its next round, after a Redis error (common/resend.py:
+#: What each loop runs again, at its next round, after a Redis error (common/redis/resend.py:
 #: each may run twice).
 HEARTBEAT_SCRIPTS = ("renew", "worker_beat")
 REAPER_SCRIPTS = ("reclaim", "promote", "revisit", "history_get", "history_push")

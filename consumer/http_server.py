@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from common.errors import ConfigError
-from common.metrics import Metrics
+from common.observability.metrics import Metrics
 
 log = logging.getLogger("consumer")
 

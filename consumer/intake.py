@@ -5,19 +5,19 @@ as on every other page. Each is canonicalized, scoped (``--max-depth``,
 ``--allow-domains``) and fingerprinted here, and only then sent to Redis, which decides
 whether it is new (the crawl's dedup). :class:`SeenCache` remembers the URLs this
 consumer sent recently, so a link seen again skips all of that and the round trip.
-A handler's :class:`~common.request.Request` goes the same way, keeping its method, body,
+A handler's :class:`~common.tasks.request.Request` goes the same way, keeping its method, body,
 label, data and headers; the cache remembers it by its unique key (for a GET, its URL),
 which is what the queue deduplicates it by.
 
 A link that is not cached loses its session ids (and, where its host showed session
-tokens fresh per visit, ``common.traps.fresh_tokens``, is deduplicated without them: its
+tokens fresh per visit, ``common.traps.rules.fresh_tokens``, is deduplicated without them: its
 task's unique key) and is judged by the crawl's trap rules
-(``common.traps``: its length, path segments, a repeated segment, query parameters), and
+(``common.traps.rules``: its length, path segments, a repeated segment, query parameters), and
 by its page: a page's links to its own path that make a faceted search (``trap_facets``)
 are refused. A refused one is counted by its rule's fate and tallied for its host, and
 marked like an invalid one, but for a facet, which is one only on its page. `admit` then
 asks Redis, once per batch, whether each link with a query is a new variant past its
-path's limit (``trap_path_variants``, fleet-wide: ``common.trapbook``), sending the
+path's limit (``trap_path_variants``, fleet-wide: ``common.traps.book``), sending the
 hosts' tallies with the same call.
 
 Redis stays the authority: the cache only ever skips a URL that this process already
@@ -44,18 +44,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from common.connection import RedisClient
 from common.errors import InvalidRequestError
 from common.hostmodel.hostkey import host_key
-from common.metrics import LINK_FATES, NOT_FOLLOWED, Metrics
+from common.observability.metrics import LINK_FATES, NOT_FOLLOWED, Metrics
 from common.policy import follows_from
 from common.queue import NewTask
 from common.queue.calls import new_op_id
-from common.redis_errors import REDIS_ERRORS
-from common.request import Request, request_key
-from common.task import Task
-from common.trapbook import TrapBook, Variant
-from common.traps import (
+from common.redis.connection import RedisClient
+from common.redis.errors import REDIS_ERRORS
+from common.tasks.request import Request, request_key
+from common.tasks.task import Task
+from common.traps.book import TrapBook, Variant
+from common.traps.rules import (
     FACETS,
     VARIANTS,
     TrapRules,
@@ -64,7 +64,7 @@ from common.traps import (
     variant_of,
     without_tokens,
 )
-from common.urls import canonicalize, fingerprint
+from common.urls.canonical import canonicalize, fingerprint
 
 if TYPE_CHECKING:
     from consumer.live import LivePolicy
@@ -302,7 +302,7 @@ class LinkIntake:
         fates["sent"] += 1
         return task
     def _learn(self, page: str, urls: Sequence[str | Request]) -> Mapping[str, str]:
-        """The session-token rules of `page`'s host (``common.traps.fresh_tokens``),
+        """The session-token rules of `page`'s host (``common.traps.rules.fresh_tokens``),
         with those its links show (learned once `TOKEN_PAGES` pages showed them)."""
         if self.tokens is None:
             return {}

@@ -2,15 +2,15 @@
 variants of one URL, soft 404s by their host's probed signature, and the probes to make.
 
 - **Near duplicates** (``near_duplicate_distance``, off by default): a page whose URL is
-  a variant (``common.urlshape``: a query, a date, a counter, a token in its path) gets a
+  a variant (``common.urls.shape``: a query, a date, a counter, a token in its path) gets a
   SimHash of its words and one of its links (but those to its own shape, with their
   tokens masked), compared with its host's newest pages *of its shape* only, both within
-  the distance (``common.trapbook``). A near duplicate's links to pages of its shape are
+  the distance (``common.traps.book``). A near duplicate's links to pages of its shape are
   not followed (a calendar's next month, an empty listing's next page, another sort
   order); its other links are, and its items are written unless ``drop_judged_items``.
   A listing whose items differ links other pages, so its links' fingerprint differs:
   pagination is never a near duplicate of itself.
-- **Soft 404s** (``soft_404``, on by default; ``common.soft404``): a host's root is
+- **Soft 404s** (``soft_404``, on by default; ``common.traps.soft404``): a host's root is
   probed as soon as a page links into it: a request for a path that
   cannot exist, made a task of its own (``PROBE_META``) that the frontier serves like any
   (robots.txt and politeness obeyed) at a high priority. When two pages of one host
@@ -41,18 +41,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from common import simhash, soft404
-from common.http.fetcher import FetchResult
-from common.metrics import Metrics
+from common.http.results import FetchResult
+from common.observability.metrics import Metrics
 from common.policy import follows_from
 from common.queue import NewTask
 from common.reasons import NEAR_DUPLICATE, SOFT_404
-from common.request import Request
-from common.soft404 import Signature
-from common.task import Task
-from common.trapbook import HostState, Learned, Page, TrapBook
-from common.urls import fingerprint
-from common.urlshape import common_directory, directory, is_variant, masked, shape, shape_tag
+from common.tasks.request import Request
+from common.tasks.task import Task
+from common.traps import simhash, soft404
+from common.traps.book import HostState, Learned, Page, TrapBook
+from common.traps.soft404 import Signature
+from common.urls.canonical import fingerprint
+from common.urls.shape import common_directory, directory, is_variant, masked, shape, shape_tag
 
 if TYPE_CHECKING:
     from consumer.flush import Completion
@@ -413,7 +413,7 @@ def page_facts(task: Task, host: str, result: FetchResult, urls: Sequence[str | 
     one call per partition gives the verdict, where waiting for it here would cost a
     round trip a page): for soft 404s, its title, when it was reached by a link (a seed
     is the operator's word); for near duplicates, when its URL is a variant
-    (``common.urlshape``) and its request has no label (a labelled request is the
+    (``common.urls.shape``) and its request has no label (a labelled request is the
     spider's own word that the page is one it wants: a product page of one template
     differs from the next by a few words), the fingerprint of its text (from the tree
     the handler parsed, its scripts stripped) and of its links; for a title `seen`

@@ -13,10 +13,10 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from common.metrics import Metrics
+from common.observability.metrics import Metrics
 from common.queue import Lease, LeaseBatch, LeasingQueue
-from common.redis_errors import REDIS_ERRORS
-from common.resend import may_run_again
+from common.redis.errors import REDIS_ERRORS
+from common.redis.resend import may_run_again
 from consumer.backoff import Backoff
 from consumer.clock import RedisClock
 from consumer.config import ConsumerSettings
@@ -31,7 +31,7 @@ from consumer.write_health import SinkHealth
 
 log = logging.getLogger("consumer")
 
-#: What the lease loop runs again after a Redis error (common/resend.py: it may, as each
+#: What the lease loop runs again after a Redis error (common/redis/resend.py: it may, as each
 #: may run twice; lease.lua's operation id answers a call sent again).
 LEASE_SCRIPTS = ("lease",)
 

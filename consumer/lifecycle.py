@@ -10,7 +10,7 @@ Coroutines of one process, each part in its own module:
 - the flusher (``consumer.flush``) writes results, enqueues discovered URLs (through
   ``consumer.intake``), then acks/fails/releases in batches; at once when a fetch slot
   idles waiting for what a flush frees, and then tells the crawl's idle consumers
-  (``common.wake``);
+  (``common.fleet.wake``);
 - the wake listener: another process freed a host's slot or queued work, so the leaser
   asks again now instead of at the end of its back-off; or the crawl's policy changed, so
   it is read again (``consumer.live``; also when a lease reply names a newer version,
@@ -36,16 +36,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from common.exitcodes import EXIT_OK, EXIT_REDIS, EXIT_SINK
+from common.fleet.wake import WakeChannel
+from common.fleet.workers import WorkerRegistry
 from common.http.fetcher import Fetcher
-from common.metrics import Metrics
+from common.observability.metrics import Metrics
 from common.queue import Code, Lease, LeasingQueue
-from common.redis_errors import REDIS_ERRORS
-from common.scripts import load_registered
+from common.redis.errors import REDIS_ERRORS
+from common.redis.scripts import load_registered
+from common.redis.startup import StartupWait, outage
 from common.spider import Spider
-from common.startup import StartupWait, outage
-from common.trapbook import TrapBook
-from common.wake import WakeChannel
-from common.workers import WorkerRegistry
+from common.traps.book import TrapBook
 from consumer.config import ConsumerSettings
 from consumer.flush import FlushAbandoned, Flusher, describe_error
 from consumer.handlers import Handler
@@ -378,7 +378,7 @@ class Consumer:
 
 async def prepare(consumer: Consumer, wait: StartupWait) -> None:
     """A consumer's last start-up steps, each waiting through a Redis outage
-    (common.startup): the crawl's policy read, its scripts loaded, itself in the worker
+    (common.redis.startup): the crawl's policy read, its scripts loaded, itself in the worker
     registry. `Consumer.run` reads the policy itself when these were not run (tests)."""
     await wait.step("live policy", consumer.policy.load)
     await wait.step("scripts", lambda: load_registered(consumer.queue.client))

@@ -3,7 +3,7 @@
 Lexbor (through selectolax) parses the page as a browser would (HTML5 tree building,
 entities decoded, encoding detected from a BOM or ``<meta charset>``), and ada joins each
 ``<a href>`` / ``<area href>`` to the document's base URL by the WHATWG URL Standard,
-the same parser that backs ``common/urls.py``.
+the same parser that backs ``common/urls/canonical.py``.
 """
 
 from __future__ import annotations

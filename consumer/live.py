@@ -19,14 +19,14 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from common.bans import Blocked
 from common.errors import ConfigError
 from common.policy import OPTIONS, CrawlPolicy, read_values
 from common.proxies import ProxyRules
+from common.proxies.bans import Blocked
+from common.proxies.sessions import SessionRules
 from common.queue import CrawlQueue, DedupMode
-from common.redis_errors import REDIS_ERRORS
-from common.sessions import SessionRules
-from common.traps import TrapRules
+from common.redis.errors import REDIS_ERRORS
+from common.traps.rules import TrapRules
 from consumer.config import ConsumerSettings
 from consumer.stopping import Stopping
 

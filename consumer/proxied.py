@@ -1,7 +1,7 @@
 """A page's fetch: with its session's cookies (and headers) when it has one
 (``consumer.sessions``), through the proxy pool's pick for its host when the consumer has
 proxies (its session's proxy first), and judged against what a blocked answer looks like
-(``common.bans``: the crawl's rules and its route's) before anything takes it as data. A
+(``common.proxies.bans``: the crawl's rules and its route's) before anything takes it as data. A
 session's request counts as one of its uses; a block also bans it (a pool session is
 retired). The ``Set-Cookie`` values of a session's response are redacted in its record.
 
@@ -29,12 +29,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from common import reasons
-from common.bans import Blocked, judge
 from common.errors import FetchError
 from common.http.cookies import redact_set_cookie
-from common.http.fetcher import Fetcher, FetchResult
+from common.http.fetcher import Fetcher
+from common.http.results import FetchResult
 from common.proxies import ProxySpec
-from common.task import Task
+from common.proxies.bans import Blocked, judge
+from common.tasks.task import Task
 from consumer.proxypool import ProxyPool
 from consumer.sessions import Session, SessionBook
 

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from common.metrics import Metrics
+from common.observability.metrics import Metrics
 from common.proxies import (
     DIRECT,
     DIRECT_ID,
@@ -40,7 +40,7 @@ from common.proxies import (
     send_report,
 )
 from common.queue import CrawlQueue
-from common.redis_errors import REDIS_ERRORS
+from common.redis.errors import REDIS_ERRORS
 from consumer.config import ConsumerSettings
 from consumer.live import Live
 

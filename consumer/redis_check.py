@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import logging
 
-from common.connection import RedisClient
-from common.durability import EVICTION_ADVICE, UNKNOWN, server_settings
 from common.exitcodes import EXIT_USAGE
-from common.metrics import Metrics
+from common.observability.metrics import Metrics
+from common.redis.connection import RedisClient
+from common.redis.durability import EVICTION_ADVICE, UNKNOWN, server_settings
 
 log = logging.getLogger("consumer")
 

@@ -17,10 +17,10 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from common.metrics import Metrics
+from common.observability.metrics import Metrics
 from common.queue import Lease, LeasingQueue
-from common.redis_errors import REDIS_ERRORS
-from common.resend import may_run_again
+from common.redis.errors import REDIS_ERRORS
+from common.redis.resend import may_run_again
 from consumer.backoff import Backoff
 from consumer.clock import RedisClock
 from consumer.held import LeaseBook
@@ -37,7 +37,7 @@ log = logging.getLogger("consumer")
 #: partition: two reads).
 MIN_WAIT_S = 0.02
 MAX_WAIT_S = 0.25
-#: What the render lease loop runs again after a Redis error (common/resend.py: its
+#: What the render lease loop runs again after a Redis error (common/redis/resend.py: its
 #: operation id answers a call sent again, as lease.lua's).
 RENDER_LEASE_SCRIPTS = ("lease_render",)
 

@@ -25,8 +25,8 @@ import hashlib
 import time
 from collections.abc import Sequence
 
-from common.http.fetcher import FetchResult, http_date
-from common.revisit import MAX_VALIDATOR_BYTES, Observed, Revisit
+from common.http.results import FetchResult, http_date
+from common.revisits.previous import MAX_VALIDATOR_BYTES, Observed, Revisit
 from consumer.sinks import Record
 
 __all__ = ["GONE_STATUSES", "NOT_HANDLED", "conditional_headers", "digest", "max_age_s",

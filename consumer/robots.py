@@ -69,12 +69,12 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from yarl import URL
 
 from common import codec, reasons
-from common.connection import RedisClient
 from common.errors import ConfigError, FetchError, RedisUnavailableError
+from common.fleet.locks import TokenLocks
 from common.keys import CrawlKeys
-from common.locks import TokenLocks
 from common.policy import product_token
-from common.scripts import register
+from common.redis.connection import RedisClient
+from common.redis.scripts import register
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -87,7 +87,7 @@ __all__ = ["MAX_ROBOTS_BYTES", "RobotsCache", "RobotsVerdict", "product_token"]
 log = logging.getLogger(__name__)
 
 #: What a lookup runs: after a Redis error the task is handed back, and its next lease
-#: runs them again (common/resend.py: each may run twice).
+#: runs them again (common/redis/resend.py: each may run twice).
 ROBOTS_SCRIPTS = ("robots_claim", "release_lock")
 
 MAX_ROBOTS_BYTES = 512 * 1024  # Google parses the first 500 KiB; RFC 9309 asks for >= 500 KiB

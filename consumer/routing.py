@@ -16,11 +16,11 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from common.bans import NO_RULES, Blocked
 from common.browser.render import DEFAULT_RENDER, Render
-from common.http.fetcher import FetchResult
+from common.http.results import FetchResult
+from common.proxies.bans import NO_RULES, Blocked
 from common.spider import Spider, run_route
-from common.task import Task
+from common.tasks.task import Task
 from consumer.handlers import Handler, HandlerContext, HandlerResult, as_result
 
 __all__ = ["Router"]

@@ -17,21 +17,22 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from common import soft404
-from common.bans import NO_RULES, Blocked
 from common.errors import FetchError, RedisUnavailableError
 from common.frontier.hosts import Frontier
-from common.http.fetcher import Fetcher, FetchResult
-from common.items import unique_key_of
-from common.metrics import Metrics
+from common.http.fetcher import Fetcher
+from common.http.results import FetchResult
+from common.observability.metrics import Metrics
 from common.policy import is_pushback
+from common.proxies.bans import NO_RULES, Blocked
 from common.queue import Code, CrawlQueue, Failure, Lease
 from common.reasons import CONNECT_ERROR, PROBE
-from common.redis_errors import REDIS_ERRORS
-from common.request import Request
-from common.resend import may_run_again
-from common.soft404 import Signature
-from common.task import Task
+from common.redis.errors import REDIS_ERRORS
+from common.redis.resend import may_run_again
+from common.tasks.items import unique_key_of
+from common.tasks.request import Request
+from common.tasks.task import Task
+from common.traps import soft404
+from common.traps.soft404 import Signature
 from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
 from consumer.fetch_choice import fetch_of
@@ -58,7 +59,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("consumer")
 
 #: What a late request's turn runs: after a Redis error the task is handed back, and its
-#: next lease takes its turn again (common/resend.py: each may run twice). A robots.txt
+#: next lease takes its turn again (common/redis/resend.py: each may run twice). A robots.txt
 #: lookup's (ROBOTS_SCRIPTS) the same, when they may.
 LATE_TURN_SCRIPTS = ("late_turn", "release")
 #: What hands a lease back from its fetch: no proxy may reach its host now (the pool's

@@ -1,4 +1,4 @@
-"""This consumer's side of the crawl's sessions (``common.sessions``): the session a task
+"""This consumer's side of the crawl's sessions (``common.proxies.sessions``): the session a task
 goes with, its cookies used and learned here, what changed written with the flush.
 
 A task names its session (and the least version of it its request needs: the version
@@ -22,12 +22,8 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from common.connection import RedisClient
-from common.metrics import Metrics
-from common.queue import CrawlQueue, NewTask
-from common.redis_errors import REDIS_ERRORS
-from common.request import Request
-from common.sessions import (
+from common.observability.metrics import Metrics
+from common.proxies.sessions import (
     LIVE,
     RETIRED,
     SessionRecord,
@@ -38,7 +34,11 @@ from common.sessions import (
     read_versions,
     send_updates,
 )
-from common.task import Task
+from common.queue import CrawlQueue, NewTask
+from common.redis.connection import RedisClient
+from common.redis.errors import REDIS_ERRORS
+from common.tasks.request import Request
+from common.tasks.task import Task
 from consumer.config import ConsumerSettings
 from consumer.live import Live
 from consumer.proxypool import ProxyPool, proxy_pool

@@ -15,7 +15,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-from common.metrics import Metrics
+from common.observability.metrics import Metrics
 from common.queue import Code, CrawlQueue, Lease
 from consumer.clock import RedisClock
 from consumer.handlers import LeaseLostError

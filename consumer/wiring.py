@@ -13,13 +13,11 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 
 from common.browser.metrics import BrowserCollector
-from common.config import redact_url
-from common.connection import RedisClient, open_redis
 from common.errors import ConfigError
 from common.exitcodes import EXIT_REDIS, EXIT_SINK
 from common.http.fetcher import Fetcher
 from common.keys import CrawlKeys
-from common.metrics import Metrics
+from common.observability.metrics import Metrics
 from common.policy import (
     CONSUMER,
     CrawlPolicy,
@@ -30,9 +28,11 @@ from common.policy import (
     sync_partitions,
 )
 from common.queue import CrawlQueue, LeasingQueue, migrate_crawl
-from common.redis_errors import REDIS_ERRORS, redis_error_message
+from common.redis.connection import RedisClient, open_redis
+from common.redis.errors import REDIS_ERRORS, redis_error_message
+from common.redis.startup import RedisGaveUpError, StartupStopped, StartupWait
 from common.spider import Spider, crawl_of, load_spider
-from common.startup import RedisGaveUpError, StartupStopped, StartupWait
+from common.urls.redact import redact_url
 from consumer.backoff import Backoff
 from consumer.config import ConsumerSettings
 from consumer.flush import describe_error

@@ -6,10 +6,10 @@ imports), so a spider file loads the same in the producer, the consumer and
 ``crawlq run``, and nothing in crawlq itself imports this package.
 """
 
-from common.bans import Blocked
 from common.browser.render import Render
-from common.items import Item
-from common.request import Request
+from common.proxies.bans import Blocked
 from common.spider import Context, Response, Spider
+from common.tasks.items import Item
+from common.tasks.request import Request
 
 __all__ = ["Blocked", "Context", "Item", "Render", "Request", "Response", "Spider"]

@@ -45,14 +45,11 @@ from common.config import (
     defaults,
     duration,
     option_values,
-    redact_url,
 )
-from common.connection import RedisClient, open_redis
 from common.errors import ConfigError, CrawlConflictError, SourceError
 from common.exitcodes import EXIT_LOCKED, EXIT_OK, EXIT_REDIS, EXIT_SOURCE, EXIT_USAGE
-from common.headers import parse_header_lines
 from common.http.fetcher import Fetcher
-from common.logs import setup_logging
+from common.observability.logs import setup_logging
 from common.policy import (
     PRODUCER,
     CrawlPolicy,
@@ -62,13 +59,16 @@ from common.policy import (
     read_values,
     seeded_by,
 )
-from common.policy_flags import policy_flag
+from common.policy.command_flags import policy_flag
 from common.queue import CrawlQueue, CrawlSettings, DedupMode
-from common.redis_errors import redis_error_message
+from common.redis.connection import RedisClient, open_redis
+from common.redis.errors import redis_error_message
+from common.redis.scripts import load_registered
+from common.redis.startup import RedisGaveUpError, StartupStopped, StartupWait
 from common.runtime import run_loop
-from common.scripts import load_registered
 from common.spider import Spider, crawl_of, load_spider
-from common.startup import RedisGaveUpError, StartupStopped, StartupWait
+from common.tasks.headers import parse_header_lines
+from common.urls.redact import redact_url
 from producer.known import recrawl_known
 from producer.lock import LockHeldError, ProducerLock
 from producer.progress import Progress

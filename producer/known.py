@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from common.fleet.wake import WakeChannel
 from common.policy import CrawlPolicy
 from common.queue import CrawlQueue
-from common.wake import WakeChannel
 from producer.summary import Summary
 
 log = logging.getLogger("producer")

@@ -15,10 +15,10 @@ import logging
 import secrets
 import time
 
-from common.connection import RedisClient
 from common.errors import CrawlqError
+from common.fleet.locks import TokenLocks
 from common.keys import CrawlKeys
-from common.locks import TokenLocks
+from common.redis.connection import RedisClient
 
 __all__ = ["LockHeldError", "ProducerLock"]
 

@@ -1,7 +1,7 @@
 """The producer pipeline: lines -> canonical URLs -> batches of NewTask -> CrawlQueue.enqueue.
 
 A source of requests (``Chunk.requests``) gives JSON objects instead of URLs, each made a
-`Request` (``common.request.request_from_dict``): a line that isn't JSON is rejected as
+`Request` (``common.tasks.request.request_from_dict``): a line that isn't JSON is rejected as
 ``bad_json``, one that isn't a valid request (a bad method or label, data that isn't a
 JSON object, a body over the cap, a label no route knows) as ``bad_request``, with the
 message saying why; its URL is canonicalized and rejected as any URL is. Its task gets the
@@ -31,12 +31,12 @@ from typing import IO, Any, cast
 
 from common import codec
 from common.errors import InvalidRequestError, SourceError
-from common.http.fetcher import redact_url
+from common.fleet.wake import WakeChannel
 from common.queue import CrawlQueue, EnqueueResult, NewTask
-from common.request import Request, request_from_dict
-from common.task import DEFAULT_MAX_ATTEMPTS
-from common.urls import Rejection, canonicalize
-from common.wake import WakeChannel
+from common.tasks.request import Request, request_from_dict
+from common.tasks.task import DEFAULT_MAX_ATTEMPTS
+from common.urls.canonical import Rejection, canonicalize
+from common.urls.redact import redact_url
 from producer.progress import Progress
 from producer.sources import MAX_REQUEST_LINE_BYTES, Chunk
 from producer.summary import MAX_SHOWN_REJECTS, Reject, Summary
@@ -47,7 +47,7 @@ log = logging.getLogger("producer")
 
 _REJECT_URL_CHARS = 2048
 _YIELDS = 4
-#: Reject reasons of a line of requests (besides the URL's own: common.urls.RejectReason).
+#: Reject reasons of a line of requests (besides the URL's own: common.urls.canonical.RejectReason).
 BAD_JSON = "bad_json"
 BAD_REQUEST = "bad_request"
 
@@ -60,7 +60,7 @@ class TaskTemplate:
     max_attempts: int = DEFAULT_MAX_ATTEMPTS  # the policy's max_attempts default
     meta: dict[str, Any] = field(default_factory=dict)
     depth: int = 0
-    headers: dict[str, str] = field(default_factory=dict, repr=False)  # checked: common.headers
+    headers: dict[str, str] = field(default_factory=dict, repr=False)  # common.tasks.headers
 
 
 class RejectWriter:

@@ -24,7 +24,9 @@ from lxml import etree
 from protego import Protego
 
 from common.errors import FetchError, SourceError
-from common.http.fetcher import Fetcher, FetchSettings, redact_url
+from common.http.fetcher import Fetcher
+from common.http.results import FetchSettings
+from common.urls.redact import redact_url
 from producer.sources import Chunk
 
 __all__ = ["MAX_DEPTH", "MAX_SITEMAPS", "SitemapReader", "fetch_settings"]

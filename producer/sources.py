@@ -7,9 +7,9 @@ whatever the input size, and a line longer than :data:`MAX_LINE_BYTES` is cut (i
 rejected as too long later) instead of being held whole.
 
 A source of requests (``--requests``: one JSON object per line, the fields of
-``common.request.request_from_dict``) yields chunks marked ``requests``; its lines may be
+``common.tasks.request.request_from_dict``) yields chunks marked ``requests``; its lines may be
 up to :data:`MAX_REQUEST_LINE_BYTES` long (a request carries a body and data). A chunk of
-requests may also hold :class:`~common.request.Request` objects themselves (made in
+requests may also hold :class:`~common.tasks.request.Request` objects themselves (made in
 Python: a spider's seeds).
 
 Blank lines and ``#`` comments are kept in the chunk; the pipeline skips them, which
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from common.errors import SourceError
-from common.request import Request
+from common.tasks.request import Request
 
 __all__ = ["BLOCK_BYTES", "MAX_LINE_BYTES", "MAX_REQUEST_LINE_BYTES", "STDIN", "Chunk",
            "LineSplitter", "check_files", "file_chunks", "stdin_chunks", "url_chunks"]

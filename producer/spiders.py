@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 
 from common.errors import ConfigError, InvalidRequestError, SourceError, UnknownLabelError
-from common.request import Request
 from common.spider import Spider
+from common.tasks.request import Request
 from producer.sources import Chunk
 
 __all__ = ["CHUNK_REQUESTS", "spider_chunks"]

@@ -21,7 +21,7 @@ from support.crawls import Crawl, build_crawl
 from support.dashboard import DASHBOARD_TOKEN
 from support.postgres import PostgresServer, find_bindir
 
-from common.redis_server import RedisServer
+from common.redis.server import RedisServer
 from console.dashboard.app import make_app
 
 _counter = itertools.count()

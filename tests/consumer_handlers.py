@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from common.http.fetcher import FetchResult
-from common.request import Request
+from common.http.results import FetchResult
+from common.tasks.request import Request
 from consumer.handlers import HandlerContext, HandlerResult, links
 
 #: What the paginate handler saw, for the test to read: (task id, checkpoint at start).

@@ -5,13 +5,14 @@ cycles between packages, and the shape figures issue 48 tracks::
     python tests/import_graph.py            # the graph, then the figures
     python tests/import_graph.py --imports  # and the module imports behind each edge
 
-A node is a package: each subpackage (``common.queue``, ``consumer.sinks``, ...), each
-module of ``common``'s top level (the base layer's modules side by side, each its own
-node until they move into packages), and the other top-level modules of a package under
-its name (``consumer``). The layers are pyproject.toml's import-linter contracts: each
-package imports ``common`` and no other of crawlq's (the console, the producer, the
-consumer, the ``crawlq`` facade), and inside ``common`` the layers of its contract, top
-first, ``|`` between modules that may not import each other. tests/test_import_graph.py
+A node is a package: each subpackage (``common.queue``, ``common.redis``,
+``consumer.sinks``, ...), each of the few modules left at ``common``'s top level (the
+cross-domain ones every package shares: ``common.errors``, ``common.keys``, ...), and the
+other top-level modules of a package under its name (``consumer``). The layers are
+pyproject.toml's import-linter contracts: each package imports ``common`` and no other of
+crawlq's (the console, the producer, the consumer, the ``crawlq`` facade), and inside
+``common`` the layers of its contract, top first, ``|`` between packages that may not
+import each other. tests/test_import_graph.py
 holds the tree to 0 imports up and to the cycles it knows.
 """
 

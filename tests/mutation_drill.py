@@ -370,7 +370,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("93-label-without-route-parsed-by-the-handler", "with --handler beside "
            "--spider, a task whose label has no route ends dead unknown_label, unparsed",
            (_SP + "test_a_label_with_no_route_ends_dead_also_beside_a_handler",)),
-    Mutant("94-every-script-sent-again", "a script that may not run twice (common/resend.py) "
+    Mutant("94-every-script-sent-again", "a script that may not run twice (common/redis/resend.py) "
            "is not sent again after its reply was lost",
            (_FO + "test_a_script_not_safe_to_run_twice_is_not_sent_again",)),
     Mutant("95-sixteen-character-session-id-kept", "a session id of 16 characters in a "

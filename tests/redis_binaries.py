@@ -11,7 +11,7 @@ import signal
 from pathlib import Path
 
 from common.errors import RedisServerError
-from common.redis_server import RedisServer, bundled_redis_server, find_redis_server
+from common.redis.server import RedisServer, bundled_redis_server, find_redis_server
 
 
 def all_redis_servers() -> list[tuple[str, str]]:

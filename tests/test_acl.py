@@ -28,7 +28,7 @@ from sites import test_site
 from common.keys import CrawlKeys
 from common.policy import create_policy
 from common.queue import CrawlQueue
-from common.redis_server import RedisServer
+from common.redis.server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "deploy" / "README-operations.md"
@@ -236,7 +236,7 @@ async def test_dangerous_commands_and_foreign_keys_are_refused(
 
 async def test_the_acl_user_wakes_consumers_on_its_wake_channel_only(
         acl_server: RedisServer, admin: aioredis.Redis, crawl_name: str) -> None:
-    """Idle consumers are woken over pub/sub (common.wake, and lease.lua's PUBLISH): the
+    """Idle consumers are woken over pub/sub (common.fleet.wake, and lease.lua's PUBLISH): the
     documented user may publish and subscribe on crawlq's channels, and on no other."""
     user = aioredis.Redis.from_url(user_url(acl_server))
     pubsub = user.pubsub()

@@ -18,10 +18,10 @@ from support.consume import consume, enqueue, records
 from support.forward_proxy import CAPTCHA, banning_site, proxies
 from support.routes import serve
 
-from common.bans import Blocked, judge
-from common.http.fetcher import FetchResult
+from common.http.results import FetchResult
 from common.policy import PolicyError, create_policy, parse_value
 from common.proxies import proxy_spec, read_pool
+from common.proxies.bans import Blocked, judge
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -33,7 +33,8 @@ from common.browser.fetcher import BrowserFetcher
 from common.browser.render import Render, RenderResult
 from common.errors import ConfigError, FetchError
 from common.http.cookies import CookieJar
-from common.http.fetcher import Fetcher, FetchSettings
+from common.http.fetcher import Fetcher
+from common.http.results import FetchSettings
 from common.spider import Response
 from console.demo.jsshop import ShopSpec, js_shop, product_of
 

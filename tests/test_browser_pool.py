@@ -25,7 +25,8 @@ from common.browser.metrics import BrowserCollector
 from common.browser.pool import tree_memory
 from common.browser.render import Render
 from common.errors import FetchError
-from common.http.fetcher import Fetcher, FetchResult, FetchSettings
+from common.http.fetcher import Fetcher
+from common.http.results import FetchResult, FetchSettings
 
 pytestmark = [needs_chromium, pytest.mark.timeout(120), pytest.mark.integration]  # Chromium
 

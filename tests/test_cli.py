@@ -20,14 +20,14 @@ from support.frontier import host_record
 from support.outage import outage_relay
 
 from common.errors import ConfigError
-from common.history import rates
+from common.fleet.history import rates
+from common.fleet.workers import WorkerRegistry
 from common.keys import CRAWLS, CrawlKeys
 from common.names import CRAWL_NAME_RULE, validate_crawl_name
 from common.policy import set_policy
 from common.queue import CrawlSettings, LeasingQueue, NewTask
-from common.redis_server import RedisServer, free_port
-from common.urls import fingerprint
-from common.workers import WorkerRegistry
+from common.redis.server import RedisServer, free_port
+from common.urls.canonical import fingerprint
 from console.cli import main_async
 from console.demo.site import sample_site
 from consumer.__main__ import main as consumer_main

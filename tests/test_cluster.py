@@ -15,10 +15,10 @@ import pytest
 import redis.asyncio as aioredis
 from sites import start_site_process
 
-from common.connection import open_redis
 from common.queue import CrawlQueue, CrawlSettings, NewTask
-from common.redis_server import RedisClusterServers
-from common.urls import fingerprint
+from common.redis.connection import open_redis
+from common.redis.server import RedisClusterServers
+from common.urls.canonical import fingerprint
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]

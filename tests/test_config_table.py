@@ -10,7 +10,7 @@ import pytest
 
 from common.config import COMMON_OPTIONS, CommonSettings, Option
 from common.errors import ConfigError
-from common.http.fetcher import FetchSettings
+from common.http.results import FetchSettings
 from consumer.config import CONSUMER_OPTIONS, ConsumerSettings, build_parser, settings_from_args
 from producer.cli import PRODUCER_OPTIONS, ProducerSettings
 from producer.cli import build_parser as producer_parser

@@ -25,12 +25,12 @@ from common.errors import ConfigError
 from common.exitcodes import EXIT_REDIS
 from common.frontier.hosts import Frontier
 from common.keys import CrawlKeys
-from common.metrics import Metrics
+from common.observability.metrics import Metrics
 from common.queue import Lease, LeaseBatch, LeasingQueue, NewTask
-from common.redis_server import RedisServer
+from common.redis.server import RedisServer
 from common.runtime import tune_gc
-from common.task import Task
-from common.urls import fingerprint
+from common.tasks.task import Task
+from common.urls.canonical import fingerprint
 from consumer import lifecycle
 from consumer.config import build_parser, settings_from_args
 from consumer.held import LeaseBook

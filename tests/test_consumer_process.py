@@ -37,7 +37,7 @@ from common.keys import CrawlKeys
 from common.names import WORKER_ID_RULE
 from common.policy import create_policy
 from common.queue import CrawlQueue, CrawlSettings, NewTask
-from common.urls import canonicalize, fingerprint, task_id
+from common.urls.canonical import canonicalize, fingerprint, task_id
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTITIONS = 4

@@ -14,8 +14,9 @@ from aiohttp import web
 from support.consume import consume, enqueue, records
 from support.routes import serve
 
-from common.http.fetcher import Fetcher, FetchSettings, content_type_accepted
-from common.metrics import Metrics
+from common.http.fetcher import Fetcher
+from common.http.results import FetchSettings, content_type_accepted
+from common.observability.metrics import Metrics
 from common.policy import create_policy, set_policy
 from common.queue import LeasingQueue
 from consumer.config import build_parser, settings_from_args

@@ -14,13 +14,13 @@ from support.dashboard import AUTH, ClientFactory, error_of
 from support.dashboard import DASHBOARD_TOKEN as TOKEN
 
 from common.errors import ConfigError
+from common.fleet.history import record
+from common.fleet.workers import WorkerRegistry
 from common.frontier.hosts import Frontier
-from common.history import record
 from common.policy import set_policy
 from common.queue import CrawlSettings, LeasingQueue, NewTask
-from common.redis_server import RedisServer
-from common.urls import fingerprint
-from common.workers import WorkerRegistry
+from common.redis.server import RedisServer
+from common.urls.canonical import fingerprint
 from console.cli import main_async
 from console.dashboard.security import check_bind
 

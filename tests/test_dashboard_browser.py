@@ -35,8 +35,8 @@ from common.frontier.hosts import SORT_COLUMNS, Frontier
 from common.keys import CRAWLS
 from common.policy import set_policy
 from common.queue import Failure, LeasingQueue, NewTask
-from common.redis_server import free_port
-from common.urls import fingerprint
+from common.redis.server import free_port
+from common.urls.canonical import fingerprint
 
 PAGES = 200
 # Each would set window.__xss if the page ever ran it.

@@ -25,12 +25,12 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient, TestServer
 
-from common.connection import connect
+from common.fleet.workers import WorkerRegistry
 from common.keys import CrawlKeys
 from common.queue import CrawlSettings, Failure, LeasingQueue, NewTask
-from common.redis_server import RedisServer
-from common.urls import fingerprint
-from common.workers import WorkerRegistry
+from common.redis.connection import connect
+from common.redis.server import RedisServer
+from common.urls.canonical import fingerprint
 from console.dashboard.api import MAX_HOSTS_READ
 from console.dashboard.app import make_app
 
@@ -112,7 +112,7 @@ async def dashboard(big_server: RedisServer) -> AsyncIterator[TestClient[Any, An
     client = connect(big_server.url)
     queue = await LeasingQueue.open(client, CRAWL, CrawlSettings(partitions=PARTITIONS))
     # Counted in the crawl, not from the replies: a batch whose reply a loaded machine
-    # timed out is sent again (common/resend.py) and then answers "duplicates".
+    # timed out is sent again (common/redis/resend.py) and then answers "duplicates".
     await _load(queue)
     assert (await queue.stats()).pending == TASKS
     await _activity(client, queue)

@@ -10,9 +10,9 @@ import redis.asyncio as aioredis
 from support.clock import redis_ms
 
 from common.errors import BadRequestError
+from common.fleet.workers import WorkerRegistry, read_workers
 from common.queue import CrawlSettings, Failure, LeasingQueue, NewTask
-from common.urls import fingerprint
-from common.workers import WorkerRegistry, read_workers
+from common.urls.canonical import fingerprint
 from console.cli import main_async
 from console.views import deadletters as dl
 from console.views.crawls import summaries

@@ -9,7 +9,7 @@ from typing import Any
 
 import aiohttp
 
-from common.metrics import Metrics
+from common.observability.metrics import Metrics
 from common.queue import RevisitStats
 from consumer.http_server import SideServer
 

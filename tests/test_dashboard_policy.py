@@ -17,7 +17,7 @@ from support.dashboard import AUTH, ClientFactory, error_of
 from common.keys import CrawlKeys, PartitionKeys
 from common.policy import LOG_LEN, POLICY_OPTIONS, create_policy, read_policy, set_policy
 from common.queue import CrawlQueue, CrawlSettings, existing_settings, partition_keys
-from common.redis_server import free_port
+from common.redis.server import free_port
 from console.dashboard.app import STATIC
 from console.dashboard.policy import BY
 

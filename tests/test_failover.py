@@ -40,15 +40,15 @@ from support.failover import (
 from support.leases import lease_records
 from support.live import snapshot
 
-from common.connection import connect
-from common.metrics import Metrics
+from common.observability.metrics import Metrics
 from common.policy import read_policy, set_policy
 from common.queue import Code, CrawlSettings, Failure, LeasingQueue, NewTask
-from common.redis_errors import error_code
-from common.redis_retry import did_not_run, resending
-from common.redis_server import RedisServer, free_port
-from common.scripts import source
-from common.urls import canonicalize, fingerprint
+from common.redis.connection import connect
+from common.redis.errors import error_code
+from common.redis.retry import did_not_run, resending
+from common.redis.scripts import source
+from common.redis.server import RedisServer, free_port
+from common.urls.canonical import canonicalize, fingerprint
 from consumer.flush import Completion, Flusher
 from consumer.held import LeaseBook
 from consumer.intake import LinkIntake
@@ -206,7 +206,7 @@ async def test_a_call_not_safe_to_run_twice_is_not_sent_again(
 
 async def test_a_script_not_safe_to_run_twice_is_not_sent_again(
         cutter: ReplyCutter, redis_client: aioredis.Redis, crawl_name: str) -> None:
-    """policy_set is classified `once` (common/resend.py): its reply lost, the client
+    """policy_set is classified `once` (common/redis/resend.py): its reply lost, the client
     raises instead of sending it again, and it ran once (one version, one log entry)."""
     client = connect(cutter.url)
     try:

@@ -34,16 +34,16 @@ from yarl import URL
 
 import common.http.fetcher as fetcher_mod
 from common.errors import FetchError
-from common.http.fetcher import (
+from common.http.fetcher import Fetcher
+from common.http.results import (
     MAX_RETRY_AFTER_S,
-    Fetcher,
     FetchResult,
     FetchSettings,
     classify_status,
     parse_retry_after,
-    redact_url,
 )
 from common.http.ssrf import GuardedResolver, SsrfGuard, SsrfSocketError, literal_host_ip
+from common.urls.redact import redact_url
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.1/32"),)
 MIB = 1024 * 1024

@@ -28,8 +28,8 @@ from support.ports import closed_port
 from support.postgres import PostgresServer, find_bindir
 
 from common.exitcodes import EXIT_NOTHING_FETCHED, EXIT_ROUTES_FAILED, EXIT_SINK, EXIT_USAGE
+from common.fleet.workers import WorkerRegistry
 from common.queue import LeasingQueue
-from common.workers import WorkerRegistry
 from console.demo.site import SiteSpec, sample_site
 from console.run.ownership import gather_items
 

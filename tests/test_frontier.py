@@ -21,7 +21,7 @@ from common.errors import ConfigError
 from common.frontier.hosts import Frontier
 from common.http.fetcher import Fetcher
 from common.keys import CrawlKeys
-from common.metrics import Metrics
+from common.observability.metrics import Metrics
 from common.policy import create_policy, set_policy
 from common.queue import (
     Code,
@@ -30,7 +30,7 @@ from common.queue import (
     Lease,
     LeasingQueue,
     RetryPolicy,
-    leasing,
+    lease_client,
 )
 from consumer.clock import RedisClock
 from consumer.config import build_parser, settings_from_args
@@ -728,7 +728,7 @@ async def test_a_lease_call_reads_no_more_candidate_hosts_than_it_may_use(
     given.clear()
     small = await q.lease_turns("w", 1, 60_000)
     assert len(small.leases) == 1
-    assert given and all(hosts <= leasing.candidates_for(1) for _, hosts in given)
+    assert given and all(hosts <= lease_client.candidates_for(1) for _, hosts in given)
     given.clear()
     await q.lease_turns("w", 0, 60_000, responses_in=small.leases)
     assert given == [(0, 0)]

@@ -18,12 +18,12 @@ from support.routes import page, serve
 
 from common.exitcodes import EXIT_INCONSISTENT, EXIT_OK
 from common.frontier.hosts import Frontier
-from common.history_record import history_field
-from common.hostmodel.grouprec import GroupRecord
+from common.hostmodel.group_record import GroupRecord
 from common.policy import set_policy
 from common.queue import Code, CrawlSettings, Failure, LeasingQueue, NewTask
-from common.task import expand_entry
-from common.urls import fingerprint
+from common.revisits.record import history_field
+from common.tasks.task import expand_entry
+from common.urls.canonical import fingerprint
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -27,7 +27,7 @@ import redis.asyncio as aioredis
 from sites import ROOT, start_site_process
 from support.frontier import lease_when_due, tasks
 
-from common.hostmodel.grouprec import GroupRecord
+from common.hostmodel.group_record import GroupRecord
 from common.hostmodel.hostgroup import NO_GROUP, host_group
 from common.policy import PolicyError, create_policy, set_policy
 from common.queue import CrawlSettings, DedupMode, Failure, LeasingQueue

@@ -20,9 +20,9 @@ from support.routes import serve
 
 from common.http.fetcher import Fetcher
 from common.keys import PartitionKeys
-from common.metrics import Metrics
+from common.observability.metrics import Metrics
 from common.queue import Code, Crawl, Lease, LeasingQueue, NewTask, housekeeping
-from common.urls import fingerprint
+from common.urls.canonical import fingerprint
 from consumer.config import build_parser, settings_from_args
 from consumer.flush import Completion, Flusher
 from consumer.held import LeaseBook

@@ -34,10 +34,11 @@ from support.frontier import host_record, polite_queue, put_record, tasks
 from support.ports import closed_port
 from support.routes import page, serve
 
-import common.policy as policy_module
+import common.policy.store as policy_store
 from common.frontier.hosts import Frontier
-from common.http.fetcher import Fetcher, FetchResult
-from common.metrics import Metrics
+from common.http.fetcher import Fetcher
+from common.http.results import FetchResult
+from common.observability.metrics import Metrics
 from common.policy import create_policy, set_policy
 from common.queue import Lease, LeasingQueue
 from console.fsck import check, fsck
@@ -232,7 +233,7 @@ async def test_a_lease_reply_naming_a_newer_policy_is_followed_with_no_message(
     async def lost(client: object, crawl: str) -> None:
         pass
 
-    monkeypatch.setattr(policy_module, "announce", lost)
+    monkeypatch.setattr(policy_store, "announce", lost)
     agents: list[tuple[float, str]] = []
 
     async def record(request: web.Request) -> web.Response:

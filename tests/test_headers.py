@@ -21,17 +21,18 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from common.config import add_options
 from common.errors import ConfigError, MalformedTaskError
-from common.headers import (
+from common.http.fetcher import Fetcher
+from common.http.results import FetchSettings
+from common.queue import CrawlQueue, NewTask
+from common.tasks.headers import (
     MAX_HEADERS,
     MAX_HEADERS_BYTES,
     is_credential,
     parse_header_lines,
     redacted_headers,
 )
-from common.http.fetcher import Fetcher, FetchSettings
-from common.queue import CrawlQueue, NewTask
-from common.task import decode_entry, encode_entry
-from common.urls import fingerprint
+from common.tasks.task import decode_entry, encode_entry
+from common.urls.canonical import fingerprint
 from console.cli import main_async as crawlq_main
 from console.dashboard.app import make_app
 from consumer.__main__ import main as consumer_main

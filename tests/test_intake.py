@@ -17,11 +17,11 @@ from support.routes import serve
 import consumer.flush
 import consumer.leaser
 from common.http.fetcher import Fetcher
-from common.metrics import Metrics
+from common.observability.metrics import Metrics
 from common.policy import CrawlPolicy, parse_assignments
 from common.queue import LeasingQueue
-from common.task import Task
-from common.traps import REFUSALS
+from common.tasks.task import Task
+from common.traps.rules import REFUSALS
 from consumer.backoff import Backoff
 from consumer.config import build_parser, settings_from_args
 from consumer.intake import LinkIntake, SeenCache

@@ -67,23 +67,25 @@ def test_a_wrong_import_breaks_the_contract_it_names(tmp_path: Path) -> None:
 
 
 def test_a_wrong_import_inside_common_breaks_its_layers(tmp_path: Path) -> None:
-    """The host model under the queue, the queue under the fleet's modules, those under
-    the policy, the policy under the operator's Frontier; the fleet's modules are
-    independent of each other."""
+    """The host model under the queue, the queue under the domains (the fleet's among
+    them), those under the policy, the policy under the operator's Frontier; the fleet's
+    modules are independent of each other."""
     copy_tree(tmp_path)
     common = tmp_path / "common"
     add_import(common / "hostmodel" / "hostkey.py", "common.queue")
-    add_import(common / "keys.py", "common.wake")
-    add_import(common / "workers.py", "common.history")
-    add_import(common / "wake.py", "common.policy")
-    add_import(common / "policy.py", "common.frontier.hosts")
+    add_import(common / "redis" / "scripts.py", "common.fleet.wake")
+    add_import(common / "fleet" / "workers.py", "common.fleet.history")
+    add_import(common / "fleet" / "wake.py", "common.policy")
+    add_import(common / "policy" / "__init__.py", "common.frontier.hosts")
     result = lint_imports(tmp_path)
     assert result.returncode != 0
     out = result.stdout
-    assert "inside common: policy and fleet over the queue over its parts BROKEN" in out
+    assert "inside common: the policy and domains over the queue over its parts BROKEN" in out
+    assert "the fleet's parts (wake-ups, workers, history, locks) are independent BROKEN" in out
     for arrow in ("common.hostmodel.hostkey -> common.queue",
-                  "common.keys -> common.wake", "common.workers -> common.history",
-                  "common.wake -> common.policy", "common.policy -> common.frontier.hosts"):
+                  "common.redis.scripts -> common.fleet.wake",
+                  "common.fleet.workers -> common.fleet.history",
+                  "common.fleet.wake -> common.policy", "common.policy -> common.frontier.hosts"):
         assert arrow in out, arrow
     # The other contracts still hold: the wrong imports stay inside common.
     assert "common is the base layer: it imports neither the services nor the console " \

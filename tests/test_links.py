@@ -16,7 +16,7 @@ import lxml.html
 import pytest
 from ada_url import URL
 
-from common.http.fetcher import FetchResult
+from common.http.results import FetchResult
 from consumer.handlers import HandlerContext, links
 from consumer.links import extract_links
 

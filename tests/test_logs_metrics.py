@@ -17,8 +17,8 @@ import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from common.errors import ConfigError
-from common.logs import RedactFilter, redact, setup_logging
-from common.metrics import FETCH_BUCKETS, OUTCOMES, Metrics, status_class
+from common.observability.logs import RedactFilter, redact, setup_logging
+from common.observability.metrics import FETCH_BUCKETS, OUTCOMES, Metrics, status_class
 
 PROXY = "http://u:secret@proxy:8080"
 TS_RE = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"

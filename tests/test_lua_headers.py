@@ -29,14 +29,15 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from common import scripts
+from common.fleet.history import record
+from common.fleet.locks import TokenLocks
+from common.fleet.workers import WorkerRegistry
 from common.frontier.groups import set_group
 from common.frontier.hosts import Frontier
-from common.history import record
 from common.keys import CrawlKeys
-from common.locks import TokenLocks
 from common.policy import set_policy
 from common.proxies import ProxyRules, ProxySpec, Report, ReportCalls, send_report
+from common.proxies.sessions import SessionRules, SessionUpdate, send_updates
 from common.queue import (
     CrawlSettings,
     DedupMode,
@@ -47,15 +48,14 @@ from common.queue import (
     lease_reply,
 )
 from common.queue.rendermodes import RenderModes
-from common.sessions import SessionRules, SessionUpdate, send_updates
-from common.urls import fingerprint
-from common.workers import WorkerRegistry
+from common.redis import scripts
+from common.urls.canonical import fingerprint
 from console.fsck import repair_hosts
 from console.fsck.groups import repair_groups
 from console.fsck.render import repair_render
 from console.fsck.revisits import repair_schedule
 
-LUA = Path(scripts.__file__).parent / "lua"
+LUA = Path(scripts.__file__).parents[1] / "lua"
 FIXED = re.compile(r"^-- KEYS\[(\d+)\]\s+(\S+)")
 RANGE = re.compile(r"^-- KEYS\[(\d+)\.\.(\d+)\]\s+(?:host|lease|group) state: ([^(]+)"
                    r"\(lib/(?:hosts|leases|groups)\.lua\)")
@@ -397,7 +397,7 @@ def value_problem(label: str, value: str, worker: str = "w") -> str | None:
     elif label in ("host", "candidate hosts", "the host keys", "the hosts",
                    "the hosts of the tasks"):
         ok = bool(HOST.match(value))
-    elif label == "entry":  # full or compact (common/task.py): its URL's path is there
+    elif label == "entry":  # full or compact (common/tasks/task.py): its URL's path is there
         ok = "/" in value
     elif label in ("checkpoint json", "counters"):
         ok = value.startswith("{")

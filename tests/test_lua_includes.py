@@ -20,12 +20,12 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 from redis_binaries import all_redis_servers
 
-from common import scripts
 from common.errors import LuaIncludeError
 from common.keys import PartitionKeys
 from common.queue import CrawlQueue, CrawlSettings
 from common.queue.calls import run
-from common.redis_server import RedisServer
+from common.redis import scripts
+from common.redis.server import RedisServer
 
 LUA = scripts.LUA
 SCRIPTS = sorted(p.stem for p in LUA.glob("*.lua"))

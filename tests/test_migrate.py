@@ -56,9 +56,9 @@ from common.queue import (
     migrate_crawl,
 )
 from common.queue.migrate import MigrationBusyError, migration_keys
-from common.scripts import register
-from common.task import compact_entry, decode_entry, encode_entry
-from common.urls import fingerprint, task_id
+from common.redis.scripts import register
+from common.tasks.task import compact_entry, decode_entry, encode_entry
+from common.urls.canonical import fingerprint, task_id
 from consumer.config import build_parser, settings_from_args
 from consumer.wiring import run as consumer_run
 from producer.cli import main_async as producer_main

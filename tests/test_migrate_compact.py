@@ -2,7 +2,7 @@
 (common/lua/compact_queues.lua, common.queue.migrate), against a real redis-server.
 
 Layouts 3 and 4 differ only in the entries of the host queues (full: ``<32 hex id><url>
-[ <json>]``; compact: common.task.compact_entry). A crawl of layout 3 is made here by
+[ <json>]``; compact: common.tasks.task.compact_entry). A crawl of layout 3 is made here by
 running this version's queue, then writing every queued entry back full and marking the
 crawl's settings ``"format": 3``, as layout 3's scripts would have left it.
 """
@@ -22,7 +22,6 @@ from support.history import histories
 
 from common import codec
 from common.codec import text as _text
-from common.history_record import HistoryRecord
 from common.hostmodel.hostkey import host_key
 from common.keys import CrawlKeys, PartitionKeys, layout3_history_key
 from common.policy import set_policy
@@ -39,10 +38,11 @@ from common.queue import (
     RetryPolicy,
     migrate_crawl,
 )
-from common.revisit import Observed
-from common.scripts import register
-from common.task import compact_entry, expand_entry
-from common.urls import canonicalize, fingerprint
+from common.redis.scripts import register
+from common.revisits.previous import Observed
+from common.revisits.record import HistoryRecord
+from common.tasks.task import compact_entry, expand_entry
+from common.urls.canonical import canonicalize, fingerprint
 
 LEASE_MS = 60_000
 #: big.test holds more than a chunk of the conversion (set small by the tests).

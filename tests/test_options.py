@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from common.policy import POLICY_OPTIONS
-from common.policy_flags import env_of
+from common.policy.command_flags import env_of
 from console.cli import build_parser as crawlq_parser
 from consumer.config import CONSUMER_OPTIONS
 from consumer.config import build_parser as consumer_parser
@@ -77,7 +77,7 @@ def test_a_crawl_policy_variable_is_read_by_its_seeding_command_alone() -> None:
 
 
 #: Where an Option is built from another table's row (its words are not literals).
-DERIVES = ROOT / "common" / "policy_flags.py"
+DERIVES = ROOT / "common" / "policy" / "command_flags.py"
 
 
 def calls(name: str) -> list[ast.Call]:

@@ -1,4 +1,4 @@
-"""A crawl's policy (common/policy.py): one versioned, logged object in Redis that every
+"""A crawl's policy (common/policy/): one versioned, logged object in Redis that every
 consumer reads and none overwrites. Real redis-server; the commands run as processes."""
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from support.consume import consumer_args
 from support.frontier import host_record
 from support.routes import Handler, Site, page, serve
 
+from common.fleet.wake import WakeChannel
 from common.frontier.hosts import Frontier
 from common.keys import CrawlKeys
 from common.policy import (
@@ -42,10 +43,9 @@ from common.policy import (
     set_policy,
 )
 from common.queue import CrawlSettings, DedupMode, LeasingQueue, NewTask, RetryPolicy
-from common.scripts import register
-from common.task import decode_entry
-from common.urls import fingerprint
-from common.wake import WakeChannel
+from common.redis.scripts import register
+from common.tasks.task import decode_entry
+from common.urls.canonical import fingerprint
 from consumer.config import CONSUMER_OPTIONS, ConsumerSettings, build_parser, settings_from_args
 from consumer.wiring import run
 from producer.cli import PRODUCER_OPTIONS

@@ -33,8 +33,8 @@ from support.tcpgate import TcpGate
 
 from common.errors import ConfigError
 from common.exitcodes import EXIT_OK
-from common.items import Item
 from common.queue import LeasingQueue
+from common.tasks.items import Item
 from consumer.sinks import Record, SinkUnavailableError, make_sink, sink_target
 from consumer.sinks.postgres import PostgresSink, PostgresTarget
 

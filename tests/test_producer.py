@@ -28,10 +28,10 @@ from common.frontier.hosts import Frontier
 from common.keys import CRAWLS, CrawlKeys, PartitionKeys
 from common.policy import PolicyError, create_policy, read_policy, set_policy
 from common.queue import CrawlSettings, DedupMode, LeasingQueue, existing_settings, partition_keys
-from common.redis_adapter import use_hiredis_packer
-from common.redis_server import free_port
-from common.task import decode_entry, expand_entry
-from common.urls import fingerprint, task_id
+from common.redis.adapter import use_hiredis_packer
+from common.redis.server import free_port
+from common.tasks.task import decode_entry, expand_entry
+from common.urls.canonical import fingerprint, task_id
 from console.demo.site import sample_site
 from producer.cli import main_async
 from producer.lock import LockHeldError, ProducerLock

@@ -24,7 +24,7 @@ from support.clock import expire, redis_ms, window_passed
 from support.frontier import host_record, host_records, put_record
 from support.leases import LeaseRecord, lease_record, lease_records
 
-import common.queue.leasing
+import common.queue.lease_client
 from common.errors import ConfigError, CrawlConflictError, MalformedTaskError
 from common.frontier.hosts import Frontier
 from common.hostmodel.hostkey import host_key
@@ -41,7 +41,7 @@ from common.queue import (
     NewTask,
     RetryPolicy,
 )
-from common.task import (
+from common.tasks.task import (
     MAX_TASK_BYTES,
     Task,
     compact_entry,
@@ -50,7 +50,7 @@ from common.task import (
     expand_entry,
     queued_id,
 )
-from common.urls import canonicalize, fingerprint, task_id
+from common.urls.canonical import canonicalize, fingerprint, task_id
 
 # ------------------------------------------------------------------------- helpers
 
@@ -1340,7 +1340,7 @@ async def test_a_partition_that_had_nothing_is_skipped_until_its_wait_or_a_freed
         redis_client: aioredis.Redis, crawl_name: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeClock()
-    monkeypatch.setattr(common.queue.leasing, "time", clock)
+    monkeypatch.setattr(common.queue.lease_client, "time", clock)
     q = await open_queue(redis_client, crawl_name, CrawlSettings(partitions=2))
     a, b, c, d = (_host_in(q, p, n) for p, n in ((0, "a"), (1, "b"), (0, "c"), (0, "d")))
     # Nothing anywhere: no turn is known (the caller backs off), and both partitions are

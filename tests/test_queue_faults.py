@@ -16,11 +16,11 @@ from redis.exceptions import ResponseError
 from redis_binaries import all_redis_servers
 
 from common.queue import Code, CrawlSettings, DedupMode, Failure, LeasingQueue, NewTask, RetryPolicy
-from common.redis_server import (
+from common.redis.server import (
     RedisServer,
     bundled_redis_server,
 )
-from common.urls import fingerprint, task_id
+from common.urls.canonical import fingerprint, task_id
 
 
 def nt(url: str, **kw: object) -> NewTask:

@@ -72,9 +72,9 @@ from common.queue import (
     NewTask,
     RetryPolicy,
 )
-from common.revisit import Observed
-from common.task import decode_entry, expand_entry, queued_id, stored_entry
-from common.urls import fingerprint, task_id
+from common.revisits.previous import Observed
+from common.tasks.task import decode_entry, expand_entry, queued_id, stored_entry
+from common.urls.canonical import fingerprint, task_id
 from console.fsck import check
 
 T = TypeVar("T")

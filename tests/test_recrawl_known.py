@@ -27,8 +27,8 @@ from support.routes import serve
 
 from common.policy import set_policy
 from common.queue import CrawlSettings, LeasingQueue, NewTask
-from common.revisit import Observed
-from common.urls import fingerprint, task_id
+from common.revisits.previous import Observed
+from common.urls.canonical import fingerprint, task_id
 from console.fsck import check
 from producer.cli import main_async
 

@@ -1,4 +1,4 @@
-"""What crawlq takes from redis-py's internals (common/redis_adapter.py), one test per
+"""What crawlq takes from redis-py's internals (common/redis/adapter.py), one test per
 internal, against the installed redis-py: a release that moves one fails here, naming it,
 and pyproject.toml's bound keeps such a release out until these pass on it."""
 
@@ -31,12 +31,12 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from common import redis_adapter
-from common.connection import connect
-from common.redis_errors import error_code
-from common.redis_retry import NotSentError
-from common.redis_server import RedisServer, free_port
-from common.scripts import register
+from common.redis import adapter as redis_adapter
+from common.redis.connection import connect
+from common.redis.errors import error_code
+from common.redis.retry import NotSentError
+from common.redis.scripts import register
+from common.redis.server import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,7 +49,7 @@ def test_pyproject_bounds_redis_py_to_the_releases_the_adapter_was_tested_on() -
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     [req] = [Requirement(d) for d in deps if Requirement(d).name == "redis"]
     uppers = [Version(s.version) for s in req.specifier if s.operator == "<"]
-    assert uppers, f"{req}: redis-py needs an upper bound (common/redis_adapter.py)"
+    assert uppers, f"{req}: redis-py needs an upper bound (common/redis/adapter.py)"
     newest = max(redis_adapter.TESTED)
     assert uppers == [Version(f"{newest[0]}.{newest[1] + 1}")], (
         f"{req}: the bound is the minor after the newest release in TESTED {newest}")

@@ -49,12 +49,12 @@ from support.routes import serve
 
 from common.http.fetcher import Fetcher
 from common.keys import CrawlKeys
-from common.metrics import Metrics
+from common.observability.metrics import Metrics
 from common.policy import CrawlPolicy, ensure_policy
 from common.queue import Code, Lease, LeasingQueue, NewTask, Stats
-from common.redis_server import RedisServer
-from common.trapbook import TrapBook
-from common.urls import canonicalize, fingerprint, task_id
+from common.redis.server import RedisServer
+from common.traps.book import TrapBook
+from common.urls.canonical import canonicalize, fingerprint, task_id
 from consumer.config import build_parser, settings_from_args
 from consumer.lifecycle import Consumer
 from consumer.sinks import make_sink

@@ -1,4 +1,4 @@
-"""Redis URLs: the forms taken (common/redis_url.py), and a wrong one is one line on stderr
+"""Redis URLs: the forms taken (common/redis/url.py), and a wrong one is one line on stderr
 and exit 2 in every command that takes one, before anything connects, never a traceback."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from common.connection import connect, open_redis
 from common.errors import ConfigError
 from common.exitcodes import EXIT_REDIS
-from common.redis_server import free_port
-from common.redis_url import check_redis_url, parse_sentinel
+from common.redis.connection import connect, open_redis
+from common.redis.server import free_port
+from common.redis.url import check_redis_url, parse_sentinel
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -20,8 +20,8 @@ from support.consume import consume
 from common.policy import create_policy
 from common.queue import CrawlSettings, LeasingQueue, NewTask
 from common.queue.rendermodes import RenderModes
-from common.request import Request
-from common.urls import canonicalize, fingerprint
+from common.tasks.request import Request
+from common.urls.canonical import canonicalize, fingerprint
 from console.cli import main_async
 from console.demo.jsshop import ShopSpec, expected_items, make_app
 

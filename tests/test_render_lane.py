@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 
 from common.frontier.hosts import Frontier
 from common.queue import CrawlSettings, LeasingQueue, NewTask
-from common.urls import fingerprint
+from common.urls.canonical import fingerprint
 from console.fsck import fsck
 
 

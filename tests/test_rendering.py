@@ -21,10 +21,10 @@ from support.forward_proxy import proxies
 
 from common.policy import create_policy
 from common.queue import CrawlSettings, LeasingQueue, NewTask
-from common.request import Request
 from common.spider import load_spider
-from common.task import decode_entry, encode_entry
-from common.urls import canonicalize
+from common.tasks.request import Request
+from common.tasks.task import decode_entry, encode_entry
+from common.urls.canonical import canonicalize
 from console.demo.jsshop import ShopSpec, expected_items, js_shop, make_app
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -27,8 +27,8 @@ from support.chromium import SITE_HOST, needs_chromium
 
 from common.policy import create_policy
 from common.queue import CrawlSettings, LeasingQueue, NewTask
-from common.request import Request
-from common.urls import canonicalize
+from common.tasks.request import Request
+from common.urls.canonical import canonicalize
 from console.demo.jsshop import ShopSpec, expected_items, make_app
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Requests (common/request.py) through the queue: their identity, their entry, their
+"""Requests (common/tasks/request.py) through the queue: their identity, their entry, their
 checks at enqueue, against a real redis-server."""
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ from support.live import snapshot
 from support.routes import serve
 
 from common.errors import FetchError, InvalidRequestError, MalformedTaskError
-from common.http.fetcher import Fetcher, FetchSettings
-from common.metrics import Metrics
+from common.http.fetcher import Fetcher
+from common.http.results import FetchSettings
+from common.observability.metrics import Metrics
 from common.queue import CrawlSettings, LeasingQueue, NewTask
-from common.request import MAX_BODY_BYTES, Request, request_from_dict
-from common.task import Task, decode_entry, encode_entry, expand_entry
-from common.urls import canonicalize, fingerprint, task_id
+from common.tasks.request import MAX_BODY_BYTES, Request, request_from_dict
+from common.tasks.task import Task, decode_entry, encode_entry, expand_entry
+from common.urls.canonical import canonicalize, fingerprint, task_id
 from consumer.intake import LinkIntake
 from consumer.live import Live
 from producer.cli import main_async

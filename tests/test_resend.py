@@ -1,5 +1,5 @@
 """Every Lua script is classified: may it run twice after an unknown outcome, and why (or
-what happens instead)? common/resend.py's table, held to the scripts on disk, to the
+what happens instead)? common/redis/resend.py's table, held to the scripts on disk, to the
 docs, and to the loops that run a step again after a Redis error."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from common.redis_retry import NotSentError
-from common.resend import SCRIPTS, may_run_again, resendable
-from common.scripts import LUA
+from common.redis.resend import SCRIPTS, may_run_again, resendable
+from common.redis.retry import NotSentError
+from common.redis.scripts import LUA
 from consumer.flush import STEPS as FLUSH_STEPS
 from consumer.housekeeping import HEARTBEAT_SCRIPTS, REAPER_SCRIPTS
 from consumer.leaser import LEASE_SCRIPTS
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HOW_TO_CLASSIFY = """\
 common/lua/{name}.lua is in no retry class. After a timeout or a dropped connection
 crawlq can't tell whether a call ran, so each script says whether it may run again.
-Add one line to SCRIPTS in common/resend.py:
+Add one line to SCRIPTS in common/redis/resend.py:
 
     "{name}": again("why a second run is harmless: fenced by the lease's token, an
                operation id, dedup, it sets the values given, it only reads ..."),
@@ -48,7 +48,7 @@ def test_every_script_in_common_lua_is_classified() -> None:
 
 def test_the_table_names_no_script_that_is_not_there() -> None:
     gone = sorted(set(SCRIPTS) - set(scripts_on_disk()))
-    assert not gone, f"common/resend.py classifies scripts common/lua lacks: {gone}"
+    assert not gone, f"common/redis/resend.py classifies scripts common/lua lacks: {gone}"
 
 
 def test_each_class_says_why() -> None:

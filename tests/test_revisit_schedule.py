@@ -22,14 +22,14 @@ from support.consume import consume, records
 from support.history import encode_record, history_count, raw_record, record_of, write_record
 from support.routes import serve
 
+from common.fleet.workers import WorkerRegistry
 from common.frontier.hosts import Frontier
-from common.metrics import Metrics
+from common.observability.metrics import Metrics
 from common.policy import PolicyError, set_policy
 from common.queue import CrawlSettings, DedupMode, Failure, Lease, LeasingQueue, NewTask
 from common.queue.revisits import late_quantile, observed_arg
-from common.revisit import Observed, Revisit
-from common.urls import canonicalize, fingerprint, task_id
-from common.workers import WorkerRegistry
+from common.revisits.previous import Observed, Revisit
+from common.urls.canonical import canonicalize, fingerprint, task_id
 from consumer.held import LeaseBook
 from consumer.housekeeping import Housekeeping
 
@@ -637,7 +637,7 @@ async def test_a_history_record_is_compact_and_gives_back_what_it_was_told(
         redis_client: aioredis.Redis, crawl_name: str, etag: str, last_modified: str,
         digest: str) -> None:
     """The binary record (lib/revisits.lua record_encode) reads back as written, by the
-    scripts (the revisit's `v`) and by Python (common.history_record) alike: an
+    scripts (the revisit's `v`) and by Python (common.revisits.record) alike: an
     IMF-fixdate as 4 bytes of seconds, 16 hex digits as 8 bytes, anything else as text;
     the entry without the scheme and host its record names."""
     q = await revisit_queue(redis_client, crawl_name, revisit="fixed")

@@ -19,12 +19,13 @@ from support.consume import consumer_args
 from support.history import history_count
 from support.routes import serve
 
-from common.http.fetcher import Fetcher, FetchResult
-from common.metrics import Metrics
+from common.http.fetcher import Fetcher
+from common.http.results import FetchResult
+from common.observability.metrics import Metrics
 from common.policy import set_policy
 from common.queue import Lease, LeasingQueue, NewTask
-from common.revisit import MAX_VALIDATOR_BYTES, Observed, Revisit
-from common.urls import fingerprint
+from common.revisits.previous import MAX_VALIDATOR_BYTES, Observed, Revisit
+from common.urls.canonical import fingerprint
 from consumer.config import build_parser, settings_from_args
 from consumer.flush import Completion
 from consumer.handlers import HandlerContext, HandlerResult, links

@@ -20,7 +20,8 @@ from support.ports import closed_port
 
 from common import codec
 from common.errors import ConfigError, FetchError
-from common.http.fetcher import Fetcher, FetchSettings
+from common.http.fetcher import Fetcher
+from common.http.results import FetchSettings
 from common.keys import CrawlKeys
 from consumer.live import Live
 from consumer.robots import (

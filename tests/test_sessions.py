@@ -25,15 +25,16 @@ from support.login_site import PASSWORD, SPIDER, USER, login_site
 from support.routes import serve
 from yarl import URL
 
-from common.bans import NO_RULES, Blocked
 from common.http.cookies import CookieJar, redact_set_cookie
-from common.http.fetcher import Fetcher, FetchSettings
+from common.http.fetcher import Fetcher
+from common.http.results import FetchSettings
 from common.keys import CrawlKeys
 from common.policy import create_policy
+from common.proxies.bans import NO_RULES, Blocked
+from common.proxies.sessions import SessionRules, SessionUpdate, read_sessions, send_updates
 from common.queue import CrawlQueue, CrawlSettings
-from common.request import Request
-from common.sessions import SessionRules, SessionUpdate, read_sessions, send_updates
-from common.task import Task, decode_entry, encode_entry
+from common.tasks.request import Request
+from common.tasks.task import Task, decode_entry, encode_entry
 from console.cli import main_async
 from consumer.proxied import PageFetch
 from consumer.sessions import SessionBook, carry
@@ -118,7 +119,7 @@ async def test_session_updates_merge_field_by_field_and_pool_sessions_retire(
 
 
 def _source() -> str:
-    from common.scripts import source  # noqa: PLC0415
+    from common.redis.scripts import source  # noqa: PLC0415
     return source("session_update")
 
 
@@ -192,7 +193,7 @@ def _start(base: str) -> list[Request]:
 
 def _task(request: Request) -> Any:
     from common.queue import NewTask  # noqa: PLC0415
-    from common.urls import canonicalize  # noqa: PLC0415
+    from common.urls.canonical import canonicalize  # noqa: PLC0415
     url = canonicalize(request.url)
     assert isinstance(url, str)
     return NewTask.from_request(request, url)

@@ -31,9 +31,9 @@ from common.errors import RedisUnavailableError
 from common.exitcodes import EXIT_OK, EXIT_SINK
 from common.http.fetcher import Fetcher
 from common.keys import CrawlKeys
-from common.metrics import Metrics
+from common.observability.metrics import Metrics
 from common.queue import LeasingQueue
-from common.urls import fingerprint, task_id
+from common.urls.canonical import fingerprint, task_id
 from consumer.config import build_parser, settings_from_args
 from consumer.flush import Completion, Flusher, sink_outage
 from consumer.held import LeaseBook

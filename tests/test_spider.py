@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 import crawlq
 from common.errors import ConfigError, InvalidRequestError, UnknownLabelError
-from common.http.fetcher import FetchResult
-from common.items import KEY_SEP, Item
-from common.request import Request
+from common.http.results import FetchResult
 from common.spider import Response, Spider, load_spider, run_route
+from common.tasks.items import KEY_SEP, Item
+from common.tasks.request import Request
 
 PAGE = b"""<!doctype html><html><head><title>Shelf</title></head><body>
 <h1 class="t">Books <b>&amp; more</b></h1>

@@ -26,8 +26,8 @@ from support.routes import serve
 from common.keys import CrawlKeys
 from common.policy import create_policy, read_policy
 from common.queue import CrawlSettings, LeasingQueue, NewTask
-from common.request import Request
-from common.urls import canonicalize
+from common.tasks.request import Request
+from common.urls.canonical import canonicalize
 from console.demo.site import SHOP_CATEGORIES, SiteSpec, product, reviews, sample_site
 from console.run.command import gather_items
 from console.run.ownership import type_path

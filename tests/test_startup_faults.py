@@ -25,8 +25,8 @@ from support.routes import page, serve
 from common.exitcodes import EXIT_REDIS
 from common.policy import CrawlPolicy, ensure_policy
 from common.queue import LeasingQueue, NewTask
-from common.redis_server import RedisServer, free_port
-from common.urls import fingerprint
+from common.redis.server import RedisServer, free_port
+from common.urls.canonical import fingerprint
 
 pytestmark = pytest.mark.timeout(120)
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,20 +20,20 @@ from support.failover import cutting, script_sha
 from support.live import snapshot
 from support.routes import serve
 
-from common.connection import connect
-from common.http.fetcher import FetchResult
-from common.metrics import Metrics
+from common.http.results import FetchResult
+from common.observability.metrics import Metrics
 from common.policy import CrawlPolicy, set_policy
 from common.queue import LeasingQueue, NewTask
-from common.redis_server import RedisServer
-from common.request import Request
-from common.scripts import source
-from common.simhash import MAX_TEXT, MIN_WORDS, distance, fingerprint, page_text
-from common.task import Task
-from common.trapbook import KEEP, MAX_PROBES, Page, TrapBook
-from common.traps import TrapRules, strip_session_ids, without_tokens
-from common.urls import fingerprint as url_fingerprint
-from common.urlshape import shape_tag
+from common.redis.connection import connect
+from common.redis.scripts import source
+from common.redis.server import RedisServer
+from common.tasks.request import Request
+from common.tasks.task import Task
+from common.traps.book import KEEP, MAX_PROBES, Page, TrapBook
+from common.traps.rules import TrapRules, strip_session_ids, without_tokens
+from common.traps.simhash import MAX_TEXT, MIN_WORDS, distance, fingerprint, page_text
+from common.urls.canonical import fingerprint as url_fingerprint
+from common.urls.shape import shape_tag
 from console.cli import main_async
 from consumer.intake import LinkIntake
 from consumer.links import extract_links
@@ -109,7 +109,7 @@ def test_near_identical_pages_are_within_3_bits_and_real_pages_far_apart() -> No
 
 
 def reference_simhash(text: str) -> int | None:
-    """The fingerprint as common.simhash defines it, spelled out: every word (\\w+) of the
+    """The fingerprint as common.traps.simhash defines it, spelled out: every word (\\w+) of the
     lowercased text's first MAX_TEXT characters hashed with BLAKE2b-64, bit by bit."""
     words = set(re.findall(r"\w+", text[:MAX_TEXT].lower()))
     if len(words) < MIN_WORDS:

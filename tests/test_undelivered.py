@@ -19,8 +19,8 @@ from support.routes import serve
 from common.errors import InvalidRequestError
 from common.policy import create_policy
 from common.queue import Lease, Stats
-from common.request import Request, check_request
-from common.task import Task
+from common.tasks.request import Request, check_request
+from common.tasks.task import Task
 from console.cli import main_async
 from console.local.processes import progress_line
 from console.views.losses import Loss, advice, losses

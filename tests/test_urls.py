@@ -1,4 +1,4 @@
-"""Tests of common.urls: canonical URLs, rejections, fingerprints and partitions."""
+"""Tests of common.urls.canonical: canonical URLs, rejections, fingerprints and partitions."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from shared_data import DATA, require
 from yarl import URL
 
-from common import urls
 from common.errors import ConfigError
-from common.urls import (
+from common.urls import canonical as urls
+from common.urls.canonical import (
     MAX_URL_BYTES,
     Rejection,
     RejectReason,
@@ -481,7 +481,7 @@ def whatwg_disagreements(cases: Iterable[dict[str, Any]]) -> list[str]:
     be rejected; an accepted URL must have WHATWG's host (less one trailing dot, which
     crawlq drops), read back unchanged by a WHATWG parser, and have the canonical form
     of every other input WHATWG serializes the same way (fragment aside). crawlq
-    rejecting what WHATWG accepts is its stricter rules, listed in common/urls.py.
+    rejecting what WHATWG accepts is its stricter rules, listed in common/urls/canonical.py.
     """
     problems: list[str] = []
     forms: dict[str, set[str]] = defaultdict(set)

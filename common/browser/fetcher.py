@@ -58,7 +58,8 @@ from common.browser.render import DEFAULT_RENDER, Fetched, Render, RenderResult
 from common.errors import FetchError
 from common.hostmodel.hostkey import host_key
 from common.http.cookies import CookieJar
-from common.http.fetcher import Fetcher, FetchResult
+from common.http.fetcher import Fetcher
+from common.http.results import FetchResult
 
 if TYPE_CHECKING:
     from playwright.async_api import Request, Route

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common import codec
-from common.http.fetcher import FetchResult
+from common.http.results import FetchResult
 
 __all__ = ["DEFAULT_RENDER", "Fetched", "Render", "RenderResult"]
 

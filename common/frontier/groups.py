@@ -3,7 +3,7 @@ list the groups, change one group's delay or concurrency (``group_set.lua``).
 
 A group is a registrable domain (``common.hostmodel.hostgroup``) or an address
 (``common.hostmodel.hostip``); its record lives in its
-partition's ``groups`` HASH (``common.hostmodel.grouprec``). Politeness groups need a
+partition's ``groups`` HASH (``common.hostmodel.group_record``). Politeness groups need a
 one-partition crawl (``common.policy``), so a group is found in partition 0.
 """
 
@@ -15,9 +15,9 @@ from typing import Any, cast
 
 from common.codec import text as _text
 from common.errors import ConfigError
-from common.hostmodel.grouprec import GroupRecord
+from common.hostmodel.group_record import GroupRecord
 from common.queue import CrawlQueue
-from common.scripts import register
+from common.redis.scripts import register
 
 
 @dataclass(frozen=True, slots=True)

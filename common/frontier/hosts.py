@@ -19,7 +19,7 @@ from common.hostmodel.hostrec import HostRecord
 from common.keys import PartitionKeys
 from common.policy import set_policy
 from common.queue import CrawlQueue
-from common.urls import canonicalize
+from common.urls.canonical import canonicalize
 
 #: Sortable columns and the ZSET of each (sparse ones list only hosts that have a value).
 SORT_COLUMNS = ("queued", "errors", "next_allowed", "delay", "blocked_until")

@@ -9,7 +9,7 @@ next page logged in. Requests without a session keep the client's dummy jar: coo
 Each header is parsed alone by the standard library's ``http.cookies`` (a malformed one
 is dropped, not the others). What a jar learned since it was loaded waits in `changes`
 (field -> value, ``""`` for a cookie removed), the form Redis keeps a session's cookies
-in (``common.sessions``): field ``c:<domain>\\t<path>\\t<name>``, value
+in (``common.proxies.sessions``): field ``c:<domain>\\t<path>\\t<name>``, value
 ``<value>\\t<expires ms, -1 for a session cookie>\\t<flags>`` (``s`` Secure, ``h``
 host-only). A jar's repr holds no value: cookies are credentials.
 """

@@ -6,7 +6,7 @@ the SSRF guard (`common.http.ssrf`), counted, loop-checked and stripped of crede
 changes origin. Bodies are streamed and capped on decompressed bytes.
 
 Request headers: `FetchSettings.headers` are the crawl's (``--header``). Those that are not
-credentials (`common.headers.is_credential`) are the session's defaults, sent on every
+credentials (`common.tasks.headers.is_credential`) are the session's defaults, sent on every
 request, robots.txt included; the credential ones are added only when a fetch asks for
 them (`fetch(..., crawl_credentials=True)`: the worker does, robots.txt does not).
 A fetch's own `headers` (a task's) override the crawl's, name by name. Every credential
@@ -30,7 +30,7 @@ redirect hop; `accept=None` (robots.txt) reads everything. Other statuses (4xx, 
 3xx) are read as ever: their outcome says more than their type.
 
 Methods and bodies: `fetch(url, method="POST", body=b"...")` sends any of
-``common.request.METHODS`` (GET by default) with its body. Redirects follow HTTP as
+``common.tasks.request.METHODS`` (GET by default) with its body. Redirects follow HTTP as
 browsers do (RFC 9110 15.4, the Fetch standard): a 303 turns any method but HEAD into a
 GET, a 301 or 302 turns a POST into a GET, and those drop the body with the headers that
 describe it (``Content-Type``, ...); a 307 or 308 repeats the method and the body. Every
@@ -54,252 +54,54 @@ credentials are kept out of every message, log line and repr (`redact_url`).
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import math
-import re
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from dataclasses import dataclass, field, fields
-from datetime import UTC
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 import aiohttp
-from aiohttp import ClientResponse, ClientSession, ClientTimeout, HttpVersion11, TCPConnector
-from selectolax.lexbor import LexborHTMLParser
+from aiohttp import ClientResponse, ClientSession, ClientTimeout, TCPConnector
 from yarl import URL
 
 from common import reasons
-from common.config import redact_url
-from common.errors import ConfigError, FetchError
-from common.headers import DEFAULT_USER_AGENT, checked_headers, is_credential, redacted_headers
+from common.errors import FetchError
 from common.http.cookies import CookieJar
+from common.http.hops import (
+    becomes_get,
+    origin,
+    parse_start_url,
+    proxy_secrets,
+    redacted,
+    redirect_target,
+    with_cookies,
+    without_body_headers,
+    without_credentials,
+)
+from common.http.results import (
+    FetchResult,
+    FetchSettings,
+    classify_status,
+    content_type_accepted,
+    result_of,
+)
 from common.http.ssrf import GuardedResolver, SsrfGuard, literal_host_ip, ssrf_error_from
+from common.tasks.headers import (
+    is_credential,
+)
 
-__all__ = [
-    "MAX_RETRY_AFTER_S",
-    "FetchResult",
-    "FetchSettings",
-    "Fetcher",
-    "classify_status",
-    "content_type_accepted",
-    "parse_retry_after",
-    "redact_url",
-]
+__all__ = ["Fetcher"]
 
 log = logging.getLogger(__name__)
 
 CHUNK_SIZE = 64 * 1024
-MAX_RAW_HEADERS = 256
 _LITERAL_CACHE_SIZE = 4096
-KEPT_HEADERS = (
-    "content-type",
-    "content-length",
-    "last-modified",
-    "etag",
-    "location",
-    "retry-after",
-    "server",
-    "date",
-)
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-#: Headers that describe a request's body: dropped with it when a redirect turns it into a
-#: GET (the Fetch standard's "request-body-header names").
-_BODY_HEADERS = frozenset({"content-type", "content-encoding", "content-language",
-                           "content-location"})
 #: The methods validators (If-None-Match, If-Modified-Since) go with.
 _CONDITIONAL_METHODS = frozenset({"GET", "HEAD"})
-_HTTP_SCHEMES = frozenset({"http", "https"})
 # After these, a proxied fetch is tried again once on the next proxy.
 _PROXY_RETRY_STATUSES = frozenset({403, 407, 429})
 _PROXY_RETRY_REASONS = frozenset({reasons.CONNECT_ERROR, reasons.HTTP_429})
-
-
-@dataclass(frozen=True, slots=True, repr=False)
-class FetchSettings:
-    """How the fetcher behaves: built once from flags/env, passed down; repr redacts proxies."""
-
-    user_agent: str = DEFAULT_USER_AGENT
-    total_timeout: float = 30.0
-    connect_timeout: float = 10.0
-    sock_read_timeout: float = 15.0
-    max_body_bytes: int = 10 * 1024 * 1024
-    max_redirects: int = 5
-    allow_private: bool = False
-    allow_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
-    proxies: tuple[str, ...] = ()  # http(s) proxy URLs, may contain user:pass
-    # The connection pool's limits (TCPConnector's limit and limit_per_host; 0 = none).
-    # The consumer sets none: the frontier's lease is the limit, and a request waiting
-    # for a pooled connection would spend its total timeout before it was sent.
-    concurrency: int = 0
-    limit_per_host: int = 0
-    headers: tuple[tuple[str, str], ...] = ()  # the crawl's (name, value); repr redacts
-
-    def __post_init__(self) -> None:
-        for name in ("total_timeout", "connect_timeout", "sock_read_timeout"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{name} must be > 0")
-        if self.max_body_bytes < 1:
-            raise ConfigError("max_body_bytes must be >= 1")
-        if self.max_redirects < 0:
-            raise ConfigError("max_redirects must be >= 0")
-        if self.concurrency < 0 or self.limit_per_host < 0:
-            raise ConfigError("concurrency and limit_per_host must be >= 0 (0 = no limit)")
-        for i, proxy in enumerate(self.proxies):
-            if not _is_proxy_url(proxy):  # the URL is not echoed: it may hold a password
-                raise ConfigError(
-                    f"proxies[{i}] is not an http(s)://[user:pass@]host[:port] proxy URL"
-                )
-        checked_headers(self.headers, ConfigError, "headers")
-
-    def __repr__(self) -> str:
-        parts = []
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "proxies":
-                value = tuple(redact_url(p) for p in value)
-            elif f.name == "headers":
-                value = tuple(redacted_headers(dict(value)).items())
-            parts.append(f"{f.name}={value!r}")
-        return f"FetchSettings({', '.join(parts)})"
-
-
-@dataclass(slots=True)
-class FetchResult:
-    """A response that is the final word on a URL (2xx, 3xx without Location, 304, 4xx)."""
-
-    url: str  # as asked for
-    final_url: str  # the last redirect target, or `url` (fragment dropped, quoted)
-    status: int
-    headers: dict[str, str]  # lowercased subset: see KEPT_HEADERS
-    raw_headers: tuple[tuple[bytes, bytes], ...]  # as received, at most MAX_RAW_HEADERS
-    body: bytes  # decompressed
-    elapsed: float  # seconds, whole redirect chain
-    redirects: tuple[str, ...]  # each hop's URL after the first, in order
-    http_version: str  # "HTTP/1.1"
-    filtered: bool = False  # its Content-Type is not accepted: closed unread, body b""
-    _tree: LexborHTMLParser | None = field(default=None, init=False, repr=False,
-                                           compare=False)
-
-    def tree(self) -> LexborHTMLParser:
-        """The body parsed as HTML by Lexbor (selectolax), once: the links handler and
-        the near-duplicate fingerprint read the same tree. Don't change it: use
-        `take_tree` for a tree of your own."""
-        if self._tree is None:
-            self._tree = LexborHTMLParser(self.body, encoding=True)
-        return self._tree
-
-    def take_tree(self) -> LexborHTMLParser:
-        """The parsed body (`tree`), handed over: the caller may change it, and a later
-        `tree` parses the body again."""
-        tree, self._tree = self.tree(), None
-        return tree
-
-
-def content_type_accepted(value: str | None, accept: tuple[str, ...] | None) -> bool:
-    """Whether a Content-Type header `value` is one of `accept` (``type/subtype`` or
-    ``type/*``, lowercase); no `accept` (None or empty) and no Content-Type accept all."""
-    if not accept or value is None:
-        return True
-    media = value.partition(";")[0].strip().lower()
-    if not media:
-        return True
-    return media in accept or f"{media.partition('/')[0]}/*" in accept
-
-
-#: The longest wait `parse_retry_after` returns (a year): a larger value, or a date further
-#: off, gives this. The queue caps it again at the crawl policy's ``max_retry_after``.
-MAX_RETRY_AFTER_S = 365 * 86400.0
-_MAX_RETRY_AFTER_DIGITS = len(str(int(MAX_RETRY_AFTER_S)))
-
-
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a Retry-After value: delay-seconds or an HTTP-date.
-
-    A date is turned into seconds from `now` (default: `time.time()`), clamped at 0.
-    Both are clamped at `MAX_RETRY_AFTER_S`, however many digits. Anything unparseable
-    (negative, fractional, not ASCII) gives None. It never raises: the header is the
-    server's, whatever it holds.
-    """
-    if value is None:
-        return None
-    value = value.strip()
-    if not value or not value.isascii():  # an HTTP-date or delay-seconds is ASCII
-        return None
-    if value.isdigit():
-        digits = value.lstrip("0")
-        if len(digits) > _MAX_RETRY_AFTER_DIGITS:  # int() refuses > 4300 digits
-            return MAX_RETRY_AFTER_S
-        return min(MAX_RETRY_AFTER_S, float(int(digits or "0")))
-    stamp = http_date(value)
-    if stamp is None:
-        return None
-    return min(MAX_RETRY_AFTER_S, max(0.0, stamp - (time.time() if now is None else now)))
-
-
-def http_date(value: str) -> float | None:
-    """An HTTP-date (RFC 9110) as a Unix time; None when it is not one. Never raises."""
-    try:
-        when = parsedate_to_datetime(value.strip())
-        if when.tzinfo is None:  # "-0000" or asctime: RFC 9110 dates are GMT
-            when = when.replace(tzinfo=UTC)
-        return when.timestamp()
-    except (TypeError, ValueError, IndexError, OverflowError, OSError):
-        return None
-
-
-def classify_status(status: int, headers: Mapping[str, str]) -> FetchError | None:
-    """The FetchError a final (non-redirect) status stands for, or None for a result.
-
-    | what | result |
-    | --- | --- |
-    | connection error (DNS, refused, reset), timeout (connect / read / total) | FetchError retryable, reason `connect_error` / `timeout` |
-    | 5xx, 408, 429 | FetchError retryable, reason `http_5xx` / `http_408` / `http_429`, `retry_after` parsed from Retry-After (seconds or HTTP-date), `status` set |
-    | other 4xx | FetchResult (the queue records done with that status; not retried) |
-    | 2xx, 304 etc. | FetchResult |
-    | too many redirects (> max_redirects, default 5) | FetchError permanent `too_many_redirects` |
-    | redirect loop (a URL seen twice in the chain) | FetchError permanent `redirect_loop` |
-    | redirect to non-http(s) (file:, ftp:, javascript:), to no host (http://), to a host aiohttp refuses (127.1), or a malformed Location | FetchError permanent `bad_redirect` |
-    | the URL asked for is malformed, not http(s), or its host is one aiohttp refuses (127.1, 2130706433) | FetchError permanent `bad_url` |
-    | a status outside 100-599 | FetchError permanent `bad_status`, `status` set |
-    | body over max_body_bytes (decompressed, counted while streaming), or a Content-Length over it (refused before reading) | FetchError permanent `body_too_large` |
-    | address refused by the SSRF guard (first hop or any redirect hop) | FetchError permanent `ssrf_blocked` |
-    | anything else unexpected from aiohttp (e.g. a malformed response) | FetchError retryable `http_error` |
-
-    This function decides the status rows only; `Fetcher.fetch` does the rest.
-    """  # noqa: E501
-    if status >= 500:
-        if status > 599:
-            return _bad_status(status)
-        reason = reasons.HTTP_5XX
-    elif status == 429:
-        reason = reasons.HTTP_429
-    elif status == 408:
-        reason = reasons.HTTP_408
-    elif status < 100:
-        return _bad_status(status)
-    else:
-        return None
-    value = headers.get("Retry-After")
-    if value is None:
-        value = headers.get("retry-after")
-    return FetchError(
-        reason,
-        f"HTTP {status}",
-        retryable=True,
-        retry_after=parse_retry_after(value),
-        status=status,
-    )
-
-
-def _bad_status(status: int) -> FetchError:
-    return FetchError(
-        reasons.BAD_STATUS,
-        f"HTTP status {status} is outside 100-599: not a response HTTP defines",
-        retryable=False,
-        status=status,
-    )
 
 
 async def _headers_sent(session: ClientSession, ctx: Any, params: Any) -> None:
@@ -328,7 +130,7 @@ class Fetcher:
         self._sent_session: ClientSession | None = None
         self._proxies: tuple[URL, ...] = tuple(URL(p) for p in settings.proxies)
         self._proxy_cursor = 0
-        self._secrets = _proxy_secrets(self._proxies)
+        self._secrets = proxy_secrets(self._proxies)
         self._total = settings.total_timeout
         self._timeout = _client_timeout(settings, settings.total_timeout)
         self._cap = settings.max_body_bytes
@@ -501,12 +303,12 @@ class Fetcher:
                 if last or exc.reason not in _PROXY_RETRY_REASONS:
                     raise
                 if log.isEnabledFor(logging.DEBUG):
-                    log.debug("fetch_proxy_retry reason=%s proxy=%s", exc.reason, _redact(proxy))
+                    log.debug("fetch_proxy_retry reason=%s proxy=%s", exc.reason, redacted(proxy))
                 continue
             if last or result.status not in _PROXY_RETRY_STATUSES:
                 return result
             if log.isEnabledFor(logging.DEBUG):
-                log.debug("fetch_proxy_retry status=%d proxy=%s", result.status, _redact(proxy))
+                log.debug("fetch_proxy_retry status=%d proxy=%s", result.status, redacted(proxy))
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _fetch_via(
@@ -530,7 +332,7 @@ class Fetcher:
         `conditional` headers go with the first hop only; `method` and `body` as each
         redirect leaves them (`_redirected`)."""
         self._take_user_agent()
-        current, current_text = _parse_start_url(url)
+        current, current_text = parse_start_url(url)
         later = headers
         if conditional:
             headers = {**headers, **conditional} if headers else conditional
@@ -544,7 +346,7 @@ class Fetcher:
                     self._check_literal(current.raw_host)
                 async with session.request(
                     method, current, allow_redirects=False, data=body,
-                    headers=headers if cookies is None else _with_cookies(headers, cookies,
+                    headers=headers if cookies is None else with_cookies(headers, cookies,
                                                                           current),
                     proxy=proxy, timeout=limits, trace_request_ctx=on_sent,
                 ) as resp:
@@ -554,7 +356,7 @@ class Fetcher:
                     if status in _REDIRECT_STATUSES:
                         location = resp.headers.get("Location")
                         if location is not None:
-                            target = _redirect_target(current, location)
+                            target = redirect_target(current, location)
                             key = str(target)
                             if seen is None:
                                 seen = {str(current)}
@@ -572,12 +374,12 @@ class Fetcher:
                                 )
                             if conditional:  # a validator is its URL's own
                                 headers, conditional = later, None
-                            if method != "GET" and _becomes_get(status, method):
+                            if method != "GET" and becomes_get(status, method):
                                 method, body = "GET", None
                                 if headers:
-                                    headers = _without_body_headers(headers)
-                            if headers and _origin(target) != _origin(current):
-                                headers = _without_credentials(headers)
+                                    headers = without_body_headers(headers)
+                            if headers and origin(target) != origin(current):
+                                headers = without_credentials(headers)
                             seen.add(key)
                             redirects.append(key)
                             current, current_text = target, key
@@ -589,13 +391,13 @@ class Fetcher:
                     if accept and 200 <= status < 300 and not content_type_accepted(
                             resp.headers.get("Content-Type"), accept):
                         resp.close()  # the body is never read: drop the connection
-                        return _result(
+                        return result_of(
                             url, current_text, resp=resp, body=b"", started=started,
                             redirects=redirects, filtered=True,
                         )
                     # A 304 has no body (RFC 9110 15.4.5): none is read, whatever is sent.
                     body = b"" if status == 304 else await self._read_body(resp)
-                    return _result(
+                    return result_of(
                         url, current_text, resp=resp, body=body, started=started,
                         redirects=redirects,
                     )
@@ -724,76 +526,6 @@ class Fetcher:
         return text
 
 
-def _parse_start_url(url: str) -> tuple[URL, str]:
-    """The URL to send and its text: `url` itself when it is already quoted and has no
-    fragment (canonical task URLs: no str() of the parsed URL per fetch)."""
-    # A URL that is already fully quoted (canonical task URLs are) is sent as is:
-    # re-quoting would turn /a%3Bb into /a;b, a different resource.
-    quoted = _is_quoted(url)
-    try:
-        parsed = URL(url, encoded=quoted)
-        scheme = parsed.scheme
-        host = parsed.raw_host
-        _ = parsed.port
-    except (ValueError, TypeError):
-        raise FetchError(
-            reasons.BAD_URL, f"malformed URL {redact_url(str(url))!r}", retryable=False
-        ) from None
-    if scheme not in _HTTP_SCHEMES or not host:
-        raise FetchError(
-            reasons.BAD_URL, f"not an http(s) URL: {redact_url(url)!r}", retryable=False
-        )
-    if parsed.raw_fragment:
-        parsed = parsed.with_fragment(None)
-        return parsed, str(parsed)
-    return parsed, url if quoted else str(parsed)
-
-
-# Any character that is not printable ASCII, or is one of  "<>\^`{|}  or a space: a URL
-# without them is taken as already quoted (one C-level scan; ranges #-; and ?-[ hold 0-9, A-Z).
-_NOT_QUOTED = re.compile(r"[^!#-;=?-\[\]_a-z~]")
-
-
-def _is_quoted(url: str) -> bool:
-    return _NOT_QUOTED.search(url) is None
-
-
-def _redirect_target(current: URL, location: str) -> URL:
-    """The absolute URL a Location header points to, or FetchError `bad_redirect`."""
-    if not location.strip():
-        raise FetchError(reasons.BAD_REDIRECT, "empty Location header", retryable=False)
-    try:
-        target = URL(location)
-        # A Location that names a scheme is absolute, as aiohttp and RFC 3986 take it:
-        # joined, "http://" (no host) would become the current URL and look like a loop.
-        if not target.scheme:
-            target = current.join(target)
-        scheme = target.scheme
-        host = target.raw_host
-        _ = target.port
-        if target.raw_fragment:
-            target = target.with_fragment(None)
-    except (ValueError, TypeError):
-        raise FetchError(
-            reasons.BAD_REDIRECT,
-            f"malformed Location {redact_url(location)[:200]!r}",
-            retryable=False,
-        ) from None
-    if scheme not in _HTTP_SCHEMES:
-        raise FetchError(
-            reasons.BAD_REDIRECT,
-            f"redirect to a non-http(s) URL {redact_url(location)[:200]!r}",
-            retryable=False,
-        )
-    if not host:
-        raise FetchError(
-            reasons.BAD_REDIRECT,
-            f"redirect to a URL without a host {redact_url(location)[:200]!r}",
-            retryable=False,
-        )
-    return target
-
-
 def _client_timeout(settings: FetchSettings, total: float) -> ClientTimeout:
     # ceil_threshold=inf: aiohttp would otherwise round deadlines over 5 s up to the next
     # whole second; the fetch's deadline stays exact.
@@ -806,101 +538,3 @@ def _client_timeout(settings: FetchSettings, total: float) -> ClientTimeout:
     )
 
 
-def _origin(url: URL) -> tuple[str, str | None, int | None]:
-    return (url.scheme, url.raw_host, url.port)
-
-
-def _becomes_get(status: int, method: str) -> bool:
-    """Whether a redirect with `status` turns a `method` request into a GET (dropping its
-    body): a 303 but for HEAD, a 301 or 302 of a POST (RFC 9110 15.4.2-4 allow it and
-    every browser does it: the Fetch standard); never a 307 or 308."""
-    if status == 303:
-        return method != "HEAD"
-    return status in (301, 302) and method == "POST"
-
-
-def _without_body_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k.lower() not in _BODY_HEADERS}
-
-
-def _with_cookies(headers: Mapping[str, str] | None, jar: CookieJar,
-                  url: URL) -> Mapping[str, str] | None:
-    """`headers` with the jar's ``Cookie`` for `url` (over any a task set), if it has one."""
-    cookie = jar.header(url)
-    if cookie is None:
-        return headers
-    kept = {k: v for k, v in (headers or {}).items() if k.lower() != "cookie"}
-    return {**kept, "Cookie": cookie}
-
-
-def _without_credentials(headers: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if not is_credential(k)}
-
-
-def _result(
-    url: str,
-    final_url: str,
-    *,
-    resp: ClientResponse,
-    body: bytes,
-    started: float,
-    redirects: list[str],
-    filtered: bool = False,
-) -> FetchResult:
-    h = resp.headers
-    kept = {}
-    for name in KEPT_HEADERS:
-        value = h.get(name)
-        if value is not None:
-            kept[name] = value
-    raw = resp.raw_headers
-    if len(raw) > MAX_RAW_HEADERS:
-        raw = raw[:MAX_RAW_HEADERS]
-    version = resp.version
-    if version is None or version is HttpVersion11:  # the parser's constant, no formatting
-        http_version = "HTTP/1.1"
-    else:
-        http_version = f"HTTP/{version.major}.{version.minor}"
-    return FetchResult(
-        url=url,
-        final_url=final_url,
-        status=resp.status,
-        headers=kept,
-        raw_headers=raw,
-        body=body,
-        elapsed=time.monotonic() - started,
-        redirects=tuple(redirects),
-        http_version=http_version,
-        filtered=filtered,
-    )
-
-
-def _is_proxy_url(proxy: object) -> bool:
-    try:
-        url = URL(proxy)  # type: ignore[arg-type]
-        _ = url.port
-    except (ValueError, TypeError):
-        return False
-    return (
-        url.scheme in _HTTP_SCHEMES
-        and bool(url.raw_host)
-        and url.raw_path in ("", "/")
-        and not url.raw_query_string
-        and not url.raw_fragment
-    )
-
-
-def _redact(url: URL) -> str:
-    return redact_url(str(url))
-
-
-def _proxy_secrets(proxies: tuple[URL, ...]) -> tuple[str, ...]:
-    """Every spelling of every proxy password/userinfo, longest first, to scrub from messages."""
-    found: set[str] = set()
-    for proxy in proxies:
-        for value in (proxy.raw_password, proxy.password):
-            if value:
-                found.add(value)
-        if proxy.raw_password and proxy.raw_user:
-            found.add(f"{proxy.raw_user}:{proxy.raw_password}")
-    return tuple(sorted(found, key=len, reverse=True))

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from common.codec import text
-from common.connection import RedisClient
 from common.keys import CrawlKeys, PartitionKeys
 from common.proxies.rules import ProxyRules
+from common.redis.connection import RedisClient
 
 __all__ = ["HostTier", "PoolView", "ProxyHealth", "effective_tier", "read_pool"]
 

@@ -15,11 +15,11 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from common.connection import RedisClient
 from common.keys import CrawlKeys, PartitionKeys
 from common.proxies.rules import ProxyRules
 from common.proxies.spec import ProxySpec
-from common.scripts import LuaScript, register
+from common.redis.connection import RedisClient
+from common.redis.scripts import LuaScript, register
 
 __all__ = ["Report", "ReportCalls", "Tally", "send_report"]
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from yarl import URL
 
-from common.config import redact_url
+from common.urls.redact import redact_url
 
 __all__ = ["DEFAULT_TIER", "DIRECT", "DIRECT_ID", "ProxySpec", "proxy_id", "proxy_spec",
            "tier_names"]

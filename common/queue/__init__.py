@@ -7,7 +7,7 @@ in ``common/lua``; this package builds their KEYS and ARGV, routes each task to 
 partition of its host and sends one call per partition per batch, pipelined.
 
 One module per job: ``crawl`` (settings, opening, partitions), ``calls`` (sending
-calls), ``enqueue``, ``leasing`` (one consumer's `LeaseClient`) with ``lease_reply``
+calls), ``enqueue``, ``lease_client`` (one consumer's `LeaseClient`) with ``lease_reply``
 (lease.lua's reply layout, declared once), ``transitions`` (ack, fail, release, renew,
 checkpoint), ``housekeeping`` (reclaim, promote, reap), ``deadletters``, ``inspection``
 (stats, is_empty, state_of), ``migrate`` (converting a crawl of layout 2), ``known``
@@ -28,13 +28,13 @@ from common.queue.crawl import (
 from common.queue.enqueue import check_new_task
 from common.queue.facade import CrawlQueue, LeasingQueue
 from common.queue.known import KnownRecrawl
-from common.queue.lease_reply import LeaseReply
-from common.queue.leasing import (
+from common.queue.lease_client import (
     CANDIDATE_HOSTS,
     MAX_IDLE_WAIT_S,
     UNKNOWN_WAIT_S,
     LeaseClient,
 )
+from common.queue.lease_reply import LeaseReply
 from common.queue.migrate import migrate_crawl
 from common.queue.model import (
     COUNTERS,

@@ -12,12 +12,12 @@ from typing import Any, TypeVar
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from common.connection import RedisClient
 from common.keys import PartitionKeys
 from common.queue.model import Lease
-from common.redis_retry import resending
-from common.redis_wait import acknowledged, replica_wait
-from common.scripts import locate_in
+from common.redis.connection import RedisClient
+from common.redis.retry import resending
+from common.redis.scripts import locate_in
+from common.redis.wait import acknowledged, replica_wait
 
 T = TypeVar("T")
 #: A script call: the script, its KEYS, its ARGV.

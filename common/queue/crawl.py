@@ -8,15 +8,15 @@ from enum import StrEnum
 from typing import Any
 
 from common import codec
-from common.connection import RedisClient
 from common.errors import ConfigError, CrawlConflictError
-from common.hostmodel.grouping import Grouper
+from common.hostmodel.enqueue_groups import Grouper
 from common.hostmodel.hostkey import partition_of_host
 from common.keys import CRAWLS, CrawlKeys, PartitionKeys
-from common.scripts import Scripts
+from common.redis.connection import RedisClient
+from common.redis.scripts import Scripts
 
 #: The schema version a crawl's settings carry: 4, one record per host and per lease
-#: (layout 3) and compact queued entries (common/task.py compact_entry). A crawl of layout
+#: (layout 3) and compact queued entries (common/tasks/task.py compact_entry). A crawl of layout
 #: 2 or 3 is converted in place (common.queue.migrate); one of an older version must be
 #: re-created (its keys mean something else).
 FORMAT = 4

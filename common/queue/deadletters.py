@@ -10,7 +10,7 @@ from common.keys import PartitionKeys
 from common.queue.calls import chunks, host_args
 from common.queue.crawl import Crawl, DedupMode
 from common.queue.model import Code, DeadTask
-from common.task import entry_url, stored_entry
+from common.tasks.task import entry_url, stored_entry
 
 
 async def dead_list(crawl: Crawl, *, reason: str | None = None, limit: int = 50,

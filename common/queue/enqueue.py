@@ -17,7 +17,7 @@ from common.queue.calls import Call, host_args, run
 from common.queue.crawl import Crawl, DedupMode
 from common.queue.model import EnqueueResult, NewTask
 from common.queue.rendermodes import RenderModes
-from common.request import (
+from common.tasks.request import (
     BODYLESS,
     MAX_BODY_BYTES,
     check_data,
@@ -26,7 +26,7 @@ from common.request import (
     check_session,
     shown,
 )
-from common.task import compact_tail, encode_entry
+from common.tasks.task import compact_tail, encode_entry
 
 
 class _Queued(Protocol):
@@ -73,7 +73,7 @@ async def enqueue(crawl: Crawl, tasks: Sequence[NewTask], recrawl_after_s: int =
             raise ConfigError("priority and depth must be >= 0, max_attempts >= 1")
         if t.method != "GET" or t.body is not None or t.data or t.label is not None:
             check_new_task(t, known_labels)
-        if " " in t.url:  # an entry's URL ends at its first space (common.task)
+        if " " in t.url:  # an entry's URL ends at its first space (common.tasks.task)
             raise MalformedTaskError(f"URL is not canonical (it holds a space): "
                                      f"{t.url[:200]!r}; canonicalize it first")
         host = host_key(t.url)
@@ -211,7 +211,7 @@ def _renders(t: NewTask, host: str, render_all: bool, modes: RenderModes | None)
 
 def _entry(t: NewTask, host: str, *, render_all: bool = False,
            modes: RenderModes | None = None) -> bytes:
-    """Its entry compact (common.task), as the queue keeps it: its fingerprint's bytes
+    """Its entry compact (common.tasks.task), as the queue keeps it: its fingerprint's bytes
     (its id), then its URL and fields less what the queue names; a render request's
     (`_renders`) marked as one."""
     rest = encode_entry("", t.url, max_attempts=t.max_attempts, priority=t.priority,

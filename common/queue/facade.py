@@ -8,12 +8,11 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any, Self
 
-from common.connection import RedisClient
 from common.queue import deadletters, housekeeping, inspection, transitions
 from common.queue.crawl import Crawl, CrawlSettings, existing_settings, open_settings
 from common.queue.enqueue import enqueue
 from common.queue.known import KnownRecrawl, recrawl_known
-from common.queue.leasing import LeaseClient
+from common.queue.lease_client import LeaseClient
 from common.queue.migrate import migrate_crawl
 from common.queue.model import (
     Code,
@@ -28,6 +27,7 @@ from common.queue.model import (
 )
 from common.queue.render_leasing import RenderLeaseClient
 from common.queue.rendermodes import RenderModes
+from common.redis.connection import RedisClient
 
 
 class CrawlQueue:

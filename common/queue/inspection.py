@@ -11,7 +11,7 @@ from common.keys import PartitionKeys
 from common.queue.crawl import Crawl, DedupMode
 from common.queue.model import Stats
 from common.queue.revisits import revisit_stats
-from common.task import queued_id
+from common.tasks.task import queued_id
 
 #: Replies per partition of the stats pipeline.
 _READS = 13

@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from typing import cast
 
 from common.codec import text
-from common.history_record import record_entry, record_fetched
 from common.keys import PREFIX, PartitionKeys
 from common.queue.crawl import Crawl
 from common.queue.enqueue import KnownEntry, enqueue_known
+from common.revisits.record import record_entry, record_fetched
 
 #: HSCAN's COUNT, and the most known URLs one enqueue call takes.
 CHUNK = 1000

@@ -13,7 +13,7 @@ from common import codec
 from common.codec import text as _text
 from common.errors import MalformedTaskError
 from common.queue.model import MALFORMED, Failure, Lease
-from common.task import Task, decode_entry
+from common.tasks.task import Task, decode_entry
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ lease records from ``owners``, ``tasks`` and ``attempts``, the old keys deleted)
 marks the crawl's settings ``"format": 3``.
 
 3 -> 4: every host's queues (each host ``h:queued`` names) are compacted by
-``common/lua/compact_queues.lua`` (``common.task.compact_entry``), a chunk of `CHUNK`
+``common/lua/compact_queues.lua`` (``common.tasks.task.compact_entry``), a chunk of `CHUNK`
 entries per call, calls for `HOSTS_AT_ONCE` hosts pipelined: a big partition never
 blocks Redis for long. Then the done URLs' history records move from layout 3's one
 ``rv:hist`` HASH of text records to the binary ones in ``rv:hist:<bucket>`` HASHes
@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from common import codec
-from common.connection import RedisClient
 from common.errors import ConfigError
 from common.keys import (
     HASHTABLE_FIELD,
@@ -58,8 +57,9 @@ from common.queue.crawl import (
     CrawlSettings,
     partition_keys,
 )
-from common.scripts import register
-from common.task import is_task_id
+from common.redis.connection import RedisClient
+from common.redis.scripts import register
+from common.tasks.task import is_task_id
 
 log = logging.getLogger("crawlq.migrate")
 
@@ -161,7 +161,7 @@ async def _mark(client: RedisClient, crawl: str, raw: bytes | str, layout: int) 
 @dataclass(frozen=True, slots=True)
 class _Lock:
     """The conversion's lock, as this process holds it: extended and released only by
-    its holder (the token locks' scripts; common.locks is a layer above the queue)."""
+    its holder (the token locks' scripts; common.fleet.locks is a layer above the queue)."""
 
     client: RedisClient
     key: str

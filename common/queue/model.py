@@ -8,14 +8,14 @@ from enum import IntEnum
 from typing import Any
 
 from common.reasons import HANDLER_ERROR, HTTP_5XX, HTTP_408, HTTP_429
-from common.request import Request, check_request, request_key
-from common.revisit import Observed, Revisit
-from common.task import DEFAULT_MAX_ATTEMPTS, Task
-from common.urls import fingerprint
+from common.revisits.previous import Observed, Revisit
+from common.tasks.request import Request, check_request, request_key
+from common.tasks.task import DEFAULT_MAX_ATTEMPTS, Task
+from common.urls.canonical import fingerprint
 
 #: Every counter of a partition's ``stats`` hash (plus ``outcome:<code>`` per ack outcome,
 #: and in partition 0 ``links:<fate>`` per fate of the links a consumer did not follow:
-#: ``common.metrics.NOT_FOLLOWED``).
+#: ``common.observability.metrics.NOT_FOLLOWED``).
 #: ``repaired_hosts``: hosts whose pending count was found larger than their queues
 #: (a lost ``hq``/``hp`` key), set right by lease.lua or ``crawlq fsck --repair``;
 #: ``lost_pending``: the entries those counts held that no queue did (tasks lost);
@@ -74,15 +74,15 @@ class NewTask:
     max_attempts: int = 3
     meta: dict[str, Any] = field(default_factory=dict)
     depth: int = 0
-    headers: dict[str, str] = field(default_factory=dict, repr=False)  # checked: common.headers
+    headers: dict[str, str] = field(default_factory=dict, repr=False)  # common.tasks.headers
     revisit: Revisit | None = None  # the URL's previous visit (the frontier's recrawls; tests)
-    # A request's own (common/request.py), checked again by enqueue: GET, no body, ...
+    # A request's own (common/tasks/request.py), checked again by enqueue: GET, no body, ...
     method: str = "GET"
     body: bytes | None = field(default=None, repr=False)
     label: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
     unique_key: str | None = None  # the user's; None: derived from method, URL and body
-    session: str | None = None  # its session's name (common.sessions)
+    session: str | None = None  # its session's name (common.proxies.sessions)
     session_version: int = 0  # the least version of it the request needs
     render: bool = False  # fetched in a browser (docs/rendering.md)
 

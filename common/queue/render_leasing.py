@@ -1,7 +1,7 @@
 """A consumer's render lease client: leases render tasks (``common/lua/lease_render.lua``)
 for a consumer with a browser, taking the crawl's partitions in turn.
 
-As the lease client (``common.queue.leasing``), it passes the keys of the candidate hosts
+As the lease client (``common.queue.lease_client``), it passes the keys of the candidate hosts
 the partition's last reply named, and the hosts of its render leases that ended; a call
 on no hosts only names them (the head of ``r:due``), and the next call leases. A partition
 whose render lane is empty is skipped until the time its reply gave (at most

@@ -12,10 +12,10 @@ import time
 from dataclasses import dataclass
 
 from common.codec import text as _text
-from common.connection import RedisClient
 from common.errors import ConfigError
 from common.keys import CrawlKeys
-from common.scripts import register
+from common.redis.connection import RedisClient
+from common.redis.scripts import register
 
 __all__ = ["MODES", "PROBES", "RenderModes", "pair_field"]
 

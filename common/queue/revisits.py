@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
 
 from common.codec import text as _text
-from common.history_record import history_field, record_host
 from common.queue.calls import host_args
 from common.queue.crawl import Crawl
 from common.queue.model import RevisitStats
-from common.revisit import MAX_VALIDATOR_BYTES, Observed
+from common.revisits.previous import MAX_VALIDATOR_BYTES, Observed
+from common.revisits.record import history_field, record_host
 
 if TYPE_CHECKING:
     from common.keys import PartitionKeys

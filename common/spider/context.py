@@ -16,10 +16,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from common.errors import UnknownLabelError
-from common.items import Item, item_key
-from common.request import Request
 from common.spider.response import Response
 from common.spider.spider import Route, Spider
+from common.tasks.items import Item, item_key
+from common.tasks.request import Request
 
 __all__ = ["Context"]
 

@@ -6,12 +6,12 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from common.http.fetcher import FetchResult
-from common.items import Item
-from common.request import Request
+from common.http.results import FetchResult
 from common.spider.context import Context
 from common.spider.response import Response
 from common.spider.spider import Spider
+from common.tasks.items import Item
+from common.tasks.request import Request
 
 __all__ = ["run_route"]
 

@@ -21,7 +21,7 @@ from parsel import Selector, SelectorList
 
 from common import codec
 from common.browser.render import Fetched, RenderResult
-from common.http.fetcher import FetchResult
+from common.http.results import FetchResult
 
 __all__ = ["Response"]
 

@@ -30,12 +30,12 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from common.bans import NO_RULES, Blocked
 from common.browser.render import DEFAULT_RENDER, Render
 from common.errors import UnknownLabelError
-from common.items import check_item_type
 from common.policy import CrawlPolicy, parse_value
-from common.request import Request, check_label
+from common.proxies.bans import NO_RULES, Blocked
+from common.tasks.items import check_item_type
+from common.tasks.request import Request, check_label
 
 if TYPE_CHECKING:
     from common.spider.context import Context

@@ -62,13 +62,13 @@ from common.config import (
     add_options,
     duration,
 )
-from common.connection import RedisClient, connect, open_redis
 from common.errors import ConfigError
 from common.exitcodes import EXIT_REDIS, EXIT_USAGE
-from common.logs import setup_logging
-from common.redis_errors import redis_error_message
+from common.observability.logs import setup_logging
+from common.redis.connection import RedisClient, connect, open_redis
+from common.redis.errors import redis_error_message
+from common.redis.startup import RedisGaveUpError, StartupWait
 from common.runtime import run_loop
-from common.startup import RedisGaveUpError, StartupWait
 from console.cli.checks import cmd_check, cmd_fsck
 from console.cli.crawl import add_crawl_commands, cmd_reset
 from console.cli.dead import add_dead_commands

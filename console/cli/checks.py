@@ -9,14 +9,14 @@ import asyncio
 import aiohttp
 from redis.exceptions import RedisError
 
-from common.config import redact_url
-from common.connection import RedisClient
-from common.durability import EVICTION_ADVICE, ServerSettings, server_settings
 from common.errors import CrawlqError
 from common.exitcodes import EXIT_FAIL, EXIT_INCONSISTENT, EXIT_OK
 from common.keys import CrawlKeys
 from common.queue import CrawlSettings, migrate_crawl
-from common.redis_errors import redis_error_message
+from common.redis.connection import RedisClient
+from common.redis.durability import EVICTION_ADVICE, ServerSettings, server_settings
+from common.redis.errors import redis_error_message
+from common.urls.redact import redact_url
 from console.cli.output import emit, open_queue
 from console.fsck import fsck, report_text
 

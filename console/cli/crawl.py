@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from common.config import Option, add_options
-from common.connection import RedisClient
 from common.errors import ConfigError
 from common.exitcodes import EXIT_OK, EXIT_USAGE
 from common.keys import CRAWLS
@@ -38,6 +37,7 @@ from common.policy import (
     to_toml,
 )
 from common.queue import existing_settings, partition_keys
+from common.redis.connection import RedisClient
 from console.cli.output import when
 from console.views.crawls import crawl_keys, delete_crawl
 

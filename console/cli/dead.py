@@ -9,11 +9,11 @@ from typing import Any
 
 from common import codec
 from common.config import JSON, Option, add_options
-from common.connection import RedisClient
 from common.errors import BadRequestError, MalformedTaskError
 from common.exitcodes import EXIT_OK, EXIT_USAGE
 from common.queue import CrawlQueue
-from common.task import decode_entry
+from common.redis.connection import RedisClient
+from common.tasks.task import decode_entry
 from console.cli.output import YES, UsageError, emit, open_queue, when
 from console.views.deadletters import select_dead
 

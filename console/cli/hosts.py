@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import asdict
 
 from common.config import JSON, Option, add_options, duration
-from common.connection import RedisClient
 from common.frontier.groups import GroupPage, groups, set_group
 from common.frontier.hosts import SORT_COLUMNS, Frontier, HostPage
 from common.queue import CrawlQueue
+from common.redis.connection import RedisClient
 from console.views.hosts import sort_refusal
 
 Command = Callable[..., argparse.ArgumentParser]

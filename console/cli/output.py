@@ -8,9 +8,9 @@ from typing import Any
 
 from common import codec
 from common.config import Option
-from common.connection import RedisClient
 from common.errors import ConfigError, CrawlqError
 from common.queue import CrawlFormatError, CrawlQueue
+from common.redis.connection import RedisClient
 
 #: A destructive command's confirmation (``reset``, ``dead purge``).
 YES = Option("--yes", "CRAWLQ_YES", False, "really do it", flag_only_bool=True)

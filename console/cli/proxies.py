@@ -9,10 +9,10 @@ import json
 from dataclasses import asdict
 
 from common.config import JSON, Option, add_options
-from common.connection import RedisClient
-from common.proxies.summary import MAX_HOSTS, PoolSummary, read_summary
+from common.frontier.proxy_pool import MAX_HOSTS, PoolSummary, read_summary
+from common.proxies.sessions import SessionRow, list_sessions
 from common.queue import CrawlQueue
-from common.sessions import SessionRow, list_sessions
+from common.redis.connection import RedisClient
 
 
 def _age(seconds: float) -> str:

@@ -8,10 +8,10 @@ import json
 from dataclasses import asdict
 
 from common.config import JSON, Option, add_options
-from common.connection import RedisClient
 from common.hostmodel.hostkey import host_key
 from common.queue import CrawlQueue
 from common.queue.rendermodes import MODES, PROBES, Pair, RenderModes
+from common.redis.connection import RedisClient
 
 
 def render_text(pairs: list[Pair]) -> str:

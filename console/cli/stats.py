@@ -9,10 +9,10 @@ import signal
 from datetime import UTC, datetime
 from typing import Any
 
-from common.connection import RedisClient
 from common.exitcodes import EXIT_OK
+from common.fleet.workers import read_workers
 from common.queue import CrawlQueue
-from common.workers import read_workers
+from common.redis.connection import RedisClient
 from console.cli.output import emit, open_queue, when
 from console.views.crawls import summaries, summary
 from console.views.losses import advice

@@ -1,6 +1,6 @@
 """``crawlq traps``: the hosts that had crawler traps, and what each trap cost.
 
-A host's tallies (``common.trapbook``): its links each trap rule refused (``trap_*``)
+A host's tallies (``common.traps.book``): its links each trap rule refused (``trap_*``)
 and its pages that were near duplicates of another of its pages (``near_duplicate``:
 each one a request spent in a trap, its links not followed).
 """
@@ -12,9 +12,9 @@ import json
 from dataclasses import asdict
 
 from common.config import JSON, Option, add_options
-from common.connection import RedisClient
 from common.queue import CrawlQueue
-from common.trapbook import TrapBook, TrapRow
+from common.redis.connection import RedisClient
+from common.traps.book import TrapBook, TrapRow
 
 #: Most hosts one listing shows.
 MAX_HOSTS = 1000

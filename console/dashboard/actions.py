@@ -36,7 +36,7 @@ from common.errors import BadRequestError
 from common.frontier.hosts import Frontier
 from common.hostmodel.hostkey import host_key
 from common.queue import CrawlQueue
-from common.urls import canonicalize
+from common.urls.canonical import canonicalize
 from console.dashboard.api import open_crawl
 from console.views.deadletters import select_dead
 

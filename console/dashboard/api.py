@@ -40,16 +40,16 @@ from typing import Any
 
 from aiohttp import web
 
-from common import history
-from common.connection import RedisClient
 from common.errors import BadRequestError, ConfigError
+from common.fleet import history
+from common.fleet.workers import read_workers
 from common.frontier.groups import groups
 from common.frontier.hosts import SORT_COLUMNS, Frontier
-from common.proxies.summary import MAX_HOSTS as MAX_PROXY_HOSTS
-from common.proxies.summary import read_summary
+from common.frontier.proxy_pool import MAX_HOSTS as MAX_PROXY_HOSTS
+from common.frontier.proxy_pool import read_summary
+from common.proxies.sessions import list_sessions
 from common.queue import CrawlQueue
-from common.sessions import list_sessions
-from common.workers import read_workers
+from common.redis.connection import RedisClient
 from console.views.crawls import MAX_CRAWLS, summaries, summary
 from console.views.deadletters import MAX_PAGE_SIZE, DeadPage, dead_page
 from console.views.hosts import sort_refusal

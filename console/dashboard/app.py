@@ -8,7 +8,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from common.connection import RedisClient
+from common.redis.connection import RedisClient
 from console.dashboard import actions, api, policy
 from console.dashboard.security import Guard, add_headers, middleware
 

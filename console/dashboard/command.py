@@ -10,7 +10,7 @@ import signal
 from aiohttp import web
 
 from common.config import Option
-from common.connection import RedisClient
+from common.redis.connection import RedisClient
 from console.dashboard.app import make_app
 from console.dashboard.security import check_bind
 

@@ -26,7 +26,7 @@ from aiohttp.typedefs import Handler, Middleware
 from redis.exceptions import RedisError
 
 from common.errors import BadRequestError, ConfigError
-from common.redis_errors import redis_error_message
+from common.redis.errors import redis_error_message
 
 log = logging.getLogger("dashboard")
 

@@ -1,7 +1,7 @@
 """``crawlq demo``: a whole crawl on this machine, in under a minute, leaving nothing running.
 
 1. Redis: ``REDIS_URL`` if given (the ``demo`` crawl is reset first), else an embedded
-   redis-server (``common.redis_server.RedisServer``) that is stopped at the end.
+   redis-server (``common.redis.server.RedisServer``) that is stopped at the end.
 2. The sample site (``console.demo.site``) on 127.0.0.1.
 3. The producer, as a subprocess, on the site's seed list (``urls.txt``).
 4. Two consumers, as subprocesses, with ``--exit-when-empty``; a progress line from
@@ -27,14 +27,15 @@ from pathlib import Path
 import aiohttp
 from redis.exceptions import RedisError
 
-from common.config import COMMON_OPTIONS, REDIS_URL, REDIS_WAIT, Option, duration, redact_url
-from common.connection import RedisClient, connect
+from common.config import COMMON_OPTIONS, REDIS_URL, REDIS_WAIT, Option, duration
 from common.keys import CRAWLS
 from common.names import validate_crawl_name
 from common.policy import CrawlPolicy, ensure_policy
 from common.queue import CrawlQueue, Stats
-from common.redis_server import RedisServer
-from common.startup import RedisGaveUpError, StartupWait
+from common.redis.connection import RedisClient, connect
+from common.redis.server import RedisServer
+from common.redis.startup import RedisGaveUpError, StartupWait
+from common.urls.redact import redact_url
 from console.demo.site import SiteSpec, sample_site
 from console.local.logs import QUIET, LogNotes
 from console.local.processes import (

@@ -56,7 +56,7 @@ from collections.abc import Iterable, Mapping
 
 from common.keys import PartitionKeys
 from common.queue import CrawlQueue
-from common.scripts import register
+from common.redis.scripts import register
 from console.fsck.checks import (
     counter_problems,
     frontier_problems,

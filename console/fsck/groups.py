@@ -16,10 +16,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from common.codec import text as _text
-from common.hostmodel.grouprec import GroupRecord, GroupRecordError
+from common.hostmodel.group_record import GroupRecord, GroupRecordError
 from common.keys import PartitionKeys
 from common.queue import CrawlQueue
-from common.scripts import register
+from common.redis.scripts import register
 
 #: The problems of the groups fsck_groups.lua fixes.
 KINDS = frozenset({"group_inflight"})

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.codec import text as _text
-from common.history_record import HistoryRecord, decode_record
 from common.hostmodel.hostrec import HostRecord, HostRecordError
 from common.keys import HASHTABLE_FIELD, LEGACY_HASHTABLE_FIELD, PartitionKeys
 from common.queue import CrawlQueue
-from common.task import queued_id
+from common.revisits.record import HistoryRecord, decode_record
+from common.tasks.task import queued_id
 from console.fsck.groups import held_slots, read_groups
 from console.fsck.render import RenderLane, read_render
 

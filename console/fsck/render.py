@@ -18,8 +18,8 @@ from typing import Any
 from common.codec import text as _text
 from common.keys import PartitionKeys
 from common.queue import CrawlQueue
-from common.scripts import register
-from common.task import queued_id
+from common.redis.scripts import register
+from common.tasks.task import queued_id
 
 #: The problems of the render lane fsck_render.lua fixes.
 KINDS = frozenset({"render_due", "render_pending"})

@@ -23,7 +23,7 @@ from collections.abc import Collection, Iterable, Mapping
 
 from common.keys import PartitionKeys
 from common.queue import CrawlQueue
-from common.scripts import register
+from common.redis.scripts import register
 
 #: The problems of the schedule, all repairable.
 KINDS = frozenset({"due_no_history", "scheduled_and_active", "history_unscheduled"})

@@ -1,10 +1,11 @@
 """The consumers' logs as ``crawlq run`` (and ``crawlq demo``) show them: each WARNING or
 ERROR once, as it comes, and a consumer that failed by its last error's advice.
 
-The children log one event a line (``common.logs``: text ``<ts> <LEVEL> <logger>  <event>
-k=v ...``, a value with spaces JSON-quoted, or one JSON object a line): `parse` reads
-either. The same warning from two consumers, or again for another page (``url=``), is one
-note; a route error is one note per place in the spider (``where=``).
+The children log one event a line (``common.observability.logs``: text
+``<ts> <LEVEL> <logger>  <event> k=v ...``, a value with spaces JSON-quoted, or one JSON
+object a line): `parse` reads either. The same warning from two consumers, or again for
+another page (``url=``), is one note; a route error is one note per place in the spider
+(``where=``).
 """
 
 from __future__ import annotations

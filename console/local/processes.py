@@ -19,12 +19,13 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from common import codec
-from common.config import CLI_REDIS_WAIT_S, redact_url
+from common.config import CLI_REDIS_WAIT_S
 from common.exitcodes import EXIT_REDIS
 from common.queue import CrawlQueue, Stats
-from common.redis_errors import REDIS_ERRORS, redis_error_message
-from common.redis_server import RedisServer
-from common.startup import RedisGaveUpError, StartupWait
+from common.redis.errors import REDIS_ERRORS, redis_error_message
+from common.redis.server import RedisServer
+from common.redis.startup import RedisGaveUpError, StartupWait
+from common.urls.redact import redact_url
 from console.local.logs import failure_line
 from console.views.losses import OWN
 

@@ -49,17 +49,17 @@ from common.config import (
     REDIS_WAIT,
     Option,
     duration,
-    redact_url,
 )
-from common.connection import connect
 from common.errors import ConfigError
 from common.names import validate_crawl_name
-from common.pgtarget import PostgresTarget, is_postgres_url
 from common.policy import CrawlPolicy, ensure_policy, parse_assignments
 from common.queue import CrawlQueue, Stats
-from common.redis_server import RedisServer
+from common.redis.connection import connect
+from common.redis.server import RedisServer
+from common.redis.startup import RedisGaveUpError
 from common.spider import Spider, load_spider
-from common.startup import RedisGaveUpError
+from common.tasks.pgtarget import PostgresTarget, is_postgres_url
+from common.urls.redact import redact_url
 from console.local.logs import QUIET, LogNotes
 from console.local.processes import (
     Children,

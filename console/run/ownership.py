@@ -24,17 +24,17 @@ from pathlib import Path
 from typing import Any
 
 from common import codec
-from common.connection import RedisClient
 from common.errors import ConfigError
 from common.exitcodes import EXIT_NOTHING_FETCHED, EXIT_OK, EXIT_ROUTES_FAILED
+from common.fleet.workers import read_workers
 from common.keys import CrawlKeys
-from common.pgtarget import PostgresTarget, sink_problem
 from common.policy import read_values
 from common.queue import CrawlQueue, Stats
 from common.reasons import HANDLER_ERROR, ROBOTS_DISALLOWED
+from common.redis.connection import RedisClient
 from common.spider import Spider
-from common.trapbook import TrapBook
-from common.workers import read_workers
+from common.tasks.pgtarget import PostgresTarget, sink_problem
+from common.traps.book import TrapBook
 from console.views.crawls import delete_crawl
 from console.views.losses import OWN, losses, outcomes
 

@@ -15,14 +15,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from common import history
 from common.codec import text as _text
-from common.connection import RedisClient
 from common.errors import ConfigError
+from common.fleet import history
+from common.fleet.workers import read_workers
 from common.frontier.hosts import Frontier
 from common.keys import CRAWLS, PREFIX, CrawlKeys
 from common.queue import CrawlQueue, Stats
-from common.workers import read_workers
+from common.redis.connection import RedisClient
 from console.views.losses import link_fates
 
 #: At most this many crawls are summarized per call (by name).

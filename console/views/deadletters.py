@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from common.errors import BadRequestError
 from common.queue import CrawlQueue, DeadTask
-from common.task import entry_url, stored_entry
+from common.tasks.task import entry_url, stored_entry
 
 MAX_PAGE_SIZE = 500
 MAX_WINDOW = 10_000

@@ -4,7 +4,7 @@
 Generic over the codes, so an outcome, a link fate or a dead reason added elsewhere shows
 up here without a change: a done task's outcome (``outcome:<code>`` counters) other than
 the ones that deliver (`DELIVERED`) and crawlq's own probes (`OWN`), a link not followed
-(``links:<fate>``, what the consumers add: ``common.metrics.NOT_FOLLOWED``, trap rules
+(``links:<fate>``, what the consumers add: ``common.observability.metrics.NOT_FOLLOWED``, trap rules
 included) and a dead task's reason, each with a sample cause where one is given (a dead
 letter's message: ``connect_error`` behind ``robots_unavailable``). A page a heuristic
 judged (`JUDGED`) says whether its items were written. The advice of the codes a

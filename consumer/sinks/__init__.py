@@ -18,8 +18,8 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from common.config import redact_url
 from common.errors import ConfigError
+from common.urls.redact import redact_url
 from consumer.sinks.base import (
     DEFAULT_ROTATE_BYTES,
     NamedSink,
@@ -35,7 +35,7 @@ from consumer.sinks.stream import StreamSink
 from consumer.sinks.warc import WarcSink
 
 if TYPE_CHECKING:
-    from common.connection import RedisClient
+    from common.redis.connection import RedisClient
 
 __all__ = [
     "DEFAULT_ROTATE_BYTES",

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 from common.errors import ConfigError
-from common.pgtarget import is_postgres_url
+from common.tasks.pgtarget import is_postgres_url
 
 __all__ = ["DEFAULT_ROTATE_BYTES", "PROBE_BYTES", "NamedSink", "ProbingSink", "Record",
            "RotatingFileSink", "Sink", "SinkUnavailableError", "is_postgres_url", "safe_name"]

@@ -13,7 +13,7 @@ otherwise), so duplicates can be found without storing bodies. ``revisit`` is th
 outcome of a revisit's response (``not_modified``, ``unchanged``, ``changed``; null for
 anything else) and ``digest`` the body's 16-hex-digit BLAKE2b-64, the one the URL's
 history compares (null when no body was read; a ``not_modified`` one has the previous
-visit's). ``items`` holds each item's data (a spider's `common.items.Item` as its
+visit's). ``items`` holds each item's data (a spider's `common.tasks.items.Item` as its
 ``data``), ``item_keys`` their keys, in the same order: an Item's key, or null for
 a plain dict (keyed ``<unique key>#<index>`` by whoever loads it), and ``item_types``
 their types (a route's ``item_type``: the table or file each goes to; null: none). ``token`` is the
@@ -39,8 +39,8 @@ from typing import Any, BinaryIO
 
 import ujson
 
-from common.items import Item
 from common.reasons import REVISIT_OUTCOMES
+from common.tasks.items import Item
 from consumer.sinks.base import DEFAULT_ROTATE_BYTES, Record, RotatingFileSink
 
 __all__ = ["JsonlSink", "encode_record", "encode_records", "json_text"]

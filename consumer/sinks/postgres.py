@@ -4,10 +4,10 @@ the table of its type.
 ``--sink postgres://user@host:5432/db?table=crawlq_items`` (asyncpg; the password from
 ``PGPASSWORD`` or ``~/.pgpass``). An item without a type goes to ``table``; an item of a
 type (its route's ``item_type``) to the table of that name, in ``table``'s schema if it
-names one (``common.pgtarget``): products and reviews each in a table of their own, each
+names one (``common.tasks.pgtarget``): products and reviews each in a table of their own, each
 with its own keys. A table is created if missing::
 
-    key         text PRIMARY KEY   -- the item's key (common.items): declared, or <unique key>#<i>
+    key         text PRIMARY KEY   -- its key (common.tasks.items): declared, or <unique key>#<i>
     item        jsonb NOT NULL     -- the item
     fence       bigint NOT NULL    -- the fencing token of the lease that wrote the row
     url         text               -- the URL of the page it came from
@@ -31,7 +31,7 @@ sink holds the extracted items; pages without items write nothing.
 `open()` connects and prepares the tables it is told of (`item_types`: a spider's), so a
 login, a database or a right the server refuses is a ConfigError at start-up, and a
 database that can't be reached a ConnectionError, each saying what to do
-(``common.pgtarget.sink_problem``). Any failure of a write (the database down, a refused
+(``common.tasks.pgtarget.sink_problem``). Any failure of a write (the database down, a refused
 write, a timeout) raises; the connection is dropped and the next write or `probe()`
 connects again.
 """
@@ -46,11 +46,11 @@ from typing import Any
 import asyncpg
 from asyncpg.prepared_stmt import PreparedStatement
 
-from common.config import redact_url
 from common.errors import ConfigError
 from common.exitcodes import EXIT_SINK
-from common.items import Item, item_key
-from common.pgtarget import DEFAULT_TABLE, PostgresTarget, sink_problem
+from common.tasks.items import Item, item_key
+from common.tasks.pgtarget import DEFAULT_TABLE, PostgresTarget, sink_problem
+from common.urls.redact import redact_url
 from consumer.sinks.base import Record, SinkUnavailableError
 from consumer.sinks.jsonl import json_text
 

@@ -32,7 +32,7 @@ from consumer.sinks.base import Record
 if TYPE_CHECKING:
     from redis.typing import EncodableT, FieldT
 
-    from common.connection import RedisClient
+    from common.redis.connection import RedisClient
 
 __all__ = ["StreamSink", "stream_fields"]
 

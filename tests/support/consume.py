@@ -11,7 +11,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from common.queue import LeasingQueue, NewTask
-from common.urls import fingerprint
+from common.urls.canonical import fingerprint
 from consumer.config import build_parser, settings_from_args
 from consumer.sinks import Record
 from consumer.wiring import run

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 
 from common.queue import CrawlSettings, Failure, LeasingQueue, NewTask
-from common.urls import fingerprint
+from common.urls.canonical import fingerprint
 
 #: The dead letters a crawl holds by default: (reason, error, how many).
 DEAD = (("http_5xx", "HTTP 503", 2), ("redirect_loop", "loop", 1))

@@ -66,7 +66,7 @@ from sites import start_site_process
 from common.hostmodel.hostkey import host_key
 from common.policy import create_policy, parse_assignments
 from common.queue import CrawlQueue, CrawlSettings
-from common.urls import canonicalize, fingerprint, task_id
+from common.urls.canonical import canonicalize, fingerprint, task_id
 from support.sentinel import HOST, MASTER, MIN_REPLICAS_MAX_LAG_S, Node, SentinelGroup
 
 ROOT = Path(__file__).resolve().parents[2]

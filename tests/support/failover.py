@@ -17,9 +17,9 @@ from pathlib import Path
 import redis
 import redis.asyncio as aioredis
 
-from common.connection import connect
-from common.redis_server import RedisServer, free_port
-from common.scripts import source
+from common.redis.connection import connect
+from common.redis.scripts import source
+from common.redis.server import RedisServer, free_port
 
 MASTER = "crawlq-test"
 

@@ -14,7 +14,7 @@ from common.frontier.hosts import Frontier
 from common.hostmodel.hostrec import HostRecord
 from common.keys import PartitionKeys
 from common.queue import CrawlSettings, Lease, LeasingQueue, NewTask
-from common.urls import fingerprint
+from common.urls.canonical import fingerprint
 
 
 def tasks(urls: list[str], **kw: int) -> list[NewTask]:

@@ -1,5 +1,5 @@
 """Reading (and, for tests of older records, writing) done URLs' history records
-(``rv:hist:<bucket>``, common/history_record.py) the way the scripts keep them."""
+(``rv:hist:<bucket>``, common/revisits/record.py) the way the scripts keep them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from email.utils import formatdate, parsedate_to_datetime
 from typing import Any
 
-from common.history_record import HistoryRecord, decode_record, history_field
+from common.revisits.record import HistoryRecord, decode_record, history_field
 
 
 def _varint(v: int) -> bytes:

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import cast
 
-from common.connection import RedisClient
 from common.keys import HASHTABLE_FIELD, PartitionKeys
 from common.queue import CrawlQueue
+from common.redis.connection import RedisClient
 
 
 @dataclass(frozen=True, slots=True)

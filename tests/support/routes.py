@@ -29,7 +29,7 @@ class Seen:
     headers: dict[str, str]
 
 
-#: The path of a crawl's soft-404 probe (common.soft404.probe_url): a made-up name of 16
+#: The path of a crawl's soft-404 probe (common.traps.soft404.probe_url): a made-up name of 16
 #: lowercase letters and digits, a letter first and a digit among them, as a file with
 #: the extension of the page it is shaped after, or a directory.
 PROBE = re.compile(r".*/(?=[a-z0-9]{0,15}[0-9])[a-z][a-z0-9]{15}(\.[A-Za-z0-9]{1,5}|/)?")

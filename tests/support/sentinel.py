@@ -37,7 +37,7 @@ from pathlib import Path
 import redis
 
 from common.errors import RedisServerError
-from common.redis_server import RedisServer, free_port
+from common.redis.server import RedisServer, free_port
 
 MASTER = "crawlq"
 HOST = "127.0.0.1"
