@@ -52,7 +52,15 @@ from common.traps import simhash, soft404
 from common.traps.book import HostState, Learned, Page, TrapBook
 from common.traps.soft404 import Signature
 from common.urls.canonical import fingerprint
-from common.urls.shape import common_directory, directory, is_variant, masked, shape, shape_tag
+from common.urls.shape import (
+    common_directory,
+    counter_neighbours,
+    directory,
+    is_variant,
+    masked,
+    shape,
+    shape_tag,
+)
 
 if TYPE_CHECKING:
     from consumer.flush import Completion
@@ -274,13 +282,18 @@ class Judge:
         when it was itself reached from a near duplicate (a trap's second step: an empty
         calendar's third month); the first near duplicate of a chain has them followed,
         marked, as one of two sibling pages of a generator's template may be the only
-        page linking the pages of its own (a class's member list in Doxygen's API)."""
+        page linking the pages of its own (a class's member list in Doxygen's API), but
+        for its counter's neighbours when it links both (`counter_neighbours`: the next
+        empty month, the next empty page past a listing's last), that chain's second
+        step. A spider's labelled request is followed whatever page links it."""
+        urls = [u if isinstance(u, str) else u.url for u in c.urls]
         if NEAR_META in c.lease.task.meta:
-            self._judged(c, NEAR_DUPLICATE, [u for u in c.urls if shape(
-                u if isinstance(u, str) else u.url) != f.shape], drop_items)
+            cut = {u for u in urls if shape(u) == f.shape}
         else:
-            self._judged(c, NEAR_DUPLICATE, c.urls, drop_items)
+            cut = counter_neighbours(f.final_url, urls)
             c.child_meta = {**c.lease.task.meta, NEAR_META: 1}
+        self._judged(c, NEAR_DUPLICATE, [u for u in c.urls if _labelled(u) or (
+            u if isinstance(u, str) else u.url) not in cut], drop_items)
 
     def _hold(self, c: Completion, f: PageFacts, clock: float, holds: dict[str, int]) -> bool:
         """Whether to hold page `f` (not acked, its links not followed yet) until the probe
@@ -405,6 +418,10 @@ class Judge:
             self.metrics.soft404_probes_total.inc()
             log.info("soft404_probe", extra={"host": item.host, "directory": item.value})
         return tasks
+
+
+def _labelled(link: str | Request) -> bool:
+    return not isinstance(link, str) and link.label is not None
 
 
 def page_facts(task: Task, host: str, result: FetchResult, urls: Sequence[str | Request],

@@ -233,8 +233,9 @@ POLICY_OPTIONS: tuple[PolicyOption, ...] = (
                  "path) is a near duplicate of one of its host's of the same URL shape "
                  "whose words (numbers, month and day names masked) and links are at most "
                  "this many bits apart: 0 (the default) asks them to be the same; done, "
-                 "outcome near_duplicate, its links to its shape not followed once reached "
-                 "from a near duplicate (0-64; off = never)",
+                 "outcome near_duplicate, its links to its counter's neighbours not "
+                 "followed when it links both (the next empty month), to its shape not once "
+                 "reached from a near duplicate (0-64; off = never)",
                  check=distance_ok, show=show_distance, seeded_by=NOBODY),
     PolicyOption("soft_404", "", true_false, True,
                  "find each host's soft 404s by probing: once a link leads into a host (and "

@@ -19,9 +19,11 @@ and digits (``8f3a9c1d2e4b5a6f``, ``A1b2C3d4E5f6G7h8``), or a UUID. A slug
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from hashlib import blake2b
 
-__all__ = ["common_directory", "directory", "is_token", "is_variant", "masked", "shape",
+__all__ = ["common_directory", "counter_neighbours", "directory", "is_token", "is_variant",
+           "masked", "shape",
            "shape_tag", "url_words"]
 
 _DIGITS = re.compile(r"[0-9]+")
@@ -58,6 +60,31 @@ def shape(url: str) -> str:
     ``*`` (the query and the host left out)."""
     path, _ = _path_query(url)
     return "/".join("*" if is_token(s) else _DIGITS.sub("#", s) for s in path.split("/"))
+
+
+def counter_neighbours(url: str, links: Iterable[str]) -> set[str]:
+    """The links one step from `url` in a counter (one run of digits one more or one less,
+    all else the same: the previous and the next month, or page) when it links both ways:
+    a page between its neighbours, as an empty month or an empty page past a listing's
+    last is. Empty when it links one way only (a class page's member list one number on,
+    in a generator's counter names) or a step changes two runs (December's next month)."""
+    form, runs = _counter(url)
+    ways: dict[int, dict[int, list[str]]] = {}  # the run that steps -> +1/-1 -> links
+    for link in links:
+        other, values = _counter(link)
+        if other != form or len(values) != len(runs):
+            continue
+        differ = [i for i, (a, b) in enumerate(zip(runs, values, strict=True)) if a != b]
+        if len(differ) == 1 and abs(step := values[differ[0]] - runs[differ[0]]) == 1:
+            ways.setdefault(differ[0], {}).setdefault(step, []).append(link)
+    return {link for by_way in ways.values() if len(by_way) == 2
+            for found in by_way.values() for link in found}
+
+
+def _counter(url: str) -> tuple[str, list[int]]:
+    """`url` (no fragment) with its runs of digits as ``#``, and their values."""
+    url = url.partition("#")[0]
+    return _DIGITS.sub("#", url), [int(run) for run in _DIGITS.findall(url)]
 
 
 def masked(url: str) -> str:
