@@ -84,6 +84,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("149-late-turn-outage-crashes-the-task", "a Redis outage as a late request "
            "takes its turn hands the task back: no attempt counted, no internal_error",
            ("tests/test_redis_faults.py::test_a_late_turn_in_an_outage_hands_its_task_back",)),
+    Mutant("150-counter-neighbours-of-a-near-duplicate-followed", "a first near "
+           "duplicate that links both its counter's neighbours (an empty month) has "
+           "those two links cut",
+           (_T + "test_a_near_duplicate_stops_its_calendar_but_never_a_listing_of_other_"
+                 "items",)),
     Mutant("01-ack-before-sink-write", "a task is acked only after its result reached the sink",
            (_G + "test_a_task_is_not_done_while_its_result_is_not_in_the_sink",)),
     Mutant("02-heartbeat-slower-than-lease", "the heartbeat renews leases before they expire",
