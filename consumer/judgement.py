@@ -53,9 +53,9 @@ from common.traps.book import HostState, Learned, Page, TrapBook
 from common.traps.soft404 import Signature
 from common.urls.canonical import fingerprint
 from common.urls.shape import common_directory, directory, is_variant, masked, shape, shape_tag
+from consumer.completion import Completion, CompletionKind
 
 if TYPE_CHECKING:
-    from consumer.flush import Completion
     from consumer.live import LivePolicy
 
 log = logging.getLogger("consumer")
@@ -210,7 +210,7 @@ class Judge:
         and (`holding`) the pages to hold until their directory's probe answers."""
         now = self._policy()
         pages = [(c, c.page) for c in live
-                 if c.kind == "ack" and isinstance(c.page, PageFacts)]
+                 if c.kind is CompletionKind.ACK and isinstance(c.page, PageFacts)]
         learned, self._pending = self._pending, []
         for c in live:
             if c.probe is not None:
@@ -221,7 +221,7 @@ class Judge:
         clock = time.monotonic()
         if now.soft_404:  # a host's root is probed before its linked pages are fetched
             for c in live:
-                if c.kind == "ack" and c.probe is None and _links_home(c) \
+                if c.kind is CompletionKind.ACK and c.probe is None and _links_home(c) \
                         and follows_from(c.lease.task.depth, now.max_depth):
                     state = self.hosts.get(c.lease.host)
                     if state is None or ("/" not in state.claimed

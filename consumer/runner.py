@@ -34,9 +34,11 @@ from common.tasks.task import Task
 from common.traps import soft404
 from common.traps.soft404 import Signature
 from consumer.backoff import Backoff
+from consumer.completion import Completion
+from consumer.completion import CompletionKind as Kind
 from consumer.config import ConsumerSettings
 from consumer.fetch_choice import fetch_of
-from consumer.flush import Completion, Flusher
+from consumer.flush import Flusher
 from consumer.handlers import HandlerContext, LeaseLostError, as_result, check_children
 from consumer.held import LeaseBook
 from consumer.judgement import PROBE_META, page_facts, probe_signature
@@ -119,7 +121,7 @@ class Runner:
             if self.router is not None and probe is None and not self.router.knows(lease.task):
                 # Nothing here could parse it: fetched, it would be done unparsed.
                 self.metrics.error("unknown_label")
-                self._complete(Completion(lease, "fail", failure=Failure(
+                self._complete(Completion(lease, Kind.FAIL, failure=Failure(
                     lease, "unknown_label", self.router.unknown(lease.task)[:500],
                     permanent=True)))
                 return
@@ -133,12 +135,12 @@ class Runner:
                     self.slots.wait_for_robots(lease, self._robots_lookup(lease))
                     return
                 if not verdict.allowed and probe is not None:
-                    self._complete(Completion(lease, "ack", PROBE, probe=Signature(
+                    self._complete(Completion(lease, Kind.ACK, PROBE, probe=Signature(
                         str(probe), soft404.NONE)))
                     return
                 if not verdict.allowed:
                     self.notices.refused(lease, "robots_disallowed")
-                    self._complete(Completion(lease, "ack", "robots_disallowed",
+                    self._complete(Completion(lease, Kind.ACK, "robots_disallowed",
                                               record=record_of(lease, None, "robots_disallowed",
                                                                self.worker_id)))
                     return
@@ -151,7 +153,7 @@ class Runner:
             raise
         except Exception as exc:
             log.exception("task_crashed", extra={"id": lease.id})
-            self._complete(Completion(lease, "fail", failure=Failure(
+            self._complete(Completion(lease, Kind.FAIL, failure=Failure(
                 lease, "internal_error", f"{type(exc).__name__}: {exc}")))
 
     async def _robots_lookup(self, lease: Lease) -> None:
@@ -186,10 +188,10 @@ class Runner:
                 if isinstance(exc, FetchError):
                     self._complete_error(lease, exc)
                 elif isinstance(exc, REDIS_ERRORS) and may_run_again(exc, ROBOTS_SCRIPTS):
-                    self._complete(Completion(lease, "release"))
+                    self._complete(Completion(lease, Kind.RELEASE))
                 else:
                     log.exception("task_crashed", extra={"id": lease.id})
-                    self._complete(Completion(lease, "fail", failure=Failure(
+                    self._complete(Completion(lease, Kind.FAIL, failure=Failure(
                         lease, "internal_error", f"{type(exc).__name__}: {exc}")))
             else:
                 self.slots.move(lease, Stage.DONE)
@@ -217,7 +219,7 @@ class Runner:
             self.slots.move(lease, Stage.DONE)
             self.leaser.wake()
         elif may_fetch and not turned:
-            self._complete(Completion(lease, "release"))
+            self._complete(Completion(lease, Kind.RELEASE))
         elif not self.stopping.draining:
             self.slots.move(lease, Stage.QUEUED, front=True)
         else:
@@ -265,16 +267,16 @@ class Runner:
                                                 task.revisit if live.conditional else None),
                                             method=task.method, body=task.body)
         except LeaseLostError:  # while it took a late turn, before anything was sent
-            self._complete(Completion(lease, "drop"))
+            self._complete(Completion(lease, Kind.DROP))
             return
         except HANDED_BACK as exc:  # unfetched, no attempt counted
             log.info("handed_back", extra={"id": lease.id, "why": str(exc)[:200]})
-            self._complete(Completion(lease, "release"))
+            self._complete(Completion(lease, Kind.RELEASE))
             return
         except FetchError as exc:
             self.metrics.response(exc.status)
             if PROBE_META in task.meta:  # no signature to learn: none is looked for
-                self._complete(Completion(lease, "ack", PROBE, probe=Signature(
+                self._complete(Completion(lease, Kind.ACK, PROBE, probe=Signature(
                     str(task.meta[PROBE_META]), soft404.NONE)))
                 return
             # A status is the host's response, a page of its budget (a proxy's refusal
@@ -300,12 +302,12 @@ class Runner:
         if live.revisits or task.revisit is not None:
             lease.observed = observed = observe(task.revisit, result)
         if PROBE_META in task.meta:
-            self._complete(Completion(lease, "ack", PROBE, probe=probe_signature(
+            self._complete(Completion(lease, Kind.ACK, PROBE, probe=probe_signature(
                 str(task.meta[PROBE_META]), task.url, result)))
             return
         if result.filtered:  # its Content-Type is not accepted: no body, no handler
             outcome = "filtered"
-            self._complete(Completion(lease, "ack", outcome,
+            self._complete(Completion(lease, Kind.ACK, outcome,
                                       record=record_of(lease, result, outcome, self.worker_id)))
             return
         outcome = outcome_of(task.revisit, result, observed)
@@ -324,11 +326,11 @@ class Runner:
                 # A bad Request is its task's failure here, never its flush's.
                 check_children(handled.urls, self.queue.known_labels)
             except LeaseLostError:
-                self._complete(Completion(lease, "drop"))
+                self._complete(Completion(lease, Kind.DROP))
                 return
             except Exception as exc:
                 self.metrics.error("handler_error")
-                self._complete(Completion(lease, "fail", failure=Failure(
+                self._complete(Completion(lease, Kind.FAIL, failure=Failure(
                     lease, "handler_error", self.route_errors.failed(lease, exc)[:500])))
                 return
             finally:
@@ -341,7 +343,7 @@ class Runner:
             if len(urls) > self.s.max_links:
                 self.flusher.intake.capped(len(urls) - self.s.max_links)
                 urls = urls[:self.s.max_links]
-        self._complete(Completion(lease, "ack", outcome, record=record, urls=urls,
+        self._complete(Completion(lease, Kind.ACK, outcome, record=record, urls=urls,
                                   page=page))
 
     def _route_bans(self, task: Task) -> Blocked:
@@ -359,7 +361,7 @@ class Runner:
         pushback = is_pushback(self.policy.now.backoff_on, exc.reason, exc.status)
         if pushback:
             self.metrics.pushback(exc.reason)
-        self._complete(Completion(lease, "fail", failure=Failure(
+        self._complete(Completion(lease, Kind.FAIL, failure=Failure(
             lease, exc.reason, exc.message[:500], retry_after=exc.retry_after,
             permanent=not exc.retryable, pushback=pushback)))
 
