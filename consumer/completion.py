@@ -1,6 +1,7 @@
 """A completion: what became of one leased task, from the runner to the flusher.
 
-Its `CompletionKind` says which flush step sends it (consumer/flush.py's `STEPS`).
+Its `CompletionKind` says which flush step sends it (consumer/flush.py's `STEPS`); an
+ack's `Outcome` (common/reasons.py), what the task's attempt came to.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from common.queue import Failure, Lease
+from common.reasons import Outcome
 from common.tasks.request import Request
 from common.traps.soft404 import Signature
 from consumer.sinks import Record
@@ -35,7 +37,7 @@ class Completion:
 
     lease: Lease
     kind: CompletionKind
-    outcome: str = "ok"
+    outcome: Outcome = Outcome.OK  # an ack's: the result's and its counter's
     record: Record | None = None
     failure: Failure | None = None
     urls: Sequence[str | Request] = ()

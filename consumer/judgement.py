@@ -45,7 +45,7 @@ from common.http.results import FetchResult
 from common.observability.metrics import Metrics
 from common.policy import follows_from
 from common.queue import NewTask
-from common.reasons import NEAR_DUPLICATE, SOFT_404
+from common.reasons import NEAR_DUPLICATE, SOFT_404, Outcome
 from common.tasks.request import Request
 from common.tasks.task import Task
 from common.traps import simhash, soft404
@@ -379,7 +379,7 @@ class Judge:
         return False
 
     @staticmethod
-    def _judged(c: Completion, outcome: str, urls: Sequence[str | Request],
+    def _judged(c: Completion, outcome: Outcome, urls: Sequence[str | Request],
                 drop_items: bool) -> None:
         c.outcome = outcome
         c.cut = len(c.urls) - len(urls)

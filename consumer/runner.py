@@ -25,7 +25,7 @@ from common.observability.metrics import Metrics
 from common.policy import is_pushback
 from common.proxies.bans import NO_RULES, Blocked
 from common.queue import Code, CrawlQueue, Failure, Lease
-from common.reasons import CONNECT_ERROR, PROBE
+from common.reasons import CONNECT_ERROR, PROBE, ROBOTS_DISALLOWED, Outcome
 from common.redis.errors import REDIS_ERRORS
 from common.redis.resend import may_run_again
 from common.tasks.items import unique_key_of
@@ -139,10 +139,9 @@ class Runner:
                         str(probe), soft404.NONE)))
                     return
                 if not verdict.allowed:
-                    self.notices.refused(lease, "robots_disallowed")
-                    self._complete(Completion(lease, Kind.ACK, "robots_disallowed",
-                                              record=record_of(lease, None, "robots_disallowed",
-                                                               self.worker_id)))
+                    self.notices.refused(lease, ROBOTS_DISALLOWED)
+                    self._complete(Completion(lease, Kind.ACK, ROBOTS_DISALLOWED, record=record_of(
+                        lease, None, ROBOTS_DISALLOWED, self.worker_id)))
                     return
             if self.book.expired(lease):
                 # e.g. the process was stopped: someone else may own it now.
@@ -306,7 +305,7 @@ class Runner:
                 str(task.meta[PROBE_META]), task.url, result)))
             return
         if result.filtered:  # its Content-Type is not accepted: no body, no handler
-            outcome = "filtered"
+            outcome = Outcome.FILTERED
             self._complete(Completion(lease, Kind.ACK, outcome,
                                       record=record_of(lease, result, outcome, self.worker_id)))
             return
@@ -373,7 +372,8 @@ class Runner:
             self.slots.move(lease, Stage.DONE)
 
 
-def record_of(lease: Lease, result: FetchResult | None, outcome: str, worker: str) -> Record:
+def record_of(lease: Lease, result: FetchResult | None, outcome: Outcome,
+              worker: str) -> Record:
     """The sink's record of a lease's page (`result`) or of its failure (None)."""
     task = lease.task
     if result is None:
