@@ -100,17 +100,8 @@ class Runner:
         self.stopping = stopping
         # A page's fetch: through the proxy pool if the consumer has one, judged for blocks.
         self.pages = pages or PageFetch(fetcher, None)
-        leaser.on_timed = self._read_robots_ahead
         self.route_errors = RouteErrors(router.files if router is not None else ())
         self.notices = HostNotices()
-
-    def _read_robots_ahead(self, leases: Sequence[Lease]) -> None:
-        """Leases timed for their turns, up to AHEAD_MS + DISPATCH_S away: the fleet's
-        copies of their robots.txt that this process lacks are read now (one round
-        trip), so a host whose robots.txt another consumer fetched costs its page no
-        lookup at its turn, and no turn of its own for the lateness that would bring."""
-        if self.robots is not None and not self.policy.now.ignore_robots:
-            self.robots.warm_soon(lease.task.url for lease in leases)
 
     async def work(self, lease: Lease) -> None:
         """Take a lease through robots.txt, the fetch and the handler to its completion,
