@@ -4,17 +4,39 @@ A code is the ``outcome`` of a done task (its result line, ``crawlq_tasks_total`
 ``reason`` of a failed attempt (``FetchError.reason``, ``Failure.reason``, the dead
 letter's reason, ``crawlq_errors_total``). docs/consumer.md's "What happens to a fetch" table
 lists exactly these codes; tests/test_reasons.py checks the table and the sources against
-`REASONS`. Each code is a plain ``str`` constant, so using one costs nothing on the hot path.
+`REASONS`. Each code is a ``str`` constant, so using one costs nothing on the hot path; the
+codes a done task ends with are also `Outcome`, a ``StrEnum``: mypy holds the consumer's
+outcomes to it, and each prints, serialises and counts (``outcome:<code>``) as its string.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Literal
+from enum import StrEnum
+from typing import Final, Literal, TypeVar
 
-__all__ = ["METRIC_OUTCOMES", "REASONS", "REVISIT_OUTCOMES", "Reason"]
+__all__ = ["METRIC_OUTCOMES", "REASONS", "REVISIT_OUTCOMES", "Outcome", "Reason"]
 
 Fate = Literal["done", "retry", "dead"]
+_Code = TypeVar("_Code", bound=str)
+
+
+class Outcome(StrEnum):
+    """What a done task's attempt came to (the codes of fate "done" below): its result's
+    ``outcome``, its ``outcome:<code>`` counter in Redis, its crawlq_tasks_total label.
+    The strings are stored and on dashboards: never change one."""
+
+    OK = "ok"
+    HTTP_4XX = "http_4xx"
+    ROBOTS_DISALLOWED = "robots_disallowed"
+    FILTERED = "filtered"
+    NOT_MODIFIED = "not_modified"
+    UNCHANGED = "unchanged"
+    CHANGED = "changed"
+    NEAR_DUPLICATE = "near_duplicate"
+    SOFT_404 = "soft_404"
+    PROBE = "probe"
+    GONE = "gone"
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,42 +51,42 @@ class Reason:
 REASONS: dict[str, Reason] = {}
 
 
-def _reason(code: str, fate: Fate, meaning: str) -> str:
-    REASONS[code] = Reason(code, fate, meaning)
+def _reason(code: _Code, fate: Fate, meaning: str) -> _Code:
+    REASONS[str(code)] = Reason(str(code), fate, meaning)
     return code
 
 
-OK: Final = _reason("ok", "done", "a 2xx, or a final 3xx (a 304 not to a revisit); result "
+OK: Final = _reason(Outcome.OK, "done", "a 2xx, or a final 3xx (a 304 not to a revisit); result "
                    "written")
-HTTP_4XX: Final = _reason("http_4xx", "done", "a 4xx other than 408/429; result written")
+HTTP_4XX: Final = _reason(Outcome.HTTP_4XX, "done", "a 4xx other than 408/429; result written")
 ROBOTS_DISALLOWED: Final = _reason(
-    "robots_disallowed", "done", "robots.txt disallows the URL for our user agent")
+    Outcome.ROBOTS_DISALLOWED, "done", "robots.txt disallows the URL for our user agent")
 FILTERED: Final = _reason(
-    "filtered", "done", "a 2xx whose Content-Type the crawl's accept_content_type does not "
+    Outcome.FILTERED, "done", "a 2xx whose Content-Type the crawl's accept_content_type does not "
     "accept: closed unread, result written without a body")
 NOT_MODIFIED: Final = _reason(
-    "not_modified", "done", "a revisit answered 304 to its validators: no body read, no "
+    Outcome.NOT_MODIFIED, "done", "a revisit answered 304 to its validators: no body read, no "
     "handler; result written (a WARC revisit record)")
 UNCHANGED: Final = _reason(
-    "unchanged", "done", "a revisit's 2xx whose body digest is the previous visit's: no "
+    Outcome.UNCHANGED, "done", "a revisit's 2xx whose body digest is the previous visit's: no "
     "handler, its links are known; result written (a WARC revisit record)")
 CHANGED: Final = _reason(
-    "changed", "done", "a revisit's 2xx whose body differs from the previous visit's: "
+    Outcome.CHANGED, "done", "a revisit's 2xx whose body differs from the previous visit's: "
     "handled as a new page, its links followed")
 NEAR_DUPLICATE: Final = _reason(
-    "near_duplicate", "done", "a 2xx HTML page whose text and links' fingerprint is within "
+    Outcome.NEAR_DUPLICATE, "done", "a 2xx HTML page whose text and links' fingerprint is within "
     "the crawl's near_duplicate_distance of another page of its URL's shape (a variant: "
     "another query, date, counter or token): its links to pages of its shape not followed; "
     "result written, its items unless drop_judged_items")
 SOFT_404: Final = _reason(
-    "soft_404", "done", "a 2xx page that matches what its host answered a probe for a "
+    Outcome.SOFT_404, "done", "a 2xx page that matches what its host answered a probe for a "
     "missing path (its soft-404 signature): its links not followed; result written, its "
     "items unless drop_judged_items")
 PROBE: Final = _reason(
-    "probe", "done", "the crawl's own request for a path that cannot exist, which gives a "
+    Outcome.PROBE, "done", "the crawl's own request for a path that cannot exist, which gives a "
     "host's soft-404 signature: no handler, no result written")
 GONE: Final = _reason(
-    "gone", "done", "a recrawl (a URL with a history record) answered 404 or 410: under a "
+    Outcome.GONE, "done", "a recrawl (a URL with a history record) answered 404 or 410: under a "
     "recrawl window its record is deleted, so the producer brings it back no more (a seed "
     "or a link past the window still does); a revisit schedule keeps it; result written")
 #: The outcomes of a revisit's response (a record's ``revisit`` field).

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -27,12 +27,11 @@ from common.queue import Code, CrawlQueue, Failure, Lease, NewTask
 from common.queue.calls import new_op_id
 from common.redis.errors import REDIS_ERRORS
 from common.redis.resend import may_run_again
-from common.tasks.request import Request
-from common.traps.soft404 import Signature
 from consumer.backoff import Backoff
+from consumer.completion import Completion, CompletionKind
 from consumer.held import LeaseBook
 from consumer.intake import LinkIntake
-from consumer.judgement import Judge, PageFacts
+from consumer.judgement import Judge
 from consumer.sessions import FlushHooks
 from consumer.sinks import ProbingSink, Record, Sink
 from consumer.write_health import SinkHealth
@@ -87,26 +86,6 @@ async def probe_sink(sink: Sink, health: SinkHealth, metrics: Metrics) -> None:
         return
     log.info("sink_probe_passed", extra={"failures": health.failures})
     health.trial()
-
-
-@dataclass(slots=True)
-class Completion:
-    """What became of one leased task, waiting for the flusher.
-
-    ``kind``: "ack" (done, with an outcome and maybe a record), "fail", "release" (back
-    to its host's queue, no attempt counted) or "drop" (lost: nothing to send).
-    """
-
-    lease: Lease
-    kind: str
-    outcome: str = "ok"
-    record: Record | None = None
-    failure: Failure | None = None
-    urls: Sequence[str | Request] = ()
-    page: PageFacts | None = None  # a handled HTML page's facts, to be judged
-    probe: Signature | None = None  # a probe's answer: its directory's soft-404 signature
-    child_meta: dict[str, Any] | None = None  # its links' meta, when not its own
-    cut: int = 0  # its links a judgement did not follow (fate: its outcome)
 
 
 class FlushAbandoned(Exception):
@@ -185,7 +164,7 @@ class Flusher:
         """Ids whose results wait to be flushed or are being flushed (they are not to be
         released)."""
         return {c.lease.id for c in [*self.completions, *self._held]
-                if c.kind != "drop"} | self._in_flush
+                if c.kind is not CompletionKind.DROP} | self._in_flush
 
     async def run(self, closing: Callable[[], bool]) -> None:
         """Flush as soon as a good batch is ready, else at most FLUSH_INTERVAL_S late; at
@@ -256,7 +235,7 @@ class Flusher:
         book = self.book
         for c in batch:
             lease = c.lease
-            if c.kind == "drop" or not book.holds(lease):
+            if c.kind is CompletionKind.DROP or not book.holds(lease):
                 continue  # dropped, or lost at a heartbeat: its result is dropped
             if book.expired(lease):
                 book.drop(lease, lost=True)  # expired (e.g. the process was stopped)
@@ -269,14 +248,14 @@ class Flusher:
             live = [c for c in live if all(c is not h for h in held)]
         for c in live:
             lease = c.lease
-            if c.kind == "ack":
+            if c.kind is CompletionKind.ACK:
                 acks.append((lease, c.outcome))
                 if c.record is not None:
                     records.append(c.record)
                     recorded.append(lease)
-            elif c.kind == "fail" and c.failure is not None:
+            elif c.kind is CompletionKind.FAIL and c.failure is not None:
                 fails.append(c.failure)
-            elif c.kind == "release":
+            elif c.kind is CompletionKind.RELEASE:
                 releases.append(lease)
         unwritten: set[str] = set()
         if records and not await self._write(records):

@@ -45,7 +45,7 @@ from common.http.results import FetchResult
 from common.observability.metrics import Metrics
 from common.policy import follows_from
 from common.queue import NewTask
-from common.reasons import NEAR_DUPLICATE, SOFT_404
+from common.reasons import NEAR_DUPLICATE, SOFT_404, Outcome
 from common.tasks.request import Request
 from common.tasks.task import Task
 from common.traps import simhash, soft404
@@ -61,9 +61,9 @@ from common.urls.shape import (
     shape,
     shape_tag,
 )
+from consumer.completion import Completion, CompletionKind
 
 if TYPE_CHECKING:
-    from consumer.flush import Completion
     from consumer.live import LivePolicy
 
 log = logging.getLogger("consumer")
@@ -218,7 +218,7 @@ class Judge:
         and (`holding`) the pages to hold until their directory's probe answers."""
         now = self._policy()
         pages = [(c, c.page) for c in live
-                 if c.kind == "ack" and isinstance(c.page, PageFacts)]
+                 if c.kind is CompletionKind.ACK and isinstance(c.page, PageFacts)]
         learned, self._pending = self._pending, []
         for c in live:
             if c.probe is not None:
@@ -229,7 +229,7 @@ class Judge:
         clock = time.monotonic()
         if now.soft_404:  # a host's root is probed before its linked pages are fetched
             for c in live:
-                if c.kind == "ack" and c.probe is None and _links_home(c) \
+                if c.kind is CompletionKind.ACK and c.probe is None and _links_home(c) \
                         and follows_from(c.lease.task.depth, now.max_depth):
                     state = self.hosts.get(c.lease.host)
                     if state is None or ("/" not in state.claimed
@@ -392,7 +392,7 @@ class Judge:
         return False
 
     @staticmethod
-    def _judged(c: Completion, outcome: str, urls: Sequence[str | Request],
+    def _judged(c: Completion, outcome: Outcome, urls: Sequence[str | Request],
                 drop_items: bool) -> None:
         c.outcome = outcome
         c.cut = len(c.urls) - len(urls)

@@ -62,6 +62,7 @@ class Leaser:
                  slots: Slots, *, window: CpuWindow, metrics: Metrics, stopping: Stopping,
                  health: SinkHealth, policy: PolicyReader, flusher: Flusher,
                  sink_failing: Callable[[], Awaitable[None]],
+                 on_timed: Callable[[Sequence[Lease]], None] = lambda leases: None,
                  browser_pages: Callable[[], int] | None = None) -> None:
         self.s = settings
         self.queue = queue
@@ -85,9 +86,9 @@ class Leaser:
         self.responses_in: list[Lease] = []
         self._max_held = 4 * settings.concurrency
         self.started = time.monotonic()
-        #: Told the leases timed for their hosts' turns as they are dispatched (the
-        #: runner reads their robots.txt copies ahead of the turns).
-        self.on_timed: Callable[[Sequence[Lease]], None] | None = None
+        #: Told the leases timed for their hosts' turns as they are dispatched (their
+        #: robots.txt copies are read ahead of the turns: ``consumer.robots.read_ahead``).
+        self._on_timed = on_timed
         #: The render lane's leaser, with a browser (its pages free: `browser_pages`).
         self.renders = None if browser_pages is None else RenderLeaser(
             queue, book, slots, worker=settings.worker_id, lease_ms=settings.lease_ms,
@@ -223,8 +224,7 @@ class Leaser:
                     self.slots.move(lease, Stage.QUEUED)
         if not timed:
             return
-        if self.on_timed is not None:
-            self.on_timed(timed)
+        self._on_timed(timed)
         # Timed from Redis' clock now, not from the reply's TIME: a reply read late (a
         # busy event loop) would otherwise start its requests late by its age, and a
         # request late on the wire waits for a turn of its own (consumer.turns). The

@@ -56,7 +56,7 @@ from consumer.judgement import Judge
 from consumer.leaser import Leaser
 from consumer.live import Live, LivePolicy, PolicyReader
 from consumer.proxied import PageFetch
-from consumer.robots import RobotsCache
+from consumer.robots import RobotsCache, read_ahead
 from consumer.routing import Router
 from consumer.runner import Runner
 from consumer.sessions import FlushHooks
@@ -114,8 +114,8 @@ class Consumer:
                                judge=judge, hooks=self.hooks)
         self.leaser = Leaser(settings, queue, self.book, self.slots, window=self.window,
                              metrics=metrics, stopping=self.stopping, health=self.sink_health,
-                             policy=self.policy, flusher=self.flusher,
-                             sink_failing=self._sink_failing,
+                             policy=self.policy, sink_failing=self._sink_failing,
+                             flusher=self.flusher, on_timed=read_ahead(robots, live),
                              browser_pages=None if browser is None else browser.page_capacity)
         router = Router.of(spider, handler)
         if router is not None:  # a child labelled otherwise fails its parent's task

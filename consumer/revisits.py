@@ -26,6 +26,7 @@ import time
 from collections.abc import Sequence
 
 from common.http.results import FetchResult, http_date
+from common.reasons import Outcome
 from common.revisits.previous import MAX_VALIDATOR_BYTES, Observed, Revisit
 from consumer.sinks import Record
 
@@ -33,7 +34,7 @@ __all__ = ["GONE_STATUSES", "NOT_HANDLED", "conditional_headers", "digest", "max
            "noted", "observe", "outcome_of"]
 
 #: The outcomes whose page was handled at an earlier visit: no handler this time.
-NOT_HANDLED = frozenset({"not_modified", "unchanged"})
+NOT_HANDLED = frozenset({Outcome.NOT_MODIFIED, Outcome.UNCHANGED})
 #: The statuses that say a recrawled page was deleted (RFC 9110 15.5.5, 15.5.11).
 GONE_STATUSES = frozenset({404, 410})
 #: RFC 9111 1.2.2: a delta-seconds past 2^31 is taken as 2^31.
@@ -73,20 +74,20 @@ def observe(revisit: Revisit | None, result: FetchResult) -> Observed:
 
 
 def outcome_of(revisit: Revisit | None, result: FetchResult,
-               observed: Observed | None) -> str:
+               observed: Observed | None) -> Outcome:
     """The outcome code of a response that is read (not ``filtered``); `observed` is
     None only for a first visit with the crawl's revisits off."""
     status = result.status
-    outcome = "ok" if status < 400 else "http_4xx"
+    outcome = Outcome.OK if status < 400 else Outcome.HTTP_4XX
     if revisit is not None:
         if status == 304:
-            outcome = "not_modified"
+            outcome = Outcome.NOT_MODIFIED
         elif status in GONE_STATUSES:
-            outcome = "gone"
+            outcome = Outcome.GONE
         elif 200 <= status < 300:
             same = revisit.digest and observed is not None \
                 and observed.digest == revisit.digest
-            outcome = "unchanged" if same else "changed"
+            outcome = Outcome.UNCHANGED if same else Outcome.CHANGED
     return outcome
 
 

@@ -77,12 +77,13 @@ from common.redis.connection import RedisClient
 from common.redis.scripts import register
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from common.http.fetcher import Fetcher
+    from common.queue import Lease
     from consumer.live import LivePolicy
 
-__all__ = ["MAX_ROBOTS_BYTES", "RobotsCache", "RobotsVerdict", "product_token"]
+__all__ = ["MAX_ROBOTS_BYTES", "RobotsCache", "RobotsVerdict", "product_token", "read_ahead"]
 
 log = logging.getLogger(__name__)
 
@@ -506,6 +507,19 @@ class RobotsCache:
             await self._locks.release(lock, token)
         except (RedisConnectionError, RedisTimeoutError) as exc:  # it expires by itself
             log.warning("robots_unlock_failed", extra={"key": lock, "error": str(exc)})
+
+
+def read_ahead(robots: RobotsCache | None, policy: Callable[[], LivePolicy]
+               ) -> Callable[[Sequence[Lease]], None]:
+    """What the leaser tells the leases it times for their turns, up to AHEAD_MS +
+    DISPATCH_S away (``consumer.leaser``): the fleet's copies of their robots.txt that
+    this process lacks are read now (one round trip), so a host whose robots.txt another
+    consumer fetched costs its page no lookup at its turn, and no turn of its own for
+    the lateness that would bring."""
+    def ahead(leases: Sequence[Lease]) -> None:
+        if robots is not None and not policy().ignore_robots:
+            robots.warm_soon(lease.task.url for lease in leases)
+    return ahead
 
 
 def _crawl_delay(robots: Protego, agent: str) -> float | None:

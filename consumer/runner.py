@@ -25,7 +25,7 @@ from common.observability.metrics import Metrics
 from common.policy import is_pushback
 from common.proxies.bans import NO_RULES, Blocked
 from common.queue import Code, CrawlQueue, Failure, Lease
-from common.reasons import CONNECT_ERROR, PROBE
+from common.reasons import CONNECT_ERROR, PROBE, ROBOTS_DISALLOWED, Outcome
 from common.redis.errors import REDIS_ERRORS
 from common.redis.resend import may_run_again
 from common.tasks.items import unique_key_of
@@ -34,9 +34,11 @@ from common.tasks.task import Task
 from common.traps import soft404
 from common.traps.soft404 import Signature
 from consumer.backoff import Backoff
+from consumer.completion import Completion
+from consumer.completion import CompletionKind as Kind
 from consumer.config import ConsumerSettings
 from consumer.fetch_choice import fetch_of
-from consumer.flush import Completion, Flusher
+from consumer.flush import Flusher
 from consumer.handlers import HandlerContext, LeaseLostError, as_result, check_children
 from consumer.held import LeaseBook
 from consumer.judgement import PROBE_META, page_facts, probe_signature
@@ -98,17 +100,8 @@ class Runner:
         self.stopping = stopping
         # A page's fetch: through the proxy pool if the consumer has one, judged for blocks.
         self.pages = pages or PageFetch(fetcher, None)
-        leaser.on_timed = self._read_robots_ahead
         self.route_errors = RouteErrors(router.files if router is not None else ())
         self.notices = HostNotices()
-
-    def _read_robots_ahead(self, leases: Sequence[Lease]) -> None:
-        """Leases timed for their turns, up to AHEAD_MS + DISPATCH_S away: the fleet's
-        copies of their robots.txt that this process lacks are read now (one round
-        trip), so a host whose robots.txt another consumer fetched costs its page no
-        lookup at its turn, and no turn of its own for the lateness that would bring."""
-        if self.robots is not None and not self.policy.now.ignore_robots:
-            self.robots.warm_soon(lease.task.url for lease in leases)
 
     async def work(self, lease: Lease) -> None:
         """Take a lease through robots.txt, the fetch and the handler to its completion,
@@ -119,7 +112,7 @@ class Runner:
             if self.router is not None and probe is None and not self.router.knows(lease.task):
                 # Nothing here could parse it: fetched, it would be done unparsed.
                 self.metrics.error("unknown_label")
-                self._complete(Completion(lease, "fail", failure=Failure(
+                self._complete(Completion(lease, Kind.FAIL, failure=Failure(
                     lease, "unknown_label", self.router.unknown(lease.task)[:500],
                     permanent=True)))
                 return
@@ -133,14 +126,13 @@ class Runner:
                     self.slots.wait_for_robots(lease, self._robots_lookup(lease))
                     return
                 if not verdict.allowed and probe is not None:
-                    self._complete(Completion(lease, "ack", PROBE, probe=Signature(
+                    self._complete(Completion(lease, Kind.ACK, PROBE, probe=Signature(
                         str(probe), soft404.NONE)))
                     return
                 if not verdict.allowed:
-                    self.notices.refused(lease, "robots_disallowed")
-                    self._complete(Completion(lease, "ack", "robots_disallowed",
-                                              record=record_of(lease, None, "robots_disallowed",
-                                                               self.worker_id)))
+                    self.notices.refused(lease, ROBOTS_DISALLOWED)
+                    self._complete(Completion(lease, Kind.ACK, ROBOTS_DISALLOWED, record=record_of(
+                        lease, None, ROBOTS_DISALLOWED, self.worker_id)))
                     return
             if self.book.expired(lease):
                 # e.g. the process was stopped: someone else may own it now.
@@ -151,7 +143,7 @@ class Runner:
             raise
         except Exception as exc:
             log.exception("task_crashed", extra={"id": lease.id})
-            self._complete(Completion(lease, "fail", failure=Failure(
+            self._complete(Completion(lease, Kind.FAIL, failure=Failure(
                 lease, "internal_error", f"{type(exc).__name__}: {exc}")))
 
     async def _robots_lookup(self, lease: Lease) -> None:
@@ -186,10 +178,10 @@ class Runner:
                 if isinstance(exc, FetchError):
                     self._complete_error(lease, exc)
                 elif isinstance(exc, REDIS_ERRORS) and may_run_again(exc, ROBOTS_SCRIPTS):
-                    self._complete(Completion(lease, "release"))
+                    self._complete(Completion(lease, Kind.RELEASE))
                 else:
                     log.exception("task_crashed", extra={"id": lease.id})
-                    self._complete(Completion(lease, "fail", failure=Failure(
+                    self._complete(Completion(lease, Kind.FAIL, failure=Failure(
                         lease, "internal_error", f"{type(exc).__name__}: {exc}")))
             else:
                 self.slots.move(lease, Stage.DONE)
@@ -217,7 +209,7 @@ class Runner:
             self.slots.move(lease, Stage.DONE)
             self.leaser.wake()
         elif may_fetch and not turned:
-            self._complete(Completion(lease, "release"))
+            self._complete(Completion(lease, Kind.RELEASE))
         elif not self.stopping.draining:
             self.slots.move(lease, Stage.QUEUED, front=True)
         else:
@@ -265,16 +257,16 @@ class Runner:
                                                 task.revisit if live.conditional else None),
                                             method=task.method, body=task.body)
         except LeaseLostError:  # while it took a late turn, before anything was sent
-            self._complete(Completion(lease, "drop"))
+            self._complete(Completion(lease, Kind.DROP))
             return
         except HANDED_BACK as exc:  # unfetched, no attempt counted
             log.info("handed_back", extra={"id": lease.id, "why": str(exc)[:200]})
-            self._complete(Completion(lease, "release"))
+            self._complete(Completion(lease, Kind.RELEASE))
             return
         except FetchError as exc:
             self.metrics.response(exc.status)
             if PROBE_META in task.meta:  # no signature to learn: none is looked for
-                self._complete(Completion(lease, "ack", PROBE, probe=Signature(
+                self._complete(Completion(lease, Kind.ACK, PROBE, probe=Signature(
                     str(task.meta[PROBE_META]), soft404.NONE)))
                 return
             # A status is the host's response, a page of its budget (a proxy's refusal
@@ -300,12 +292,12 @@ class Runner:
         if live.revisits or task.revisit is not None:
             lease.observed = observed = observe(task.revisit, result)
         if PROBE_META in task.meta:
-            self._complete(Completion(lease, "ack", PROBE, probe=probe_signature(
+            self._complete(Completion(lease, Kind.ACK, PROBE, probe=probe_signature(
                 str(task.meta[PROBE_META]), task.url, result)))
             return
         if result.filtered:  # its Content-Type is not accepted: no body, no handler
-            outcome = "filtered"
-            self._complete(Completion(lease, "ack", outcome,
+            outcome = Outcome.FILTERED
+            self._complete(Completion(lease, Kind.ACK, outcome,
                                       record=record_of(lease, result, outcome, self.worker_id)))
             return
         outcome = outcome_of(task.revisit, result, observed)
@@ -324,11 +316,11 @@ class Runner:
                 # A bad Request is its task's failure here, never its flush's.
                 check_children(handled.urls, self.queue.known_labels)
             except LeaseLostError:
-                self._complete(Completion(lease, "drop"))
+                self._complete(Completion(lease, Kind.DROP))
                 return
             except Exception as exc:
                 self.metrics.error("handler_error")
-                self._complete(Completion(lease, "fail", failure=Failure(
+                self._complete(Completion(lease, Kind.FAIL, failure=Failure(
                     lease, "handler_error", self.route_errors.failed(lease, exc)[:500])))
                 return
             finally:
@@ -341,7 +333,7 @@ class Runner:
             if len(urls) > self.s.max_links:
                 self.flusher.intake.capped(len(urls) - self.s.max_links)
                 urls = urls[:self.s.max_links]
-        self._complete(Completion(lease, "ack", outcome, record=record, urls=urls,
+        self._complete(Completion(lease, Kind.ACK, outcome, record=record, urls=urls,
                                   page=page))
 
     def _route_bans(self, task: Task) -> Blocked:
@@ -359,7 +351,7 @@ class Runner:
         pushback = is_pushback(self.policy.now.backoff_on, exc.reason, exc.status)
         if pushback:
             self.metrics.pushback(exc.reason)
-        self._complete(Completion(lease, "fail", failure=Failure(
+        self._complete(Completion(lease, Kind.FAIL, failure=Failure(
             lease, exc.reason, exc.message[:500], retry_after=exc.retry_after,
             permanent=not exc.retryable, pushback=pushback)))
 
@@ -371,7 +363,8 @@ class Runner:
             self.slots.move(lease, Stage.DONE)
 
 
-def record_of(lease: Lease, result: FetchResult | None, outcome: str, worker: str) -> Record:
+def record_of(lease: Lease, result: FetchResult | None, outcome: Outcome,
+              worker: str) -> Record:
     """The sink's record of a lease's page (`result`) or of its failure (None)."""
     task = lease.task
     if result is None:

@@ -49,7 +49,8 @@ from common.redis.retry import did_not_run, resending
 from common.redis.scripts import source
 from common.redis.server import RedisServer, free_port
 from common.urls.canonical import canonicalize, fingerprint
-from consumer.flush import Completion, Flusher
+from consumer.completion import Completion, CompletionKind
+from consumer.flush import Flusher
 from consumer.held import LeaseBook
 from consumer.intake import LinkIntake
 from consumer.live import Live
@@ -173,8 +174,9 @@ async def test_a_replayed_ack_or_fail_counts_once_and_no_lease_as_lost(
         flush, book = flusher_of(q, metrics)
         for lease in leases:
             book.hold(lease, time.monotonic())
-            flush.add(Completion(lease, "ack") if kind == "ack" else Completion(
-                lease, "fail", failure=Failure(lease, "gone", "no page", permanent=True)))
+            flush.add(Completion(lease, CompletionKind.ACK) if kind == "ack" else Completion(
+                lease, CompletionKind.FAIL,
+                failure=Failure(lease, "gone", "no page", permanent=True)))
         await loaded(kind, redis_client)
         cutter.cut_after(script_sha(kind))
         await asyncio.wait_for(flush.flush(), 30)

@@ -33,8 +33,8 @@ from common.queue import (
     lease_client,
 )
 from consumer.clock import RedisClock
+from consumer.completion import Completion, CompletionKind
 from consumer.config import build_parser, settings_from_args
-from consumer.flush import Completion
 from consumer.leaser import DISPATCH_MS
 from consumer.lifecycle import Consumer
 from consumer.slots import Stage
@@ -697,12 +697,12 @@ async def test_an_ended_lease_wakes_the_leaser_only_if_its_host_can_go_before_it
         async def notify() -> None:
             told.append("wake")
         consumer.flusher._notify = notify
-        consumer.flusher.add(Completion(leases[0], "ack"))
+        consumer.flusher.add(Completion(leases[0], CompletionKind.ACK))
         await consumer.flusher.flush()
         assert consumer.flusher.done == 1
         assert not consumer.leaser.freed.is_set() and told == []
         consumer.book.hold(slow, time.monotonic())
-        consumer.flusher.add(Completion(slow, "ack"))
+        consumer.flusher.add(Completion(slow, CompletionKind.ACK))
         await consumer.flusher.flush()
         assert consumer.leaser.freed.is_set() and told == ["wake"]
     finally:

@@ -23,8 +23,9 @@ from common.keys import PartitionKeys
 from common.observability.metrics import Metrics
 from common.queue import Code, Crawl, Lease, LeasingQueue, NewTask, housekeeping
 from common.urls.canonical import fingerprint
+from consumer.completion import Completion, CompletionKind
 from consumer.config import build_parser, settings_from_args
-from consumer.flush import Completion, Flusher
+from consumer.flush import Flusher
 from consumer.held import LeaseBook
 from consumer.intake import LinkIntake
 from consumer.lifecycle import Consumer
@@ -92,7 +93,7 @@ async def test_a_task_is_not_done_while_its_result_is_not_in_the_sink(
     sink = GatedSink()
     flush, book = flusher(queue, sink)
     book.hold(lease, time.monotonic())
-    flush.add(Completion(lease, "ack", record=record(lease)))
+    flush.add(Completion(lease, CompletionKind.ACK, record=record(lease)))
     flushing = asyncio.create_task(flush.flush())
     await asyncio.wait_for(sink.entered.wait(), 10)
     # The sink has not confirmed the write: a crash now must leave the task leased (so it
@@ -116,7 +117,7 @@ async def test_results_of_lost_or_expired_leases_are_not_written(
     book.drop(lost, lost=True)  # what a heartbeat does with a lease Redis says is gone
     book.hold(expired, time.monotonic() - 2 * LEASE_S)  # e.g. the process was stopped
     for lease in (lost, expired):
-        flush.add(Completion(lease, "ack", record=record(lease)))
+        flush.add(Completion(lease, CompletionKind.ACK, record=record(lease)))
     await asyncio.wait_for(flush.flush(), 10)
     # Someone else may own these tasks by now: their results would be duplicates.
     assert sink.records == []

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from support.docs import page
 
-from common.reasons import METRIC_OUTCOMES, REASONS
+from common.reasons import METRIC_OUTCOMES, REASONS, Outcome
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("common", "consumer", "producer")
@@ -114,6 +114,13 @@ def test_the_docs_table_lists_exactly_the_known_codes_with_their_fate() -> None:
     assert wrong == {}, "docs/consumer.md fate vs common/reasons.py fate"
 
 
+def test_the_outcomes_are_the_codes_a_task_is_done_with() -> None:
+    done = {code for code, reason in REASONS.items() if reason.fate == "done"}
+    assert {str(o) for o in Outcome} == done, "common/reasons.py: Outcome vs fate done"
+    assert all(type(code) is str for code in REASONS)  # keys print as themselves
+    assert f"outcome:{Outcome.NEAR_DUPLICATE}" == "outcome:near_duplicate"
+
+
 def test_every_reason_literal_in_the_sources_is_a_known_code() -> None:
     known = set(REASONS) | METRIC_OUTCOMES
     unknown: list[str] = []
@@ -132,8 +139,9 @@ def test_every_reason_literal_in_the_sources_is_a_known_code() -> None:
                 if code not in known:
                     unknown.append(f"{path.relative_to(ROOT)}:{line}: {code!r}")
     assert unknown == [], "reason codes missing from common/reasons.py (and docs/consumer.md)"
-    # The scan really reads the worker's literals and the Lua scripts' dead reasons.
-    assert {"ok", "http_4xx", "robots_disallowed", "handler_error", "stalled"} <= seen
+    # The scan really reads the worker's literals and the Lua scripts' dead reasons (the
+    # consumer's outcomes are mostly `Outcome` members now: mypy checks those).
+    assert {"filtered", "unknown_label", "handler_error", "stalled"} <= seen
 
 
 def test_the_scan_finds_every_kind_of_use() -> None:

@@ -26,8 +26,8 @@ from common.policy import set_policy
 from common.queue import Lease, LeasingQueue, NewTask
 from common.revisits.previous import MAX_VALIDATOR_BYTES, Observed, Revisit
 from common.urls.canonical import fingerprint
+from consumer.completion import Completion
 from consumer.config import build_parser, settings_from_args
-from consumer.flush import Completion
 from consumer.handlers import HandlerContext, HandlerResult, links
 from consumer.lifecycle import Consumer
 from consumer.revisits import digest, max_age_s, observe

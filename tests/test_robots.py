@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
+from support.handover import until
 from support.live import snapshot
 from support.ports import closed_port
 
@@ -23,6 +24,8 @@ from common.errors import ConfigError, FetchError
 from common.http.fetcher import Fetcher
 from common.http.results import FetchSettings
 from common.keys import CrawlKeys
+from common.queue import Lease
+from common.tasks.task import Task
 from consumer.live import Live
 from consumer.robots import (
     MAX_ROBOTS_BYTES,
@@ -30,6 +33,7 @@ from consumer.robots import (
     RobotsVerdict,
     origin_of,
     product_token,
+    read_ahead,
 )
 
 UA = "crawlq/0.1 (+https://github.com/crawlq/crawlq)"
@@ -595,6 +599,35 @@ async def test_warm_reads_the_fleets_copies_ahead_and_fetches_nothing(
     assert verdict is not None and not verdict.allowed and verdict.crawl_delay == 5.0
     assert cache.cached(f"{missing.url}/public") is None
     assert (fetched.hits, missing.hits) == (1, 0)
+
+
+async def test_the_leasers_read_ahead_warms_its_timed_leases_unless_robots_is_ignored(
+    serve: ServeFn, make_cache: Callable[..., RobotsCache]
+) -> None:
+    """What the consumer gives its leaser for the leases it times (consumer/lifecycle.py):
+    their origins' copies are read in before their turns, in a task of their own; with
+    the crawl ignoring robots.txt, nothing is read."""
+    o = await serve(body=ROBOTS)
+    await make_cache().check(f"{o.url}/public")  # another consumer fetched it
+    url = f"{o.url}/private/x"
+    leases = [Lease(Task(id=f"{1:032x}", url=url), 0, "1", 0, "h")]
+    ignoring = Live(snapshot(user_agent=UA, ignore_robots=True))
+    cache = make_cache(policy=ignoring)
+    read_ahead(cache, ignoring)(leases)
+    read_ahead(None, ignoring)(leases)  # a consumer without a robots.txt cache
+    await asyncio.sleep(0.05)
+    assert cache.cached(url) is None
+    live = Live(snapshot(user_agent=UA))
+    cache = make_cache(policy=live)
+    read_ahead(cache, live)(leases)
+
+    async def warmed() -> bool:
+        return cache.cached(url) is not None
+
+    await until(warmed, 5.0, "the copy read ahead")
+    verdict = cache.cached(url)
+    assert verdict is not None and not verdict.allowed
+    assert o.hits == 1  # read from the fleet's copy, not fetched again
 
 
 async def test_the_lock_is_released_when_redis_lost_the_unlock_script(

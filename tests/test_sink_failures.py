@@ -34,8 +34,9 @@ from common.keys import CrawlKeys
 from common.observability.metrics import Metrics
 from common.queue import LeasingQueue
 from common.urls.canonical import fingerprint, task_id
+from consumer.completion import Completion, CompletionKind
 from consumer.config import build_parser, settings_from_args
-from consumer.flush import Completion, Flusher, sink_outage
+from consumer.flush import Flusher, sink_outage
 from consumer.held import LeaseBook
 from consumer.intake import LinkIntake
 from consumer.lifecycle import Consumer
@@ -345,11 +346,11 @@ async def test_a_refused_write_releases_its_tasks_and_acks_nothing(
         book.hold(lease, time.monotonic())
     for lease in leases[:2]:
         task = lease.task
-        flush.add(Completion(lease, "ack", record=Record(
+        flush.add(Completion(lease, CompletionKind.ACK, record=Record(
             task_id=task.id, url=task.url, final_url=task.url, status=200, outcome="ok",
             headers={}, raw_headers=(), body=b"", bytes=0, elapsed=0.0, attempt=1,
             fetched_at=time.time(), worker="w"), urls=["http://g.test/child"]))
-    flush.add(Completion(leases[2], "release"))
+    flush.add(Completion(leases[2], CompletionKind.RELEASE))
     await asyncio.wait_for(flush.flush(), 10)
     assert [await queue.state_of(lease.id) for lease in leases] == ["pending"] * 3
     assert len(book) == 0 and flush.done == 0
