@@ -108,4 +108,4 @@ def test_a_wrong_import_inside_the_console_breaks_its_layers(tmp_path: Path) -> 
     for arrow in ("console.views.crawls -> console.cli", "console.dashboard.api -> "
                   "console.demo.site", "console.local.processes -> console.run.ownership"):
         assert arrow in out, arrow
-    assert "inside common: policy and fleet over the queue over its parts KEPT" in out
+    assert "inside common: the policy and domains over the queue over its parts KEPT" in out
