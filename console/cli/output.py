@@ -3,6 +3,8 @@ times, and the crawl's queue opened with a usable error."""
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,6 +20,16 @@ YES = Option("--yes", "CRAWLQ_YES", False, "really do it", flag_only_bool=True)
 
 class UsageError(CrawlqError):
     """The command line asked for something that can't be done as asked."""
+
+
+def at_most(most: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from 1 to `most` (how many rows to show)."""
+    def limit(text: str) -> int:
+        value = int(text)
+        if not 1 <= value <= most:
+            raise argparse.ArgumentTypeError(f"must be 1..{most}, got {value}")
+        return value
+    return limit
 
 
 def when(ms: float) -> str:

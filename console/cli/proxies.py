@@ -13,6 +13,7 @@ from common.frontier.proxy_pool import MAX_HOSTS, PoolSummary, read_summary
 from common.proxies.sessions import SessionRow, list_sessions
 from common.queue import CrawlQueue
 from common.redis.connection import RedisClient
+from console.cli.output import at_most
 
 
 def _age(seconds: float) -> str:
@@ -84,13 +85,6 @@ async def cmd_sessions(args: argparse.Namespace, client: RedisClient) -> int:
     return 0
 
 
-def _limit(text: str) -> int:
-    value = int(text)
-    if not 1 <= value <= MAX_HOSTS:
-        raise argparse.ArgumentTypeError(f"must be 1..{MAX_HOSTS}, got {value}")
-    return value
-
-
 def add_proxy_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                        common: tuple[Option, ...]) -> None:
     """Register ``proxies`` on the crawlq parser."""
@@ -101,7 +95,7 @@ def add_proxy_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     add_options(p, common)
     add_options(p, (JSON, Option("--limit", "CRAWLQ_PROXIES_LIMIT", 50,
                                  f"show at most this many hosts (1..{MAX_HOSTS})",
-                                 type=_limit)))
+                                 type=at_most(MAX_HOSTS))))
     p.set_defaults(handler=cmd_proxies)
     p = sub.add_parser("sessions", help="the crawl's sessions: uses, blocks, cookies held",
                        description="Show the crawl's sessions, newest first: pool host, "
@@ -109,5 +103,5 @@ def add_proxy_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     add_options(p, common)
     add_options(p, (JSON, Option("--limit", "CRAWLQ_SESSIONS_LIMIT", 50,
                                  f"show at most this many sessions (1..{MAX_HOSTS})",
-                                 type=_limit)))
+                                 type=at_most(MAX_HOSTS))))
     p.set_defaults(handler=cmd_sessions)

@@ -15,6 +15,7 @@ from common.config import JSON, Option, add_options
 from common.queue import CrawlQueue
 from common.redis.connection import RedisClient
 from common.traps.book import TrapBook, TrapRow
+from console.cli.output import at_most
 
 #: Most hosts one listing shows.
 MAX_HOSTS = 1000
@@ -40,13 +41,6 @@ async def cmd_traps(args: argparse.Namespace, client: RedisClient) -> int:
     return 0
 
 
-def _limit(text: str) -> int:
-    value = int(text)
-    if not 1 <= value <= MAX_HOSTS:
-        raise argparse.ArgumentTypeError(f"must be 1..{MAX_HOSTS}, got {value}")
-    return value
-
-
 def add_trap_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                       common: tuple[Option, ...]) -> None:
     """Register ``traps`` on the crawlq parser."""
@@ -56,5 +50,5 @@ def add_trap_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     add_options(p, common)
     add_options(p, (JSON, Option("--limit", "CRAWLQ_TRAPS_LIMIT", 20,
                                  f"show at most this many hosts (1..{MAX_HOSTS})",
-                                 type=_limit)))
+                                 type=at_most(MAX_HOSTS))))
     p.set_defaults(handler=cmd_traps)
