@@ -44,6 +44,7 @@ from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
+import pytest
 import redis.asyncio as aioredis
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
@@ -782,6 +783,12 @@ class QueueMachine(RuleBasedStateMachine):
         assert c == {k: v for k, v in self.counters.items() if v}
 
 
+#: A machine's runs sleep on the real clock: ~1 minute alone, more than pytest's 120 s
+#: with two busy cores beside the suite (a timeout inside a run's teardown then reads as
+#: a flaky failure, and the connections it left warn in the next test).
+SLOW = pytest.mark.timeout(360)
+
+
 def _run(machine: type[QueueMachine], url: str, crawl: str, partitions: int,
          examples: int = 25) -> None:
     machine.url, machine.crawl, machine.partitions = url, crawl, partitions
@@ -935,13 +942,16 @@ def test_no_rule_of_the_machines_has_a_precondition() -> None:
                 assert not getattr(f, PRECONDITIONS_MARKER, ()), f"{machine.__name__}.{name}"
 
 
+@SLOW
 def test_queue_state_machine_one_partition(redis_url: str, crawl_name: str) -> None:
     _run(OnePartition, redis_url, crawl_name, 1)
 
 
+@SLOW
 def test_queue_state_machine_two_partitions(redis_url: str, crawl_name: str) -> None:
     _run(TwoPartitions, redis_url, crawl_name, 2)
 
 
+@SLOW
 def test_queue_state_machine_with_revisits(redis_url: str, crawl_name: str) -> None:
     _run(WithRevisits, redis_url, crawl_name, 2, examples=40)
