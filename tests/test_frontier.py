@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
-from sites import test_site
+from sites import start_site_process, test_site
 from support.consume import NullSink
 from support.frontier import host_record, lease_when_due, polite_queue, tasks
 
@@ -387,8 +387,8 @@ def _consumer_settings(redis_url: str, crawl: str, out: Path, *extra: str):  # t
 async def test_three_consumers_keep_each_hosts_delay_and_concurrency_robots_included(
         redis_url: str, redis_client: aioredis.Redis, crawl_name: str, tmp_path: Path) -> None:
     delay = 0.3
-    async with test_site(delay_ms=50, robots="User-agent: *\nAllow: /") as s1, \
-            test_site(delay_ms=50, robots="User-agent: *\nAllow: /") as s2:
+    async with start_site_process(delay_ms=50, robots="User-agent: *\nAllow: /") as s1, \
+            start_site_process(delay_ms=50, robots="User-agent: *\nAllow: /") as s2:
         urls = [s.url(f"/p/{i}") for s in (s1, s2) for i in range(6)]
         await LeasingQueue.open(redis_client, crawl_name)
         q = await LeasingQueue.existing(redis_client, crawl_name)
@@ -398,8 +398,8 @@ async def test_three_consumers_keep_each_hosts_delay_and_concurrency_robots_incl
             "--per-host-concurrency", "1", "--concurrency", "8")) for i in range(3)))
         assert codes == [0, 0, 0]
         for site in (s1, s2):
-            times = sorted(t for path, ts in site.times.items() if path.startswith(("/p/",
-                           "/robots.txt")) for t in ts)
+            times = sorted(t for path, ts in (await site.stats()).times.items()
+                           if path.startswith(("/p/", "/robots.txt")) for t in ts)
             assert len(times) == 7  # robots.txt and six pages, each once
             gaps = [b - a for a, b in itertools.pairwise(times)]
         assert min(gaps) >= delay - 0.05, gaps
@@ -419,8 +419,8 @@ async def test_a_late_robots_txt_and_the_pages_that_waited_for_it_keep_the_delay
     robots.txt included, a delay apart."""
     delay, pages = 1.0, 3
     async with contextlib.AsyncExitStack() as stack:
-        sites = [await stack.enter_async_context(test_site(robots="User-agent: *\nAllow: /"))
-                 for _ in range(2)]
+        sites = [await stack.enter_async_context(
+            start_site_process(robots="User-agent: *\nAllow: /")) for _ in range(2)]
         urls = [site.url(f"/p/{i}") for i in range(pages) for site in sites]
         await LeasingQueue.open(redis_client, crawl_name)
         q = await LeasingQueue.existing(redis_client, crawl_name)
@@ -433,9 +433,10 @@ async def test_a_late_robots_txt_and_the_pages_that_waited_for_it_keep_the_delay
             "--per-host-concurrency", "2", "--concurrency", "8")) for i in range(2)))
         assert codes == [0, 0]
         for site in sites:
-            times = sorted(t for path, ts in site.times.items()
+            seen = await site.stats()
+            times = sorted(t for path, ts in seen.times.items()
                            if path.startswith(("/p/", "/robots.txt")) for t in ts)
-            assert site.hits["/robots.txt"] == 1 and site.stats_.total() == pages
+            assert seen.hits["/robots.txt"] == 1 and seen.total() == pages
             gaps = [round(b - a, 3) for a, b in itertools.pairwise(times)]
             assert min(gaps) >= delay - 0.05, gaps
     assert (await q.stats()).done == len(urls)
@@ -452,7 +453,7 @@ async def test_a_request_late_on_the_wire_takes_a_turn_of_its_own(
     it went. The second takes a turn of its own instead: every request a delay apart
     (without it, the second and third came 0.8 s apart)."""
     delay = 1.0
-    async with test_site() as site:
+    async with start_site_process() as site:
         paths = ["/p/0?delay=1500", "/p/1?delay=800", "/p/2", "/p/3"]
         await LeasingQueue.open(redis_client, crawl_name)
         q = await LeasingQueue.existing(redis_client, crawl_name)
@@ -463,8 +464,9 @@ async def test_a_request_late_on_the_wire_takes_a_turn_of_its_own(
         settings = dataclasses.replace(
             settings, fetch=dataclasses.replace(settings.fetch, limit_per_host=1))
         assert await run(settings) == 0
-        times = sorted(t for path, ts in site.times.items() for t in ts)
-        assert site.stats_.total() == len(paths)
+        seen = await site.stats()
+        times = sorted(t for path, ts in seen.times.items() for t in ts)
+        assert seen.total() == len(paths)
         gaps = [round(b - a, 3) for a, b in itertools.pairwise(times)]
         assert min(gaps) >= delay - 0.05, gaps
     assert (await q.stats()).done == len(paths)
