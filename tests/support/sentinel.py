@@ -2,7 +2,7 @@
 three sentinels, all real processes of Debian's ``redis-server``/``redis-sentinel``, on free
 ports of 127.0.0.1 in one temporary directory.
 
-Failover is fast (``down-after-milliseconds`` 1000, ``failover-timeout`` 3000, replicas
+Failover is fast (``down-after-milliseconds`` 2000, ``failover-timeout`` 3000, replicas
 resynced all at once) and every data node has ``min-replicas-to-write 1`` with
 ``min-replicas-max-lag 3``: a primary cut off from its replicas (SIGSTOPped past a
 failover, then SIGCONTed) refuses writes with NOREPLICAS once its replicas' last
@@ -41,7 +41,7 @@ from common.redis.server import RedisServer, free_port
 
 MASTER = "crawlq"
 HOST = "127.0.0.1"
-DOWN_AFTER_MS = 1000
+DOWN_AFTER_MS = 2000
 FAILOVER_TIMEOUT_MS = 3000
 MIN_REPLICAS_MAX_LAG_S = 3
 #: Every wait's deadline: failovers take 2-4 s alone, much longer on two loaded cores.
@@ -316,31 +316,41 @@ class SentinelGroup:
         one, if given), knows the two other sentinels, every other running node replicates
         from it with its link up, and the sentinels list those replicas as up."""
         found: list[Node] = []
+        why = ["not asked yet"]  # the last poll's reason, for a timeout's message
 
         def settled() -> bool:
             try:
-                return whole()
-            except (redis.RedisError, OSError):  # a sentinel slow to answer: ask again
-                return False
+                why[0] = whole()
+            except (redis.RedisError, OSError) as exc:  # a sentinel slow to answer
+                why[0] = f"asking: {exc!r}"
+            return not why[0]
 
-        def whole() -> bool:
+        def whole() -> str:
             node = self.agreed_master()
             if node is None or (primary is not None and node is not primary) \
                     or node.role() != "master":
-                return False
+                return f"primary {node and node.name}, role {node and node.role()}"
             others = [n for n in self.nodes if n is not node and n.alive and not n.paused]
             if len(self.replicas_of(node)) != len(others):
-                return False
-            for s in self.sentinels:
+                return f"replicas {[n.name for n in self.replicas_of(node)]}"
+            for i, s in enumerate(self.sentinels):
                 state = s.master_state()
                 if state.get("num-other-sentinels") != "2" \
                         or "s_down" in state.get("flags", "") \
                         or not _replicas_up(s, {n.address for n in others}):
-                    return False
+                    return f"sentinel {i}: {state.get('num-other-sentinels')} others, " \
+                           f"flags {state.get('flags')}, replicas up {_replicas_listed(s)}"
             found.append(node)
-            return True
+            return ""
 
-        self._poll(settled, "the group to settle", within)
+        try:
+            self._poll(settled, "the group to settle", within)
+        except AssertionError as exc:
+            events = self.sentinel_events("+tilt", "-tilt", "+sdown", "-sdown", "+odown",
+                                          "+switch-master", "+convert-to-slave")
+            raise AssertionError(f"{exc}; last not settled by: {why[0]}; sentinel events "
+                                 f"{[(e.sentinel, e.name, e.text) for e in events[-12:]]}"
+                                 ) from None
         return found[-1]
 
     # -- the drill's steps -------------------------------------------------------------
