@@ -138,7 +138,8 @@ class Spider:
     def start(self) -> Iterator[Request]:
         """The requests a crawl of this spider starts from: ``start=`` and what each
         ``@spider.seeds`` function yields, URLs made GET Requests for the default route.
-        Each is checked like any request made (its label included)."""
+        Each enters the crawl here (`admit`: checked once, its label included); the
+        producer checks it no more."""
         for source in (self._start, *(fn() for fn in self._seeds)):
             for item in source:
                 yield self.admit(item if isinstance(item, Request) else Request(str(item)))
