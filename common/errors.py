@@ -35,7 +35,9 @@ class BadRequestError(CrawlqError, ValueError):
 class InvalidRequestError(CrawlqError, ValueError):
     """A Request (common/tasks/request.py) is malformed: a bad method, data that isn't a JSON
     object, a body over the cap, a label that isn't a route name, a bad header; the
-    message names the field and what to do. Raised when it is made or enqueued."""
+    message names the field and what to do. Raised where it enters a crawl (a route's
+    follow, a spider's start, the producer's reader), or at the enqueue of a NewTask
+    built by hand."""
 
 
 class UnknownLabelError(CrawlqError, LookupError):

@@ -2,16 +2,21 @@
 
 A handler is ``async def handler(response: FetchResult, ctx: HandlerContext)`` named on
 the command line as ``module:function``. It may return ``None``, a
-:class:`HandlerResult`, or a dict with ``items`` and/or ``urls``. URLs it returns, as
-strings or as :class:`~common.tasks.request.Request` objects (a method, a body, a label for
-the route that parses it, data for that route), are enqueued through the crawl's dedup
-with depth + 1 (bounded by ``--max-depth`` and ``--allow-domains``); a Request keeps its
-label, data, method, body and headers on the way, to whichever consumer leases it. A
-Request that is not valid (or whose label no route knows) fails the task that returned
-it with ``handler_error``, saying why, and none of its links are enqueued.
-``await ctx.save_checkpoint(value)`` stores progress that a reclaimed task resumes from
-(``ctx.checkpoint``). An exception fails the task with reason ``handler_error``; it never
-stops the consumer.
+:class:`HandlerResult`, or a dict with ``items`` and/or ``urls``. A handler is a spider
+with one default route (`handler_spider`): what it returns goes through that route's
+``ctx.follow`` like any route's, so URLs it returns, as strings (resolved against the
+page) or as :class:`~common.tasks.request.Request` objects (a method, a body, a label for
+the route that parses it, data for that route), are checked there once and enqueued
+through the crawl's dedup with depth + 1 (bounded by ``--max-depth`` and
+``--allow-domains``); a Request keeps its label, data, method, body and headers on the
+way, to whichever consumer leases it. A Request that is not valid (or whose label no
+route knows) fails the task that returned it with ``handler_error``, saying why, and
+none of its links are enqueued. ``await ctx.save_checkpoint(value)`` stores progress
+that a reclaimed task resumes from (``ctx.checkpoint``). An exception fails the task
+with reason ``handler_error``; it never stops the consumer.
+
+Alone, a handler parses every task, whatever its label (its own to read:
+``ctx.task.label``); beside a ``--spider`` without a default route, it is that route.
 
 ``consumer.handlers:links`` is a ready-made handler that follows ``<a href>`` and
 ``<area href>`` links.
@@ -19,14 +24,17 @@ stops the consumer.
 
 from __future__ import annotations
 
+import copy
+import functools
 import importlib
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.errors import ConfigError, InvalidRequestError
+from common.errors import ConfigError
 from common.http.results import FetchResult
-from common.tasks.request import Request, check_request, shown
+from common.spider import Context, Response, RouteFn, Spider
+from common.tasks.request import Request
 from common.tasks.task import Task
 from consumer.links import extract_links
 
@@ -97,18 +105,35 @@ def as_result(value: HandlerResult | dict[str, Any] | None) -> HandlerResult:
                     f"{type(value).__name__}")
 
 
-def check_children(urls: Sequence[str | Request],
-                   known_labels: Collection[str] | None = None) -> None:
-    """InvalidRequestError for the first Request of `urls` that is not (or no longer: its
-    data may have changed) valid, or whose label is not one of `known_labels`."""
-    for url in urls:
-        if isinstance(url, Request):
-            check_request(url)
-            if known_labels is not None and url.label is not None \
-                    and url.label not in known_labels:
-                raise InvalidRequestError(
-                    f"Request {shown(url.url)!r}: no route is labelled {url.label!r} "
-                    f"(routes: {', '.join(sorted(known_labels)) or 'none'})")
+def handler_spider(handler: Handler, spider: Spider | None = None, *,
+                   max_links: int = 10_000) -> Spider:
+    """A spider whose default route is `handler`: `spider`'s routes (a copy: `spider`
+    is left as it is) and it, or alone, that route for every label (`Spider.catch_all`).
+    `max_links`: the handler's ``ctx.max_links``. ValueError when `spider` has a default
+    route already."""
+    if spider is None:
+        out = Spider("handler", catch_all=True)
+    else:
+        out = copy.copy(spider)
+        out.routes = dict(spider.routes)
+    out.route()(_route_of(handler, max_links))
+    return out
+
+
+def _route_of(handler: Handler, max_links: int) -> RouteFn:
+    """The route that runs `handler`: its items go to the sink as they are, its URLs and
+    Requests through the route's follow (checked there, once)."""
+    @functools.wraps(handler)  # its name, and its file for a route error's place
+    async def route(response: Response, ctx: Context) -> None:
+        async def save(value: Any) -> bool:
+            await ctx.save_checkpoint(value)  # raises LeaseLostError for a lost lease
+            return True
+        assert ctx.task is not None  # the consumer runs a route with its task
+        done = as_result(await handler(response.result, HandlerContext(
+            task=ctx.task, worker=ctx.worker, _save=save, max_links=max_links)))
+        ctx.items.extend(done.items)  # any JSON value, as ever: no key or type to add
+        ctx.follow(done.urls)
+    return route
 
 
 async def links(response: FetchResult, ctx: HandlerContext) -> HandlerResult:

@@ -5,9 +5,10 @@ as on every other page. Each is canonicalized, scoped (``--max-depth``,
 ``--allow-domains``) and fingerprinted here, and only then sent to Redis, which decides
 whether it is new (the crawl's dedup). :class:`SeenCache` remembers the URLs this
 consumer sent recently, so a link seen again skips all of that and the round trip.
-A handler's :class:`~common.tasks.request.Request` goes the same way, keeping its method, body,
+A route's :class:`~common.tasks.request.Request` goes the same way, keeping its method, body,
 label, data and headers; the cache remembers it by its unique key (for a GET, its URL),
-which is what the queue deduplicates it by.
+which is what the queue deduplicates it by, computed here once. It was checked where the
+route followed it (``common.spider.context``): the intake checks it no more.
 
 A link that is not cached loses its session ids (and, where its host showed session
 tokens fresh per visit, ``common.traps.rules.fresh_tokens``, is deduplicated without them: its
@@ -44,7 +45,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from common.errors import InvalidRequestError
 from common.hostmodel.hostkey import host_key
 from common.observability.metrics import LINK_FATES, NOT_FOLLOWED, Metrics
 from common.policy import follows_from
@@ -291,12 +291,9 @@ class LinkIntake:
         if key in self.cache or key in batch:
             fates["cached"] += 1
             return None
-        try:  # checked by the runner as the handler returned it: only data changed since
-            task = NewTask.from_request(request, url, max_attempts=attempts,
-                                        depth=parent.depth + 1, meta=parent.meta)
-        except InvalidRequestError:
-            fates["invalid"] += 1
-            return None
+        # Checked (and frozen) where the route followed it: trusted from here on.
+        task = NewTask.from_request(request, url, max_attempts=attempts,
+                                    depth=parent.depth + 1, meta=parent.meta, key=key)
         batch.add(key)
         mark.append(key)
         fates["sent"] += 1

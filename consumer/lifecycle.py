@@ -117,9 +117,7 @@ class Consumer:
                              policy=self.policy, sink_failing=self._sink_failing,
                              flusher=self.flusher, on_timed=read_ahead(robots, live),
                              browser_pages=None if browser is None else browser.page_capacity)
-        router = Router.of(spider, handler)
-        if router is not None:  # a child labelled otherwise fails its parent's task
-            queue.known_labels = router.labels
+        router = Router.of(spider, handler, max_links=settings.max_links)
         self.runner = Runner(settings, queue, fetcher=fetcher, robots=robots, router=router,
                              metrics=metrics, book=self.book, slots=self.slots,
                              leaser=self.leaser, flusher=self.flusher, policy=self.policy,

@@ -39,7 +39,7 @@ from consumer.completion import CompletionKind as Kind
 from consumer.config import ConsumerSettings
 from consumer.fetch_choice import fetch_of
 from consumer.flush import Flusher
-from consumer.handlers import HandlerContext, LeaseLostError, as_result, check_children
+from consumer.handlers import HandlerContext, LeaseLostError
 from consumer.held import LeaseBook
 from consumer.judgement import PROBE_META, page_facts, probe_signature
 from consumer.leaser import AHEAD_MS, Leaser
@@ -312,9 +312,8 @@ class Runner:
             self.window.enter()
             try:
                 await asyncio.sleep(0)
-                handled = as_result(await self.router(result, self._context(lease)))
-                # A bad Request is its task's failure here, never its flush's.
-                check_children(handled.urls, self.queue.known_labels)
+                # A bad Request fails its task here (its route's follow), never its flush.
+                handled = await self.router(result, self._context(lease))
             except LeaseLostError:
                 self._complete(Completion(lease, Kind.DROP))
                 return

@@ -413,8 +413,6 @@ async def run_once(settings: ProducerSettings, client: RedisClient | None, *,
                 template = replace(template, max_attempts=policy.max_attempts)
             progress = Progress(summary, settings.progress, stream=progress_stream)
             stack.callback(progress.close)
-            if queue is not None and labels is not None:
-                queue.known_labels = labels
             await produce(_sources(settings, stdin, fetcher, spider), queue=queue,
                           summary=summary, known_labels=labels,
                           template=template, batch_size=settings.batch_size,

@@ -33,7 +33,7 @@ from common import codec
 from common.errors import InvalidRequestError, SourceError
 from common.fleet.wake import WakeChannel
 from common.queue import CrawlQueue, EnqueueResult, NewTask
-from common.tasks.request import Request, request_from_dict
+from common.tasks.request import Request, checked, request_from_dict
 from common.tasks.task import DEFAULT_MAX_ATTEMPTS
 from common.urls.canonical import Rejection, canonicalize
 from common.urls.redact import redact_url
@@ -157,10 +157,8 @@ async def produce(
 
     Counts go into ``summary`` as they happen, so a caller that catches an error still
     has what was done before it. A request whose label is not one of `known_labels`
-    (default: the queue's, ``CrawlQueue.known_labels``; None: any) is rejected.
+    (the ``--spider``'s; None: any) is rejected.
     """
-    if known_labels is None and queue is not None:
-        known_labels = queue.known_labels
     started = time.monotonic()
     sender = _Sender(queue, summary)
     by_reason = summary.invalid_by_reason
@@ -265,7 +263,9 @@ class _Refused:
 def _request_task(raw: str | Request, template: TaskTemplate, sort_query: bool,
                   known_labels: Collection[str] | None) -> NewTask | _Refused | None:
     """The task of one line of requests, why it is refused, or None for a blank line or
-    a ``#`` comment."""
+    a ``#`` comment. A line is where its request enters the crawl: it is checked here,
+    once (``checked``); a Request given as one (a spider's start request) was checked
+    where it entered, by ``Spider.start``. Its label must be one of `known_labels`."""
     if isinstance(raw, str):
         text = raw.strip()
         if not text or text[0] == "#":
@@ -277,7 +277,7 @@ def _request_task(raw: str | Request, template: TaskTemplate, sort_query: bool,
         except ValueError as exc:
             return _Refused(BAD_JSON, f"not JSON: {str(exc)[:100]}", "")
         try:
-            request = request_from_dict(obj)
+            request = checked(request_from_dict(obj))
         except InvalidRequestError as exc:
             url = obj.get("url") if isinstance(obj, dict) else None
             return _Refused(BAD_REQUEST, str(exc)[:300], url if isinstance(url, str) else "")
@@ -293,12 +293,9 @@ def _request_task(raw: str | Request, template: TaskTemplate, sort_query: bool,
                         request.url)
     if not request.priority and template.priority:
         request = replace(request, priority=template.priority)
-    try:
-        return NewTask.from_request(request, url, max_attempts=template.max_attempts,
-                                    depth=template.depth, meta=template.meta,
-                                    headers=template.headers)
-    except InvalidRequestError as exc:  # a Request made in Python, changed since
-        return _Refused(BAD_REQUEST, str(exc)[:300], request.url)
+    return NewTask.from_request(request, url, max_attempts=template.max_attempts,
+                                depth=template.depth, meta=template.meta,
+                                headers=template.headers)
 
 
 def _note_reject(summary: Summary, rejects: RejectWriter | None, reject: Reject,

@@ -47,7 +47,8 @@ _BOM = b"\xef\xbb\xbf"
 @dataclass(frozen=True, slots=True)
 class Chunk:
     """Consecutive raw lines of one source; ``first_line`` is 1-based. With
-    ``requests``, each line is a request: a JSON object or a Request."""
+    ``requests``, each line is a request: a JSON object (checked when it is read) or a
+    Request (a spider's start request, checked where it entered: ``Spider.start``)."""
 
     origin: str
     first_line: int

@@ -89,6 +89,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "those two links cut",
            (_T + "test_a_near_duplicate_stops_its_calendar_but_never_a_listing_of_other_"
                  "items",)),
+    Mutant("151-followed-request-not-frozen", "a request is checked once where it enters "
+           "and frozen there: what its route does to its dicts afterwards changes (or "
+           "breaks) nothing that is enqueued",
+           ("tests/test_spider.py::test_follow_checks_once_and_freezes_what_it_took",
+            "tests/test_requests.py::test_a_checked_request_is_frozen")),
     Mutant("01-ack-before-sink-write", "a task is acked only after its result reached the sink",
            (_G + "test_a_task_is_not_done_while_its_result_is_not_in_the_sink",)),
     Mutant("02-heartbeat-slower-than-lease", "the heartbeat renews leases before they expire",

@@ -26,7 +26,14 @@ from common.http.fetcher import Fetcher
 from common.http.results import FetchSettings
 from common.observability.metrics import Metrics
 from common.queue import CrawlSettings, LeasingQueue, NewTask
-from common.tasks.request import MAX_BODY_BYTES, Request, request_from_dict
+from common.spider import Spider
+from common.tasks.request import (
+    MAX_BODY_BYTES,
+    Request,
+    check_request,
+    checked,
+    request_from_dict,
+)
 from common.tasks.task import Task, decode_entry, encode_entry, expand_entry
 from common.urls.canonical import canonicalize, fingerprint, task_id
 from consumer.intake import LinkIntake
@@ -158,32 +165,47 @@ def test_a_bad_request_field_in_an_entry_is_malformed(extra: str, message: str) 
     (lambda: Request(API, headers={"Host": "x"}), "'Host' can't be set"),
     (lambda: Request(API, priority=-1), "priority must be an integer >= 0"),
 ])
-def test_a_bad_request_is_refused_when_made(make: Any, message: str) -> None:
+def test_a_bad_request_is_refused_where_it_enters(make: Any, message: str) -> None:
+    request = make()  # made, it is only normalized: checked where it enters a crawl
     with pytest.raises(InvalidRequestError, match=message):
-        make()
+        checked(request)
+    spider = Spider("s")
+    spider.route()(lambda response, ctx: None)
+    spider.route("two")(lambda response, ctx: None)
+    with pytest.raises(InvalidRequestError, match=message):
+        spider.admit(request)  # a route's follow, a spider's start
+
+
+def test_a_checked_request_is_frozen() -> None:
+    data: dict[str, Any] = {"tags": ["a"]}
+    headers = {"X-Page": "1"}
+    request = checked(Request(API, "post", headers, b"{}", data=data))
+    data["tags"].append({1, 2})  # what its maker does to its dicts later changes nothing
+    headers["Host"] = "evil"
+    assert (request.method, request.data, request.headers) == (
+        "POST", {"tags": ["a"]}, {"X-Page": "1"})
+    check_request(request)
 
 
 async def test_a_bad_request_is_refused_at_enqueue_and_nothing_is_enqueued(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
+    """A NewTask built by hand has its request fields checked at enqueue; one made by
+    `NewTask.from_request` was checked where its request entered, and is trusted."""
     q = await open_queue(redis_client, crawl_name)
     good = task_of(Request("http://fine.test/"))
-    data: dict[str, Any] = {"ok": 1}
-    changed = Request(API, "POST", label="api", data=data)
-    data["when"] = {1, 2}  # changed after it was made: enqueue checks it again
     with pytest.raises(InvalidRequestError, match=r"data\['when'\] is a set"):
-        await q.enqueue([good, NewTask(API, fingerprint(API), data=dict(changed.data))])
+        await q.enqueue([good, NewTask(API, fingerprint(API), data={"when": {1, 2}})])
     with pytest.raises(InvalidRequestError, match="method 'BREW'"):
         await q.enqueue([good, NewTask(API, fingerprint(API), method="BREW")])
     with pytest.raises(InvalidRequestError, match="body must be bytes, at most"):
         await q.enqueue([good, NewTask(API, fingerprint(API), method="POST",
                                        body=b"x" * (MAX_BODY_BYTES + 1))])
-    q.known_labels = frozenset({"list", "detail"})
-    with pytest.raises(InvalidRequestError, match="no route is labelled 'api' "
-                                                  r"\(routes: detail, list\)"):
-        await q.enqueue([good, task_of(Request(API, label="api"))])
+    with pytest.raises(InvalidRequestError, match="is not a route name"):
+        await q.enqueue([good, NewTask(API, fingerprint(API), label="two words")])
     assert await pending_entries(redis_client, q) == []
     assert (await q.stats()).pending == 0
-    assert (await q.enqueue([good, task_of(Request(API, label="detail"))])).enqueued == 2
+    # Labels are the spider's business, not the queue's: any label is enqueued.
+    assert (await q.enqueue([good, task_of(Request(API, label="api"))])).enqueued == 2
 
 
 # -- the JSON form ---------------------------------------------------------------------
@@ -405,14 +427,14 @@ async def test_a_bad_line_of_requests_is_counted_with_its_reason_never_a_crash(
 async def test_a_label_no_route_knows_is_refused_by_the_producer(
         redis_client: aioredis.Redis, crawl_name: str) -> None:
     q = await open_queue(redis_client, crawl_name)
-    q.known_labels = frozenset({"api"})
     summary = Summary(crawl_name)
 
     async def seeds() -> AsyncIterator[Chunk]:
         yield Chunk("spider", 1, [Request(API, label="api"), Request(API, label="nope"),
                                   '{"url": "http://api.test/b", "label": "nope"}'],
                     requests=True)
-    await produce_tasks([seeds()], queue=q, summary=summary, template=TaskTemplate())
+    await produce_tasks([seeds()], queue=q, summary=summary, template=TaskTemplate(),
+                        known_labels=frozenset({"api"}))
     assert (summary.read, summary.enqueued) == (3, 1)
     assert summary.invalid_by_reason == {"bad_request": 2}
     assert "no route is labelled 'nope' (routes: api)" in summary.first_rejects[0].message

@@ -21,6 +21,7 @@ from common.http.results import FetchResult
 from common.spider import Response, Spider, load_spider, run_route
 from common.tasks.items import KEY_SEP, Item
 from common.tasks.request import Request
+from consumer.notices import where_raised
 
 PAGE = b"""<!doctype html><html><head><title>Shelf</title></head><body>
 <h1 class="t">Books <b>&amp; more</b></h1>
@@ -329,3 +330,56 @@ async def test_a_route_parses_2xx_pages_only() -> None:
     with pytest.raises(UnknownLabelError):  # a label with no route is refused all the same
         await run_route(spider, missing, Request("http://shop.test/b", label="nope"),
                         worker="w", checkpoint=None, save=saved)
+
+
+async def test_follow_checks_once_and_freezes_what_it_took() -> None:
+    """What follow took can't be changed (or broken) by what the route does to its dicts
+    afterwards: the reason the consumer never checks it again."""
+    spider = shop_spider()
+    data: dict[str, Any] = {"shelf": "s", "tags": ["a"]}
+
+    @spider.route("later")
+    async def later(response: Response, ctx: Any) -> None:
+        ctx.follow(Request("http://shop.test/b/9", label="book", data=data))
+        ctx.follow(css="li.book a::attr(href)", label="book", data=data)
+        data["tags"].append({1, 2})  # not JSON: it would break the task at the flush
+        data["shelf"] = "changed"
+
+    ctx = await run_route(spider, result(), Request("http://shop.test/", label="later"),
+                          worker="w", checkpoint=None, save=saved)
+    assert [(r.url, r.data) for r in ctx.requests] == [  # type: ignore[union-attr]
+        ("http://shop.test/b/9", {"shelf": "s", "tags": ["a"]}),
+        ("http://shop.test/book/1", {"shelf": "s", "tags": ["a"]}),
+        ("http://shop.test/shelf/book/2", {"shelf": "s", "tags": ["a"]}),
+        ("https://other.example/3", {"shelf": "s", "tags": ["a"]})]
+
+
+def _yielding_spider(catch: bool) -> Spider:
+    spider = Spider("yields")
+
+    @spider.route()
+    async def home(response: Response, ctx: Any) -> Any:
+        try:
+            yield Request("http://shop.test/x", data={"when": {1, 2}})  # BAD_YIELD
+        except InvalidRequestError:
+            if not catch:
+                raise
+            yield {"caught": True}
+    return spider
+
+
+BAD_YIELD = next(n for n, line in enumerate(Path(__file__).read_text().splitlines(), 1)
+                 if line.endswith("# BAD_YIELD"))
+
+
+async def test_a_bad_request_a_route_yields_is_raised_at_its_yield() -> None:
+    """A Request is checked when followed, not when made: one a route yields is thrown
+    back in at its yield, so the route error names the spider's line."""
+    with pytest.raises(InvalidRequestError, match=r"data\['when'\] is a set") as raised:
+        await run_route(_yielding_spider(catch=False), result(), Request("http://shop.test/"),
+                        worker="w", checkpoint=None, save=saved)
+    assert where_raised(raised.value, {__file__})[1:] == (BAD_YIELD, "home")
+    ctx = await run_route(_yielding_spider(catch=True), result(),
+                          Request("http://shop.test/"), worker="w", checkpoint=None,
+                          save=saved)
+    assert (ctx.items, ctx.requests) == ([{"caught": True}], [])

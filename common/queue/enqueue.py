@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, cast
 
@@ -56,14 +56,15 @@ class KnownEntry:
 
 
 async def enqueue(crawl: Crawl, tasks: Sequence[NewTask], recrawl_after_s: int = 0, *,
-                  known_labels: Collection[str] | None = None,
                   render_all: bool = False, modes: RenderModes | None = None
                   ) -> EnqueueResult:
     """Dedup and enqueue a batch into its hosts' queues; one script call per
     partition, pipelined. MalformedTaskError for a URL without an http(s) host.
     `recrawl_after_s`: a done URL enqueued again after this long is crawled again (0:
-    never). InvalidRequestError, before anything is sent, for a task whose request is bad
-    (`check_new_task`), or whose label is not one of `known_labels` (None: any).
+    never). InvalidRequestError, before anything is sent, for a task built by hand whose
+    request is bad (`check_new_task`); one made by ``NewTask.from_request`` was checked
+    where its request entered the crawl, and is not checked again. Labels are the
+    spider's business (its follow, the producer's reader), not the queue's.
     `render_all`: every task is a render request (the crawl policy's ``rendering=all``);
     `modes`: a rendering=auto crawl's decisions: a pair decided ``http`` is not."""
     by_partition: dict[int, dict[str, list[NewTask]]] = defaultdict(
@@ -71,8 +72,9 @@ async def enqueue(crawl: Crawl, tasks: Sequence[NewTask], recrawl_after_s: int =
     for t in tasks:
         if t.priority < 0 or t.max_attempts < 1 or t.depth < 0:
             raise ConfigError("priority and depth must be >= 0, max_attempts >= 1")
-        if t.method != "GET" or t.body is not None or t.data or t.label is not None:
-            check_new_task(t, known_labels)
+        if not t.checked and (t.method != "GET" or t.body is not None or t.data
+                              or t.label is not None):
+            check_new_task(t)
         if " " in t.url:  # an entry's URL ends at its first space (common.tasks.task)
             raise MalformedTaskError(f"URL is not canonical (it holds a space): "
                                      f"{t.url[:200]!r}; canonicalize it first")
@@ -182,9 +184,9 @@ def _call(crawl: Crawl, pk: PartitionKeys, by_host: Mapping[str, Sequence[Q]],
     return crawl.scripts.enqueue, keys, args
 
 
-def check_new_task(t: NewTask, known_labels: Collection[str] | None = None) -> None:
+def check_new_task(t: NewTask) -> None:
     """InvalidRequestError saying what is wrong with the request `t` holds: its method,
-    body, label (one of `known_labels` when given) or data."""
+    body, label, session or data."""
     where = f"task {shown(t.url)!r}"
     check_method(t.method, where)
     if t.body is not None:
@@ -194,10 +196,6 @@ def check_new_task(t: NewTask, known_labels: Collection[str] | None = None) -> N
         if t.method in BODYLESS:
             raise InvalidRequestError(f"{where}: a {t.method} carries no body")
     check_label(t.label, where)
-    if known_labels is not None and t.label is not None and t.label not in known_labels:
-        raise InvalidRequestError(f"{where}: no route is labelled {t.label!r} (routes: "
-                                  f"{', '.join(sorted(known_labels)) or 'none'}); add "
-                                  "the route or fix the label")
     check_session(t.session, where)
     check_data(t.data, where)
 

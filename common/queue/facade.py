@@ -48,9 +48,6 @@ class CrawlQueue:
         #: A rendering=auto crawl's decisions (None: not auto): common.queue.rendermodes.
         self.render_modes: RenderModes | None = None
         self._jitter = jitter
-        #: The labels a route parses (the spider's; None: any label is taken): every
-        #: enqueue refuses a task labelled otherwise (InvalidRequestError).
-        self.known_labels: frozenset[str] | None = None
 
     @classmethod
     async def open(cls, client: RedisClient, crawl: str,
@@ -111,11 +108,10 @@ class CrawlQueue:
         return self.on.partition_of(host)
 
     async def enqueue(self, tasks: Sequence[NewTask]) -> EnqueueResult:
-        """Dedup and enqueue a batch (see `common.queue.enqueue.enqueue`); a bad request,
-        or a label not in `known_labels`, refuses the whole batch: InvalidRequestError."""
+        """Dedup and enqueue a batch (see `common.queue.enqueue.enqueue`); a bad request
+        in a task built by hand refuses the whole batch: InvalidRequestError."""
         return await enqueue(self.on, tasks, self._recrawl_after_s,
-                             known_labels=self.known_labels, render_all=self._render_all,
-                             modes=self.render_modes)
+                             render_all=self._render_all, modes=self.render_modes)
 
     async def recrawl_known(self, *, stop: asyncio.Event | None = None) -> KnownRecrawl:
         """Queue again every done URL whose history record is older than the recrawl

@@ -9,7 +9,7 @@ from typing import Any
 
 from common.reasons import HANDLER_ERROR, HTTP_5XX, HTTP_408, HTTP_429
 from common.revisits.previous import Observed, Revisit
-from common.tasks.request import Request, check_request, request_key
+from common.tasks.request import Request, request_key
 from common.tasks.task import DEFAULT_MAX_ATTEMPTS, Task
 from common.urls.canonical import fingerprint
 
@@ -76,7 +76,7 @@ class NewTask:
     depth: int = 0
     headers: dict[str, str] = field(default_factory=dict, repr=False)  # common.tasks.headers
     revisit: Revisit | None = None  # the URL's previous visit (the frontier's recrawls; tests)
-    # A request's own (common/tasks/request.py), checked again by enqueue: GET, no body, ...
+    # A request's own (common/tasks/request.py): GET, no body, ...
     method: str = "GET"
     body: bytes | None = field(default=None, repr=False)
     label: str | None = None
@@ -85,18 +85,24 @@ class NewTask:
     session: str | None = None  # its session's name (common.proxies.sessions)
     session_version: int = 0  # the least version of it the request needs
     render: bool = False  # fetched in a browser (docs/rendering.md)
+    #: Made by `from_request` of a request checked where it entered the crawl: enqueue
+    #: checks its request fields no more (a NewTask built by hand has them checked there).
+    checked: bool = field(default=False, repr=False, compare=False)
 
     @classmethod
     def from_request(cls, request: Request, canonical_url: str, *,
                      max_attempts: int = DEFAULT_MAX_ATTEMPTS, depth: int = 0,
                      meta: dict[str, Any] | None = None,
-                     headers: Mapping[str, str] | None = None) -> NewTask:
+                     headers: Mapping[str, str] | None = None,
+                     key: str | None = None) -> NewTask:
         """The task of `request`, whose URL canonicalizes to `canonical_url`: its id is
-        the fingerprint of the request's unique key. `headers` (a run's, a parent's) go
-        under the request's own. InvalidRequestError when the request is not (or no
-        longer: its data may have changed) valid."""
-        check_request(request)
-        key = request_key(request.method, canonical_url, request.body, request.unique_key)
+        the fingerprint of the request's unique key (`key` when the caller has it, else
+        computed). `headers` (a run's, a parent's) go under the request's own. The request
+        is trusted: it was checked where it entered the crawl (``checked``: a route's
+        follow, a spider's start, the producer's reader), and is not checked again."""
+        if key is None:
+            key = request_key(request.method, canonical_url, request.body,
+                              request.unique_key)
         merged = dict(request.headers)
         if headers:  # the request's own win, whatever their case
             own = {name.lower() for name in merged}
@@ -105,7 +111,7 @@ class NewTask:
                    meta if meta is not None else {}, depth, merged, method=request.method,
                    body=request.body, label=request.label, data=dict(request.data),
                    unique_key=request.unique_key, session=request.session,
-                   render=request.render)
+                   render=request.render, checked=True)
 
 
 @dataclass(slots=True)

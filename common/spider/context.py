@@ -8,6 +8,13 @@ route's item type when it has one (its own table or file).
 ``ctx.checkpoint`` / ``await ctx.save_checkpoint(value)`` keep a long task's progress,
 as for any handler. What a route followed and emitted reaches the crawl and the sink only
 when the route returns: an exception leaves nothing behind (the task is retried).
+
+``follow`` is where a route's requests enter the crawl: each is checked there, once
+(`Spider.admit`: its fields and its label), and frozen, so the route may go on changing
+the dicts it made it from; the links of one call share one Request checked for them
+all. The consumer trusts what follow took (the intake, ``NewTask.from_request``, the
+enqueue check nothing again). A bad one raises from the route's ``follow`` call, or at
+its ``yield`` (``common.spider.dispatch``): the route's line is where it failed.
 """
 
 from __future__ import annotations
@@ -19,7 +26,8 @@ from common.errors import UnknownLabelError
 from common.spider.response import Response
 from common.spider.spider import Route, Spider
 from common.tasks.items import Item, item_key
-from common.tasks.request import Request
+from common.tasks.request import Request, checked
+from common.tasks.task import Task
 
 __all__ = ["Context"]
 
@@ -31,16 +39,19 @@ class Context:
     """A route's view of its task: the request, follow, emit and checkpoints."""
 
     __slots__ = ("_save", "_spider", "checkpoint", "items", "request", "requests", "response",
-                 "route", "worker")
+                 "route", "task", "worker")
 
     def __init__(self, spider: Spider, route: Route, request: Request, response: Response, *,
-                 worker: str, checkpoint: Any, save: Callable[[Any], Awaitable[None]]
-                 ) -> None:
+                 worker: str, checkpoint: Any, save: Callable[[Any], Awaitable[None]],
+                 task: Task | None = None) -> None:
         self._spider = spider
         self.route = route
         self.request = request
         self.response = response
         self.worker = worker
+        #: the leased task (its id, depth, attempt, meta; None outside a consumer): read
+        #: only, as a --handler's ``ctx.task``
+        self.task = task
         #: the last checkpoint saved for this task (None on a first attempt)
         self.checkpoint = checkpoint
         self._save = save
@@ -61,24 +72,25 @@ class Context:
         `xpath` select in the response (elements: their ``href``; ``::attr()`` / ``@attr``:
         that value), made GET Requests with `label`, `data` and `priority`. Relative
         URLs are resolved against the page. Returns how many requests were added; raises
-        UnknownLabelError for a label the spider has no route for."""
+        UnknownLabelError for a label the spider has no route for, InvalidRequestError
+        for a bad Request (or bad `data`, `priority`): each checked here, once."""
         found: list[str | Request] = []
         if target is not None:
             found += [target] if isinstance(target, str | Request) else list(target)
         if css is not None or xpath is not None:
             found += _selected(self.response, css, xpath)
-        if not self._spider.knows(label) and any(isinstance(f, str) for f in found):
-            raise UnknownLabelError(self._spider.unknown(label))
+        spider = self._spider
+        if not spider.knows(label) and any(isinstance(f, str) for f in found):
+            raise UnknownLabelError(spider.unknown(label))
         # A plain link (no label, data or priority, to a route that does not render) goes
-        # as its URL, as a --handler's links do: the same task as a GET Request, without
-        # one built and checked twice.
-        render = self._spider.renders(label)
+        # as its URL: the same task as a GET Request, without one built.
+        render = spider.renders(label)
         plain = label is None and not data and not priority and not render
+        links: Request | None = None  # the first link's Request: checked for them all
         added = 0
         for item in found:
             if isinstance(item, Request):
-                self._spider.check(item)
-                self.requests.append(self._spider.rendered(item))
+                self.requests.append(spider.admit(item))
             else:
                 href = item.strip()
                 if not href or href[:11].lower().startswith(_SKIPPED):
@@ -86,9 +98,15 @@ class Context:
                 # An absolute http(s) URL is parsed once, by the intake's canonicalizer.
                 url = href if href[:8].lower().startswith(_ABSOLUTE) else \
                     self.response.urljoin(href)
-                self.requests.append(url if plain else Request(
-                    url, label=label, data=dict(data or {}), priority=priority,
-                    render=render))
+                if plain:
+                    self.requests.append(url)
+                elif links is None:
+                    links = checked(Request(url, label=label, data=data or {},
+                                            priority=priority, render=render))
+                    self.requests.append(links)
+                else:  # its data frozen (and checked) with the first link's
+                    self.requests.append(Request(url, label=label, data=links.data,
+                                                 priority=priority, render=render))
             added += 1
         return added
 

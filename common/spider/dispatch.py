@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 from common.http.results import FetchResult
@@ -12,25 +13,28 @@ from common.spider.response import Response
 from common.spider.spider import Spider
 from common.tasks.items import Item
 from common.tasks.request import Request
+from common.tasks.task import Task
 
 __all__ = ["run_route"]
 
 
 async def run_route(spider: Spider, result: FetchResult, request: Request, *, worker: str,
-                    checkpoint: Any, save: Callable[[Any], Awaitable[None]]) -> Context:
-    """Run the route of `request`'s label on `result`; the context holds what it emitted
-    and followed. A route parses pages: a response other than 2xx (a 404, a final 3xx)
-    runs none, as in Scrapy, and its task is done as its outcome says (``http_4xx``).
-    UnknownLabelError when the label has no route; whatever the route raises is raised."""
+                    checkpoint: Any, save: Callable[[Any], Awaitable[None]],
+                    task: Task | None = None) -> Context:
+    """Run the route of `request`'s label on `result` (the leased `task`'s); the context
+    holds what it emitted and followed. A route parses pages: a response other than 2xx
+    (a 404, a final 3xx) runs none, as in Scrapy, and its task is done as its outcome
+    says (``http_4xx``). UnknownLabelError when the label has no route; whatever the
+    route raises is raised: what it yielded and could not take, raised at its ``yield``
+    (its traceback then names the route's line)."""
     route = spider.route_for(request.label)
     response = Response(result)
     ctx = Context(spider, route, request, response, worker=worker, checkpoint=checkpoint,
-                  save=save)
+                  save=save, task=task)
     if not 200 <= result.status < 300:
         return ctx
     if inspect.isasyncgenfunction(route.fn):
-        async for out in route.fn(response, ctx):
-            _take(ctx, out)
+        await _run_generator(route.fn(response, ctx), ctx)
         return ctx
     returned = route.fn(response, ctx)
     if inspect.isawaitable(returned):
@@ -39,6 +43,23 @@ async def run_route(spider: Spider, result: FetchResult, request: Request, *, wo
         for out in returned if isinstance(returned, list | tuple) else (returned,):
             _take(ctx, out)
     return ctx
+
+
+async def _run_generator(gen: AsyncGenerator[Any, None], ctx: Context) -> None:
+    """Take what an async generator route yields; what it yielded and can't be taken (a
+    bad Request, a label with no route) is thrown back in at its ``yield``."""
+    async with contextlib.aclosing(gen):
+        try:
+            out = await anext(gen)
+            while True:
+                try:
+                    _take(ctx, out)
+                except Exception as exc:  # the route's to catch, or raised from its yield
+                    out = await gen.athrow(exc)
+                else:
+                    out = await anext(gen)
+        except StopAsyncIteration:
+            pass
 
 
 def _take(ctx: Context, out: Any) -> None:

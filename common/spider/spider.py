@@ -18,10 +18,13 @@ request of its label is then fetched by a consumer started with ``--browser``
 (docs/rendering.md).
 
 A request's label names its route; the label travels through Redis as a string, so any
-consumer running the same spider parses it the same way. A label the spider has no route
-for is refused when a request is made with it (`Spider.check`), and a leased task whose
-label has no route ends dead (``unknown_label``): never done unparsed. A spider is
-definition only: the consumer runs its routes, the producer its `start`.
+consumer running the same spider parses it the same way. A request enters the crawl
+through its spider (`Spider.admit`: a route's ``ctx.follow``, `Spider.start`), checked
+there once: its fields (``common.tasks.request.checked``) and its label, which must have a
+route; a leased task whose label has no route ends dead (``unknown_label``): never done
+unparsed. A spider is definition only: the consumer runs its routes, the producer its
+`start`. A ``--handler`` is a spider too (``consumer.handlers.handler_spider``): one
+default route that parses every label (``catch_all``).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from common.errors import UnknownLabelError
 from common.policy import CrawlPolicy, parse_value
 from common.proxies.bans import NO_RULES, Blocked
 from common.tasks.items import check_item_type
-from common.tasks.request import Request, check_label
+from common.tasks.request import Request, check_label, checked
 
 if TYPE_CHECKING:
     from common.spider.context import Context
@@ -75,8 +78,11 @@ class Spider:
 
     def __init__(self, name: str = "spider", *, start: Iterable[str | Request] = (),
                  item_key: str | Sequence[str] = (),
-                 policy: Mapping[str, Any] | None = None) -> None:
+                 policy: Mapping[str, Any] | None = None, catch_all: bool = False) -> None:
         self.name = name
+        #: the default route also parses requests whose label has no route of its own (a
+        #: --handler alone, which reads the label itself: ``ctx.task.label``)
+        self.catch_all = catch_all
         self.item_key = _key_fields(item_key)
         #: crawl policy values (``crawlq crawl set``'s keys) a crawl of this spider is
         #: created with, e.g. ``{"max_depth": 5}`` (no depth limit unless set)
@@ -132,16 +138,24 @@ class Spider:
     def start(self) -> Iterator[Request]:
         """The requests a crawl of this spider starts from: ``start=`` and what each
         ``@spider.seeds`` function yields, URLs made GET Requests for the default route.
-        Each is checked like any request made (its label included)."""
+        Each enters the crawl here (`admit`: checked once, its label included); the
+        producer checks it no more."""
         for source in (self._start, *(fn() for fn in self._seeds)):
             for item in source:
-                request = item if isinstance(item, Request) else Request(str(item))
-                self.check(request)
-                yield self.rendered(request)
+                yield self.admit(item if isinstance(item, Request) else Request(str(item)))
+
+    def admit(self, request: Request) -> Request:
+        """`request` as it enters the crawl, checked once: its fields
+        (InvalidRequestError naming the first bad one) and its label (UnknownLabelError
+        unless it has a route); frozen (its data and headers its own copies, what its maker
+        does to them later changes nothing) and rendered when its route renders."""
+        request = checked(request)
+        self.check(request)
+        return self.rendered(request)
 
     def renders(self, label: str | None) -> bool:
         """Whether the route of `label` renders its pages."""
-        route = self.routes.get(label)
+        route = self._route(label)
         return route is not None and route.render is not None
 
     def rendered(self, request: Request) -> Request:
@@ -153,17 +167,17 @@ class Spider:
     def render_of(self, label: str | None) -> Render:
         """How a rendered request of `label` is rendered: its route's page actions, or
         none but the load."""
-        route = self.routes.get(label)
+        route = self._route(label)
         return route.render if route is not None and route.render is not None \
             else DEFAULT_RENDER
 
     def knows(self, label: str | None) -> bool:
         """Whether a request with `label` has a route."""
-        return label in self.routes
+        return label in self.routes or (self.catch_all and None in self.routes)
 
     def check(self, request: Request) -> None:
         """UnknownLabelError unless `request`'s label has a route."""
-        if request.label not in self.routes:
+        if not self.knows(request.label):
             raise UnknownLabelError(self.unknown(request.label))
 
     def unknown(self, label: str | None) -> str:
@@ -177,7 +191,13 @@ class Spider:
 
     def route_for(self, label: str | None) -> Route:
         """The route of `label`; UnknownLabelError when it has none."""
-        route = self.routes.get(label)
+        route = self._route(label)
         if route is None:
             raise UnknownLabelError(self.unknown(label))
+        return route
+
+    def _route(self, label: str | None) -> Route | None:
+        route = self.routes.get(label)
+        if route is None and self.catch_all:
+            return self.routes.get(None)
         return route

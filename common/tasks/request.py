@@ -7,11 +7,16 @@ a **session** (the name of a cookie jar kept in Redis; not part of its identity)
 Everything in it is JSON, so any consumer of the fleet reads it the same way, in any
 language (the producer takes JSON lines of requests: :func:`request_from_dict`).
 
-A request is checked when it is made and again when it is enqueued (its data may have
-changed since): a bad method, data that isn't a JSON object, a body over `MAX_BODY_BYTES`,
-a label that isn't a short token or a bad header raise :class:`InvalidRequestError`
-saying which field is wrong, and nothing is enqueued. Its URL is judged at enqueue like
-any URL (canonicalized, counted invalid with its reason).
+A request is checked once, where it enters a crawl: a route's ``ctx.follow``
+(``common.spider.context``), a spider's start requests (`Spider.start`), the producer's
+reader of request lines (``producer.run``). There :func:`checked` raises
+:class:`InvalidRequestError` saying which field is wrong (a bad method, data that isn't a
+JSON object, a body over `MAX_BODY_BYTES`, a label that isn't a short token, a bad
+header) and freezes what it took: its data and headers copied, so what the code that
+made it does to its dicts afterwards can neither change nor break it. Past its entry a
+request is trusted (``NewTask.from_request``); making one only normalizes its method
+(upper case), so a route pays for no check twice. Its URL is judged at enqueue like any
+URL (canonicalized, counted invalid with its reason).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import hashlib
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlencode
 
@@ -32,8 +37,8 @@ from common.urls.canonical import Rejection, canonicalize
 from common.urls.redact import redact_url
 
 __all__ = ["MAX_BODY_BYTES", "MAX_DATA_BYTES", "METHODS", "Request", "body_digest",
-           "check_data", "check_label", "check_method", "check_session", "request_from_dict",
-           "request_key", "shown"]
+           "check_data", "check_label", "check_method", "check_request", "check_session",
+           "checked", "request_from_dict", "request_key", "shown"]
 
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 #: Methods without a body, deduplicated by their canonical URL alone.
@@ -54,7 +59,7 @@ _DIGEST_HEX = 32
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One request to crawl; checked when made (`InvalidRequestError`)."""
+    """One request to crawl; checked where it enters a crawl (`checked`), not when made."""
 
     url: str
     method: str = "GET"
@@ -72,9 +77,9 @@ class Request:
     render: bool = False
 
     def __post_init__(self) -> None:
+        # Normalization only: a request is checked where it enters a crawl (`checked`).
         if isinstance(self.method, str) and self.method != self.method.upper():
             object.__setattr__(self, "method", self.method.upper())
-        check_request(self)
 
     @classmethod
     def json(cls, url: str, payload: Any, *, method: str = "POST", **kw: Any) -> Request:
@@ -130,8 +135,25 @@ def body_digest(body: bytes | None) -> str:
     return hashlib.sha256(body or b"").hexdigest()[:_DIGEST_HEX]
 
 
+def checked(request: Request) -> Request:
+    """`request` checked (InvalidRequestError naming its first bad field) and frozen: a
+    copy whose data (a JSON round trip of what was checked) and headers are its own, so
+    what its maker does to its dicts later can't make it invalid. What a request's entry
+    into a crawl calls, once; past it the request is trusted."""
+    data = _checked_data_json(request)
+    return replace(request, data=codec.loads(data) if data else {},
+                   headers=dict(request.headers))
+
+
 def check_request(request: Request) -> None:
-    """Raise InvalidRequestError naming the first bad field of `request`."""
+    """Raise InvalidRequestError naming the first bad field of `request` (`checked`
+    without the copy)."""
+    _checked_data_json(request)
+
+
+def _checked_data_json(request: Request) -> str | None:
+    """Check every field of `request` (InvalidRequestError naming the first bad one);
+    its data as JSON (None: none)."""
     if not isinstance(request.url, str) or not request.url:
         raise InvalidRequestError(f"Request url must be a non-empty string, "
                                   f"got {request.url!r}")
@@ -150,7 +172,7 @@ def check_request(request: Request) -> None:
                                       "use POST (or PUT, PATCH) to send one")
     check_label(request.label, where)
     check_session(request.session, where)
-    check_data(request.data, where)
+    data = _data_json(request.data, where)
     if not isinstance(request.render, bool):
         raise InvalidRequestError(f"{where}: render must be true or false, "
                                   f"got {request.render!r}")
@@ -166,6 +188,7 @@ def check_request(request: Request) -> None:
         raise InvalidRequestError(f"{where}: headers must map names to values")
     if request.headers:
         checked_headers(request.headers.items(), InvalidRequestError, f"{where} headers")
+    return data
 
 
 def check_method(method: object, where: str) -> None:
@@ -194,18 +217,25 @@ def check_session(name: object, where: str) -> None:
 def check_data(data: object, where: str) -> None:
     """InvalidRequestError unless `data` is a JSON object (str keys; str, int, finite
     float, bool, None, list and object values) of at most `MAX_DATA_BYTES` as JSON."""
+    _data_json(data, where)
+
+
+def _data_json(data: object, where: str) -> str | None:
+    """`check_data`; `data` as JSON (None: empty)."""
     if not isinstance(data, Mapping):
         raise InvalidRequestError(f"{where}: data must be a JSON object (a dict), "
                                   f"got {type(data).__name__}")
     if not data:
-        return
+        return None
     problem = _json_problem(data, "data", 0)
     if problem:
         raise InvalidRequestError(f"{where}: {problem}")
-    size = len(codec.dumps(data).encode())
+    encoded = codec.dumps(data)
+    size = len(encoded.encode())
     if size > MAX_DATA_BYTES:
         raise InvalidRequestError(f"{where}: data is {size} bytes as JSON, over the "
                                   f"{MAX_DATA_BYTES} a request may carry")
+    return encoded
 
 
 def _json_problem(value: Any, path: str, depth: int) -> str | None:
@@ -250,7 +280,8 @@ def request_from_dict(obj: Any) -> Request:
     """A Request from its JSON form: the Request fields, with the body given as one of
     ``body`` (a string, sent as UTF-8), ``body_base64``, ``json`` (any JSON value, sent
     as JSON) or ``form`` (an object of strings, URL-encoded). InvalidRequestError
-    saying what is wrong otherwise."""
+    saying what is wrong with its form otherwise; its fields are checked where it enters
+    a crawl (`checked`: the producer's reader)."""
     if not isinstance(obj, dict):
         raise InvalidRequestError(f"a request must be a JSON object, got "
                                   f"{type(obj).__name__}")
