@@ -33,7 +33,7 @@ from typing import Any
 
 from common.errors import ConfigError
 from common.http.results import FetchResult
-from common.spider import Context, Response, RouteFn, Spider
+from common.spider import Context, Response, RouteFn, Spider, mark_returned
 from common.tasks.request import Request
 from common.tasks.task import Task
 from consumer.links import extract_links
@@ -132,7 +132,11 @@ def _route_of(handler: Handler, max_links: int) -> RouteFn:
         done = as_result(await handler(response.result, HandlerContext(
             task=ctx.task, worker=ctx.worker, _save=save, max_links=max_links)))
         ctx.items.extend(done.items)  # any JSON value, as ever: no key or type to add
-        ctx.follow(done.urls)
+        try:
+            ctx.follow(done.urls)
+        except Exception as exc:
+            mark_returned(exc, handler)
+            raise
     return route
 
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Collection
 from common.errors import FetchError
 from common.queue import Lease
 from common.reasons import ROBOTS_DISALLOWED, ROBOTS_UNAVAILABLE, SSRF_BLOCKED
+from common.spider import returned_by
 
 __all__ = ["HostNotices", "RouteErrors", "where_raised"]
 
@@ -55,11 +56,14 @@ def _shown(path: str) -> str:
 
 
 def where_raised(exc: BaseException, files: Collection[str] = ()) -> tuple[str, int, str]:
-    """(file, line, function) where `exc` was raised in user code: the innermost frame in
-    one of `files` (a spider's), else the innermost outside crawlq's own packages and
-    Python's and the installed ones';
-    ("", 0, "") when crawlq raised it itself (a Request a route returned, found invalid
-    after it returned: its message says what)."""
+    """(file, line, function) where `exc` was raised in user code: for what a route
+    returned (a bad Request found after it returned), the route's ``def``; else the
+    innermost frame in one of `files` (a spider's), else the innermost outside crawlq's
+    own packages and Python's and the installed ones'; ("", 0, "") when crawlq raised it
+    itself."""
+    origin = returned_by(exc)
+    if origin is not None:  # the route's frame is gone: its def's line
+        return _shown(origin[0]), origin[1], origin[2]
     frames = traceback.extract_tb(exc.__traceback__)
     chosen = next((f for f in reversed(frames) if f.filename in files), None) \
         or next((f for f in reversed(frames) if not f.filename.startswith(_NOT_USERS)), None)

@@ -18,6 +18,7 @@ from common.spider import Response, Spider
 from common.tasks.request import Request
 from common.tasks.task import Task
 from consumer.handlers import HandlerContext, HandlerResult, LeaseLostError
+from consumer.notices import where_raised
 from consumer.routing import Router
 
 TID = "0" * 32
@@ -106,8 +107,13 @@ async def test_a_handlers_bad_request_or_unknown_label_fails_its_task() -> None:
     task = Task(id=TID, url="http://shop.test/dir/")
     router = Router.of(None, bad)
     assert router is not None
-    with pytest.raises(InvalidRequestError, match=r"data\['when'\] is a set"):
+    with pytest.raises(InvalidRequestError, match=r"data\['when'\] is a set") as raised:
         await router(result(), context(task, []))
+    # its frame is gone when its Request is checked: the place is its def's line
+    code = bad.__code__
+    assert where_raised(raised.value, router.files) == (
+        where_raised(raised.value)[0], code.co_firstlineno, "bad")
+    assert router.files == {__file__}
     spider = Spider("s")
     spider.route("api")(lambda response, ctx: None)
     router = Router.of(spider, ghost)

@@ -383,3 +383,21 @@ async def test_a_bad_request_a_route_yields_is_raised_at_its_yield() -> None:
                           Request("http://shop.test/"), worker="w", checkpoint=None,
                           save=saved)
     assert (ctx.items, ctx.requests) == ([{"caught": True}], [])
+
+
+async def test_a_bad_request_a_route_returns_names_the_route() -> None:
+    """A Request a route returns is checked after the route's frame is gone: the route
+    error names the file and the line of the route's def."""
+    spider = Spider("returns")
+
+    @spider.route()
+    def home(response: Response, ctx: Any) -> Any:
+        return [{"ok": 1}, Request("http://shop.test/x", data={"when": {1, 2}})]
+
+    with pytest.raises(InvalidRequestError, match=r"data\['when'\] is a set") as raised:
+        await run_route(spider, result(), Request("http://shop.test/"), worker="w",
+                        checkpoint=None, save=saved)
+    line = home.__code__.co_firstlineno
+    assert where_raised(raised.value, {__file__}) == (
+        where_raised(raised.value)[0], line, "home")
+    assert where_raised(raised.value)[0].endswith("test_spider.py")

@@ -15,7 +15,7 @@ from common.tasks.items import Item
 from common.tasks.request import Request
 from common.tasks.task import Task
 
-__all__ = ["run_route"]
+__all__ = ["mark_returned", "returned_by", "run_route"]
 
 
 async def run_route(spider: Spider, result: FetchResult, request: Request, *, worker: str,
@@ -41,8 +41,31 @@ async def run_route(spider: Spider, result: FetchResult, request: Request, *, wo
         returned = await returned
     if returned is not None:
         for out in returned if isinstance(returned, list | tuple) else (returned,):
-            _take(ctx, out)
+            try:
+                _take(ctx, out)
+            except Exception as exc:
+                mark_returned(exc, route.fn)
+                raise
     return ctx
+
+
+def mark_returned(exc: BaseException, fn: Callable[..., Any]) -> None:
+    """Say on `exc` that it is about what `fn` (a route, a handler) returned: its frame is
+    gone from the traceback, so `returned_by` gives its file and the line of its ``def``
+    instead."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    if code is not None and not hasattr(exc, _RETURNED_BY):
+        setattr(exc, _RETURNED_BY, (code.co_filename, code.co_firstlineno, code.co_name))
+
+
+def returned_by(exc: BaseException) -> tuple[str, int, str] | None:
+    """(file, line of its ``def``, name) of the route whose returned value raised `exc`;
+    None when a route's own code raised it."""
+    origin = getattr(exc, _RETURNED_BY, None)
+    return origin if isinstance(origin, tuple) else None
+
+
+_RETURNED_BY = "crawlq_returned_by"
 
 
 async def _run_generator(gen: AsyncGenerator[Any, None], ctx: Context) -> None:
