@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import consumer_handlers
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
@@ -478,7 +479,9 @@ async def test_a_bad_child_request_fails_the_task_that_returned_it(
                              "consumer_handlers:bad_child") == 0
     [dead] = await q.dead_list()
     assert dead.reason == "handler_error"
-    assert dead.message.startswith("InvalidRequestError: Request ")
+    line = consumer_handlers.bad_child.__code__.co_firstlineno  # its def: it returned
+    assert dead.message.startswith(f"tests/consumer_handlers.py:{line} in bad_child: "
+                                   "InvalidRequestError: Request ")
     assert "data['when'] is a set, not JSON" in dead.message
     stats = await q.stats()
     assert (stats.pending, stats.counters.get("enqueued")) == (0, 1)  # no child enqueued
