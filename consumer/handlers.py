@@ -1,4 +1,4 @@
-"""User handlers: code that sees each response and may return items and new URLs.
+"""User handlers: code that sees each 2xx response and may return items and new URLs.
 
 A handler is ``async def handler(response: FetchResult, ctx: HandlerContext)`` named on
 the command line as ``module:function``. It may return ``None``, a

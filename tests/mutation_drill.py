@@ -171,10 +171,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("26-validators-follow-a-redirect", "a revisit's validators go to its own URL "
            "only, never to a redirect target",
            (_F + "test_validators_never_follow_a_redirect_to_another_url",)),
-    Mutant("27-not-modified-page-handled", "a 304 is never given to the handler: no links "
-           "are extracted again",
+    Mutant("27-not-modified-page-handled", "an unchanged page is never given to the "
+           "handler: no links are extracted again (a 304 never reaches a route: 2xx only)",
            ("tests/test_revisits.py::"
-            "test_a_304_is_not_modified_never_given_a_body_nor_handled",)),
+            "test_the_same_body_is_unchanged_and_its_links_are_not_extracted_again",
+            "tests/test_revisits.py::"
+            "test_a_304_is_not_modified_never_given_a_body_nor_handled")),
     Mutant("28-done-url-not-scheduled", "with revisits on, a done URL comes back by itself "
            "when its next visit is due",
            (_RS + "test_the_schedule_brings_a_done_url_back_with_no_producer_run_and_no_link",)),

@@ -123,3 +123,23 @@ async def test_a_handlers_bad_request_or_unknown_label_fails_its_task() -> None:
     alone = Router.of(None, ghost)  # alone, any label goes: the handler's own to read
     assert alone is not None
     assert len((await alone(result(), context(task, []))).urls) == 1
+
+
+async def test_a_handler_like_any_route_is_handed_2xx_responses_only() -> None:
+    """A 404 or a final 3xx is done as its outcome says, unparsed (issue 48: a handler is
+    a route; Scrapy's callbacks get 2xx by default)."""
+    calls: list[int] = []
+
+    async def seen(response: FetchResult, ctx: HandlerContext) -> HandlerResult:
+        calls.append(response.status)
+        return HandlerResult(items=[{"ok": 1}], urls=["/next"])
+
+    router = Router.of(None, seen)
+    assert router is not None
+    task = Task(id=TID, url="http://shop.test/dir/")
+    for status in (404, 301, 200):
+        page = result()
+        page.status = status
+        done = await router(page, context(task, []))
+        assert (len(done.items), len(done.urls)) == ((1, 1) if status == 200 else (0, 0))
+    assert calls == [200]
